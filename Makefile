@@ -1,0 +1,87 @@
+# forge Makefile. Targets:
+#   all (default) build/forge, the CPU-only CLI       test     build + run the CPU test suite
+#   cuda          build/cuda/forge with the CUDA backend (needs nvcc) + GPU test binary
+#   test-gpu      run the GPU parity suite (needs a GPU)  bench  CPU benchmarks
+#   asan          tests under AddressSanitizer + UBSan     ptxas   CUDA resource report check
+#   clean
+#
+# ARCH trades portability for speed: the default `native` uses every vector
+# unit of this CPU; ARCH=x86-64-v3 (AVX2 + FMA) builds a binary that runs on
+# any recent x86-64 machine (used for binaries carried to the GPU machine).
+ARCH     ?= native
+CC       ?= cc
+NVCC     ?= nvcc
+OPT      ?= -O3
+CFLAGS   := -std=c11 $(OPT) -march=$(ARCH) -fopenmp -Wall -Wextra -D_GNU_SOURCE -g $(EXTRA_CFLAGS)
+LDLIBS   := -lcjson -lpcre2-8 -lm
+CUDA_HOME ?= /usr/local/cuda
+NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=c++17 \
+            -Xcompiler -fopenmp,-Wall,-Wextra
+BUILD    := build
+
+CORE_SRC := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' -not -name 'backend_nocuda.c' | sort)
+CUDA_SRC := $(shell find src/backend/cuda -name '*.cu' 2>/dev/null | sort)
+TEST_SRC := $(shell find tests -name '*.c' | sort)
+BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
+
+CPU_OBJ  := $(CORE_SRC:%.c=$(BUILD)/cpu/%.o) $(BUILD)/cpu/src/backend/backend_nocuda.o
+CUDA_HOST_OBJ := $(CORE_SRC:%.c=$(BUILD)/cuda/%.o)
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
+
+.PHONY: all cpu cuda test test-gpu bench asan ptxas clean
+all: cpu
+cpu: $(BUILD)/forge
+
+$(BUILD)/cpu/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/forge: $(CPU_OBJ) $(BUILD)/cpu/cli/forge.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/forge_tests: $(CPU_OBJ) $(TEST_SRC:%.c=$(BUILD)/cpu/%.o)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+test: $(BUILD)/forge_tests $(BUILD)/forge
+	./$(BUILD)/forge_tests
+
+# ---- CUDA build: same host code with FORGE_WITH_CUDA, kernels through nvcc.
+# Each .cu's nvcc/ptxas report (-Xptxas -v: registers, shared memory, stack,
+# spills per kernel) lands in build/cuda/<path>.ptxas.txt; `make ptxas` checks
+# them (scripts/check_ptxas.py). nvcc warnings are echoed from that report.
+$(BUILD)/cuda/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DFORGE_WITH_CUDA -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+
+$(BUILD)/cuda/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.ptxas.txt) || (cat $(@:.o=.ptxas.txt); exit 1)
+	@grep -iE 'warning|error' $(@:.o=.ptxas.txt) || true
+
+# cudart is static; cuBLAS (the FORGE_MATMUL=cublas reference path) is the
+# shared libcublas.so.13 of the toolkit, found through the rpath or LD_LIBRARY_PATH.
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++
+GPU_TEST_SRC := $(shell find tests_gpu -name '*.c' 2>/dev/null | sort)
+
+cuda: $(BUILD)/cuda/forge $(BUILD)/cuda/forge_tests $(BUILD)/cuda/forge_gpu_tests
+$(BUILD)/cuda/forge: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(BUILD)/cuda/cli/forge.o
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+$(BUILD)/cuda/forge_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(TEST_SRC:%.c=$(BUILD)/cuda/%.o)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+# the GPU parity suite: every CUDA op against the CPU reference backend (needs a GPU to run)
+$(BUILD)/cuda/forge_gpu_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(GPU_TEST_SRC:%.c=$(BUILD)/cuda/%.o)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+
+test-gpu: $(BUILD)/cuda/forge_gpu_tests
+	./$(BUILD)/cuda/forge_gpu_tests
+
+ptxas: cuda
+	python3 scripts/check_ptxas.py $(BUILD)/cuda scripts/ptxas_allowlist.txt
+
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" test
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

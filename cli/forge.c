@@ -1,0 +1,554 @@
+/*
+ * forge.c: the command-line interface.
+ *
+ *   forge train     [options]          train a model (no options: the demo job)
+ *   forge sample    --ckpt DIR [...]   generate text from a checkpoint
+ *   forge tokenize  --tokenizer DIR --out DIR FILES...   text -> token shards
+ *   forge tokenizer train --vocab N --out DIR FILES...   train a BPE vocabulary
+ *   forge bench     [train|matmul] [--device cpu|cuda]   benchmarks
+ *   forge init      --config C --out DIR [--seed S]      write an initialised checkpoint
+ *
+ * This is the only place that prints errors and chooses exit codes: 2 for bad
+ * usage or config, 1 for other failures, 130 when interrupted.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../src/backend/backend.h"
+#include "../src/bench/bench.h"
+#include "../src/bench/bench_train.h"
+#include "../src/core/status.h"
+#include "../src/data/corpus.h"
+#include "../src/data/tokenize.h"
+#include "../src/data/tokenizer.h"
+#include "../src/train/checkpoint.h"
+#include "../src/train/generate.h"
+#include "../src/train/trainer.h"
+
+/* ---- option parsing: --name value or --name=value -------------------------- */
+
+typedef struct {
+    int argc;
+    char **argv;
+    int i;
+    const char *positional[256];
+    int n_positional;
+} args;
+
+static int fail(forge_status s) {
+    fprintf(stderr, "forge: error: %s\n", forge_error_message());
+    return forge_status_exit_code(s);
+}
+
+static forge_status usage_error(const char *cmd, const char *fmt, const char *what) {
+    forge_error(FORGE_ERR_ARG, "%s: %s%s (see `forge %s --help`)", cmd, fmt, what ? what : "", cmd);
+    return FORGE_ERR_ARG;
+}
+
+/* Returns 1 and sets *value when argv[i] is --name (value in the next word or after '='). */
+static int opt_match(args *a, const char *name, const char **value, forge_status *err) {
+    const char *arg = a->argv[a->i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0) return 0;
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        return 1;
+    }
+    if (arg[n] != '\0') return 0;
+    if (a->i + 1 >= a->argc) {
+        *err = forge_error(FORGE_ERR_ARG, "option %s needs a value", name);
+        return 1;
+    }
+    *value = a->argv[++a->i];
+    return 1;
+}
+
+static forge_status parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi)
+        return forge_error(FORGE_ERR_ARG, "%s: \"%s\" is not an integer in [%ld, %ld]", opt, v, lo, hi);
+    *out = x;
+    return FORGE_OK;
+}
+
+static forge_status parse_float(const char *opt, const char *v, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || *end || end == v || !(x >= lo && x <= hi))
+        return forge_error(FORGE_ERR_ARG, "%s: \"%s\" is not a number in [%g, %g]", opt, v, lo, hi);
+    *out = (float)x;
+    return FORGE_OK;
+}
+
+#define INT_OPT(name, field, lo, hi)                                  \
+    if (opt_match(&a, name, &v, &s)) {                                \
+        long x_ = 0;                                                  \
+        if (s == FORGE_OK) s = parse_int(name, v, lo, hi, &x_);       \
+        if (s == FORGE_OK) field = x_;                                \
+        continue;                                                     \
+    }
+#define FLOAT_OPT(name, field, lo, hi)                                \
+    if (opt_match(&a, name, &v, &s)) {                                \
+        if (s == FORGE_OK) s = parse_float(name, v, lo, hi, &field);  \
+        continue;                                                     \
+    }
+#define STR_OPT(name, field)                                          \
+    if (opt_match(&a, name, &v, &s)) {                                \
+        if (s == FORGE_OK) field = v;                                 \
+        continue;                                                     \
+    }
+
+static int wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
+/* configs/ next to the executable's parent (build/forge -> ./configs), else ./configs. */
+static const char *configs_dir(const char *argv0) {
+    static char buf[PATH_MAX + 16];
+    const char *env = getenv("FORGE_CONFIGS_DIR");
+    if (env) return env;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        for (int up = 0; up < 3; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash) break;
+            *slash = '\0';
+            snprintf(buf, sizeof buf, "%s/configs", exe);
+            if (access(buf, R_OK) == 0) return buf;
+        }
+    }
+    (void)argv0;
+    return "configs";
+}
+
+/* ---- forge tokenizer train --------------------------------------------------- */
+
+static const char *TOKENIZER_HELP =
+    "usage: forge tokenizer train --vocab N --out DIR FILE...\n"
+    "  Trains a byte-level BPE vocabulary of N ids (256 bytes + merges + <|endoftext|>)\n"
+    "  and writes DIR/encoder.json and DIR/vocab.bpe (GPT-2's file format).\n";
+
+static int cmd_tokenizer(int argc, char **argv) {
+    if (argc < 1 || wants_help(argc, argv) || strcmp(argv[0], "train") != 0) {
+        fputs(TOKENIZER_HELP, argc < 1 || wants_help(argc, argv) ? stdout : stderr);
+        return argc < 1 || wants_help(argc, argv) ? 0 : 2;
+    }
+    args a = {argc, argv, 0, {0}, 0};
+    long vocab = 0;
+    const char *out = NULL, *v;
+    forge_status s = FORGE_OK;
+    for (a.i = 1; a.i < argc && s == FORGE_OK; a.i++) {
+        INT_OPT("--vocab", vocab, 257, 1L << 24)
+        STR_OPT("--out", out)
+        if (argv[a.i][0] == '-') return fail(usage_error("tokenizer", "unknown option ", argv[a.i]));
+        a.positional[a.n_positional++] = argv[a.i];
+    }
+    if (s != FORGE_OK) return fail(s);
+    if (!vocab || !out || a.n_positional == 0) {
+        fputs(TOKENIZER_HELP, stderr);
+        return 2;
+    }
+    forge_tokenizer *tok;
+    s = forge_tokenizer_train(&tok, a.positional, a.n_positional, (int)vocab, 1);
+    if (s == FORGE_OK) {
+        s = forge_tokenizer_save(tok, out);
+        forge_tokenizer_free(tok);
+    }
+    if (s != FORGE_OK) return fail(s);
+    printf("wrote %s/encoder.json and %s/vocab.bpe (%ld ids)\n", out, out, vocab);
+    return 0;
+}
+
+/* ---- forge tokenize ------------------------------------------------------------- */
+
+static const char *TOKENIZE_HELP =
+    "usage: forge tokenize --tokenizer DIR --out DIR [--val-fraction F] [--seed S] FILE...\n"
+    "  Encodes text files (plain, or documents separated by <|endoftext|>) into token shards\n"
+    "  DIR/train_NNN.bin and DIR/val_NNN.bin (llm.c's format: uint16 tokens, or uint32 when the\n"
+    "  vocabulary exceeds 65536) and copies the tokenizer into DIR.\n"
+    "  --tokenizer DIR holds encoder.json + vocab.bpe (GPT-2's files, or `forge tokenizer train`'s).\n"
+    "  --val-fraction  share of documents held out for validation (default 0.05)\n";
+
+static int cmd_tokenize(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(TOKENIZE_HELP, stdout);
+        return 0;
+    }
+    args a = {argc, argv, 0, {0}, 0};
+    const char *tok_dir = NULL, *out = NULL, *v;
+    float val = 0.05f;
+    long seed = 1337;
+    forge_status s = FORGE_OK;
+    for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        STR_OPT("--tokenizer", tok_dir)
+        STR_OPT("--out", out)
+        FLOAT_OPT("--val-fraction", val, 0.0, 1.0)
+        INT_OPT("--seed", seed, 0, LONG_MAX)
+        if (argv[a.i][0] == '-') return fail(usage_error("tokenize", "unknown option ", argv[a.i]));
+        a.positional[a.n_positional++] = argv[a.i];
+    }
+    if (s != FORGE_OK) return fail(s);
+    if (!tok_dir || !out || a.n_positional == 0) {
+        fputs(TOKENIZE_HELP, stderr);
+        return 2;
+    }
+    forge_tokenizer *tok;
+    s = forge_tokenizer_load(&tok, tok_dir);
+    if (s == FORGE_OK) {
+        s = forge_tokenize_files(tok, a.positional, a.n_positional, out, val, (uint64_t)seed, stdout);
+        if (s == FORGE_OK) s = forge_tokenizer_save(tok, out);
+        forge_tokenizer_free(tok);
+    }
+    return s == FORGE_OK ? 0 : fail(s);
+}
+
+/* ---- forge sample --------------------------------------------------------------- */
+
+static const char *SAMPLE_HELP =
+    "usage: forge sample --ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
+    "                    [--top-k K] [--top-p P] [--seed S] [--count N] [--device cpu|cuda]\n"
+    "  DIR is a run directory (its newest checkpoint is used) or a checkpoint directory.\n"
+    "  Defaults: --tokens 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 --count 1\n";
+
+typedef struct {
+    const char *ckpt, *prompt, *device;
+    long tokens, count, seed;
+    float temperature, top_p;
+    long top_k;
+} sample_options;
+
+static forge_status sample_run(const sample_options *so) {
+    char dir[1024];
+    forge_model_config cfg;
+    FORGE_TRY(forge_checkpoint_resolve(so->ckpt, dir, sizeof dir));
+    FORGE_TRY(forge_checkpoint_read_config(dir, &cfg));
+    forge_tokenizer *tok;
+    FORGE_TRY(forge_tokenizer_load(&tok, dir));
+    forge_backend *be = NULL;
+    forge_pool *pool = NULL;
+    forge_tape *tape = NULL;
+    forge_model *m = NULL;
+    forge_status s = forge_backend_create(&be, so->device);
+    if (s == FORGE_OK) s = forge_pool_create(&pool, be);
+    if (s == FORGE_OK) s = forge_tape_create(&tape, pool);
+    if (s == FORGE_OK) s = forge_model_create(&m, &cfg, pool, 0);
+    if (s == FORGE_OK) s = forge_checkpoint_load_weights(dir, m);
+    for (long i = 0; i < so->count && s == FORGE_OK; i++) {
+        forge_generate_options go = {(int)so->tokens, so->temperature, (int)so->top_k, so->top_p,
+                                     (uint64_t)(so->seed + i), 1};
+        if (so->count > 1) printf("--- sample %ld ---\n", i + 1);
+        s = forge_generate(m, tape, tok, so->prompt, &go, stdout);
+    }
+    forge_model_free(m);
+    forge_tape_destroy(tape);
+    forge_pool_destroy(pool);
+    forge_backend_destroy(be);
+    forge_tokenizer_free(tok);
+    return s;
+}
+
+static int cmd_sample(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(SAMPLE_HELP, stdout);
+        return 0;
+    }
+    sample_options so = {NULL, "", "cpu", 200, 1, 1, 0.8f, 0.95f, 40};
+    args a = {argc, argv, 0, {0}, 0};
+    const char *v;
+    forge_status s = FORGE_OK;
+    for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        STR_OPT("--ckpt", so.ckpt)
+        STR_OPT("--prompt", so.prompt)
+        STR_OPT("--device", so.device)
+        INT_OPT("--tokens", so.tokens, 1, 1 << 20)
+        INT_OPT("--count", so.count, 1, 1000)
+        INT_OPT("--seed", so.seed, 0, LONG_MAX)
+        INT_OPT("--top-k", so.top_k, 0, 1 << 30)
+        FLOAT_OPT("--temperature", so.temperature, 0.0, 100.0)
+        FLOAT_OPT("--top-p", so.top_p, 0.0, 1.0)
+        return fail(usage_error("sample", "unknown argument ", argv[a.i]));
+    }
+    if (s != FORGE_OK) return fail(s);
+    if (!so.ckpt) {
+        fputs(SAMPLE_HELP, stderr);
+        return 2;
+    }
+    s = sample_run(&so);
+    return s == FORGE_OK ? 0 : fail(s);
+}
+
+/* ---- forge train ---------------------------------------------------------------- */
+
+static const char *TRAIN_HELP =
+    "usage: forge train [--config NAME|PATH] [--data DIR] [--out DIR] [options]\n"
+    "  With no --data: the demo job. Builds a corpus from Debian's `fortunes` package,\n"
+    "  trains a BPE vocabulary for it, trains the `tiny` config on the CPU and prints samples.\n"
+    "options (defaults in brackets):\n"
+    "  --config NAME|PATH   configs/NAME.json or a JSON file [tiny]\n"
+    "  --data DIR           train_*.bin / val_*.bin shards + tokenizer, from `forge tokenize`\n"
+    "  --out DIR            checkpoints and log.jsonl [runs/<config>]\n"
+    "  --device cpu|cuda    [cpu]\n"
+    "  --steps N            optimizer steps [500]\n"
+    "  --batch B            sequences per micro-batch [16]\n"
+    "  --seq-len T          tokens per sequence [the config's context_length]\n"
+    "  --tokens-per-step N  gradient accumulation to N tokens per step [B*T]\n"
+    "  --lr X               peak learning rate [3e-3]; warm-up 10%, cosine to 10% of peak\n"
+    "  --warmup-frac F --min-lr-ratio R --weight-decay W --grad-clip G --beta1 --beta2 --eps\n"
+    "  --seed S             init and data order [1337]\n"
+    "  --eval-every N       val loss every N steps [100]; --eval-batches N [8]\n"
+    "  --ckpt-every N       checkpoint every N steps [only at the end]\n"
+    "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
+    "  --stop-after N       stop after step N with a checkpoint (to resume later)\n"
+    "  --threads N          CPU threads [all cores]\n"
+    "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
+    "  Ctrl-C saves a checkpoint at the end of the current step and exits.\n";
+
+static forge_status prepare_demo_data(const char *data_dir, int vocab, FILE *out) {
+    char corpus[1100], enc[1100], shard[1100];
+    snprintf(corpus, sizeof corpus, "%s/fortunes.txt", data_dir);
+    snprintf(enc, sizeof enc, "%s/encoder.json", data_dir);
+    snprintf(shard, sizeof shard, "%s/train_000.bin", data_dir);
+    if (access(shard, R_OK) == 0 && access(enc, R_OK) == 0) {
+        fprintf(out, "demo data: reusing %s\n", data_dir);
+        return FORGE_OK;
+    }
+    if (mkdir(data_dir, 0755) != 0 && errno != EEXIST) {
+        char parent[1100];
+        snprintf(parent, sizeof parent, "%s", data_dir);
+        char *slash = strrchr(parent, '/');
+        if (slash) {
+            *slash = '\0';
+            mkdir(parent, 0755);
+        }
+        if (mkdir(data_dir, 0755) != 0 && errno != EEXIST)
+            return forge_error(FORGE_ERR_IO, "cannot create %s: %s", data_dir, strerror(errno));
+    }
+    size_t docs = 0;
+    FORGE_TRY(forge_corpus_fortunes(corpus, &docs));
+    fprintf(out, "demo data: %zu fortunes from Debian's fortunes package -> %s\n", docs, corpus);
+    const char *files[1] = {corpus};
+    forge_tokenizer *tok;
+    fprintf(out, "demo data: training a %d-id BPE vocabulary\n", vocab);
+    FORGE_TRY(forge_tokenizer_train(&tok, files, 1, vocab, 0));
+    forge_status s = forge_tokenizer_save(tok, data_dir);
+    if (s == FORGE_OK) s = forge_tokenize_files(tok, files, 1, data_dir, 0.05, 1337, out);
+    forge_tokenizer_free(tok);
+    return s;
+}
+
+static int cmd_train(int argc, char **argv, const char *argv0) {
+    if (wants_help(argc, argv)) {
+        fputs(TRAIN_HELP, stdout);
+        return 0;
+    }
+    forge_train_options o;
+    forge_train_options_default(&o);
+    o.configs_dir = configs_dir(argv0);
+    const char *out_dir = NULL, *v;
+    long samples = -1, threads = 0, steps = o.steps, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
+    long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
+    args a = {argc, argv, 0, {0}, 0};
+    forge_status s = FORGE_OK;
+    for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        STR_OPT("--config", o.config)
+        STR_OPT("--data", o.data_dir)
+        STR_OPT("--out", out_dir)
+        STR_OPT("--device", o.device)
+        STR_OPT("--resume", o.resume)
+        INT_OPT("--steps", steps, 1, 1L << 30)
+        INT_OPT("--batch", batch, 1, 1 << 20)
+        INT_OPT("--seq-len", seq, 1, 1 << 24)
+        INT_OPT("--tokens-per-step", tps, 1, LONG_MAX)
+        INT_OPT("--seed", seed, 0, LONG_MAX)
+        INT_OPT("--eval-every", eval_every, 0, 1L << 30)
+        INT_OPT("--eval-batches", eval_batches, 1, 1 << 20)
+        INT_OPT("--ckpt-every", ckpt_every, 0, 1L << 30)
+        INT_OPT("--stop-after", stop_after, 0, 1L << 30)
+        INT_OPT("--threads", threads, 0, 4096)
+        INT_OPT("--samples", samples, 0, 100)
+        FLOAT_OPT("--lr", o.lr, 0.0, 10.0)
+        FLOAT_OPT("--warmup-frac", o.warmup_frac, 0.0, 1.0)
+        FLOAT_OPT("--min-lr-ratio", o.min_lr_ratio, 0.0, 1.0)
+        FLOAT_OPT("--weight-decay", o.weight_decay, 0.0, 10.0)
+        FLOAT_OPT("--grad-clip", o.grad_clip, 0.0, 1e9)
+        FLOAT_OPT("--beta1", o.beta1, 0.0, 1.0)
+        FLOAT_OPT("--beta2", o.beta2, 0.0, 1.0)
+        FLOAT_OPT("--eps", o.eps, 0.0, 1.0)
+        if (strcmp(argv[a.i], "--quiet") == 0) {
+            o.quiet = 1;
+            continue;
+        }
+        return fail(usage_error("train", "unknown argument ", argv[a.i]));
+    }
+    if (s != FORGE_OK) return fail(s);
+    o.steps = (int)steps;
+    o.batch_size = (int)batch;
+    o.seq_len = (int)seq;
+    o.tokens_per_step = tps;
+    o.seed = (uint64_t)seed;
+    o.eval_every = (int)eval_every;
+    o.eval_batches = (int)eval_batches;
+    o.ckpt_every = (int)ckpt_every;
+    o.stop_after = (int)stop_after;
+    o.threads = (int)threads;
+    int demo = o.data_dir == NULL;
+    char out_buf[1024], data_buf[1024];
+    if (demo) {
+        forge_model_config cfg;
+        s = forge_config_resolve(&cfg, o.config, o.configs_dir);
+        if (s != FORGE_OK) return fail(s);
+        snprintf(data_buf, sizeof data_buf, "runs/data-fortunes-%d", cfg.vocab_size);
+        if (mkdir("runs", 0755) != 0 && errno != EEXIST) {
+            forge_error(FORGE_ERR_IO, "cannot create runs/: %s", strerror(errno));
+            return fail(FORGE_ERR_IO);
+        }
+        s = prepare_demo_data(data_buf, cfg.vocab_size, stdout);
+        if (s != FORGE_OK) return fail(s);
+        o.data_dir = data_buf;
+        if (samples < 0) samples = 3;
+    }
+    if (!out_dir) {
+        const char *base = strrchr(o.config, '/') ? strrchr(o.config, '/') + 1 : o.config;
+        snprintf(out_buf, sizeof out_buf, "runs/%.*s", (int)strcspn(base, "."), base);
+        out_dir = out_buf;
+        if (mkdir("runs", 0755) != 0 && errno != EEXIST) {
+            forge_error(FORGE_ERR_IO, "cannot create runs/: %s", strerror(errno));
+            return fail(FORGE_ERR_IO);
+        }
+    }
+    o.out_dir = out_dir;
+    forge_train_install_signal_handlers();
+    forge_train_result res;
+    s = forge_train(&o, &res);
+    if (s != FORGE_OK) return fail(s);
+    if (samples > 0) {
+        printf("\n=== %ld samples from %s (temperature 0.8, top-k 40) ===\n", samples, res.last_checkpoint);
+        sample_options so = {res.last_checkpoint, "", o.device, 120, samples, 1, 0.8f, 0.95f, 40};
+        s = sample_run(&so);
+        if (s != FORGE_OK) return fail(s);
+    }
+    return 0;
+}
+
+/* ---- forge bench ---------------------------------------------------------------- */
+
+static const char *BENCH_HELP =
+    "usage: forge bench [train|matmul|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
+    "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
+    "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n";
+
+static int cmd_bench(int argc, char **argv, const char *argv0) {
+    if (wants_help(argc, argv)) {
+        fputs(BENCH_HELP, stdout);
+        return 0;
+    }
+    const char *what = "all", *device = "cpu", *v;
+    long steps = 5, reps = 10;
+    args a = {argc, argv, 0, {0}, 0};
+    forge_status s = FORGE_OK;
+    for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        STR_OPT("--device", device)
+        INT_OPT("--steps", steps, 1, 100000)
+        INT_OPT("--reps", reps, 1, 100000)
+        if (argv[a.i][0] != '-' && a.n_positional == 0) {
+            what = argv[a.i];
+            a.n_positional++;
+            continue;
+        }
+        return fail(usage_error("bench", "unknown argument ", argv[a.i]));
+    }
+    if (s != FORGE_OK) return fail(s);
+    int do_train = strcmp(what, "train") == 0 || strcmp(what, "all") == 0;
+    int do_matmul = strcmp(what, "matmul") == 0 || (strcmp(what, "all") == 0 && strcmp(device, "cpu") == 0);
+    if (!do_train && !do_matmul) return fail(usage_error("bench", "unknown suite ", what));
+    if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
+    if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, device, configs_dir(argv0), (int)steps);
+    return s == FORGE_OK ? 0 : fail(s);
+}
+
+/* ---- forge init ----------------------------------------------------------------- */
+
+static const char *INIT_HELP =
+    "usage: forge init --config NAME|PATH --out DIR [--seed S]\n"
+    "  Writes DIR/model.safetensors: the model as `forge train` initialises it (Hugging Face\n"
+    "  names, config in the metadata), e.g. to compare forge against another framework.\n";
+
+static int cmd_init(int argc, char **argv, const char *argv0) {
+    if (wants_help(argc, argv)) {
+        fputs(INIT_HELP, stdout);
+        return 0;
+    }
+    const char *config = NULL, *out = NULL, *v;
+    long seed = 1337;
+    args a = {argc, argv, 0, {0}, 0};
+    forge_status s = FORGE_OK;
+    for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        STR_OPT("--config", config)
+        STR_OPT("--out", out)
+        INT_OPT("--seed", seed, 0, LONG_MAX)
+        return fail(usage_error("init", "unknown argument ", argv[a.i]));
+    }
+    if (s != FORGE_OK) return fail(s);
+    if (!config || !out) {
+        fputs(INIT_HELP, stderr);
+        return 2;
+    }
+    forge_model_config cfg;
+    forge_backend *be = NULL;
+    forge_pool *pool = NULL;
+    forge_model *m = NULL;
+    s = forge_config_resolve(&cfg, config, configs_dir(argv0));
+    if (s == FORGE_OK) s = forge_cpu_backend_create(&be, 0, 0);
+    if (s == FORGE_OK) s = forge_pool_create(&pool, be);
+    if (s == FORGE_OK) s = forge_model_create(&m, &cfg, pool, (uint64_t)seed);
+    if (s == FORGE_OK) s = forge_checkpoint_save(out, m, NULL, NULL, NULL);
+    if (s == FORGE_OK) printf("wrote %s/model.safetensors (%s, %zu parameters, seed %ld)\n", out, cfg.name,
+                              m->n_elements, seed);
+    forge_model_free(m);
+    forge_pool_destroy(pool);
+    forge_backend_destroy(be);
+    return s == FORGE_OK ? 0 : fail(s);
+}
+
+/* ---- main ----------------------------------------------------------------------- */
+
+static const char *MAIN_HELP =
+    "forge: a from-scratch LLM training framework (GPT-2 and Llama families)\n"
+    "usage: forge <command> [options]   (forge <command> --help for details)\n"
+    "  train       train a model; with no options, the CPU demo job\n"
+    "  sample      generate text from a checkpoint\n"
+    "  tokenize    text files -> token shards\n"
+    "  tokenizer   tokenizer train: learn a BPE vocabulary\n"
+    "  bench       benchmarks\n"
+    "  init        write an initialised checkpoint\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        fputs(MAIN_HELP, stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    int n = argc - 2;
+    char **rest = argv + 2;
+    if (strcmp(cmd, "train") == 0) return cmd_train(n, rest, argv[0]);
+    if (strcmp(cmd, "sample") == 0) return cmd_sample(n, rest);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(n, rest);
+    if (strcmp(cmd, "tokenizer") == 0) return cmd_tokenizer(n, rest);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(n, rest, argv[0]);
+    if (strcmp(cmd, "init") == 0) return cmd_init(n, rest, argv[0]);
+    fprintf(stderr, "forge: unknown command \"%s\"\n%s", cmd, MAIN_HELP);
+    return 2;
+}

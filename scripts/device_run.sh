@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# device_run.sh: the one script run on the GPU machine (an H200), from the
+# repo root, with OUT set to a folder whose files come back.
+#
+# Binaries are PREBUILT on the build machine (`make cuda ARCH=x86-64-v3`) and
+# carried in build/cuda; libcjson.so.1 is carried in .carry/lib. Nothing is
+# compiled here and no GPU setting (clocks, persistence, MIG) is touched.
+#
+# Stages (each logged to $OUT/<stage>.log, each under its own timeout so the
+# summary always prints inside the caller's 10-minute limit):
+#   parity          build/cuda/forge_gpu_tests (default matmul path, plus
+#                   the simt64 / simt128 / cublas variants it runs itself)
+#   parity-cublas   the whole suite again with FORGE_MATMUL=cublas
+#   memcheck        compute-sanitizer memcheck over the quick shape list
+#   train, bench    optional: run only if scripts/device_train.sh /
+#                   scripts/device_bench.sh exist and are executable
+# The summary table (stage, result, seconds) is printed LAST and saved to
+# $OUT/summary.txt. Exit status 1 if any stage failed.
+set -o pipefail
+set -u
+
+OUT=${OUT:-/tmp/forge-device-out}
+mkdir -p "$OUT"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+T_PARITY=${FORGE_T_PARITY:-170}
+T_MEMCHECK=${FORGE_T_MEMCHECK:-200}
+T_OPTIONAL=${FORGE_T_OPTIONAL:-240}
+
+STAGES=()
+RESULTS=()
+SECONDS_USED=()
+
+# run_stage NAME TIMEOUT_S LOG CMD...: runs CMD with a timeout, tees to LOG,
+# records pass/fail/timeout and the wall time
+run_stage() {
+    local name=$1 limit=$2 log=$3
+    shift 3
+    echo
+    echo "==== stage $name: $* (timeout ${limit}s)"
+    local t0 rc result
+    t0=$(date +%s)
+    timeout --signal=TERM --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
+    rc=$?
+    case $rc in
+        0) result=pass ;;
+        124 | 137) result="timeout(${limit}s)" ;;
+        *) result="fail(rc=$rc)" ;;
+    esac
+    STAGES+=("$name")
+    RESULTS+=("$result")
+    SECONDS_USED+=("$(($(date +%s) - t0))")
+}
+
+skip_stage() {
+    STAGES+=("$1")
+    RESULTS+=("skipped: $2")
+    SECONDS_USED+=("0")
+}
+
+{
+    echo "==== machine"
+    nvidia-smi -L || echo "nvidia-smi -L failed"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+    echo "nvcc: $( (command -v nvcc >/dev/null && nvcc --version | tail -n 2 | tr '\n' ' ') || \
+        ("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -n 2 | tr '\n' ' ') || echo 'not found')"
+    echo "libcublas: $(ldconfig -p 2>/dev/null | grep -m1 'libcublas.so.13' || ls "$CUDA_HOME"/lib64/libcublas.so.13 2>/dev/null || echo 'not in ldconfig; relying on LD_LIBRARY_PATH')"
+    echo "host: $(uname -srm), $(nproc) cpus"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+} 2>&1 | tee "$OUT/env.txt"
+
+GPU_TESTS=build/cuda/forge_gpu_tests
+if [ -x "$GPU_TESTS" ]; then
+    if ldd "$GPU_TESTS" | grep -q 'not found'; then
+        echo "missing shared libraries for $GPU_TESTS:"
+        ldd "$GPU_TESTS" | grep 'not found'
+    fi
+    run_stage parity "$T_PARITY" "$OUT/parity.log" env -u FORGE_MATMUL "$GPU_TESTS"
+    run_stage parity-cublas "$T_PARITY" "$OUT/parity_cublas.log" env FORGE_MATMUL=cublas "$GPU_TESTS"
+    SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
+    if [ -x "$SANITIZER" ]; then
+        run_stage memcheck "$T_MEMCHECK" "$OUT/memcheck.log" env FORGE_GPU_TESTS_QUICK=1 \
+            "$SANITIZER" --tool memcheck --error-exitcode 1 "$GPU_TESTS"
+    else
+        skip_stage memcheck "compute-sanitizer not found"
+    fi
+else
+    echo "$GPU_TESTS is missing: build with \`make cuda ARCH=x86-64-v3\` and carry build/cuda"
+    STAGES+=("parity")
+    RESULTS+=("fail(binary missing)")
+    SECONDS_USED+=("0")
+fi
+
+# ---- optional stages (added by the lead) ----------------------------------
+if [ -x scripts/device_train.sh ]; then
+    run_stage train "$T_OPTIONAL" "$OUT/train.log" scripts/device_train.sh
+fi
+if [ -x scripts/device_bench.sh ]; then
+    run_stage bench "$T_OPTIONAL" "$OUT/bench.log" scripts/device_bench.sh
+fi
+
+# ---- summary: last ------------------------------------------------------------
+failed=0
+for r in "${RESULTS[@]}"; do
+    case $r in pass | skipped*) ;; *) failed=1 ;; esac
+done
+{
+    echo
+    echo "==== summary"
+    printf '%-16s %-22s %8s\n' stage result seconds
+    for i in "${!STAGES[@]}"; do
+        printf '%-16s %-22s %8s\n' "${STAGES[$i]}" "${RESULTS[$i]}" "${SECONDS_USED[$i]}"
+    done
+    for log in parity parity_cublas memcheck; do
+        [ -f "$OUT/$log.log" ] && printf '%-16s %s\n' "$log" "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$log.log" | tail -n 1)"
+    done
+} 2>&1 | tee "$OUT/summary.txt"
+exit $failed

@@ -1,0 +1,86 @@
+/*
+ * elementwise.c: accumulate, residual add, GELU and SwiGLU on the CPU.
+ *
+ * GELU is the tanh approximation GPT-2 was trained with (llm.c gelu_forward),
+ * not the exact erf form. Its backward uses 1 - tanh^2 for sech^2 rather than
+ * llm.c's 1/cosh^2: the two agree, but coshf overflows to inf for |x| > ~10,
+ * which only works by the accident of 1/inf = 0.
+ * Backward entries accumulate (+=) like every backward in backend.h.
+ */
+#include <math.h>
+
+#include "cpu_ops.h"
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_CUBIC 0.044715f
+
+forge_status cpu_accumulate(forge_backend *be, float *dst, const float *src, size_t n) {
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    return FORGE_OK;
+}
+
+forge_status cpu_add_forward(forge_backend *be, float *out, const float *a, const float *b, size_t n) {
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    return FORGE_OK;
+}
+
+forge_status cpu_gelu_forward(forge_backend *be, float *out, const float *inp, size_t n) {
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = GELU_CUBIC * x * x * x;
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+    }
+    return FORGE_OK;
+}
+
+forge_status cpu_gelu_backward(forge_backend *be, float *dinp, const float *inp, const float *dout,
+                               size_t n) {
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = GELU_CUBIC * x * x * x;
+        float tanh_out = tanhf(GELU_SCALING_FACTOR * (x + cube));
+        float sech2 = 1.0f - tanh_out * tanh_out;
+        /* d/dx of 0.5 x (1 + tanh(u)), u = s (x + 0.044715 x^3) */
+        float local_grad = 0.5f * (1.0f + tanh_out) +
+                           x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * GELU_CUBIC * x * x);
+        dinp[i] += local_grad * dout[i];
+    }
+    return FORGE_OK;
+}
+
+forge_status cpu_swiglu_forward(forge_backend *be, float *out, const float *gate, const float *up,
+                                size_t n) {
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        /* expf(-g) may overflow to inf for very negative g: sigmoid is then 0, as it should be */
+        float sig = 1.0f / (1.0f + expf(-g));
+        out[i] = g * sig * up[i];
+    }
+    return FORGE_OK;
+}
+
+forge_status cpu_swiglu_backward(forge_backend *be, float *dgate, float *dup, const float *dout,
+                                 const float *gate, const float *up, size_t n) {
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float sig = 1.0f / (1.0f + expf(-g));
+        float silu = g * sig;
+        /* silu'(g) = sig (1 + g (1 - sig)) */
+        float dsilu = sig * (1.0f + g * (1.0f - sig));
+        dgate[i] += dout[i] * up[i] * dsilu;
+        dup[i] += dout[i] * silu;
+    }
+    return FORGE_OK;
+}

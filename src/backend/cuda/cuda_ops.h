@@ -1,0 +1,203 @@
+/*
+ * cuda_ops.h: private header of the CUDA backend: its context, every op it
+ * puts in the forge_backend table (one .cu file per op family), the shared
+ * GEMM launcher (matmul.cu, also used by attention.cu), the deterministic
+ * column-reduction helper (reduce.cu) and the warp/block reductions.
+ *
+ * The decisions a reader would otherwise get wrong:
+ * - Everything runs on ONE non-default stream held in the context; no op
+ *   synchronises with the host (only copy_to_host and synchronize do).
+ * - No float atomics anywhere: every reduction (dbias, dweight of the norms,
+ *   dwpe, dtable, dK/dV of grouped-query attention, sumsq) has a fixed
+ *   summation order, so two runs give bit-identical results. Cross-block
+ *   reductions write per-block partials into ctx->ws and a second kernel sums
+ *   them in order, which is why ops share one workspace: they are serialised
+ *   on the stream, so one op's partials are dead before the next op starts.
+ * - The context is not re-entrant: drive one backend from one host thread.
+ */
+#ifndef FORGE_CUDA_OPS_H
+#define FORGE_CUDA_OPS_H
+
+#include <cublas_v2.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+
+/* How matmul_* ops are computed (FORGE_MATMUL, read once at creation). */
+typedef enum {
+    CUDA_MATMUL_SIMT = 0, /* hand-written tiled fp32 kernel, tile chosen per shape */
+    CUDA_MATMUL_SIMT64,   /* same kernel, 64x64 tiles forced (tests) */
+    CUDA_MATMUL_SIMT128,  /* same kernel, 128x128 tiles forced (tests) */
+    CUDA_MATMUL_CUBLAS    /* cublasSgemm, pedantic fp32 (no TF32): the reference path */
+} cuda_matmul_impl;
+
+/* Floats of workspace: partial sums of the two-pass reductions. 16 MiB. */
+#define CUDA_WS_FLOATS ((size_t)4 << 20)
+/* Partials of sumsq_accumulate: a fixed grid, so the sum order never changes. */
+#define CUDA_SUMSQ_BLOCKS 256
+
+typedef struct {
+    int device;
+    int num_sms;
+    cudaStream_t stream;
+    cuda_matmul_impl matmul_impl;
+    cublasHandle_t cublas; /* NULL unless matmul_impl == CUDA_MATMUL_CUBLAS */
+    float *ws;             /* (CUDA_WS_FLOATS) device workspace for partial sums */
+} cuda_ctx;
+
+static inline cuda_ctx *cuda_get_ctx(forge_backend *be) { return (cuda_ctx *)be->ctx; }
+
+/* Blocks for a grid-stride loop over n elements with `threads` per block. */
+static inline unsigned cuda_grid_for(const cuda_ctx *ctx, size_t n, int threads) {
+    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
+    size_t cap = (size_t)ctx->num_sms * 32;
+    if (blocks > cap) blocks = cap;
+    if (blocks < 1) blocks = 1;
+    return (unsigned)blocks;
+}
+
+/* ---- shared GEMM (matmul.cu) -------------------------------------------
+ * C[z] (M,N) (+)= alpha * A[z] (M,K) . B[z] (K,N) (+ bias (N)), for z in
+ * [0, batch). Batch z splits as zb = z / zdiv, zh = z % zdiv; operand bases
+ * are offset by zb*x_sb + zh*x_sh, except B's head index is zh / b_hdiv
+ * (grouped-query attention reads kv head h / (NH/NKV)). nseg > 1
+ * concatenates nseg K ranges, segment s offset by s*a_seg / s*b_seg: that is
+ * how dK, dV of one kv head sum over the query heads of its group inside one
+ * thread, with no atomics. Layout of A: a_kmajor ? A[m*lda + k] : A[k*lda + m].
+ * Layout of B: b_kmajor ? B[n*ldb + k] : B[k*ldb + n].                     */
+enum {
+    GEMM_TRI_NONE = 0,
+    GEMM_TRI_A_LOWER, /* A[m][k] == 0 for k > m: K loop stops at the tile's last row */
+    GEMM_TRI_A_UPPER, /* A[m][k] == 0 for k < m: K loop starts at the tile's first row */
+    GEMM_TRI_C_LOWER  /* only C[m][n], n <= m, is needed: tiles wholly above are skipped */
+};
+
+typedef struct {
+    int M, N, K;
+    int lda, ldb, ldc;
+    int a_kmajor, b_kmajor;
+    int batch, zdiv, b_hdiv;
+    long long a_sb, a_sh, b_sb, b_sh, c_sb, c_sh;
+    int nseg;
+    long long a_seg, b_seg;
+    int tri;
+    int accumulate; /* 1: C += result; 0: C = result */
+    float alpha;
+    const float *bias; /* (N) or NULL */
+} cuda_gemm_params;
+
+/* A plain (unbatched, one-segment) parameter set: callers then fill the rest. */
+cuda_gemm_params cuda_gemm_plain(int M, int N, int K, int a_kmajor, int lda, int b_kmajor, int ldb,
+                                 int ldc, int accumulate);
+forge_status cuda_gemm(cuda_ctx *ctx, float *C, const float *A, const float *B,
+                       const cuda_gemm_params *p, const char *what);
+
+/* ---- deterministic column sums (reduce.cu) -----------------------------
+ * A column reduction over N rows runs as R row chunks, each writing a
+ * partial row into ctx->ws, then out[c] += sum_r partial[r][c] in order r.
+ * cuda_colsum_chunks picks R from N and C alone (never from the device), so
+ * the summation order is the same on every GPU. Returns 0 when even one
+ * chunk's n_out*C floats do not fit the workspace.                         */
+int cuda_colsum_chunks(int N, int C, int n_out);
+forge_status cuda_colsum_finish(cuda_ctx *ctx, float *out, const float *partials, int R, int C);
+
+#ifdef __CUDACC__
+/* xor butterflies: every lane ends with the same, order-fixed result */
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* blockDim.x a multiple of 32, at most 1024; scratch holds 32 floats. Every
+ * thread gets the result. Contains __syncthreads: call from all threads. */
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* scratch may still be read by a previous call */
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : -INFINITY;
+    return warp_max(v);
+}
+#endif
+
+/* ---- elementwise.cu ---------------------------------------------------- */
+forge_status cuda_accumulate(forge_backend *be, float *dst, const float *src, size_t n);
+forge_status cuda_add_forward(forge_backend *be, float *out, const float *a, const float *b, size_t n);
+forge_status cuda_gelu_forward(forge_backend *be, float *out, const float *inp, size_t n);
+forge_status cuda_gelu_backward(forge_backend *be, float *dinp, const float *inp, const float *dout,
+                                size_t n);
+forge_status cuda_swiglu_forward(forge_backend *be, float *out, const float *gate, const float *up,
+                                 size_t n);
+forge_status cuda_swiglu_backward(forge_backend *be, float *dgate, float *dup, const float *dout,
+                                  const float *gate, const float *up, size_t n);
+
+/* ---- embedding.cu ------------------------------------------------------ */
+forge_status cuda_embedding_forward(forge_backend *be, float *out, const int32_t *ids,
+                                    const float *table, int N, int C);
+forge_status cuda_embedding_backward(forge_backend *be, float *dtable, const float *dout,
+                                     const int32_t *ids, int N, int C);
+forge_status cuda_position_forward(forge_backend *be, float *out, const float *inp, const float *wpe,
+                                   int B, int T, int C);
+forge_status cuda_position_backward(forge_backend *be, float *dinp, float *dwpe, const float *dout,
+                                    int B, int T, int C);
+
+/* ---- matmul.cu --------------------------------------------------------- */
+forge_status cuda_matmul_forward(forge_backend *be, float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int C, int OC);
+forge_status cuda_matmul_backward_input(forge_backend *be, float *dinp, const float *dout,
+                                        const float *weight, int N, int C, int OC);
+forge_status cuda_matmul_backward_weight(forge_backend *be, float *dweight, float *dbias,
+                                         const float *dout, const float *inp, int N, int C, int OC);
+
+/* ---- layernorm.cu / rmsnorm.cu ----------------------------------------- */
+forge_status cuda_layernorm_forward(forge_backend *be, float *out, float *mean, float *rstd,
+                                    const float *inp, const float *weight, const float *bias, int N,
+                                    int C, float eps);
+forge_status cuda_layernorm_backward(forge_backend *be, float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *weight,
+                                     const float *mean, const float *rstd, int N, int C);
+forge_status cuda_rmsnorm_forward(forge_backend *be, float *out, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps);
+forge_status cuda_rmsnorm_backward(forge_backend *be, float *dinp, float *dweight, const float *dout,
+                                   const float *inp, const float *weight, const float *rstd, int N,
+                                   int C);
+
+/* ---- rope.cu ----------------------------------------------------------- */
+forge_status cuda_rope_forward(forge_backend *be, float *out, const float *inp, int B, int T,
+                               int n_heads, int n_rot, int HS, float theta);
+forge_status cuda_rope_backward(forge_backend *be, float *dinp, const float *dout, int B, int T,
+                                int n_heads, int n_rot, int HS, float theta);
+
+/* ---- attention.cu ------------------------------------------------------ */
+forge_status cuda_attention_forward(forge_backend *be, float *out, float *att, const float *qkv,
+                                    int B, int T, int NH, int NKV, int HS);
+forge_status cuda_attention_backward(forge_backend *be, float *dqkv, float *scratch,
+                                     const float *dout, const float *qkv, const float *att, int B,
+                                     int T, int NH, int NKV, int HS);
+
+/* ---- classifier.cu ----------------------------------------------------- */
+forge_status cuda_classifier_forward_backward(forge_backend *be, float *losses, float *logits,
+                                              const int32_t *targets, int N, int V,
+                                              int ignore_index, float grad_scale);
+
+/* ---- adamw.cu ---------------------------------------------------------- */
+forge_status cuda_sumsq_accumulate(forge_backend *be, float *out_sumsq, const float *x, size_t n);
+forge_status cuda_adamw_update(forge_backend *be, float *param, const float *grad, float *m,
+                               float *v, size_t n, const float *grad_sumsq, forge_adamw_params hp);
+
+#endif

@@ -1,0 +1,166 @@
+/*
+ * embedding.cu: token embedding lookup and learned position embedding
+ * (GPT-2 wte / wpe) on the GPU.
+ *
+ * The decision a reader would get wrong: embedding_backward scatters
+ * dtable[ids[n]] += dout[n], and one id appears many times in a batch. The
+ * usual GPU answer is atomicAdd, whose order (and so whose rounding) changes
+ * from run to run. Here each distinct id has ONE owner block: block n owns
+ * its id iff no row m < n has the same id. The owner starts from dtable's
+ * row and adds every matching dout row in order m = n, n+1, ..., exactly the
+ * sequence of the CPU reference, so the result is deterministic and equal
+ * to the CPU's bit for bit. The ownership test scans the ids (O(N^2) integer
+ * compares in total, spread over N blocks): cheap for N = B*T up to tens of
+ * thousands; a sort-based grouping is the upgrade if it ever shows in a
+ * profile.
+ *
+ * The backend.h signature does not pass V, so ids cannot be range-checked
+ * here without a host sync (the CPU backend rejects negative ids). A
+ * negative id makes embedding_forward write NaN into that row (so the loss
+ * turns non-finite rather than silently wrong) and is skipped by the
+ * backward; ids >= V are the caller's bug and read out of bounds.
+ */
+#include "cuda_ops.h"
+
+#define EMB_THREADS 256
+#define EMB_BWD_COLS_PER_THREAD 4
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* out (N,C) = table (V,C) [ids (N)] ; grid (ceil(C/256), N) */
+__global__ void embedding_forward_kernel(float *__restrict__ out, const int32_t *__restrict__ ids,
+                                         const float *__restrict__ table, int C) {
+    int n = blockIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int id = ids[n];
+    out[(size_t)n * C + c] = id >= 0 ? table[(size_t)id * C + c] : __int_as_float(0x7fc00000);
+}
+
+/* One block per row n; see the file comment for the ownership rule. */
+__global__ void __launch_bounds__(EMB_THREADS)
+    embedding_backward_kernel(float *__restrict__ dtable, const float *__restrict__ dout,
+                              const int32_t *__restrict__ ids, int N, int C) {
+    __shared__ unsigned match_mask[EMB_THREADS / 32];
+    const int n = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int id = ids[n];
+    if (id < 0) return; /* uniform over the block */
+
+    /* 1. does an earlier row carry the same id? then that row's block owns it */
+    for (int k0 = 0; k0 < n; k0 += EMB_THREADS) {
+        int k = k0 + tid;
+        int hit = k < n && ids[k] == id;
+        if (__syncthreads_or(hit)) return; /* uniform over the block */
+    }
+
+    /* 2. owner: for each column tile, start from dtable and add the matching
+     *    rows m >= n in increasing m */
+    for (int c0 = 0; c0 < C; c0 += EMB_THREADS * EMB_BWD_COLS_PER_THREAD) {
+        float acc[EMB_BWD_COLS_PER_THREAD];
+#pragma unroll
+        for (int q = 0; q < EMB_BWD_COLS_PER_THREAD; q++) {
+            int c = c0 + q * EMB_THREADS + tid;
+            acc[q] = c < C ? dtable[(size_t)id * C + c] : 0.0f;
+        }
+        for (int m0 = n; m0 < N; m0 += EMB_THREADS) {
+            int m = m0 + tid;
+            unsigned mask = __ballot_sync(0xffffffffu, m < N && ids[m] == id);
+            __syncthreads(); /* previous chunk's masks have been read */
+            if ((tid & 31) == 0) match_mask[tid >> 5] = mask;
+            __syncthreads();
+            for (int w = 0; w < EMB_THREADS / 32; w++) {
+                unsigned bits = match_mask[w];
+                while (bits) {
+                    int j = __ffs(bits) - 1;
+                    bits &= bits - 1;
+                    const float *g = dout + (size_t)(m0 + w * 32 + j) * C;
+#pragma unroll
+                    for (int q = 0; q < EMB_BWD_COLS_PER_THREAD; q++) {
+                        int c = c0 + q * EMB_THREADS + tid;
+                        if (c < C) acc[q] += g[c];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < EMB_BWD_COLS_PER_THREAD; q++) {
+            int c = c0 + q * EMB_THREADS + tid;
+            if (c < C) dtable[(size_t)id * C + c] = acc[q];
+        }
+    }
+}
+
+/* out (B,T,C) = inp + wpe[t] ; grid-stride over B*T*C */
+__global__ void position_forward_kernel(float *__restrict__ out, const float *__restrict__ inp,
+                                        const float *__restrict__ wpe, int T, int C, size_t total) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t tc = i % ((size_t)T * C); /* t*C + c */
+        out[i] = inp[i] + wpe[tc];
+    }
+}
+
+/* thread per (t,c): dinp += dout, dwpe[t,c] += dout[b,t,c] summed in order b */
+__global__ void position_backward_kernel(float *__restrict__ dinp, float *__restrict__ dwpe,
+                                         const float *__restrict__ dout, int B, int T, int C) {
+    size_t TC = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < TC;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float acc = dwpe[i];
+        for (int b = 0; b < B; b++) {
+            float g = dout[b * TC + i];
+            dinp[b * TC + i] += g;
+            acc += g;
+        }
+        dwpe[i] = acc;
+    }
+}
+
+/* ---- launchers ---------------------------------------------------------- */
+
+forge_status cuda_embedding_forward(forge_backend *be, float *out, const int32_t *ids,
+                                    const float *table, int N, int C) {
+    if (N <= 0 || C <= 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    /* rows on grid.y (limit 65535): fold very tall N into several launches */
+    for (int n0 = 0; n0 < N; n0 += 65535) {
+        int rows = N - n0 < 65535 ? N - n0 : 65535;
+        dim3 grid((C + EMB_THREADS - 1) / EMB_THREADS, rows);
+        embedding_forward_kernel<<<grid, EMB_THREADS, 0, ctx->stream>>>(out + (size_t)n0 * C,
+                                                                        ids + n0, table, C);
+        CUDA_LAUNCH_CHECK("embedding_forward_kernel");
+    }
+    return FORGE_OK;
+}
+
+forge_status cuda_embedding_backward(forge_backend *be, float *dtable, const float *dout,
+                                     const int32_t *ids, int N, int C) {
+    if (N <= 0 || C <= 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    embedding_backward_kernel<<<N, EMB_THREADS, 0, ctx->stream>>>(dtable, dout, ids, N, C);
+    CUDA_LAUNCH_CHECK("embedding_backward_kernel");
+    return FORGE_OK;
+}
+
+forge_status cuda_position_forward(forge_backend *be, float *out, const float *inp, const float *wpe,
+                                   int B, int T, int C) {
+    size_t total = (size_t)B * T * C;
+    if (total == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    position_forward_kernel<<<cuda_grid_for(ctx, total, EMB_THREADS), EMB_THREADS, 0, ctx->stream>>>(
+        out, inp, wpe, T, C, total);
+    CUDA_LAUNCH_CHECK("position_forward_kernel");
+    return FORGE_OK;
+}
+
+forge_status cuda_position_backward(forge_backend *be, float *dinp, float *dwpe, const float *dout,
+                                    int B, int T, int C) {
+    size_t TC = (size_t)T * C;
+    if (TC == 0 || B <= 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    position_backward_kernel<<<cuda_grid_for(ctx, TC, EMB_THREADS), EMB_THREADS, 0, ctx->stream>>>(
+        dinp, dwpe, dout, B, T, C);
+    CUDA_LAUNCH_CHECK("position_backward_kernel");
+    return FORGE_OK;
+}

@@ -1,0 +1,35 @@
+/*
+ * reduce.cu: the second pass of forge's deterministic column sums (dbias,
+ * the norms' dweight/dbias): out[c] += sum over r of partial[r][c], r in
+ * order. The first pass is op-specific (each op knows what it sums) and
+ * lives with the op; see cuda_ops.h for why nothing here uses atomics.
+ */
+#include "cuda_ops.h"
+
+#define COLSUM_MIN_ROWS 64 /* rows per chunk at least: below that a chunk is too little work */
+#define COLSUM_MAX_CHUNKS 128
+
+int cuda_colsum_chunks(int N, int C, int n_out) {
+    if (N <= 0 || C <= 0 || n_out <= 0) return 1;
+    long long R = (N + COLSUM_MIN_ROWS - 1) / COLSUM_MIN_ROWS;
+    if (R > COLSUM_MAX_CHUNKS) R = COLSUM_MAX_CHUNKS;
+    long long fit = (long long)(CUDA_WS_FLOATS / ((size_t)n_out * (size_t)C));
+    if (R > fit) R = fit;
+    return (int)R;
+}
+
+__global__ void colsum_finish_kernel(float *__restrict__ out, const float *__restrict__ partials, int R,
+                                     int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sum = 0.0f;
+    for (int r = 0; r < R; r++) sum += partials[(size_t)r * C + c];
+    out[c] += sum;
+}
+
+forge_status cuda_colsum_finish(cuda_ctx *ctx, float *out, const float *partials, int R, int C) {
+    if (C <= 0 || R <= 0) return FORGE_OK;
+    colsum_finish_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(out, partials, R, C);
+    CUDA_LAUNCH_CHECK("colsum_finish_kernel");
+    return FORGE_OK;
+}

@@ -1,0 +1,23 @@
+/*
+ * bench.h: benchmarks the CLI's `bench` subcommand runs.
+ *
+ * Each benchmark checks its result against the CPU reference path before it
+ * times anything, so a fast wrong kernel reports an error, not a number.
+ */
+#ifndef FORGE_BENCH_H
+#define FORGE_BENCH_H
+
+#include <stdio.h>
+
+#include "../core/status.h"
+
+/* Measures one core's peak FMA throughput, then times the CPU backend's three
+ * matmuls at a few GPT-2-sized shapes (median of `reps` after a warm-up) and
+ * prints GFLOP/s and the fraction of peak to `out`. FORGE_ERR_NUMERIC if the
+ * fast path disagrees with the reference. */
+forge_status forge_bench_cpu_matmul(FILE *out, int reps);
+
+/* Measured FMA peak of all OpenMP threads, in FLOP/s (threads x one core). */
+double forge_bench_cpu_peak_flops(void);
+
+#endif

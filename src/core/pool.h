@@ -1,0 +1,59 @@
+/*
+ * pool.h: the pooled (caching) allocator.
+ *
+ * Device allocations (cudaMalloc, and to a lesser degree malloc) are slow and
+ * may synchronise the device, so forge allocates each size once and keeps
+ * released blocks on a free list for the next request of that size. A training
+ * step allocates the same activations every micro-batch, so after the first
+ * micro-batch every request is served from the cache: memory is recycled every
+ * micro-batch and peak memory does not grow with the accumulation factor.
+ *
+ * The pool never talks to the device except through the backend's mem_alloc
+ * and mem_free, and never synchronises with the host.
+ */
+#ifndef FORGE_POOL_H
+#define FORGE_POOL_H
+
+#include "../backend/backend.h"
+#include "status.h"
+#include "tensor.h"
+
+typedef struct forge_pool forge_pool;
+
+typedef struct {
+    size_t bytes_in_use;    /* handed out now */
+    size_t bytes_reserved;  /* in use + cached */
+    size_t peak_in_use;
+    size_t peak_reserved;
+    size_t backend_allocs;  /* calls to mem_alloc: stops growing once warm */
+    size_t cache_hits;
+} forge_pool_stats;
+
+forge_status forge_pool_create(forge_pool **out, forge_backend *be);
+void forge_pool_destroy(forge_pool *pool);
+
+/* A new tensor with uninitialised data. persistent = 1 for parameters, which
+ * forge_pool_release_transient leaves alone. */
+forge_status forge_pool_tensor(forge_pool *pool, forge_tensor **out, forge_dtype dtype, int ndim,
+                               const int64_t *shape, int persistent);
+/* Same, with data zeroed on the device. */
+forge_status forge_pool_tensor_zeros(forge_pool *pool, forge_tensor **out, forge_dtype dtype,
+                                     int ndim, const int64_t *shape, int persistent);
+
+/* Returns a tensor (and its grad, unless the grad aliases it) to the pool. */
+void forge_pool_release(forge_pool *pool, forge_tensor *t);
+/* Releases every live non-persistent tensor: called by the tape every micro-batch. */
+void forge_pool_release_transient(forge_pool *pool);
+/* Returns cached blocks to the backend. */
+void forge_pool_trim(forge_pool *pool);
+
+/* Raw workspace blocks (not tensors), for scratch a kernel needs. The block
+ * may be larger than asked; *block_bytes is what must be passed back. */
+forge_status forge_pool_block(forge_pool *pool, void **out, size_t bytes, size_t *block_bytes);
+void forge_pool_block_release(forge_pool *pool, void *ptr, size_t block_bytes);
+
+forge_pool_stats forge_pool_get_stats(const forge_pool *pool);
+void forge_pool_reset_peak(forge_pool *pool);
+forge_backend *forge_pool_backend(const forge_pool *pool);
+
+#endif

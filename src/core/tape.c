@@ -1,0 +1,71 @@
+/* tape.c: entry list, lazy zeroed gradients, reverse replay, reset. */
+#include "tape.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct forge_tape {
+    forge_pool *pool;
+    forge_tape_entry *entries;
+    size_t n, cap;
+    int recording;
+};
+
+forge_status forge_tape_create(forge_tape **out, forge_pool *pool) {
+    forge_tape *tape = calloc(1, sizeof *tape);
+    if (!tape) return forge_error(FORGE_ERR_OOM, "tape: out of host memory");
+    tape->pool = pool;
+    tape->recording = 1;
+    *out = tape;
+    return FORGE_OK;
+}
+
+void forge_tape_destroy(forge_tape *tape) {
+    if (!tape) return;
+    free(tape->entries);
+    free(tape);
+}
+
+forge_pool *forge_tape_pool(const forge_tape *tape) { return tape->pool; }
+forge_backend *forge_tape_backend(const forge_tape *tape) { return forge_pool_backend(tape->pool); }
+void forge_tape_set_recording(forge_tape *tape, int on) { tape->recording = on; }
+int forge_tape_recording(const forge_tape *tape) { return tape->recording; }
+size_t forge_tape_size(const forge_tape *tape) { return tape->n; }
+
+forge_status forge_tape_push(forge_tape *tape, const forge_tape_entry *e) {
+    if (!tape->recording) return FORGE_OK;
+    if (tape->n == tape->cap) {
+        size_t cap = tape->cap ? 2 * tape->cap : 256;
+        forge_tape_entry *ne = realloc(tape->entries, cap * sizeof *ne);
+        if (!ne) return forge_error(FORGE_ERR_OOM, "tape: out of host memory at %zu entries", tape->n);
+        tape->entries = ne;
+        tape->cap = cap;
+    }
+    tape->entries[tape->n++] = *e;
+    return FORGE_OK;
+}
+
+forge_status forge_tape_grad(forge_tape *tape, forge_tensor *t, forge_tensor **grad) {
+    *grad = NULL;
+    if (!t || !t->requires_grad) return FORGE_OK;
+    if (!t->grad) {
+        FORGE_TRY(forge_pool_tensor_zeros(tape->pool, &t->grad, FORGE_F32, t->ndim, t->shape, 0));
+    }
+    *grad = t->grad;
+    return FORGE_OK;
+}
+
+forge_status forge_tape_backward(forge_tape *tape) {
+    for (size_t i = tape->n; i-- > 0;) {
+        const forge_tape_entry *e = &tape->entries[i];
+        if (!e->out->grad) continue; /* nothing downstream needed this output */
+        forge_status s = e->backward(tape, e);
+        if (s != FORGE_OK) return forge_error_context(s, "backward of %s (tape entry %zu): ", e->op, i);
+    }
+    return FORGE_OK;
+}
+
+void forge_tape_reset(forge_tape *tape) {
+    tape->n = 0;
+    forge_pool_release_transient(tape->pool);
+}

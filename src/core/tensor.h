@@ -1,0 +1,55 @@
+/*
+ * tensor.h: forge's tensor: a typed, shaped view of device memory.
+ *
+ * The data pointer belongs to a backend (host memory for the CPU backend,
+ * device memory for CUDA); a tensor never mixes devices. The dtype lives in
+ * the tensor so that bf16 storage and fp8 can be added without changing any
+ * signature. Shapes are up to 4-D, row-major, last dimension contiguous.
+ *
+ * Ownership: tensors are handed out by a forge_pool (pool.h). Parameters live
+ * for the whole run; activations and their gradients are released together
+ * when the tape is reset after each micro-batch.
+ */
+#ifndef FORGE_TENSOR_H
+#define FORGE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FORGE_MAX_DIMS 4
+
+typedef enum {
+    FORGE_F32 = 0,
+    FORGE_I32,
+    FORGE_U16,
+    FORGE_BF16,
+    FORGE_DTYPE_COUNT
+} forge_dtype;
+
+size_t forge_dtype_size(forge_dtype dtype);
+const char *forge_dtype_name(forge_dtype dtype);
+
+typedef struct forge_tensor forge_tensor;
+struct forge_tensor {
+    forge_dtype dtype;
+    int ndim;
+    int64_t shape[FORGE_MAX_DIMS];
+    size_t numel;
+    void *data;            /* backend memory */
+    forge_tensor *grad;    /* same shape, F32; NULL until backward needs it */
+    int requires_grad;     /* 1 for parameters and anything computed from them */
+    int persistent;        /* 1 for parameters: not released by tape reset */
+    size_t block_bytes;    /* size of the pool block behind data */
+    forge_tensor *next_live; /* pool bookkeeping: list of live tensors */
+};
+
+static inline float *forge_f32(const forge_tensor *t) { return (float *)t->data; }
+static inline int32_t *forge_i32(const forge_tensor *t) { return (int32_t *)t->data; }
+static inline size_t forge_tensor_bytes(const forge_tensor *t) {
+    return t->numel * forge_dtype_size(t->dtype);
+}
+
+/* Formats "(2, 3, 4)" into buf; returns buf. */
+const char *forge_shape_str(const forge_tensor *t, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * attention.c: rotary embedding on packed qkv, and causal multi-head
+ * attention (reference form: the (B, NH, T, T) probabilities are materialised
+ * and saved for backward; the fused flash kernels replace this on the GPU).
+ */
+#include "op_common.h"
+
+static forge_status check_qkv(const char *op, const forge_tensor *qkv, int NH, int NKV, int HS) {
+    if (qkv->ndim != 3) return forge_error(FORGE_ERR_ARG, "%s: qkv must be (B, T, (NH+2*NKV)*HS)", op);
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
+        return forge_error(FORGE_ERR_ARG, "%s: n_heads %d must be a positive multiple of n_kv_heads %d", op, NH,
+                           NKV);
+    return op_check_last(op, qkv, (int64_t)(NH + 2 * NKV) * HS, "qkv");
+}
+
+static forge_status rope_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dx;
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    if (!dx) return FORGE_OK;
+    OP_REQUIRE(be, rope_backward);
+    return be->rope_backward(be, forge_f32(dx), forge_f32(e->out->grad), e->p.B, e->p.T, e->p.n_heads,
+                             e->p.n_rot, e->p.HS, e->p.theta);
+}
+
+forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV, int HS,
+                           float theta) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, rope_forward);
+    FORGE_TRY(check_qkv("rope", qkv, NH, NKV, HS));
+    if (HS % 2) return forge_error(FORGE_ERR_ARG, "rope: head size %d must be even", HS);
+    int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
+    FORGE_TRY(op_new(tape, out, 3, qkv->shape));
+    forge_tensor *o = *out;
+    FORGE_TRY(be->rope_forward(be, forge_f32(o), forge_f32(qkv), B, T, NH + 2 * NKV, NH + NKV, HS, theta));
+    o->requires_grad = qkv->requires_grad;
+    forge_tape_entry e = {.op = "rope", .backward = rope_backward, .out = o, .in = {qkv},
+                          .p = {.B = B, .T = T, .n_heads = NH + 2 * NKV, .n_rot = NH + NKV, .HS = HS,
+                                .theta = theta}};
+    return forge_tape_push(tape, &e);
+}
+
+static forge_status attention_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dqkv;
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
+    if (!dqkv) return FORGE_OK;
+    OP_REQUIRE(be, attention_backward);
+    forge_pool *pool = forge_tape_pool(tape);
+    size_t scratch_bytes;
+    void *scratch;
+    FORGE_TRY(forge_pool_block(pool, &scratch, forge_tensor_bytes(e->saved[0]), &scratch_bytes));
+    forge_status s = be->attention_backward(be, forge_f32(dqkv), scratch, forge_f32(e->out->grad),
+                                            forge_f32(e->in[0]), forge_f32(e->saved[0]), e->p.B, e->p.T,
+                                            e->p.NH, e->p.NKV, e->p.HS);
+    /* The pool never syncs: the block is reused only by later work on the same stream. */
+    forge_pool_block_release(pool, scratch, scratch_bytes);
+    return s;
+}
+
+forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV,
+                                int HS) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, attention_forward);
+    FORGE_TRY(check_qkv("attention", qkv, NH, NKV, HS));
+    int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
+    int64_t oshape[3] = {B, T, (int64_t)NH * HS};
+    int64_t ashape[4] = {B, NH, T, T};
+    forge_tensor *att;
+    FORGE_TRY(op_new(tape, out, 3, oshape));
+    FORGE_TRY(op_new(tape, &att, 4, ashape));
+    forge_tensor *o = *out;
+    FORGE_TRY(be->attention_forward(be, forge_f32(o), forge_f32(att), forge_f32(qkv), B, T, NH, NKV, HS));
+    o->requires_grad = qkv->requires_grad;
+    forge_tape_entry e = {.op = "attention", .backward = attention_backward, .out = o, .in = {qkv},
+                          .saved = {att}, .p = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS}};
+    return forge_tape_push(tape, &e);
+}

@@ -1,0 +1,63 @@
+/* embedding.c: token and learned-position embeddings (GPT-2's wte and wpe). */
+#include "op_common.h"
+
+static forge_status embedding_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dtable;
+    FORGE_TRY(forge_tape_grad(tape, e->in[1], &dtable));
+    if (!dtable) return FORGE_OK;
+    OP_REQUIRE(be, embedding_backward);
+    return be->embedding_backward(be, forge_f32(dtable), forge_f32(e->out->grad), forge_i32(e->in[0]),
+                                  e->p.N, e->p.C);
+}
+
+forge_status forge_op_embedding(forge_tape *tape, forge_tensor **out, const forge_tensor *ids,
+                                forge_tensor *table) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, embedding_forward);
+    if (ids->dtype != FORGE_I32 || ids->ndim != 2)
+        return forge_error(FORGE_ERR_ARG, "embedding: ids must be (B, T) i32");
+    int C = op_cols(table);
+    int64_t shape[3] = {ids->shape[0], ids->shape[1], C};
+    FORGE_TRY(op_new(tape, out, 3, shape));
+    forge_tensor *o = *out;
+    int N = (int)ids->numel;
+    FORGE_TRY(be->embedding_forward(be, forge_f32(o), forge_i32(ids), forge_f32(table), N, C));
+    o->requires_grad = table->requires_grad;
+    forge_tape_entry e = {.op = "embedding", .backward = embedding_backward, .out = o,
+                          .in = {(forge_tensor *)ids, table}, .p = {.N = N, .C = C}};
+    return forge_tape_push(tape, &e);
+}
+
+static forge_status position_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dx, *dwpe;
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    FORGE_TRY(forge_tape_grad(tape, e->in[1], &dwpe));
+    OP_REQUIRE(be, position_backward);
+    OP_REQUIRE(be, accumulate);
+    const float *dout = forge_f32(e->out->grad);
+    if (dwpe)
+        FORGE_TRY(be->position_backward(be, op_grad_data(dx), forge_f32(dwpe), dout, e->p.B, e->p.T, e->p.C));
+    else if (dx)
+        FORGE_TRY(be->accumulate(be, forge_f32(dx), dout, dx->numel));
+    return FORGE_OK;
+}
+
+forge_status forge_op_position(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *wpe) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, position_forward);
+    if (x->ndim != 3) return forge_error(FORGE_ERR_ARG, "position: x must be (B, T, C)");
+    int B = (int)x->shape[0], T = (int)x->shape[1], C = (int)x->shape[2];
+    if (T > wpe->shape[0])
+        return forge_error(FORGE_ERR_ARG, "position: sequence length %d exceeds the context length %lld", T,
+                           (long long)wpe->shape[0]);
+    FORGE_TRY(op_check_last("position", wpe, C, "wpe"));
+    FORGE_TRY(op_new(tape, out, 3, x->shape));
+    forge_tensor *o = *out;
+    FORGE_TRY(be->position_forward(be, forge_f32(o), forge_f32(x), forge_f32(wpe), B, T, C));
+    o->requires_grad = x->requires_grad || wpe->requires_grad;
+    forge_tape_entry e = {.op = "position", .backward = position_backward, .out = o, .in = {x, wpe},
+                          .p = {.B = B, .T = T, .C = C}};
+    return forge_tape_push(tape, &e);
+}

@@ -1,0 +1,24 @@
+/* op_common.c: output allocation and shape checks for the ops. */
+#include "op_common.h"
+
+#include <stdio.h>
+
+forge_status op_new(forge_tape *tape, forge_tensor **out, int ndim, const int64_t *shape) {
+    return forge_pool_tensor(forge_tape_pool(tape), out, FORGE_F32, ndim, shape, 0);
+}
+
+forge_status op_new_like(forge_tape *tape, forge_tensor **out, const forge_tensor *like, int64_t last) {
+    int64_t shape[FORGE_MAX_DIMS];
+    for (int i = 0; i < like->ndim; i++) shape[i] = like->shape[i];
+    shape[like->ndim - 1] = last;
+    return op_new(tape, out, like->ndim, shape);
+}
+
+forge_status op_check_last(const char *op, const forge_tensor *t, int64_t want, const char *what) {
+    if (t->shape[t->ndim - 1] != want) {
+        char buf[64];
+        return forge_error(FORGE_ERR_ARG, "%s: %s has shape %s, expected last dimension %lld", op, what,
+                           forge_shape_str(t, buf, sizeof buf), (long long)want);
+    }
+    return FORGE_OK;
+}

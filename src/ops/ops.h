@@ -1,0 +1,44 @@
+/*
+ * ops.h: the differentiable ops the model is built from.
+ *
+ * Each op allocates its output from the tape's pool, runs the backend's
+ * forward kernel and records its backward rule on the tape (when recording).
+ * Backward rules call only the backend's *_backward entries, which are tested
+ * op by op against finite differences, so autograd runs only tested kernels.
+ *
+ * Shapes: x is (B, T, C) or (N, C); the last dimension is the channel one.
+ * A backend that lacks an entry yields FORGE_ERR_UNSUPPORTED naming it.
+ */
+#ifndef FORGE_OPS_H
+#define FORGE_OPS_H
+
+#include "../core/tape.h"
+
+/* out (B,T,C) = table[ids]; ids (B,T) int32 */
+forge_status forge_op_embedding(forge_tape *tape, forge_tensor **out, const forge_tensor *ids,
+                                forge_tensor *table);
+/* out (B,T,C) = x + wpe[t] */
+forge_status forge_op_position(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *wpe);
+/* out (..., OC) = x (..., C) . weight (OC, C)^T + bias; bias may be NULL */
+forge_status forge_op_matmul(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
+                             forge_tensor *bias);
+forge_status forge_op_layernorm(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
+                                forge_tensor *bias, float eps);
+forge_status forge_op_rmsnorm(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
+                              float eps);
+/* qkv (B,T,(NH+2NKV)*HS): rotates the NH+NKV query and key heads */
+forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV, int HS,
+                           float theta);
+forge_status forge_op_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x);
+forge_status forge_op_swiglu(forge_tape *tape, forge_tensor **out, forge_tensor *gate, forge_tensor *up);
+forge_status forge_op_add(forge_tape *tape, forge_tensor **out, forge_tensor *a, forge_tensor *b);
+/* out (B,T,NH*HS) = causal attention over packed qkv (B,T,(NH+2NKV)*HS) */
+forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV,
+                                int HS);
+/* Fused softmax + cross-entropy. losses (B,T) per position (0 where target ==
+ * ignore_index). logits is always overwritten by dlogits * grad_scale (so
+ * it must be its last use); when recording it becomes its own gradient. */
+forge_status forge_op_classifier(forge_tape *tape, forge_tensor **losses, forge_tensor *logits,
+                                 const forge_tensor *targets, int ignore_index, float grad_scale);
+
+#endif

@@ -1,0 +1,78 @@
+/* pointwise.c: residual add, GELU (tanh form, as GPT-2) and SwiGLU (Llama). */
+#include "op_common.h"
+
+static forge_status check_same(const char *op, const forge_tensor *a, const forge_tensor *b) {
+    if (a->numel != b->numel) {
+        char sa[64], sb[64];
+        return forge_error(FORGE_ERR_ARG, "%s: shapes %s and %s differ", op, forge_shape_str(a, sa, sizeof sa),
+                           forge_shape_str(b, sb, sizeof sb));
+    }
+    return FORGE_OK;
+}
+
+static forge_status add_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, accumulate);
+    for (int i = 0; i < 2; i++) {
+        forge_tensor *d;
+        FORGE_TRY(forge_tape_grad(tape, e->in[i], &d));
+        if (d) FORGE_TRY(be->accumulate(be, forge_f32(d), forge_f32(e->out->grad), d->numel));
+    }
+    return FORGE_OK;
+}
+
+forge_status forge_op_add(forge_tape *tape, forge_tensor **out, forge_tensor *a, forge_tensor *b) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, add_forward);
+    FORGE_TRY(check_same("add", a, b));
+    FORGE_TRY(op_new(tape, out, a->ndim, a->shape));
+    forge_tensor *o = *out;
+    FORGE_TRY(be->add_forward(be, forge_f32(o), forge_f32(a), forge_f32(b), a->numel));
+    o->requires_grad = a->requires_grad || b->requires_grad;
+    forge_tape_entry e = {.op = "add", .backward = add_backward, .out = o, .in = {a, b}};
+    return forge_tape_push(tape, &e);
+}
+
+static forge_status gelu_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dx;
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    if (!dx) return FORGE_OK;
+    OP_REQUIRE(be, gelu_backward);
+    return be->gelu_backward(be, forge_f32(dx), forge_f32(e->in[0]), forge_f32(e->out->grad), dx->numel);
+}
+
+forge_status forge_op_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, gelu_forward);
+    FORGE_TRY(op_new(tape, out, x->ndim, x->shape));
+    forge_tensor *o = *out;
+    FORGE_TRY(be->gelu_forward(be, forge_f32(o), forge_f32(x), x->numel));
+    o->requires_grad = x->requires_grad;
+    forge_tape_entry e = {.op = "gelu", .backward = gelu_backward, .out = o, .in = {x}};
+    return forge_tape_push(tape, &e);
+}
+
+static forge_status swiglu_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dgate, *dup;
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dgate));
+    FORGE_TRY(forge_tape_grad(tape, e->in[1], &dup));
+    if (!dgate && !dup) return FORGE_OK;
+    OP_REQUIRE(be, swiglu_backward);
+    if (!dgate || !dup) return forge_error(FORGE_ERR_UNSUPPORTED, "swiglu: gate and up must both need grads");
+    return be->swiglu_backward(be, forge_f32(dgate), forge_f32(dup), forge_f32(e->out->grad),
+                               forge_f32(e->in[0]), forge_f32(e->in[1]), e->out->numel);
+}
+
+forge_status forge_op_swiglu(forge_tape *tape, forge_tensor **out, forge_tensor *gate, forge_tensor *up) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, swiglu_forward);
+    FORGE_TRY(check_same("swiglu", gate, up));
+    FORGE_TRY(op_new(tape, out, gate->ndim, gate->shape));
+    forge_tensor *o = *out;
+    FORGE_TRY(be->swiglu_forward(be, forge_f32(o), forge_f32(gate), forge_f32(up), o->numel));
+    o->requires_grad = gate->requires_grad || up->requires_grad;
+    forge_tape_entry e = {.op = "swiglu", .backward = swiglu_backward, .out = o, .in = {gate, up}};
+    return forge_tape_push(tape, &e);
+}

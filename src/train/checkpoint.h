@@ -1,0 +1,52 @@
+/*
+ * checkpoint.h: what a checkpoint directory holds, and how it is written.
+ *
+ *   model.safetensors  weights under Hugging Face names, config JSON in the
+ *                      metadata ("forge_config"), so `forge sample` needs
+ *                      nothing else
+ *   state.safetensors  AdamW moments (flat, parameter layout) and the trainer
+ *                      state in the metadata: step, batches drawn, seed
+ *   encoder.json, vocab.bpe  the tokenizer the model was trained with
+ *
+ * Every file is written to a temporary name and renamed, and a run directory's
+ * "latest" file (also renamed into place) names the newest complete
+ * checkpoint, so an interruption at any point leaves the previous one usable.
+ */
+#ifndef FORGE_CHECKPOINT_H
+#define FORGE_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "../data/tokenizer.h"
+#include "optimizer.h"
+
+typedef struct {
+    int step;                /* optimizer steps completed */
+    int total_steps;         /* the run's planned length (the lr schedule depends on it) */
+    uint64_t loader_batches; /* training batches drawn so far */
+    uint64_t seed;
+    double tokens_seen;
+} forge_train_state;
+
+/* Writes a checkpoint into dir (created). opt, state and tok may be NULL. */
+forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const forge_optimizer *opt,
+                                   const forge_train_state *state, const forge_tokenizer *tok);
+
+/* Writes n_elements host values laid out like the parameters (the weights,
+ * or their gradients) as a safetensors file under the HF names. */
+forge_status forge_checkpoint_write_values(const char *path, const forge_model *m, const float *values);
+
+/* Reads the config from dir/model.safetensors (or a .safetensors path). */
+forge_status forge_checkpoint_read_config(const char *path, forge_model_config *cfg);
+/* Loads weights into an existing model of the same config. */
+forge_status forge_checkpoint_load_weights(const char *path, forge_model *m);
+/* Loads optimizer moments and trainer state from dir/state.safetensors. */
+forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, forge_train_state *state);
+
+/* Resolves a run directory (reads its "latest" file) or a checkpoint
+ * directory to the checkpoint directory; out has cap bytes. */
+forge_status forge_checkpoint_resolve(const char *path, char *out, size_t cap);
+/* Atomically points run_dir/latest at checkpoint directory name `name`. */
+forge_status forge_checkpoint_set_latest(const char *run_dir, const char *name);
+
+#endif

@@ -1,0 +1,78 @@
+/* generate.c: autoregressive sampling with the training forward pass. */
+#include "generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/rng.h"
+#include "sampler.h"
+
+static void write_token(const forge_tokenizer *tok, int32_t id, FILE *out) {
+    size_t len;
+    const uint8_t *bytes = forge_tokenizer_token_bytes(tok, id, &len);
+    if (id == forge_tokenizer_eot(tok)) {
+        fputs("\n", out);
+        return;
+    }
+    if (bytes) fwrite(bytes, 1, len, out);
+}
+
+forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokenizer *tok, const char *prompt,
+                            const forge_generate_options *opt, FILE *out) {
+    forge_backend *be = m->be;
+    int V = m->cfg.vocab_size, ctx = m->cfg.context_length;
+    int32_t *prompt_ids = NULL;
+    size_t n_prompt = 0;
+    if (prompt && *prompt)
+        FORGE_TRY(forge_tokenizer_encode(tok, prompt, strlen(prompt), 1, &prompt_ids, &n_prompt));
+    size_t cap = n_prompt + (size_t)opt->max_tokens + 1;
+    int32_t *seq = malloc(cap * sizeof *seq);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    float *scratch = malloc(2 * (size_t)V * sizeof *scratch);
+    if (!seq || !logits || !scratch) {
+        free(prompt_ids);
+        free(seq);
+        free(logits);
+        free(scratch);
+        return forge_error(FORGE_ERR_OOM, "sample: out of host memory");
+    }
+    size_t n = 0;
+    if (n_prompt == 0) {
+        seq[n++] = forge_tokenizer_eot(tok); /* a lone eot starts a new document */
+    } else {
+        memcpy(seq, prompt_ids, n_prompt * sizeof *seq);
+        n = n_prompt;
+        fwrite(prompt, 1, strlen(prompt), out);
+    }
+    free(prompt_ids);
+    forge_rng rng;
+    forge_rng_seed(&rng, opt->seed, 0x73616d70 /* "samp" */);
+    int was_recording = forge_tape_recording(tape);
+    forge_tape_set_recording(tape, 0);
+    forge_status s = FORGE_OK;
+    for (int i = 0; i < opt->max_tokens && s == FORGE_OK; i++) {
+        size_t start = n > (size_t)ctx ? n - (size_t)ctx : 0;
+        int64_t shape[2] = {1, (int64_t)(n - start)};
+        forge_tensor *ids, *out_logits;
+        s = forge_pool_tensor(forge_tape_pool(tape), &ids, FORGE_I32, 2, shape, 0);
+        if (s == FORGE_OK) s = be->copy_to_device(be, ids->data, seq + start, (n - start) * sizeof(int32_t));
+        if (s == FORGE_OK) s = forge_model_forward(m, tape, ids, NULL, 0.0f, &out_logits);
+        if (s == FORGE_OK)
+            s = be->copy_to_host(be, logits, forge_f32(out_logits) + (n - start - 1) * (size_t)V,
+                                 (size_t)V * sizeof(float));
+        forge_tape_reset(tape);
+        if (s != FORGE_OK) break;
+        int32_t next = forge_sample_token(logits, V, opt->temperature, opt->top_k, opt->top_p, &rng, scratch);
+        if (next >= forge_tokenizer_vocab_size(tok)) next = forge_tokenizer_eot(tok); /* padded vocab rows */
+        if (opt->stop_at_eot && next == forge_tokenizer_eot(tok)) break;
+        seq[n++] = next;
+        write_token(tok, next, out);
+        fflush(out);
+    }
+    fputs("\n", out);
+    forge_tape_set_recording(tape, was_recording);
+    free(seq);
+    free(logits);
+    free(scratch);
+    return s;
+}

@@ -1,0 +1,405 @@
+/* trainer.c: the training loop, evaluation, logging and checkpoint cadence. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/tape.h"
+#include "../data/loader.h"
+#include "../data/shards.h"
+#include "../data/tokenizer.h"
+#include "../model/model.h"
+#include "checkpoint.h"
+#include "optimizer.h"
+#include "schedule.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+void forge_train_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void forge_train_options_default(forge_train_options *o) {
+    memset(o, 0, sizeof *o);
+    o->config = "tiny";
+    o->configs_dir = "configs";
+    o->out_dir = "runs/tiny";
+    o->device = "cpu";
+    o->batch_size = 16;
+    o->steps = 500;
+    o->lr = 3e-3f;
+    o->warmup_frac = 0.1f;
+    o->min_lr_ratio = 0.1f;
+    o->weight_decay = 0.1f;
+    o->grad_clip = 1.0f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->eps = 1e-8f;
+    o->seed = 1337;
+    o->eval_every = 100;
+    o->eval_batches = 8;
+    o->progress = NULL;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void format_duration(double s, char *buf, size_t cap) {
+    if (!(s >= 0) || s > 1e7) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60)
+        snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, cap, "%lds", t);
+}
+
+/* Entropy (nats) of the token frequencies of the first shard, up to 4M tokens:
+ * the loss a model that ignores context would reach. */
+static double unigram_entropy(const forge_loader *ld, int vocab) {
+    forge_shard sh;
+    if (forge_shard_open(&sh, forge_loader_shard_path(ld, 0), 0) != FORGE_OK) return NAN;
+    uint64_t n = sh.n_tokens < 4000000 ? sh.n_tokens : 4000000;
+    double *counts = calloc((size_t)vocab, sizeof *counts);
+    double h = NAN;
+    if (counts && n > 0) {
+        for (uint64_t i = 0; i < n; i++) {
+            int32_t t = forge_shard_token(&sh, i);
+            if (t >= 0 && t < vocab) counts[t] += 1;
+        }
+        h = 0;
+        for (int v = 0; v < vocab; v++)
+            if (counts[v] > 0) h -= counts[v] / n * log(counts[v] / n);
+    }
+    free(counts);
+    forge_shard_close(&sh);
+    return h;
+}
+
+typedef struct {
+    const forge_train_options *o;
+    FILE *out;
+    forge_backend *be;
+    forge_pool *pool;
+    forge_tape *tape;
+    forge_model *model;
+    forge_optimizer *opt;
+    forge_loader *train, *val;
+    forge_tokenizer *tok;
+    forge_tensor *ids, *targets; /* (B, T) i32 on the device */
+    int32_t *host_ids, *host_targets;
+    float *host_losses;
+    FILE *log;
+    int B, T, accum;
+    forge_train_state state;
+    char last_ckpt[1200], prev_ckpt[1200];
+} trainer;
+
+static forge_status micro_batch_loss(trainer *tr, float grad_scale, double *loss_sum) {
+    forge_backend *be = tr->be;
+    size_t n = (size_t)tr->B * tr->T;
+    FORGE_TRY(be->copy_to_device(be, tr->ids->data, tr->host_ids, n * sizeof(int32_t)));
+    FORGE_TRY(be->copy_to_device(be, tr->targets->data, tr->host_targets, n * sizeof(int32_t)));
+    forge_tensor *losses;
+    FORGE_TRY(forge_model_forward(tr->model, tr->tape, tr->ids, tr->targets, grad_scale, &losses));
+    if (forge_tape_recording(tr->tape)) FORGE_TRY(forge_tape_backward(tr->tape));
+    FORGE_TRY(be->copy_to_host(be, tr->host_losses, losses->data, n * sizeof(float)));
+    forge_tape_reset(tr->tape);
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += tr->host_losses[i];
+    *loss_sum += s;
+    return FORGE_OK;
+}
+
+static forge_status evaluate(trainer *tr, float *val_loss) {
+    *val_loss = NAN;
+    if (!tr->val) return FORGE_OK;
+    int batches = tr->o->eval_batches;
+    uint64_t avail = forge_loader_val_num_batches(tr->val);
+    if ((uint64_t)batches > avail) batches = (int)avail;
+    if (batches < 1) batches = 1;
+    forge_tape_set_recording(tr->tape, 0);
+    double sum = 0;
+    forge_status s = FORGE_OK;
+    for (int i = 0; i < batches && s == FORGE_OK; i++) {
+        s = forge_loader_val_batch(tr->val, (uint64_t)i, tr->host_ids, tr->host_targets);
+        if (s == FORGE_OK) s = micro_batch_loss(tr, 0.0f, &sum);
+    }
+    forge_tape_set_recording(tr->tape, 1);
+    forge_tape_reset(tr->tape);
+    FORGE_TRY(s);
+    *val_loss = (float)(sum / ((double)batches * tr->B * tr->T));
+    return FORGE_OK;
+}
+
+static int mkdir_p(const char *path) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    }
+    return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static void remove_checkpoint_dir(const char *dir) {
+    static const char *files[] = {"model.safetensors", "state.safetensors", "encoder.json", "vocab.bpe"};
+    char path[1400];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static forge_status save_checkpoint(trainer *tr) {
+    const forge_train_options *o = tr->o;
+    char name[64], dir[1100];
+    snprintf(name, sizeof name, "ckpt_%06d", tr->state.step);
+    snprintf(dir, sizeof dir, "%s/%s", o->out_dir, name);
+    FORGE_TRY(forge_checkpoint_save(dir, tr->model, tr->opt, &tr->state, tr->tok));
+    FORGE_TRY(forge_checkpoint_set_latest(o->out_dir, name));
+    /* Keep the newest two, so a checkpoint that turns out bad still has a predecessor. */
+    if (tr->prev_ckpt[0] && strcmp(tr->prev_ckpt, dir) != 0) remove_checkpoint_dir(tr->prev_ckpt);
+    if (strcmp(tr->last_ckpt, dir) != 0) snprintf(tr->prev_ckpt, sizeof tr->prev_ckpt, "%s", tr->last_ckpt);
+    snprintf(tr->last_ckpt, sizeof tr->last_ckpt, "%s", dir);
+    return FORGE_OK;
+}
+
+static forge_status setup(trainer *tr, forge_model_config *cfg) {
+    const forge_train_options *o = tr->o;
+    char ckpt_dir[1024] = "";
+    if (o->resume) {
+        FORGE_TRY(forge_checkpoint_resolve(o->resume, ckpt_dir, sizeof ckpt_dir));
+        FORGE_TRY(forge_checkpoint_read_config(ckpt_dir, cfg));
+    } else {
+        FORGE_TRY(forge_config_resolve(cfg, o->config, o->configs_dir));
+    }
+    if (!o->data_dir) return forge_error(FORGE_ERR_ARG, "train: no data directory (--data DIR)");
+    if (o->batch_size < 1) return forge_error(FORGE_ERR_ARG, "train: --batch must be >= 1");
+    if (o->steps < 1) return forge_error(FORGE_ERR_ARG, "train: --steps must be >= 1");
+    tr->B = o->batch_size;
+    tr->T = o->seq_len > 0 ? o->seq_len : cfg->context_length;
+    if (tr->T > cfg->context_length)
+        return forge_error(FORGE_ERR_ARG, "train: --seq-len %d exceeds the config's context_length %d", tr->T,
+                           cfg->context_length);
+    long per_micro = (long)tr->B * tr->T;
+    long tps = o->tokens_per_step > 0 ? o->tokens_per_step : per_micro;
+    if (tps % per_micro != 0)
+        return forge_error(FORGE_ERR_ARG,
+                           "train: --tokens-per-step %ld is not a multiple of batch x seq-len = %ld", tps,
+                           per_micro);
+    tr->accum = (int)(tps / per_micro);
+
+    if (strcmp(o->device, "cpu") == 0)
+        FORGE_TRY(forge_cpu_backend_create(&tr->be, o->threads, 0));
+    else
+        FORGE_TRY(forge_backend_create(&tr->be, o->device));
+    FORGE_TRY(forge_pool_create(&tr->pool, tr->be));
+    FORGE_TRY(forge_tape_create(&tr->tape, tr->pool));
+
+    char tok_json[1100];
+    snprintf(tok_json, sizeof tok_json, "%s/encoder.json", o->data_dir);
+    if (access(tok_json, R_OK) == 0) {
+        FORGE_TRY(forge_tokenizer_load(&tr->tok, o->data_dir));
+        if (forge_tokenizer_vocab_size(tr->tok) > cfg->vocab_size)
+            return forge_error(FORGE_ERR_CONFIG,
+                               "%s: vocab_size %d is smaller than the tokenizer's %d ids in %s", cfg->name,
+                               cfg->vocab_size, forge_tokenizer_vocab_size(tr->tok), o->data_dir);
+    }
+    FORGE_TRY(forge_loader_open(&tr->train, o->data_dir, "train", tr->B, tr->T, o->seed, cfg->vocab_size));
+    forge_status vs = forge_loader_open(&tr->val, o->data_dir, "val", tr->B, tr->T, o->seed, cfg->vocab_size);
+    if (vs != FORGE_OK) {
+        fprintf(tr->out, "note: no validation split (%s); val loss is skipped\n", forge_error_message());
+        tr->val = NULL;
+    }
+
+    FORGE_TRY(forge_model_create(&tr->model, cfg, tr->pool, o->seed));
+    forge_adamw_config ac = {o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
+    FORGE_TRY(forge_optimizer_create(&tr->opt, tr->model, ac));
+    tr->state.total_steps = o->steps;
+    tr->state.seed = o->seed;
+    if (o->resume) {
+        FORGE_TRY(forge_checkpoint_load_weights(ckpt_dir, tr->model));
+        FORGE_TRY(forge_checkpoint_load_state(ckpt_dir, tr->opt, &tr->state));
+        if (tr->state.total_steps != o->steps)
+            fprintf(tr->out, "note: the checkpoint planned %d steps; continuing to --steps %d\n",
+                    tr->state.total_steps, o->steps);
+        tr->state.total_steps = o->steps;
+        FORGE_TRY(forge_loader_seek(tr->train, tr->state.loader_batches));
+        snprintf(tr->last_ckpt, sizeof tr->last_ckpt, "%s", ckpt_dir);
+    }
+    int64_t shape[2] = {tr->B, tr->T};
+    FORGE_TRY(forge_pool_tensor(tr->pool, &tr->ids, FORGE_I32, 2, shape, 1));
+    FORGE_TRY(forge_pool_tensor(tr->pool, &tr->targets, FORGE_I32, 2, shape, 1));
+    size_t n = (size_t)tr->B * tr->T;
+    tr->host_ids = malloc(n * sizeof(int32_t));
+    tr->host_targets = malloc(n * sizeof(int32_t));
+    tr->host_losses = malloc(n * sizeof(float));
+    if (!tr->host_ids || !tr->host_targets || !tr->host_losses)
+        return forge_error(FORGE_ERR_OOM, "train: out of host memory for batch buffers");
+
+    if (mkdir_p(o->out_dir) != 0)
+        return forge_error(FORGE_ERR_IO, "train: cannot create output directory %s: %s", o->out_dir,
+                           strerror(errno));
+    char log_path[1100];
+    snprintf(log_path, sizeof log_path, "%s/log.jsonl", o->out_dir);
+    tr->log = fopen(log_path, o->resume ? "a" : "w");
+    if (!tr->log) return forge_error(FORGE_ERR_IO, "train: cannot open %s: %s", log_path, strerror(errno));
+    return FORGE_OK;
+}
+
+static void teardown(trainer *tr) {
+    if (tr->log) fclose(tr->log);
+    free(tr->host_ids);
+    free(tr->host_targets);
+    free(tr->host_losses);
+    forge_optimizer_free(tr->opt);
+    forge_model_free(tr->model);
+    forge_loader_free(tr->train);
+    forge_loader_free(tr->val);
+    forge_tokenizer_free(tr->tok);
+    forge_tape_destroy(tr->tape);
+    forge_pool_destroy(tr->pool);
+    forge_backend_destroy(tr->be);
+}
+
+static forge_status run(trainer *tr, forge_train_result *res) {
+    const forge_train_options *o = tr->o;
+    forge_model_config *cfg = &tr->model->cfg;
+    FILE *out = tr->out;
+    forge_lr_schedule sched = {o->lr, (int)(o->warmup_frac * o->steps), o->steps, o->min_lr_ratio};
+    if (sched.warmup_steps < 1 && o->warmup_frac > 0) sched.warmup_steps = 1;
+
+    double h = unigram_entropy(tr->train, cfg->vocab_size);
+    fprintf(out, "model %s (%s): %zu parameters | device %s | %d layers, d_model %d, %d heads (%d kv)\n",
+            cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name, cfg->n_layers,
+            cfg->d_model, cfg->n_heads, cfg->n_kv_heads);
+    fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",
+            o->data_dir, (unsigned long long)forge_loader_num_tokens(tr->train), tr->B, tr->T, tr->accum,
+            (long)tr->B * tr->T * tr->accum);
+    fprintf(out, "steps %d (from %d) | lr %.2e, warm-up %d, cosine to %.0f%% | unigram entropy %.3f nats\n",
+            o->steps, tr->state.step, o->lr, sched.warmup_steps, 100.0 * o->min_lr_ratio, h);
+    fflush(out);
+
+    double t_start = now_seconds(), avg_step = 0;
+    long tokens_per_step = (long)tr->B * tr->T * tr->accum;
+    float grad_scale = 1.0f / (float)tokens_per_step;
+    res->first_loss = NAN;
+    res->last_val_loss = NAN;
+    while (tr->state.step < o->steps) {
+        double t0 = now_seconds();
+        FORGE_TRY(forge_model_zero_grad(tr->model));
+        double loss_sum = 0;
+        for (int micro = 0; micro < tr->accum; micro++) {
+            FORGE_TRY(forge_loader_next(tr->train, tr->host_ids, tr->host_targets));
+            tr->state.loader_batches++;
+            FORGE_TRY(micro_batch_loss(tr, grad_scale, &loss_sum));
+        }
+        float loss = (float)(loss_sum / (double)tokens_per_step);
+        float norm;
+        FORGE_TRY(forge_optimizer_grad_norm(tr->opt));
+        FORGE_TRY(forge_optimizer_read_grad_norm(tr->opt, &norm));
+        if (!isfinite(loss) || !isfinite(norm)) {
+            return forge_error(FORGE_ERR_NUMERIC,
+                               "step %d: the %s is %g; stopping without saving. The last good checkpoint is "
+                               "%s (resume with --resume %s and a lower --lr)",
+                               tr->state.step + 1, isfinite(loss) ? "gradient norm" : "loss",
+                               isfinite(loss) ? norm : loss, tr->last_ckpt[0] ? tr->last_ckpt : "(none)",
+                               o->out_dir);
+        }
+        float lr = forge_lr_at(&sched, tr->state.step);
+        FORGE_TRY(forge_optimizer_update(tr->opt, lr));
+        FORGE_TRY(tr->be->synchronize(tr->be));
+        tr->state.step++;
+        tr->state.tokens_seen += (double)tokens_per_step;
+        double dt = now_seconds() - t0;
+        avg_step = avg_step == 0 ? dt : 0.9 * avg_step + 0.1 * dt;
+        double tok_s = tokens_per_step / dt;
+        if (isnan(res->first_loss)) res->first_loss = loss;
+        res->last_loss = loss;
+        res->steps_done++;
+        if (o->loss_out && tr->state.step - 1 < o->loss_out_cap) o->loss_out[tr->state.step - 1] = loss;
+        forge_pool_stats ps = forge_pool_get_stats(tr->pool);
+        fprintf(tr->log,
+                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": %.1f, "
+                "\"step_s\": %.4f, \"peak_mib\": %.1f}\n",
+                tr->state.step, loss, lr, norm, tok_s, dt, ps.peak_reserved / 1048576.0);
+        int last = tr->state.step == o->steps;
+        if (!o->quiet && (tr->state.step % 10 == 0 || tr->state.step <= 3 || last)) {
+            char eta[32];
+            format_duration(avg_step * (o->steps - tr->state.step), eta, sizeof eta);
+            fprintf(out, "step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | mem %.0f MiB | ETA %s\n",
+                    tr->state.step, o->steps, loss, lr, norm, tok_s, ps.peak_reserved / 1048576.0, eta);
+            fflush(out);
+        }
+        int stopping = stop_requested || (o->stop_after > 0 && tr->state.step >= o->stop_after);
+        if ((o->eval_every > 0 && tr->state.step % o->eval_every == 0) || last) {
+            float vl;
+            FORGE_TRY(evaluate(tr, &vl));
+            if (!isnan(vl)) {
+                res->last_val_loss = vl;
+                fprintf(tr->log, "{\"step\": %d, \"val_loss\": %.6f}\n", tr->state.step, vl);
+                if (!o->quiet) fprintf(out, "step %5d/%d | val loss %.4f\n", tr->state.step, o->steps, vl);
+            }
+        }
+        fflush(tr->log);
+        if ((o->ckpt_every > 0 && tr->state.step % o->ckpt_every == 0) || last || stopping)
+            FORGE_TRY(save_checkpoint(tr));
+        if (stopping) {
+            if (stop_requested)
+                return forge_error(FORGE_ERR_INTERRUPTED,
+                                   "interrupted at step %d; saved %s (continue with --resume %s)",
+                                   tr->state.step, tr->last_ckpt, o->out_dir);
+            break;
+        }
+    }
+    double elapsed = now_seconds() - t_start;
+    res->tokens_per_second = res->steps_done ? res->steps_done * (double)tokens_per_step / elapsed : 0;
+    res->peak_bytes = forge_pool_get_stats(tr->pool).peak_reserved;
+    snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", tr->last_ckpt);
+    if (!o->quiet)
+        fprintf(out, "done: %d steps in %.1fs (%.0f tok/s) | final loss %.4f (unigram entropy %.3f) | %s\n",
+                res->steps_done, elapsed, res->tokens_per_second, res->last_loss, h, tr->last_ckpt);
+    return FORGE_OK;
+}
+
+forge_status forge_train(const forge_train_options *o, forge_train_result *result) {
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    tr.o = o;
+    tr.out = o->progress ? o->progress : stdout;
+    forge_train_result local;
+    forge_train_result *res = result ? result : &local;
+    memset(res, 0, sizeof *res);
+    forge_model_config cfg;
+    forge_status s = setup(&tr, &cfg);
+    if (s == FORGE_OK) s = run(&tr, res);
+    teardown(&tr);
+    return s;
+}

@@ -1,0 +1,59 @@
+/*
+ * trainer.h: `forge train`: the training loop.
+ *
+ * One optimizer step = grad_accum micro-batches of (B, T) tokens, where
+ * grad_accum = tokens_per_step / (B*T). Each micro-batch runs forward and
+ * backward and then resets the tape, so its activations go back to the pool
+ * before the next one: memory does not grow with the accumulation factor.
+ * The loss of every micro-batch is scaled by 1/grad_accum in the classifier,
+ * so the accumulated gradient is that of the mean loss over the step.
+ */
+#ifndef FORGE_TRAINER_H
+#define FORGE_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../core/status.h"
+
+typedef struct {
+    const char *config;     /* name in configs/ or a path */
+    const char *configs_dir;/* where bare config names are looked up */
+    const char *data_dir;   /* train_*.bin, val_*.bin, encoder.json, vocab.bpe */
+    const char *out_dir;    /* checkpoints, log.jsonl */
+    const char *device;     /* "cpu" or "cuda" */
+    const char *resume;     /* run or checkpoint directory, or NULL */
+    int batch_size;         /* B */
+    int seq_len;            /* T; 0 = the config's context length */
+    long tokens_per_step;   /* 0 = B*T (no accumulation) */
+    int steps;
+    float lr, warmup_frac, min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
+    uint64_t seed;
+    int eval_every, eval_batches; /* eval_every 0 = only at the end */
+    int ckpt_every;               /* 0 = only at the end */
+    int stop_after;               /* stop (with a checkpoint) after this step; 0 = run to the end */
+    int threads;                  /* CPU threads; 0 = default */
+    int quiet;                    /* no progress lines */
+    float *loss_out;              /* if set, loss_out[step-1] = that step's loss */
+    int loss_out_cap;
+    FILE *progress;               /* where progress lines go (stdout by default) */
+} forge_train_options;
+
+void forge_train_options_default(forge_train_options *o);
+
+/* Results a caller (tests, the CLI) can inspect. */
+typedef struct {
+    int steps_done;
+    float first_loss, last_loss;
+    float last_val_loss;     /* NaN if never evaluated */
+    double tokens_per_second;
+    size_t peak_bytes;
+    char last_checkpoint[1200];
+} forge_train_result;
+
+forge_status forge_train(const forge_train_options *o, forge_train_result *result);
+
+/* Set by SIGINT/SIGTERM; the loop saves a checkpoint and stops at the end of the step. */
+void forge_train_install_signal_handlers(void);
+
+#endif

@@ -1,0 +1,162 @@
+/* test_core.c: status messages, the pooled allocator, the autograd tape. */
+#include <string.h>
+
+#include "../src/backend/backend.h"
+#include "../src/core/pool.h"
+#include "../src/core/tape.h"
+#include "../src/ops/ops.h"
+#include "test.h"
+
+static void test_status(void) {
+    TEST_CASE("status: message, context and exit codes");
+    forge_status s = forge_error(FORGE_ERR_CONFIG, "x.json: key \"%s\" bad", "d_model");
+    CHECK(s == FORGE_ERR_CONFIG);
+    forge_error_context(s, "loading %s: ", "x.json");
+    CHECK(strcmp(forge_error_message(), "loading x.json: x.json: key \"d_model\" bad") == 0);
+    CHECK(forge_status_exit_code(FORGE_ERR_CONFIG) == 2);
+    CHECK(forge_status_exit_code(FORGE_ERR_IO) == 1);
+    CHECK(forge_status_exit_code(FORGE_OK) == 0);
+}
+
+static void test_pool_recycles(void) {
+    TEST_CASE("pool: memory recycled every micro-batch; peak independent of accumulation");
+    forge_backend *be;
+    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    size_t peaks[2];
+    int accum[2] = {1, 8};
+    for (int k = 0; k < 2; k++) {
+        forge_pool *pool;
+        CHECK_OK(forge_pool_create(&pool, be));
+        for (int micro = 0; micro < accum[k]; micro++) {
+            int64_t shapes[3][2] = {{17, 33}, {17, 128}, {1, 4000}};
+            for (int i = 0; i < 3; i++) {
+                forge_tensor *t;
+                CHECK_OK(forge_pool_tensor(pool, &t, FORGE_F32, 2, shapes[i], 0));
+            }
+            forge_pool_release_transient(pool);
+        }
+        forge_pool_stats st = forge_pool_get_stats(pool);
+        peaks[k] = st.peak_reserved;
+        CHECK(st.bytes_in_use == 0);
+        if (accum[k] == 8) CHECK(st.backend_allocs == 3 && st.cache_hits == 21);
+        forge_pool_destroy(pool);
+    }
+    CHECK(peaks[0] == peaks[1]);
+    forge_backend_destroy(be);
+}
+
+static void test_pool_persistent(void) {
+    TEST_CASE("pool: persistent tensors survive release_transient; zeros are zero");
+    forge_backend *be;
+    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    forge_pool *pool;
+    CHECK_OK(forge_pool_create(&pool, be));
+    int64_t shape[1] = {1000};
+    forge_tensor *p, *t;
+    CHECK_OK(forge_pool_tensor_zeros(pool, &p, FORGE_F32, 1, shape, 1));
+    CHECK_OK(forge_pool_tensor(pool, &t, FORGE_F32, 1, shape, 0));
+    for (int i = 0; i < 1000; i++) CHECK(forge_f32(p)[i] == 0.0f);
+    forge_pool_release_transient(pool);
+    forge_pool_stats st = forge_pool_get_stats(pool);
+    CHECK(st.bytes_in_use >= 4000 && st.bytes_in_use < 8000);
+    int64_t bad[1] = {0};
+    CHECK(forge_pool_tensor(pool, &t, FORGE_F32, 1, bad, 0) == FORGE_ERR_ARG);
+    forge_pool_destroy(pool);
+    forge_backend_destroy(be);
+}
+
+/* y = sum((a*b-ish): out = gelu(x W^T) + x ; checks the tape's accumulation on a
+ * tensor used twice against finite differences of the whole composition. */
+static void test_tape_composition(void) {
+    TEST_CASE("tape: a tensor used twice accumulates both gradients (finite differences)");
+    forge_backend *be;
+    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    forge_pool *pool;
+    forge_tape *tape;
+    CHECK_OK(forge_pool_create(&pool, be));
+    CHECK_OK(forge_tape_create(&tape, pool));
+    int64_t xs[2] = {3, 5}, ws[2] = {5, 5};
+    forge_tensor *x, *w;
+    CHECK_OK(forge_pool_tensor(pool, &x, FORGE_F32, 2, xs, 1));
+    CHECK_OK(forge_pool_tensor(pool, &w, FORGE_F32, 2, ws, 1));
+    x->requires_grad = w->requires_grad = 1;
+    for (int i = 0; i < 15; i++) forge_f32(x)[i] = 0.1f * (float)((i * 7) % 11) - 0.5f;
+    for (int i = 0; i < 25; i++) forge_f32(w)[i] = 0.05f * (float)((i * 5) % 13) - 0.3f;
+    float R[15];
+    for (int i = 0; i < 15; i++) R[i] = 0.3f + 0.1f * (float)(i % 4);
+    /* objective L = sum(R * (gelu(x W^T) + x)) */
+#define OBJECTIVE(result)                                                \
+    do {                                                                 \
+        forge_tensor *h_, *g_, *y_;                                      \
+        CHECK_OK(forge_op_matmul(tape, &h_, x, w, NULL));                \
+        CHECK_OK(forge_op_gelu(tape, &g_, h_));                          \
+        CHECK_OK(forge_op_add(tape, &y_, g_, x));                        \
+        double l_ = 0;                                                   \
+        for (int i_ = 0; i_ < 15; i_++) l_ += R[i_] * forge_f32(y_)[i_]; \
+        result = l_;                                                     \
+        last_y = y_;                                                     \
+    } while (0)
+    forge_tensor *last_y = NULL;
+    double L;
+    OBJECTIVE(L);
+    (void)L;
+    forge_tensor *dy;
+    CHECK_OK(forge_tape_grad(tape, last_y, &dy));
+    memcpy(dy->data, R, sizeof R);
+    CHECK_OK(forge_tape_backward(tape));
+    float gx[15];
+    memcpy(gx, x->grad->data, sizeof gx);
+    forge_tape_reset(tape);
+    CHECK(x->grad == NULL); /* transient grads of persistent tensors are dropped */
+    forge_tape_set_recording(tape, 0);
+    double max_err = 0;
+    for (int i = 0; i < 15; i++) {
+        float keep = forge_f32(x)[i];
+        double lp, lm, h = 1e-2;
+        forge_f32(x)[i] = keep + (float)h;
+        OBJECTIVE(lp);
+        forge_tape_reset(tape);
+        forge_f32(x)[i] = keep - (float)h;
+        OBJECTIVE(lm);
+        forge_tape_reset(tape);
+        forge_f32(x)[i] = keep;
+        double num = (lp - lm) / (2 * h);
+        double err = fabs(num - gx[i]);
+        if (err > max_err) max_err = err;
+    }
+#undef OBJECTIVE
+    CHECK_MSG(max_err < 2e-3, "max |analytic - numeric| = %g", max_err);
+    CHECK(forge_tape_size(tape) == 0);
+    forge_tape_destroy(tape);
+    forge_pool_destroy(pool);
+    forge_backend_destroy(be);
+}
+
+static void test_unsupported_op(void) {
+    TEST_CASE("ops: a backend without an entry reports unsupported, naming it");
+    forge_backend *be;
+    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    forge_pool *pool;
+    forge_tape *tape;
+    CHECK_OK(forge_pool_create(&pool, be));
+    CHECK_OK(forge_tape_create(&tape, pool));
+    int64_t s[2] = {2, 4};
+    forge_tensor *x, *y;
+    CHECK_OK(forge_pool_tensor(pool, &x, FORGE_F32, 2, s, 0));
+    __typeof__(be->gelu_forward) saved = be->gelu_forward;
+    be->gelu_forward = NULL;
+    CHECK(forge_op_gelu(tape, &y, x) == FORGE_ERR_UNSUPPORTED);
+    CHECK(strstr(forge_error_message(), "gelu_forward") != NULL);
+    be->gelu_forward = saved;
+    forge_tape_destroy(tape);
+    forge_pool_destroy(pool);
+    forge_backend_destroy(be);
+}
+
+void suite_core(void) {
+    test_status();
+    test_pool_recycles();
+    test_pool_persistent();
+    test_tape_composition();
+    test_unsupported_op();
+}

@@ -1,0 +1,221 @@
+/* test_model.c: layout and names, init statistics, a whole-model gradient
+ * check, and a tiny model overfitting one batch. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/backend/backend.h"
+#include "../src/model/model.h"
+#include "../src/train/optimizer.h"
+#include "../src/util/rng.h"
+#include "test.h"
+
+typedef struct {
+    forge_backend *be;
+    forge_pool *pool;
+    forge_tape *tape;
+    forge_model *m;
+    forge_tensor *ids, *targets;
+} fixture;
+
+static int fixture_init(fixture *f, const forge_model_config *cfg, int B, int T, int reference) {
+    memset(f, 0, sizeof *f);
+    if (forge_cpu_backend_create(&f->be, 0, reference) != FORGE_OK) return 0;
+    if (forge_pool_create(&f->pool, f->be) != FORGE_OK) return 0;
+    if (forge_tape_create(&f->tape, f->pool) != FORGE_OK) return 0;
+    if (forge_model_create(&f->m, cfg, f->pool, 42) != FORGE_OK) return 0;
+    int64_t shape[2] = {B, T};
+    if (forge_pool_tensor(f->pool, &f->ids, FORGE_I32, 2, shape, 1) != FORGE_OK) return 0;
+    if (forge_pool_tensor(f->pool, &f->targets, FORGE_I32, 2, shape, 1) != FORGE_OK) return 0;
+    forge_rng rng;
+    forge_rng_seed(&rng, 3, 0);
+    for (int i = 0; i < B * T; i++) {
+        forge_i32(f->ids)[i] = (int32_t)forge_rng_below(&rng, (uint64_t)cfg->vocab_size);
+        forge_i32(f->targets)[i] = (int32_t)forge_rng_below(&rng, (uint64_t)cfg->vocab_size);
+    }
+    return 1;
+}
+
+static void fixture_free(fixture *f) {
+    forge_model_free(f->m);
+    forge_tape_destroy(f->tape);
+    forge_pool_destroy(f->pool);
+    forge_backend_destroy(f->be);
+}
+
+static forge_model_config small_config(int llama) {
+    forge_model_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", llama ? "test-llama" : "test-gpt2");
+    c.family = llama ? FORGE_FAMILY_LLAMA : FORGE_FAMILY_GPT2;
+    c.vocab_size = 37;
+    c.context_length = 16;
+    c.d_model = 24;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = llama ? 2 : 4;
+    c.ffn_hidden = llama ? 40 : 96;
+    c.norm = llama ? FORGE_NORM_RMSNORM : FORGE_NORM_LAYERNORM;
+    c.norm_eps = 1e-5f;
+    c.positions = llama ? FORGE_POSITIONS_ROPE : FORGE_POSITIONS_LEARNED;
+    c.rope_theta = 10000.0f;
+    c.activation = llama ? FORGE_ACTIVATION_SWIGLU : FORGE_ACTIVATION_GELU;
+    c.bias = !llama;
+    c.tied_embeddings = !llama;
+    c.init_std = 0.02f;
+    return c;
+}
+
+static void test_layout(void) {
+    const char *names[] = {"tiny", "tiny-llama", "gpt-10m", "gpt-25m"};
+    for (int i = 0; i < 4; i++) {
+        TEST_CASE(names[i]);
+        forge_model_config cfg;
+        CHECK_OK(forge_config_resolve(&cfg, names[i], "configs"));
+        if (test_case_failed()) continue;
+        fixture f;
+        CHECK(fixture_init(&f, &cfg, 1, 4, 0));
+        if (!test_case_failed()) {
+            CHECK_MSG((int64_t)f.m->n_elements == forge_config_param_count(&cfg), "%zu params vs config's %lld",
+                      f.m->n_elements, (long long)forge_config_param_count(&cfg));
+            if (cfg.family == FORGE_FAMILY_GPT2) {
+                CHECK(forge_model_find_param(f.m, "transformer.wte.weight") != NULL);
+                CHECK(forge_model_find_param(f.m, "transformer.h.0.attn.c_attn.weight") != NULL);
+            } else {
+                CHECK(forge_model_find_param(f.m, "model.layers.0.self_attn.q_proj.weight") != NULL);
+                CHECK(forge_model_find_param(f.m, "lm_head.weight") != NULL);
+            }
+        }
+        fixture_free(&f);
+    }
+}
+
+static void test_init_and_initial_loss(void) {
+    TEST_CASE("init: std 0.02, residual projections scaled, loss near log(V)");
+    forge_model_config cfg = small_config(0);
+    cfg.vocab_size = 512;
+    cfg.d_model = 64;
+    cfg.n_layers = 4;
+    cfg.ffn_hidden = 256;
+    fixture f;
+    CHECK(fixture_init(&f, &cfg, 2, 16, 0));
+    if (test_case_failed()) return;
+    const forge_param *wte = forge_model_find_param(f.m, "transformer.wte.weight");
+    const forge_param *proj = forge_model_find_param(f.m, "transformer.h.0.attn.c_proj.weight");
+    const forge_param *ln = forge_model_find_param(f.m, "transformer.h.0.ln_1.weight");
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < wte->t->numel; i++) s2 += (double)forge_f32(wte->t)[i] * forge_f32(wte->t)[i];
+    CHECK_NEAR(sqrt(s2 / wte->t->numel), 0.02, 0.001);
+    s2 = 0;
+    for (size_t i = 0; i < proj->t->numel; i++) s2 += (double)forge_f32(proj->t)[i] * forge_f32(proj->t)[i];
+    CHECK_NEAR(sqrt(s2 / proj->t->numel), 0.02 / sqrt(8.0), 0.0008);
+    for (size_t i = 0; i < ln->t->numel; i++) s += forge_f32(ln->t)[i];
+    CHECK(s == (double)ln->t->numel);
+    CHECK(wte->decay && !ln->decay);
+    forge_tensor *losses;
+    CHECK_OK(forge_model_forward(f.m, f.tape, f.ids, f.targets, 1.0f, &losses));
+    double mean = 0;
+    for (int i = 0; i < 32; i++) mean += forge_f32(losses)[i] / 32;
+    CHECK_NEAR(mean, log(512.0), 0.15);
+    forge_tape_reset(f.tape);
+    fixture_free(&f);
+}
+
+/* Whole-model gradient against central differences of the mean loss, on a few
+ * coordinates of every parameter tensor (reference backend, fp32 forward). */
+static void model_gradcheck(int llama) {
+    TEST_CASE(llama ? "gradcheck: whole llama model (rope, swiglu, rmsnorm, GQA, untied)"
+                    : "gradcheck: whole gpt2 model (learned pos, gelu, layernorm, tied)");
+    forge_model_config cfg = small_config(llama);
+    int B = 2, T = 5, N = B * T;
+    fixture f;
+    CHECK(fixture_init(&f, &cfg, B, T, 1));
+    if (test_case_failed()) return;
+    /* larger weights than the 0.02 init so every path carries signal; h and the
+     * 0.05 floor in the error balance curvature against fp32 noise in the loss */
+    float *p = malloc(f.m->n_elements * sizeof(float));
+    float *g = malloc(f.m->n_elements * sizeof(float));
+    CHECK_OK(forge_model_get_params(f.m, p));
+    for (size_t i = 0; i < f.m->n_elements; i++) p[i] *= 4.0f;
+    CHECK_OK(forge_model_set_params(f.m, p));
+    forge_tensor *losses;
+    CHECK_OK(forge_model_zero_grad(f.m));
+    CHECK_OK(forge_model_forward(f.m, f.tape, f.ids, f.targets, 1.0f / N, &losses));
+    CHECK_OK(forge_tape_backward(f.tape));
+    forge_tape_reset(f.tape);
+    CHECK_OK(forge_model_get_grads(f.m, g));
+    forge_tape_set_recording(f.tape, 0);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int k = 0; k < f.m->n_params; k++) {
+        const forge_param *pp = &f.m->params[k];
+        for (int probe = 0; probe < 3; probe++) {
+            size_t idx = pp->offset + (size_t)(probe * 7919) % pp->t->numel;
+            float keep = p[idx];
+            double lsum[2];
+            const float h = 5e-3f;
+            for (int side = 0; side < 2; side++) {
+                p[idx] = keep + (side ? -h : h);
+                CHECK_OK(forge_model_set_params(f.m, p));
+                CHECK_OK(forge_model_forward(f.m, f.tape, f.ids, f.targets, 0.0f, &losses));
+                lsum[side] = 0;
+                for (int i = 0; i < N; i++) lsum[side] += forge_f32(losses)[i];
+                forge_tape_reset(f.tape);
+            }
+            p[idx] = keep;
+            double num = (lsum[0] - lsum[1]) / N / (2.0 * h);
+            double err = fabs(num - g[idx]) / (fabs(num) + 0.05);
+            if (err > worst) {
+                worst = err;
+                worst_name = pp->name;
+            }
+        }
+    }
+    CHECK_OK(forge_model_set_params(f.m, p));
+    CHECK_MSG(worst < 2e-2, "worst relative error %.3g at %s", worst, worst_name);
+    free(p);
+    free(g);
+    fixture_free(&f);
+}
+
+static void test_overfit(int llama) {
+    TEST_CASE(llama ? "overfit: tiny llama memorises one batch (loss < 0.1)"
+                    : "overfit: tiny gpt2 memorises one batch (loss < 0.1)");
+    forge_model_config cfg = small_config(llama);
+    cfg.vocab_size = 64;
+    cfg.d_model = 48;
+    cfg.ffn_hidden = llama ? 96 : 192;
+    int B = 4, T = 16, N = B * T;
+    fixture f;
+    CHECK(fixture_init(&f, &cfg, B, T, 0));
+    if (test_case_failed()) return;
+    forge_optimizer *opt;
+    forge_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
+    CHECK_OK(forge_optimizer_create(&opt, f.m, ac));
+    float loss = 99;
+    for (int step = 0; step < 300 && loss >= 0.1f; step++) {
+        forge_tensor *losses;
+        CHECK_OK(forge_model_zero_grad(f.m));
+        CHECK_OK(forge_model_forward(f.m, f.tape, f.ids, f.targets, 1.0f / N, &losses));
+        CHECK_OK(forge_tape_backward(f.tape));
+        double s = 0;
+        for (int i = 0; i < N; i++) s += forge_f32(losses)[i];
+        loss = (float)(s / N);
+        forge_tape_reset(f.tape);
+        CHECK_OK(forge_optimizer_grad_norm(opt));
+        CHECK_OK(forge_optimizer_update(opt, 1e-2f));
+        if (test_case_failed()) break;
+    }
+    CHECK_MSG(loss < 0.1f, "loss after training is %.4f", loss);
+    forge_optimizer_free(opt);
+    fixture_free(&f);
+}
+
+void suite_model(void) {
+    test_layout();
+    test_init_and_initial_loss();
+    model_gradcheck(0);
+    model_gradcheck(1);
+    test_overfit(0);
+    test_overfit(1);
+}
