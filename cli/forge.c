@@ -21,6 +21,7 @@
 
 #include "../src/backend/backend.h"
 #include "../src/bench/bench.h"
+#include "../src/bench/bench_ops.h"
 #include "../src/bench/bench_train.h"
 #include "../src/core/status.h"
 #include "../src/data/corpus.h"
@@ -445,10 +446,11 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
 /* ---- forge bench ---------------------------------------------------------------- */
 
 static const char *BENCH_HELP =
-    "usage: forge bench [train|matmul|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "usage: forge bench [train|matmul|ops|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
-    "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n";
+    "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
+    "  ops     each op's time at gpt-10m training shapes (B=8, T=512)\n";
 
 static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
@@ -473,7 +475,9 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (s != FORGE_OK) return fail(s);
     int do_train = strcmp(what, "train") == 0 || strcmp(what, "all") == 0;
     int do_matmul = strcmp(what, "matmul") == 0 || (strcmp(what, "all") == 0 && strcmp(device, "cpu") == 0);
-    if (!do_train && !do_matmul) return fail(usage_error("bench", "unknown suite ", what));
+    int do_ops = strcmp(what, "ops") == 0;
+    if (!do_train && !do_matmul && !do_ops) return fail(usage_error("bench", "unknown suite ", what));
+    if (do_ops) s = forge_bench_ops(stdout, device, 8, 512, 384, 6, 8192);
     if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
     if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, device, configs_dir(argv0), (int)steps);
     return s == FORGE_OK ? 0 : fail(s);

@@ -7,6 +7,9 @@
  * the batch, logits, loss, every gradient, and 10 AdamW losses. Agreement
  * checks forge's model definition, HF naming and layouts, every op's maths,
  * and the optimizer at once. If they disagree, the CPU reference is wrong.
+ *
+ * FORGE_GOLDEN_DEVICE=cuda runs the same comparison on the GPU backend (the
+ * device script does); the default is the CPU reference backend.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -62,7 +65,16 @@ static void golden_case(const char *name) {
     forge_pool *pool;
     forge_tape *tape;
     forge_model *m;
-    CHECK_OK(forge_cpu_backend_create(&be, 0, 1));
+    const char *device = getenv("FORGE_GOLDEN_DEVICE");
+    if (device && strcmp(device, "cpu") != 0)
+        CHECK_OK(forge_backend_create(&be, device));
+    else
+        CHECK_OK(forge_cpu_backend_create(&be, 0, 1));
+    if (test_case_failed()) {
+        forge_safetensors_close(g);
+        return;
+    }
+    float *host = malloc((size_t)N * V * sizeof(float));
     CHECK_OK(forge_pool_create(&pool, be));
     CHECK_OK(forge_tape_create(&tape, pool));
     CHECK_OK(forge_model_create(&m, &cfg, pool, 0));
@@ -71,13 +83,14 @@ static void golden_case(const char *name) {
     forge_tensor *ids, *tgt, *out;
     CHECK_OK(forge_pool_tensor(pool, &ids, FORGE_I32, 2, shape, 1));
     CHECK_OK(forge_pool_tensor(pool, &tgt, FORGE_I32, 2, shape, 1));
-    memcpy(ids->data, ids_e->data, (size_t)N * 4);
-    memcpy(tgt->data, tgt_e->data, (size_t)N * 4);
+    CHECK_OK(be->copy_to_device(be, ids->data, ids_e->data, (size_t)N * 4));
+    CHECK_OK(be->copy_to_device(be, tgt->data, tgt_e->data, (size_t)N * 4));
 
     /* logits */
     forge_tape_set_recording(tape, 0);
     CHECK_OK(forge_model_forward(m, tape, ids, NULL, 0, &out));
-    double le = max_abs_err(forge_f32(out), logits_e->data, (size_t)N * V);
+    CHECK_OK(be->copy_to_host(be, host, out->data, (size_t)N * V * sizeof(float)));
+    double le = max_abs_err(host, logits_e->data, (size_t)N * V);
     CHECK_MSG(le <= 1e-4, "logits max abs error %.3g", le);
     forge_tape_reset(tape);
     forge_tape_set_recording(tape, 1);
@@ -85,8 +98,9 @@ static void golden_case(const char *name) {
     /* loss and gradients */
     CHECK_OK(forge_model_zero_grad(m));
     CHECK_OK(forge_model_forward(m, tape, ids, tgt, 1.0f / N, &out));
+    CHECK_OK(be->copy_to_host(be, host, out->data, (size_t)N * sizeof(float)));
     double loss = 0;
-    for (int i = 0; i < N; i++) loss += forge_f32(out)[i];
+    for (int i = 0; i < N; i++) loss += host[i];
     loss /= N;
     CHECK_OK(forge_tape_backward(tape));
     forge_tape_reset(tape);
@@ -127,8 +141,9 @@ static void golden_case(const char *name) {
     for (int step = 0; step < steps && !test_case_failed(); step++) {
         CHECK_OK(forge_model_zero_grad(m));
         CHECK_OK(forge_model_forward(m, tape, ids, tgt, 1.0f / N, &out));
+        CHECK_OK(be->copy_to_host(be, host, out->data, (size_t)N * sizeof(float)));
         double l = 0;
-        for (int i = 0; i < N; i++) l += forge_f32(out)[i];
+        for (int i = 0; i < N; i++) l += host[i];
         l /= N;
         CHECK_OK(forge_tape_backward(tape));
         forge_tape_reset(tape);
@@ -137,6 +152,7 @@ static void golden_case(const char *name) {
         CHECK_OK(forge_optimizer_grad_norm(opt));
         CHECK_OK(forge_optimizer_update(opt, lr));
     }
+    free(host);
     forge_optimizer_free(opt);
     forge_model_free(m);
     forge_tape_destroy(tape);

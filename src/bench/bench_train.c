@@ -80,6 +80,7 @@ static forge_status bench_one(FILE *out, forge_backend *be, const char *configs_
                 cfg.name, be->name, B, T, m->n_elements, med * 1e3, times[0] * 1e3, times[steps - 1] * 1e3,
                 tok_s, ps.peak_reserved / 1048576.0, flops * tok_s / 1e9,
                 peak_flops > 0 ? 100.0 * flops * tok_s / peak_flops : 0.0);
+        fflush(out);
     }
     forge_optimizer_free(opt);
     forge_model_free(m);
