@@ -234,7 +234,25 @@ static void test_tinystories_learns(void) {
               logf(320.0f));
 }
 
+static void test_peak_memory_accumulation(void) {
+    TEST_CASE("memory: peak bytes equal with 1 and 8 accumulation steps (micro-batch memory recycled)");
+    if (!data_dir()) return;
+    size_t peak[2];
+    int accum[2] = {1, 8};
+    for (int k = 0; k < 2; k++) {
+        forge_train_options o;
+        base_options(&o, write_config(TINY_GPT2), test_tmpdir());
+        o.steps = 2;
+        o.tokens_per_step = 4L * 32 * accum[k];
+        forge_train_result r;
+        CHECK_OK(forge_train(&o, &r));
+        peak[k] = r.peak_bytes;
+    }
+    CHECK_MSG(peak[0] == peak[1] && peak[0] > 0, "peak %zu bytes (accum 1) vs %zu (accum 8)", peak[0], peak[1]);
+}
+
 void suite_train(void) {
+    test_peak_memory_accumulation();
     test_resume_exact(TINY_GPT2, "resume: 20 steps == 10 + resume + 10, bitwise (gpt2, accumulation 2)");
     test_resume_exact(TINY_LLAMA, "resume: 20 steps == 10 + resume + 10, bitwise (llama)");
     test_checkpoint_round_trip();
