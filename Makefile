@@ -12,7 +12,12 @@ ARCH     ?= native
 CC       ?= cc
 NVCC     ?= nvcc
 OPT      ?= -O3
-CFLAGS   := -std=c11 $(OPT) -march=$(ARCH) -fopenmp -Wall -Wextra -D_GNU_SOURCE -g $(EXTRA_CFLAGS)
+# The commit and dirty flag are built in: benchmark provenance needs them on
+# machines that receive the binary without the git history.
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+GIT_DIRTY  := $(shell git diff --quiet HEAD 2>/dev/null && echo 0 || echo 1)
+CFLAGS   := -std=c11 $(OPT) -march=$(ARCH) -fopenmp -Wall -Wextra -D_GNU_SOURCE -g $(EXTRA_CFLAGS) \
+            -DFORGE_GIT_COMMIT='"$(GIT_COMMIT)"' -DFORGE_GIT_DIRTY=$(GIT_DIRTY)
 LDLIBS   := -lcjson -lpcre2-8 -lm
 CUDA_HOME ?= /usr/local/cuda
 NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=c++17 \
@@ -20,7 +25,7 @@ NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=
 BUILD    := build
 
 CORE_SRC := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' -not -name 'backend_nocuda.c' | sort)
-CUDA_SRC := $(shell find src/backend/cuda -name '*.cu' 2>/dev/null | sort)
+CUDA_SRC := $(shell find src -name '*.cu' 2>/dev/null | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
 BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
 
@@ -60,7 +65,7 @@ $(BUILD)/cuda/%.o: %.cu
 
 # cudart is static; cuBLAS (the FORGE_MATMUL=cublas reference path) is the
 # shared libcublas.so.13 of the toolkit, found through the rpath or LD_LIBRARY_PATH.
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++
 GPU_TEST_SRC := $(shell find tests_gpu -name '*.c' 2>/dev/null | sort)
 
 cuda: $(BUILD)/cuda/forge $(BUILD)/cuda/forge_tests $(BUILD)/cuda/forge_gpu_tests

@@ -172,7 +172,14 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, int devic
         return forge_error(FORGE_ERR_OOM, "forge_cuda_backend_create: out of host memory");
     }
     ctx->matmul_impl = impl;
-    be->name = "cuda";
+    /* The matmul path is part of the name, so every log line that names the
+     * backend says which GEMM ran (cuBLAS is never chosen silently). */
+    static const char *names[] = {"cuda (matmul: forge simt)", "cuda (matmul: forge simt64)",
+                                  "cuda (matmul: forge simt128)", "cuda (matmul: cuBLAS fp32)"};
+    be->name = impl == CUDA_MATMUL_CUBLAS    ? names[3]
+               : impl == CUDA_MATMUL_SIMT64  ? names[1]
+               : impl == CUDA_MATMUL_SIMT128 ? names[2]
+                                             : names[0];
     be->kind = FORGE_DEVICE_CUDA;
     be->ctx = ctx;
     forge_status s = cuda_ctx_init(ctx, device_index);

@@ -1,0 +1,137 @@
+/*
+ * harness.h: the benchmark harness every `forge bench` suite uses.
+ *
+ * A number forge reports must be one a reader can trust and re-derive, so a
+ * suite never times a kernel directly. It describes CELLS (one kernel, one
+ * shape, one precision) and the harness:
+ *   1. runs the cell's check first: the output is poisoned, the kernel runs
+ *      once, and the cell's checker compares every element with a float64
+ *      reference computed from the SAME ROUNDED INPUTS the kernel consumed
+ *      (input quantisation cancels; only the kernel's own error remains). A
+ *      cell over its precision's tolerance, or with an unwritten output, is
+ *      `garbage`: reported, written to the CSV, excluded from every summary.
+ *   2. times it: warm-up, then R repetitions (default 100, never fewer than
+ *      30) with the timer the suite provides (CUDA events on the GPU), rotating
+ *      among the cell's input sets so L2-resident inputs do not flatter it.
+ *   3. reports the median, a bootstrap 95% CI of the median (fixed seed, 10^4
+ *      resamples, PCG32 indices: tools/reverify.py re-derives it exactly),
+ *      min and max, and keeps every per-rep sample in a second CSV.
+ *   4. compares cells within a GROUP against the group's baselines measured
+ *      in the same run: a cell "wins" only at >= 1.10x the strongest passing
+ *      baseline; a lower-precision cell counts as "accelerated" only at >= 1.5x
+ *      its named higher-precision counterpart.
+ * A run records provenance (commit + dirty flag, suite-config hash, input-
+ * recipe hash, seed, GPU, SM count, driver, toolkit, clocks at start and end);
+ * a run missing any field is refused, not written.
+ */
+#ifndef FORGE_HARNESS_H
+#define FORGE_HARNESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../core/status.h"
+
+typedef enum {
+    FORGE_PREC_FP32 = 0,
+    FORGE_PREC_TF32,
+    FORGE_PREC_BF16,
+    FORGE_PREC_FP16,
+    FORGE_PREC_FP8,
+    FORGE_PREC_COUNT
+} forge_precision;
+
+const char *forge_precision_name(forge_precision p);
+/* The one place tolerances live: relative Frobenius error ||out - ref|| / ||ref||
+ * allowed for a kernel whose inputs are in precision p (fp32 1e-5, tf32 1e-3,
+ * bf16 1e-2, fp16 5e-3, fp8 5e-2 unless a later measurement says otherwise). */
+double forge_precision_tolerance(forge_precision p);
+
+/* What the harness times with. The CUDA implementation records events on the
+ * suite's stream; the CPU one reads a monotonic clock. */
+typedef struct {
+    void *ctx;
+    forge_status (*start)(void *ctx);
+    forge_status (*stop)(void *ctx, double *elapsed_ms); /* waits for completion */
+} forge_bench_timer;
+
+/* Provenance: every field is required (non-empty strings, sm_count > 0). */
+typedef struct {
+    char commit[64];       /* git commit, built in at compile time */
+    int dirty;             /* 1 if the tree had uncommitted changes */
+    char gpu_name[128];    /* or the CPU model for CPU suites */
+    int sm_count;          /* or the CPU thread count */
+    char driver[64];       /* or "none" for CPU suites */
+    char toolkit[64];      /* CUDA runtime version, or the C compiler */
+    int clock_sm_mhz_start, clock_sm_mhz_end;   /* -1 if unreadable (recorded as such) */
+    int clock_mem_mhz_start, clock_mem_mhz_end;
+} forge_provenance;
+
+typedef struct {
+    const char *suite;        /* "gemm", "characterize", "attention", "ops", "train" */
+    const char *results_root; /* default "results": writes <root>/<date>_<commit>/<suite>.csv */
+    const char *config_text;  /* the suite's configuration, hashed into provenance */
+    const char *input_recipe; /* how inputs are generated, hashed into provenance */
+    uint64_t seed;
+    int reps;                 /* default 100; values below 30 are raised to 30 */
+    int warmup;               /* default 10 */
+    FILE *out;                /* human-readable table (stdout) */
+} forge_harness_config;
+
+typedef struct {
+    const char *name;         /* "forge_wgmma_bf16", "cublas_bf16", ... */
+    const char *group;        /* cells compared together: "bf16 4096x4096x4096" */
+    int is_baseline;          /* a baseline of its group */
+    const char *counterpart;  /* for the acceleration bar: name of the higher-precision
+                               * cell in the same group's shape (NULL if none) */
+    const char *counterpart_group; /* group of the counterpart (NULL: same group) */
+    forge_precision precision;
+    double flops;             /* work per run, for TFLOP/s (0 if not meaningful) */
+    double bytes;             /* bytes moved per run, for GB/s (0 if not meaningful) */
+    int n_input_sets;         /* rotation: run(ctx, i % n_input_sets) */
+    void *ctx;
+    /* poison the output(s) before the check run */
+    forge_status (*poison)(void *ctx);
+    /* one run of the kernel on input set i; asynchronous is fine */
+    forge_status (*run)(void *ctx, int input_set);
+    /* after one run on input set 0 (synchronised): relative error vs the
+     * float64 reference of the same rounded inputs, and whether every output
+     * element was written (no poison left) */
+    forge_status (*check)(void *ctx, double *rel_err, int *fully_written);
+    /* tolerance override (0 = the precision's default); must be justified in
+     * the suite's source next to the cell */
+    double tolerance;
+} forge_harness_cell;
+
+typedef enum { FORGE_CELL_OK = 0, FORGE_CELL_GARBAGE, FORGE_CELL_FAILED } forge_cell_status;
+
+typedef struct {
+    forge_cell_status status;
+    double rel_err, tolerance;
+    double median_ms, ci_lo_ms, ci_hi_ms, min_ms, max_ms;
+    int reps;
+    double tflops, gbps;
+} forge_cell_result;
+
+typedef struct forge_harness forge_harness;
+
+/* Checks provenance (refuses a run missing any field) and prepares the CSVs. */
+forge_status forge_harness_open(forge_harness **out, const forge_harness_config *cfg,
+                                const forge_provenance *prov, const forge_bench_timer *timer);
+/* Checks, then times one cell; the result is also kept for the verdicts. */
+forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result);
+/* Computes verdicts (ratio vs strongest baseline, win / accelerated), prints
+ * the summary table, writes <suite>.csv and <suite>_samples.csv. */
+forge_status forge_harness_close(forge_harness *h);
+
+/* Median and bootstrap CI exactly as the harness computes them (exposed for
+ * tests and for the re-verifier's reference). samples are not modified. */
+double forge_harness_median(const double *samples, int n);
+void forge_harness_bootstrap_ci(const double *samples, int n, uint64_t seed, int resamples,
+                                double *lo, double *hi);
+
+/* Fills the build-time fields (commit, dirty, toolkit for CPU); the CUDA side
+ * fills the GPU fields (forge_cuda_provenance in the CUDA backend). */
+void forge_provenance_init_host(forge_provenance *p);
+
+#endif
