@@ -42,7 +42,7 @@ typedef struct {
 } args;
 
 static int fail(forge_status s) {
-    fprintf(stderr, "forge: error: %s\n", forge_error_message());
+    fprintf(stderr, "forge: %s%s\n", s == FORGE_ERR_INTERRUPTED ? "" : "error: ", forge_error_message());
     return forge_status_exit_code(s);
 }
 
@@ -301,7 +301,7 @@ static const char *TRAIN_HELP =
     "  --data DIR           train_*.bin / val_*.bin shards + tokenizer, from `forge tokenize`\n"
     "  --out DIR            checkpoints and log.jsonl [runs/<config>]\n"
     "  --device cpu|cuda    [cpu]\n"
-    "  --steps N            optimizer steps [500]\n"
+    "  --steps N            optimizer steps [500; 1000 for the demo]\n"
     "  --batch B            sequences per micro-batch [16]\n"
     "  --seq-len T          tokens per sequence [the config's context_length]\n"
     "  --tokens-per-step N  gradient accumulation to N tokens per step [B*T]\n"
@@ -358,7 +358,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     forge_train_options_default(&o);
     o.configs_dir = configs_dir(argv0);
     const char *out_dir = NULL, *v;
-    long samples = -1, threads = 0, steps = o.steps, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
+    long samples = -1, threads = 0, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
@@ -394,7 +394,8 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         return fail(usage_error("train", "unknown argument ", argv[a.i]));
     }
     if (s != FORGE_OK) return fail(s);
-    o.steps = (int)steps;
+    int steps_given = steps > 0;
+    if (steps_given) o.steps = (int)steps;
     o.batch_size = (int)batch;
     o.seq_len = (int)seq;
     o.tokens_per_step = tps;
@@ -419,6 +420,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         if (s != FORGE_OK) return fail(s);
         o.data_dir = data_buf;
         if (samples < 0) samples = 3;
+        if (!steps_given) o.steps = 1000; /* ~4-5 minutes on 2 cores */
     }
     if (!out_dir) {
         const char *base = strrchr(o.config, '/') ? strrchr(o.config, '/') + 1 : o.config;

@@ -24,13 +24,6 @@ struct forge_loader {
     uint64_t *window_cum; /* (n_shards + 1) prefix sums of sequential windows per shard */
 };
 
-/* splitmix64's finaliser: a bijective 64-bit mix (Steele, Lea, Flood 2014) */
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
 
 /* ------------------------------------------------------------ shard listing */
 
@@ -208,7 +201,7 @@ static void copy_window(const forge_shard *s, uint64_t start, int T, int32_t *in
 forge_status forge_loader_next(forge_loader *ld, int32_t *inputs, int32_t *targets) {
     uint64_t k = ld->batches_drawn;
     forge_rng rng;
-    forge_rng_seed(&rng, mix64(ld->seed ^ mix64(k)), k);
+    forge_rng_seed(&rng, forge_hash64(ld->seed ^ forge_hash64(k)), k);
     uint64_t total = ld->start_cum[ld->n_shards];
     for (int b = 0; b < ld->B; b++) {
         uint64_t u = forge_rng_below(&rng, total);

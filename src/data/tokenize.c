@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../util/rng.h"
 #include "shards.h"
 
 static const char EOT_TEXT[] = "<|endoftext|>";
@@ -22,17 +23,10 @@ static const char *SPLIT_NAME[2] = {"train", "val"};
 
 /* ------------------------------------------------------------------ helpers */
 
-/* splitmix64's finaliser: a bijective 64-bit mix (Steele, Lea, Flood 2014) */
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
 
 /* uniform in [0, 1) from (seed, document index) */
 static double doc_hash(uint64_t seed, uint64_t doc) {
-    return (double)(mix64(seed ^ mix64(doc)) >> 11) * (1.0 / 9007199254740992.0);
+    return (double)(forge_hash64(seed ^ forge_hash64(doc)) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static double now_seconds(void) {

@@ -20,6 +20,9 @@ uint64_t forge_rng_u64(forge_rng *rng);
 uint64_t forge_rng_below(forge_rng *rng, uint64_t n);
 /* uniform in [0, 1) with 24 random bits */
 float forge_rng_uniform(forge_rng *rng);
+/* splitmix64's finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mix,
+ * for deriving independent streams or decisions from (seed, index). */
+uint64_t forge_hash64(uint64_t x);
 /* standard normal (Box-Muller, computed in double) */
 double forge_rng_normal(forge_rng *rng);
 

@@ -50,13 +50,16 @@ static forge_status check_args(const char *op, int n_heads, int n_rot, int HS, f
     return FORGE_OK;
 }
 
-forge_status cpu_rope_forward(forge_backend *be, float *out, const float *inp, int B, int T,
-                              int n_heads, int n_rot, int HS, float theta) {
-    FORGE_TRY(check_args("rope_forward", n_heads, n_rot, HS, theta));
+/* The backward pass is the inverse rotation (sin negated), accumulated into
+ * dinp; the forward pass overwrites out. One loop serves both. */
+static forge_status rope_rotate(forge_backend *be, float *out, const float *inp, int B, int T, int n_heads,
+                                int n_rot, int HS, float theta, float sin_sign, int accumulate,
+                                const char *op) {
+    FORGE_TRY(check_args(op, n_heads, n_rot, HS, theta));
     float *cs;
-    FORGE_TRY(rope_table(&cs, T, HS, theta, "rope_forward"));
+    FORGE_TRY(rope_table(&cs, T, HS, theta, op));
     int half = HS / 2, nt = cpu_threads(be);
-    /* out, inp (B,T,n_heads,HS); out may equal inp */
+    /* out, inp (B,T,n_heads,HS); for the forward pass out may equal inp */
 #pragma omp parallel for collapse(2) num_threads(nt)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -66,14 +69,15 @@ forge_status cpu_rope_forward(forge_backend *be, float *out, const float *inp, i
                 const float *x = inp + off;
                 float *o = out + off;
                 if (h >= n_rot) {
-                    for (int i = 0; i < HS; i++) o[i] = x[i];
+                    for (int i = 0; i < HS; i++) o[i] = accumulate ? o[i] + x[i] : x[i];
                     continue;
                 }
                 for (int i = 0; i < half; i++) {
                     float x0 = x[i], x1 = x[i + half];
-                    float cosv = c[2 * i], sinv = c[2 * i + 1];
-                    o[i] = x0 * cosv - x1 * sinv;
-                    o[i + half] = x1 * cosv + x0 * sinv;
+                    float cosv = c[2 * i], sinv = sin_sign * c[2 * i + 1];
+                    float r0 = x0 * cosv - x1 * sinv, r1 = x1 * cosv + x0 * sinv;
+                    o[i] = accumulate ? o[i] + r0 : r0;
+                    o[i + half] = accumulate ? o[i + half] + r1 : r1;
                 }
             }
         }
@@ -82,33 +86,12 @@ forge_status cpu_rope_forward(forge_backend *be, float *out, const float *inp, i
     return FORGE_OK;
 }
 
+forge_status cpu_rope_forward(forge_backend *be, float *out, const float *inp, int B, int T,
+                              int n_heads, int n_rot, int HS, float theta) {
+    return rope_rotate(be, out, inp, B, T, n_heads, n_rot, HS, theta, 1.0f, 0, "rope_forward");
+}
+
 forge_status cpu_rope_backward(forge_backend *be, float *dinp, const float *dout, int B, int T,
                                int n_heads, int n_rot, int HS, float theta) {
-    FORGE_TRY(check_args("rope_backward", n_heads, n_rot, HS, theta));
-    float *cs;
-    FORGE_TRY(rope_table(&cs, T, HS, theta, "rope_backward"));
-    int half = HS / 2, nt = cpu_threads(be);
-#pragma omp parallel for collapse(2) num_threads(nt)
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            const float *c = cs + (size_t)t * half * 2;
-            for (int h = 0; h < n_heads; h++) {
-                size_t off = (((size_t)b * T + t) * n_heads + h) * HS;
-                const float *d = dout + off;
-                float *dx = dinp + off;
-                if (h >= n_rot) {
-                    for (int i = 0; i < HS; i++) dx[i] += d[i];
-                    continue;
-                }
-                for (int i = 0; i < half; i++) {
-                    float d0 = d[i], d1 = d[i + half];
-                    float cosv = c[2 * i], sinv = c[2 * i + 1];
-                    dx[i] += d0 * cosv + d1 * sinv;
-                    dx[i + half] += d1 * cosv - d0 * sinv;
-                }
-            }
-        }
-    }
-    free(cs);
-    return FORGE_OK;
+    return rope_rotate(be, dinp, dout, B, T, n_heads, n_rot, HS, theta, -1.0f, 1, "rope_backward");
 }
