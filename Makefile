@@ -33,13 +33,18 @@ CPU_OBJ  := $(CORE_SRC:%.c=$(BUILD)/cpu/%.o) $(BUILD)/cpu/src/backend/backend_no
 CUDA_HOST_OBJ := $(CORE_SRC:%.c=$(BUILD)/cuda/%.o)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
 
-.PHONY: all cpu cuda test test-gpu bench asan ptxas clean
+.PHONY: all cpu cuda test test-gpu bench asan ptxas clean reproduce FORCE
 all: cpu
 cpu: $(BUILD)/forge
 
 $(BUILD)/cpu/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# provenance.o is the one object that reads FORGE_GIT_COMMIT/FORGE_GIT_DIRTY:
+# rebuilt on every make so the commit baked into results is never stale.
+FORCE:
+$(BUILD)/cpu/src/bench/provenance.o $(BUILD)/cuda/src/bench/provenance.o: FORCE
 
 $(BUILD)/forge: $(CPU_OBJ) $(BUILD)/cpu/cli/forge.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -82,6 +87,10 @@ test-gpu: $(BUILD)/cuda/forge_gpu_tests
 
 ptxas: cuda
 	python3 scripts/check_ptxas.py $(BUILD)/cuda scripts/ptxas_allowlist.txt
+
+# regenerate docs/figures/*.png from the committed results/*/*.csv (gnuplot, no GPU)
+reproduce:
+	sh scripts/reproduce.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" test

@@ -479,7 +479,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     int do_matmul = strcmp(what, "matmul") == 0 || (strcmp(what, "all") == 0 && strcmp(device, "cpu") == 0);
     int do_ops = strcmp(what, "ops") == 0;
     if (!do_train && !do_matmul && !do_ops) return fail(usage_error("bench", "unknown suite ", what));
-    if (do_ops) s = forge_bench_ops(stdout, device, 8, 512, 384, 6, 8192);
+    if (do_ops) s = forge_bench_ops(stdout, device, strcmp(device, "cpu") ? 8 : 2, strcmp(device, "cpu") ? 512 : 128, 384, 6, 8192, "results");
     if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
     if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, device, configs_dir(argv0), (int)steps);
     return s == FORGE_OK ? 0 : fail(s);

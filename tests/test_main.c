@@ -17,7 +17,8 @@
     X(checkpoint)        \
     X(model)             \
     X(train)             \
-    X(golden)
+    X(golden)            \
+    X(harness)
 
 /* Weak, so a partial build (one suite plus the code it tests) links and runs. */
 #define DECLARE(name) void suite_##name(void) __attribute__((weak));

@@ -11,10 +11,11 @@
 
 #include "../core/status.h"
 
-/* Measures one core's peak FMA throughput, then times the CPU backend's three
- * matmuls at a few GPT-2-sized shapes (median of `reps` after a warm-up) and
- * prints GFLOP/s and the fraction of peak to `out`. FORGE_ERR_NUMERIC if the
- * fast path disagrees with the reference. */
+/* Measures one core's peak FMA throughput, then runs the CPU backend's three
+ * matmuls at a few GPT-2-sized shapes as harness cells (harness.h: 1-thread
+ * baseline vs all threads, float64 check, median + CI of max(reps, 30)),
+ * prints the table and % of peak to `out` and writes results/<date>_<commit>/
+ * cpu_matmul*.csv. FORGE_ERR_NUMERIC if any cell is garbage. */
 forge_status forge_bench_cpu_matmul(FILE *out, int reps);
 
 /* Measured FMA peak of all OpenMP threads, in FLOP/s (threads x one core). */

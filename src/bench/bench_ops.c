@@ -1,10 +1,27 @@
 /*
- * bench_ops.c: per-op times at one model's training shapes (`forge bench ops`).
+ * bench_ops.c: per-op times at one model's training shapes (`forge bench ops`),
+ * each op a harness cell (harness.h) on the cpu or cuda backend.
  *
- * Each op runs 3 warm-up launches, then 15 batches of 10 launches, each batch
- * ended by a synchronize; the reported time is the median batch / 10. This is
- * a first look for the kernel table in the notes (which op dominates a step),
- * not a claim: claims go through the benchmark harness with its checksum gate.
+ * The decisions a reader would otherwise get wrong:
+ * - The gate compares the backend's output with a reference on the SAME
+ *   inputs copied to the host: the matmul cells with a float64 loop
+ *   (bench_check.h), every other op with the CPU reference backend
+ *   (forge_cpu_backend_create(&ref, 1, 1): plain loops, one thread) in fp32,
+ *   against the fp32 tolerance. The fp32 reference is accepted for those ops
+ *   because they are short reductions or elementwise maps whose reference
+ *   error (a few ulps) is far below the tolerance; the float64 requirement
+ *   matters where K is long, which is the matmuls.
+ * - Outputs an op overwrites are poisoned with NaN before the check run; the
+ *   outputs an op accumulates into (every *_backward) or updates in place
+ *   (classifier logits, AdamW param/m/v) are reset to known random start
+ *   values instead, and the reference starts from the same values
+ *   (bench_check.h says how "unwritten" is detected then).
+ * - Inputs come in OPS_SETS random sets, rotated across reps (run(ctx, i % 3)),
+ *   so on the GPU a small op's inputs are not all L2-resident from the
+ *   previous rep; outputs are shared.
+ * - No baselines: this suite reports per-op times (which op dominates a
+ *   step), so every passing cell's verdict is "no-baseline". Claims of a
+ *   faster kernel belong in suites that time a baseline in the same run.
  * Inputs are random, never zeros.
  */
 #include "bench_ops.h"
@@ -12,160 +29,404 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../backend/backend.h"
 #include "../util/rng.h"
+#include "bench_check.h"
+#include "harness.h"
+#ifdef FORGE_WITH_CUDA
+#include "../backend/cuda/cuda_backend.h"
+#include "harness_cuda.h"
+#endif
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#define OPS_SETS 3
+#define OPS_MAX_BUFS 8
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-enum { OPS_LARGE = 0, OPS_A, OPS_B, OPS_C, OPS_D, OPS_E, OPS_N_BUFS };
+typedef enum {
+    BUF_IN,      /* read-only input, OPS_SETS random sets */
+    BUF_OUT,     /* overwritten: poisoned with NaN before the check */
+    BUF_UPDATE,  /* accumulated into or updated in place: reset to its start values */
+    BUF_SCRATCH, /* workspace, contents undefined: not checked */
+    BUF_IDS,     /* int32 ids in [0, V), OPS_SETS sets */
+    BUF_PROBS    /* input (B*NH, T, T) of causal softmax rows: zero above the
+                  * diagonal, rows summing to 1, as attention_forward saves them
+                  * (the CUDA backward skips the upper triangle) */
+} buf_kind;
 
 typedef struct {
-    forge_backend *be;
     int B, T, C, NH, HS, V, H, N;
-    float *buf[OPS_N_BUFS]; /* each max_floats long */
-    int32_t *ids;
-    float *scalar;
-} ops_ctx;
+} ops_shape;
 
-typedef forge_status (*op_fn)(ops_ctx *c);
+typedef struct {
+    buf_kind kind;
+    size_t n;      /* elements */
+    float lo, hi;  /* uniform start values */
+} buf_spec;
 
-#define F(i) (c->buf[i])
-static forge_status op_matmul_qkv(ops_ctx *c) {
-    return c->be->matmul_forward(c->be, F(OPS_A), F(OPS_B), F(OPS_C), F(OPS_D), c->N, c->C, 3 * c->C);
+typedef struct ops_desc ops_desc;
+struct ops_desc {
+    const char *name;
+    int nb;
+    buf_spec b[OPS_MAX_BUFS];
+    forge_status (*call)(forge_backend *be, const ops_shape *s, void *const *p);
+    /* float64 reference (matmul cells): fills ref[i] for every OUT/UPDATE
+     * buffer i from the host start values init[]; NULL = CPU reference backend */
+    void (*ref64)(const ops_shape *s, void *const *init, double **ref);
+    double flops;
+};
+
+/* ---- the ops: buffers in call order ------------------------------------------- */
+
+#define P(i) ((float *)p[i])
+#define PC(i) ((const float *)p[i])
+static forge_status call_mm_fwd(forge_backend *be, const ops_shape *s, void *const *p, int OC) {
+    return be->matmul_forward(be, P(0), PC(1), PC(2), PC(3), s->N, s->C, OC);
 }
-static forge_status op_matmul_fc(ops_ctx *c) {
-    return c->be->matmul_forward(c->be, F(OPS_A), F(OPS_B), F(OPS_C), F(OPS_D), c->N, c->C, c->H);
+static forge_status call_qkv(forge_backend *be, const ops_shape *s, void *const *p) {
+    return call_mm_fwd(be, s, p, 3 * s->C);
 }
-static forge_status op_matmul_fc_dx(ops_ctx *c) {
-    return c->be->matmul_backward_input(c->be, F(OPS_A), F(OPS_B), F(OPS_C), c->N, c->C, c->H);
+static forge_status call_fc(forge_backend *be, const ops_shape *s, void *const *p) {
+    return call_mm_fwd(be, s, p, s->H);
 }
-static forge_status op_matmul_fc_dw(ops_ctx *c) {
-    return c->be->matmul_backward_weight(c->be, F(OPS_A), F(OPS_D), F(OPS_B), F(OPS_C), c->N, c->C, c->H);
+static forge_status call_fc_dx(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->matmul_backward_input(be, P(0), PC(1), PC(2), s->N, s->C, s->H);
 }
-static forge_status op_lm_head(ops_ctx *c) {
-    return c->be->matmul_forward(c->be, F(OPS_LARGE), F(OPS_B), F(OPS_C), NULL, c->N, c->C, c->V);
+static forge_status call_fc_dw(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->matmul_backward_weight(be, P(0), P(1), PC(2), PC(3), s->N, s->C, s->H);
 }
-static forge_status op_layernorm_fwd(ops_ctx *c) {
-    return c->be->layernorm_forward(c->be, F(OPS_A), F(OPS_D), F(OPS_E), F(OPS_B), F(OPS_C), F(OPS_C), c->N,
-                                    c->C, 1e-5f);
+static forge_status call_lm_head(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->matmul_forward(be, P(0), PC(1), PC(2), NULL, s->N, s->C, s->V);
 }
-static forge_status op_layernorm_bwd(ops_ctx *c) {
-    return c->be->layernorm_backward(c->be, F(OPS_A), F(OPS_D), F(OPS_E), F(OPS_B), F(OPS_C), F(OPS_C),
-                                     F(OPS_D), F(OPS_E), c->N, c->C);
+static forge_status call_ln_fwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->layernorm_forward(be, P(0), P(1), P(2), PC(3), PC(4), PC(5), s->N, s->C, 1e-5f);
 }
-static forge_status op_gelu_fwd(ops_ctx *c) {
-    return c->be->gelu_forward(c->be, F(OPS_A), F(OPS_B), (size_t)c->N * c->H);
+static forge_status call_ln_bwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->layernorm_backward(be, P(0), P(1), P(2), PC(3), PC(4), PC(5), PC(6), PC(7), s->N, s->C);
 }
-static forge_status op_gelu_bwd(ops_ctx *c) {
-    return c->be->gelu_backward(c->be, F(OPS_A), F(OPS_B), F(OPS_C), (size_t)c->N * c->H);
+static forge_status call_gelu_fwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->gelu_forward(be, P(0), PC(1), (size_t)s->N * s->H);
 }
-static forge_status op_attention_fwd(ops_ctx *c) {
-    return c->be->attention_forward(c->be, F(OPS_A), F(OPS_LARGE), F(OPS_B), c->B, c->T, c->NH, c->NH, c->HS);
+static forge_status call_gelu_bwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->gelu_backward(be, P(0), PC(1), PC(2), (size_t)s->N * s->H);
 }
-static forge_status op_attention_bwd(ops_ctx *c) {
-    /* scratch shares the large buffer's second half */
-    size_t att = (size_t)c->B * c->NH * c->T * c->T;
-    return c->be->attention_backward(c->be, F(OPS_A), F(OPS_LARGE) + att, F(OPS_C), F(OPS_B), F(OPS_LARGE), c->B,
-                                     c->T, c->NH, c->NH, c->HS);
+static forge_status call_residual(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->add_forward(be, P(0), PC(1), PC(2), (size_t)s->N * s->C);
 }
-static forge_status op_classifier(ops_ctx *c) {
-    return c->be->classifier_forward_backward(c->be, F(OPS_A), F(OPS_LARGE), c->ids, c->N, c->V, -1, 1e-4f);
+static forge_status call_att_fwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->attention_forward(be, P(0), P(1), PC(2), s->B, s->T, s->NH, s->NH, s->HS);
 }
-static forge_status op_residual(ops_ctx *c) {
-    return c->be->add_forward(c->be, F(OPS_A), F(OPS_B), F(OPS_C), (size_t)c->N * c->C);
+static forge_status call_att_bwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->attention_backward(be, P(0), P(1), PC(2), PC(3), PC(4), s->B, s->T, s->NH, s->NH, s->HS);
 }
-static forge_status op_adamw(ops_ctx *c) {
+static forge_status call_classifier(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->classifier_forward_backward(be, P(0), P(1), (const int32_t *)p[2], s->N, s->V, -1, 1e-4f);
+}
+static forge_status call_adamw(forge_backend *be, const ops_shape *s, void *const *p) {
     forge_adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
-    size_t n = (size_t)c->N * c->C; /* ~ a 1.5M-parameter slice */
-    return c->be->adamw_update(c->be, F(OPS_A), F(OPS_B), F(OPS_C), F(OPS_D), n, c->scalar, hp);
+    return be->adamw_update(be, P(0), PC(1), P(2), P(3), (size_t)s->N * s->C, PC(4), hp);
+}
+#undef P
+#undef PC
+
+#define F(i) ((const float *)init[i])
+static void ref_qkv(const ops_shape *s, void *const *init, double **ref) {
+    forge_ref64_matmul_forward(ref[0], F(1), F(2), F(3), s->N, s->C, 3 * s->C);
+}
+static void ref_fc(const ops_shape *s, void *const *init, double **ref) {
+    forge_ref64_matmul_forward(ref[0], F(1), F(2), F(3), s->N, s->C, s->H);
+}
+static void ref_fc_dx(const ops_shape *s, void *const *init, double **ref) {
+    forge_ref64_matmul_backward_input(ref[0], F(0), F(1), F(2), s->N, s->C, s->H);
+}
+static void ref_fc_dw(const ops_shape *s, void *const *init, double **ref) {
+    forge_ref64_matmul_backward_weight(ref[0], ref[1], F(0), F(1), F(2), F(3), s->N, s->C, s->H);
+}
+static void ref_lm_head(const ops_shape *s, void *const *init, double **ref) {
+    forge_ref64_matmul_forward(ref[0], F(1), F(2), NULL, s->N, s->C, s->V);
 }
 #undef F
 
-forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C, int NH, int V) {
-    ops_ctx c;
-    memset(&c, 0, sizeof c);
-    FORGE_TRY(forge_backend_create(&c.be, device));
-    forge_backend *be = c.be;
-    c.B = B, c.T = T, c.C = C, c.NH = NH, c.HS = C / NH, c.V = V, c.H = 4 * C, c.N = B * T;
-    size_t small = (size_t)c.N * 4 * C + 4 * (size_t)C * C, att = (size_t)B * NH * T * T;
-    size_t large = (size_t)c.N * V > 2 * att ? (size_t)c.N * V : 2 * att;
-    forge_status s = FORGE_OK;
-    float *host = malloc(large * sizeof(float));
-    int32_t *hids = malloc((size_t)c.N * sizeof(int32_t));
-    if (!host || !hids) s = forge_error(FORGE_ERR_OOM, "bench ops: out of host memory");
-    forge_rng rng;
-    forge_rng_seed(&rng, 11, 0);
-    for (size_t i = 0; s == FORGE_OK && i < large; i++) host[i] = forge_rng_uniform(&rng) * 0.2f - 0.1f;
-    for (int i = 0; s == FORGE_OK && i < c.N; i++) hids[i] = (int32_t)forge_rng_below(&rng, (uint64_t)V);
-    for (int i = 0; i < OPS_N_BUFS && s == FORGE_OK; i++) {
-        size_t n = i == OPS_LARGE ? large : small;
-        s = be->mem_alloc(be, (void **)&c.buf[i], n * sizeof(float));
-        if (s == FORGE_OK) s = be->copy_to_device(be, c.buf[i], host, n * sizeof(float));
+/* Fills the op table for shape s (the sizes depend on it). */
+static int ops_table(ops_desc *o, const ops_shape *s) {
+    size_t N = (size_t)s->N, C = (size_t)s->C, H = (size_t)s->H, V = (size_t)s->V;
+    size_t att = (size_t)s->B * s->NH * s->T * s->T;
+    double T = s->T;
+    const float a = -1.0f, b = 1.0f;
+    int k = 0;
+    o[k++] = (ops_desc){"matmul_forward qkv", 4,
+                        {{BUF_OUT, N * 3 * C, 0, 0}, {BUF_IN, N * C, a, b}, {BUF_IN, 3 * C * C, a, b},
+                         {BUF_IN, 3 * C, a, b}},
+                        call_qkv, ref_qkv, 2.0 * N * C * 3 * C};
+    o[k++] = (ops_desc){"matmul_forward fc", 4,
+                        {{BUF_OUT, N * H, 0, 0}, {BUF_IN, N * C, a, b}, {BUF_IN, H * C, a, b}, {BUF_IN, H, a, b}},
+                        call_fc, ref_fc, 2.0 * N * C * H};
+    o[k++] = (ops_desc){"matmul_backward_input fc", 3,
+                        {{BUF_UPDATE, N * C, a, b}, {BUF_IN, N * H, a, b}, {BUF_IN, H * C, a, b}},
+                        call_fc_dx, ref_fc_dx, 2.0 * N * C * H};
+    o[k++] = (ops_desc){"matmul_backward_weight fc", 4,
+                        {{BUF_UPDATE, H * C, a, b}, {BUF_UPDATE, H, a, b}, {BUF_IN, N * H, a, b},
+                         {BUF_IN, N * C, a, b}},
+                        call_fc_dw, ref_fc_dw, 2.0 * N * C * H};
+    o[k++] = (ops_desc){"matmul_forward lm_head", 3,
+                        {{BUF_OUT, N * V, 0, 0}, {BUF_IN, N * C, a, b}, {BUF_IN, V * C, a, b}},
+                        call_lm_head, ref_lm_head, 2.0 * N * C * V};
+    o[k++] = (ops_desc){"layernorm_forward", 6,
+                        {{BUF_OUT, N * C, 0, 0}, {BUF_OUT, N, 0, 0}, {BUF_OUT, N, 0, 0}, {BUF_IN, N * C, a, b},
+                         {BUF_IN, C, 0.5f, 1.5f}, {BUF_IN, C, a, b}},
+                        call_ln_fwd, NULL, 0};
+    o[k++] = (ops_desc){"layernorm_backward", 8,
+                        {{BUF_UPDATE, N * C, a, b}, {BUF_UPDATE, C, a, b}, {BUF_UPDATE, C, a, b},
+                         {BUF_IN, N * C, a, b}, {BUF_IN, N * C, a, b}, {BUF_IN, C, 0.5f, 1.5f},
+                         {BUF_IN, N, -0.1f, 0.1f}, {BUF_IN, N, 0.5f, 2.0f}},
+                        call_ln_bwd, NULL, 0};
+    o[k++] = (ops_desc){"gelu_forward", 2, {{BUF_OUT, N * H, 0, 0}, {BUF_IN, N * H, -3, 3}}, call_gelu_fwd, NULL, 0};
+    o[k++] = (ops_desc){"gelu_backward", 3,
+                        {{BUF_UPDATE, N * H, a, b}, {BUF_IN, N * H, -3, 3}, {BUF_IN, N * H, a, b}},
+                        call_gelu_bwd, NULL, 0};
+    o[k++] = (ops_desc){"add_forward (residual)", 3,
+                        {{BUF_OUT, N * C, 0, 0}, {BUF_IN, N * C, a, b}, {BUF_IN, N * C, a, b}},
+                        call_residual, NULL, 0};
+    o[k++] = (ops_desc){"attention_forward", 3,
+                        {{BUF_OUT, N * C, 0, 0}, {BUF_OUT, att, 0, 0}, {BUF_IN, N * 3 * C, a, b}},
+                        call_att_fwd, NULL, 4.0 * s->B * s->NH * T * T * s->HS};
+    o[k++] = (ops_desc){"attention_backward", 5,
+                        {{BUF_UPDATE, N * 3 * C, a, b}, {BUF_SCRATCH, att, 0, 0}, {BUF_IN, N * C, a, b},
+                         {BUF_IN, N * 3 * C, a, b}, {BUF_PROBS, att, 0.1f, 1.0f}},
+                        call_att_bwd, NULL, 8.0 * s->B * s->NH * T * T * s->HS};
+    o[k++] = (ops_desc){"classifier_forward_backward", 3,
+                        {{BUF_OUT, N, 0, 0}, {BUF_UPDATE, N * V, -4, 4}, {BUF_IDS, N, 0, 0}}, call_classifier,
+                        NULL, 0};
+    o[k++] = (ops_desc){"adamw_update (N*C params)", 5,
+                        {{BUF_UPDATE, N * C, a, b}, {BUF_IN, N * C, -0.01f, 0.01f}, {BUF_UPDATE, N * C, -0.01f, 0.01f},
+                         {BUF_UPDATE, N * C, 0.0f, 1e-4f}, {BUF_IN, 1, 0.5f, 2.0f}},
+                        call_adamw, NULL, 0};
+    return k;
+}
+#define OPS_MAX 16
+
+/* ---- one op as a harness cell ------------------------------------------------- */
+
+typedef struct {
+    const ops_desc *op;
+    const ops_shape *s;
+    forge_backend *be, *ref;
+    int V;
+    void *dev[OPS_MAX_BUFS][OPS_SETS];  /* device buffers (non-input kinds: [0] only) */
+    void *init[OPS_MAX_BUFS][OPS_SETS]; /* host start values (IN, IDS: every set; UPDATE: [0]) */
+    float *nan_fill;                    /* host NaNs, as long as the longest OUT buffer */
+} ops_cell;
+
+/* rows of T: zero after the diagonal, normalised to sum 1 */
+static void causal_rows(float *x, size_t n, int T) {
+    for (size_t r = 0; r < n / (size_t)T; r++) {
+        float *row = x + r * (size_t)T;
+        int t = (int)(r % (size_t)T);
+        double sum = 0;
+        for (int j = 0; j <= t; j++) sum += row[j];
+        for (int j = 0; j < T; j++) row[j] = j <= t ? (float)(row[j] / sum) : 0.0f;
     }
-    if (s == FORGE_OK) s = be->mem_alloc(be, (void **)&c.ids, (size_t)c.N * sizeof(int32_t));
-    if (s == FORGE_OK) s = be->copy_to_device(be, c.ids, hids, (size_t)c.N * sizeof(int32_t));
-    if (s == FORGE_OK) s = be->mem_alloc(be, (void **)&c.scalar, sizeof(float));
-    if (s == FORGE_OK) s = be->copy_to_device(be, c.scalar, host, sizeof(float));
-    struct {
-        const char *name;
-        op_fn fn;
-        double flops;
-    } ops[] = {
-        {"matmul_forward qkv", op_matmul_qkv, 2.0 * c.N * C * 3 * C},
-        {"matmul_forward fc", op_matmul_fc, 2.0 * c.N * C * c.H},
-        {"matmul_backward_input fc", op_matmul_fc_dx, 2.0 * c.N * C * c.H},
-        {"matmul_backward_weight fc", op_matmul_fc_dw, 2.0 * c.N * C * c.H},
-        {"matmul_forward lm_head", op_lm_head, 2.0 * c.N * C * V},
-        {"layernorm_forward", op_layernorm_fwd, 0},
-        {"layernorm_backward", op_layernorm_bwd, 0},
-        {"gelu_forward", op_gelu_fwd, 0},
-        {"gelu_backward", op_gelu_bwd, 0},
-        {"add_forward (residual)", op_residual, 0},
-        {"attention_forward", op_attention_fwd, 4.0 * B * NH * (double)T * T * c.HS},
-        {"attention_backward", op_attention_bwd, 8.0 * B * NH * (double)T * T * c.HS},
-        {"classifier_forward_backward", op_classifier, 0},
-        {"adamw_update (N*C params)", op_adamw, 0},
-    };
-    if (s == FORGE_OK)
-        fprintf(out, "== forge bench ops (%s) at B=%d T=%d C=%d NH=%d V=%d: median of 15 x 10 launches\n",
-                be->name, B, T, C, NH, V);
-    fflush(out);
-    double samples[15];
-    for (size_t k = 0; k < sizeof ops / sizeof ops[0] && s == FORGE_OK; k++) {
-        for (int w = 0; w < 3 && s == FORGE_OK; w++) s = ops[k].fn(&c);
-        if (s == FORGE_OK) s = be->synchronize(be);
-        for (int r = 0; r < 15 && s == FORGE_OK; r++) {
-            double t0 = now_s();
-            for (int i = 0; i < 10 && s == FORGE_OK; i++) s = ops[k].fn(&c);
-            if (s == FORGE_OK) s = be->synchronize(be);
-            samples[r] = (now_s() - t0) / 10;
+}
+
+static int is_input(buf_kind k) { return k == BUF_IN || k == BUF_IDS || k == BUF_PROBS; }
+static int buf_sets(buf_kind k) { return is_input(k) ? OPS_SETS : 1; }
+
+static void ops_cell_free(ops_cell *c) {
+    for (int i = 0; i < c->op->nb; i++)
+        for (int k = 0; k < OPS_SETS; k++) {
+            if (c->dev[i][k]) c->be->mem_free(c->be, c->dev[i][k]);
+            free(c->init[i][k]);
         }
-        if (s != FORGE_OK) break;
-        qsort(samples, 15, sizeof samples[0], cmp_double);
-        double med = samples[7];
-        fprintf(out, "%-30s %10.1f us  (min %8.1f, max %8.1f)", ops[k].name, med * 1e6, samples[0] * 1e6,
-                samples[14] * 1e6);
-        if (ops[k].flops > 0) fprintf(out, "  %8.1f GFLOP/s", ops[k].flops / med / 1e9);
-        fprintf(out, "\n");
+    free(c->nan_fill);
+}
+
+static forge_status ops_cell_init(ops_cell *c, forge_rng *rng) {
+    size_t max_out = 1;
+    for (int i = 0; i < c->op->nb; i++) {
+        const buf_spec *b = &c->op->b[i];
+        if (b->kind == BUF_OUT && b->n > max_out) max_out = b->n;
+        for (int k = 0; k < buf_sets(b->kind); k++) {
+            FORGE_TRY(c->be->mem_alloc(c->be, &c->dev[i][k], b->n * sizeof(float)));
+            if (b->kind == BUF_OUT || b->kind == BUF_SCRATCH) continue;
+            c->init[i][k] = malloc(b->n * sizeof(float));
+            if (!c->init[i][k]) return forge_error(FORGE_ERR_OOM, "bench ops: %s: out of host memory", c->op->name);
+            if (b->kind == BUF_IDS) {
+                int32_t *ids = c->init[i][k];
+                for (size_t j = 0; j < b->n; j++) ids[j] = (int32_t)forge_rng_below(rng, (uint64_t)c->V);
+            } else {
+                float *x = c->init[i][k];
+                for (size_t j = 0; j < b->n; j++) x[j] = b->lo + (b->hi - b->lo) * forge_rng_uniform(rng);
+                if (b->kind == BUF_PROBS) causal_rows(x, b->n, c->s->T);
+            }
+            if (b->kind != BUF_UPDATE)
+                FORGE_TRY(c->be->copy_to_device(c->be, c->dev[i][k], c->init[i][k], b->n * sizeof(float)));
+        }
+    }
+    c->nan_fill = malloc(max_out * sizeof(float));
+    if (!c->nan_fill) return forge_error(FORGE_ERR_OOM, "bench ops: out of host memory");
+    for (size_t j = 0; j < max_out; j++) c->nan_fill[j] = NAN;
+    return FORGE_OK;
+}
+
+static forge_status ops_poison(void *ctx) {
+    ops_cell *c = ctx;
+    for (int i = 0; i < c->op->nb; i++) {
+        const buf_spec *b = &c->op->b[i];
+        if (b->kind == BUF_OUT) FORGE_TRY(c->be->copy_to_device(c->be, c->dev[i][0], c->nan_fill, b->n * sizeof(float)));
+        if (b->kind == BUF_UPDATE)
+            FORGE_TRY(c->be->copy_to_device(c->be, c->dev[i][0], c->init[i][0], b->n * sizeof(float)));
+    }
+    return FORGE_OK;
+}
+
+static forge_status ops_run(void *ctx, int set) {
+    ops_cell *c = ctx;
+    void *p[OPS_MAX_BUFS];
+    for (int i = 0; i < c->op->nb; i++) p[i] = c->dev[i][buf_sets(c->op->b[i].kind) > 1 ? set : 0];
+    return c->op->call(c->be, c->s, p);
+}
+
+static forge_status ops_check(void *ctx, double *rel_err, int *fully_written) {
+    ops_cell *c = ctx;
+    const ops_desc *op = c->op;
+    void *host[OPS_MAX_BUFS] = {0}, *init0[OPS_MAX_BUFS] = {0};
+    double *ref[OPS_MAX_BUFS] = {0};
+    float *out = NULL;
+    forge_status s = c->be->synchronize(c->be);
+    /* host buffers for the reference: inputs and start values are set 0's */
+    for (int i = 0; i < op->nb && s == FORGE_OK; i++) {
+        const buf_spec *b = &op->b[i];
+        init0[i] = c->init[i][0];
+        if (b->kind == BUF_OUT || b->kind == BUF_UPDATE) {
+            ref[i] = malloc(b->n * sizeof(double));
+            if (!ref[i]) s = forge_error(FORGE_ERR_OOM, "bench ops: %s: no memory for the reference", op->name);
+        }
+        if (!op->ref64 && !is_input(b->kind)) {
+            host[i] = malloc(b->n * sizeof(float));
+            if (!host[i]) s = forge_error(FORGE_ERR_OOM, "bench ops: %s: no memory for the reference", op->name);
+            else if (b->kind == BUF_UPDATE) memcpy(host[i], c->init[i][0], b->n * sizeof(float));
+        } else {
+            host[i] = c->init[i][0];
+        }
+    }
+    if (s == FORGE_OK && op->ref64) {
+        op->ref64(c->s, init0, ref);
+    } else if (s == FORGE_OK) {
+        s = op->call(c->ref, c->s, host);
+        for (int i = 0; i < op->nb && s == FORGE_OK; i++)
+            if (ref[i])
+                for (size_t j = 0; j < op->b[i].n; j++) ref[i][j] = ((const float *)host[i])[j];
+    }
+    /* compare every output the op writes, as one vector */
+    forge_check chk = {0, 0, 0};
+    for (int i = 0; i < op->nb && s == FORGE_OK; i++) {
+        const buf_spec *b = &op->b[i];
+        if (!ref[i]) continue;
+        free(out);
+        out = malloc(b->n * sizeof(float));
+        if (!out) {
+            s = forge_error(FORGE_ERR_OOM, "bench ops: %s: no memory for the output copy", op->name);
+            break;
+        }
+        s = c->be->copy_to_host(c->be, out, c->dev[i][0], b->n * sizeof(float));
+        if (s == FORGE_OK) forge_check_add(&chk, out, ref[i], b->kind == BUF_UPDATE ? c->init[i][0] : NULL, b->n);
+    }
+    free(out);
+    for (int i = 0; i < op->nb; i++) {
+        free(ref[i]);
+        if (host[i] != c->init[i][0]) free(host[i]);
+    }
+    *rel_err = forge_check_rel_err(&chk);
+    *fully_written = chk.unwritten == 0;
+    return s;
+}
+
+/* Minimum traffic of one run: inputs read, outputs written, updates both. */
+static double ops_bytes(const ops_desc *op) {
+    double bytes = 0;
+    for (int i = 0; i < op->nb; i++) {
+        buf_kind k = op->b[i].kind;
+        double n = (double)op->b[i].n * 4;
+        bytes += k == BUF_UPDATE ? 2 * n : k == BUF_SCRATCH ? 0 : n;
+    }
+    return bytes;
+}
+
+static const char *OPS_RECIPE =
+    "ops: PCG32 forge_rng_seed(11, 0); per op in table order, per buffer in call order, per input set 0..2: "
+    "inputs and start values lo + (hi - lo) * forge_rng_uniform (ranges in bench_ops.c ops_table), ids "
+    "forge_rng_below(V); overwritten outputs poisoned with NaN";
+
+forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C, int NH, int V,
+                             const char *results_root) {
+    forge_backend *be = NULL, *ref = NULL;
+    FORGE_TRY(forge_backend_create(&be, device));
+    forge_status s = forge_cpu_backend_create(&ref, 1, 1);
+    ops_shape sh = {B, T, C, NH, C / NH, V, 4 * C, B * T};
+    int cuda = be->kind == FORGE_DEVICE_CUDA;
+    forge_provenance prov;
+    forge_provenance_init_host(&prov);
+    forge_bench_timer timer = forge_cpu_bench_timer();
+    int timer_is_cuda = 0, cuda_device = 0;
+    /* one results file per backend variant: a cuBLAS run and a forge-GEMM run
+     * of the same commit land in the same folder */
+    char suite[64] = "ops_cpu";
+#ifdef FORGE_WITH_CUDA
+    if (cuda) snprintf(suite, sizeof suite, "ops_cuda_%s", forge_cuda_matmul_impl(be));
+    if (cuda && s == FORGE_OK) {
+        cuda_device = forge_cuda_backend_device(be);
+        s = forge_cuda_provenance(&prov, cuda_device);
+        if (s == FORGE_OK) s = forge_cuda_bench_timer_create(&timer, forge_cuda_backend_stream(be));
+        timer_is_cuda = s == FORGE_OK;
+    }
+#else
+    if (cuda) s = forge_error(FORGE_ERR_UNSUPPORTED, "bench ops: a cuda backend in a build without FORGE_WITH_CUDA");
+#endif
+    char config[256];
+    snprintf(config, sizeof config, "ops backend=%s B=%d T=%d C=%d NH=%d V=%d input_sets=%d", be->name, B, T, C,
+             NH, V, OPS_SETS);
+    forge_harness_config cfg = {.suite = suite, .results_root = results_root, .config_text = config,
+                                .input_recipe = OPS_RECIPE, .seed = 11, .reps = cuda ? 100 : 30,
+                                .warmup = cuda ? 10 : 3, .out = out};
+    forge_harness *h = NULL;
+    if (s == FORGE_OK) s = forge_harness_open(&h, &cfg, &prov, &timer);
+    if (s == FORGE_OK) {
+        fprintf(out,
+                "== forge bench ops (%s) at B=%d T=%d C=%d NH=%d V=%d: per-op times, no baselines (verdict "
+                "no-baseline);\n   check vs a float64 loop (matmuls) or the CPU reference backend (other ops)\n",
+                be->name, B, T, C, NH, V);
         fflush(out);
     }
-    for (int i = 0; i < OPS_N_BUFS; i++)
-        if (c.buf[i]) be->mem_free(be, c.buf[i]);
-    if (c.ids) be->mem_free(be, c.ids);
-    if (c.scalar) be->mem_free(be, c.scalar);
-    free(host);
-    free(hids);
+    ops_desc ops[OPS_MAX];
+    int n_ops = ops_table(ops, &sh);
+    forge_rng rng;
+    forge_rng_seed(&rng, 11, 0);
+    int bad = 0;
+    for (int k = 0; k < n_ops && s == FORGE_OK; k++) {
+        ops_cell c;
+        memset(&c, 0, sizeof c);
+        c.op = &ops[k], c.s = &sh, c.be = be, c.ref = ref, c.V = V;
+        s = ops_cell_init(&c, &rng);
+        forge_harness_cell cell = {.name = ops[k].name, .group = ops[k].name, .precision = FORGE_PREC_FP32,
+                                   .flops = ops[k].flops, .bytes = ops_bytes(&ops[k]), .n_input_sets = OPS_SETS,
+                                   .ctx = &c, .poison = ops_poison, .run = ops_run, .check = ops_check};
+        forge_cell_result r;
+        if (s == FORGE_OK) s = forge_harness_run(h, &cell, &r);
+        if (s == FORGE_OK && r.status != FORGE_CELL_OK) bad++;
+        ops_cell_free(&c);
+    }
+#ifdef FORGE_WITH_CUDA
+    if (s == FORGE_OK && cuda) s = forge_cuda_provenance_end(forge_harness_provenance(h), cuda_device);
+    if (timer_is_cuda) forge_cuda_bench_timer_destroy(&timer);
+#endif
+    (void)timer_is_cuda, (void)cuda_device;
+    if (s == FORGE_OK) {
+        s = forge_harness_close(h);
+        h = NULL;
+    }
+    forge_harness_free(h);
+    if (s == FORGE_OK && bad)
+        s = forge_error(FORGE_ERR_NUMERIC, "bench ops: %d ops failed the check (garbage or failed above)", bad);
+    forge_backend_destroy(ref);
     forge_backend_destroy(be);
     return s;
 }

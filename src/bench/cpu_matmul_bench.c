@@ -10,10 +10,12 @@
  * On a shared machine other processes only ever slow a run down, so the peak
  * is the best of several runs and each matmul figure is a median.
  *
- * Correctness first: before timing, each op's output is compared with the
- * reference backend on a slice (64 rows of the output; for backward_weight 64
- * output channels), because the naive loop on the full shape would take
- * longer than the whole benchmark.
+ * Every op x shape is a harness cell (harness.h): the baseline is the same
+ * tiled kernel on one thread, the cell the same kernel on every thread, so
+ * the ratio column is the thread scaling. Before timing, each cell's full
+ * output is compared with a float64 loop over the same inputs (bench_check.h,
+ * a few seconds at these shapes); a cell over the fp32 tolerance is garbage.
+ * The results land in results/<date>_<commit>/cpu_matmul*.csv.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +23,8 @@
 #include <time.h>
 
 #include "bench.h"
+#include "bench_check.h"
+#include "harness.h"
 #include "../backend/backend.h"
 #include "../util/rng.h"
 
@@ -121,16 +125,28 @@ static double measure_peak(const char **isa) {
     return best;
 }
 
-/* ---- matmul timing ------------------------------------------------------------ */
+/* ---- matmul cells ------------------------------------------------------------ */
 
 typedef enum { OP_FORWARD, OP_BACKWARD_INPUT, OP_BACKWARD_WEIGHT, OP_COUNT } bench_op;
 static const char *op_names[OP_COUNT] = {"matmul_forward", "matmul_backward_input",
                                          "matmul_backward_weight"};
 
+/* One shape's buffers, shared by the cells of its three ops. The backward
+ * ops ACCUMULATE (+=) into dinp, dweight, dbias, so their "poison" is a reset
+ * to known random start values (init_*) and the float64 reference starts from
+ * the same values; forward's output is poisoned with NaN. */
 typedef struct {
     int N, C, OC;
-    float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
+    float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias; /* (N,C) (OC,C) (OC) (N,OC) (N,OC) (N,C) (OC,C) (OC) */
+    float *init_dinp, *init_dweight, *init_dbias;
+    double *ref[OP_COUNT], *ref_dbias; /* float64 references, computed on first use */
 } bench_bufs;
+
+typedef struct {
+    bench_bufs *b;
+    bench_op op;
+    forge_backend *be;
+} matmul_cell;
 
 static forge_status run_op(forge_backend *be, bench_op op, bench_bufs *b) {
     switch (op) {
@@ -144,119 +160,98 @@ static forge_status run_op(forge_backend *be, bench_op op, bench_bufs *b) {
     }
 }
 
-static double max_abs(const float *x, size_t n) {
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++)
-        if (fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
+static forge_status cell_poison(void *ctx) {
+    matmul_cell *m = ctx;
+    bench_bufs *b = m->b;
+    size_t nc = (size_t)b->N * b->C, noc = (size_t)b->N * b->OC, occ = (size_t)b->OC * b->C;
+    if (m->op == OP_FORWARD)
+        for (size_t i = 0; i < noc; i++) b->out[i] = NAN;
+    else if (m->op == OP_BACKWARD_INPUT)
+        memcpy(b->dinp, b->init_dinp, nc * sizeof(float));
+    else {
+        memcpy(b->dweight, b->init_dweight, occ * sizeof(float));
+        memcpy(b->dbias, b->init_dbias, (size_t)b->OC * sizeof(float));
+    }
+    return FORGE_OK;
 }
 
-/* max |fast - ref| / max |ref| over n values with row strides ldf, ldr */
-static double rel_err(const float *fast, const float *ref, int rows, int cols, int ldf) {
-    double m = 0.0, scale = max_abs(ref, (size_t)rows * cols);
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            double d = fabs((double)fast[(size_t)r * ldf + c] - ref[(size_t)r * cols + c]);
-            if (d > m) m = d;
-        }
-    return scale > 0 ? m / scale : m;
+static forge_status cell_run(void *ctx, int input_set) {
+    (void)input_set; /* one input set: every operand here is larger than L2 or the rotation buys nothing on a CPU */
+    matmul_cell *m = ctx;
+    return run_op(m->be, m->op, m->b);
 }
 
-/* Runs `op` once on the fast backend and a 64-row/channel slice of it on the
- * reference backend; returns max relative error. */
-static forge_status check_op(forge_backend *fast, forge_backend *ref, bench_op op, bench_bufs *b,
-                             double *err) {
+static forge_status cell_check(void *ctx, double *rel_err, int *fully_written) {
+    matmul_cell *m = ctx;
+    bench_bufs *b = m->b;
     int N = b->N, C = b->C, OC = b->OC;
-    int r = N < 64 ? N : 64, ro = OC < 64 ? OC : 64;
-    float *tmp = calloc((size_t)N * (C > OC ? C : OC) + (size_t)ro * C + OC + 1, sizeof(float));
-    if (!tmp) return forge_error(FORGE_ERR_OOM, "bench: no memory for the reference check");
-    forge_status s = FORGE_OK;
-    if (op == OP_FORWARD) {
-        s = run_op(fast, op, b);
-        if (s == FORGE_OK) s = ref->matmul_forward(ref, tmp, b->inp, b->weight, b->bias, r, C, OC);
-        *err = rel_err(b->out, tmp, r, OC, OC);
-    } else if (op == OP_BACKWARD_INPUT) {
-        memset(b->dinp, 0, (size_t)N * C * sizeof(float));
-        s = run_op(fast, op, b);
-        if (s == FORGE_OK) s = ref->matmul_backward_input(ref, tmp, b->dout, b->weight, r, C, OC);
-        *err = rel_err(b->dinp, tmp, r, C, C);
-    } else {
-        /* dweight rows [0, ro) depend only on dout columns [0, ro): copy them out */
-        memset(b->dweight, 0, (size_t)OC * C * sizeof(float));
-        memset(b->dbias, 0, (size_t)OC * sizeof(float));
-        s = run_op(fast, op, b);
-        float *dout_sub = tmp, *dw = tmp + (size_t)N * ro, *db = dw + (size_t)ro * C;
-        for (int n = 0; n < N; n++)
-            memcpy(dout_sub + (size_t)n * ro, b->dout + (size_t)n * OC, (size_t)ro * sizeof(float));
-        if (s == FORGE_OK) s = ref->matmul_backward_weight(ref, dw, db, dout_sub, b->inp, N, C, ro);
-        double e1 = rel_err(b->dweight, dw, ro, C, C), e2 = rel_err(b->dbias, db, 1, ro, ro);
-        *err = e1 > e2 ? e1 : e2;
+    double **ref = &b->ref[m->op];
+    if (!*ref) {
+        size_t n = m->op == OP_FORWARD ? (size_t)N * OC : m->op == OP_BACKWARD_INPUT ? (size_t)N * C : (size_t)OC * C;
+        *ref = malloc(n * sizeof(double));
+        if (m->op == OP_BACKWARD_WEIGHT && !b->ref_dbias) b->ref_dbias = malloc((size_t)OC * sizeof(double));
+        if (!*ref || (m->op == OP_BACKWARD_WEIGHT && !b->ref_dbias))
+            return forge_error(FORGE_ERR_OOM, "bench matmul: no memory for the float64 reference of %s",
+                               op_names[m->op]);
+        if (m->op == OP_FORWARD)
+            forge_ref64_matmul_forward(*ref, b->inp, b->weight, b->bias, N, C, OC);
+        else if (m->op == OP_BACKWARD_INPUT)
+            forge_ref64_matmul_backward_input(*ref, b->init_dinp, b->dout, b->weight, N, C, OC);
+        else
+            forge_ref64_matmul_backward_weight(*ref, b->ref_dbias, b->init_dweight, b->init_dbias, b->dout, b->inp,
+                                               N, C, OC);
     }
-    free(tmp);
-    return s;
+    forge_check chk = {0, 0, 0};
+    if (m->op == OP_FORWARD)
+        forge_check_add(&chk, b->out, *ref, NULL, (size_t)N * OC);
+    else if (m->op == OP_BACKWARD_INPUT)
+        forge_check_add(&chk, b->dinp, *ref, b->init_dinp, (size_t)N * C);
+    else {
+        forge_check_add(&chk, b->dweight, *ref, b->init_dweight, (size_t)OC * C);
+        forge_check_add(&chk, b->dbias, b->ref_dbias, b->init_dbias, (size_t)OC);
+    }
+    *rel_err = forge_check_rel_err(&chk);
+    *fully_written = chk.unwritten == 0;
+    return FORGE_OK;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+static void bufs_free(bench_bufs *b) {
+    free(b->inp);
+    for (int i = 0; i < OP_COUNT; i++) free(b->ref[i]);
+    free(b->ref_dbias);
+    memset(b, 0, sizeof *b);
 }
 
-static forge_status bench_shape(FILE *out, forge_backend *fast, forge_backend *ref, int N, int C,
-                                int OC, int reps, double peak, int threads) {
-    bench_bufs b = {.N = N, .C = C, .OC = OC};
+static forge_status bufs_init(bench_bufs *b, int N, int C, int OC) {
+    memset(b, 0, sizeof *b);
+    b->N = N, b->C = C, b->OC = OC;
     size_t nc = (size_t)N * C, noc = (size_t)N * OC, occ = (size_t)OC * C;
-    float *all = malloc((2 * nc + 2 * noc + 2 * occ + 2 * (size_t)OC) * sizeof(float));
-    double *times = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double));
-    if (!all || !times) {
-        free(all);
-        free(times);
-        return forge_error(FORGE_ERR_OOM, "bench: no memory for N=%d C=%d OC=%d", N, C, OC);
-    }
-    b.inp = all;
-    b.dinp = b.inp + nc;
-    b.out = b.dinp + nc;
-    b.dout = b.out + noc;
-    b.weight = b.dout + noc;
-    b.dweight = b.weight + occ;
-    b.bias = b.dweight + occ;
-    b.dbias = b.bias + OC;
+    float *all = malloc((3 * nc + 2 * noc + 3 * occ + 3 * (size_t)OC) * sizeof(float));
+    if (!all) return forge_error(FORGE_ERR_OOM, "bench matmul: no memory for N=%d C=%d OC=%d", N, C, OC);
+    b->inp = all;
+    b->dinp = b->inp + nc;
+    b->init_dinp = b->dinp + nc;
+    b->out = b->init_dinp + nc;
+    b->dout = b->out + noc;
+    b->weight = b->dout + noc;
+    b->dweight = b->weight + occ;
+    b->init_dweight = b->dweight + occ;
+    b->bias = b->init_dweight + occ;
+    b->dbias = b->bias + OC;
+    b->init_dbias = b->dbias + OC;
+    /* inputs and start values uniform in [-1, 1), never zero-filled */
     forge_rng rng;
     forge_rng_seed(&rng, 1234, 1);
-    for (size_t i = 0; i < nc; i++) b.inp[i] = 2.0f * forge_rng_uniform(&rng) - 1.0f;
-    for (size_t i = 0; i < noc; i++) b.dout[i] = 2.0f * forge_rng_uniform(&rng) - 1.0f;
-    for (size_t i = 0; i < occ; i++) b.weight[i] = 2.0f * forge_rng_uniform(&rng) - 1.0f;
-    for (int i = 0; i < OC; i++) b.bias[i] = 2.0f * forge_rng_uniform(&rng) - 1.0f;
-
-    forge_status s = FORGE_OK;
-    double flops = 2.0 * N * C * OC;
-    for (int op = 0; op < OP_COUNT && s == FORGE_OK; op++) {
-        double err = 0.0;
-        s = check_op(fast, ref, (bench_op)op, &b, &err);
-        if (s != FORGE_OK) break;
-        if (!(err <= 1e-4)) {
-            s = forge_error(FORGE_ERR_NUMERIC,
-                            "bench: %s N=%d C=%d OC=%d disagrees with the reference: max rel err %.3g",
-                            op_names[op], N, C, OC, err);
-            break;
-        }
-        s = run_op(fast, (bench_op)op, &b); /* warm-up */
-        for (int r = 0; r < reps && s == FORGE_OK; r++) {
-            double t0 = now_seconds();
-            s = run_op(fast, (bench_op)op, &b);
-            times[r] = now_seconds() - t0;
-        }
-        if (s != FORGE_OK) break;
-        qsort(times, (size_t)reps, sizeof(double), cmp_double);
-        double t = times[reps / 2];
-        double g = flops / t * 1e-9;
-        fprintf(out, "%-23s N=%5d C=%5d OC=%5d  %8.3f ms  %7.1f GFLOP/s  %5.1f%% of %dx peak  %6.1f%% of 1-core peak  err %.1e\n",
-                op_names[op], N, C, OC, t * 1e3, g, 100.0 * g / (threads * peak), threads,
-                100.0 * g / peak, err);
-    }
-    free(all);
-    free(times);
-    return s;
+    float *fill[] = {b->inp, b->dout, b->weight, b->bias, b->init_dinp, b->init_dweight, b->init_dbias};
+    size_t len[] = {nc, noc, occ, (size_t)OC, nc, occ, (size_t)OC};
+    for (int k = 0; k < 7; k++)
+        for (size_t i = 0; i < len[k]; i++) fill[k][i] = 2.0f * forge_rng_uniform(&rng) - 1.0f;
+    return FORGE_OK;
 }
+
+static const char *MATMUL_RECIPE =
+    "cpu_matmul: PCG32 forge_rng_seed(1234, 1); in order inp (N,C), dout (N,OC), weight (OC,C), bias (OC), "
+    "dinp0 (N,C), dweight0 (OC,C), dbias0 (OC), each 2*forge_rng_uniform-1; one input set";
 
 forge_status forge_bench_cpu_matmul(FILE *out, int reps) {
     if (reps < 1) return forge_error(FORGE_ERR_ARG, "bench: reps must be >= 1, got %d", reps);
@@ -268,17 +263,75 @@ forge_status forge_bench_cpu_matmul(FILE *out, int reps) {
     double peak = measure_peak(&isa);
     fprintf(out, "cpu matmul bench: %d threads, single-core peak %.1f GFLOP/s (%s, %d accumulators)\n",
             threads, peak, isa, PEAK_ACC);
-    fprintf(out, "  %d x peak = %.1f GFLOP/s; median of %d reps after a warm-up\n", threads,
-            threads * peak, reps);
+    fprintf(out,
+            "  each op x shape: baseline = the same tiled kernel on 1 thread, cell = %d threads (ratio = scaling);\n"
+            "  gate: relative Frobenius error vs a float64 loop on the same inputs (fp32 tolerance)\n",
+            threads);
 
-    forge_backend *fast = NULL, *ref = NULL;
-    FORGE_TRY(forge_cpu_backend_create(&fast, threads, 0));
-    forge_status s = forge_cpu_backend_create(&ref, 1, 1);
     static const int shapes[][3] = {{2048, 768, 768}, {2048, 768, 3072}, {4096, 768, 3072},
                                     {512, 128, 384},  {1000, 333, 777}};
-    for (size_t i = 0; s == FORGE_OK && i < sizeof shapes / sizeof shapes[0]; i++)
-        s = bench_shape(out, fast, ref, shapes[i][0], shapes[i][1], shapes[i][2], reps, peak, threads);
-    forge_backend_destroy(ref);
+    enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+    char config[512];
+    int len = snprintf(config, sizeof config, "cpu_matmul threads=%d ops=forward,backward_input,backward_weight shapes=",
+                       threads);
+    for (int i = 0; i < N_SHAPES && len < (int)sizeof config; i++)
+        len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", shapes[i][0], shapes[i][1],
+                        shapes[i][2]);
+    forge_provenance prov;
+    forge_provenance_init_host(&prov);
+    forge_bench_timer timer = forge_cpu_bench_timer();
+    forge_harness_config cfg = {.suite = "cpu_matmul", .results_root = "results", .config_text = config,
+                                .input_recipe = MATMUL_RECIPE, .seed = 1234, .reps = reps, .warmup = 2,
+                                .out = out};
+    forge_backend *fast = NULL, *one = NULL;
+    forge_harness *h = NULL;
+    FORGE_TRY(forge_cpu_backend_create(&fast, threads, 0));
+    forge_status s = forge_cpu_backend_create(&one, 1, 0);
+    if (s == FORGE_OK) s = forge_harness_open(&h, &cfg, &prov, &timer);
+    char names[N_SHAPES][OP_COUNT][2][40], groups[N_SHAPES][OP_COUNT][64];
+    forge_cell_result res[N_SHAPES][OP_COUNT][2];
+    memset(res, 0, sizeof res);
+    bench_bufs b;
+    memset(&b, 0, sizeof b);
+    for (int i = 0; s == FORGE_OK && i < N_SHAPES; i++) {
+        s = bufs_init(&b, shapes[i][0], shapes[i][1], shapes[i][2]);
+        for (int op = 0; op < OP_COUNT && s == FORGE_OK; op++) {
+            snprintf(groups[i][op], sizeof groups[i][op], "%s N=%d C=%d OC=%d", op_names[op], b.N, b.C, b.OC);
+            for (int v = 0; v < 2 && s == FORGE_OK; v++) {
+                matmul_cell mc = {&b, (bench_op)op, v == 0 ? one : fast};
+                snprintf(names[i][op][v], sizeof names[i][op][v], "tiled_%dt", v == 0 ? 1 : threads);
+                forge_harness_cell cell = {.name = names[i][op][v], .group = groups[i][op], .is_baseline = v == 0,
+                                           .precision = FORGE_PREC_FP32, .flops = 2.0 * b.N * b.C * b.OC,
+                                           .n_input_sets = 1, .ctx = &mc, .poison = cell_poison,
+                                           .run = cell_run, .check = cell_check};
+                s = forge_harness_run(h, &cell, &res[i][op][v]);
+            }
+        }
+        bufs_free(&b);
+    }
+    if (s == FORGE_OK) {
+        s = forge_harness_close(h);
+        h = NULL;
+    }
+    forge_harness_free(h);
+    int bad = 0;
+    for (int i = 0; i < N_SHAPES; i++)
+        for (int op = 0; op < OP_COUNT; op++)
+            for (int v = 0; v < 2; v++) bad += res[i][op][v].status != FORGE_CELL_OK;
+    if (s == FORGE_OK && bad)
+        s = forge_error(FORGE_ERR_NUMERIC, "bench matmul: %d cells failed the check (garbage or failed above)", bad);
+    if (s == FORGE_OK) {
+        fprintf(out, "  fraction of peak (%d x %.1f GFLOP/s measured FMA peak):\n", threads, peak);
+        for (int i = 0; i < N_SHAPES; i++)
+            for (int op = 0; op < OP_COUNT; op++) {
+                const forge_cell_result *r = &res[i][op][1];
+                if (r->status != FORGE_CELL_OK) continue;
+                double g = r->tflops * 1e3;
+                fprintf(out, "  %-40s %8.1f GFLOP/s  %5.1f%% of %dx peak  %6.1f%% of 1-core peak\n", groups[i][op],
+                        g, 100.0 * g / (threads * peak), threads, 100.0 * g / peak);
+            }
+    }
+    forge_backend_destroy(one);
     forge_backend_destroy(fast);
     return s;
 }

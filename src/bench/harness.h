@@ -130,6 +130,18 @@ double forge_harness_median(const double *samples, int n);
 void forge_harness_bootstrap_ci(const double *samples, int n, uint64_t seed, int resamples,
                                 double *lo, double *hi);
 
+/* The harness's own copy of the provenance, for a suite to record the end
+ * clocks into before close (forge_cuda_provenance_end). */
+forge_provenance *forge_harness_provenance(forge_harness *h);
+/* The results folder: <results_root>/<YYYY-MM-DD>_<commit>[-dirty] (UTC date). */
+const char *forge_harness_dir(const forge_harness *h);
+/* Discards a harness without writing anything (error paths); close frees too. */
+void forge_harness_free(forge_harness *h);
+
+/* A monotonic-clock timer for CPU suites (start/stop pairs must not
+ * interleave on one thread). */
+forge_bench_timer forge_cpu_bench_timer(void);
+
 /* Fills the build-time fields (commit, dirty, toolkit for CPU); the CUDA side
  * fills the GPU fields (forge_cuda_provenance in the CUDA backend). */
 void forge_provenance_init_host(forge_provenance *p);

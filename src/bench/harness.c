@@ -1,0 +1,678 @@
+/*
+ * harness.c: the benchmark harness (see harness.h for the contract).
+ *
+ * The decisions a reader would otherwise get wrong:
+ * - A cell is checked BEFORE it is timed, and a garbage cell is never timed:
+ *   it appears in the table and the CSV with status "garbage" and empty
+ *   timing columns, and it takes part in no verdict.
+ * - A cell whose own callbacks fail (poison/run/check return an error, e.g.
+ *   FORGE_ERR_UNSUPPORTED) is recorded with status "failed" and its message;
+ *   forge_harness_run still returns FORGE_OK so a suite carries on with its
+ *   next cell. Only a failure of the harness itself (bad arguments, out of
+ *   memory, the timer) is returned.
+ * - Every statistic is re-derived by tools/reverify.py from the samples CSV,
+ *   so each is computed by one exact, documented rule (floats are written
+ *   with %.17g, which round-trips a double exactly):
+ *     median      sort a copy ascending; odd n: x[n/2]; even n:
+ *                 (x[n/2-1] + x[n/2]) / 2.
+ *     bootstrap   PCG32 seeded forge_rng_seed(&rng, cfg->seed, 0x626f6f74)
+ *                 (0x626f6f74 is "boot"); R = 10000 resamples; resample r draws n
+ *                 indices i_j = forge_rng_below(&rng, n) (j = 0..n-1, one
+ *                 stream shared by all resamples in order) and takes the
+ *                 median of x[i_0..i_{n-1}] (x = the samples in rep order).
+ *                 The R medians are sorted ascending; the CI is
+ *                 [m[floor(0.025 * R)], m[floor(0.975 * R)]] = [m[250], m[9750]].
+ *     TFLOP/s     flops / (median_ms / 1000) / 1e12; GB/s bytes / (median_ms
+ *                 / 1000) / 1e9 (0 when flops or bytes is 0).
+ *     garbage     !(rel_err <= tolerance) (so NaN is garbage) or an output
+ *                 element left unwritten.
+ *     verdicts    per group, the strongest baseline is the passing baseline
+ *                 cell with the smallest median (first in run order on a
+ *                 tie); ratio = best_median / cell_median; a non-baseline
+ *                 passing cell "win"s at ratio >= 1.10, else "no-win";
+ *                 baselines are "baseline", garbage cells "garbage", failed
+ *                 cells "failed", passing cells of a group with no passing
+ *                 baseline "no-baseline" (ratio empty).
+ *     acceleration a passing cell naming a counterpart (looked up by name in
+ *                 counterpart_group, default its own group) that also passed
+ *                 gets accel_ratio = counterpart_median / cell_median; if the
+ *                 cell's format is narrower (bits: fp32 32, tf32 19, bf16 16,
+ *                 fp16 16, fp8 8) its accel_verdict is "accelerated" at
+ *                 >= 1.5 else "not-accelerated", otherwise empty. A named
+ *                 counterpart that is missing or did not pass gives
+ *                 "no-counterpart"; no counterpart named gives empty fields.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "../util/rng.h"
+
+/* ---- precision table --------------------------------------------------------- */
+
+static const char *const precision_names[FORGE_PREC_COUNT] = {"fp32", "tf32", "bf16", "fp16", "fp8"};
+/* Relative Frobenius error allowed per input precision: a few units of the
+ * format's rounding (2^-24 fp32, 2^-11 tf32/fp16, 2^-8 bf16, 2^-4 e4m3)
+ * grown by sqrt(K)-style accumulation at the sizes we run. */
+static const double precision_tolerances[FORGE_PREC_COUNT] = {1e-5, 1e-3, 1e-2, 5e-3, 5e-2};
+static const int precision_bits[FORGE_PREC_COUNT] = {32, 19, 16, 16, 8};
+_Static_assert(FORGE_PREC_COUNT == 5, "precision tables must list every forge_precision");
+
+const char *forge_precision_name(forge_precision p) {
+    return (p >= 0 && p < FORGE_PREC_COUNT) ? precision_names[p] : "unknown";
+}
+
+double forge_precision_tolerance(forge_precision p) {
+    return (p >= 0 && p < FORGE_PREC_COUNT) ? precision_tolerances[p] : 0.0;
+}
+
+/* ---- statistics -------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* median of x[0..n), sorting x in place */
+static double median_inplace(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return (n % 2) ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+double forge_harness_median(const double *samples, int n) {
+    if (n <= 0) return NAN;
+    double *x = malloc((size_t)n * sizeof *x);
+    if (!x) return NAN;
+    memcpy(x, samples, (size_t)n * sizeof *x);
+    double m = median_inplace(x, n);
+    free(x);
+    return m;
+}
+
+void forge_harness_bootstrap_ci(const double *samples, int n, uint64_t seed, int resamples, double *lo,
+                                double *hi) {
+    *lo = *hi = NAN;
+    if (n <= 0 || resamples <= 0) return;
+    double *draw = malloc((size_t)n * sizeof *draw);
+    double *med = malloc((size_t)resamples * sizeof *med);
+    if (!draw || !med) {
+        free(draw);
+        free(med);
+        return;
+    }
+    forge_rng rng;
+    forge_rng_seed(&rng, seed, 0x626f6f74 /* "boot" */);
+    for (int r = 0; r < resamples; r++) {
+        for (int j = 0; j < n; j++) draw[j] = samples[forge_rng_below(&rng, (uint64_t)n)];
+        med[r] = median_inplace(draw, n);
+    }
+    qsort(med, (size_t)resamples, sizeof *med, cmp_double);
+    int ilo = (int)floor(0.025 * resamples), ihi = (int)floor(0.975 * resamples);
+    if (ihi > resamples - 1) ihi = resamples - 1;
+    *lo = med[ilo];
+    *hi = med[ihi];
+    free(draw);
+    free(med);
+}
+
+#define HARNESS_RESAMPLES 10000
+#define HARNESS_WIN_RATIO 1.10
+#define HARNESS_ACCEL_RATIO 1.5
+
+/* ---- the harness object ------------------------------------------------------ */
+
+typedef struct {
+    char *name, *group, *counterpart, *counterpart_group;
+    int is_baseline;
+    forge_precision precision;
+    double flops, bytes;
+    forge_cell_result res;
+    double *samples; /* res.reps of them, rep order; NULL unless OK */
+    int fully_written; /* the check found no poison left (0 if never checked) */
+    char note[256];  /* why a cell failed or is garbage */
+    /* filled by close */
+    double ratio, accel_ratio; /* NAN when not applicable */
+    const char *verdict, *accel_verdict;
+} harness_cell;
+
+struct forge_harness {
+    char *suite, *results_root, *dir;
+    FILE *out;
+    uint64_t seed;
+    int reps, warmup;
+    char config_hash[17], recipe_hash[17];
+    char date[32]; /* UTC, ISO 8601 */
+    forge_provenance prov;
+    forge_bench_timer timer;
+    harness_cell *cells;
+    int n_cells, cap_cells;
+};
+
+static uint64_t fnv1a64(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        h ^= *p;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static char *dup_str(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static forge_status mkdir_p(const char *path) {
+    char buf[1024];
+    size_t n = strlen(path);
+    if (n >= sizeof buf) return forge_error(FORGE_ERR_IO, "harness: results path too long: %s", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char c = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return forge_error(FORGE_ERR_IO, "harness: cannot create results folder %s: %s", buf,
+                                   strerror(errno));
+            buf[i] = c;
+        }
+    }
+    return FORGE_OK;
+}
+
+static forge_status check_provenance(const forge_provenance *p) {
+    const char *missing = NULL;
+    if (!p) missing = "provenance (NULL)";
+    else if (!p->commit[0]) missing = "commit";
+    else if (!p->gpu_name[0]) missing = "gpu_name";
+    else if (p->sm_count <= 0) missing = "sm_count (expected > 0)";
+    else if (!p->driver[0]) missing = "driver";
+    else if (!p->toolkit[0]) missing = "toolkit";
+    if (missing)
+        return forge_error(FORGE_ERR_ARG,
+                           "harness: provenance field %s is missing; a run without full provenance is "
+                           "refused, not written",
+                           missing);
+    return FORGE_OK;
+}
+
+forge_provenance *forge_harness_provenance(forge_harness *h) { return h ? &h->prov : NULL; }
+
+const char *forge_harness_dir(const forge_harness *h) { return h ? h->dir : NULL; }
+
+void forge_harness_free(forge_harness *h) {
+    if (!h) return;
+    for (int i = 0; i < h->n_cells; i++) {
+        harness_cell *c = &h->cells[i];
+        free(c->name);
+        free(c->group);
+        free(c->counterpart);
+        free(c->counterpart_group);
+        free(c->samples);
+    }
+    free(h->cells);
+    free(h->suite);
+    free(h->results_root);
+    free(h->dir);
+    free(h);
+}
+
+forge_status forge_harness_open(forge_harness **out, const forge_harness_config *cfg,
+                                const forge_provenance *prov, const forge_bench_timer *timer) {
+    *out = NULL;
+    if (!cfg || !cfg->suite || !cfg->suite[0])
+        return forge_error(FORGE_ERR_ARG, "harness: config field suite is missing (expected a name like \"gemm\")");
+    if (strpbrk(cfg->suite, "/ \t\n"))
+        return forge_error(FORGE_ERR_ARG, "harness: config field suite \"%s\" must be one word (a file name)",
+                           cfg->suite);
+    if (!timer || !timer->start || !timer->stop)
+        return forge_error(FORGE_ERR_ARG, "harness: timer with start and stop is required");
+    FORGE_TRY(check_provenance(prov));
+    forge_harness *h = calloc(1, sizeof *h);
+    if (!h) return forge_error(FORGE_ERR_OOM, "harness: out of memory");
+    h->prov = *prov;
+    h->prov.commit[sizeof h->prov.commit - 1] = '\0';
+    h->prov.gpu_name[sizeof h->prov.gpu_name - 1] = '\0';
+    h->prov.driver[sizeof h->prov.driver - 1] = '\0';
+    h->prov.toolkit[sizeof h->prov.toolkit - 1] = '\0';
+    h->timer = *timer;
+    h->out = cfg->out;
+    h->seed = cfg->seed;
+    h->reps = cfg->reps <= 0 ? 100 : cfg->reps < 30 ? 30 : cfg->reps;
+    h->warmup = cfg->warmup <= 0 ? 10 : cfg->warmup;
+    snprintf(h->config_hash, sizeof h->config_hash, "%016llx", (unsigned long long)fnv1a64(cfg->config_text));
+    snprintf(h->recipe_hash, sizeof h->recipe_hash, "%016llx", (unsigned long long)fnv1a64(cfg->input_recipe));
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(h->date, sizeof h->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char day[16];
+    strftime(day, sizeof day, "%Y-%m-%d", &tm);
+    h->suite = dup_str(cfg->suite);
+    h->results_root = dup_str(cfg->results_root && cfg->results_root[0] ? cfg->results_root : "results");
+    size_t dn = strlen(h->results_root ? h->results_root : "") + strlen(h->prov.commit) + 40;
+    h->dir = malloc(dn);
+    if (!h->suite || !h->results_root || !h->dir) {
+        forge_harness_free(h);
+        return forge_error(FORGE_ERR_OOM, "harness: out of memory");
+    }
+    snprintf(h->dir, dn, "%s/%s_%s%s", h->results_root, day, h->prov.commit, h->prov.dirty ? "-dirty" : "");
+    forge_status s = mkdir_p(h->dir);
+    if (s != FORGE_OK) {
+        forge_harness_free(h);
+        return s;
+    }
+    *out = h;
+    return FORGE_OK;
+}
+
+/* ---- one cell ---------------------------------------------------------------- */
+
+static harness_cell *find_cell(forge_harness *h, const char *name, const char *group) {
+    for (int i = 0; i < h->n_cells; i++)
+        if (strcmp(h->cells[i].name, name) == 0 && strcmp(h->cells[i].group, group) == 0) return &h->cells[i];
+    return NULL;
+}
+
+forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result) {
+    if (!h || !cell) return forge_error(FORGE_ERR_ARG, "harness: run needs a harness and a cell");
+    const char *missing = !cell->name || !cell->name[0] ? "name"
+                          : !cell->group                ? "group"
+                          : !cell->poison               ? "poison"
+                          : !cell->run                  ? "run"
+                          : !cell->check                ? "check"
+                                                        : NULL;
+    if (missing)
+        return forge_error(FORGE_ERR_ARG, "harness: cell %s: field %s is missing", cell->name ? cell->name : "?",
+                           missing);
+    if (cell->precision < 0 || cell->precision >= FORGE_PREC_COUNT)
+        return forge_error(FORGE_ERR_ARG, "harness: cell %s: precision %d is not a forge_precision", cell->name,
+                           (int)cell->precision);
+    if (cell->tolerance < 0)
+        return forge_error(FORGE_ERR_ARG, "harness: cell %s: tolerance %g must be >= 0", cell->name,
+                           cell->tolerance);
+    if (find_cell(h, cell->name, cell->group))
+        return forge_error(FORGE_ERR_ARG, "harness: cell %s appears twice in group \"%s\"", cell->name,
+                           cell->group);
+    if (h->n_cells == h->cap_cells) {
+        int cap = h->cap_cells ? 2 * h->cap_cells : 32;
+        harness_cell *c = realloc(h->cells, (size_t)cap * sizeof *c);
+        if (!c) return forge_error(FORGE_ERR_OOM, "harness: out of memory for cell %s", cell->name);
+        h->cells = c;
+        h->cap_cells = cap;
+    }
+    harness_cell *hc = &h->cells[h->n_cells];
+    memset(hc, 0, sizeof *hc);
+    hc->name = dup_str(cell->name);
+    hc->group = dup_str(cell->group);
+    hc->counterpart = dup_str(cell->counterpart);
+    hc->counterpart_group = dup_str(cell->counterpart ? (cell->counterpart_group ? cell->counterpart_group : cell->group) : NULL);
+    if (!hc->name || !hc->group || (cell->counterpart && (!hc->counterpart || !hc->counterpart_group))) {
+        free(hc->name), free(hc->group), free(hc->counterpart), free(hc->counterpart_group);
+        return forge_error(FORGE_ERR_OOM, "harness: out of memory for cell %s", cell->name);
+    }
+    h->n_cells++;
+    hc->is_baseline = cell->is_baseline;
+    hc->precision = cell->precision;
+    hc->flops = cell->flops;
+    hc->bytes = cell->bytes;
+    forge_cell_result *r = &hc->res;
+    r->status = FORGE_CELL_FAILED;
+    r->rel_err = NAN;
+    r->tolerance = cell->tolerance > 0 ? cell->tolerance : forge_precision_tolerance(cell->precision);
+    r->median_ms = r->ci_lo_ms = r->ci_hi_ms = r->min_ms = r->max_ms = NAN;
+    r->tflops = r->gbps = NAN;
+    r->reps = 0;
+    int n_sets = cell->n_input_sets > 0 ? cell->n_input_sets : 1;
+    double ms = 0;
+
+    /* 1. the gate: poison, one run on input set 0, synchronise, check */
+    forge_status s = cell->poison(cell->ctx);
+    if (s == FORGE_OK) s = h->timer.start(h->timer.ctx);
+    if (s == FORGE_OK) s = cell->run(cell->ctx, 0);
+    if (s == FORGE_OK) s = h->timer.stop(h->timer.ctx, &ms);
+    double rel_err = NAN;
+    int written = 0;
+    if (s == FORGE_OK) s = cell->check(cell->ctx, &rel_err, &written);
+    if (s != FORGE_OK) {
+        snprintf(hc->note, sizeof hc->note, "%s: %s", forge_status_name(s), forge_error_message());
+        forge_error_clear();
+        if (result) *result = *r;
+        return FORGE_OK;
+    }
+    r->rel_err = rel_err;
+    hc->fully_written = written ? 1 : 0;
+    if (!(rel_err <= r->tolerance) || !written) {
+        r->status = FORGE_CELL_GARBAGE;
+        snprintf(hc->note, sizeof hc->note, "%s%s%s", !(rel_err <= r->tolerance) ? "error over tolerance" : "",
+                 (!(rel_err <= r->tolerance) && !written) ? "; " : "", written ? "" : "output not fully written");
+        if (result) *result = *r;
+        return FORGE_OK;
+    }
+
+    /* 2. warm-up, then reps individually timed runs rotating over the input sets */
+    for (int w = 0; w < h->warmup && s == FORGE_OK; w++) {
+        s = h->timer.start(h->timer.ctx);
+        if (s == FORGE_OK) s = cell->run(cell->ctx, w % n_sets);
+        if (s == FORGE_OK) s = h->timer.stop(h->timer.ctx, &ms);
+    }
+    hc->samples = malloc((size_t)h->reps * sizeof *hc->samples);
+    if (!hc->samples) return forge_error(FORGE_ERR_OOM, "harness: out of memory for %d samples", h->reps);
+    for (int rep = 0; rep < h->reps && s == FORGE_OK; rep++) {
+        s = h->timer.start(h->timer.ctx);
+        if (s == FORGE_OK) s = cell->run(cell->ctx, rep % n_sets);
+        if (s == FORGE_OK) s = h->timer.stop(h->timer.ctx, &hc->samples[rep]);
+        if (s == FORGE_OK && !(hc->samples[rep] >= 0 && isfinite(hc->samples[rep])))
+            s = forge_error(FORGE_ERR_DEVICE, "timer returned %g ms at rep %d", hc->samples[rep], rep);
+    }
+    if (s != FORGE_OK) {
+        snprintf(hc->note, sizeof hc->note, "%s while timing: %s", forge_status_name(s), forge_error_message());
+        forge_error_clear();
+        free(hc->samples);
+        hc->samples = NULL;
+        if (result) *result = *r;
+        return FORGE_OK;
+    }
+
+    /* 3. statistics */
+    int n = h->reps;
+    r->status = FORGE_CELL_OK;
+    r->reps = n;
+    r->median_ms = forge_harness_median(hc->samples, n);
+    forge_harness_bootstrap_ci(hc->samples, n, h->seed, HARNESS_RESAMPLES, &r->ci_lo_ms, &r->ci_hi_ms);
+    r->min_ms = r->max_ms = hc->samples[0];
+    for (int i = 1; i < n; i++) {
+        if (hc->samples[i] < r->min_ms) r->min_ms = hc->samples[i];
+        if (hc->samples[i] > r->max_ms) r->max_ms = hc->samples[i];
+    }
+    r->tflops = cell->flops > 0 ? cell->flops / (r->median_ms / 1000) / 1e12 : 0;
+    r->gbps = cell->bytes > 0 ? cell->bytes / (r->median_ms / 1000) / 1e9 : 0;
+    if (result) *result = *r;
+    return FORGE_OK;
+}
+
+/* ---- verdicts ---------------------------------------------------------------- */
+
+static const char *cell_status_name(forge_cell_status s) {
+    return s == FORGE_CELL_OK ? "ok" : s == FORGE_CELL_GARBAGE ? "garbage" : "failed";
+}
+
+static void compute_verdicts(forge_harness *h) {
+    for (int i = 0; i < h->n_cells; i++) {
+        harness_cell *c = &h->cells[i];
+        c->ratio = c->accel_ratio = NAN;
+        c->accel_verdict = "";
+        if (c->res.status == FORGE_CELL_GARBAGE) {
+            c->verdict = "garbage";
+            continue;
+        }
+        if (c->res.status != FORGE_CELL_OK) {
+            c->verdict = "failed";
+            continue;
+        }
+        const harness_cell *best = NULL;
+        for (int j = 0; j < h->n_cells; j++) {
+            const harness_cell *b = &h->cells[j];
+            if (b->is_baseline && b->res.status == FORGE_CELL_OK && strcmp(b->group, c->group) == 0 &&
+                (!best || b->res.median_ms < best->res.median_ms))
+                best = b;
+        }
+        if (!best) {
+            c->verdict = "no-baseline";
+        } else {
+            c->ratio = best->res.median_ms / c->res.median_ms;
+            c->verdict = c->is_baseline ? "baseline" : c->ratio >= HARNESS_WIN_RATIO ? "win" : "no-win";
+        }
+        if (c->counterpart) {
+            const harness_cell *cp = find_cell(h, c->counterpart, c->counterpart_group);
+            if (!cp || cp->res.status != FORGE_CELL_OK) {
+                c->accel_verdict = "no-counterpart";
+            } else {
+                c->accel_ratio = cp->res.median_ms / c->res.median_ms;
+                if (precision_bits[c->precision] < precision_bits[cp->precision])
+                    c->accel_verdict = c->accel_ratio >= HARNESS_ACCEL_RATIO ? "accelerated" : "not-accelerated";
+            }
+        }
+    }
+}
+
+/* ---- output ------------------------------------------------------------------ */
+
+static void print_table(forge_harness *h) {
+    FILE *o = h->out;
+    if (!o) return;
+    int wn = 4, wg = 5;
+    for (int i = 0; i < h->n_cells; i++) {
+        int a = (int)strlen(h->cells[i].name), b = (int)strlen(h->cells[i].group);
+        if (a > wn) wn = a;
+        if (b > wg) wg = b;
+    }
+    if (wn > 40) wn = 40;
+    if (wg > 48) wg = 48;
+    fprintf(o, "== %s: %d cells, %d reps each after %d warm-up; median [95%% bootstrap CI]; results in %s/\n",
+            h->suite, h->n_cells, h->reps, h->warmup, h->dir);
+    fprintf(o, "%-*s  %-*s  %-4s  %-7s  %-19s  %-30s  %9s  %6s  %s\n", wn, "cell", wg, "group", "prec", "status",
+            "rel_err / tol", "median ms [CI]", "TFLOP/s", "ratio", "verdict");
+    for (int i = 0; i < h->n_cells; i++) {
+        const harness_cell *c = &h->cells[i];
+        char err[32], med[48], tf[16], ratio[16];
+        snprintf(err, sizeof err, "%.2e / %.0e", c->res.rel_err, c->res.tolerance);
+        if (c->res.status == FORGE_CELL_OK)
+            snprintf(med, sizeof med, "%.4g [%.4g, %.4g]", c->res.median_ms, c->res.ci_lo_ms, c->res.ci_hi_ms);
+        else
+            snprintf(med, sizeof med, "-");
+        if (c->res.status == FORGE_CELL_OK && c->flops > 0)
+            snprintf(tf, sizeof tf, "%.4g", c->res.tflops);
+        else
+            snprintf(tf, sizeof tf, "-");
+        if (!isnan(c->ratio))
+            snprintf(ratio, sizeof ratio, "%.2fx", c->ratio);
+        else
+            snprintf(ratio, sizeof ratio, "-");
+        fprintf(o, "%-*.*s  %-*.*s  %-4s  %-7s  %-19s  %-30s  %9s  %6s  %s", wn, wn, c->name, wg, wg, c->group,
+                forge_precision_name(c->precision), cell_status_name(c->res.status), err, med, tf, ratio,
+                c->verdict);
+        if (c->counterpart) {
+            if (!isnan(c->accel_ratio))
+                fprintf(o, "  (%.2fx vs %s%s%s)", c->accel_ratio, c->counterpart, c->accel_verdict[0] ? ": " : "",
+                        c->accel_verdict);
+            else
+                fprintf(o, "  (vs %s: %s)", c->counterpart, c->accel_verdict);
+        }
+        if (c->note[0]) fprintf(o, "  [%s]", c->note);
+        fprintf(o, "\n");
+    }
+    fflush(o);
+}
+
+/* RFC 4180: a field with a comma, quote, CR or LF is quoted, quotes doubled */
+static void csv_str(FILE *f, const char *s) {
+    if (!s) s = "";
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* %.17g round-trips a double; NaN (not applicable) is an empty field */
+static void csv_num(FILE *f, double x) {
+    if (!isnan(x)) fprintf(f, "%.17g", x);
+}
+
+static forge_status open_out(FILE **f, const forge_harness *h, const char *suffix, char *path, size_t n) {
+    snprintf(path, n, "%s/%s%s", h->dir, h->suite, suffix);
+    *f = fopen(path, "w");
+    if (!*f) return forge_error(FORGE_ERR_IO, "harness: cannot write %s: %s", path, strerror(errno));
+    return FORGE_OK;
+}
+
+static forge_status close_out(FILE *f, const char *path) {
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return forge_error(FORGE_ERR_IO, "harness: write to %s failed", path);
+    return FORGE_OK;
+}
+
+static forge_status write_results_csv(forge_harness *h) {
+    char path[1200];
+    FILE *f;
+    FORGE_TRY(open_out(&f, h, ".csv", path, sizeof path));
+    const forge_provenance *p = &h->prov;
+    fputs("suite,cell,group,precision,is_baseline,counterpart,counterpart_group,status,rel_err,tolerance,reps,"
+          "median_ms,ci_lo_ms,ci_hi_ms,min_ms,max_ms,flops,bytes,tflops,gbps,ratio_vs_best_baseline,verdict,"
+          "accel_ratio,accel_verdict,commit,dirty,config_hash,recipe_hash,seed,gpu,sm_count,driver,toolkit,"
+          "clock_sm_start,clock_sm_end,clock_mem_start,clock_mem_end,date,fully_written,note\n",
+          f);
+    for (int i = 0; i < h->n_cells; i++) {
+        const harness_cell *c = &h->cells[i];
+        const forge_cell_result *r = &c->res;
+        csv_str(f, h->suite), fputc(',', f);
+        csv_str(f, c->name), fputc(',', f);
+        csv_str(f, c->group), fputc(',', f);
+        csv_str(f, forge_precision_name(c->precision)), fputc(',', f);
+        fprintf(f, "%d,", c->is_baseline ? 1 : 0);
+        csv_str(f, c->counterpart), fputc(',', f);
+        csv_str(f, c->counterpart_group), fputc(',', f);
+        csv_str(f, cell_status_name(r->status)), fputc(',', f);
+        csv_num(f, r->rel_err), fputc(',', f);
+        csv_num(f, r->tolerance), fputc(',', f);
+        fprintf(f, "%d,", r->reps);
+        csv_num(f, r->median_ms), fputc(',', f);
+        csv_num(f, r->ci_lo_ms), fputc(',', f);
+        csv_num(f, r->ci_hi_ms), fputc(',', f);
+        csv_num(f, r->min_ms), fputc(',', f);
+        csv_num(f, r->max_ms), fputc(',', f);
+        csv_num(f, c->flops), fputc(',', f);
+        csv_num(f, c->bytes), fputc(',', f);
+        csv_num(f, r->tflops), fputc(',', f);
+        csv_num(f, r->gbps), fputc(',', f);
+        csv_num(f, c->ratio), fputc(',', f);
+        csv_str(f, c->verdict), fputc(',', f);
+        csv_num(f, c->accel_ratio), fputc(',', f);
+        csv_str(f, c->accel_verdict), fputc(',', f);
+        csv_str(f, p->commit), fputc(',', f);
+        fprintf(f, "%d,", p->dirty ? 1 : 0);
+        fprintf(f, "%s,%s,%llu,", h->config_hash, h->recipe_hash, (unsigned long long)h->seed);
+        csv_str(f, p->gpu_name), fputc(',', f);
+        fprintf(f, "%d,", p->sm_count);
+        csv_str(f, p->driver), fputc(',', f);
+        csv_str(f, p->toolkit), fputc(',', f);
+        fprintf(f, "%d,%d,%d,%d,%s,", p->clock_sm_mhz_start, p->clock_sm_mhz_end, p->clock_mem_mhz_start,
+                p->clock_mem_mhz_end, h->date);
+        fprintf(f, "%d,", c->fully_written);
+        csv_str(f, c->note);
+        fputc('\n', f);
+    }
+    return close_out(f, path);
+}
+
+static forge_status write_samples_csv(forge_harness *h) {
+    char path[1200];
+    FILE *f;
+    FORGE_TRY(open_out(&f, h, "_samples.csv", path, sizeof path));
+    fputs("suite,cell,group,rep,ms\n", f);
+    for (int i = 0; i < h->n_cells; i++) {
+        const harness_cell *c = &h->cells[i];
+        if (!c->samples) continue;
+        for (int k = 0; k < c->res.reps; k++) {
+            csv_str(f, h->suite), fputc(',', f);
+            csv_str(f, c->name), fputc(',', f);
+            csv_str(f, c->group);
+            fprintf(f, ",%d,%.17g\n", k, c->samples[k]);
+        }
+    }
+    return close_out(f, path);
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static forge_status write_provenance_json(forge_harness *h) {
+    char path[1200];
+    FILE *f;
+    FORGE_TRY(open_out(&f, h, "_provenance.json", path, sizeof path));
+    const forge_provenance *p = &h->prov;
+    fprintf(f, "{\n  \"suite\": ");
+    json_str(f, h->suite);
+    fprintf(f, ",\n  \"commit\": ");
+    json_str(f, p->commit);
+    fprintf(f, ",\n  \"dirty\": %d,\n  \"config_hash\": \"%s\",\n  \"recipe_hash\": \"%s\",\n  \"seed\": %llu,\n",
+            p->dirty ? 1 : 0, h->config_hash, h->recipe_hash, (unsigned long long)h->seed);
+    fprintf(f, "  \"gpu\": ");
+    json_str(f, p->gpu_name);
+    fprintf(f, ",\n  \"sm_count\": %d,\n  \"driver\": ", p->sm_count);
+    json_str(f, p->driver);
+    fprintf(f, ",\n  \"toolkit\": ");
+    json_str(f, p->toolkit);
+    fprintf(f,
+            ",\n  \"clock_sm_start\": %d,\n  \"clock_sm_end\": %d,\n  \"clock_mem_start\": %d,\n"
+            "  \"clock_mem_end\": %d,\n  \"date\": \"%s\",\n  \"reps\": %d,\n  \"warmup\": %d,\n"
+            "  \"bootstrap_resamples\": %d\n}\n",
+            p->clock_sm_mhz_start, p->clock_sm_mhz_end, p->clock_mem_mhz_start, p->clock_mem_mhz_end, h->date,
+            h->reps, h->warmup, HARNESS_RESAMPLES);
+    return close_out(f, path);
+}
+
+forge_status forge_harness_close(forge_harness *h) {
+    if (!h) return FORGE_OK;
+    /* provenance is checked again: a suite may have edited it (end clocks) */
+    forge_status s = check_provenance(&h->prov);
+    if (s == FORGE_OK) {
+        compute_verdicts(h);
+        print_table(h);
+        s = write_results_csv(h);
+    }
+    if (s == FORGE_OK) s = write_samples_csv(h);
+    if (s == FORGE_OK) s = write_provenance_json(h);
+    forge_harness_free(h);
+    return s;
+}
+
+/* ---- CPU timer --------------------------------------------------------------- */
+
+/* The CPU timer keeps its start time per thread: a harness times one run at a
+ * time, so start/stop pairs on one thread never interleave. */
+static _Thread_local struct timespec cpu_timer_t0;
+
+static forge_status cpu_timer_start(void *ctx) {
+    (void)ctx;
+    clock_gettime(CLOCK_MONOTONIC, &cpu_timer_t0);
+    return FORGE_OK;
+}
+
+static forge_status cpu_timer_stop(void *ctx, double *elapsed_ms) {
+    (void)ctx;
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *elapsed_ms = (double)(t1.tv_sec - cpu_timer_t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - cpu_timer_t0.tv_nsec) * 1e-6;
+    return FORGE_OK;
+}
+
+forge_bench_timer forge_cpu_bench_timer(void) {
+    forge_bench_timer t = {NULL, cpu_timer_start, cpu_timer_stop};
+    return t;
+}

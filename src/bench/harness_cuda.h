@@ -1,0 +1,46 @@
+/*
+ * harness_cuda.h: the CUDA pieces of the benchmark harness (harness.h):
+ * a CUDA-event timer and the GPU provenance fields. Plain C; the definitions
+ * are in src/bench/cuda/harness_cuda.cu and exist only in the CUDA build, so
+ * callers guard their use with #ifdef FORGE_WITH_CUDA.
+ */
+#ifndef FORGE_HARNESS_CUDA_H
+#define FORGE_HARNESS_CUDA_H
+
+#include "harness.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct forge_backend;
+
+/* A timer recording CUDA events on cuda_stream (a cudaStream_t; NULL = the
+ * default stream). stop() waits for the stop event, then reads
+ * cudaEventElapsedTime. Free with forge_cuda_bench_timer_destroy. */
+forge_status forge_cuda_bench_timer_create(forge_bench_timer *out, void *cuda_stream);
+void forge_cuda_bench_timer_destroy(forge_bench_timer *timer);
+
+/* Fills the GPU fields of p for CUDA device `device`: gpu_name, sm_count,
+ * driver ("13.0" from cudaDriverGetVersion, plus the NVML driver string in
+ * parentheses when libnvidia-ml.so.1 loads), toolkit ("CUDA 13.0" from
+ * cudaRuntimeGetVersion) and the start clocks (NVML SM and memory clocks in
+ * MHz; -1 when NVML is unavailable). The end clocks are set to -1. If
+ * p->commit is empty the host fields are filled first
+ * (forge_provenance_init_host). */
+forge_status forge_cuda_provenance(forge_provenance *p, int device);
+/* Records the end clocks (call just before forge_harness_close, e.g. on
+ * forge_harness_provenance(h)). */
+forge_status forge_cuda_provenance_end(forge_provenance *p, int device);
+
+/* The cudaStream_t the CUDA backend runs every op on (NULL if `be` is not a
+ * CUDA backend), for a timer that must record on the same stream. */
+void *forge_cuda_backend_stream(struct forge_backend *be);
+/* The CUDA device index of a CUDA backend (-1 if `be` is not one). */
+int forge_cuda_backend_device(struct forge_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
