@@ -23,6 +23,8 @@
 #include "../src/bench/bench.h"
 #include "../src/bench/bench_ops.h"
 #include "../src/bench/bench_train.h"
+#include "../src/bench/characterize.h"
+#include "../src/bench/gemm_bench.h"
 #include "../src/core/status.h"
 #include "../src/data/corpus.h"
 #include "../src/data/tokenize.h"
@@ -448,11 +450,15 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
 /* ---- forge bench ---------------------------------------------------------------- */
 
 static const char *BENCH_HELP =
-    "usage: forge bench [train|matmul|ops|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "usage: forge bench [train|matmul|ops|gemm|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
     "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
-    "  ops     each op's time at gpt-10m training shapes (B=8, T=512)\n";
+    "  ops     each op's time at gpt-10m training shapes (cuda: B=8, T=512; cpu: B=2, T=128)\n"
+    "  gemm    bf16 GEMM: forge's wgmma kernel vs cuBLAS (--device cuda only)\n"
+    "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
+    "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
+    "          (--device cuda only; --reps N, default 100; --results DIR, default results)\n";
 
 static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
@@ -461,12 +467,14 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     }
     const char *what = "all", *device = "cpu", *v;
     long steps = 5, reps = 10;
+    const char *results = NULL;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
         STR_OPT("--device", device)
         INT_OPT("--steps", steps, 1, 100000)
         INT_OPT("--reps", reps, 1, 100000)
+        STR_OPT("--results", results)
         if (argv[a.i][0] != '-' && a.n_positional == 0) {
             what = argv[a.i];
             a.n_positional++;
@@ -475,12 +483,20 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return fail(usage_error("bench", "unknown argument ", argv[a.i]));
     }
     if (s != FORGE_OK) return fail(s);
+    if (strcmp(what, "characterize") == 0) {
+        int reps_given = 0; /* characterize defaults to 100 reps, not the 10 above */
+        for (int i = 0; i < argc; i++) reps_given |= strncmp(argv[i], "--reps", 6) == 0;
+        s = forge_bench_characterize(stdout, device, reps_given ? (int)reps : 0, results);
+        return s == FORGE_OK ? 0 : fail(s);
+    }
     int do_train = strcmp(what, "train") == 0 || strcmp(what, "all") == 0;
     int do_matmul = strcmp(what, "matmul") == 0 || (strcmp(what, "all") == 0 && strcmp(device, "cpu") == 0);
     int do_ops = strcmp(what, "ops") == 0;
-    if (!do_train && !do_matmul && !do_ops) return fail(usage_error("bench", "unknown suite ", what));
+    int do_gemm = strcmp(what, "gemm") == 0;
+    if (!do_train && !do_matmul && !do_ops && !do_gemm) return fail(usage_error("bench", "unknown suite ", what));
     if (do_ops) s = forge_bench_ops(stdout, device, strcmp(device, "cpu") ? 8 : 2, strcmp(device, "cpu") ? 512 : 128, 384, 6, 8192, "results");
     if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
+    if (do_gemm) s = forge_bench_gemm(stdout, device, (int)reps);
     if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, device, configs_dir(argv0), (int)steps);
     return s == FORGE_OK ? 0 : fail(s);
 }

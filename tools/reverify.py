@@ -303,7 +303,8 @@ def suite_csvs(path):
     for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(files):
-            if name.endswith(".csv") and not name.endswith("_samples.csv"):
+            # <suite>_findings.csv holds probe findings (no timings): nothing to re-derive
+            if name.endswith(".csv") and not name.endswith(("_samples.csv", "_findings.csv")):
                 p = os.path.join(root, name)
                 out.append((p, p[:-4] + "_samples.csv"))
     return out

@@ -1,0 +1,554 @@
+/*
+ * gemm_wgmma.cu: the Hopper bf16 GEMM (issue 5, rung 3 of docs/gemm-ladder.md)
+ * and its explicit SIMT fallback. Entry points and path rules: gemm.h.
+ *
+ *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B bf16, K-major
+ *
+ * Design (the decisions a reader would otherwise get wrong):
+ * - One CTA per SM (persistent grid), 3 warpgroups of 128 threads. Warpgroup
+ *   0 is the PRODUCER: one thread issues the TMA copies (cp.async.bulk.tensor
+ *   2D) of a 128x64 A tile and a BNx64 B tile into stage s of a ring of
+ *   STAGES stages, completing on full[s]. Warpgroups 1 and 2 are CONSUMERS:
+ *   each owns 64 rows of the 128-row block tile and issues wgmma
+ *   m64nBNk16 (4 per 64-wide K slice) straight from shared memory, fp32
+ *   accumulators in registers (BN/2 per thread). setmaxnreg moves registers
+ *   from the producer (40) to the consumers (232).
+ * - Ring protocol: full[s] has 1 arrival (the producer's arrive.expect_tx
+ *   with the stage's byte count) plus the TMA transaction bytes; empty[s] has
+ *   8 arrivals (lane 0 of each consumer warp, after wgmma.wait_group shows
+ *   that warp's MMAs reading the stage have finished). Parities: round r of a
+ *   stage waits full with parity r&1 and empty with parity (r&1)^1 (a fresh
+ *   barrier counts its "previous" phase as complete, so round 0 of the
+ *   producer does not block). Consumers keep one wgmma group in flight
+ *   (wait_group 1) and release the previous stage.
+ * - Layout: TMA writes each tile with the 128-byte swizzle (rows of 64 bf16 =
+ *   128 B, 16-byte chunks XOR-ed with row%8). That is exactly wgmma's
+ *   K-major SWIZZLE_128B canonical layout: descriptor SBO = 1024 B (one
+ *   8-row group), LBO unused (1), and the k-th 16-wide K step starts 32*k
+ *   bytes into the row. Every stage starts on a 1024-byte boundary, which the
+ *   swizzle pattern requires (base offset 0).
+ * - Edges: TMA zero-fills the parts of a box outside the tensor (rows past M
+ *   or N, columns past K) and still counts the full box in the transaction
+ *   bytes, so the mainloop needs no tail code; the epilogue bounds-checks
+ *   every store. TMA needs the row stride (K*2 bytes) to be a multiple of
+ *   16, hence K % 8 == 0; other K go to the SIMT kernel (gemm.h).
+ * - Tile order: tiles are numbered in groups of GEMM_GROUP_M row-blocks, all
+ *   N tiles of a group before the next, so the ~132 tiles in flight share a
+ *   few A row-blocks and B sweeps through L2 once per group.
+ * - No unbounded waits: an mbarrier wait that has not completed after
+ *   GEMM_WAIT_TIMEOUT_NS of %globaltimer traps, and the host sees an
+ *   "unspecified launch failure" at its next synchronising call instead of
+ *   a hung process.
+ * - The epilogue stores straight from the accumulators (each quad of lanes
+ *   writes 32 contiguous bytes of a row); while it runs the producer is
+ *   already filling the ring for the CTA's next tile.
+ * Tensor maps are encoded on the host per call (cuTensorMapEncodeTiled via
+ * cudaGetDriverEntryPointByVersion, so the binary needs no -lcuda link) and
+ * passed as __grid_constant__ parameters.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+
+extern "C" {
+#include "gemm.h"
+}
+
+#define GEMM_BM 128            /* block tile rows: 2 consumer warpgroups x 64 */
+#define GEMM_BK 64             /* K slice per stage: 64 bf16 = one 128-byte swizzle row */
+#define GEMM_THREADS 384       /* producer warpgroup + 2 consumer warpgroups */
+#define GEMM_CONSUMER_WARPS 8  /* arrivals on an empty barrier */
+#define GEMM_GROUP_M 8         /* row-blocks per tile group (L2 order) */
+#define GEMM_PRODUCER_REGS 40
+#define GEMM_CONSUMER_REGS 232
+#define GEMM_WAIT_TIMEOUT_NS 10000000000ull /* 10 s */
+#define GEMM_SIMT_TILE 64
+#define GEMM_SIMT_BK 16
+
+/* Per block-tile width: stage count chosen to fill ~192 KiB of the 227 KiB. */
+template <int BN> struct gemm_cfg {
+    static constexpr int STAGES = BN == 256 ? 4 : 6;
+    static constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2;
+    static constexpr uint32_t B_BYTES = BN * GEMM_BK * 2;
+    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+    /* tiles, then full[STAGES] and empty[STAGES] barriers, plus 1 KiB of
+     * slack to round the dynamic shared-memory base up to 1024 bytes */
+    static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
+    static_assert(BN == 128 || BN == 256, "wgmma N is 128 or 256 here");
+    static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
+};
+
+/* ---- device helpers: shared-memory addresses, mbarriers, TMA, wgmma ------- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ uint64_t gemm_globaltimer(void) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ uint32_t mbar_try_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done;
+}
+
+/* Waits for the phase of `bar` with parity `parity` to complete; traps after
+ * GEMM_WAIT_TIMEOUT_NS (a protocol bug or a failed TMA must not hang). */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    if (mbar_try_wait(bar, parity)) return;
+    const uint64_t t0 = gemm_globaltimer();
+    while (!mbar_try_wait(bar, parity)) {
+        if (gemm_globaltimer() - t0 > GEMM_WAIT_TIMEOUT_NS) __trap();
+    }
+}
+
+/* 2D tiled TMA load: box at (c0 = K element, c1 = row) of `tmap` into shared
+ * memory at dst, completing `bytes` of transactions on mbarrier `bar`. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *tmap, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+            "r"(dst),
+        "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap *tmap) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)tmap) : "memory");
+}
+
+/* Shared-memory matrix descriptor of a K-major, 128B-swizzled operand whose
+ * 8-row groups are 1024 bytes apart (PTX ISA, "Matrix Descriptor Format"):
+ * bits 0-13 address>>4, 16-29 LBO>>4 (unused with this swizzle: 1),
+ * 32-45 SBO>>4 = 64, 62-63 swizzle mode 1 = 128B. */
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)64 << 32) |
+           ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/* Keeps the compiler from moving reads of the accumulators above a
+ * wgmma.wait_group: an empty asm that "modifies" each register. */
+template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* d (64 x 128 fp32, 64 registers per thread) += A (64x16, smem desc) . B (128x16, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* d (64 x 256 fp32, 128 registers per thread) += A (64x16, smem desc) . B (256x16, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+
+template <int BN> __device__ __forceinline__ void wgmma_tile_k16(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc);
+template <> __device__ __forceinline__ void wgmma_tile_k16<128>(float (&d)[64], uint64_t da, uint64_t db, int sc) {
+    wgmma_m64n128k16(d, da, db, sc);
+}
+template <> __device__ __forceinline__ void wgmma_tile_k16<256>(float (&d)[128], uint64_t da, uint64_t db, int sc) {
+    wgmma_m64n256k16(d, da, db, sc);
+}
+
+/* tile index -> (row-block, column-block) in the grouped L2 order */
+__device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n, int *tm, int *tn) {
+    const int per_group = GEMM_GROUP_M * tiles_n;
+    const int g = t / per_group, first_m = g * GEMM_GROUP_M;
+    const int rows = min(tiles_m - first_m, GEMM_GROUP_M);
+    const int r = t - g * per_group;
+    *tm = first_m + r % rows;
+    *tn = r / rows;
+}
+
+/* ---- kernels ------------------------------------------------------------- */
+
+template <int BN>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    gemm_wgmma_bf16_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                           float *__restrict__ C, const float *__restrict__ bias, int M, int N, int K, int vec2) {
+    typedef gemm_cfg<BN> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    extern __shared__ __align__(1024) unsigned char gemm_smem[];
+    const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
+    const uint32_t sa = base;                                   /* A stages */
+    const uint32_t sb = base + STAGES * cfg::A_BYTES;           /* B stages */
+    const uint32_t bars = base + STAGES * cfg::STAGE_BYTES;     /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+
+    const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM, tiles_n = (N + BN - 1) / BN;
+    const int num_tiles = tiles_m * tiles_n;
+    const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bars + 8 * s, 1);
+            mbar_init(bars + 8 * (STAGES + s), GEMM_CONSUMER_WARPS);
+        }
+        /* make the initialised barriers visible to the async (TMA) proxy */
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        tma_prefetch_desc(&tm_a);
+        tma_prefetch_desc(&tm_b);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer warpgroup: one thread drives the TMA ring ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(GEMM_PRODUCER_REGS));
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+                int tm, tn;
+                gemm_tile_coords(t, tiles_m, tiles_n, &tm, &tn);
+                for (int kt = 0; kt < ktiles; kt++) {
+                    const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                    mbar_wait(empty, phase ^ 1);
+                    mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+                    tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * GEMM_BK, tm * GEMM_BM, full);
+                    tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * GEMM_BK, tn * BN, full);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        /* ---- consumer warpgroups: wgmma from the ring, then the epilogue ---- */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(GEMM_CONSUMER_REGS));
+        const int c = wg - 1;                 /* which 64-row half of the block tile */
+        const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
+        int stage = 0;
+        uint32_t phase = 0;
+        float d[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+
+        for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            int tm, tn;
+            gemm_tile_coords(t, tiles_m, tiles_n, &tm, &tn);
+            int prev = 0;
+            for (int kt = 0; kt < ktiles; kt++) {
+                mbar_wait(bars + 8 * stage, phase);
+                const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * 128);
+                const uint32_t b0 = sb + stage * cfg::B_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int k = 0; k < GEMM_BK / 16; k++)
+                    /* scale-d 0 on the tile's first MMA: overwrite, don't accumulate */
+                    wgmma_tile_k16<BN>(d, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), (kt | k) != 0);
+                wgmma_commit();
+                if (kt > 0) {
+                    wgmma_wait<1>(); /* the previous slice's MMAs are done: release its stage */
+                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                }
+                prev = stage;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            wgmma_wait<0>();
+            wgmma_fence_operands(d);
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+
+            /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA):
+             * d[4i + 2h + j] is row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j */
+            const int row0 = tm * GEMM_BM + c * 64 + warp * 16 + lane / 4;
+            const int col0 = tn * BN + 2 * (lane % 4);
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) {
+                const int col = col0 + 8 * i;
+                float b0 = 0.0f, b1 = 0.0f;
+                if (bias != nullptr) {
+                    if (col < N) b0 = __ldg(bias + col);
+                    if (col + 1 < N) b1 = __ldg(bias + col + 1);
+                }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = row0 + 8 * h;
+                    if (row < M && col < N) {
+                        float *p = C + (size_t)row * N + col;
+                        const float v0 = d[4 * i + 2 * h] + b0, v1 = d[4 * i + 2 * h + 1] + b1;
+                        if (vec2 && col + 1 < N) {
+                            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+                        } else {
+                            p[0] = v0;
+                            if (col + 1 < N) p[1] = v1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The fallback: C = A . B^T (+ bias) with fp32 FFMA. 64x64 tile, 256
+ * threads, a 4x4 register block each (rows ty + 16i, columns tx + 16j), K
+ * in slices of 16 through shared memory; scalar bf16 loads with bounds
+ * checks, so any shape and alignment works. Correct, not fast. */
+__global__ void __launch_bounds__(256)
+    gemm_simt_bf16_kernel(const uint16_t *__restrict__ A, const uint16_t *__restrict__ B, float *__restrict__ C,
+                          const float *__restrict__ bias, int M, int N, int K) {
+    __shared__ float As[GEMM_SIMT_BK][GEMM_SIMT_TILE + 1];
+    __shared__ float Bs[GEMM_SIMT_BK][GEMM_SIMT_TILE + 1];
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int m0 = blockIdx.y * GEMM_SIMT_TILE, n0 = blockIdx.x * GEMM_SIMT_TILE;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GEMM_SIMT_BK) {
+#pragma unroll
+        for (int l = 0; l < GEMM_SIMT_TILE * GEMM_SIMT_BK / 256; l++) {
+            const int e = tid + 256 * l, r = e / GEMM_SIMT_BK, kk = e % GEMM_SIMT_BK, k = k0 + kk;
+            const int am = m0 + r, bn = n0 + r;
+            As[kk][r] = (am < M && k < K) ? __uint_as_float((uint32_t)A[(size_t)am * K + k] << 16) : 0.0f;
+            Bs[kk][r] = (bn < N && k < K) ? __uint_as_float((uint32_t)B[(size_t)bn * K + k] << 16) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_SIMT_BK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int m = m0 + ty + 16 * i;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int n = n0 + tx + 16 * j;
+            if (m < M && n < N) C[(size_t)m * N + n] = acc[i][j] + (bias != nullptr ? bias[n] : 0.0f);
+        }
+    }
+}
+
+/* ---- launchers ----------------------------------------------------------- */
+
+/* cuTensorMapEncodeTiled's signature (cuda.h), fetched from the driver at
+ * run time so that no -lcuda link is needed. */
+typedef CUresult (*gemm_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                         const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                         CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                         CUtensorMapFloatOOBfill);
+
+/* Process-wide caches of facts that never change for a device: the driver
+ * entry point, SM count, capability, and whether each kernel's shared-memory
+ * limit was raised. Racing writers store identical values. */
+#define GEMM_MAX_DEVICES 64
+static gemm_encode_tiled_fn g_encode_tiled;
+static int g_sm_count[GEMM_MAX_DEVICES], g_cc_major[GEMM_MAX_DEVICES], g_cc_minor[GEMM_MAX_DEVICES];
+static int g_smem_set[GEMM_MAX_DEVICES][2];
+
+static forge_status gemm_get_encoder(gemm_encode_tiled_fn *out) {
+    if (g_encode_tiled == nullptr) {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        CUDA_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || fn == nullptr)
+            return forge_error(FORGE_ERR_DEVICE,
+                               "gemm_wgmma: the driver has no cuTensorMapEncodeTiled (query result %d); TMA "
+                               "needs a CUDA 12+ driver",
+                               (int)q);
+        g_encode_tiled = (gemm_encode_tiled_fn)fn;
+    }
+    *out = g_encode_tiled;
+    return FORGE_OK;
+}
+
+static forge_status gemm_device_info(int *dev, int *sm_count) {
+    CUDA_TRY(cudaGetDevice(dev));
+    if (*dev < 0 || *dev >= GEMM_MAX_DEVICES)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: device index %d out of range", *dev);
+    if (g_sm_count[*dev] == 0) {
+        CUDA_TRY(cudaDeviceGetAttribute(&g_cc_major[*dev], cudaDevAttrComputeCapabilityMajor, *dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&g_cc_minor[*dev], cudaDevAttrComputeCapabilityMinor, *dev));
+        int sms = 0;
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, *dev));
+        g_sm_count[*dev] = sms;
+    }
+    if (g_cc_major[*dev] != 9)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "gemm_wgmma: wgmma/TMA kernels are built for sm_90a only; device %d has compute "
+                           "capability %d.%d (use forge_gemm_bf16_nt_simt)",
+                           *dev, g_cc_major[*dev], g_cc_minor[*dev]);
+    *sm_count = g_sm_count[*dev];
+    return FORGE_OK;
+}
+
+/* Why the wgmma path cannot take these arguments, or NULL if it can. */
+static const char *gemm_wgmma_refusal(const void *A, const void *B, const float *C, int M, int N, int K) {
+    if (M <= 0 || N <= 0 || K <= 0) return "M, N and K must be >= 1";
+    if (K % 8 != 0) return "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
+    if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) return "A and B must be 16-byte aligned (TMA)";
+    if ((uintptr_t)C % 4 != 0) return "C must be 4-byte aligned";
+    return nullptr;
+}
+
+static forge_status gemm_encode_kmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, const void *ptr, int rows,
+                                       int K, int box_rows, const char *what) {
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)K * 2}; /* bytes between rows */
+    const cuuint32_t box[2] = {GEMM_BK, (cuuint32_t)box_rows};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(ptr), dims, strides, box,
+                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_DEVICE,
+                           "gemm_wgmma: cuTensorMapEncodeTiled for %s (%d x %d bf16, box %d x %d, 128B swizzle) "
+                           "failed with CUresult %d",
+                           what, rows, K, box_rows, GEMM_BK, (int)r);
+    return FORGE_OK;
+}
+
+template <int BN>
+static forge_status gemm_wgmma_launch(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
+                                      cudaStream_t stream, int dev, int sm_count) {
+    typedef gemm_cfg<BN> cfg;
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    CUtensorMap tm_a, tm_b;
+    FORGE_TRY(gemm_encode_kmajor(&tm_a, encode, A, M, K, GEMM_BM, "A"));
+    FORGE_TRY(gemm_encode_kmajor(&tm_b, encode, B, N, K, BN, "B"));
+    const int slot = BN == 256 ? 1 : 0;
+    if (!g_smem_set[dev][slot]) {
+        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)cfg::SMEM));
+        g_smem_set[dev][slot] = 1;
+    }
+    const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + BN - 1) / BN);
+    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld tiles overflow int", tiles);
+    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    const int vec2 = (N % 2 == 0) && ((uintptr_t)C % 8 == 0);
+    gemm_wgmma_bf16_kernel<BN><<<grid, GEMM_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, bias, M, N, K, vec2);
+    CUDA_LAUNCH_CHECK(BN == 256 ? "gemm_wgmma_bf16_kernel<256>" : "gemm_wgmma_bf16_kernel<128>");
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
+                                                 int M, int N, int K, void *stream) {
+    const char *why = gemm_wgmma_refusal(A_bf16, B_bf16, C, M, N, K);
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma (M=%d N=%d K=%d): %s; forge_gemm_bf16_nt falls back "
+                           "to the SIMT kernel for such arguments", M, N, K, why);
+    int dev = 0, sm_count = 0;
+    FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    /* 128x256 tiles unless that leaves SMs idle that 128x128 tiles would use */
+    const long long tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+    const long long t256 = tiles_m * ((N + 255) / 256), t128 = tiles_m * ((N + 127) / 128);
+    if (t256 < sm_count && t128 > t256)
+        return gemm_wgmma_launch<128>(A_bf16, B_bf16, C, bias, M, N, K, (cudaStream_t)stream, dev, sm_count);
+    return gemm_wgmma_launch<256>(A_bf16, B_bf16, C, bias, M, N, K, (cudaStream_t)stream, dev, sm_count);
+}
+
+extern "C" forge_status forge_gemm_bf16_nt_simt(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
+                                                int M, int N, int K, void *stream) {
+    if (M < 0 || N < 0 || K < 0) return forge_error(FORGE_ERR_ARG, "gemm_simt: negative size M=%d N=%d K=%d", M, N, K);
+    if (M == 0 || N == 0) return FORGE_OK;
+    const dim3 grid((N + GEMM_SIMT_TILE - 1) / GEMM_SIMT_TILE, (M + GEMM_SIMT_TILE - 1) / GEMM_SIMT_TILE);
+    if (grid.y > 65535) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_simt: M=%d needs more than 65535 row blocks", M);
+    gemm_simt_bf16_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>((const uint16_t *)A_bf16, (const uint16_t *)B_bf16,
+                                                                 C, bias, M, N, K);
+    CUDA_LAUNCH_CHECK("gemm_simt_bf16_kernel");
+    return FORGE_OK;
+}
+
+extern "C" const char *forge_gemm_bf16_nt_path(const void *A_bf16, const void *B_bf16, const float *C, int M, int N,
+                                               int K) {
+    return gemm_wgmma_refusal(A_bf16, B_bf16, C, M, N, K) == nullptr ? "wgmma" : "simt";
+}
+
+extern "C" forge_status forge_gemm_bf16_nt(const void *A_bf16, const void *B_bf16, float *C, const float *bias, int M,
+                                           int N, int K, void *stream) {
+    if (gemm_wgmma_refusal(A_bf16, B_bf16, C, M, N, K) == nullptr)
+        return forge_gemm_bf16_nt_wgmma(A_bf16, B_bf16, C, bias, M, N, K, stream);
+    return forge_gemm_bf16_nt_simt(A_bf16, B_bf16, C, bias, M, N, K, stream);
+}

@@ -1,0 +1,26 @@
+/*
+ * gemm_bench.c: the entry of `forge bench gemm`. The suite itself (shapes,
+ * inputs, float64 reference, cells) lives in src/bench/cuda/gemm_bench_cells.cu
+ * because every cell is a GPU kernel; this file only decides whether the
+ * suite can run in this build and on this device.
+ */
+#include <string.h>
+
+#include "gemm_bench.h"
+
+forge_status forge_bench_gemm(FILE *out, const char *device, int reps) {
+    if (strcmp(device, "cuda") != 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge bench gemm: the GEMM suite times GPU kernels only; run it with --device cuda "
+                           "(got --device %s)",
+                           device);
+#ifdef FORGE_WITH_CUDA
+    return forge_bench_gemm_cuda(out, reps);
+#else
+    (void)out;
+    (void)reps;
+    return forge_error(FORGE_ERR_UNSUPPORTED,
+                       "forge bench gemm: this is the CPU-only build; build the CUDA one (make cuda) and run "
+                       "build/cuda/forge bench gemm --device cuda");
+#endif
+}

@@ -1,0 +1,22 @@
+/*
+ * gemm_bench.h: `forge bench gemm`, the GEMM suite of issue 5 (harness.h
+ * cells: cuBLAS measured in the same run as the baseline of every shape).
+ */
+#ifndef FORGE_GEMM_BENCH_H
+#define FORGE_GEMM_BENCH_H
+
+#include <stdio.h>
+
+#include "../core/status.h"
+
+/* Runs the suite on `device` ("cuda" only; the CPU build and --device cpu
+ * return FORGE_ERR_UNSUPPORTED with a message). reps < 30 is raised to 30 by
+ * the harness. Writes results/<date>_<commit>/gemm*.csv. */
+forge_status forge_bench_gemm(FILE *out, const char *device, int reps);
+
+#ifdef FORGE_WITH_CUDA
+/* The CUDA half (src/bench/cuda/gemm_bench_cells.cu), on CUDA device 0. */
+forge_status forge_bench_gemm_cuda(FILE *out, int reps);
+#endif
+
+#endif
