@@ -26,8 +26,10 @@ The rules, mirrored from src/bench/harness.c (its top comment states them):
     TFLOP/s     flops / (median_ms / 1000) / 1e12 (0 if flops == 0); GB/s with bytes, 1e9
     garbage     not (rel_err <= tolerance) (NaN is garbage) or fully_written == 0
     verdicts    best baseline = passing baseline with the smallest median in the
-                group (first on a tie); ratio = best / cell; win >= 1.10
-    accel       accel_ratio = counterpart median / cell median; verdict only
+                group (first on a tie); ratio = speedup(cell, best): throughput ratio when
+                both state FLOPs, else best / cell; win >= 1.10
+    accel       accel_ratio = speedup(cell, counterpart): throughput ratio when both state
+                FLOPs, else counterpart median / cell median; verdict only
                 when the cell's format is narrower (bits below); >= 1.5
 """
 import csv
@@ -243,17 +245,25 @@ def verify_suite(csv_path, samples_path):
         if d is None or d["status"] is None:
             continue
         ratio, verdict, accel_ratio, accel_verdict = None, d["status"], None, ""
+
+        def speedup(a_row, a, b_row, b):
+            # the harness's speedup(): throughput ratio when both cells state FLOPs, else time ratio
+            fa, fb = num(a_row["flops"]) or 0.0, num(b_row["flops"]) or 0.0
+            if fa > 0 and fb > 0:
+                return (fa / a["median"]) / (fb / b["median"])
+            return b["median"] / a["median"]
+
         if d["status"] == "ok":
-            best = None
+            best, best_row = None, None
             for b in rows:
                 db = derived.get((b["cell"], b["group"]))
                 if (b["group"] == r["group"] and b["is_baseline"] == "1" and db and db["status"] == "ok"
-                        and db["median"] is not None and (best is None or db["median"] < best)):
-                    best = db["median"]
+                        and db["median"] is not None and (best is None or speedup(b, db, best_row, best) > 1.0)):
+                    best, best_row = db, b
             if best is None:
                 verdict = "no-baseline"
             else:
-                ratio = best / d["median"]
+                ratio = speedup(r, d, best_row, best)
                 verdict = "baseline" if r["is_baseline"] == "1" else ("win" if ratio >= WIN_RATIO else "no-win")
             cp_name = r["counterpart"]
             if cp_name:
@@ -261,8 +271,8 @@ def verify_suite(csv_path, samples_path):
                 if cp is None or cp["status"] != "ok" or cp["median"] is None:
                     accel_verdict = "no-counterpart"
                 else:
-                    accel_ratio = cp["median"] / d["median"]
                     cp_row = next(x for x in rows if (x["cell"], x["group"]) == (cp_name, r["counterpart_group"] or r["group"]))
+                    accel_ratio = speedup(r, d, cp_row, cp)
                     if BITS.get(r["precision"], 0) < BITS.get(cp_row["precision"], 0):
                         accel_verdict = "accelerated" if accel_ratio >= ACCEL_RATIO else "not-accelerated"
         checks = [("ratio_vs_best_baseline", num(r["ratio_vs_best_baseline"]), ratio),

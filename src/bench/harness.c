@@ -28,14 +28,15 @@
  *                 element left unwritten.
  *     verdicts    per group, the strongest baseline is the passing baseline
  *                 cell with the smallest median (first in run order on a
- *                 tie); ratio = best_median / cell_median; a non-baseline
+ *                 tie); ratio = speedup(cell, best) (throughput ratio when
+ *                 both state FLOPs, else best_median / cell_median); a non-baseline
  *                 passing cell "win"s at ratio >= 1.10, else "no-win";
  *                 baselines are "baseline", garbage cells "garbage", failed
  *                 cells "failed", passing cells of a group with no passing
  *                 baseline "no-baseline" (ratio empty).
  *     acceleration a passing cell naming a counterpart (looked up by name in
  *                 counterpart_group, default its own group) that also passed
- *                 gets accel_ratio = counterpart_median / cell_median; if the
+ *                 gets accel_ratio = speedup(cell, counterpart); if the
  *                 cell's format is narrower (bits: fp32 32, tf32 19, bf16 16,
  *                 fp16 16, fp8 8) its accel_verdict is "accelerated" at
  *                 >= 1.5 else "not-accelerated", otherwise empty. A named
@@ -405,6 +406,15 @@ static const char *cell_status_name(forge_cell_status s) {
     return s == FORGE_CELL_OK ? "ok" : s == FORGE_CELL_GARBAGE ? "garbage" : "failed";
 }
 
+
+/* How much faster a is than b. Cells that state their FLOPs are compared by
+ * throughput (they may do different work per run, like the matrix-unit
+ * ceilings); otherwise by time. tools/reverify.py evaluates the same expression. */
+static double speedup(const harness_cell *a, const harness_cell *b) {
+    if (a->flops > 0 && b->flops > 0) return (a->flops / a->res.median_ms) / (b->flops / b->res.median_ms);
+    return b->res.median_ms / a->res.median_ms;
+}
+
 static void compute_verdicts(forge_harness *h) {
     for (int i = 0; i < h->n_cells; i++) {
         harness_cell *c = &h->cells[i];
@@ -422,13 +432,13 @@ static void compute_verdicts(forge_harness *h) {
         for (int j = 0; j < h->n_cells; j++) {
             const harness_cell *b = &h->cells[j];
             if (b->is_baseline && b->res.status == FORGE_CELL_OK && strcmp(b->group, c->group) == 0 &&
-                (!best || b->res.median_ms < best->res.median_ms))
+                (!best || speedup(b, best) > 1.0))
                 best = b;
         }
         if (!best) {
             c->verdict = "no-baseline";
         } else {
-            c->ratio = best->res.median_ms / c->res.median_ms;
+            c->ratio = speedup(c, best);
             c->verdict = c->is_baseline ? "baseline" : c->ratio >= HARNESS_WIN_RATIO ? "win" : "no-win";
         }
         if (c->counterpart) {
@@ -436,7 +446,7 @@ static void compute_verdicts(forge_harness *h) {
             if (!cp || cp->res.status != FORGE_CELL_OK) {
                 c->accel_verdict = "no-counterpart";
             } else {
-                c->accel_ratio = cp->res.median_ms / c->res.median_ms;
+                c->accel_ratio = speedup(c, cp);
                 if (precision_bits[c->precision] < precision_bits[cp->precision])
                     c->accel_verdict = c->accel_ratio >= HARNESS_ACCEL_RATIO ? "accelerated" : "not-accelerated";
             }
