@@ -25,7 +25,7 @@ The rules, mirrored from src/bench/harness.c (its top comment states them):
                 and CI = [m[floor(0.025 R)], m[floor(0.975 R)]]
     TFLOP/s     flops / (median_ms / 1000) / 1e12 (0 if flops == 0); GB/s with bytes, 1e9
     garbage     not (rel_err <= tolerance) (NaN is garbage) or fully_written == 0
-    verdicts    best baseline = passing baseline with the smallest median in the
+    verdicts    best baseline = the fastest passing baseline (by speedup) in the
                 group (first on a tie); ratio = speedup(cell, best): throughput ratio when
                 both state FLOPs, else best / cell; win >= 1.10
     accel       accel_ratio = speedup(cell, counterpart): throughput ratio when both state
