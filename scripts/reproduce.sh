@@ -18,7 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 n=0
 for csv in "$RESULTS"/*/*.csv; do
     [ -e "$csv" ] || continue
-    case "$csv" in *_samples.csv) continue ;; esac
+    case "$csv" in *_samples.csv | *_findings.csv) continue ;; esac  # findings hold no timings
     run=$(basename "$(dirname "$csv")")
     suite=$(basename "$csv" .csv)
     stem="$FIGURES/${run}_${suite}"
