@@ -178,7 +178,11 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
     static const bench_case cuda_cases[] = {{"gpt-10m", 32, 512}, {"gpt2-124m", 8, 1024}};
     const bench_case *cases = cuda ? cuda_cases : cpu_cases;
     char config[256], suite[64];
-    snprintf(suite, sizeof suite, "train_%s", cuda ? "cuda" : "cpu");
+    snprintf(suite, sizeof suite, "train_cpu");
+#ifdef FORGE_WITH_CUDA
+    /* one results file per matmul path: cuBLAS and forge runs of a commit share a folder */
+    if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_cuda_matmul_impl(be));
+#endif
     snprintf(config, sizeof config, "train backend=%s cases=%s:%dx%d,%s:%dx%d", be->name, cases[0].config,
              cases[0].B, cases[0].T, cases[1].config, cases[1].B, cases[1].T);
     forge_harness_config hc = {.suite = suite, .results_root = "results", .config_text = config,
