@@ -25,6 +25,7 @@
 #include "bench.h"
 #include "harness.h"
 #ifdef FORGE_WITH_CUDA
+#include "../backend/cuda/cuda_backend.h"
 #include "harness_cuda.h"
 #endif
 
