@@ -33,6 +33,7 @@
 #include "../backend/backend.h"
 #include "../util/rng.h"
 #include "bench_check.h"
+#include "bench_session.h"
 #include "harness.h"
 #ifdef FORGE_WITH_CUDA
 #include "../backend/cuda/cuda_backend.h"
@@ -363,24 +364,14 @@ forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C,
     forge_status s = forge_cpu_backend_create(&ref, 1, 1);
     ops_shape sh = {B, T, C, NH, C / NH, V, 4 * C, B * T};
     int cuda = be->kind == FORGE_DEVICE_CUDA;
-    forge_provenance prov;
-    forge_provenance_init_host(&prov);
-    forge_bench_timer timer = forge_cpu_bench_timer();
-    int timer_is_cuda = 0, cuda_device = 0;
     /* one results file per backend variant: a cuBLAS run and a forge-GEMM run
      * of the same commit land in the same folder */
     char suite[64] = "ops_cpu";
 #ifdef FORGE_WITH_CUDA
     if (cuda) snprintf(suite, sizeof suite, "ops_cuda_%s", forge_cuda_matmul_impl(be));
-    if (cuda && s == FORGE_OK) {
-        cuda_device = forge_cuda_backend_device(be);
-        s = forge_cuda_provenance(&prov, cuda_device);
-        if (s == FORGE_OK) s = forge_cuda_bench_timer_create(&timer, forge_cuda_backend_stream(be));
-        timer_is_cuda = s == FORGE_OK;
-    }
-#else
-    if (cuda) s = forge_error(FORGE_ERR_UNSUPPORTED, "bench ops: a cuda backend in a build without FORGE_WITH_CUDA");
 #endif
+    forge_bench_session bs = {0};
+    if (s == FORGE_OK) s = forge_bench_session_begin(&bs, be);
     char config[256];
     snprintf(config, sizeof config, "ops backend=%s B=%d T=%d C=%d NH=%d V=%d input_sets=%d", be->name, B, T, C,
              NH, V, OPS_SETS);
@@ -388,7 +379,7 @@ forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C,
                                 .input_recipe = OPS_RECIPE, .seed = 11, .reps = cuda ? 100 : 30,
                                 .warmup = cuda ? 10 : 3, .out = out};
     forge_harness *h = NULL;
-    if (s == FORGE_OK) s = forge_harness_open(&h, &cfg, &prov, &timer);
+    if (s == FORGE_OK) s = forge_harness_open(&h, &cfg, &bs.prov, &bs.timer);
     if (s == FORGE_OK) {
         fprintf(out,
                 "== forge bench ops (%s) at B=%d T=%d C=%d NH=%d V=%d: per-op times, no baselines (verdict "
@@ -414,16 +405,7 @@ forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C,
         if (s == FORGE_OK && r.status != FORGE_CELL_OK) bad++;
         ops_cell_free(&c);
     }
-#ifdef FORGE_WITH_CUDA
-    if (s == FORGE_OK && cuda) s = forge_cuda_provenance_end(forge_harness_provenance(h), cuda_device);
-    if (timer_is_cuda) forge_cuda_bench_timer_destroy(&timer);
-#endif
-    (void)timer_is_cuda, (void)cuda_device;
-    if (s == FORGE_OK) {
-        s = forge_harness_close(h);
-        h = NULL;
-    }
-    forge_harness_free(h);
+    s = forge_bench_session_end(&bs, h, s);
     if (s == FORGE_OK && bad)
         s = forge_error(FORGE_ERR_NUMERIC, "bench ops: %d ops failed the check (garbage or failed above)", bad);
     forge_backend_destroy(ref);

@@ -23,10 +23,10 @@
 #include "../train/optimizer.h"
 #include "../util/rng.h"
 #include "bench.h"
+#include "bench_session.h"
 #include "harness.h"
 #ifdef FORGE_WITH_CUDA
 #include "../backend/cuda/cuda_backend.h"
-#include "harness_cuda.h"
 #endif
 
 double forge_train_flops_per_token(long long params, int n_layers, int seq_len, int d_model) {
@@ -161,20 +161,8 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
     /* the CPU device checks against the plain reference loops; CUDA against the tiled CPU backend */
     forge_status s = forge_cpu_backend_create(&ref, 0, cuda ? 0 : 1);
     double peak = cuda ? 67e12 : forge_bench_cpu_peak_flops();
-    forge_provenance prov;
-    forge_provenance_init_host(&prov);
-    forge_bench_timer timer = forge_cpu_bench_timer();
-    int timer_is_cuda = 0, cuda_device = 0;
-#ifdef FORGE_WITH_CUDA
-    if (cuda && s == FORGE_OK) {
-        cuda_device = forge_cuda_backend_device(be);
-        s = forge_cuda_provenance(&prov, cuda_device);
-        if (s == FORGE_OK) s = forge_cuda_bench_timer_create(&timer, forge_cuda_backend_stream(be));
-        timer_is_cuda = s == FORGE_OK;
-    }
-#else
-    if (cuda) s = forge_error(FORGE_ERR_UNSUPPORTED, "bench train: a cuda backend in a build without FORGE_WITH_CUDA");
-#endif
+    forge_bench_session bs = {0};
+    if (s == FORGE_OK) s = forge_bench_session_begin(&bs, be);
     static const bench_case cpu_cases[] = {{"tiny", 16, 128}, {"gpt-10m", 2, 128}};
     static const bench_case cuda_cases[] = {{"gpt-10m", 32, 512}, {"gpt2-124m", 8, 1024}};
     const bench_case *cases = cuda ? cuda_cases : cpu_cases;
@@ -189,7 +177,7 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
     forge_harness_config hc = {.suite = suite, .results_root = "results", .config_text = config,
                                .input_recipe = TRAIN_RECIPE, .seed = 7, .reps = steps, .warmup = 3, .out = out};
     forge_harness *h = NULL;
-    if (s == FORGE_OK) s = forge_harness_open(&h, &hc, &prov, &timer);
+    if (s == FORGE_OK) s = forge_harness_open(&h, &hc, &bs.prov, &bs.timer);
     if (s == FORGE_OK)
         fprintf(out, "== forge bench train (%s, fp32): full steps on random tokens; check = forward losses vs the "
                      "CPU reference on the same parameters\n", be->name);
@@ -216,16 +204,7 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
         }
         train_cell_free(&c);
     }
-#ifdef FORGE_WITH_CUDA
-    if (s == FORGE_OK && cuda) s = forge_cuda_provenance_end(forge_harness_provenance(h), cuda_device);
-    if (timer_is_cuda) forge_cuda_bench_timer_destroy(&timer);
-#endif
-    (void)timer_is_cuda, (void)cuda_device;
-    if (s == FORGE_OK) {
-        s = forge_harness_close(h);
-        h = NULL;
-    }
-    forge_harness_free(h);
+    s = forge_bench_session_end(&bs, h, s);
     for (int i = 0; i < 2 && s == FORGE_OK; i++)
         fprintf(out, "%-10s B=%-3d T=%-5d | %9.0f tok/s | peak %8.1f MiB | MFU %5.1f%% of %.1f GFLOP/s (%s)\n",
                 cases[i].config, cases[i].B, cases[i].T, tok_s[i], peak_mib[i], 100 * mfu[i], peak / 1e9,

@@ -377,22 +377,6 @@ static void char_tf32_probe(char_state *st, FILE *out, int n) {
 
 /* ---- output --------------------------------------------------------------------- */
 
-static void char_csv_str(FILE *f, const char *s) {
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-static void char_csv_num(FILE *f, double x) {
-    if (!isnan(x)) fprintf(f, "%.17g", x);
-}
 
 static forge_status char_write_findings(const char_state *st) {
     char path[1100];
@@ -405,11 +389,11 @@ static forge_status char_write_findings(const char_state *st) {
         char name[sizeof x->name + 1], note[sizeof x->note + 1];
         snprintf(name, sizeof name, "%.*s", (int)sizeof x->name, x->name); /* NUL-terminated copies */
         snprintf(note, sizeof note, "%.*s", (int)sizeof x->note, x->note);
-        char_csv_str(f, name), fputc(',', f);
-        char_csv_num(f, x->expected), fputc(',', f);
-        char_csv_num(f, x->got), fputc(',', f);
+        forge_csv_str(f, name), fputc(',', f);
+        forge_csv_num(f, x->expected), fputc(',', f);
+        forge_csv_num(f, x->got), fputc(',', f);
         fprintf(f, "%d,", x->kept_bits);
-        char_csv_str(f, note);
+        forge_csv_str(f, note);
         fputc('\n', f);
     }
     int bad = ferror(f);

@@ -503,8 +503,7 @@ static void print_table(forge_harness *h) {
     fflush(o);
 }
 
-/* RFC 4180: a field with a comma, quote, CR or LF is quoted, quotes doubled */
-static void csv_str(FILE *f, const char *s) {
+void forge_csv_str(FILE *f, const char *s) {
     if (!s) s = "";
     if (!strpbrk(s, ",\"\r\n")) {
         fputs(s, f);
@@ -518,8 +517,7 @@ static void csv_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-/* %.17g round-trips a double; NaN (not applicable) is an empty field */
-static void csv_num(FILE *f, double x) {
+void forge_csv_num(FILE *f, double x) {
     if (!isnan(x)) fprintf(f, "%.17g", x);
 }
 
@@ -549,41 +547,41 @@ static forge_status write_results_csv(forge_harness *h) {
     for (int i = 0; i < h->n_cells; i++) {
         const harness_cell *c = &h->cells[i];
         const forge_cell_result *r = &c->res;
-        csv_str(f, h->suite), fputc(',', f);
-        csv_str(f, c->name), fputc(',', f);
-        csv_str(f, c->group), fputc(',', f);
-        csv_str(f, forge_precision_name(c->precision)), fputc(',', f);
+        forge_csv_str(f, h->suite), fputc(',', f);
+        forge_csv_str(f, c->name), fputc(',', f);
+        forge_csv_str(f, c->group), fputc(',', f);
+        forge_csv_str(f, forge_precision_name(c->precision)), fputc(',', f);
         fprintf(f, "%d,", c->is_baseline ? 1 : 0);
-        csv_str(f, c->counterpart), fputc(',', f);
-        csv_str(f, c->counterpart_group), fputc(',', f);
-        csv_str(f, cell_status_name(r->status)), fputc(',', f);
-        csv_num(f, r->rel_err), fputc(',', f);
-        csv_num(f, r->tolerance), fputc(',', f);
+        forge_csv_str(f, c->counterpart), fputc(',', f);
+        forge_csv_str(f, c->counterpart_group), fputc(',', f);
+        forge_csv_str(f, cell_status_name(r->status)), fputc(',', f);
+        forge_csv_num(f, r->rel_err), fputc(',', f);
+        forge_csv_num(f, r->tolerance), fputc(',', f);
         fprintf(f, "%d,", r->reps);
-        csv_num(f, r->median_ms), fputc(',', f);
-        csv_num(f, r->ci_lo_ms), fputc(',', f);
-        csv_num(f, r->ci_hi_ms), fputc(',', f);
-        csv_num(f, r->min_ms), fputc(',', f);
-        csv_num(f, r->max_ms), fputc(',', f);
-        csv_num(f, c->flops), fputc(',', f);
-        csv_num(f, c->bytes), fputc(',', f);
-        csv_num(f, r->tflops), fputc(',', f);
-        csv_num(f, r->gbps), fputc(',', f);
-        csv_num(f, c->ratio), fputc(',', f);
-        csv_str(f, c->verdict), fputc(',', f);
-        csv_num(f, c->accel_ratio), fputc(',', f);
-        csv_str(f, c->accel_verdict), fputc(',', f);
-        csv_str(f, p->commit), fputc(',', f);
+        forge_csv_num(f, r->median_ms), fputc(',', f);
+        forge_csv_num(f, r->ci_lo_ms), fputc(',', f);
+        forge_csv_num(f, r->ci_hi_ms), fputc(',', f);
+        forge_csv_num(f, r->min_ms), fputc(',', f);
+        forge_csv_num(f, r->max_ms), fputc(',', f);
+        forge_csv_num(f, c->flops), fputc(',', f);
+        forge_csv_num(f, c->bytes), fputc(',', f);
+        forge_csv_num(f, r->tflops), fputc(',', f);
+        forge_csv_num(f, r->gbps), fputc(',', f);
+        forge_csv_num(f, c->ratio), fputc(',', f);
+        forge_csv_str(f, c->verdict), fputc(',', f);
+        forge_csv_num(f, c->accel_ratio), fputc(',', f);
+        forge_csv_str(f, c->accel_verdict), fputc(',', f);
+        forge_csv_str(f, p->commit), fputc(',', f);
         fprintf(f, "%d,", p->dirty ? 1 : 0);
         fprintf(f, "%s,%s,%llu,", h->config_hash, h->recipe_hash, (unsigned long long)h->seed);
-        csv_str(f, p->gpu_name), fputc(',', f);
+        forge_csv_str(f, p->gpu_name), fputc(',', f);
         fprintf(f, "%d,", p->sm_count);
-        csv_str(f, p->driver), fputc(',', f);
-        csv_str(f, p->toolkit), fputc(',', f);
+        forge_csv_str(f, p->driver), fputc(',', f);
+        forge_csv_str(f, p->toolkit), fputc(',', f);
         fprintf(f, "%d,%d,%d,%d,%s,", p->clock_sm_mhz_start, p->clock_sm_mhz_end, p->clock_mem_mhz_start,
                 p->clock_mem_mhz_end, h->date);
         fprintf(f, "%d,", c->fully_written);
-        csv_str(f, c->note);
+        forge_csv_str(f, c->note);
         fputc('\n', f);
     }
     return close_out(f, path);
@@ -598,9 +596,9 @@ static forge_status write_samples_csv(forge_harness *h) {
         const harness_cell *c = &h->cells[i];
         if (!c->samples) continue;
         for (int k = 0; k < c->res.reps; k++) {
-            csv_str(f, h->suite), fputc(',', f);
-            csv_str(f, c->name), fputc(',', f);
-            csv_str(f, c->group);
+            forge_csv_str(f, h->suite), fputc(',', f);
+            forge_csv_str(f, c->name), fputc(',', f);
+            forge_csv_str(f, c->group);
             fprintf(f, ",%d,%.17g\n", k, c->samples[k]);
         }
     }

@@ -142,6 +142,12 @@ void forge_harness_free(forge_harness *h);
  * interleave on one thread). */
 forge_bench_timer forge_cpu_bench_timer(void);
 
+/* CSV fields as the harness writes them: RFC 4180 quoting (a field with a
+ * comma, quote, CR or LF is quoted, quotes doubled); numbers as %.17g, which
+ * round-trips a double, and NaN (not applicable) as an empty field. */
+void forge_csv_str(FILE *f, const char *s);
+void forge_csv_num(FILE *f, double x);
+
 /* Fills the build-time fields (commit, dirty, toolkit for CPU); the CUDA side
  * fills the GPU fields (forge_cuda_provenance in the CUDA backend). */
 void forge_provenance_init_host(forge_provenance *p);
