@@ -27,6 +27,7 @@
 #include "harness.h"
 #include "../backend/backend.h"
 #include "../util/rng.h"
+#include "../util/clock.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -34,12 +35,6 @@
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- single-core FMA peak -------------------------------------------------- */
 
@@ -104,9 +99,9 @@ static double measure_peak(const char **isa) {
 #if defined(__AVX512F__)
     /* some cores (Zen 4) split 512-bit FMAs in two: keep whichever width is faster */
     for (int r = 0; r < 5; r++) {
-        double t0 = now_seconds();
+        double t0 = forge_now_seconds();
         double flops = fma_loop_512(10000000L);
-        double g = flops / (now_seconds() - t0) * 1e-9;
+        double g = flops / (forge_now_seconds() - t0) * 1e-9;
         if (g > best) {
             best = g;
             *isa = "AVX-512 512-bit FMA";
@@ -114,9 +109,9 @@ static double measure_peak(const char **isa) {
     }
 #endif
     for (int r = 0; r < 5; r++) {
-        double t0 = now_seconds();
+        double t0 = forge_now_seconds();
         double flops = loop(10000000L);
-        double g = flops / (now_seconds() - t0) * 1e-9;
+        double g = flops / (forge_now_seconds() - t0) * 1e-9;
         if (g > best * 1.02) {
             best = g;
             *isa = loop == fma_loop_scalar ? "scalar fmaf" : "AVX2 256-bit FMA";

@@ -15,6 +15,7 @@
 
 #include "../util/rng.h"
 #include "shards.h"
+#include "../util/clock.h"
 
 static const char EOT_TEXT[] = "<|endoftext|>";
 #define EOT_LEN (sizeof EOT_TEXT - 1)
@@ -27,12 +28,6 @@ static const char *SPLIT_NAME[2] = {"train", "val"};
 /* uniform in [0, 1) from (seed, document index) */
 static double doc_hash(uint64_t seed, uint64_t doc) {
     return (double)(forge_hash64(seed ^ forge_hash64(doc)) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Reads a whole file; *buf is malloc'ed (NUL-terminated, len excludes it). */
@@ -238,7 +233,7 @@ forge_status forge_tokenize_files_with(const forge_text_encoder *enc, const char
         return forge_error(FORGE_ERR_ARG,
                            "tokenize: shard size %llu exceeds a shard's limit of %d tokens",
                            (unsigned long long)shard_tokens, INT32_MAX);
-    double t0 = now_seconds();
+    double t0 = forge_now_seconds();
 
     /* pass 1: read every file, count documents, settle the val/train guarantees */
     int cutting = val_fraction > 0 && val_fraction < 1;
@@ -307,7 +302,7 @@ forge_status forge_tokenize_files_with(const forge_text_encoder *enc, const char
         size_t len;
         r = read_whole_file(files[f], &text, &len);
         if (r != FORGE_OK) break;
-        double tf = now_seconds();
+        double tf = forge_now_seconds();
         uint64_t file_docs = 0, file_tokens = 0;
         doc_iter it = {text, len, 0, 0};
         const char *doc;
@@ -340,7 +335,7 @@ forge_status forge_tokenize_files_with(const forge_text_encoder *enc, const char
         }
         free(text);
         if (r == FORGE_OK && progress) {
-            double dt = now_seconds() - tf;
+            double dt = forge_now_seconds() - tf;
             fprintf(
                 progress,
                 "tokenize: [%d/%d] %s: %zu bytes, %llu document%s%s, %llu tokens (%.0f tokens/s)\n",
@@ -362,7 +357,7 @@ forge_status forge_tokenize_files_with(const forge_text_encoder *enc, const char
     if (r != FORGE_OK) return forge_error_context(r, "tokenize: ");
     for (int s = 0; s < 2; s++) remove_stale_shards(out_dir, s, out[s].n_shards, progress);
 
-    double dt = now_seconds() - t0;
+    double dt = forge_now_seconds() - t0;
     uint64_t total = out[0].n_tokens + out[1].n_tokens;
     if (progress) {
         fprintf(progress, "tokenize: %d file%s, %llu bytes, %llu documents", n, n == 1 ? "" : "s",

@@ -37,12 +37,7 @@
 #endif
 
 #include "tokenizer_internal.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../util/clock.h"
 
 /* ---- 1. counting ---- */
 
@@ -447,7 +442,7 @@ forge_status forge_tokenizer_train(forge_tokenizer **out, const char *const *fil
                            "train: vocab_size %d out of range; expected 257..16777216 (256 bytes + <|endoftext|> "
                            "+ merges)",
                            vocab_size);
-    double t0 = now_s();
+    double t0 = forge_now_seconds();
     pcre2_code *re = NULL;
     FORGE_TRY(tok_compile_regex(&re));
     counter total;
@@ -460,7 +455,7 @@ forge_status forge_tokenizer_train(forge_tokenizer **out, const char *const *fil
     for (int i = 0; i < n_files && st == FORGE_OK; i++) st = count_file(re, files[i], &total);
     pcre2_code_free(re);
     if (st != FORGE_OK) goto done;
-    double t1 = now_s();
+    double t1 = forge_now_seconds();
     if (verbose)
         fprintf(stderr, "train: %zu distinct pieces from %d file(s) in %.2f s\n", total.map.n, n_files, t1 - t0);
 
@@ -516,13 +511,13 @@ forge_status forge_tokenizer_train(forge_tokenizer **out, const char *const *fil
         if (is_new) n_tokens++;
         st = trainer_apply(&T, pair, C, step);
         if (verbose && (V.n_merges % 1000 == 0))
-            fprintf(stderr, "train: %zu merges, %d tokens, %.2f s\n", V.n_merges, n_tokens, now_s() - t0);
+            fprintf(stderr, "train: %zu merges, %d tokens, %.2f s\n", V.n_merges, n_tokens, forge_now_seconds() - t0);
     }
     free(buf);
     if (st != FORGE_OK) goto done;
     if (verbose) {
         fprintf(stderr, "train: %zu merges, vocabulary %d (asked %d) in %.2f s (merging %.2f s)\n", V.n_merges,
-                n_tokens + 1, vocab_size, now_s() - t0, now_s() - t1);
+                n_tokens + 1, vocab_size, forge_now_seconds() - t0, forge_now_seconds() - t1);
         if (n_tokens + 1 < vocab_size) fprintf(stderr, "train: the corpus ran out of pairs to merge\n");
     }
 

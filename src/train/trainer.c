@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "optimizer.h"
 #include "schedule.h"
+#include "../util/clock.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -54,12 +55,6 @@ void forge_train_options_default(forge_train_options *o) {
     o->eval_every = 100;
     o->eval_batches = 8;
     o->progress = NULL;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void format_duration(double s, char *buf, size_t cap) {
@@ -307,13 +302,13 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             o->steps, tr->state.step, o->lr, sched.warmup_steps, 100.0 * o->min_lr_ratio, h);
     fflush(out);
 
-    double t_start = now_seconds(), avg_step = 0;
+    double t_start = forge_now_seconds(), avg_step = 0;
     long tokens_per_step = (long)tr->B * tr->T * tr->accum;
     float grad_scale = 1.0f / (float)tokens_per_step;
     res->first_loss = NAN;
     res->last_val_loss = NAN;
     while (tr->state.step < o->steps) {
-        double t0 = now_seconds();
+        double t0 = forge_now_seconds();
         FORGE_TRY(forge_model_zero_grad(tr->model));
         double loss_sum = 0;
         for (int micro = 0; micro < tr->accum; micro++) {
@@ -338,7 +333,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         FORGE_TRY(tr->be->synchronize(tr->be));
         tr->state.step++;
         tr->state.tokens_seen += (double)tokens_per_step;
-        double dt = now_seconds() - t0;
+        double dt = forge_now_seconds() - t0;
         avg_step = avg_step == 0 ? dt : 0.9 * avg_step + 0.1 * dt;
         double tok_s = tokens_per_step / dt;
         if (isnan(res->first_loss)) res->first_loss = loss;
@@ -379,7 +374,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             break;
         }
     }
-    double elapsed = now_seconds() - t_start;
+    double elapsed = forge_now_seconds() - t_start;
     res->tokens_per_second = res->steps_done ? res->steps_done * (double)tokens_per_step / elapsed : 0;
     res->peak_bytes = forge_pool_get_stats(tr->pool).peak_reserved;
     snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", tr->last_ckpt);
