@@ -88,6 +88,12 @@ test-gpu: $(BUILD)/cuda/forge_gpu_tests
 ptxas: cuda
 	python3 scripts/check_ptxas.py $(BUILD)/cuda scripts/ptxas_allowlist.txt
 
+# CPU benchmarks through the harness (results/<date>_<commit>/)
+bench: $(BUILD)/forge
+	./$(BUILD)/forge bench matmul
+	./$(BUILD)/forge bench train
+	./$(BUILD)/forge bench ops
+
 # regenerate docs/figures/*.png from the committed results/*/*.csv (gnuplot, no GPU)
 reproduce:
 	sh scripts/reproduce.sh
