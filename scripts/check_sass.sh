@@ -28,7 +28,10 @@ char_wgmma_fp8        QGMMA
 char_mma_             HMMA
 char_ffma             FFMA
 gemm_wgmma_bf16_kernel HGMMA
+gemm_wgmma_bf16_nn_kernel HGMMA
+gemm_wgmma_bf16_tn_kernel HGMMA
 gemm_simt_bf16_kernel  FFMA
+gemm_mma_nt_kernel     HMMA
 '
 
 BIN=${1:-build/cuda/forge}

@@ -66,6 +66,8 @@ extern "C" {
 #define GEMM_PRODUCER_REGS 40
 #define GEMM_CONSUMER_REGS 232
 #define GEMM_WAIT_TIMEOUT_NS 10000000000ull /* 10 s */
+#define GEMM_MN_BOX_BYTES 8192u /* 64 MN x 64 K bf16: one MN-major TMA box */
+#define GEMM_MAX_SPLITS 32
 #define GEMM_SIMT_TILE 64
 #define GEMM_SIMT_BK 16
 
@@ -149,6 +151,15 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
            ((uint64_t)1 << 62);
 }
 
+/* Descriptor of an MN-major, 128B-swizzled operand as TMA writes it from 64 (MN) x 64 (K) boxes: each K row
+ * is 64 MN elements = 128 bytes, 8 K rows = 1024 bytes (SBO), and the next 64-wide MN block (the next box) is
+ * GEMM_MN_BOX_BYTES = 8192 bytes further (LBO). Canonical MN-major SWIZZLE_128B layout of the PTX ISA:
+ * ((8,8,m),(8,k)) : ((1,8,LBO),(64,SBO)) in elements. A k16 step starts 16 rows = 2048 bytes further. */
+__device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)(8192 >> 4) << 16) | ((uint64_t)64 << 32) |
+           ((uint64_t)1 << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait(void) {
@@ -163,6 +174,7 @@ template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)
 }
 
 /* d (64 x 128 fp32, 64 registers per thread) += A (64x16, smem desc) . B (128x16, smem desc)^T */
+template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -171,7 +183,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -180,10 +192,11 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
 /* d (64 x 256 fp32, 128 registers per thread) += A (64x16, smem desc) . B (256x16, smem desc)^T */
+template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -196,7 +209,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -213,16 +226,18 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
 
-template <int BN> __device__ __forceinline__ void wgmma_tile_k16(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc);
-template <> __device__ __forceinline__ void wgmma_tile_k16<128>(float (&d)[64], uint64_t da, uint64_t db, int sc) {
-    wgmma_m64n128k16(d, da, db, sc);
-}
-template <> __device__ __forceinline__ void wgmma_tile_k16<256>(float (&d)[128], uint64_t da, uint64_t db, int sc) {
-    wgmma_m64n256k16(d, da, db, sc);
+/* one k16 step of the 64 x BN warpgroup tile; TA / TB are wgmma's imm-trans-a / imm-trans-b (0: the operand
+ * is K-major in shared memory, 1: MN-major) */
+template <int BN, int TA, int TB>
+__device__ __forceinline__ void wgmma_tile_k16(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc) {
+    if constexpr (BN == 128)
+        wgmma_m64n128k16<TA, TB>(d, da, db, sc);
+    else
+        wgmma_m64n256k16<TA, TB>(d, da, db, sc);
 }
 
 /* tile index -> (row-block, column-block) in the grouped L2 order */
@@ -237,12 +252,20 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
 
 /* ---- kernels ------------------------------------------------------------- */
 
-template <int BN>
-__global__ void __launch_bounds__(GEMM_THREADS, 1)
-    gemm_wgmma_bf16_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                           float *__restrict__ C, const float *__restrict__ bias, int M, int N, int K, int vec2) {
+/* The persistent warp-specialised mainloop + epilogue, shared by the three layouts. TA / TB (compile time):
+ * 0 = the operand is K-major in global and shared memory (one TMA box of rows x 64 K), 1 = MN-major (the
+ * MN dimension is contiguous: boxes of 64 MN x 64 K, one per 64-wide MN block, wgmma transpose flag set).
+ * Work units are (tile, K split) pairs, unit u = split (u / tiles) of tile (u % tiles), so the CTAs in
+ * flight share one K range of the operands in L2. With splits == 1 the epilogue writes C (C += when
+ * accumulate, + bias when given); with splits > 1 it writes split s's partial sums to the fp32 slice
+ * work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards. */
+template <int BN, int TA, int TB>
+__device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, float *C,
+                                                const float *bias, float *work, int M, int N, int K, int vec2,
+                                                int splits, int kps, int accumulate) {
     typedef gemm_cfg<BN> cfg;
     constexpr int STAGES = cfg::STAGES;
+    constexpr uint32_t BOX = GEMM_MN_BOX_BYTES; /* one 64 x 64 bf16 MN-major box */
     extern __shared__ __align__(1024) unsigned char gemm_smem[];
     const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                                   /* A stages */
@@ -251,6 +274,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
 
     const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM, tiles_n = (N + BN - 1) / BN;
     const int num_tiles = tiles_m * tiles_n;
+    const int num_units = num_tiles * splits;
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int wg = threadIdx.x / 128;
 
@@ -274,15 +298,44 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
                 int tm, tn;
-                gemm_tile_coords(t, tiles_m, tiles_n, &tm, &tn);
-                for (int kt = 0; kt < ktiles; kt++) {
+                const int split = u / num_tiles;
+                gemm_tile_coords(u - split * num_tiles, tiles_m, tiles_n, &tm, &tn);
+                const int kt0 = split * kps, kt1 = min(kt0 + kps, ktiles);
+                const int m0 = tm * GEMM_BM, n0 = tn * BN;
+                /* MN-major boxes entirely past M or N are not loaded: their stale shared memory only feeds
+                 * output rows / columns the epilogue discards (TMA counts a partly-outside box in full) */
+                uint32_t bytes = 0;
+                if constexpr (TA) {
+                    for (int h = 0; h < GEMM_BM / 64; h++)
+                        if (m0 + 64 * h < M) bytes += BOX;
+                } else {
+                    bytes += cfg::A_BYTES;
+                }
+                if constexpr (TB) {
+                    for (int j = 0; j < BN / 64; j++)
+                        if (n0 + 64 * j < N) bytes += BOX;
+                } else {
+                    bytes += cfg::B_BYTES;
+                }
+                for (int kt = kt0; kt < kt1; kt++) {
                     const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
                     mbar_wait(empty, phase ^ 1);
-                    mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
-                    tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * GEMM_BK, tm * GEMM_BM, full);
-                    tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * GEMM_BK, tn * BN, full);
+                    mbar_arrive_expect_tx(full, bytes);
+                    const uint32_t da = sa + stage * cfg::A_BYTES, db = sb + stage * cfg::B_BYTES;
+                    if constexpr (TA) {
+                        for (int h = 0; h < GEMM_BM / 64; h++)
+                            if (m0 + 64 * h < M) tma_load_2d(da + h * BOX, &tm_a, m0 + 64 * h, kt * GEMM_BK, full);
+                    } else {
+                        tma_load_2d(da, &tm_a, kt * GEMM_BK, m0, full);
+                    }
+                    if constexpr (TB) {
+                        for (int j = 0; j < BN / 64; j++)
+                            if (n0 + 64 * j < N) tma_load_2d(db + j * BOX, &tm_b, n0 + 64 * j, kt * GEMM_BK, full);
+                    } else {
+                        tma_load_2d(db, &tm_b, kt * GEMM_BK, n0, full);
+                    }
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -301,21 +354,30 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
-        for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
             int tm, tn;
-            gemm_tile_coords(t, tiles_m, tiles_n, &tm, &tn);
+            const int split = u / num_tiles;
+            gemm_tile_coords(u - split * num_tiles, tiles_m, tiles_n, &tm, &tn);
+            const int kt0 = split * kps, kt1 = min(kt0 + kps, ktiles);
             int prev = 0;
-            for (int kt = 0; kt < ktiles; kt++) {
+            for (int kt = kt0; kt < kt1; kt++) {
                 mbar_wait(bars + 8 * stage, phase);
+                /* this warpgroup's 64 rows: K-major, rows c*64.. of the 128-row box (64 rows x 128 B);
+                 * MN-major, box c (64 M x 64 K, 8 KiB): the same offset either way */
                 const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * 128);
                 const uint32_t b0 = sb + stage * cfg::B_BYTES;
                 wgmma_fence();
 #pragma unroll
-                for (int k = 0; k < GEMM_BK / 16; k++)
-                    /* scale-d 0 on the tile's first MMA: overwrite, don't accumulate */
-                    wgmma_tile_k16<BN>(d, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), (kt | k) != 0);
+                for (int k = 0; k < GEMM_BK / 16; k++) {
+                    /* K-major: the k-th 16-wide K step is 32 bytes into each row; MN-major: 16 rows of
+                     * 128 bytes further */
+                    const uint64_t da = TA ? wgmma_desc_mn(a0 + 2048 * k) : wgmma_desc(a0 + 32 * k);
+                    const uint64_t db = TB ? wgmma_desc_mn(b0 + 2048 * k) : wgmma_desc(b0 + 32 * k);
+                    /* scale-d 0 on the unit's first MMA: overwrite, don't accumulate */
+                    wgmma_tile_k16<BN, TA, TB>(d, da, db, (kt != kt0 || k != 0) ? 1 : 0);
+                }
                 wgmma_commit();
-                if (kt > 0) {
+                if (kt > kt0) {
                     wgmma_wait<1>(); /* the previous slice's MMAs are done: release its stage */
                     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
                 }
@@ -331,31 +393,99 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
 
             /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA):
              * d[4i + 2h + j] is row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j */
+            float *out = splits == 1 ? C : work + (size_t)split * M * N;
+            const float *bs = splits == 1 ? bias : nullptr;
+            const int acc = splits == 1 && accumulate;
             const int row0 = tm * GEMM_BM + c * 64 + warp * 16 + lane / 4;
             const int col0 = tn * BN + 2 * (lane % 4);
 #pragma unroll
             for (int i = 0; i < BN / 8; i++) {
                 const int col = col0 + 8 * i;
                 float b0 = 0.0f, b1 = 0.0f;
-                if (bias != nullptr) {
-                    if (col < N) b0 = __ldg(bias + col);
-                    if (col + 1 < N) b1 = __ldg(bias + col + 1);
+                if (bs != nullptr) {
+                    if (col < N) b0 = __ldg(bs + col);
+                    if (col + 1 < N) b1 = __ldg(bs + col + 1);
                 }
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int row = row0 + 8 * h;
                     if (row < M && col < N) {
-                        float *p = C + (size_t)row * N + col;
-                        const float v0 = d[4 * i + 2 * h] + b0, v1 = d[4 * i + 2 * h + 1] + b1;
+                        float *p = out + (size_t)row * N + col;
+                        float v0 = d[4 * i + 2 * h] + b0, v1 = d[4 * i + 2 * h + 1] + b1;
                         if (vec2 && col + 1 < N) {
+                            if (acc) {
+                                const float2 o = *reinterpret_cast<const float2 *>(p);
+                                v0 += o.x;
+                                v1 += o.y;
+                            }
                             *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
                         } else {
-                            p[0] = v0;
-                            if (col + 1 < N) p[1] = v1;
+                            p[0] = acc ? p[0] + v0 : v0;
+                            if (col + 1 < N) p[1] = acc ? p[1] + v1 : v1;
                         }
                     }
                 }
             }
+        }
+    }
+}
+
+/* NT (forward, Y = X . W^T): A (M,K) and B (N,K), both K-major. */
+template <int BN>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    gemm_wgmma_bf16_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                           float *__restrict__ C, const float *__restrict__ bias, float *__restrict__ work, int M,
+                           int N, int K, int vec2, int splits, int kps, int accumulate) {
+    gemm_wgmma_body<BN, 0, 0>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps, accumulate);
+}
+
+/* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. */
+template <int BN>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    gemm_wgmma_bf16_nn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                              float *__restrict__ C, const float *__restrict__ bias, float *__restrict__ work, int M,
+                              int N, int K, int vec2, int splits, int kps, int accumulate) {
+    gemm_wgmma_body<BN, 0, 1>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps, accumulate);
+}
+
+/* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. */
+template <int BN>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    gemm_wgmma_bf16_tn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                              float *__restrict__ C, const float *__restrict__ bias, float *__restrict__ work, int M,
+                              int N, int K, int vec2, int splits, int kps, int accumulate) {
+    gemm_wgmma_body<BN, 1, 1>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps, accumulate);
+}
+
+/* The split-K second pass: C[i] (+)= sum over s = 0, 1, ..., splits-1 of work[s*mn + i], always in that
+ * order, so the result does not depend on which CTA finished first (no atomics). float4 when vec4. */
+__global__ void __launch_bounds__(256)
+    gemm_splitk_reduce_kernel(float *__restrict__ C, const float *__restrict__ work, size_t mn, int splits,
+                              int accumulate, int vec4) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    if (vec4) {
+        const size_t n4 = mn / 4;
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+            float4 r = accumulate ? reinterpret_cast<const float4 *>(C)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int s = 0; s < splits; s++) {
+                const float4 w = __ldcs(reinterpret_cast<const float4 *>(work + (size_t)s * mn) + i);
+                t.x += w.x;
+                t.y += w.y;
+                t.z += w.z;
+                t.w += w.w;
+            }
+            r.x += t.x;
+            r.y += t.y;
+            r.z += t.z;
+            r.w += t.w;
+            reinterpret_cast<float4 *>(C)[i] = r;
+        }
+    } else {
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn; i += stride) {
+            float t = 0.0f;
+            for (int s = 0; s < splits; s++) t += __ldcs(work + (size_t)s * mn + i);
+            C[i] = accumulate ? C[i] + t : t;
         }
     }
 }
@@ -425,7 +555,7 @@ typedef CUresult (*gemm_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuu
 #define GEMM_MAX_DEVICES 64
 static gemm_encode_tiled_fn g_encode_tiled;
 static int g_sm_count[GEMM_MAX_DEVICES], g_cc_major[GEMM_MAX_DEVICES], g_cc_minor[GEMM_MAX_DEVICES];
-static int g_smem_set[GEMM_MAX_DEVICES][2];
+static int g_smem_set[GEMM_MAX_DEVICES][6]; /* [layout * 2 + (BN == 256)] */
 
 static forge_status gemm_get_encoder(gemm_encode_tiled_fn *out) {
     if (g_encode_tiled == nullptr) {
@@ -489,28 +619,119 @@ static forge_status gemm_encode_kmajor(CUtensorMap *map, gemm_encode_tiled_fn en
     return FORGE_OK;
 }
 
-template <int BN>
-static forge_status gemm_wgmma_launch(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
-                                      cudaStream_t stream, int dev, int sm_count) {
+/* MN-major operand stored (K, mn) row-major, mn contiguous: TMA dims {mn, K}, row stride mn*2 bytes, boxes
+ * of 64 (mn) x 64 (K) with the 128-byte swizzle (64 bf16 = 128 bytes, the swizzle's limit on the inner box). */
+static forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, const void *ptr, int mn,
+                                        int K, const char *what) {
+    const cuuint64_t dims[2] = {(cuuint64_t)mn, (cuuint64_t)K};
+    const cuuint64_t strides[1] = {(cuuint64_t)mn * 2};
+    const cuuint32_t box[2] = {64, GEMM_BK};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(ptr), dims, strides, box,
+                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_DEVICE,
+                           "gemm_wgmma: cuTensorMapEncodeTiled for %s (%d x %d bf16 MN-major, box 64 x %d, 128B "
+                           "swizzle) failed with CUresult %d",
+                           what, K, mn, GEMM_BK, (int)r);
+    return FORGE_OK;
+}
+
+/* The layouts: NT = both K-major, NN = B MN-major, TN = both MN-major. */
+enum { GEMM_NT = 0, GEMM_NN = 1, GEMM_TN = 2 };
+
+template <int BN, int LAYOUT>
+static forge_status gemm_wgmma_launch(const void *A, const void *B, float *C, const float *bias, float *work, int M,
+                                      int N, int K, int accumulate, int splits, cudaStream_t stream, int dev,
+                                      int sm_count) {
     typedef gemm_cfg<BN> cfg;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, float *, const float *, float *, int, int, int, int, int,
+                   int, int) = LAYOUT == GEMM_NT   ? gemm_wgmma_bf16_kernel<BN>
+                               : LAYOUT == GEMM_NN ? gemm_wgmma_bf16_nn_kernel<BN>
+                                                   : gemm_wgmma_bf16_tn_kernel<BN>;
+    static const char *const names[3][2] = {
+        {"gemm_wgmma_bf16_kernel<128>", "gemm_wgmma_bf16_kernel<256>"},
+        {"gemm_wgmma_bf16_nn_kernel<128>", "gemm_wgmma_bf16_nn_kernel<256>"},
+        {"gemm_wgmma_bf16_tn_kernel<128>", "gemm_wgmma_bf16_tn_kernel<256>"}};
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
     CUtensorMap tm_a, tm_b;
-    FORGE_TRY(gemm_encode_kmajor(&tm_a, encode, A, M, K, GEMM_BM, "A"));
-    FORGE_TRY(gemm_encode_kmajor(&tm_b, encode, B, N, K, BN, "B"));
-    const int slot = BN == 256 ? 1 : 0;
+    if (LAYOUT == GEMM_TN)
+        FORGE_TRY(gemm_encode_mnmajor(&tm_a, encode, A, M, K, "A"));
+    else
+        FORGE_TRY(gemm_encode_kmajor(&tm_a, encode, A, M, K, GEMM_BM, "A"));
+    if (LAYOUT == GEMM_NT)
+        FORGE_TRY(gemm_encode_kmajor(&tm_b, encode, B, N, K, BN, "B"));
+    else
+        FORGE_TRY(gemm_encode_mnmajor(&tm_b, encode, B, N, K, "B"));
+    const int slot = 2 * LAYOUT + (BN == 256 ? 1 : 0);
     if (!g_smem_set[dev][slot]) {
-        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)cfg::SMEM));
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
         g_smem_set[dev][slot] = 1;
     }
-    const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + BN - 1) / BN);
-    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld tiles overflow int", tiles);
-    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const int kps = (ktiles + splits - 1) / splits;
+    const long long units = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + BN - 1) / BN) * splits;
+    if (units > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
+    const int grid = (int)(units < sm_count ? units : sm_count);
     const int vec2 = (N % 2 == 0) && ((uintptr_t)C % 8 == 0);
-    gemm_wgmma_bf16_kernel<BN><<<grid, GEMM_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, bias, M, N, K, vec2);
-    CUDA_LAUNCH_CHECK(BN == 256 ? "gemm_wgmma_bf16_kernel<256>" : "gemm_wgmma_bf16_kernel<128>");
+    kernel<<<grid, GEMM_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps,
+                                                      accumulate);
+    CUDA_LAUNCH_CHECK(names[LAYOUT][BN == 256 ? 1 : 0]);
+    if (splits > 1) {
+        const size_t mn = (size_t)M * N;
+        const int vec4 = mn % 4 == 0 && (uintptr_t)C % 16 == 0 && (uintptr_t)work % 16 == 0;
+        const size_t n = vec4 ? mn / 4 : mn;
+        size_t blocks = (n + 255) / 256;
+        if (blocks > (size_t)sm_count * 8) blocks = (size_t)sm_count * 8;
+        gemm_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, stream>>>(C, work, mn, splits, accumulate, vec4);
+        CUDA_LAUNCH_CHECK("gemm_splitk_reduce_kernel");
+    }
     return FORGE_OK;
+}
+
+/* Tile width for a non-split launch: 128x256 unless that leaves SMs idle that 128x128 tiles would use. */
+static int gemm_pick_bn(int M, int N, int sm_count) {
+    const long long tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+    const long long t256 = tiles_m * ((N + 255) / 256), t128 = tiles_m * ((N + 127) / 128);
+    return (t256 < sm_count && t128 > t256) ? 128 : 256;
+}
+
+/* Split-K plan for TN: the (BN, splits) with the least modelled time, where time = waves x K slices per unit
+ * x the cost of one slice (1 for 128x256, 0.55 for 128x128, whose MMAs are half as wide but whose loads
+ * are not halved) + the reduction pass's traffic (each split's slice written once and read once, C read if
+ * accumulating and written) at 3.5 TB/s, in units of one 128x256x64 slice (~0.6 us on an H200 SM).
+ * splits is capped by GEMM_MAX_SPLITS and by max_slices (what the workspace holds; <2 means no split).
+ * Every split is non-empty: splits = ceil(ktiles / kps). Deterministic in its arguments. */
+static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long max_slices, int *bn_out,
+                         int *splits_out) {
+    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK, tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+    const double mn_bytes = 4.0 * (double)M * (double)N;
+    const double slice_us = 0.6, bw_bytes_per_us = 3.5e6;
+    long long cap = ktiles < GEMM_MAX_SPLITS ? ktiles : GEMM_MAX_SPLITS;
+    if (max_slices < cap) cap = max_slices < 1 ? 1 : max_slices;
+    double best = -1.0;
+    int best_bn = 256, best_s = 1;
+    for (int bi = 0; bi < 2; bi++) {
+        const int bn = bi == 0 ? 256 : 128;
+        const double slice_cost = bn == 256 ? 1.0 : 0.55;
+        const long long tiles = tiles_m * ((N + bn - 1) / bn);
+        for (long long s = 1; s <= cap; s++) {
+            const long long kps = (ktiles + s - 1) / s;
+            if ((ktiles + kps - 1) / kps != s) continue; /* an empty split: the same as a smaller s */
+            const long long units = tiles * s, waves = (units + sm_count - 1) / sm_count;
+            double t = (double)waves * (double)kps * slice_cost;
+            if (s > 1) t += (2.0 * s + 1.0 + accumulate) * mn_bytes / bw_bytes_per_us / slice_us;
+            if (best < 0.0 || t < best) {
+                best = t;
+                best_bn = bn;
+                best_s = (int)s;
+            }
+        }
+    }
+    *bn_out = best_bn;
+    *splits_out = best_s;
 }
 
 extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
@@ -521,12 +742,78 @@ extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void 
                            "to the SIMT kernel for such arguments", M, N, K, why);
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
-    /* 128x256 tiles unless that leaves SMs idle that 128x128 tiles would use */
-    const long long tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
-    const long long t256 = tiles_m * ((N + 255) / 256), t128 = tiles_m * ((N + 127) / 128);
-    if (t256 < sm_count && t128 > t256)
-        return gemm_wgmma_launch<128>(A_bf16, B_bf16, C, bias, M, N, K, (cudaStream_t)stream, dev, sm_count);
-    return gemm_wgmma_launch<256>(A_bf16, B_bf16, C, bias, M, N, K, (cudaStream_t)stream, dev, sm_count);
+    if (gemm_pick_bn(M, N, sm_count) == 128)
+        return gemm_wgmma_launch<128, GEMM_NT>(A_bf16, B_bf16, C, bias, nullptr, M, N, K, 0, 1, (cudaStream_t)stream,
+                                               dev, sm_count);
+    return gemm_wgmma_launch<256, GEMM_NT>(A_bf16, B_bf16, C, bias, nullptr, M, N, K, 0, 1, (cudaStream_t)stream,
+                                           dev, sm_count);
+}
+
+/* Why the NN / TN paths cannot take these arguments, or NULL. */
+static const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void *B, const float *C, int M, int N,
+                                          int K) {
+    if (M <= 0 || N <= 0 || K <= 0) return "M, N and K must be >= 1";
+    if (layout == GEMM_NN && K % 8 != 0)
+        return "K must be a multiple of 8 (A = dY (M,K) is K-contiguous; TMA needs 16-byte row strides: K*2 bytes)";
+    if (layout == GEMM_TN && M % 8 != 0)
+        return "M must be a multiple of 8 (A = dY (K,M) is M-contiguous; TMA needs 16-byte row strides: M*2 bytes)";
+    if (N % 8 != 0) return "N must be a multiple of 8 (B (K,N) is N-contiguous; TMA needs 16-byte row strides: N*2 bytes)";
+    if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) return "A and B must be 16-byte aligned (TMA)";
+    if ((uintptr_t)C % 4 != 0) return "C must be 4-byte aligned";
+    return nullptr;
+}
+
+extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
+                                                 int K, int accumulate, void *stream) {
+    const char *why = gemm_wgmma_refusal_bwd(GEMM_NN, A_bf16, B_bf16, C, M, N, K);
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nn (M=%d N=%d K=%d): %s", M, N, K, why);
+    int dev = 0, sm_count = 0;
+    FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    if (gemm_pick_bn(M, N, sm_count) == 128)
+        return gemm_wgmma_launch<128, GEMM_NN>(A_bf16, B_bf16, C, nullptr, nullptr, M, N, K, accumulate != 0, 1,
+                                               (cudaStream_t)stream, dev, sm_count);
+    return gemm_wgmma_launch<256, GEMM_NN>(A_bf16, B_bf16, C, nullptr, nullptr, M, N, K, accumulate != 0, 1,
+                                           (cudaStream_t)stream, dev, sm_count);
+}
+
+extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
+    *bytes = 0;
+    if (M <= 0 || N <= 0 || K <= 0) return FORGE_OK;
+    int dev = 0, sm_count = 0;
+    FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    int bn = 0, splits = 1;
+    /* accumulate only moves the reduction's cost, never past what the plan without it allows: plan both */
+    size_t need = 0;
+    for (int acc = 0; acc < 2; acc++) {
+        gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, &bn, &splits);
+        const size_t b = splits > 1 ? (size_t)splits * M * N * sizeof(float) : 0;
+        if (b > need) need = b;
+    }
+    *bytes = need;
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
+                                                 int K, int accumulate, void *workspace, size_t workspace_bytes,
+                                                 void *stream) {
+    const char *why = gemm_wgmma_refusal_bwd(GEMM_TN, A_bf16, B_bf16, C, M, N, K);
+    if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
+        why = "the split-K workspace must be 16-byte aligned";
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
+    int dev = 0, sm_count = 0;
+    FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    const long long max_slices =
+        workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
+    int bn = 256, splits = 1;
+    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits);
+    float *work = splits > 1 ? (float *)workspace : nullptr;
+    if (bn == 128)
+        return gemm_wgmma_launch<128, GEMM_TN>(A_bf16, B_bf16, C, nullptr, work, M, N, K, accumulate != 0, splits,
+                                               (cudaStream_t)stream, dev, sm_count);
+    return gemm_wgmma_launch<256, GEMM_TN>(A_bf16, B_bf16, C, nullptr, work, M, N, K, accumulate != 0, splits,
+                                           (cudaStream_t)stream, dev, sm_count);
 }
 
 extern "C" forge_status forge_gemm_bf16_nt_simt(const void *A_bf16, const void *B_bf16, float *C, const float *bias,

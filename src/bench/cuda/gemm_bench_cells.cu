@@ -71,11 +71,13 @@ __device__ __forceinline__ double gb_bf16_to_double(uint16_t v) {
     return (double)__uint_as_float((uint32_t)v << 16);
 }
 
-/* ref (M,N) = A (M,K) . B (N,K)^T in double: 64x64 tile, 256 threads, a 4x4
- * block each (rows ty + 16i, columns tx + 16j), K slices of 16. */
+/* ref (M,N) = A . B in double over the effective A (M,K) and B^T (N,K): a_mn = 0: A stored (M,K) (K
+ * contiguous), 1: stored (K,M) (M contiguous); b_mn = 0: B stored (N,K), 1: stored (K,N). NT = (0,0),
+ * NN (dX = dY.W) = (0,1), TN (dW = dY^T.X) = (1,1). 64x64 tile, 256 threads, a 4x4 block each (rows
+ * ty + 16i, columns tx + 16j), K slices of 16. */
 __global__ void __launch_bounds__(256)
     gemm_ref64_nt_kernel(double *__restrict__ ref, const uint16_t *__restrict__ A, const uint16_t *__restrict__ B,
-                         int M, int N, int K) {
+                         int M, int N, int K, int a_mn, int b_mn) {
     __shared__ double As[GB_REF_BK][GB_REF_TILE + 1];
     __shared__ double Bs[GB_REF_BK][GB_REF_TILE + 1];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -88,9 +90,21 @@ __global__ void __launch_bounds__(256)
     for (int k0 = 0; k0 < K; k0 += GB_REF_BK) {
 #pragma unroll
         for (int l = 0; l < GB_REF_TILE * GB_REF_BK / 256; l++) {
-            const int e = tid + 256 * l, r = e / GB_REF_BK, kk = e % GB_REF_BK, k = k0 + kk;
-            As[kk][r] = (m0 + r < M && k < K) ? gb_bf16_to_double(A[(size_t)(m0 + r) * K + k]) : 0.0;
-            Bs[kk][r] = (n0 + r < N && k < K) ? gb_bf16_to_double(B[(size_t)(n0 + r) * K + k]) : 0.0;
+            const int e = tid + 256 * l;
+            { /* MN-major: consecutive threads along the contiguous MN dimension */
+                const int r = a_mn ? e % GB_REF_TILE : e / GB_REF_BK, kk = a_mn ? e / GB_REF_TILE : e % GB_REF_BK;
+                const int k = k0 + kk, m = m0 + r;
+                As[kk][r] = (m < M && k < K)
+                                ? gb_bf16_to_double(a_mn ? A[(size_t)k * M + m] : A[(size_t)m * K + k])
+                                : 0.0;
+            }
+            {
+                const int r = b_mn ? e % GB_REF_TILE : e / GB_REF_BK, kk = b_mn ? e / GB_REF_TILE : e % GB_REF_BK;
+                const int k = k0 + kk, n = n0 + r;
+                Bs[kk][r] = (n < N && k < K)
+                                ? gb_bf16_to_double(b_mn ? B[(size_t)k * N + n] : B[(size_t)n * K + k])
+                                : 0.0;
+            }
         }
         __syncthreads();
 #pragma unroll
@@ -156,11 +170,25 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* C[m][n] = bias[n]: the prior contents of C for an accumulate (C +=) cell, checked against ref + bias */
+__global__ void __launch_bounds__(256) gemm_fill_rows_kernel(float *C, const float *__restrict__ bias, size_t total,
+                                                             int N) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        C[i] = bias[i % (size_t)N];
+}
+
 /* ---- one shape: inputs, reference, output -------------------------------- */
+
+/* NT: C = A (M,K) . B (N,K)^T (forward). NN: C = A (M,K) . B (K,N) (dX = dY.W). TN: C = A (K,M)^T . B (K,N)
+ * (dW = dY^T.X, split-K). Same element counts per operand in every layout. */
+typedef enum { GB_NT = 0, GB_NN, GB_TN } gb_layout;
 
 typedef struct {
     int M, N, K, n_sets;
-    uint16_t *A[GB_MAX_SETS], *B[GB_MAX_SETS]; /* (M,K), (N,K) bf16 per input set */
+    gb_layout layout;
+    uint16_t *A[GB_MAX_SETS], *B[GB_MAX_SETS]; /* M*K, N*K bf16 per input set, stored as the layout says */
+    void *work;                                /* TN split-K workspace (forge_gemm_bf16_tn_workspace) */
+    size_t work_bytes;
     float *bias;                               /* (N) */
     float *C;                                  /* (M,N) shared by the shape's cells */
     double *ref;                               /* (M,N) float64 A[0] . B[0]^T, no bias */
@@ -174,7 +202,7 @@ typedef enum { GB_CUBLAS = 0, GB_WGMMA, GB_AUTO } gb_kind;
 typedef struct {
     gb_shape *sh;
     gb_kind kind;
-    int use_bias;
+    int use_bias;   /* NT: the epilogue adds bias. NN/TN: accumulate cell, C starts as bias rows, C += */
 } gb_cell;
 
 static uint16_t gb_float_to_bf16(float f) { /* round to nearest even; inputs are finite */
@@ -204,6 +232,9 @@ static void gb_shape_free(gb_shape *sh) {
     cudaFree(sh->C);
     cudaFree(sh->ref);
     cudaFree(sh->sums);
+    cudaFree(sh->work);
+    sh->work = NULL;
+    sh->work_bytes = 0;
     memset(sh->A, 0, sizeof sh->A);
     memset(sh->B, 0, sizeof sh->B);
     sh->bias = sh->C = NULL;
@@ -211,8 +242,9 @@ static void gb_shape_free(gb_shape *sh) {
     sh->sums = NULL;
 }
 
-static forge_status gb_shape_init(gb_shape *sh, int M, int N, int K, uint64_t seed) {
+static forge_status gb_shape_init(gb_shape *sh, gb_layout layout, int M, int N, int K, uint64_t seed) {
     sh->M = M, sh->N = N, sh->K = K;
+    sh->layout = layout;
     const size_t a_n = (size_t)M * K, b_n = (size_t)N * K, c_n = (size_t)M * N;
     const size_t set_bytes = (a_n + b_n) * 2;
     size_t sets = (GB_SET_TARGET_BYTES + set_bytes - 1) / set_bytes;
@@ -248,6 +280,16 @@ static forge_status gb_shape_init(gb_shape *sh, int M, int N, int K, uint64_t se
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->C, c_n * sizeof(float));
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->ref, c_n * sizeof(double));
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->sums, sizeof(gb_sums));
+    if (e == cudaSuccess && layout == GB_TN) {
+        s = forge_gemm_bf16_tn_workspace(M, N, K, &sh->work_bytes);
+        if (s == FORGE_OK && sh->work_bytes > 0) e = cudaMalloc(&sh->work, sh->work_bytes);
+        if (s != FORGE_OK) {
+            free(host);
+            free(hbias);
+            gb_shape_free(sh);
+            return s;
+        }
+    }
     free(host);
     free(hbias);
     if (e != cudaSuccess) {
@@ -262,7 +304,8 @@ static forge_status gb_shape_init(gb_shape *sh, int M, int N, int K, uint64_t se
         gb_shape_free(sh);
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm bench: M=%d too large for the reference kernel grid", M);
     }
-    gemm_ref64_nt_kernel<<<grid, 256, 0, sh->stream>>>(sh->ref, sh->A[0], sh->B[0], M, N, K);
+    gemm_ref64_nt_kernel<<<grid, 256, 0, sh->stream>>>(sh->ref, sh->A[0], sh->B[0], M, N, K, layout == GB_TN,
+                                                       layout != GB_NT);
     e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaStreamSynchronize(sh->stream);
     if (e != cudaSuccess) {
@@ -277,6 +320,12 @@ static forge_status gb_shape_init(gb_shape *sh, int M, int N, int K, uint64_t se
 
 static forge_status gb_poison(void *ctx) {
     gb_cell *c = (gb_cell *)ctx;
+    if (c->sh->layout != GB_NT && c->use_bias && c->kind != GB_CUBLAS) { /* accumulate cell: C starts as bias rows */
+        gemm_fill_rows_kernel<<<1024, 256, 0, c->sh->stream>>>(c->sh->C, c->sh->bias, (size_t)c->sh->M * c->sh->N,
+                                                               c->sh->N);
+        GB_TRY(cudaGetLastError());
+        return FORGE_OK;
+    }
     GB_TRY(cudaMemsetAsync(c->sh->C, 0xFF, (size_t)c->sh->M * c->sh->N * sizeof(float), c->sh->stream));
     return FORGE_OK;
 }
@@ -286,6 +335,24 @@ static forge_status gb_run(void *ctx, int set) {
     gb_shape *sh = c->sh;
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
     const float *bias = c->use_bias ? sh->bias : NULL;
+    if (sh->layout != GB_NT) {
+        /* row-major C (M,N) is column-major C^T (N,M) = B'^T . A'^T for the effective A' (M,K), B' (K,N).
+         * NN: W (K,N) row-major = column-major (N,K): op N, ld N; dY (M,K) = column-major (K,M): op N, ld K.
+         * TN: X (K,N): op N, ld N; dY (K,M) row-major = column-major (M,K), need (K,M): op T, ld M. */
+        const int tn = sh->layout == GB_TN;
+        if (c->kind == GB_CUBLAS) {
+            const float alpha = 1.0f, beta = 0.0f;
+            GB_CUBLAS_TRY(cublasGemmEx(sh->cublas, CUBLAS_OP_N, tn ? CUBLAS_OP_T : CUBLAS_OP_N, sh->N, sh->M, sh->K,
+                                       &alpha, B, CUDA_R_16BF, sh->N, A, CUDA_R_16BF, tn ? sh->M : sh->K, &beta,
+                                       sh->C, CUDA_R_32F, sh->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            return FORGE_OK;
+        }
+        const int acc = c->use_bias;
+        if (tn)
+            return forge_gemm_bf16_tn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, acc, sh->work, sh->work_bytes,
+                                            sh->stream);
+        return forge_gemm_bf16_nn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, acc, sh->stream);
+    }
     switch (c->kind) {
     case GB_CUBLAS: {
         const float alpha = 1.0f, beta = 0.0f;
@@ -318,25 +385,39 @@ static forge_status gb_check(void *ctx, double *rel_err, int *fully_written) {
 /* ---- the suite ------------------------------------------------------------- */
 
 typedef struct {
+    gb_layout layout;
     int M, N, K;
-    int bias; /* forge cells add the bias (cuBLAS does not: it is the plain-GEMM baseline) */
+    int bias; /* NT: forge cells add the bias (cuBLAS does not: it is the plain-GEMM baseline). NN/TN: also run
+               * a forge accumulate cell (C starts as bias rows, C += A.B, checked against ref + bias) */
     int odd;  /* an edge-case shape: the dispatching entry instead of the forced wgmma path */
     const char *what;
 } gb_shape_spec;
 
 static const gb_shape_spec GB_SHAPES[] = {
-    {2048, 2048, 2048, 0, 0, "square"},
-    {4096, 4096, 4096, 0, 0, "square"},
-    {8192, 8192, 8192, 0, 0, "square"},
-    {65536, 1408, 512, 0, 0, "tall"},
-    {32768, 2304, 768, 0, 0, "gpt2 attn qkv"},
-    {32768, 768, 768, 0, 0, "gpt2 attn proj"},
-    {32768, 3072, 768, 0, 0, "gpt2 mlp fc"},
-    {32768, 768, 3072, 0, 0, "gpt2 mlp proj"},
-    {32768, 50304, 768, 0, 0, "gpt2 lm head"},
-    {1000, 1000, 1000, 1, 0, "edge +bias"},
-    {777, 999, 520, 1, 0, "edge odd N +bias"},
-    {1000, 999, 1001, 0, 1, "edge K%8!=0 (simt fallback)"},
+    {GB_NT, 2048, 2048, 2048, 0, 0, "square"},
+    {GB_NT, 4096, 4096, 4096, 0, 0, "square"},
+    {GB_NT, 8192, 8192, 8192, 0, 0, "square"},
+    {GB_NT, 65536, 1408, 512, 0, 0, "tall"},
+    {GB_NT, 32768, 2304, 768, 0, 0, "gpt2 attn qkv"},
+    {GB_NT, 32768, 768, 768, 0, 0, "gpt2 attn proj"},
+    {GB_NT, 32768, 3072, 768, 0, 0, "gpt2 mlp fc"},
+    {GB_NT, 32768, 768, 3072, 0, 0, "gpt2 mlp proj"},
+    {GB_NT, 32768, 50304, 768, 0, 0, "gpt2 lm head"},
+    {GB_NT, 1000, 1000, 1000, 1, 0, "edge +bias"},
+    {GB_NT, 777, 999, 520, 1, 0, "edge odd N +bias"},
+    {GB_NT, 1000, 999, 1001, 0, 1, "edge K%8!=0 (simt fallback)"},
+    /* dX = dY (B*T, OC) . W (OC, C): M = B*T, N = C, K = OC */
+    {GB_NN, 32768, 768, 2304, 0, 0, "gpt2 dX attn qkv"},
+    {GB_NN, 32768, 768, 768, 1, 0, "gpt2 dX attn proj"},
+    {GB_NN, 32768, 768, 3072, 0, 0, "gpt2 dX mlp proj"},
+    {GB_NN, 32768, 3072, 768, 0, 0, "gpt2 dX mlp fc"},
+    /* dW = dY (B*T, OC)^T . X (B*T, C): M = OC, N = C, K = B*T (split-K) */
+    {GB_TN, 2304, 768, 32768, 0, 0, "gpt2 dW attn qkv"},
+    {GB_TN, 768, 768, 32768, 1, 0, "gpt2 dW attn proj"},
+    {GB_TN, 3072, 768, 32768, 0, 0, "gpt2 dW mlp fc"},
+    {GB_TN, 768, 3072, 32768, 0, 0, "gpt2 dW mlp proj"},
+    {GB_NN, 1000, 776, 520, 1, 0, "edge dX odd M"},
+    {GB_TN, 776, 1000, 1001, 1, 0, "edge dW odd K, M%128=8"},
 };
 enum { GB_N_SHAPES = sizeof GB_SHAPES / sizeof GB_SHAPES[0] };
 
@@ -350,10 +431,14 @@ extern "C" forge_status forge_bench_gemm_cuda(FILE *out, int reps) {
     const uint64_t seed = 20260505;
     GB_TRY(cudaSetDevice(dev));
     char config[2048];
-    int len = snprintf(config, sizeof config, "gemm bf16 nt (C = A.B^T, fp32 out) cells=cublas_bf16,forge; shapes=");
+    static const char *const lay[3] = {"nt", "nn", "tn"};
+    int len = snprintf(config, sizeof config,
+                       "gemm bf16 nt/nn/tn (C = A.B^T, dY.W, dY^T.X; fp32 out) cells=cublas_bf16,forge[,forge_acc]; "
+                       "shapes=");
     for (int i = 0; i < GB_N_SHAPES && len < (int)sizeof config; i++)
-        len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d%s;", GB_SHAPES[i].M, GB_SHAPES[i].N,
-                        GB_SHAPES[i].K, GB_SHAPES[i].bias ? "+bias" : "");
+        len += snprintf(config + len, sizeof config - (size_t)len, "%s:%dx%dx%d%s;", lay[GB_SHAPES[i].layout],
+                        GB_SHAPES[i].M, GB_SHAPES[i].N, GB_SHAPES[i].K,
+                        GB_SHAPES[i].bias ? (GB_SHAPES[i].layout == GB_NT ? "+bias" : "+acc") : "");
 
     gb_shape sh;
     memset(&sh, 0, sizeof sh);
@@ -385,21 +470,28 @@ extern "C" forge_status forge_bench_gemm_cuda(FILE *out, int reps) {
     if (s == FORGE_OK) s = forge_harness_open(&h, &cfg, &prov, &timer);
     if (s == FORGE_OK)
         fprintf(out,
-                "gemm: C (M,N) fp32 = A (M,K) . B (N,K)^T, bf16 inputs, fp32 accumulation; baseline cuBLAS "
+                "gemm: C (M,N) fp32 = A (M,K) . B (N,K)^T (nt), dY (M,K) . W (K,N) (nn), dY (K,M)^T . X (K,N) (tn, "
+                "split-K), bf16 inputs, fp32 accumulation; baseline cuBLAS with the matching op flags "
                 "(cublasGemmEx, CUBLAS_COMPUTE_32F); gate: relative Frobenius error vs a float64 GEMM of the same "
                 "bf16 inputs + poison count\n");
     int bad = 0;
     for (int i = 0; i < GB_N_SHAPES && s == FORGE_OK; i++) {
         const gb_shape_spec *sp = &GB_SHAPES[i];
-        s = gb_shape_init(&sh, sp->M, sp->N, sp->K, seed + (uint64_t)i);
+        s = gb_shape_init(&sh, sp->layout, sp->M, sp->N, sp->K, seed + (uint64_t)i);
         if (s != FORGE_OK) break;
         char group[160];
-        snprintf(group, sizeof group, "bf16 M=%d N=%d K=%d (%s)", sp->M, sp->N, sp->K, sp->what);
+        snprintf(group, sizeof group, "bf16 %s M=%d N=%d K=%d (%s)", lay[sp->layout], sp->M, sp->N, sp->K, sp->what);
         const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
         const double bytes = 2.0 * ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
-        gb_cell cells[2] = {{&sh, GB_CUBLAS, 0}, {&sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias}};
-        const char *names[2] = {"cublas_bf16", sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16"};
-        for (int v = 0; v < 2 && s == FORGE_OK; v++) {
+        const int bwd = sp->layout != GB_NT;
+        /* NT: cuBLAS, forge (+bias when asked). NN/TN: cuBLAS, forge (C =), and forge accumulate (C +=) */
+        gb_cell cells[3] = {{&sh, GB_CUBLAS, 0},
+                            {&sh, sp->odd ? GB_AUTO : GB_WGMMA, bwd ? 0 : sp->bias},
+                            {&sh, GB_WGMMA, 1}};
+        const char *names[3] = {"cublas_bf16", sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
+                                "forge_wgmma_bf16_acc"};
+        const int n_cells = bwd && sp->bias ? 3 : 2;
+        for (int v = 0; v < n_cells && s == FORGE_OK; v++) {
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
             cell.name = names[v];

@@ -1,0 +1,316 @@
+/*
+ * gemm_mma.cu: the warp-level tensor-core GEMMs (issue 5, rung 2; notes in
+ * docs/gemm-mma.md). Entry points and their contract: gemm_mma.h.
+ *
+ *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B K-major
+ *
+ * Design (the decisions a reader would otherwise get wrong):
+ * - One kernel template serves bf16 and tf32. A stage holds a 128-row A tile
+ *   and a 128-row B tile, each row 128 BYTES of K: 64 bf16 or 32 fp32. So the
+ *   shared-memory layout, the cp.async chunking and the ldmatrix addressing
+ *   are byte-identical for both types; only the MMA differs. A 128-byte row
+ *   holds four 32-byte K steps: k16 for bf16 (m16n8k16), k8 for tf32
+ *   (m16n8k8).
+ * - Rows are padded to 144 bytes (128 + 16). An ldmatrix phase reads eight
+ *   16-byte rows at one column; with a 144-byte stride row r starts at bank
+ *   4r (mod 32), so the eight rows hit disjoint 4-bank groups: no conflicts.
+ *   The 16-byte cp.async writes are conflict-free for the same reason.
+ * - ldmatrix also serves tf32: an 8x8 b16 matrix is an 8-row x 4-word fp32
+ *   matrix, and ldmatrix hands thread l the word (row l/4, word l%4), which
+ *   is exactly the m16n8k8 tf32 A fragment (a0: row g, col t; a1: row g+8;
+ *   a2: col t+4; a3: row g+8, col t+4) and B fragment (b0: k t, n g; b1: k
+ *   t+4) with the same per-lane row/16-byte-column addresses as bf16.
+ * - 256 threads = 8 warps as 2 (M) x 4 (N); each warp owns 64 x 32 of the
+ *   128 x 128 block tile: 4 m16 tiles x 4 n8 tiles, 64 fp32 accumulators per
+ *   thread. Per 32-byte K step a warp issues 4 ldmatrix.x4 for A, 2 for B
+ *   and 16 MMAs.
+ * - 3-stage cp.async ring (108 KiB of dynamic shared memory), two CTAs per
+ *   SM (__launch_bounds__(256, 2): <= 128 registers). Standard multistage
+ *   loop: wait until stage kt has landed (cp.async.wait_group STAGES-2),
+ *   __syncthreads (which also proves every warp finished reading stage
+ *   kt-1), then prefetch K tile kt+STAGES-1 into the stage kt-1 used, then
+ *   compute stage kt. An empty commit group is issued when there is nothing
+ *   left to prefetch so the wait_group arithmetic stays uniform.
+ * - Edges: with VEC (K*elem % 16 == 0, A and B 16-byte aligned) a 16-byte
+ *   chunk of a row is either wholly inside the matrix or wholly outside (K
+ *   is a multiple of the chunk's element count), and cp.async with src-size
+ *   0 zero-fills the outside ones. Without VEC each element is loaded with a
+ *   bounds check and the chunk is stored to shared memory synchronously
+ *   (visible after the same __syncthreads). Zeros contribute nothing to the
+ *   dot products, so the mainloop has no tail code; the epilogue
+ *   bounds-checks every store.
+ * - tf32: cvt.rna.tf32.f32 on each fragment word after ldmatrix (the MMA
+ *   itself would otherwise just ignore the low 13 bits = truncate).
+ * - Tile order: the 1-D grid is numbered in groups of 8 row-blocks, all
+ *   column-blocks of a group before the next, so concurrently running CTAs
+ *   share A row-blocks and sweep B through L2 once per group.
+ */
+#include <limits.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+
+extern "C" {
+#include "gemm_mma.h"
+}
+
+#define MMA_BM 128
+#define MMA_BN 128
+#define MMA_ROW_BYTES 128 /* K bytes per tile row per stage */
+#define MMA_STRIDE 144    /* padded shared-memory row stride (bytes) */
+#define MMA_STAGES 3
+#define MMA_THREADS 256
+#define MMA_GROUP_M 8
+#define MMA_STAGE_BYTES ((MMA_BM + MMA_BN) * MMA_STRIDE)  /* 36,864 */
+#define MMA_SMEM (MMA_STAGES * MMA_STAGE_BYTES)           /* 110,592 */
+#define MMA_CHUNKS_PER_THREAD ((MMA_BM + MMA_BN) * (MMA_ROW_BYTES / 16) / MMA_THREADS) /* 8 */
+
+static_assert(MMA_CHUNKS_PER_THREAD == 8, "chunk mapping below assumes 8 chunks per thread");
+
+__device__ __forceinline__ uint32_t mma_smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mma_cp_async16(uint32_t dst, const void *src, uint32_t src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void mma_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void mma_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mma_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t mma_to_tf32(uint32_t x) {
+    uint32_t y;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(__uint_as_float(x)));
+    return y;
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Loads K tile kt of A rows m0.. and B rows n0.. into the stage at smem
+ * offset `stage` (bytes). Chunk i of this thread: id = tid + 256 i, tile row
+ * id / 8 (rows 0-127 are A, 128-255 are B: i < 4 is A, i >= 4 is B, known at
+ * compile time), 16-byte column id % 8. */
+template <bool TF32, bool VEC>
+__device__ __forceinline__ void mma_load_stage(unsigned char *smem, int stage, const unsigned char *__restrict__ A,
+                                               const unsigned char *__restrict__ B, int M, int N, int K, int m0,
+                                               int n0, int kt, int tid) {
+    constexpr int EB = TF32 ? 4 : 2;   /* bytes per element */
+    constexpr int CH = 16 / EB;        /* elements per 16-byte chunk */
+    constexpr int BK = MMA_ROW_BYTES / EB;
+    const int c = tid & 7;
+    const int k = kt * BK + c * CH;
+#pragma unroll
+    for (int i = 0; i < MMA_CHUNKS_PER_THREAD; i++) {
+        const bool isA = i < MMA_CHUNKS_PER_THREAD / 2;
+        const int r = (tid >> 3) + 32 * i; /* 0..255 */
+        const int rr = isA ? r : r - MMA_BM;
+        const int grow = (isA ? m0 : n0) + rr;
+        const int lim = isA ? M : N;
+        const unsigned char *base = isA ? A : B;
+        unsigned char *dst = smem + stage * MMA_STAGE_BYTES + r * MMA_STRIDE + c * 16;
+        if (VEC) {
+            const bool ok = grow < lim && k < K;
+            const unsigned char *src = ok ? base + ((size_t)grow * (size_t)K + (size_t)k) * EB : base;
+            mma_cp_async16(mma_smem_u32(dst), src, ok ? 16u : 0u);
+        } else {
+            uint32_t w[4] = {0u, 0u, 0u, 0u};
+            if (grow < lim) {
+                const unsigned char *row = base + (size_t)grow * (size_t)K * EB;
+#pragma unroll
+                for (int e = 0; e < CH; e++) {
+                    if (k + e < K) {
+                        uint32_t v;
+                        if (TF32)
+                            v = __ldg((const unsigned int *)(row + (size_t)(k + e) * 4));
+                        else
+                            v = __ldg((const unsigned short *)(row + (size_t)(k + e) * 2));
+                        if (TF32)
+                            w[e] = v;
+                        else
+                            w[e / 2] |= v << (16 * (e % 2));
+                    }
+                }
+            }
+            *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+template <bool TF32, bool VEC>
+__global__ void __launch_bounds__(MMA_THREADS, 2)
+    gemm_mma_nt_kernel(const unsigned char *__restrict__ A, const unsigned char *__restrict__ B, float *__restrict__ C,
+                       const float *__restrict__ bias, int M, int N, int K, int tiles_m, int tiles_n, int vec_c) {
+    extern __shared__ __align__(128) unsigned char mma_smem[];
+    constexpr int EB = TF32 ? 4 : 2;
+    constexpr int BK = MMA_ROW_BYTES / EB;
+
+    /* grouped tile order (see the top of the file) */
+    const int pid = blockIdx.x;
+    const int per_group = MMA_GROUP_M * tiles_n;
+    const int first_m = (pid / per_group) * MMA_GROUP_M;
+    const int gsize = min(tiles_m - first_m, MMA_GROUP_M);
+    const int tm = first_m + (pid % per_group) % gsize;
+    const int tn = (pid % per_group) / gsize;
+    const int m0 = tm * MMA_BM, n0 = tn * MMA_BN;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3; /* 2 x 4 warps, 64 x 32 each */
+
+    /* per-lane ldmatrix byte offsets within a stage (see the top of the file) */
+    const uint32_t smem_base = mma_smem_u32(mma_smem);
+    const uint32_t a_off = (uint32_t)((wm * 64 + (lane & 15)) * MMA_STRIDE + (lane >> 4) * 16);
+    const uint32_t b_off =
+        (uint32_t)((MMA_BM + wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * MMA_STRIDE + ((lane >> 3) & 1) * 16);
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
+
+    const int ktiles = (K + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < MMA_STAGES - 1; s++) {
+        if (s < ktiles) mma_load_stage<TF32, VEC>(mma_smem, s, A, B, M, N, K, m0, n0, s, tid);
+        mma_cp_async_commit();
+    }
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        mma_cp_async_wait<MMA_STAGES - 2>();
+        __syncthreads();
+        {
+            const int nk = kt + MMA_STAGES - 1;
+            if (nk < ktiles) mma_load_stage<TF32, VEC>(mma_smem, nk % MMA_STAGES, A, B, M, N, K, m0, n0, nk, tid);
+            mma_cp_async_commit();
+        }
+        const uint32_t st = smem_base + (uint32_t)((kt % MMA_STAGES) * MMA_STAGE_BYTES);
+#pragma unroll
+        for (int kk = 0; kk < MMA_ROW_BYTES / 32; kk++) {
+            uint32_t a[4][4], b[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) mma_ldmatrix_x4(a[mt], st + a_off + mt * 16 * MMA_STRIDE + kk * 32);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t r[4];
+                mma_ldmatrix_x4(r, st + b_off + np * 16 * MMA_STRIDE + kk * 32);
+                b[2 * np][0] = r[0];
+                b[2 * np][1] = r[1];
+                b[2 * np + 1][0] = r[2];
+                b[2 * np + 1][1] = r[3];
+            }
+            if (TF32) {
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                    for (int v = 0; v < 4; v++) a[mt][v] = mma_to_tf32(a[mt][v]);
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int v = 0; v < 2; v++) b[nt][v] = mma_to_tf32(b[nt][v]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    if (TF32)
+                        mma_tf32_1688(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+                    else
+                        mma_bf16_16816(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+                }
+        }
+    }
+    mma_cp_async_wait<0>(); /* no cp.async may be outstanding at exit */
+
+    /* epilogue: c0,c1 at (row g, cols 2t, 2t+1), c2,c3 at (row g+8, same cols) */
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        const int col = n0 + wn * 32 + nt * 8 + 2 * t;
+        if (col >= N) continue;
+        const bool two = col + 1 < N;
+        const float b0 = bias != nullptr ? __ldg(bias + col) : 0.0f;
+        const float b1 = (bias != nullptr && two) ? __ldg(bias + col + 1) : 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = m0 + wm * 64 + mt * 16 + g + 8 * h;
+                if (row >= M) continue;
+                float *p = C + (size_t)row * (size_t)N + col;
+                const float v0 = acc[mt][nt][2 * h] + b0, v1 = acc[mt][nt][2 * h + 1] + b1;
+                if (vec_c && two) {
+                    *(float2 *)p = make_float2(v0, v1);
+                } else {
+                    p[0] = v0;
+                    if (two) p[1] = v1;
+                }
+            }
+        }
+    }
+}
+
+template <bool TF32, bool VEC>
+static forge_status gemm_mma_launch_t(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
+                                      int tiles_m, int tiles_n, int vec_c, cudaStream_t stream) {
+    auto kernel = gemm_mma_nt_kernel<TF32, VEC>;
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MMA_SMEM));
+    kernel<<<tiles_m * tiles_n, MMA_THREADS, MMA_SMEM, stream>>>((const unsigned char *)A, (const unsigned char *)B,
+                                                                  C, bias, M, N, K, tiles_m, tiles_n, vec_c);
+    CUDA_LAUNCH_CHECK(TF32 ? (VEC ? "gemm_mma_nt_kernel<tf32,vec>" : "gemm_mma_nt_kernel<tf32,scalar>")
+                           : (VEC ? "gemm_mma_nt_kernel<bf16,vec>" : "gemm_mma_nt_kernel<bf16,scalar>"));
+    return FORGE_OK;
+}
+
+static forge_status gemm_mma_launch(bool tf32, const void *A, const void *B, float *C, const float *bias, int M, int N,
+                                    int K, void *stream) {
+    const char *what = tf32 ? "forge_gemm_mma_tf32_nt" : "forge_gemm_mma_bf16_nt";
+    if (M < 0 || N < 0 || K < 0) return forge_error(FORGE_ERR_ARG, "%s: negative size M=%d N=%d K=%d", what, M, N, K);
+    if (M == 0 || N == 0) return FORGE_OK;
+    if (C == nullptr || (K > 0 && (A == nullptr || B == nullptr)))
+        return forge_error(FORGE_ERR_ARG, "%s: NULL operand (A=%p B=%p C=%p)", what, A, B, (void *)C);
+    const int tiles_m = (M + MMA_BM - 1) / MMA_BM, tiles_n = (N + MMA_BN - 1) / MMA_BN;
+    if ((long long)tiles_m * tiles_n > INT_MAX)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: M=%d N=%d gives more than 2^31-1 tiles", what, M, N);
+    const size_t eb = tf32 ? 4 : 2;
+    const bool vec = ((size_t)K * eb) % 16 == 0 && ((uintptr_t)A % 16) == 0 && ((uintptr_t)B % 16) == 0;
+    const int vec_c = (N % 2 == 0) && ((uintptr_t)C % 8) == 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (tf32)
+        return vec ? gemm_mma_launch_t<true, true>(A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c, st)
+                   : gemm_mma_launch_t<true, false>(A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c, st);
+    return vec ? gemm_mma_launch_t<false, true>(A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c, st)
+               : gemm_mma_launch_t<false, false>(A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c, st);
+}
+
+extern "C" forge_status forge_gemm_mma_bf16_nt(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
+                                               int M, int N, int K, void *stream) {
+    return gemm_mma_launch(false, A_bf16, B_bf16, C, bias, M, N, K, stream);
+}
+
+extern "C" forge_status forge_gemm_mma_tf32_nt(const float *A, const float *B, float *C, const float *bias, int M,
+                                               int N, int K, void *stream) {
+    return gemm_mma_launch(true, A, B, C, bias, M, N, K, stream);
+}

@@ -1,0 +1,44 @@
+/*
+ * gemm_mma.h: forge's warp-level tensor-core GEMMs (issue 5, rung 2 of
+ * docs/gemm-ladder.md; notes in docs/gemm-mma.md), plain C.
+ *
+ *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]      A, B K-major
+ *
+ * - forge_gemm_mma_bf16_nt: A, B bf16 (uint16 bit patterns), mma.sync
+ *   m16n8k16 bf16 x bf16 -> fp32.
+ * - forge_gemm_mma_tf32_nt: A, B fp32; each element is converted in
+ *   registers with cvt.rna.tf32.f32 (round to nearest, ties AWAY from zero;
+ *   cuBLAS's FAST_TF32 rounds ties to even: the two differ only on exact
+ *   ties, by one tf32 ulp = 2^-10 relative of that element), then mma.sync
+ *   m16n8k8 tf32 x tf32 -> fp32. Inputs already representable in tf32 (low
+ *   13 mantissa bits zero) pass through the conversion unchanged.
+ *
+ * Any M, N, K >= 0 and any alignment: when K * sizeof(element) is a multiple
+ * of 16 and A, B are 16-byte aligned, tiles are loaded with 16-byte cp.async
+ * (zero-fill outside the matrix); otherwise with bounds-checked scalar loads
+ * (slower, same kernel otherwise). C is written with float2 stores when N is
+ * even and C is 8-byte aligned, scalar stores otherwise; every store is
+ * bounds-checked. bias may be NULL. Pointers are device pointers; stream is a
+ * cudaStream_t (NULL = default stream). Nothing synchronises with the host;
+ * launch errors are returned, errors of the running kernel surface at the
+ * caller's next synchronising CUDA call. Needs sm_80+ (built for sm_90a).
+ */
+#ifndef FORGE_GEMM_MMA_H
+#define FORGE_GEMM_MMA_H
+
+#include "../../core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+forge_status forge_gemm_mma_bf16_nt(const void *A_bf16, const void *B_bf16, float *C, const float *bias, int M,
+                                    int N, int K, void *stream);
+forge_status forge_gemm_mma_tf32_nt(const float *A, const float *B, float *C, const float *bias, int M, int N,
+                                    int K, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
