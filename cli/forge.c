@@ -33,6 +33,7 @@
 #include "../src/train/checkpoint.h"
 #include "../src/train/generate.h"
 #include "../src/train/trainer.h"
+#include "../src/util/fs.h"
 
 /* ---- option parsing: --name value or --name=value -------------------------- */
 
@@ -328,17 +329,7 @@ static forge_status prepare_demo_data(const char *data_dir, int vocab, FILE *out
         fprintf(out, "demo data: reusing %s\n", data_dir);
         return FORGE_OK;
     }
-    if (mkdir(data_dir, 0755) != 0 && errno != EEXIST) {
-        char parent[1100];
-        snprintf(parent, sizeof parent, "%s", data_dir);
-        char *slash = strrchr(parent, '/');
-        if (slash) {
-            *slash = '\0';
-            mkdir(parent, 0755);
-        }
-        if (mkdir(data_dir, 0755) != 0 && errno != EEXIST)
-            return forge_error(FORGE_ERR_IO, "cannot create %s: %s", data_dir, strerror(errno));
-    }
+    FORGE_TRY(forge_mkdir_p(data_dir));
     size_t docs = 0;
     FORGE_TRY(forge_corpus_fortunes(corpus, &docs));
     fprintf(out, "demo data: %zu fortunes from Debian's fortunes package -> %s\n", docs, corpus);
@@ -415,10 +406,6 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         s = forge_config_resolve(&cfg, o.config, o.configs_dir);
         if (s != FORGE_OK) return fail(s);
         snprintf(data_buf, sizeof data_buf, "runs/data-fortunes-%d", cfg.vocab_size);
-        if (mkdir("runs", 0755) != 0 && errno != EEXIST) {
-            forge_error(FORGE_ERR_IO, "cannot create runs/: %s", strerror(errno));
-            return fail(FORGE_ERR_IO);
-        }
         s = prepare_demo_data(data_buf, cfg.vocab_size, stdout);
         if (s != FORGE_OK) return fail(s);
         o.data_dir = data_buf;
@@ -428,11 +415,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     if (!out_dir) {
         const char *base = strrchr(o.config, '/') ? strrchr(o.config, '/') + 1 : o.config;
         snprintf(out_buf, sizeof out_buf, "runs/%.*s", (int)strcspn(base, "."), base);
-        out_dir = out_buf;
-        if (mkdir("runs", 0755) != 0 && errno != EEXIST) {
-            forge_error(FORGE_ERR_IO, "cannot create runs/: %s", strerror(errno));
-            return fail(FORGE_ERR_IO);
-        }
+        out_dir = out_buf; /* created (with runs/) by the trainer */
     }
     o.out_dir = out_dir;
     forge_train_install_signal_handlers();

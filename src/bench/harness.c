@@ -45,6 +45,8 @@
  */
 #include "harness.h"
 
+#include "../util/fs.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -171,24 +173,6 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-static forge_status mkdir_p(const char *path) {
-    char buf[1024];
-    size_t n = strlen(path);
-    if (n >= sizeof buf) return forge_error(FORGE_ERR_IO, "harness: results path too long: %s", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] == '/' || buf[i] == '\0') {
-            char c = buf[i];
-            buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return forge_error(FORGE_ERR_IO, "harness: cannot create results folder %s: %s", buf,
-                                   strerror(errno));
-            buf[i] = c;
-        }
-    }
-    return FORGE_OK;
-}
-
 static forge_status check_provenance(const forge_provenance *p) {
     const char *missing = NULL;
     if (!p) missing = "provenance (NULL)";
@@ -266,7 +250,7 @@ forge_status forge_harness_open(forge_harness **out, const forge_harness_config 
         return forge_error(FORGE_ERR_OOM, "harness: out of memory");
     }
     snprintf(h->dir, dn, "%s/%s_%s%s", h->results_root, day, h->prov.commit, h->prov.dirty ? "-dirty" : "");
-    forge_status s = mkdir_p(h->dir);
+    forge_status s = forge_mkdir_p(h->dir);
     if (s != FORGE_OK) {
         forge_harness_free(h);
         return s;

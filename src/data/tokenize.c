@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../util/fs.h"
 #include "../util/rng.h"
 #include "shards.h"
 #include "../util/clock.h"
@@ -73,28 +74,6 @@ static forge_status read_whole_file(const char *path, char **buf, size_t *len) {
     b[n] = '\0';
     *buf = b;
     *len = n;
-    return FORGE_OK;
-}
-
-/* mkdir -p */
-static forge_status make_dirs(const char *dir) {
-    char path[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof path)
-        return forge_error(FORGE_ERR_ARG, "output directory \"%s\": bad path", dir);
-    memcpy(path, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (path[i] != '/' && path[i] != '\0') continue;
-        char c = path[i];
-        path[i] = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return forge_error(FORGE_ERR_IO, "%s: cannot create directory: %s", path,
-                               strerror(errno));
-        path[i] = c;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return forge_error(FORGE_ERR_IO, "%s: exists and is not a directory", dir);
     return FORGE_OK;
 }
 
@@ -285,7 +264,7 @@ forge_status forge_tokenize_files_with(const forge_text_encoder *enc, const char
     if (n_hashed >= 2 && val_fraction > 0 && !any_val && n_cut == 0) force_val = min_doc;
     if (n_hashed >= 2 && val_fraction < 1 && !any_train && n_cut == 0) force_train = max_doc;
 
-    forge_status made = make_dirs(out_dir);
+    forge_status made = forge_mkdir_p(out_dir);
     if (made != FORGE_OK) {
         free(cut);
         return made;

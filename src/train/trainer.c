@@ -19,6 +19,7 @@
 #include "optimizer.h"
 #include "schedule.h"
 #include "../util/clock.h"
+#include "../util/fs.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -149,19 +150,6 @@ static forge_status evaluate(trainer *tr, float *val_loss) {
     return FORGE_OK;
 }
 
-static int mkdir_p(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    }
-    return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-}
-
 static void remove_checkpoint_dir(const char *dir) {
     static const char *files[] = {"model.safetensors", "state.safetensors", "encoder.json", "vocab.bpe"};
     char path[1400];
@@ -259,9 +247,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     if (!tr->host_ids || !tr->host_targets || !tr->host_losses)
         return forge_error(FORGE_ERR_OOM, "train: out of host memory for batch buffers");
 
-    if (mkdir_p(o->out_dir) != 0)
-        return forge_error(FORGE_ERR_IO, "train: cannot create output directory %s: %s", o->out_dir,
-                           strerror(errno));
+    FORGE_TRY(forge_mkdir_p(o->out_dir));
     char log_path[1100];
     snprintf(log_path, sizeof log_path, "%s/log.jsonl", o->out_dir);
     tr->log = fopen(log_path, o->resume ? "a" : "w");
