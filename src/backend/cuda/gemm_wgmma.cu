@@ -36,7 +36,7 @@
  *   N tiles of a group before the next, so the ~132 tiles in flight share a
  *   few A row-blocks and B sweeps through L2 once per group.
  * - No unbounded waits: an mbarrier wait that has not completed after
- *   GEMM_WAIT_TIMEOUT_NS of %globaltimer traps, and the host sees an
+ *   WGMMA_WAIT_TIMEOUT_NS of %globaltimer traps, and the host sees an
  *   "unspecified launch failure" at its next synchronising call instead of
  *   a hung process.
  * - The epilogue stores straight from the accumulators (each quad of lanes
@@ -53,6 +53,8 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "wgmma_common.cuh"
+#include "wgmma_tmap.h"
 
 extern "C" {
 #include "gemm.h"
@@ -65,7 +67,6 @@ extern "C" {
 #define GEMM_GROUP_M 8         /* row-blocks per tile group (L2 order) */
 #define GEMM_PRODUCER_REGS 40
 #define GEMM_CONSUMER_REGS 232
-#define GEMM_WAIT_TIMEOUT_NS 10000000000ull /* 10 s */
 #define GEMM_MN_BOX_BYTES 8192u /* 64 MN x 64 K bf16: one MN-major TMA box */
 #define GEMM_MAX_SPLITS 32
 #define GEMM_SIMT_TILE 64
@@ -84,94 +85,8 @@ template <int BN> struct gemm_cfg {
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
 };
 
-/* ---- device helpers: shared-memory addresses, mbarriers, TMA, wgmma ------- */
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ uint64_t gemm_globaltimer(void) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ uint32_t mbar_try_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return done;
-}
-
-/* Waits for the phase of `bar` with parity `parity` to complete; traps after
- * GEMM_WAIT_TIMEOUT_NS (a protocol bug or a failed TMA must not hang). */
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    if (mbar_try_wait(bar, parity)) return;
-    const uint64_t t0 = gemm_globaltimer();
-    while (!mbar_try_wait(bar, parity)) {
-        if (gemm_globaltimer() - t0 > GEMM_WAIT_TIMEOUT_NS) __trap();
-    }
-}
-
-/* 2D tiled TMA load: box at (c0 = K element, c1 = row) of `tmap` into shared
- * memory at dst, completing `bytes` of transactions on mbarrier `bar`. */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *tmap, int c0, int c1, uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
-            "r"(dst),
-        "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
-
-__device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap *tmap) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)tmap) : "memory");
-}
-
-/* Shared-memory matrix descriptor of a K-major, 128B-swizzled operand whose
- * 8-row groups are 1024 bytes apart (PTX ISA, "Matrix Descriptor Format"):
- * bits 0-13 address>>4, 16-29 LBO>>4 (unused with this swizzle: 1),
- * 32-45 SBO>>4 = 64, 62-63 swizzle mode 1 = 128B. */
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
-    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)64 << 32) |
-           ((uint64_t)1 << 62);
-}
-
-/* Descriptor of an MN-major, 128B-swizzled operand as TMA writes it from 64 (MN) x 64 (K) boxes: each K row
- * is 64 MN elements = 128 bytes, 8 K rows = 1024 bytes (SBO), and the next 64-wide MN block (the next box) is
- * GEMM_MN_BOX_BYTES = 8192 bytes further (LBO). Canonical MN-major SWIZZLE_128B layout of the PTX ISA:
- * ((8,8,m),(8,k)) : ((1,8,LBO),(64,SBO)) in elements. A k16 step starts 16 rows = 2048 bytes further. */
-__device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t smem_addr) {
-    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)(8192 >> 4) << 16) | ((uint64_t)64 << 32) |
-           ((uint64_t)1 << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wgmma_wait(void) {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-/* Keeps the compiler from moving reads of the accumulators above a
- * wgmma.wait_group: an empty asm that "modifies" each register. */
-template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
-#pragma unroll
-    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
+/* The generic device helpers (shared-memory addresses, mbarriers with the timeout trap, TMA, wgmma
+ * descriptors / fence / commit / wait) live in wgmma_common.cuh, shared with gemm_wgmma_fp8.cu. */
 
 /* d (64 x 128 fp32, 64 registers per thread) += A (64x16, smem desc) . B (128x16, smem desc)^T */
 template <int TA, int TB>
@@ -542,36 +457,14 @@ __global__ void __launch_bounds__(256)
 
 /* ---- launchers ----------------------------------------------------------- */
 
-/* cuTensorMapEncodeTiled's signature (cuda.h), fetched from the driver at
- * run time so that no -lcuda link is needed. */
-typedef CUresult (*gemm_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                         const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
-                                         CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                         CUtensorMapFloatOOBfill);
+/* gemm_encode_tiled_fn and gemm_get_encoder (the driver's cuTensorMapEncodeTiled): wgmma_tmap.h. */
 
-/* Process-wide caches of facts that never change for a device: the driver
- * entry point, SM count, capability, and whether each kernel's shared-memory
- * limit was raised. Racing writers store identical values. */
+/* Process-wide caches of facts that never change for a device: SM count,
+ * capability, and whether each kernel's shared-memory limit was raised.
+ * Racing writers store identical values. */
 #define GEMM_MAX_DEVICES 64
-static gemm_encode_tiled_fn g_encode_tiled;
 static int g_sm_count[GEMM_MAX_DEVICES], g_cc_major[GEMM_MAX_DEVICES], g_cc_minor[GEMM_MAX_DEVICES];
 static int g_smem_set[GEMM_MAX_DEVICES][6]; /* [layout * 2 + (BN == 256)] */
-
-static forge_status gemm_get_encoder(gemm_encode_tiled_fn *out) {
-    if (g_encode_tiled == nullptr) {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        CUDA_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || fn == nullptr)
-            return forge_error(FORGE_ERR_DEVICE,
-                               "gemm_wgmma: the driver has no cuTensorMapEncodeTiled (query result %d); TMA "
-                               "needs a CUDA 12+ driver",
-                               (int)q);
-        g_encode_tiled = (gemm_encode_tiled_fn)fn;
-    }
-    *out = g_encode_tiled;
-    return FORGE_OK;
-}
 
 static forge_status gemm_device_info(int *dev, int *sm_count) {
     CUDA_TRY(cudaGetDevice(dev));

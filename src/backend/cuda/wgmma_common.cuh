@@ -1,0 +1,122 @@
+/*
+ * wgmma_common.cuh: the device helpers every Hopper (sm_90a) GEMM kernel of
+ * forge shares: shared-memory addresses, mbarriers (init / arrive /
+ * arrive.expect_tx / a parity wait that traps instead of hanging), 2D TMA
+ * loads, wgmma shared-memory descriptors of the 128-byte-swizzled layouts TMA
+ * writes, wgmma fence / commit / wait, and setmaxnreg. Used by gemm_wgmma.cu
+ * (bf16) and gemm_wgmma_fp8.cu (fp8); the host-side tensor-map encoder is in
+ * wgmma_tmap.h.
+ *
+ * Everything is __forceinline__ in a header (not a separately compiled unit)
+ * because each helper is a handful of PTX instructions inside a hot loop, and
+ * forge builds without relocatable device code.
+ */
+#ifndef FORGE_WGMMA_COMMON_CUH
+#define FORGE_WGMMA_COMMON_CUH
+
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+/* An mbarrier wait that has not completed after this long traps: a protocol bug or a failed TMA becomes an
+ * "unspecified launch failure" at the host's next synchronising call instead of a hung process. */
+#define WGMMA_WAIT_TIMEOUT_NS 10000000000ull /* 10 s */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ uint64_t gemm_globaltimer(void) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ uint32_t mbar_try_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done;
+}
+
+/* Waits for the phase of `bar` with parity `parity` to complete; traps after
+ * WGMMA_WAIT_TIMEOUT_NS (a protocol bug or a failed TMA must not hang). */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    if (mbar_try_wait(bar, parity)) return;
+    const uint64_t t0 = gemm_globaltimer();
+    while (!mbar_try_wait(bar, parity)) {
+        if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS) __trap();
+    }
+}
+
+/* 2D tiled TMA load: box at (c0 = K element, c1 = row) of `tmap` into shared
+ * memory at dst, completing `bytes` of transactions on mbarrier `bar`. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *tmap, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+            "r"(dst),
+        "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap *tmap) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)tmap) : "memory");
+}
+
+/* Shared-memory matrix descriptor of a K-major, 128B-swizzled operand whose
+ * 8-row groups are 1024 bytes apart (PTX ISA, "Matrix Descriptor Format"):
+ * bits 0-13 address>>4, 16-29 LBO>>4 (unused with this swizzle: 1),
+ * 32-45 SBO>>4 = 64, 62-63 swizzle mode 1 = 128B. */
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)64 << 32) |
+           ((uint64_t)1 << 62);
+}
+
+/* Descriptor of an MN-major, 128B-swizzled operand as TMA writes it from 64 (MN) x 64 (K) boxes: each K row
+ * is 64 MN elements = 128 bytes, 8 K rows = 1024 bytes (SBO), and the next 64-wide MN block (the next box) is
+ * GEMM_MN_BOX_BYTES = 8192 bytes further (LBO). Canonical MN-major SWIZZLE_128B layout of the PTX ISA:
+ * ((8,8,m),(8,k)) : ((1,8,LBO),(64,SBO)) in elements. A k16 step starts 16 rows = 2048 bytes further. */
+__device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)(8192 >> 4) << 16) | ((uint64_t)64 << 32) |
+           ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/* Keeps the compiler from moving reads of the accumulators above a
+ * wgmma.wait_group: an empty asm that "modifies" each register. */
+template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* Warp-specialised register split (PTX setmaxnreg): the producer warpgroup gives registers back, the
+ * consumers take them; every warp of the warpgroup must execute the same one. */
+template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+
+#endif
