@@ -28,6 +28,7 @@ char_wgmma_fp8        QGMMA
 char_mma_             HMMA
 char_ffma             FFMA
 gemm_wgmma_bf16_kernel HGMMA
+gemm_wgmma_fp8_kernel  QGMMA
 gemm_wgmma_bf16_nn_kernel HGMMA
 gemm_wgmma_bf16_tn_kernel HGMMA
 gemm_simt_bf16_kernel  FFMA

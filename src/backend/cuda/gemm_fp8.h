@@ -1,0 +1,53 @@
+/*
+ * gemm_fp8.h: forge's Hopper fp8 GEMM (issue 5), plain C.
+ *
+ *   C (M,N) = (a_scale * b_scale) * A (M,K) . B (N,K)^T      fp32 or bf16 C
+ *
+ * NT layout only: both operands fp8, K-major (row-major, K contiguous), which
+ * is the only layout fp8 wgmma reads; the trainer transposes as needed.
+ * Format combinations: e4m3 x e4m3 (forward) and e5m2 x e4m3 (gradient x
+ * weight); the other two are refused (wgmma has them, forge does not build
+ * them). a_scale and b_scale are the per-tensor dequantisation scales, applied
+ * once in the epilogue (C = a_scale * b_scale * sum).
+ *
+ * Accumulation (docs/hopper-catalog.md: QGMMA keeps only ~14 mantissa bits of
+ * its running sum and truncates):
+ * - FORGE_FP8_PROMOTE (the default): every 128 of K, the wgmma partial sum is
+ *   added in fp32 to a separate accumulator, so the error does not grow with K.
+ * - FORGE_FP8_FAST_ACCUM: one wgmma accumulator over all of K (cuBLASLt's
+ *   "fast accum"). Faster, less accurate at large K; for comparison only.
+ *
+ * Needs: a compute-capability 9.x device, M, N >= 1, K >= 16 and K % 16 == 0
+ * (TMA's 16-byte row strides), A and B 16-byte aligned, C aligned to its
+ * element. Any M and N (tails are zero-filled by TMA and bounds-checked in the
+ * epilogue). Anything else returns FORGE_ERR_UNSUPPORTED with the reason.
+ * Pointers are device pointers; stream is a cudaStream_t (NULL = default).
+ * Nothing synchronises with the host (errors of the running kernel surface
+ * at the caller's next synchronising CUDA call).
+ */
+#ifndef FORGE_GEMM_FP8_H
+#define FORGE_GEMM_FP8_H
+
+#include "../../core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FORGE_FP8_E4M3 = 0, FORGE_FP8_E5M2 = 1 } forge_fp8_format;
+typedef enum { FORGE_GEMM_OUT_F32 = 0, FORGE_GEMM_OUT_BF16 = 1 } forge_gemm_out;
+typedef enum { FORGE_FP8_PROMOTE = 0, FORGE_FP8_FAST_ACCUM = 1 } forge_fp8_accum;
+
+forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt, void *C,
+                               forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,
+                               forge_fp8_accum accum, void *stream);
+
+/* The block-tile width (128, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device,
+ * for benchmark labels; 0 with the error set if the device query fails. */
+int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

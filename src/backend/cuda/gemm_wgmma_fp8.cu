@@ -1,0 +1,518 @@
+/*
+ * gemm_wgmma_fp8.cu: the Hopper fp8 GEMM (issue 5; API and rules: gemm_fp8.h).
+ *
+ *   C (M,N) fp32|bf16 = a_scale * b_scale * A (M,K) . B (N,K)^T     A, B fp8, K-major
+ *
+ * The structure is the bf16 kernel's (gemm_wgmma.cu; helpers in
+ * wgmma_common.cuh): persistent grid of one CTA per SM, 3 warpgroups, the
+ * first one a TMA producer (setmaxnreg 40) filling a ring of STAGES stages,
+ * the other two consumers (setmaxnreg 232) each owning 64 rows of the 128-row
+ * block tile, grouped (L2) tile order, full/empty mbarriers with the same
+ * parities, timeouts that trap. What differs, and why:
+ * - A stage holds 128 K elements = 128 bytes per row: exactly one 128-byte
+ *   swizzle row, so the shared-memory layout, descriptors (SBO 1024 B) and the
+ *   +32 B per k-step are those of bf16, only each k-step is wgmma k32
+ *   (m64nBNk32 .e4m3/.e5m2, both operands K-major: fp8 wgmma has no
+ *   transpose).
+ * - Promotion (FORGE_FP8_PROMOTE): QGMMA's accumulator keeps ~14 mantissa bits
+ *   and truncates (docs/hopper-catalog.md), so a stage's 4 wgmmas write a
+ *   temporary fragment t (the first with scale-d 0: t starts at zero), the
+ *   warpgroup waits for them, releases the stage and adds t to the fp32
+ *   accumulator d. K per promotion = 128. This doubles the accumulator
+ *   registers (2 x BN/2 per thread) and serialises one warpgroup's MMAs with
+ *   its adds; the other consumer warpgroup's MMAs fill that gap. Hence BN is
+ *   128 or 192 here (192: 2 x 96 = 192 of the 232 registers), not 256.
+ * - FORGE_FP8_FAST_ACCUM: the bf16 kernel's loop (one wgmma group in flight,
+ *   the accumulator is d itself) at BN = 256; labelled, for comparison only.
+ * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out (float2
+ *   stores when N is even and C 8-byte aligned) or bf16 out (round to nearest
+ *   even, bf16x2 stores when N is even and C 4-byte aligned).
+ * - Edges: K % 16 == 0 (TMA row stride K bytes, a multiple of 16); the K tail
+ *   of the last stage, rows past M and columns past N are zero-filled by TMA
+ *   (the transaction count is still the full box), the epilogue bounds-checks.
+ */
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+#include "wgmma_common.cuh"
+#include "wgmma_tmap.h"
+
+extern "C" {
+#include "gemm_fp8.h"
+}
+
+#define FP8_BM 128          /* block tile rows: 2 consumer warpgroups x 64 */
+#define FP8_BK 128          /* K per stage: 128 fp8 = one 128-byte swizzle row; also the promotion interval */
+#define FP8_THREADS 384     /* producer warpgroup + 2 consumer warpgroups */
+#define FP8_CONSUMER_WARPS 8
+#define FP8_GROUP_M 8       /* row-blocks per tile group (L2 order) */
+#define FP8_PRODUCER_REGS 40
+#define FP8_CONSUMER_REGS 232
+#define FP8_MAX_DEVICES 64
+
+/* Per block-tile width: stages fill ~192-200 KiB of the 227 KiB. */
+template <int BN> struct fp8_cfg {
+    static constexpr int STAGES = BN == 128 ? 6 : BN == 192 ? 5 : 4;
+    static constexpr uint32_t A_BYTES = FP8_BM * FP8_BK;
+    static constexpr uint32_t B_BYTES = BN * FP8_BK;
+    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+    static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
+    static_assert(BN == 128 || BN == 192 || BN == 256, "fp8 wgmma tile N is 128, 192 or 256 here");
+    static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
+    static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+};
+
+/* ---- wgmma m64nNk32 fp8 (A type e4m3 or e5m2, B e4m3), fp32 accumulators ---- */
+
+/* d (64 x 128 fp32, 64 registers per thread) (+)= A (64x32 e4m3, smem desc) . B (128x32 e4m3, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* d (64 x 128 fp32, 64 registers per thread) (+)= A (64x32 e5m2, smem desc) . B (128x32 e4m3, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n128k32_e5m2_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* d (64 x 192 fp32, 96 registers per thread) (+)= A (64x32 e4m3, smem desc) . B (192x32 e4m3, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n192k32_e4m3_e4m3(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* d (64 x 192 fp32, 96 registers per thread) (+)= A (64x32 e5m2, smem desc) . B (192x32 e4m3, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n192k32_e5m2_e4m3(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k32.f32.e5m2.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* d (64 x 256 fp32, 128 registers per thread) (+)= A (64x32 e4m3, smem desc) . B (256x32 e4m3, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n256k32_e4m3_e4m3(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* d (64 x 256 fp32, 128 registers per thread) (+)= A (64x32 e5m2, smem desc) . B (256x32 e4m3, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n256k32_e5m2_e4m3(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* one k32 step of the 64 x BN warpgroup tile; AT: 0 = A e4m3, 1 = A e5m2 (B is e4m3) */
+template <int BN, int AT>
+__device__ __forceinline__ void wgmma_fp8_k32(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc) {
+    if constexpr (BN == 128) {
+        if constexpr (AT == 0) wgmma_m64n128k32_e4m3_e4m3(d, da, db, sc);
+        else wgmma_m64n128k32_e5m2_e4m3(d, da, db, sc);
+    } else if constexpr (BN == 192) {
+        if constexpr (AT == 0) wgmma_m64n192k32_e4m3_e4m3(d, da, db, sc);
+        else wgmma_m64n192k32_e5m2_e4m3(d, da, db, sc);
+    } else {
+        if constexpr (AT == 0) wgmma_m64n256k32_e4m3_e4m3(d, da, db, sc);
+        else wgmma_m64n256k32_e5m2_e4m3(d, da, db, sc);
+    }
+}
+
+/* tile index -> (row-block, column-block): groups of FP8_GROUP_M row-blocks, all column-blocks of a group before
+ * the next, so the tiles in flight share a few A row-blocks (the bf16 kernel's order) */
+__device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n, int *tm, int *tn) {
+    const int per_group = FP8_GROUP_M * tiles_n;
+    const int g = t / per_group, first_m = g * FP8_GROUP_M;
+    const int rows = min(tiles_m - first_m, FP8_GROUP_M);
+    const int r = t - g * per_group;
+    *tm = first_m + r % rows;
+    *tn = r / rows;
+}
+
+/* ---- the kernel ------------------------------------------------------------ */
+
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+__global__ void __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                          void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
+    typedef fp8_cfg<BN> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    extern __shared__ __align__(1024) unsigned char fp8_smem[];
+    const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
+    const uint32_t sa = base;                               /* A stages */
+    const uint32_t sb = base + STAGES * cfg::A_BYTES;       /* B stages */
+    const uint32_t bars = base + STAGES * cfg::STAGE_BYTES; /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+
+    const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
+    const int num_tiles = tiles_m * tiles_n;
+    const int ktiles = (K + FP8_BK - 1) / FP8_BK;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bars + 8 * s, 1);
+            mbar_init(bars + 8 * (STAGES + s), FP8_CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        tma_prefetch_desc(&tm_a);
+        tma_prefetch_desc(&tm_b);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer: one thread drives the TMA ring ---- */
+        wgmma_setmaxnreg_dec<FP8_PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+                int tm, tn;
+                fp8_tile_coords(t, tiles_m, tiles_n, &tm, &tn);
+                const int m0 = tm * FP8_BM, n0 = tn * BN;
+                for (int kt = 0; kt < ktiles; kt++) {
+                    const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                    mbar_wait(empty, phase ^ 1);
+                    mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+                    tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * FP8_BK, m0, full);
+                    tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * FP8_BK, n0, full);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        /* ---- consumers: wgmma from the ring (promoted or not), then the epilogue ---- */
+        wgmma_setmaxnreg_inc<FP8_CONSUMER_REGS>();
+        const int c = wg - 1; /* which 64-row half of the block tile */
+        const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
+        int stage = 0;
+        uint32_t phase = 0;
+        float d[BN / 2];
+        float t[BN / 2]; /* PROMOTE: one stage's partial sums (unused, and removed, otherwise) */
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+
+        for (int u = blockIdx.x; u < num_tiles; u += gridDim.x) {
+            int tm, tn;
+            fp8_tile_coords(u, tiles_m, tiles_n, &tm, &tn);
+            int prev = 0;
+            for (int kt = 0; kt < ktiles; kt++) {
+                mbar_wait(bars + 8 * stage, phase);
+                /* this warpgroup's 64 rows of the 128-row A box (64 rows x 128 B) */
+                const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * FP8_BK);
+                const uint32_t b0 = sb + stage * cfg::B_BYTES;
+                if constexpr (PROMOTE) {
+                    wgmma_fence();
+#pragma unroll
+                    for (int k = 0; k < FP8_BK / 32; k++)
+                        /* the k-th 32-wide K step is 32 bytes into each swizzled row; scale-d 0 first: t = 0 + */
+                        wgmma_fp8_k32<BN, AT>(t, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), k != 0 ? 1 : 0);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t);
+                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage)); /* the stage is read: release it */
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] = kt == 0 ? t[i] : d[i] + t[i];
+                } else {
+                    wgmma_fence();
+#pragma unroll
+                    for (int k = 0; k < FP8_BK / 32; k++)
+                        wgmma_fp8_k32<BN, AT>(d, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k),
+                                              (kt != 0 || k != 0) ? 1 : 0);
+                    wgmma_commit();
+                    if (kt > 0) {
+                        wgmma_wait<1>(); /* the previous stage's MMAs are done: release it */
+                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    }
+                    prev = stage;
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            if constexpr (!PROMOTE) {
+                wgmma_wait<0>();
+                wgmma_fence_operands(d);
+                if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+            }
+
+            /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA): d[4i + 2h + j] is row
+             * warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j of this warpgroup's 64 x BN tile */
+            const int row0 = tm * FP8_BM + c * 64 + warp * 16 + lane / 4;
+            const int col0 = tn * BN + 2 * (lane % 4);
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) {
+                const int col = col0 + 8 * i;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = row0 + 8 * h;
+                    if (row < M && col < N) {
+                        const float v0 = d[4 * i + 2 * h] * scale, v1 = d[4 * i + 2 * h + 1] * scale;
+                        const size_t off = (size_t)row * N + col;
+                        if constexpr (OUT_BF16) {
+                            __nv_bfloat16 *p = (__nv_bfloat16 *)Cv + off;
+                            if (vec2 && col + 1 < N) {
+                                *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v0, v1);
+                            } else {
+                                p[0] = __float2bfloat16_rn(v0);
+                                if (col + 1 < N) p[1] = __float2bfloat16_rn(v1);
+                            }
+                        } else {
+                            float *p = (float *)Cv + off;
+                            if (vec2 && col + 1 < N) {
+                                *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+                            } else {
+                                p[0] = v0;
+                                if (col + 1 < N) p[1] = v1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- host ------------------------------------------------------------------ */
+
+static int g_fp8_sms[FP8_MAX_DEVICES], g_fp8_cc[FP8_MAX_DEVICES];
+
+static forge_status fp8_device_info(int *dev, int *sm_count) {
+    CUDA_TRY(cudaGetDevice(dev));
+    if (*dev < 0 || *dev >= FP8_MAX_DEVICES)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: device index %d out of range", *dev);
+    if (g_fp8_sms[*dev] == 0) {
+        int major = 0, minor = 0, sms = 0;
+        CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, *dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, *dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, *dev));
+        g_fp8_cc[*dev] = 10 * major + minor;
+        g_fp8_sms[*dev] = sms;
+    }
+    if (g_fp8_cc[*dev] / 10 != 9)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "gemm_fp8: the fp8 wgmma/TMA kernels are built for sm_90a only; device %d has compute "
+                           "capability %d.%d",
+                           *dev, g_fp8_cc[*dev] / 10, g_fp8_cc[*dev] % 10);
+    *sm_count = g_fp8_sms[*dev];
+    return FORGE_OK;
+}
+
+/* Tile width: fast accum 256 (128 when that leaves SMs idle that 128-wide tiles would use); promoted 128 or 192,
+ * whichever has the smaller modelled time waves x per-tile cost (192: 1, 128: 0.72 -- two thirds of the MMAs
+ * with the same A traffic and epilogue overheads per tile). */
+static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
+    const long long tiles_m = (M + FP8_BM - 1) / FP8_BM;
+    const long long t128 = tiles_m * ((N + 127) / 128);
+    if (accum == FORGE_FP8_FAST_ACCUM) {
+        const long long t256 = tiles_m * ((N + 255) / 256);
+        return (t256 < sm_count && t128 > t256) ? 128 : 256;
+    }
+    const long long t192 = tiles_m * ((N + 191) / 192);
+    const double c128 = 0.72 * (double)((t128 + sm_count - 1) / sm_count);
+    const double c192 = 1.00 * (double)((t192 + sm_count - 1) / sm_count);
+    return c128 < c192 ? 128 : 192;
+}
+
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+static forge_status fp8_launch(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
+                               int dev, int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<BN> cfg;
+    static int smem_set[FP8_MAX_DEVICES]; /* per instantiation: racing writers store the same 1 */
+    void (*kernel)(const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
+        gemm_wgmma_fp8_kernel<BN, AT, OUT_BF16, PROMOTE>;
+    CUtensorMap tm_a, tm_b;
+    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, A, M, K, (unsigned long long)K, FP8_BM, FP8_BK,
+                              "gemm_fp8 A (fp8, K-major)"));
+    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, B, N, K, (unsigned long long)K, BN, FP8_BK,
+                              "gemm_fp8 B (fp8, K-major)"));
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
+        smem_set[dev] = 1;
+    }
+    const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + BN - 1) / BN);
+    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: %lld tiles overflow int", tiles);
+    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, scale, M, N, K, vec2);
+    CUDA_LAUNCH_CHECK("gemm_wgmma_fp8_kernel");
+    return FORGE_OK;
+}
+
+template <int AT, int OUT_BF16>
+static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B, void *C, float scale, int M, int N,
+                                 int K, int vec2, int dev, int sms, cudaStream_t st) {
+    if (accum == FORGE_FP8_FAST_ACCUM)
+        return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
+                         : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
+                     : fp8_launch<192, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+}
+
+static const char *fp8_fmt_name(int f) { return f == FORGE_FP8_E4M3 ? "e4m3" : f == FORGE_FP8_E5M2 ? "e5m2" : "?"; }
+
+extern "C" int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum) {
+    int dev = 0, sms = 0;
+    if (fp8_device_info(&dev, &sms) != FORGE_OK) return 0;
+    return fp8_pick_bn(M, N, (int)accum, sms);
+}
+
+extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,
+                                          forge_fp8_format b_fmt, void *C, forge_gemm_out c_type, float a_scale,
+                                          float b_scale, int M, int N, int K, forge_fp8_accum accum, void *stream) {
+    const char *why = nullptr;
+    const size_t c_elem = c_type == FORGE_GEMM_OUT_BF16 ? 2 : 4;
+    if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
+    else if (K % 16 != 0) why = "K must be a multiple of 16 (TMA needs 16-byte row strides: K fp8 bytes)";
+    else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
+    else if (c_type != FORGE_GEMM_OUT_F32 && c_type != FORGE_GEMM_OUT_BF16) why = "C must be fp32 or bf16";
+    else if ((uintptr_t)C % c_elem != 0) why = "C must be aligned to its element size";
+    else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM) why = "unknown accumulation mode";
+    else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
+        why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8 nt (%s x %s, M=%d N=%d K=%d): %s", fp8_fmt_name(a_fmt),
+                           fp8_fmt_name(b_fmt), M, N, K, why);
+    int dev = 0, sms = 0;
+    FORGE_TRY(fp8_device_info(&dev, &sms));
+    const int bn = fp8_pick_bn(M, N, (int)accum, sms);
+    const float scale = a_scale * b_scale;
+    const int vec2 = N % 2 == 0 && (uintptr_t)C % (2 * c_elem) == 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (a_fmt == FORGE_FP8_E4M3)
+        return c_type == FORGE_GEMM_OUT_BF16 ? fp8_dispatch<0, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st)
+                                             : fp8_dispatch<0, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    return c_type == FORGE_GEMM_OUT_BF16 ? fp8_dispatch<1, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st)
+                                         : fp8_dispatch<1, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st);
+}
