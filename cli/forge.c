@@ -25,6 +25,7 @@
 #include "../src/bench/bench_train.h"
 #include "../src/bench/characterize.h"
 #include "../src/bench/gemm_bench.h"
+#include "../src/bench/gemm_fp8_bench.h"
 #include "../src/bench/gemm_mma_bench.h"
 #include "../src/core/status.h"
 #include "../src/data/corpus.h"
@@ -441,6 +442,7 @@ static const char *BENCH_HELP =
     "  ops     each op's time at gpt-10m training shapes (cuda: B=8, T=512; cpu: B=2, T=128)\n"
     "  gemm    bf16 GEMM: forge's wgmma kernel vs cuBLAS (--device cuda only)\n"
     "  gemm-mma  bf16/tf32 GEMM: forge's mma.sync kernels vs cuBLAS (CUDA build only)\n"
+    "  gemm-fp8  fp8 GEMM: forge's wgmma e4m3/e5m2 kernels vs cuBLASLt fp8 and forge bf16 (CUDA build only)\n"
     "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
     "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
     "          (--device cuda only; --reps N, default 100; --results DIR, default results)\n";
@@ -468,6 +470,10 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return fail(usage_error("bench", "unknown argument ", argv[a.i]));
     }
     if (s != FORGE_OK) return fail(s);
+    if (strcmp(what, "gemm-fp8") == 0) {
+        s = forge_bench_gemm_fp8(stdout, (int)reps);
+        return s == FORGE_OK ? 0 : fail(s);
+    }
     if (strcmp(what, "gemm-mma") == 0) {
         s = forge_bench_gemm_mma(stdout, (int)reps);
         return s == FORGE_OK ? 0 : fail(s);

@@ -1,0 +1,554 @@
+/*
+ * gemm_fp8_cells.cu: the cells of `forge bench gemm-fp8` (issue 5, fp8 rung).
+ *
+ *   C (M,N) = s . A (M,K) . B (N,K)^T      A, B fp8 K-major, fp32 (or bf16) C
+ *
+ * Per shape, one group: cuBLASLt fp8 e4m3 x e4m3 (fp32 out, the same
+ * per-tensor scales, FAST_ACCUM off) is the baseline, measured in the same
+ * run; forge's cells are fp8 e4m3 x e4m3 and e5m2 x e4m3 (promoted), the
+ * fast-accum variant (for comparison only), e4m3 with bf16 output, and
+ * forge's own bf16 wgmma kernel on the same values (the counterpart of the
+ * "accelerated" bar: fp8 must be >= 1.5x it).
+ *
+ * The decisions a reader would otherwise get wrong:
+ * - One set of VALUES serves every cell, so one float64 reference checks them
+ *   all: A is drawn uniform in [-1, 1), rounded to e5m2 (nearest-even) and
+ *   flushed to 0 below 2^-6, so every A value is exact in e5m2, e4m3 and bf16
+ *   (the e4m3 and e5m2 buffers are two encodings of the same numbers); B is
+ *   rounded to e4m3 (nearest-even, subnormals kept: exact in bf16). The bf16
+ *   buffers hold the same values for the bf16 cell.
+ * - Scales a_scale = 0.5, b_scale = 0.25 (powers of two: the scaled reference
+ *   is exact) for every fp8 cell, cuBLASLt included; the bf16 cell is
+ *   unscaled. The gate compares each cell with its own scale times the
+ *   reference.
+ * - The float64 reference is costly at 8192^3 (a tiled fp64 kernel), so it
+ *   covers every row_step-th row of C (row_step odd, so the sampled rows hit
+ *   every residue mod 128: both consumer warpgroups and all their warps), with
+ *   row_step chosen to keep the reference under ~2e10 flops; the poison count
+ *   covers every element of C. row_step is 1 (every row) for the small and
+ *   odd shapes.
+ * - Tolerance: the harness's fp8 one (5e-2 relative Frobenius). Since the
+ *   reference uses the same fp8 values, what remains is the kernel's
+ *   accumulation error (promoted: fp32-like, ~1e-6..1e-4; fast accum: larger
+ *   at big K) and, for bf16 output, its rounding (~2e-3): the rel_err column
+ *   shows which.
+ * - cuBLASLt needs 16-byte-aligned leading dimensions for fp8; the odd shapes
+ *   (N = 999) have no cuBLASLt cell, and forge's e4m3 cell is their baseline.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "gemm_cells_common.h"
+
+extern "C" {
+#include "../gemm_fp8_bench.h"
+#include "../../backend/cuda/gemm.h"
+#include "../../backend/cuda/gemm_fp8.h"
+#include "../../util/rng.h"
+}
+
+#define F8_SET_TARGET_BYTES ((size_t)256 << 20) /* fp8 A + B bytes over all sets: well past the 50 MB L2 */
+#define F8_REF_FLOPS 2e10                         /* budget of the float64 reference per shape */
+#define F8_REF_TILE 64
+#define F8_REF_BK 16
+#define F8_LT_WORKSPACE ((size_t)32 << 20)
+#define F8_A_SCALE 0.5f
+#define F8_B_SCALE 0.25f
+
+#define F8_LT_TRY(call)                                                                                       \
+    do {                                                                                                      \
+        cublasStatus_t f8_s_ = (call);                                                                        \
+        if (f8_s_ != CUBLAS_STATUS_SUCCESS)                                                                   \
+            return forge_error(FORGE_ERR_DEVICE, "%s failed at %s:%d: %s", #call, __FILE__, __LINE__,         \
+                               cublasGetStatusString(f8_s_));                                                 \
+    } while (0)
+
+/* ---- host rounding ---------------------------------------------------------- */
+
+static uint32_t f8_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static float f8_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* x in [-1, 1) -> the nearest e5m2 value (2 mantissa bits, nearest-even), 0 if that is below 2^-6 in magnitude;
+ * the value and its e5m2, e4m3 and bf16 encodings */
+static void f8_round_a(float x, uint8_t *e5, uint8_t *e4, uint16_t *b16) {
+    uint32_t u = f8_bits(x);
+    const uint32_t sign = u & 0x80000000u;
+    uint32_t a = u & 0x7FFFFFFFu;
+    a += 0xFFFFFu + ((a >> 21) & 1u);
+    a &= ~0x1FFFFFu;
+    if (a < 0x3C800000u) { /* below 2^-6 */
+        *e5 = 0, *e4 = 0, *b16 = 0;
+        return;
+    }
+    const uint32_t exp = a >> 23, man = (a >> 21) & 3u; /* biased 127; |value| <= 1 so exp <= 127 */
+    *e5 = (uint8_t)((sign >> 24) | ((exp - 127u + 15u) << 2) | man);
+    *e4 = (uint8_t)((sign >> 24) | ((exp - 127u + 7u) << 3) | (man << 1));
+    *b16 = (uint16_t)((sign | a) >> 16);
+}
+
+/* x in [-1, 1) -> the nearest e4m3 value (nearest-even; subnormal unit 2^-9): its e4m3 and bf16 encodings */
+static void f8_round_b(float x, uint8_t *e4, uint16_t *b16) {
+    uint32_t u = f8_bits(x);
+    const uint32_t sign = u & 0x80000000u;
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a < 0x3C800000u) { /* below 2^-6: m * 2^-9, m in 0..8 (8 encodes 2^-6 itself) */
+        const uint32_t m = (uint32_t)rintf(f8_float(a) * 512.0f);
+        *e4 = m == 0 ? 0 : (uint8_t)((sign >> 24) | m);
+        *b16 = m == 0 ? 0 : (uint16_t)((sign | f8_bits((float)m * (1.0f / 512.0f))) >> 16);
+        return;
+    }
+    a += 0x7FFFFu + ((a >> 20) & 1u);
+    a &= ~0xFFFFFu;
+    const uint32_t exp = a >> 23, man = (a >> 20) & 7u;
+    *e4 = (uint8_t)((sign >> 24) | ((exp - 127u + 7u) << 3) | man);
+    *b16 = (uint16_t)((sign | a) >> 16);
+}
+
+/* ---- kernels: float64 reference of sampled rows, the gate ------------------- */
+
+/* ref (R, N), R = ceil(M / step): ref[r][n] = sum_k A[r*step][k] * B[n][k] in double, from the bf16 copies (exact
+ * values). 64x64 tile, 256 threads, a 4x4 block each (rows ty + 16i, columns tx + 16j), K slices of 16. */
+__global__ void __launch_bounds__(256) f8_ref_kernel(double *__restrict__ ref, const uint16_t *__restrict__ A,
+                                                     const uint16_t *__restrict__ B, int M, int N, int K, int step) {
+    __shared__ double As[F8_REF_BK][F8_REF_TILE + 1];
+    __shared__ double Bs[F8_REF_BK][F8_REF_TILE + 1];
+    const int R = (M + step - 1) / step;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int r0 = blockIdx.y * F8_REF_TILE, n0 = blockIdx.x * F8_REF_TILE;
+    double acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0;
+    for (int k0 = 0; k0 < K; k0 += F8_REF_BK) {
+#pragma unroll
+        for (int l = 0; l < F8_REF_TILE * F8_REF_BK / 256; l++) {
+            const int e = tid + 256 * l, rr = e / F8_REF_BK, kk = e % F8_REF_BK, k = k0 + kk;
+            const int r = r0 + rr, n = n0 + rr;
+            As[kk][rr] = (r < R && k < K)
+                             ? (double)__uint_as_float((uint32_t)A[(size_t)r * step * K + k] << 16)
+                             : 0.0;
+            Bs[kk][rr] = (n < N && k < K) ? (double)__uint_as_float((uint32_t)B[(size_t)n * K + k] << 16) : 0.0;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < F8_REF_BK; kk++) {
+            double a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int r = r0 + ty + 16 * i, n = n0 + tx + 16 * j;
+            if (r < R && n < N) ref[(size_t)r * N + n] = acc[i][j];
+        }
+}
+
+struct f8_sums {
+    double d2, r2;
+    unsigned long long unwritten;
+};
+
+/* sums += (sum over sampled rows of (c - scale*ref)^2, of (scale*ref)^2; count of poisoned elements of all C).
+ * Poison: fp32 0xFFFFFFFF, bf16 0xFFFF (NaNs no kernel makes from finite inputs). */
+template <bool BF16>
+__global__ void __launch_bounds__(256) f8_check_kernel(f8_sums *sums, const void *__restrict__ Cv,
+                                                       const double *__restrict__ ref, double scale, int M, int N,
+                                                       int step) {
+    __shared__ double sd[256], sr[256];
+    __shared__ unsigned long long su[256];
+    double d2 = 0.0, r2 = 0.0;
+    unsigned long long un = 0;
+    const size_t total = (size_t)M * N;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        float c;
+        if (BF16) {
+            const uint16_t h = ((const uint16_t *)Cv)[i];
+            if (h == 0xFFFFu) un++;
+            c = __uint_as_float((uint32_t)h << 16);
+        } else {
+            c = ((const float *)Cv)[i];
+            if (__float_as_uint(c) == 0xFFFFFFFFu) un++;
+        }
+        const size_t row = i / (size_t)N, col = i % (size_t)N;
+        if (row % (size_t)step == 0) {
+            const double r = scale * ref[(row / step) * (size_t)N + col];
+            const double d = (double)c - r;
+            d2 += d * d;
+            r2 += r * r;
+        }
+    }
+    sd[threadIdx.x] = d2;
+    sr[threadIdx.x] = r2;
+    su[threadIdx.x] = un;
+    __syncthreads();
+    for (int s = 128; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s) {
+            sd[threadIdx.x] += sd[threadIdx.x + s];
+            sr[threadIdx.x] += sr[threadIdx.x + s];
+            su[threadIdx.x] += su[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        atomicAdd(&sums->d2, sd[0]);
+        atomicAdd(&sums->r2, sr[0]);
+        atomicAdd(&sums->unwritten, su[0]);
+    }
+}
+
+/* ---- one shape ---------------------------------------------------------------- */
+
+typedef struct {
+    int M, N, K, n_sets, step;
+    uint8_t *A4[GC_MAX_SETS], *A5[GC_MAX_SETS], *B4[GC_MAX_SETS]; /* fp8: A as e4m3 and as e5m2, B e4m3 */
+    uint16_t *A16[GC_MAX_SETS], *B16[GC_MAX_SETS];               /* the same values in bf16 */
+    void *C;                                                     /* M*N*4 bytes (fp32, or bf16 in its first half) */
+    double *ref;                                                 /* (ceil(M/step), N) */
+    f8_sums *sums;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    float *d_scales; /* a_scale, b_scale for cuBLASLt's scale pointers */
+    int lt_ready;
+    cublasLtMatmulDesc_t lt_desc;
+    cublasLtMatrixLayout_t lt_a, lt_b, lt_c;
+    cublasLtMatmulAlgo_t lt_algo;
+} f8_shape;
+
+static void f8_lt_free(f8_shape *sh) {
+    if (sh->lt_desc) cublasLtMatmulDescDestroy(sh->lt_desc);
+    if (sh->lt_a) cublasLtMatrixLayoutDestroy(sh->lt_a);
+    if (sh->lt_b) cublasLtMatrixLayoutDestroy(sh->lt_b);
+    if (sh->lt_c) cublasLtMatrixLayoutDestroy(sh->lt_c);
+    sh->lt_desc = NULL;
+    sh->lt_a = sh->lt_b = sh->lt_c = NULL;
+    sh->lt_ready = 0;
+}
+
+static void f8_shape_free(f8_shape *sh) {
+    for (int i = 0; i < GC_MAX_SETS; i++) {
+        cudaFree(sh->A4[i]);
+        cudaFree(sh->A5[i]);
+        cudaFree(sh->B4[i]);
+        cudaFree(sh->A16[i]);
+        cudaFree(sh->B16[i]);
+        sh->A4[i] = sh->A5[i] = sh->B4[i] = NULL;
+        sh->A16[i] = sh->B16[i] = NULL;
+    }
+    cudaFree(sh->C);
+    cudaFree(sh->ref);
+    cudaFree(sh->sums);
+    sh->C = NULL;
+    sh->ref = NULL;
+    sh->sums = NULL;
+    f8_lt_free(sh);
+}
+
+/* The cuBLASLt plan: column-major views of our row-major buffers: Lt A = B (N,K) -> (K,N) ld K, op T; Lt B = A
+ * (M,K) -> (K,M) ld K, op N; D (N,M) ld N = row-major C (M,N). e4m3 x e4m3, fp32 compute and output, scale
+ * pointers, FAST_ACCUM off (promoted, like forge's default). */
+static forge_status f8_lt_prepare(f8_shape *sh) {
+    F8_LT_TRY(cublasLtMatmulDescCreate(&sh->lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const float *sb = sh->d_scales + 1, *sa = sh->d_scales; /* Lt's A is our B */
+    F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb));
+    F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa));
+    const int8_t fast = 0;
+    F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    F8_LT_TRY(cublasLtMatrixLayoutCreate(&sh->lt_a, CUDA_R_8F_E4M3, (uint64_t)sh->K, (uint64_t)sh->N, sh->K));
+    F8_LT_TRY(cublasLtMatrixLayoutCreate(&sh->lt_b, CUDA_R_8F_E4M3, (uint64_t)sh->K, (uint64_t)sh->M, sh->K));
+    F8_LT_TRY(cublasLtMatrixLayoutCreate(&sh->lt_c, CUDA_R_32F, (uint64_t)sh->N, (uint64_t)sh->M, sh->N));
+    cublasLtMatmulPreference_t pref = NULL;
+    F8_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = F8_LT_WORKSPACE;
+    cublasStatus_t bs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                             sizeof ws);
+    cublasLtMatmulHeuristicResult_t heur;
+    memset(&heur, 0, sizeof heur);
+    int found = 0;
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasLtMatmulAlgoGetHeuristic(sh->lt, sh->lt_desc, sh->lt_a, sh->lt_b, sh->lt_c, sh->lt_c, pref, 1,
+                                            &heur, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        return forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cublasLtMatmulAlgoGetHeuristic (M=%d N=%d K=%d): %s",
+                           sh->M, sh->N, sh->K, cublasGetStatusString(bs));
+    if (found < 1 || heur.state != CUBLAS_STATUS_SUCCESS || heur.workspaceSize > F8_LT_WORKSPACE)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "gemm-fp8 bench: cuBLASLt has no fp8 e4m3 algorithm for M=%d N=%d K=%d within %zu "
+                           "workspace bytes",
+                           sh->M, sh->N, sh->K, F8_LT_WORKSPACE);
+    sh->lt_algo = heur.algo;
+    sh->lt_ready = 1;
+    return FORGE_OK;
+}
+
+static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt, uint64_t seed) {
+    sh->M = M, sh->N = N, sh->K = K;
+    const double flops = 2.0 * M * (double)N * K;
+    int step = (int)ceil(flops / F8_REF_FLOPS);
+    if (step > 1 && step % 2 == 0) step++;
+    sh->step = step < 1 ? 1 : step;
+    const size_t a_n = (size_t)M * K, b_n = (size_t)N * K, c_n = (size_t)M * N;
+    size_t sets = (F8_SET_TARGET_BYTES + a_n + b_n - 1) / (a_n + b_n);
+    sh->n_sets = (int)(sets < 1 ? 1 : sets > GC_MAX_SETS ? GC_MAX_SETS : sets);
+    const size_t big = a_n > b_n ? a_n : b_n;
+    uint8_t *h4 = (uint8_t *)malloc(big), *h5 = (uint8_t *)malloc(big);
+    uint16_t *h16 = (uint16_t *)malloc(big * 2);
+    cudaError_t e = (h4 && h5 && h16) ? cudaSuccess : cudaErrorMemoryAllocation;
+    for (int s = 0; s < sh->n_sets && e == cudaSuccess; s++) {
+        for (int m = 0; m < 2 && e == cudaSuccess; m++) { /* m 0: A, 1: B */
+            const size_t n = m == 0 ? a_n : b_n;
+            const uint64_t key = forge_hash64(seed ^ forge_hash64(2 * (uint64_t)s + m + 0x9E3779B97F4A7C15ull));
+#pragma omp parallel for schedule(static)
+            for (long long i = 0; i < (long long)n; i++) {
+                const uint64_t r = forge_hash64(key + (uint64_t)i);
+                const float u = 2.0f * ((float)(r >> 40) * (1.0f / 16777216.0f)) - 1.0f; /* [-1, 1) */
+                if (m == 0)
+                    f8_round_a(u, &h5[i], &h4[i], &h16[i]);
+                else
+                    f8_round_b(u, &h4[i], &h16[i]);
+            }
+            if (m == 0) {
+                e = cudaMalloc((void **)&sh->A4[s], n);
+                if (e == cudaSuccess) e = cudaMalloc((void **)&sh->A5[s], n);
+                if (e == cudaSuccess) e = cudaMalloc((void **)&sh->A16[s], n * 2);
+                if (e == cudaSuccess) e = cudaMemcpy(sh->A4[s], h4, n, cudaMemcpyHostToDevice);
+                if (e == cudaSuccess) e = cudaMemcpy(sh->A5[s], h5, n, cudaMemcpyHostToDevice);
+                if (e == cudaSuccess) e = cudaMemcpy(sh->A16[s], h16, n * 2, cudaMemcpyHostToDevice);
+            } else {
+                e = cudaMalloc((void **)&sh->B4[s], n);
+                if (e == cudaSuccess) e = cudaMalloc((void **)&sh->B16[s], n * 2);
+                if (e == cudaSuccess) e = cudaMemcpy(sh->B4[s], h4, n, cudaMemcpyHostToDevice);
+                if (e == cudaSuccess) e = cudaMemcpy(sh->B16[s], h16, n * 2, cudaMemcpyHostToDevice);
+            }
+        }
+    }
+    free(h4);
+    free(h5);
+    free(h16);
+    const size_t R = (size_t)(M + sh->step - 1) / sh->step;
+    if (e == cudaSuccess) e = cudaMalloc(&sh->C, c_n * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->ref, R * N * sizeof(double));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->sums, sizeof(f8_sums));
+    if (e != cudaSuccess) {
+        f8_shape_free(sh);
+        return forge_error(e == cudaErrorMemoryAllocation ? FORGE_ERR_OOM : FORGE_ERR_DEVICE,
+                           "gemm-fp8 bench: buffers of M=%d N=%d K=%d (%d input sets): %s", M, N, K, sh->n_sets,
+                           cudaGetErrorString(e));
+    }
+    const dim3 grid((N + F8_REF_TILE - 1) / F8_REF_TILE, (unsigned)((R + F8_REF_TILE - 1) / F8_REF_TILE));
+    f8_ref_kernel<<<grid, 256, 0, sh->stream>>>(sh->ref, sh->A16[0], sh->B16[0], M, N, K, sh->step);
+    e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize(sh->stream);
+    if (e != cudaSuccess) {
+        f8_shape_free(sh);
+        return forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: float64 reference (M=%d N=%d K=%d): %s", M, N, K,
+                           cudaGetErrorString(e));
+    }
+    if (with_lt) {
+        forge_status s = f8_lt_prepare(sh);
+        if (s != FORGE_OK) {
+            f8_shape_free(sh);
+            return s;
+        }
+    }
+    return FORGE_OK;
+}
+
+/* ---- cells -------------------------------------------------------------------- */
+
+typedef enum { F8_LT = 0, F8_E4M3, F8_E5M2, F8_E4M3_FAST, F8_E4M3_BF16OUT, F8_BF16 } f8_kind;
+
+typedef struct {
+    f8_shape *sh;
+    f8_kind kind;
+} f8_cell;
+
+static double f8_cell_scale(const f8_cell *c) {
+    return c->kind == F8_BF16 ? 1.0 : (double)F8_A_SCALE * (double)F8_B_SCALE;
+}
+
+static forge_status f8_poison(void *ctx) {
+    f8_shape *sh = ((f8_cell *)ctx)->sh;
+    GC_TRY(cudaMemsetAsync(sh->C, 0xFF, (size_t)sh->M * sh->N * sizeof(float), sh->stream));
+    return FORGE_OK;
+}
+
+static forge_status f8_run(void *ctx, int set) {
+    f8_cell *c = (f8_cell *)ctx;
+    f8_shape *sh = c->sh;
+    const int s = set % sh->n_sets;
+    switch (c->kind) {
+    case F8_LT: {
+        const float alpha = 1.0f, beta = 0.0f;
+        F8_LT_TRY(cublasLtMatmul(sh->lt, sh->lt_desc, &alpha, sh->B4[s], sh->lt_a, sh->A4[s], sh->lt_b, &beta, sh->C,
+                                 sh->lt_c, sh->C, sh->lt_c, &sh->lt_algo, sh->lt_ws, F8_LT_WORKSPACE, sh->stream));
+        return FORGE_OK;
+    }
+    case F8_E4M3:
+    case F8_E4M3_FAST:
+    case F8_E4M3_BF16OUT:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C,
+                                 c->kind == F8_E4M3_BF16OUT ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, F8_A_SCALE,
+                                 F8_B_SCALE, sh->M, sh->N, sh->K,
+                                 c->kind == F8_E4M3_FAST ? FORGE_FP8_FAST_ACCUM : FORGE_FP8_PROMOTE, sh->stream);
+    case F8_E5M2:
+        return forge_gemm_fp8_nt(sh->A5[s], FORGE_FP8_E5M2, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE, sh->stream);
+    case F8_BF16:
+        return forge_gemm_bf16_nt_wgmma(sh->A16[s], sh->B16[s], (float *)sh->C, NULL, sh->M, sh->N, sh->K,
+                                        sh->stream);
+    }
+    return forge_error(FORGE_ERR_ARG, "gemm-fp8 bench: unknown cell kind %d", (int)c->kind);
+}
+
+static forge_status f8_check(void *ctx, double *rel_err, int *fully_written) {
+    f8_cell *c = (f8_cell *)ctx;
+    f8_shape *sh = c->sh;
+    GC_TRY(cudaMemsetAsync(sh->sums, 0, sizeof(f8_sums), sh->stream));
+    if (c->kind == F8_E4M3_BF16OUT)
+        f8_check_kernel<true><<<1024, 256, 0, sh->stream>>>(sh->sums, sh->C, sh->ref, f8_cell_scale(c), sh->M, sh->N,
+                                                            sh->step);
+    else
+        f8_check_kernel<false><<<1024, 256, 0, sh->stream>>>(sh->sums, sh->C, sh->ref, f8_cell_scale(c), sh->M,
+                                                             sh->N, sh->step);
+    GC_TRY(cudaGetLastError());
+    f8_sums h;
+    GC_TRY(cudaMemcpyAsync(&h, sh->sums, sizeof h, cudaMemcpyDeviceToHost, sh->stream));
+    GC_TRY(cudaStreamSynchronize(sh->stream));
+    *rel_err = h.r2 > 0 ? sqrt(h.d2 / h.r2) : sqrt(h.d2);
+    *fully_written = h.unwritten == 0;
+    return FORGE_OK;
+}
+
+/* ---- the suite ------------------------------------------------------------------ */
+
+typedef struct {
+    int M, N, K;
+    int odd; /* no cuBLASLt cell (its fp8 path wants 16-byte leading dimensions); forge e4m3 is the baseline */
+    const char *what;
+} f8_shape_spec;
+
+static const f8_shape_spec F8_SHAPES[] = {
+    {2048, 2048, 2048, 0, "square"},
+    {4096, 4096, 4096, 0, "square"},
+    {8192, 8192, 8192, 0, "square"},
+    {65536, 1408, 512, 0, "tall"},
+    {1000, 999, 528, 1, "edge: M, N not tile multiples, K%128=16"},
+    {129, 200, 16, 1, "edge: K=16, one row past a tile"},
+};
+enum { F8_N_SHAPES = sizeof F8_SHAPES / sizeof F8_SHAPES[0] };
+
+static const char *F8_RECIPE =
+    "A (M,K): uniform [-1,1) from splitmix64(key(seed,2*set)+index)>>40 / 2^24, rounded to e5m2 nearest-even, "
+    "|a| < 2^-6 -> 0 (exact in e4m3, e5m2, bf16); B (N,K): key(seed,2*set+1), rounded to e4m3 nearest-even "
+    "(subnormals kept); a_scale 0.5, b_scale 0.25 on the fp8 cells; reference: float64 GEMM of the same values on "
+    "the GPU over every row_step-th row (row_step odd, reference <= 2e10 flops), poison count over all of C";
+
+extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
+    const uint64_t seed = 20261130;
+    char config[1024];
+    int len = snprintf(config, sizeof config,
+                       "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
+                       "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; shapes=");
+    for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
+        len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", F8_SHAPES[i].M, F8_SHAPES[i].N,
+                        F8_SHAPES[i].K);
+    gc_session ss;
+    forge_status s = gc_session_open(
+        &ss, out, "gemm_fp8", config, F8_RECIPE, seed, reps, "gemm-fp8 bench",
+        "gemm-fp8: C (M,N) = 0.125 . A (M,K) . B (N,K)^T, fp8 K-major inputs (e4m3 x e4m3, e5m2 x e4m3), fp32 "
+        "accumulation promoted every 128 of K (fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
+        "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
+        "1.5x 'accelerated' counterpart); gate: relative Frobenius error vs float64 on sampled rows + poison count");
+    f8_shape sh;
+    memset(&sh, 0, sizeof sh);
+    if (s == FORGE_OK) {
+        sh.stream = ss.sh.stream;
+        if (cublasLtCreate(&sh.lt) != CUBLAS_STATUS_SUCCESS)
+            s = forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cublasLtCreate failed");
+    }
+    if (s == FORGE_OK) {
+        const float hs[2] = {F8_A_SCALE, F8_B_SCALE};
+        cudaError_t e = cudaMalloc(&sh.lt_ws, F8_LT_WORKSPACE);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&sh.d_scales, sizeof hs);
+        if (e == cudaSuccess) e = cudaMemcpy(sh.d_scales, hs, sizeof hs, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess)
+            s = forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cuBLASLt workspace / scales: %s", cudaGetErrorString(e));
+    }
+    for (int i = 0; i < F8_N_SHAPES && s == FORGE_OK; i++) {
+        const f8_shape_spec *sp = &F8_SHAPES[i];
+        s = f8_shape_init(&sh, sp->M, sp->N, sp->K, !sp->odd, seed + (uint64_t)i);
+        if (s != FORGE_OK) break;
+        char group[160];
+        snprintf(group, sizeof group, "fp8 nt M=%d N=%d K=%d (%s; ref rows 1/%d)", sp->M, sp->N, sp->K, sp->what,
+                 sh.step);
+        const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
+        const double bytes8 = ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
+        static const struct {
+            f8_kind kind;
+            const char *name;
+        } cells[] = {{F8_LT, "cublaslt_fp8_e4m3"},           {F8_E4M3, "forge_fp8_e4m3"},
+                     {F8_E5M2, "forge_fp8_e5m2xe4m3"},        {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc"},
+                     {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out"}, {F8_BF16, "forge_wgmma_bf16"}};
+        for (int v = sp->odd ? 1 : 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
+            f8_cell c = {&sh, cells[v].kind};
+            forge_harness_cell cell;
+            memset(&cell, 0, sizeof cell);
+            cell.name = cells[v].name;
+            cell.group = group;
+            cell.is_baseline = cells[v].kind == (sp->odd ? F8_E4M3 : F8_LT);
+            /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
+            cell.counterpart = (cells[v].kind == F8_E4M3 || cells[v].kind == F8_E5M2) ? "forge_wgmma_bf16" : NULL;
+            cell.precision = cells[v].kind == F8_BF16 ? FORGE_PREC_BF16 : FORGE_PREC_FP8;
+            cell.flops = flops;
+            cell.bytes = cells[v].kind == F8_BF16 ? 2.0 * (bytes8 - 4.0 * sp->M * (double)sp->N) +
+                                                        4.0 * sp->M * (double)sp->N
+                         : cells[v].kind == F8_E4M3_BF16OUT ? bytes8 - 2.0 * sp->M * (double)sp->N
+                                                            : bytes8;
+            cell.n_input_sets = sh.n_sets;
+            cell.ctx = &c;
+            cell.poison = f8_poison;
+            cell.run = f8_run;
+            cell.check = f8_check;
+            forge_cell_result res;
+            memset(&res, 0, sizeof res);
+            s = forge_harness_run(ss.h, &cell, &res);
+            if (s == FORGE_OK && res.status != FORGE_CELL_OK) ss.bad++;
+        }
+        f8_shape_free(&sh);
+    }
+    f8_shape_free(&sh);
+    if (sh.lt) cublasLtDestroy(sh.lt);
+    cudaFree(sh.lt_ws);
+    cudaFree(sh.d_scales);
+    return gc_session_close(&ss, s);
+}
