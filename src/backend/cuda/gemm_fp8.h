@@ -42,6 +42,15 @@ forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void
                                forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,
                                forge_fp8_accum accum, void *stream);
 
+/*
+ * tf32 on the same kernel body (gemm_wgmma_tf32_kernel): C (M,N) fp32 = A (M,K) . B (N,K)^T with A, B fp32
+ * K-major, read by wgmma .tf32 (k8; the low 13 mantissa bits of each input are ignored: round the inputs to
+ * tf32 first for round-to-nearest semantics), fp32 accumulation in the tensor core (no promotion needed).
+ * Needs K % 4 == 0 (16-byte TMA row strides), A and B 16-byte aligned, C 4-byte aligned, compute capability
+ * 9.x; any M, N. Otherwise FORGE_ERR_UNSUPPORTED with the reason.
+ */
+forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K, void *stream);
+
 /* The block-tile width (128, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device,
  * for benchmark labels; 0 with the error set if the device query fails. */
 int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum);

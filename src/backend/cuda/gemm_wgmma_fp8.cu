@@ -54,6 +54,9 @@ extern "C" {
 #define FP8_CONSUMER_REGS 232
 #define FP8_MAX_DEVICES 64
 
+/* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
+enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
+
 /* Per block-tile width: stages fill ~192-200 KiB of the 227 KiB. */
 template <int BN> struct fp8_cfg {
     static constexpr int STAGES = BN == 128 ? 6 : BN == 192 ? 5 : 4;
@@ -230,10 +233,69 @@ __device__ __forceinline__ void wgmma_m64n256k32_e5m2_e4m3(float (&d)[128], uint
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-/* one k32 step of the 64 x BN warpgroup tile; AT: 0 = A e4m3, 1 = A e5m2 (B is e4m3) */
+/* d (64 x 128 fp32, 64 registers per thread) (+)= A (64x8 tf32, smem desc) . B (128x8 tf32, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* d (64 x 256 fp32, 128 registers per thread) (+)= A (64x8 tf32, smem desc) . B (256x8 tf32, smem desc)^T */
+__device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* one k-step (32 bytes of K: k32 for fp8, k8 for tf32) of the 64 x BN warpgroup tile; AT: 0 = A e4m3,
+ * 1 = A e5m2 (B is e4m3), 2 = A and B tf32 */
 template <int BN, int AT>
 __device__ __forceinline__ void wgmma_fp8_k32(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc) {
-    if constexpr (BN == 128) {
+    if constexpr (AT == WG_TF32) {
+        static_assert(BN == 128 || BN == 256, "tf32 tiles are 128 or 256 wide");
+        if constexpr (BN == 128) wgmma_m64n128k8_tf32(d, da, db, sc);
+        else wgmma_m64n256k8_tf32(d, da, db, sc);
+    } else if constexpr (BN == 128) {
         if constexpr (AT == 0) wgmma_m64n128k32_e4m3_e4m3(d, da, db, sc);
         else wgmma_m64n128k32_e5m2_e4m3(d, da, db, sc);
     } else if constexpr (BN == 192) {
@@ -258,12 +320,15 @@ __device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n,
 
 /* ---- the kernel ------------------------------------------------------------ */
 
+/* The mainloop + epilogue shared by the fp8 and tf32 kernels: a stage row is FP8_BK = 128 bytes of K either way
+ * (128 fp8 or 32 tf32 elements, BKE), so only the element count per stage and the MMA differ. */
 template <int BN, int AT, int OUT_BF16, int PROMOTE>
-__global__ void __launch_bounds__(FP8_THREADS, 1)
-    gemm_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                          void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
+__device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
+                                              float scale, int M, int N, int K, int vec2) {
     typedef fp8_cfg<BN> cfg;
     constexpr int STAGES = cfg::STAGES;
+    constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
+    static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
     const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                               /* A stages */
@@ -272,7 +337,7 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
 
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
     const int num_tiles = tiles_m * tiles_n;
-    const int ktiles = (K + FP8_BK - 1) / FP8_BK;
+    const int ktiles = (K + BKE - 1) / BKE;
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -302,8 +367,8 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
                     const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
                     mbar_wait(empty, phase ^ 1);
                     mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
-                    tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * FP8_BK, m0, full);
-                    tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * FP8_BK, n0, full);
+                    tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * BKE, m0, full);
+                    tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * BKE, n0, full);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -409,6 +474,22 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
             }
         }
     }
+}
+
+/* fp8: AT = WG_E4M3 or WG_E5M2 (A's format; B is e4m3) */
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+__global__ void __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                          void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
+    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
+}
+
+/* tf32: fp32 inputs read as tf32 by wgmma (the low 13 mantissa bits are ignored), fp32 out, no promotion */
+template <int BN>
+__global__ void __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_tf32_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                           float *__restrict__ C, int M, int N, int K, int vec2) {
+    wgmma_nt_body<BN, WG_TF32, 0, 0>(tm_a, tm_b, C, 1.0f, M, N, K, vec2);
 }
 
 /* ---- host ------------------------------------------------------------------ */
@@ -521,4 +602,47 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
                                              : fp8_dispatch<0, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st);
     return c_type == FORGE_GEMM_OUT_BF16 ? fp8_dispatch<1, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st)
                                          : fp8_dispatch<1, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st);
+}
+
+/* ---- tf32 (the same body; no promotion: the tensor core accumulates tf32 products in fp32) ---- */
+
+template <int BN>
+static forge_status tf32_launch(const float *A, const float *B, float *C, int M, int N, int K, int vec2, int dev,
+                                int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<BN> cfg;
+    static int smem_set[FP8_MAX_DEVICES];
+    void (*kernel)(const CUtensorMap, const CUtensorMap, float *, int, int, int, int) = gemm_wgmma_tf32_kernel<BN>;
+    CUtensorMap tm_a, tm_b;
+    /* 32 fp32 = 128 bytes of K per box row: the 128-byte swizzle row, as for fp8 */
+    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, A, M, K, (unsigned long long)K * 4, FP8_BM,
+                              FP8_BK / 4, "gemm_tf32 A (fp32, K-major)"));
+    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, B, N, K, (unsigned long long)K * 4, BN,
+                              FP8_BK / 4, "gemm_tf32 B (fp32, K-major)"));
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
+        smem_set[dev] = 1;
+    }
+    const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + BN - 1) / BN);
+    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32: %lld tiles overflow int", tiles);
+    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, M, N, K, vec2);
+    CUDA_LAUNCH_CHECK("gemm_wgmma_tf32_kernel");
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K,
+                                           void *stream) {
+    const char *why = nullptr;
+    if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
+    else if (K % 4 != 0) why = "K must be a multiple of 4 (TMA needs 16-byte row strides: K*4 bytes)";
+    else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
+    else if ((uintptr_t)C % 4 != 0) why = "C must be 4-byte aligned";
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32 nt (M=%d N=%d K=%d): %s", M, N, K, why);
+    int dev = 0, sms = 0;
+    FORGE_TRY(fp8_device_info(&dev, &sms));
+    const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;
+    if (fp8_pick_bn(M, N, FORGE_FP8_FAST_ACCUM, sms) == 128)
+        return tf32_launch<128>(A, B, C, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
+    return tf32_launch<256>(A, B, C, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
 }

@@ -8,7 +8,9 @@
  * run; forge's cells are fp8 e4m3 x e4m3 and e5m2 x e4m3 (promoted), the
  * fast-accum variant (for comparison only), e4m3 with bf16 output, and
  * forge's own bf16 wgmma kernel on the same values (the counterpart of the
- * "accelerated" bar: fp8 must be >= 1.5x it).
+ * "accelerated" bar: fp8 must be >= 1.5x it). A second group per shape times
+ * forge's tf32 wgmma kernel (the same body, fp32 inputs) against cuBLAS tf32
+ * (cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_TF32) on the same values in fp32.
  *
  * The decisions a reader would otherwise get wrong:
  * - One set of VALUES serves every cell, so one float64 reference checks them
@@ -16,7 +18,7 @@
  *   flushed to 0 below 2^-6, so every A value is exact in e5m2, e4m3 and bf16
  *   (the e4m3 and e5m2 buffers are two encodings of the same numbers); B is
  *   rounded to e4m3 (nearest-even, subnormals kept: exact in bf16). The bf16
- *   buffers hold the same values for the bf16 cell.
+ *   and fp32 buffers hold the same values for the bf16 and tf32 cells.
  * - Scales a_scale = 0.5, b_scale = 0.25 (powers of two: the scaled reference
  *   is exact) for every fp8 cell, cuBLASLt included; the bf16 cell is
  *   unscaled. The gate compares each cell with its own scale times the
@@ -227,10 +229,12 @@ typedef struct {
     int M, N, K, n_sets, step;
     uint8_t *A4[GC_MAX_SETS], *A5[GC_MAX_SETS], *B4[GC_MAX_SETS]; /* fp8: A as e4m3 and as e5m2, B e4m3 */
     uint16_t *A16[GC_MAX_SETS], *B16[GC_MAX_SETS];               /* the same values in bf16 */
+    float *A32[GC_MAX_SETS], *B32[GC_MAX_SETS];                  /* and in fp32 (exact in tf32) */
     void *C;                                                     /* M*N*4 bytes (fp32, or bf16 in its first half) */
     double *ref;                                                 /* (ceil(M/step), N) */
     f8_sums *sums;
     cudaStream_t stream;
+    cublasHandle_t blas; /* the session's, for the tf32 baseline */
     cublasLtHandle_t lt;
     void *lt_ws;
     float *d_scales; /* a_scale, b_scale for cuBLASLt's scale pointers */
@@ -257,8 +261,11 @@ static void f8_shape_free(f8_shape *sh) {
         cudaFree(sh->B4[i]);
         cudaFree(sh->A16[i]);
         cudaFree(sh->B16[i]);
+        cudaFree(sh->A32[i]);
+        cudaFree(sh->B32[i]);
         sh->A4[i] = sh->A5[i] = sh->B4[i] = NULL;
         sh->A16[i] = sh->B16[i] = NULL;
+        sh->A32[i] = sh->B32[i] = NULL;
     }
     cudaFree(sh->C);
     cudaFree(sh->ref);
@@ -322,7 +329,8 @@ static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt
     const size_t big = a_n > b_n ? a_n : b_n;
     uint8_t *h4 = (uint8_t *)malloc(big), *h5 = (uint8_t *)malloc(big);
     uint16_t *h16 = (uint16_t *)malloc(big * 2);
-    cudaError_t e = (h4 && h5 && h16) ? cudaSuccess : cudaErrorMemoryAllocation;
+    float *h32 = (float *)malloc(big * 4);
+    cudaError_t e = (h4 && h5 && h16 && h32) ? cudaSuccess : cudaErrorMemoryAllocation;
     for (int s = 0; s < sh->n_sets && e == cudaSuccess; s++) {
         for (int m = 0; m < 2 && e == cudaSuccess; m++) { /* m 0: A, 1: B */
             const size_t n = m == 0 ? a_n : b_n;
@@ -335,6 +343,7 @@ static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt
                     f8_round_a(u, &h5[i], &h4[i], &h16[i]);
                 else
                     f8_round_b(u, &h4[i], &h16[i]);
+                h32[i] = f8_float((uint32_t)h16[i] << 16);
             }
             if (m == 0) {
                 e = cudaMalloc((void **)&sh->A4[s], n);
@@ -343,17 +352,22 @@ static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt
                 if (e == cudaSuccess) e = cudaMemcpy(sh->A4[s], h4, n, cudaMemcpyHostToDevice);
                 if (e == cudaSuccess) e = cudaMemcpy(sh->A5[s], h5, n, cudaMemcpyHostToDevice);
                 if (e == cudaSuccess) e = cudaMemcpy(sh->A16[s], h16, n * 2, cudaMemcpyHostToDevice);
+                if (e == cudaSuccess) e = cudaMalloc((void **)&sh->A32[s], n * 4);
+                if (e == cudaSuccess) e = cudaMemcpy(sh->A32[s], h32, n * 4, cudaMemcpyHostToDevice);
             } else {
                 e = cudaMalloc((void **)&sh->B4[s], n);
                 if (e == cudaSuccess) e = cudaMalloc((void **)&sh->B16[s], n * 2);
                 if (e == cudaSuccess) e = cudaMemcpy(sh->B4[s], h4, n, cudaMemcpyHostToDevice);
                 if (e == cudaSuccess) e = cudaMemcpy(sh->B16[s], h16, n * 2, cudaMemcpyHostToDevice);
+                if (e == cudaSuccess) e = cudaMalloc((void **)&sh->B32[s], n * 4);
+                if (e == cudaSuccess) e = cudaMemcpy(sh->B32[s], h32, n * 4, cudaMemcpyHostToDevice);
             }
         }
     }
     free(h4);
     free(h5);
     free(h16);
+    free(h32);
     const size_t R = (size_t)(M + sh->step - 1) / sh->step;
     if (e == cudaSuccess) e = cudaMalloc(&sh->C, c_n * sizeof(float));
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->ref, R * N * sizeof(double));
@@ -385,7 +399,7 @@ static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt
 
 /* ---- cells -------------------------------------------------------------------- */
 
-typedef enum { F8_LT = 0, F8_E4M3, F8_E5M2, F8_E4M3_FAST, F8_E4M3_BF16OUT, F8_BF16 } f8_kind;
+typedef enum { F8_LT = 0, F8_E4M3, F8_E5M2, F8_E4M3_FAST, F8_E4M3_BF16OUT, F8_BF16, F8_CUBLAS_TF32, F8_TF32 } f8_kind;
 
 typedef struct {
     f8_shape *sh;
@@ -393,7 +407,9 @@ typedef struct {
 } f8_cell;
 
 static double f8_cell_scale(const f8_cell *c) {
-    return c->kind == F8_BF16 ? 1.0 : (double)F8_A_SCALE * (double)F8_B_SCALE;
+    return (c->kind == F8_BF16 || c->kind == F8_CUBLAS_TF32 || c->kind == F8_TF32)
+               ? 1.0
+               : (double)F8_A_SCALE * (double)F8_B_SCALE;
 }
 
 static forge_status f8_poison(void *ctx) {
@@ -426,6 +442,17 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_BF16:
         return forge_gemm_bf16_nt_wgmma(sh->A16[s], sh->B16[s], (float *)sh->C, NULL, sh->M, sh->N, sh->K,
                                         sh->stream);
+    case F8_TF32: return forge_gemm_tf32_nt(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K, sh->stream);
+    case F8_CUBLAS_TF32: {
+        /* row-major C (M,N) = column-major C^T: m = N, n = M; B (N,K) row-major is (K,N) col-major: op T */
+        const float alpha = 1.0f, beta = 0.0f;
+        if (cublasGemmEx(sh->blas, CUBLAS_OP_T, CUBLAS_OP_N, sh->N, sh->M, sh->K, &alpha, sh->B32[s], CUDA_R_32F,
+                         sh->K, sh->A32[s], CUDA_R_32F, sh->K, &beta, sh->C, CUDA_R_32F, sh->N,
+                         CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+            return forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cublasGemmEx tf32 (M=%d N=%d K=%d) failed", sh->M,
+                               sh->N, sh->K);
+        return FORGE_OK;
+    }
     }
     return forge_error(FORGE_ERR_ARG, "gemm-fp8 bench: unknown cell kind %d", (int)c->kind);
 }
@@ -478,7 +505,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
-                       "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; shapes=");
+                       "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; tf32 nt "
+                       "cells=cublas_tf32,forge_wgmma_tf32; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", F8_SHAPES[i].M, F8_SHAPES[i].N,
                         F8_SHAPES[i].K);
@@ -488,11 +516,12 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         "gemm-fp8: C (M,N) = 0.125 . A (M,K) . B (N,K)^T, fp8 K-major inputs (e4m3 x e4m3, e5m2 x e4m3), fp32 "
         "accumulation promoted every 128 of K (fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
-        "1.5x 'accelerated' counterpart); gate: relative Frobenius error vs float64 on sampled rows + poison count");
+        "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
     memset(&sh, 0, sizeof sh);
     if (s == FORGE_OK) {
         sh.stream = ss.sh.stream;
+        sh.blas = ss.sh.cublas;
         if (cublasLtCreate(&sh.lt) != CUBLAS_STATUS_SUCCESS)
             s = forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cublasLtCreate failed");
     }
@@ -508,32 +537,42 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         const f8_shape_spec *sp = &F8_SHAPES[i];
         s = f8_shape_init(&sh, sp->M, sp->N, sp->K, !sp->odd, seed + (uint64_t)i);
         if (s != FORGE_OK) break;
-        char group[160];
+        char group[160], group32[160];
         snprintf(group, sizeof group, "fp8 nt M=%d N=%d K=%d (%s; ref rows 1/%d)", sp->M, sp->N, sp->K, sp->what,
                  sh.step);
+        snprintf(group32, sizeof group32, "tf32 nt M=%d N=%d K=%d (%s; ref rows 1/%d)", sp->M, sp->N, sp->K,
+                 sp->what, sh.step);
         const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
-        const double bytes8 = ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
+        const double mk_nk = (double)sp->M * sp->K + (double)sp->N * sp->K, mn = (double)sp->M * sp->N;
         static const struct {
             f8_kind kind;
             const char *name;
-        } cells[] = {{F8_LT, "cublaslt_fp8_e4m3"},           {F8_E4M3, "forge_fp8_e4m3"},
-                     {F8_E5M2, "forge_fp8_e5m2xe4m3"},        {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc"},
-                     {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out"}, {F8_BF16, "forge_wgmma_bf16"}};
-        for (int v = sp->odd ? 1 : 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
-            f8_cell c = {&sh, cells[v].kind};
+            forge_precision prec;
+            double in_bytes, out_bytes; /* per element of A/B, of C */
+        } cells[] = {{F8_LT, "cublaslt_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3, "forge_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
+                     {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
+                     {F8_BF16, "forge_wgmma_bf16", FORGE_PREC_BF16, 2, 4},
+                     {F8_CUBLAS_TF32, "cublas_tf32", FORGE_PREC_TF32, 4, 4},
+                     {F8_TF32, "forge_wgmma_tf32", FORGE_PREC_TF32, 4, 4}};
+        for (int v = 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
+            const f8_kind k = cells[v].kind;
+            if (k == F8_LT && sp->odd) continue;
+            f8_cell c = {&sh, k};
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
             cell.name = cells[v].name;
-            cell.group = group;
-            cell.is_baseline = cells[v].kind == (sp->odd ? F8_E4M3 : F8_LT);
+            const int tf32 = k == F8_CUBLAS_TF32 || k == F8_TF32;
+            /* tf32 cells in their own group, against cuBLAS tf32 */
+            cell.group = tf32 ? group32 : group;
+            cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
-            cell.counterpart = (cells[v].kind == F8_E4M3 || cells[v].kind == F8_E5M2) ? "forge_wgmma_bf16" : NULL;
-            cell.precision = cells[v].kind == F8_BF16 ? FORGE_PREC_BF16 : FORGE_PREC_FP8;
+            cell.counterpart = (k == F8_E4M3 || k == F8_E5M2) ? "forge_wgmma_bf16" : NULL;
+            cell.precision = cells[v].prec;
             cell.flops = flops;
-            cell.bytes = cells[v].kind == F8_BF16 ? 2.0 * (bytes8 - 4.0 * sp->M * (double)sp->N) +
-                                                        4.0 * sp->M * (double)sp->N
-                         : cells[v].kind == F8_E4M3_BF16OUT ? bytes8 - 2.0 * sp->M * (double)sp->N
-                                                            : bytes8;
+            cell.bytes = cells[v].in_bytes * mk_nk + cells[v].out_bytes * mn;
             cell.n_input_sets = sh.n_sets;
             cell.ctx = &c;
             cell.poison = f8_poison;
