@@ -30,6 +30,10 @@
  * from the environment) and again on backends created with FORGE_MATMUL =
  * simt64, simt128 and cublas (attention always uses the SIMT GEMM; under
  * cublas only the matmul ops are repeated).
+ * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
+ * are checked against a double reference of exactly representable values
+ * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
+ * refusals.
  * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer).
  * Ends with "N passed, N failed"; exit status 1 on any failure.
  */
@@ -39,8 +43,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
+
 #include "../src/backend/backend.h"
 #include "../src/backend/cuda/cuda_backend.h"
+#include "../src/backend/cuda/gemm_fp8.h"
 #include "../src/core/pool.h"
 #include "../src/core/status.h"
 #include "../src/util/rng.h"
@@ -737,6 +744,125 @@ static void case_pool(parity *P) {
 
 /* ---- driver -------------------------------------------------------------------------------- */
 
+/* ---- forge_gemm_fp8_nt / forge_gemm_tf32_nt (not backend ops: called directly) ----
+ * Values m/8 with m uniform in -8..8: exact in e4m3, e5m2, bf16 and tf32, so a double reference of the same
+ * values is exact; products and sums are multiples of 2^-6. Compared as relative Frobenius error (printed as
+ * maxerr): promoted fp8 <= 1e-3 (QGMMA truncates within a 128-K stage), fast accum and bf16 output <= 1e-2,
+ * tf32 <= 1e-5 (exact inputs, fp32 accumulation). C is poisoned first (an unwritten element is a NaN: FAIL). */
+
+static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
+    if (v == 0.0) return 0;
+    const uint8_t sign = v < 0 ? 0x80 : 0;
+    int e;
+    const double f = frexp(fabs(v), &e); /* |v| = f * 2^e, f in [0.5, 1) */
+    const int exp = e - 1, mbits = e5m2 ? 2 : 3;
+    const int man = (int)((f * 2.0 - 1.0) * (1 << mbits));
+    return (uint8_t)(sign | ((exp + (e5m2 ? 15 : 7)) << mbits) | man);
+}
+
+static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
+    /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32 */
+    static const char *const names[5] = {"gemm_fp8[e4m3]", "gemm_fp8[e5m2xe4m3]", "gemm_fp8[e4m3,bf16out]",
+                                         "gemm_fp8[e4m3,fastacc]", "gemm_tf32"};
+    static const double tols[5] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5};
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
+    const size_t an = (size_t)M * K, bn = (size_t)N * K, cn = (size_t)M * N;
+    double *a = malloc(an * sizeof *a), *b = malloc(bn * sizeof *b);
+    uint8_t *a8 = malloc(an), *b8 = malloc(bn);
+    float *a32 = malloc(an * 4), *b32 = malloc(bn * 4), *c = malloc(cn * 4);
+    uint16_t *c16 = (uint16_t *)c;
+    void *dA = NULL, *dB = NULL, *dC = NULL;
+    int ok = a && b && a8 && b8 && a32 && b32 && c;
+    for (size_t i = 0; ok && i < an; i++) {
+        a[i] = ((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0;
+        a8[i] = fp8_encode(a[i], mode == 1);
+        a32[i] = (float)a[i];
+    }
+    for (size_t i = 0; ok && i < bn; i++) {
+        b[i] = ((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0;
+        b8[i] = fp8_encode(b[i], 0);
+        b32[i] = (float)b[i];
+    }
+    const size_t ea = mode == 4 ? 4 : 1;
+    if (ok) ok = cudaMalloc(&dA, an * ea) == cudaSuccess && cudaMalloc(&dB, bn * ea) == cudaSuccess &&
+                 cudaMalloc(&dC, cn * 4) == cudaSuccess;
+    if (ok) ok = cudaMemcpy(dA, mode == 4 ? (void *)a32 : (void *)a8, an * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaMemcpy(dB, mode == 4 ? (void *)b32 : (void *)b8, bn * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaMemset(dC, 0xFF, cn * 4) == cudaSuccess;
+    if (!ok) {
+        report(P, 0, names[mode], shape, INFINITY, tols[mode], "(host or device allocation failed)");
+        goto done;
+    }
+    const float sa = 0.5f, sb = 0.25f;
+    forge_status s;
+    if (mode == 4)
+        s = forge_gemm_tf32_nt(dA, dB, dC, M, N, K, NULL);
+    else
+        s = forge_gemm_fp8_nt(dA, mode == 1 ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3, dC,
+                              mode == 2 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K,
+                              mode == 3 ? FORGE_FP8_FAST_ACCUM : FORGE_FP8_PROMOTE, NULL);
+    if (s != FORGE_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "(returned %s: %s)", forge_status_name(s), forge_error_message());
+        report(P, 0, names[mode], shape, INFINITY, tols[mode], why);
+        goto done;
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(c, dC, cn * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        report(P, 0, names[mode], shape, INFINITY, tols[mode], "(kernel or copy failed)");
+        goto done;
+    }
+    const double scale = mode == 4 ? 1.0 : (double)sa * sb;
+    double d2 = 0.0, r2 = 0.0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double r = 0.0;
+            for (int k = 0; k < K; k++) r += a[(size_t)m * K + k] * b[(size_t)n * K + k];
+            r *= scale;
+            double v;
+            if (mode == 2) {
+                uint32_t u = (uint32_t)c16[(size_t)m * N + n] << 16;
+                float f;
+                memcpy(&f, &u, 4);
+                v = f;
+            } else {
+                v = c[(size_t)m * N + n];
+            }
+            d2 += (v - r) * (v - r); /* NaN (poison) propagates: FAIL */
+            r2 += r * r;
+        }
+    const double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+    report(P, rel <= tols[mode], names[mode], shape, rel, tols[mode], NULL);
+done:
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    free(a), free(b), free(a8), free(b8), free(a32), free(b32), free(c);
+}
+
+/* Arguments the fp8 / tf32 paths must refuse with FORGE_ERR_UNSUPPORTED (checked before any device work). */
+static void case_gemm_fp8_refusals(parity *P) {
+    static uint8_t dummy[64] __attribute__((aligned(16)));
+    const forge_status k20 = forge_gemm_fp8_nt(dummy, FORGE_FP8_E4M3, dummy, FORGE_FP8_E4M3, dummy,
+                                               FORGE_GEMM_OUT_F32, 1.0f, 1.0f, 4, 4, 20, FORGE_FP8_PROMOTE, NULL);
+    report(P, k20 == FORGE_ERR_UNSUPPORTED, "gemm_fp8[refuse]", "K=20 (K % 16 != 0)", 0, 0, NULL);
+    const forge_status b5 = forge_gemm_fp8_nt(dummy, FORGE_FP8_E4M3, dummy, FORGE_FP8_E5M2, dummy,
+                                              FORGE_GEMM_OUT_F32, 1.0f, 1.0f, 4, 4, 16, FORGE_FP8_PROMOTE, NULL);
+    report(P, b5 == FORGE_ERR_UNSUPPORTED, "gemm_fp8[refuse]", "B e5m2 (not built)", 0, 0, NULL);
+    const forge_status t6 = forge_gemm_tf32_nt((const float *)dummy, (const float *)dummy, (float *)dummy, 4, 4, 6,
+                                               NULL);
+    report(P, t6 == FORGE_ERR_UNSUPPORTED, "gemm_tf32[refuse]", "K=6 (K % 4 != 0)", 0, 0, NULL);
+}
+
+static void run_gemm_fp8_cases(parity *P) {
+    case_gemm_fp8_refusals(P);
+    static const int shapes[][3] = {{1, 8, 16}, {130, 200, 272}, {257, 999, 528}, {128, 192, 1024}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
+        for (int mode = 0; mode < 5; mode++) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+    }
+}
+
 static void run_matmul_cases(parity *P) {
     static const int shapes[][3] = {
         {1, 45, 29}, {37, 45, 29}, {37, 768, 29}, {130, 129, 131}, {64, 64, 64},
@@ -824,6 +950,7 @@ int main(void) {
     case_position(&P, 1, 1, 45, 1);
 
     run_matmul_cases(&P);
+    run_gemm_fp8_cases(&P);
 
     static const int norm_shapes[][2] = {{1, 45}, {37, 768}, {257, 45}, {4099, 45}, {257, 3072}, {9000, 96}};
     for (size_t i = 0; i < sizeof norm_shapes / sizeof norm_shapes[0]; i++) {
