@@ -34,7 +34,8 @@
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
  * refusals.
- * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer).
+ * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer);
+ * FORGE_GPU_TESTS_ONLY=gemm_fp8 runs only those GEMM cases.
  * Ends with "N passed, N failed"; exit status 1 on any failure.
  */
 #include <math.h>
@@ -932,6 +933,15 @@ int main(void) {
     }
     P.impl = forge_cuda_matmul_impl(P.gpu);
     printf("gpu parity: cpu=%s cuda matmul=%s%s\n", P.cpu->name, P.impl, P.quick ? " (quick shapes)" : "");
+
+    const char *only = getenv("FORGE_GPU_TESTS_ONLY"); /* "gemm_fp8": just the fp8/tf32 GEMM cases */
+    if (only && strcmp(only, "gemm_fp8") == 0) {
+        run_gemm_fp8_cases(&P);
+        forge_backend_destroy(P.gpu);
+        forge_backend_destroy(P.cpu);
+        printf("%d passed, %d failed\n", P.passed, P.failed);
+        return P.failed ? 1 : 0;
+    }
 
     static const size_t ew_sizes[] = {1, 37, 4097, 1000003};
     for (size_t i = 0; i < sizeof ew_sizes / sizeof ew_sizes[0]; i++) {
