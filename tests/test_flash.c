@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../src/backend/backend.h"
+#include "ops/attention_memory.h"
 #include "ops/cpu_fixtures.h"
 #include "test.h"
 
@@ -237,9 +238,29 @@ static void test_bad_args(void) {
     forge_backend_destroy(be);
 }
 
+/* The op path's extra memory is O(T): at T = 512 the materialised op needs
+ * two (B,NH,T,T) buffers (4 MiB each), the fused one a few (B,T,C) tensors. */
+static void test_memory(void) {
+    TEST_CASE("flash: op-path peak memory is O(T), materialised O(T^2)");
+    forge_backend *be = NULL;
+    CHECK_OK(forge_cpu_backend_create(&be, 2, 0));
+    if (!be) return;
+    int B = 1, T = 512, NH = 4, NKV = 4, HS = 16;
+    size_t flash = 0, mat = 0, tt = (size_t)B * NH * T * T * sizeof(float);
+    size_t act = (size_t)B * T * (NH + 2 * NKV) * HS * sizeof(float); /* one qkv-sized tensor */
+    CHECK_OK(attention_peak_bytes(be, 1, B, T, NH, NKV, HS, &flash));
+    CHECK_OK(attention_peak_bytes(be, 0, B, T, NH, NKV, HS, &mat));
+    if (getenv("FORGE_TEST_VERBOSE"))
+        printf("     peak: flash %zu bytes, materialised %zu bytes (T x T buffer %zu)\n", flash, mat, tt);
+    CHECK_MSG(flash <= 3 * act, "flash peak %zu bytes > 3 qkv-sized tensors (%zu)", flash, 3 * act);
+    CHECK_MSG(mat >= 2 * tt, "materialised peak %zu bytes < two T x T buffers (%zu)", mat, 2 * tt);
+    forge_backend_destroy(be);
+}
+
 void suite_flash(void) {
     test_cases(0);
     test_cases(1);
     test_thread_invariance();
     test_bad_args();
+    test_memory();
 }
