@@ -730,13 +730,13 @@ static void case_flash_deterministic(parity *P, int B, int T, int NH, int NKV, i
     fbuf_free(P, &scr);
 }
 
-/* Head sizes without a fused fp32 kernel are refused, never miscomputed. */
+/* Head sizes above the largest fused fp32 kernel are refused, never miscomputed. */
 static void case_flash_unsupported(parity *P) {
     float *x = NULL;
     int ok = P->gpu->mem_alloc(P->gpu, (void **)&x, 4096 * sizeof(float)) == FORGE_OK;
-    forge_status s = ok ? P->gpu->flash_attention_forward(P->gpu, x, x + 2048, x + 1024, 1, 4, 2, 1, 6)
+    forge_status s = ok ? P->gpu->flash_attention_forward(P->gpu, x, x + 2048, x + 1024, 1, 4, 2, 1, 130)
                         : FORGE_ERR_OOM;
-    report(P, s == FORGE_ERR_UNSUPPORTED, "flash_attention_forward", "HS=6 (expect FORGE_ERR_UNSUPPORTED)",
+    report(P, s == FORGE_ERR_UNSUPPORTED, "flash_attention_forward", "HS=130 (expect FORGE_ERR_UNSUPPORTED)",
            s == FORGE_ERR_UNSUPPORTED ? 0.0 : 1.0, 0.0, s == FORGE_ERR_UNSUPPORTED ? NULL : forge_status_name(s));
     if (x) P->gpu->mem_free(P->gpu, x);
 }
@@ -764,6 +764,9 @@ static void run_flash_cases(parity *P) {
         {2, 67, 67, 4, 2, 16},     {1, 100, 37, 4, 2, 64},  {1, 150, 10, 2, 1, 128},
         {1, 70, 0, 2, 1, 64},      {1, 50, 130, 4, 2, 64},  {1, 1031, 1031, 4, 2, 64},
         {1, 700, 700, 2, 1, 128},
+        /* head sizes on the zero-padded path: 6 and 8 (the test models), odd 7, 100 */
+        {2, 67, 67, 6, 2, 6},      {2, 67, 67, 4, 2, 8},    {1, 45, 30, 3, 3, 7},
+        {1, 150, 150, 4, 2, 100},
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     for (int i = 0; i < n; i++) {

@@ -38,10 +38,13 @@
  * backward never computes exp for a masked (row, key) pair at all.
  *
  * HS is a template parameter (tile constants at compile time, register arrays
- * indexed by unrolled constants). Instantiated for 16, 32, 64 and 128 (64 and
- * 128 are the tuned cases; 16 and 32 are the test models). Other head sizes
- * are refused with FORGE_ERR_UNSUPPORTED (FORGE_ATTENTION=materialised runs
- * them).
+ * indexed by unrolled constants), instantiated for 16, 32, 64 and 128; 64 and
+ * 128 are the sizes the tiles were chosen for. Any other head size hs <= 128
+ * runs on the smallest instance with HS >= hs: columns hs..HS-1 are loaded as
+ * zeros into shared memory (adding exact zeros to every dot product) and never
+ * stored, so the result is the same, at the cost of the padded work (the
+ * explicit slower path, e.g. hs = 6 or 8 of the test models). hs > 128 is
+ * refused with FORGE_ERR_UNSUPPORTED (FORGE_ATTENTION=materialised runs it).
  */
 #include "cuda_ops.h"
 
@@ -61,16 +64,16 @@
 #define FA_DKV_SMEM(HS) \
     ((size_t)(2 * FA_ROWS + 2 * FA_DKV_BQ) * FA_PAD(HS) * sizeof(float) + 2 * FA_DKV_BQ * sizeof(float))
 
-/* rows [t0, t0 + NR) of one head (HS floats at `src`, rows `stride` apart) ->
- * shared (NR, HS + 4); rows at or past T are zero. Consecutive threads read
+/* rows [t0, t0 + NR) of one head (hs floats at `src`, rows `stride` apart) ->
+ * shared (NR, HS + 4); rows at or past T and columns at or past hs are zero. Consecutive threads read
  * consecutive floats of a row: coalesced. */
 template <int HS, int NR>
 __device__ __forceinline__ void fa_load_rows(float *__restrict__ dst, const float *__restrict__ src,
-                                             size_t stride, int t0, int T) {
+                                             size_t stride, int t0, int T, int hs) {
 #pragma unroll 4
     for (int idx = threadIdx.x; idx < NR * HS; idx += FA_THREADS) {
         int r = idx / HS, d = idx % HS, t = t0 + r;
-        dst[r * FA_PAD(HS) + d] = t < T ? src[(size_t)t * stride + d] : 0.0f;
+        dst[r * FA_PAD(HS) + d] = t < T && d < hs ? src[(size_t)t * stride + d] : 0.0f;
     }
 }
 
@@ -121,7 +124,7 @@ __device__ __forceinline__ float fa_quad_sum(float v) {
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS, 2)
     flash_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv_q,
-                     const float *__restrict__ qkv_kv, int Tq, int Tk, int NH, int NKV, float scale) {
+                     const float *__restrict__ qkv_kv, int Tq, int Tk, int NH, int NKV, int hs, float scale) {
     constexpr int P = FA_PAD(HS), BK = FA_FWD_BK(HS), NC = BK / 4;
     extern __shared__ float4 fa_smem4[];
     float *sQ = reinterpret_cast<float *>(fa_smem4);
@@ -131,14 +134,14 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     const int qb = gridDim.x - 1 - blockIdx.x; /* heaviest (last) query blocks first */
     const int h = blockIdx.y, b = blockIdx.z;
     const int kvh = h / (NH / NKV);
-    const size_t row = (size_t)(NH + 2 * NKV) * HS;
+    const size_t row = (size_t)(NH + 2 * NKV) * hs;
     const int tid = threadIdx.x, r = tid >> 2, ql = tid & 3, lane = tid & 31;
     const int q0 = qb * FA_ROWS, i = q0 + r;
     const int off = Tk - Tq, ilim = i + off; /* this row sees keys j <= ilim */
 
-    fa_load_rows<HS, FA_ROWS>(sQ, qkv_q + (size_t)b * Tq * row + (size_t)h * HS, row, q0, Tq);
-    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * HS;
-    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * HS;
+    fa_load_rows<HS, FA_ROWS>(sQ, qkv_q + (size_t)b * Tq * row + (size_t)h * hs, row, q0, Tq, hs);
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * hs;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * hs;
 
     float o[HS / 4];
 #pragma unroll
@@ -149,8 +152,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     const int kend = min(Tk, q0 + FA_ROWS + off);
     for (int j0 = 0; j0 < kend; j0 += BK) {
         __syncthreads(); /* the previous tile's readers are done (and sQ is loaded) */
-        fa_load_rows<HS, BK>(sK, kg, row, j0, Tk);
-        fa_load_rows<HS, BK>(sV, vg, row, j0, Tk);
+        fa_load_rows<HS, BK>(sK, kg, row, j0, Tk, hs);
+        fa_load_rows<HS, BK>(sV, vg, row, j0, Tk, hs);
         __syncthreads();
 
         float s[NC];
@@ -189,11 +192,12 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     l = fa_quad_sum(l);
     if (i < Tq) {
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float *og = out + ((size_t)b * Tq + i) * NH * HS + (size_t)h * HS;
+        float *og = out + ((size_t)b * Tq + i) * NH * hs + (size_t)h * hs;
 #pragma unroll
         for (int c4 = 0; c4 < HS / 16; c4++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) og[c4 * 16 + ql * 4 + e] = o[c4 * 4 + e] * inv;
+            for (int e = 0; e < 4; e++)
+                if (c4 * 16 + ql * 4 + e < hs) og[c4 * 16 + ql * 4 + e] = o[c4 * 4 + e] * inv;
         if (ql == 0) lse[((size_t)b * NH + h) * Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
     }
 }
@@ -225,7 +229,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     flash_bwd_dq_kernel(float *__restrict__ dqkv_q, const float *__restrict__ dout,
                         const float *__restrict__ qkv_q, const float *__restrict__ qkv_kv,
                         const float *__restrict__ lse, const float *__restrict__ D, int Tq, int Tk,
-                        int NH, int NKV, float scale) {
+                        int NH, int NKV, int hs, float scale) {
     constexpr int P = FA_PAD(HS), NC = FA_DQ_BK / 4;
     extern __shared__ float4 fa_smem4[];
     float *sQ = reinterpret_cast<float *>(fa_smem4);
@@ -236,7 +240,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     const int qb = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int kvh = h / (NH / NKV);
-    const size_t row = (size_t)(NH + 2 * NKV) * HS, orow = (size_t)NH * HS;
+    const size_t row = (size_t)(NH + 2 * NKV) * hs, orow = (size_t)NH * hs;
     const int tid = threadIdx.x, r = tid >> 2, ql = tid & 3, lane = tid & 31;
     const int q0 = qb * FA_ROWS, i = q0 + r;
     const int off = Tk - Tq, ilim = i + off;
@@ -244,10 +248,10 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     const float L = live ? lse[((size_t)b * NH + h) * Tq + i] : 0.0f;
     const float Di = live ? D[((size_t)b * NH + h) * Tq + i] : 0.0f;
 
-    fa_load_rows<HS, FA_ROWS>(sQ, qkv_q + (size_t)b * Tq * row + (size_t)h * HS, row, q0, Tq);
-    fa_load_rows<HS, FA_ROWS>(sdO, dout + (size_t)b * Tq * orow + (size_t)h * HS, orow, q0, Tq);
-    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * HS;
-    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * HS;
+    fa_load_rows<HS, FA_ROWS>(sQ, qkv_q + (size_t)b * Tq * row + (size_t)h * hs, row, q0, Tq, hs);
+    fa_load_rows<HS, FA_ROWS>(sdO, dout + (size_t)b * Tq * orow + (size_t)h * hs, orow, q0, Tq, hs);
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * hs;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * hs;
 
     float dq[HS / 4];
 #pragma unroll
@@ -256,8 +260,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     const int kend = min(Tk, q0 + FA_ROWS + off);
     for (int j0 = 0; j0 < kend; j0 += FA_DQ_BK) {
         __syncthreads();
-        fa_load_rows<HS, FA_DQ_BK>(sK, kg, row, j0, Tk);
-        fa_load_rows<HS, FA_DQ_BK>(sV, vg, row, j0, Tk);
+        fa_load_rows<HS, FA_DQ_BK>(sK, kg, row, j0, Tk, hs);
+        fa_load_rows<HS, FA_DQ_BK>(sV, vg, row, j0, Tk, hs);
         __syncthreads();
 
         float s[NC], dp[NC];
@@ -280,11 +284,12 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     }
 
     if (live) {
-        float *dqg = dqkv_q + ((size_t)b * Tq + i) * row + (size_t)h * HS;
+        float *dqg = dqkv_q + ((size_t)b * Tq + i) * row + (size_t)h * hs;
 #pragma unroll
         for (int c4 = 0; c4 < HS / 16; c4++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) dqg[c4 * 16 + ql * 4 + e] += dq[c4 * 4 + e];
+            for (int e = 0; e < 4; e++)
+                if (c4 * 16 + ql * 4 + e < hs) dqg[c4 * 16 + ql * 4 + e] += dq[c4 * 4 + e];
     }
 }
 
@@ -295,7 +300,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_bwd_dkv_kernel(float *__restrict__ dqkv_kv, const float *__restrict__ dout,
                          const float *__restrict__ qkv_q, const float *__restrict__ qkv_kv,
                          const float *__restrict__ lse, const float *__restrict__ D, int Tq, int Tk,
-                         int NH, int NKV, float scale) {
+                         int NH, int NKV, int hs, float scale) {
     constexpr int P = FA_PAD(HS), NC = FA_DKV_BQ / 4;
     extern __shared__ float4 fa_smem4[];
     float *sK = reinterpret_cast<float *>(fa_smem4);
@@ -309,15 +314,15 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int kb = blockIdx.x;
     const int kvh = blockIdx.y, b = blockIdx.z;
     const int group = NH / NKV;
-    const size_t row = (size_t)(NH + 2 * NKV) * HS, orow = (size_t)NH * HS;
+    const size_t row = (size_t)(NH + 2 * NKV) * hs, orow = (size_t)NH * hs;
     const int tid = threadIdx.x, r = tid >> 2, ql = tid & 3, lane = tid & 31;
     const int k0 = kb * FA_ROWS, j = k0 + r;
     const int off = Tk - Tq;
 
-    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * HS;
-    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * HS;
-    fa_load_rows<HS, FA_ROWS>(sK, kg, row, k0, Tk);
-    fa_load_rows<HS, FA_ROWS>(sV, vg, row, k0, Tk);
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * hs;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * hs;
+    fa_load_rows<HS, FA_ROWS>(sK, kg, row, k0, Tk, hs);
+    fa_load_rows<HS, FA_ROWS>(sV, vg, row, k0, Tk, hs);
 
     float dk[HS / 4], dv[HS / 4];
 #pragma unroll
@@ -326,14 +331,14 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     /* queries before i0 see none of this block's keys */
     const int i0 = max(0, k0 - off);
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        const float *qg = qkv_q + (size_t)b * Tq * row + (size_t)h * HS;
-        const float *dog = dout + (size_t)b * Tq * orow + (size_t)h * HS;
+        const float *qg = qkv_q + (size_t)b * Tq * row + (size_t)h * hs;
+        const float *dog = dout + (size_t)b * Tq * orow + (size_t)h * hs;
         const float *lg = lse + ((size_t)b * NH + h) * Tq;
         const float *Dg = D + ((size_t)b * NH + h) * Tq;
         for (int it = i0; it < Tq; it += FA_DKV_BQ) {
             __syncthreads(); /* previous tile's readers done (and sK/sV loaded) */
-            fa_load_rows<HS, FA_DKV_BQ>(sQ, qg, row, it, Tq);
-            fa_load_rows<HS, FA_DKV_BQ>(sdO, dog, orow, it, Tq);
+            fa_load_rows<HS, FA_DKV_BQ>(sQ, qg, row, it, Tq, hs);
+            fa_load_rows<HS, FA_DKV_BQ>(sdO, dog, orow, it, Tq, hs);
             if (tid < FA_DKV_BQ) {
                 int t = it + tid;
                 sL[tid] = t < Tq ? lg[t] : 0.0f;
@@ -366,12 +371,13 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     }
 
     if (j < Tk) {
-        float *dkg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + kvh) * HS;
-        float *dvg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + NKV + kvh) * HS;
+        float *dkg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + kvh) * hs;
+        float *dvg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + NKV + kvh) * hs;
 #pragma unroll
         for (int c4 = 0; c4 < HS / 16; c4++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
+                if (c4 * 16 + ql * 4 + e >= hs) continue;
                 dkg[c4 * 16 + ql * 4 + e] += dk[c4 * 4 + e];
                 dvg[c4 * 16 + ql * 4 + e] += dv[c4 * 4 + e];
             }
@@ -389,10 +395,10 @@ static forge_status flash_check(const char *op, int B, int Tq, int Tk, int NH, i
     if (B < 0 || Tq < 0 || Tk < 0)
         return forge_error(FORGE_ERR_ARG, "cuda %s: need B, Tq, Tk >= 0, got B=%d Tq=%d Tk=%d", op, B,
                            Tq, Tk);
-    if (HS != 16 && HS != 32 && HS != 64 && HS != 128)
+    if (HS > 128)
         return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "cuda %s: head size %d has no fused fp32 kernel (built for 16, 32, 64, "
-                           "128); use FORGE_ATTENTION=materialised",
+                           "cuda %s: head size %d is above the largest fused fp32 kernel (128); use "
+                           "FORGE_ATTENTION=materialised",
                            op, HS);
     if (B > 65535 || NH > 65535)
         return forge_error(FORGE_ERR_UNSUPPORTED, "cuda %s: B=%d and NH=%d must fit grid.z/y (65535)",
@@ -400,15 +406,16 @@ static forge_status flash_check(const char *op, int B, int Tq, int Tk, int NH, i
     return FORGE_OK;
 }
 
+/* HS is the kernel's capacity (16, 32, 64 or 128), hs <= HS the real head size */
 template <int HS>
 static forge_status flash_forward_hs(cuda_ctx *ctx, float *out, float *lse, const float *qkv_q,
-                                     const float *qkv_kv, int B, int Tq, int Tk, int NH, int NKV) {
+                                     const float *qkv_kv, int B, int Tq, int Tk, int NH, int NKV, int hs) {
     size_t smem = FA_FWD_SMEM(HS);
     CUDA_TRY(cudaFuncSetAttribute(flash_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)smem));
     dim3 grid((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
     flash_fwd_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(out, lse, qkv_q, qkv_kv, Tq, Tk, NH,
-                                                                   NKV, 1.0f / sqrtf((float)HS));
+                                                                   NKV, hs, 1.0f / sqrtf((float)hs));
     CUDA_LAUNCH_CHECK("flash_fwd_kernel");
     return FORGE_OK;
 }
@@ -416,14 +423,14 @@ static forge_status flash_forward_hs(cuda_ctx *ctx, float *out, float *lse, cons
 template <int HS>
 static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_kv, const float *D,
                                       const float *dout, const float *qkv_q, const float *qkv_kv,
-                                      const float *lse, int B, int Tq, int Tk, int NH, int NKV) {
-    const float scale = 1.0f / sqrtf((float)HS);
+                                      const float *lse, int B, int Tq, int Tk, int NH, int NKV, int hs) {
+    const float scale = 1.0f / sqrtf((float)hs);
     size_t smem = FA_DQ_SMEM(HS);
     CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)smem));
     dim3 grid((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
     flash_bwd_dq_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_q, dout, qkv_q, qkv_kv, lse,
-                                                                      D, Tq, Tk, NH, NKV, scale);
+                                                                      D, Tq, Tk, NH, NKV, hs, scale);
     CUDA_LAUNCH_CHECK("flash_bwd_dq_kernel");
     if (Tk == 0) return FORGE_OK;
     smem = FA_DKV_SMEM(HS);
@@ -431,7 +438,7 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     grid = dim3((unsigned)((Tk + FA_ROWS - 1) / FA_ROWS), (unsigned)NKV, (unsigned)B);
     flash_bwd_dkv_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_kv, dout, qkv_q, qkv_kv,
-                                                                       lse, D, Tq, Tk, NH, NKV, scale);
+                                                                       lse, D, Tq, Tk, NH, NKV, hs, scale);
     CUDA_LAUNCH_CHECK("flash_bwd_dkv_kernel");
     return FORGE_OK;
 }
@@ -442,12 +449,11 @@ forge_status cuda_flash_attention_forward_ext(forge_backend *be, float *out, flo
     FORGE_TRY(flash_check("flash_attention_forward", B, Tq, Tk, NH, NKV, HS));
     if (B == 0 || Tq == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    switch (HS) {
-    case 16: return flash_forward_hs<16>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
-    case 32: return flash_forward_hs<32>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
-    case 64: return flash_forward_hs<64>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
-    default: return flash_forward_hs<128>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
-    }
+    /* the smallest kernel that holds HS; the padding columns are zeros */
+    if (HS <= 16) return flash_forward_hs<16>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
+    if (HS <= 32) return flash_forward_hs<32>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
+    if (HS <= 64) return flash_forward_hs<64>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
+    return flash_forward_hs<128>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
 }
 
 forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, float *dqkv_kv,
@@ -465,20 +471,17 @@ forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q,
     flash_bwd_dsum_kernel<<<(unsigned)blocks, FA_D_ROWS * 32, 0, ctx->stream>>>(scratch, dout, out, Tq,
                                                                                 NH, HS, rows);
     CUDA_LAUNCH_CHECK("flash_bwd_dsum_kernel");
-    switch (HS) {
-    case 16:
-        return flash_backward_hs<16>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk,
-                                     NH, NKV);
-    case 32:
-        return flash_backward_hs<32>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk,
-                                     NH, NKV);
-    case 64:
-        return flash_backward_hs<64>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk,
-                                     NH, NKV);
-    default:
-        return flash_backward_hs<128>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq,
-                                      Tk, NH, NKV);
-    }
+    if (HS <= 16)
+        return flash_backward_hs<16>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                     NKV, HS);
+    if (HS <= 32)
+        return flash_backward_hs<32>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                     NKV, HS);
+    if (HS <= 64)
+        return flash_backward_hs<64>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                     NKV, HS);
+    return flash_backward_hs<128>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                  NKV, HS);
 }
 
 forge_status cuda_flash_attention_forward(forge_backend *be, float *out, float *lse, const float *qkv,
