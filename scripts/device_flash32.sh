@@ -10,6 +10,9 @@
 #  3. 200 steps of gpt-10m (fp32, batch 8 x 512) with FORGE_ATTENTION=
 #     materialised and with the default (flash): losses equal within 1e-5
 #     relative (tools/compare_losses.py), and tok/s and peak MiB of both.
+#  4. `forge bench ops --device cuda` (gpt-10m shapes, B=8 T=512): per-op
+#     times of attention_forward/backward (materialised) next to
+#     flash_attention_forward/backward; its results folder copied to $OUT/bench_ops.
 # Budget: well under 4 minutes on an H200. Exit status 1 on any failure.
 set -u -o pipefail
 OUT=${OUT:-/tmp/forge-flash32-out}
@@ -49,5 +52,10 @@ for mode in ("materialised", "flash"):
     print(f"{mode:13s} median {statistics.median(tps):10.0f} tok/s over steps 11-{recs[-1]['step']}, "
           f"peak {recs[-1]['peak_mib']:.0f} MiB, final loss {recs[-1]['loss']:.6f}")
 PY
+echo "== 4. forge bench ops (cuda): materialised vs flash attention cells"
+timeout 150 build/cuda/forge bench ops --device cuda 2>&1 | tee "$OUT/bench_ops.log" || fails=1
+dir=$(grep -o 'results in [^ ;]*' "$OUT/bench_ops.log" | head -1 | cut -d' ' -f3)
+[ -n "$dir" ] && [ -d "$dir" ] && cp -r "$dir" "$OUT/bench_ops"
+
 echo "== device_flash32: $([ $fails = 0 ] && echo PASS || echo FAIL)"
 exit $fails
