@@ -676,8 +676,10 @@ static void case_flash(parity *P, int B, int Tq, int Tk, int NH, int NKV, int HS
                 G->flash_attention_backward_ext(G, dq.g, dkv->g, scratch.g, dout.g, qq.g, kv->g, out_in.g,
                                                 lse_in.g, B, Tq, Tk, NH, NKV, HS)))
         goto done;
-    /* dK/dV sum over up to Tq queries of every head in the group */
-    double tol = tol_for_sum((double)Tq * (NH / NKV));
+    /* dK/dV sum up to Tq * group terms, but each is small (P ~ 1/T): a numpy
+     * emulation of these kernels at T = 1031 is 5e-6 off in dV (max |dV| 2.7),
+     * so the flat fp32 tolerance holds with a margin */
+    double tol = TOL_DEFAULT;
     check(P, same ? "flash_attention_backward.dqkv" : "flash_attention_backward.dqkv_q", shape, &dq, tol, 0);
     if (!same) check(P, "flash_attention_backward.dqkv_kv", shape, &dk, tol, 0);
 done:
