@@ -44,6 +44,7 @@
 #include "../src/core/pool.h"
 #include "../src/core/status.h"
 #include "../src/util/rng.h"
+#include "../tests/ops/attention_memory.h"
 
 #define GUARD 64
 #define GUARD_BITS 0x7fbadf0du /* a NaN no kernel produces */
@@ -593,6 +594,193 @@ done:
     fbuf_free(P, &att_in);
 }
 
+/* ---- fused (flash) attention, fp32 ------------------------------------------------------ */
+
+/* lse holds -INFINITY for rows that see no key: both sides must agree on
+ * which rows those are, and the finite rows within tol. */
+static void check_lse(parity *P, const char *op, const char *shape, const fbuf *b, double tol) {
+    size_t total = b->n + GUARD;
+    float *h = malloc(total * sizeof *h);
+    if (!h || P->gpu->copy_to_host(P->gpu, h, b->g, total * sizeof(float)) != FORGE_OK) {
+        report(P, 0, op, shape, INFINITY, tol, "(copy_to_host failed)");
+        free(h);
+        return;
+    }
+    double maxerr = 0.0;
+    size_t worst = 0, bad_guard = 0, inf_rows = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        double c = b->c[i], g = h[i], err;
+        if (isinf(c) || isinf(g)) {
+            err = (c == g) ? 0.0 : INFINITY;
+            inf_rows += isinf(c) != 0;
+        } else {
+            err = fabs(g - c);
+        }
+        if (!(err <= maxerr)) {
+            maxerr = isnan(err) ? INFINITY : err;
+            worst = i;
+        }
+    }
+    for (size_t i = 0; i < GUARD; i++) {
+        uint32_t u;
+        memcpy(&u, &h[b->n + i], sizeof u);
+        if (u != GUARD_BITS) bad_guard++;
+    }
+    char why[256];
+    snprintf(why, sizeof why, "(%zu rows with no visible key; worst at [%zu]: cuda %.9g vs cpu %.9g%s)",
+             inf_rows, worst, (double)h[worst], (double)b->c[worst], bad_guard ? "; GUARD OVERWRITTEN" : "");
+    report(P, maxerr <= tol && bad_guard == 0, op, shape, maxerr, tol, why);
+    free(h);
+}
+
+/* Forward (out, lse) and backward (dQ into qkv_q, dK/dV into qkv_kv) of the
+ * general Tq/Tk entry against the CPU reference. Tq == Tk uses ONE packed
+ * qkv and ONE dqkv, as the trainer does. The backward runs on the CPU's
+ * forward results on both sides, so it is compared on its own. */
+static void case_flash(parity *P, int B, int Tq, int Tk, int NH, int NKV, int HS) {
+    forge_backend *Cb = P->cpu, *G = P->gpu;
+    char shape[128], op[96];
+    snprintf(shape, sizeof shape, "B=%d Tq=%d Tk=%d NH=%d NKV=%d HS=%d", B, Tq, Tk, NH, NKV, HS);
+    int same = Tq == Tk;
+    size_t row = (size_t)(NH + 2 * NKV) * HS;
+    size_t nq = (size_t)B * Tq * row, nk = (size_t)B * Tk * row;
+    size_t nout = (size_t)B * Tq * NH * HS, nlse = (size_t)B * NH * Tq;
+    fbuf qq = {0}, qk = {0}, out = {0}, lse = {0}, dout = {0}, out_in = {0}, lse_in = {0};
+    fbuf dq = {0}, dk = {0}, scratch = {0};
+    if (!fbuf_rand(P, &qq, nq, -1.5f, 1.5f) || (!same && !fbuf_rand(P, &qk, nk, -1.5f, 1.5f)) ||
+        !fbuf_rand(P, &dout, nout, -1, 1))
+        goto done;
+    const fbuf *kv = same ? &qq : &qk;
+
+    snprintf(op, sizeof op, "flash_attention_forward_ext");
+    if (!supported(P, op, shape, Cb->flash_attention_forward_ext, G->flash_attention_forward_ext) ||
+        !fbuf_poison(P, &out, nout) || !fbuf_poison(P, &lse, nlse))
+        goto done;
+    if (!ran_ok(P, op, shape,
+                Cb->flash_attention_forward_ext(Cb, out.c, lse.c, qq.c, kv->c, B, Tq, Tk, NH, NKV, HS),
+                G->flash_attention_forward_ext(G, out.g, lse.g, qq.g, kv->g, B, Tq, Tk, NH, NKV, HS)))
+        goto done;
+    check(P, "flash_attention_forward.out", shape, &out, TOL_DEFAULT, 0);
+    check_lse(P, "flash_attention_forward.lse", shape, &lse, TOL_DEFAULT);
+
+    snprintf(op, sizeof op, "flash_attention_backward_ext");
+    if (!supported(P, op, shape, Cb->flash_attention_backward_ext, G->flash_attention_backward_ext) ||
+        !fbuf_upload(P, &out_in, nout, out.c) || !fbuf_upload(P, &lse_in, nlse, lse.c) ||
+        !fbuf_rand(P, &dq, nq, -1, 1) || (!same && !fbuf_rand(P, &dk, nk, -1, 1)) ||
+        !fbuf_poison(P, &scratch, nlse))
+        goto done;
+    fbuf *dkv = same ? &dq : &dk;
+    if (!ran_ok(P, op, shape,
+                Cb->flash_attention_backward_ext(Cb, dq.c, dkv->c, scratch.c, dout.c, qq.c, kv->c, out_in.c,
+                                                 lse_in.c, B, Tq, Tk, NH, NKV, HS),
+                G->flash_attention_backward_ext(G, dq.g, dkv->g, scratch.g, dout.g, qq.g, kv->g, out_in.g,
+                                                lse_in.g, B, Tq, Tk, NH, NKV, HS)))
+        goto done;
+    /* dK/dV sum up to Tq * group terms, but each is small (P ~ 1/T): a numpy
+     * emulation of these kernels at T = 1031 is 5e-6 off in dV (max |dV| 2.7),
+     * so the flat fp32 tolerance holds with a margin */
+    double tol = TOL_DEFAULT;
+    check(P, same ? "flash_attention_backward.dqkv" : "flash_attention_backward.dqkv_q", shape, &dq, tol, 0);
+    if (!same) check(P, "flash_attention_backward.dqkv_kv", shape, &dk, tol, 0);
+done:
+    fbuf_free(P, &qq);
+    fbuf_free(P, &qk);
+    fbuf_free(P, &out);
+    fbuf_free(P, &lse);
+    fbuf_free(P, &dout);
+    fbuf_free(P, &out_in);
+    fbuf_free(P, &lse_in);
+    fbuf_free(P, &dq);
+    fbuf_free(P, &dk);
+    fbuf_free(P, &scratch);
+}
+
+/* Two runs of the GPU forward + backward give identical bits (no atomics). */
+static void case_flash_deterministic(parity *P, int B, int T, int NH, int NKV, int HS) {
+    forge_backend *G = P->gpu;
+    char shape[128];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    fbuf qkv = {0}, dout = {0}, out = {0}, lse = {0}, d1 = {0}, d2 = {0}, scr = {0};
+    float *h1 = malloc(nqkv * sizeof(float)), *h2 = malloc(nqkv * sizeof(float));
+    int ok = h1 && h2 && fbuf_rand(P, &qkv, nqkv, -1.5f, 1.5f) && fbuf_rand(P, &dout, nout, -1, 1) &&
+             fbuf_poison(P, &out, nout) && fbuf_poison(P, &lse, nl) && fbuf_rand(P, &d1, nqkv, -1, 1) &&
+             fbuf_upload(P, &d2, nqkv, d1.c) && fbuf_poison(P, &scr, nl);
+    if (ok) {
+        ok = G->flash_attention_forward(G, out.g, lse.g, qkv.g, B, T, NH, NKV, HS) == FORGE_OK &&
+             G->flash_attention_backward(G, d1.g, scr.g, dout.g, qkv.g, out.g, lse.g, B, T, NH, NKV, HS) ==
+                 FORGE_OK &&
+             G->flash_attention_backward(G, d2.g, scr.g, dout.g, qkv.g, out.g, lse.g, B, T, NH, NKV, HS) ==
+                 FORGE_OK &&
+             G->copy_to_host(G, h1, d1.g, nqkv * sizeof(float)) == FORGE_OK &&
+             G->copy_to_host(G, h2, d2.g, nqkv * sizeof(float)) == FORGE_OK;
+        if (!ok) report(P, 0, "flash_attention_deterministic", shape, INFINITY, 0, forge_error_message());
+        else {
+            int same = memcmp(h1, h2, nqkv * sizeof(float)) == 0;
+            report(P, same, "flash_attention_deterministic", shape, same ? 0.0 : 1.0, 0.0,
+                   same ? NULL : "(two backward runs differ)");
+        }
+    }
+    free(h1);
+    free(h2);
+    fbuf_free(P, &qkv);
+    fbuf_free(P, &dout);
+    fbuf_free(P, &out);
+    fbuf_free(P, &lse);
+    fbuf_free(P, &d1);
+    fbuf_free(P, &d2);
+    fbuf_free(P, &scr);
+}
+
+/* Head sizes above the largest fused fp32 kernel are refused, never miscomputed. */
+static void case_flash_unsupported(parity *P) {
+    float *x = NULL;
+    int ok = P->gpu->mem_alloc(P->gpu, (void **)&x, 4096 * sizeof(float)) == FORGE_OK;
+    forge_status s = ok ? P->gpu->flash_attention_forward(P->gpu, x, x + 2048, x + 1024, 1, 4, 2, 1, 130)
+                        : FORGE_ERR_OOM;
+    report(P, s == FORGE_ERR_UNSUPPORTED, "flash_attention_forward", "HS=130 (expect FORGE_ERR_UNSUPPORTED)",
+           s == FORGE_ERR_UNSUPPORTED ? 0.0 : 1.0, 0.0, s == FORGE_ERR_UNSUPPORTED ? NULL : forge_status_name(s));
+    if (x) P->gpu->mem_free(P->gpu, x);
+}
+
+/* Extra memory of the op path at T = 8192 (B=1, NH=4, HS=64) is O(T): the
+ * materialised form would need 2 x 1 GiB of (B,NH,T,T) buffers. */
+static void case_flash_memory(parity *P) {
+    int B = 1, T = 8192, NH = 4, NKV = 4, HS = 64;
+    size_t peak = 0, limit = (size_t)64 << 20;
+    forge_status s = attention_peak_bytes(P->gpu, 1, B, T, NH, NKV, HS, &peak);
+    char shape[192];
+    snprintf(shape, sizeof shape,
+             "B=%d T=%d NH=%d HS=%d: op-path peak %.1f MiB (limit 64 MiB; materialised needs >= %.0f MiB)", B, T,
+             NH, HS, peak / 1048576.0, 2.0 * B * NH * (double)T * T * 4 / 1048576.0);
+    if (s != FORGE_OK) report(P, 0, "flash_attention_memory", shape, INFINITY, 0, forge_error_message());
+    else report(P, peak < limit, "flash_attention_memory", shape, (double)peak, (double)limit, NULL);
+}
+
+static void run_flash_cases(parity *P) {
+    static const int shapes[][6] = {
+        /* B, Tq, Tk, NH, NKV, HS */
+        {1, 1, 1, 2, 1, 64},       {2, 67, 67, 6, 2, 64},   {2, 67, 67, 6, 6, 64},
+        {1, 130, 130, 6, 3, 64},   {1, 257, 257, 4, 1, 64}, {2, 200, 200, 4, 2, 128},
+        {1, 129, 129, 2, 2, 128},  {1, 1, 1, 2, 2, 128},    {2, 67, 67, 4, 2, 32},
+        {2, 67, 67, 4, 2, 16},     {1, 100, 37, 4, 2, 64},  {1, 150, 10, 2, 1, 128},
+        {1, 70, 0, 2, 1, 64},      {1, 50, 130, 4, 2, 64},  {1, 1031, 1031, 4, 2, 64},
+        {1, 700, 700, 2, 1, 128},
+        /* head sizes on the zero-padded path: 6 and 8 (the test models), odd 7, 100 */
+        {2, 67, 67, 6, 2, 6},      {2, 67, 67, 4, 2, 8},    {1, 45, 30, 3, 3, 7},
+        {1, 150, 150, 4, 2, 100},
+    };
+    int n = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < n; i++) {
+        if (P->quick && shapes[i][1] > 300) continue;
+        case_flash(P, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5]);
+    }
+    case_flash_deterministic(P, 2, 333, 4, 2, 64);
+    case_flash_deterministic(P, 1, 300, 4, 1, 128);
+    case_flash_unsupported(P);
+    if (!P->quick) case_flash_memory(P);
+}
+
 /* ---- classifier ---------------------------------------------------------------------- */
 
 static void case_classifier(parity *P, int N, int V, int ignore_pct, int unit_scale) {
@@ -807,6 +995,16 @@ int main(void) {
     P.impl = forge_cuda_matmul_impl(P.gpu);
     printf("gpu parity: cpu=%s cuda matmul=%s%s\n", P.cpu->name, P.impl, P.quick ? " (quick shapes)" : "");
 
+    /* FORGE_GPU_TESTS_ONLY=flash: only the fused fp32 attention cases */
+    const char *only = getenv("FORGE_GPU_TESTS_ONLY");
+    if (only && strcmp(only, "flash") == 0) {
+        run_flash_cases(&P);
+        forge_backend_destroy(P.gpu);
+        forge_backend_destroy(P.cpu);
+        printf("%d passed, %d failed\n", P.passed, P.failed);
+        return P.failed ? 1 : 0;
+    }
+
     static const size_t ew_sizes[] = {1, 37, 4097, 1000003};
     for (size_t i = 0; i < sizeof ew_sizes / sizeof ew_sizes[0]; i++) {
         if (P.quick && ew_sizes[i] > 100000) continue;
@@ -839,6 +1037,7 @@ int main(void) {
     if (!P.quick) case_rope(&P, 1, 2048, 4, 2, 128); /* large angles */
 
     run_attention_cases(&P);
+    run_flash_cases(&P);
 
     case_classifier(&P, 37, 1000, 25, 0);
     case_classifier(&P, 1, 1000, 0, 1);

@@ -223,6 +223,10 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, int devic
 
     be->attention_forward = cuda_attention_forward;
     be->attention_backward = cuda_attention_backward;
+    be->flash_attention_forward = cuda_flash_attention_forward;
+    be->flash_attention_backward = cuda_flash_attention_backward;
+    be->flash_attention_forward_ext = cuda_flash_attention_forward_ext;
+    be->flash_attention_backward_ext = cuda_flash_attention_backward_ext;
 
     be->classifier_forward_backward = cuda_classifier_forward_backward;
 
