@@ -71,6 +71,9 @@ typedef struct {
     const float *dgelu_pre; /* (M,N) fp32 pre-activation: multiplies by gelu'(pre) (nn only) */
     int gelu;               /* apply GELU (tanh approximation) after the bias */
     int out_bf16;           /* C (and pre_out) are bf16 (uint16_t bit patterns), else fp32 */
+    int store_tma;          /* experimental, measure-only: stage C in shared memory and store it with TMA (nt,
+                             * fp32 C, bias or none: no gelu / residual / bf16; N % 4 == 0, C 16-byte aligned;
+                             * else refused). Same results as the direct store. */
 } forge_gemm_epilogue;
 
 #ifdef __cplusplus

@@ -81,6 +81,11 @@ template <int BN> struct gemm_cfg {
     /* tiles, then full[STAGES] and empty[STAGES] barriers, plus 1 KiB of
      * slack to round the dynamic shared-memory base up to 1024 bytes */
     static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
+    /* GEMM_EPI_TMA_STORE: per consumer warpgroup two 64 x 32 fp32 staging boxes (8 KiB each), after the ring */
+    static constexpr uint32_t OUT_BOX_BYTES = 64 * 32 * 4;
+    static constexpr uint32_t OUT_STAGE_BYTES = 2 * 2 * OUT_BOX_BYTES;
+    static constexpr size_t SMEM_TMA_STORE = SMEM + OUT_STAGE_BYTES;
+    static_assert(SMEM_TMA_STORE <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(BN == 128 || BN == 256, "wgmma N is 128 or 256 here");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
 };
@@ -259,6 +264,7 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
 #define GEMM_EPI_GELU 1  /* v = gelu(v) after the bias (and pre_out = v before it, if given) */
 #define GEMM_EPI_BF16 2  /* C and pre_out are bf16 */
 #define GEMM_EPI_DGELU 4 /* v *= gelu'(dpre[m][n]) (the GELU backward fused into dX) */
+#define GEMM_EPI_TMA_STORE 8 /* experimental: stage fp32 C in shared memory, store it with TMA (see gemm_epilogue) */
 #define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GEMM_GELU_C 0.044715f
 
@@ -318,6 +324,14 @@ __device__ __forceinline__ void gemm_st2(void *base, size_t off, float v0, float
     }
 }
 
+/* 2D tiled TMA store of the box at (c0 = column, c1 = row) of `tmap` from shared memory at src; the parts of
+ * the box outside the tensor are not written. Completion is tracked by bulk groups (commit / wait_group). */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *tmap, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"((uint64_t)tmap),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+
 /* Pulls this thread's part of the tile's rows of an (M,N) fp32 input into L2 at the start of the tile, so the
  * epilogue's loads (issued after the mainloop, when nothing else hides their latency) hit L2 instead of HBM.
  * A thread's rows are row0 and row0 + 8; a quad of lanes shares them and takes every 4th 128-byte line. */
@@ -341,13 +355,37 @@ __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int
  * of CH: first every load of the chunk (bias, residual, dpre) is issued, then the math and stores, so a
  * warp waits for memory once per chunk rather than once per element pair (the cause of the old accumulate
  * path's 0.35x). */
+/*
+ * GEMM_EPI_TMA_STORE (measure-only switch, forge_gemm_epilogue.store_tma): instead of st.global from the
+ * registers, each chunk of 32 columns (CH = 4 groups) of the warpgroup's 64 rows goes to a 64 x 32 fp32
+ * staging box in shared memory (128-byte swizzle: 16-byte chunk k of row r at k ^ (r % 8), which TMA undoes;
+ * a warp's float2 writes then take the minimum 2 wavefronts), and one thread stores the box with TMA, so the
+ * global writes drain while the warpgroup moves on (and, at the last chunk, into the next tile's mainloop).
+ * Two boxes per warpgroup alternate (chunk j uses box j % 2): before writing a box, thread 0 waits until at
+ * most one bulk group (the previous chunk's) is still reading, then named barrier 1 + warpgroup (128 threads);
+ * after writing, every thread fences the generic->async proxy, barrier again, thread 0 issues the store +
+ * commit. TMA clips the box at M and N, so the staged values need no bounds checks.
+ */
 template <int BN, int EPI>
 __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const gemm_epi_dev &e, int row0, int col0,
-                                              int M, int N) {
+                                              int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0) {
     constexpr bool GELU = (EPI & GEMM_EPI_GELU) != 0, BF16 = (EPI & GEMM_EPI_BF16) != 0,
-                   DGELU = (EPI & GEMM_EPI_DGELU) != 0;
-    constexpr int CH = DGELU ? 4 : 8; /* registers: the chunk's loads live next to BN/2 accumulators */
+                   DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0;
+    static_assert(!TMA || (!BF16 && !DGELU && !GELU), "the TMA store is built for the fp32 (+ bias) epilogue");
+    /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one 32-column staging box per chunk */
+    constexpr int CH = TMA ? 4 : DGELU ? 4 : 8;
     static_assert((BN / 8) % CH == 0, "chunks tile the BN/8 column groups");
+    /* TMA staging (recomputed here from threadIdx rather than kept live through the mainloop: registers are
+     * the limit): consumer warpgroup c (named barrier 1 + c, boxes at sout + c * 16 KiB), thread tid of it;
+     * this thread's row byte offset (+ its 8 bytes in a 16-byte chunk) and chunk XOR base; the tile origin
+     * (row0 = tile_row + warp*16 + lane/4, col0 = tile_col + 2(lane%4)). Every tile uses BN/32 (even) boxes,
+     * so chunk j of any tile uses box j % 2. */
+    const int tid = (int)threadIdx.x % 128, c_wg = (int)threadIdx.x / 128 - 1, lane = tid % 32;
+    const uint32_t srow = (uint32_t)((tid / 32) * 16 + lane / 4) * 128u + (uint32_t)(lane % 2) * 8u;
+    const uint32_t sx = (uint32_t)(((lane / 2) % 2) ^ (lane / 4));
+    const int tile_row = row0 - (tid / 32) * 16 - lane / 4, tile_col = col0 - 2 * (lane % 4);
+    const uint32_t sbase = sout + (uint32_t)c_wg * 2u * (64 * 32 * 4);
+    (void)srow, (void)sx, (void)tile_row, (void)tile_col, (void)sbase, (void)tm_c;
 #pragma unroll
     for (int i0 = 0; i0 < BN / 8; i0 += CH) {
         float2 bv[CH], rv[CH][2], pv[CH][2];
@@ -366,11 +404,19 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                 const size_t off = (size_t)row * N + col;
                 rv[ii][h] = make_float2(0.0f, 0.0f);
                 pv[ii][h] = make_float2(0.0f, 0.0f);
-                if (e.res != nullptr && in) rv[ii][h] = gemm_ld2(e.res + off, e.vec2, col + 1 < N);
+                if constexpr (!TMA) { /* the TMA store is built without the residual (registers) */
+                    if (e.res != nullptr && in) rv[ii][h] = gemm_ld2(e.res + off, e.vec2, col + 1 < N);
+                }
                 if constexpr (DGELU) {
                     if (in) pv[ii][h] = gemm_ld2(e.dpre + off, e.vec2, col + 1 < N);
                 }
             }
+        }
+        uint32_t box = 0;
+        if constexpr (TMA) {
+            box = sbase + (uint32_t)((i0 / CH) % 2) * (64 * 32 * 4);
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
         }
 #pragma unroll
         for (int ii = 0; ii < CH; ii++) {
@@ -393,8 +439,23 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                     }
                     v0 += rv[ii][h].x;
                     v1 += rv[ii][h].y;
-                    gemm_st2<BF16>(e.C, off, v0, v1, e.vec2, has1);
+                    if constexpr (TMA) {
+                        /* row r = warp*16 + lane/4 + 8h (r % 8 = lane/4), column cc = 8ii + 2(lane%4): 16-byte
+                         * chunk cc/4 = 2ii + (lane/2)%2 goes to (2ii + (lane/2)%2) ^ (lane/4) = sx ^ 2ii */
+                        const uint32_t a = box + srow + 1024u * h + ((sx ^ (2u * ii)) << 4);
+                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1) : "memory");
+                    } else {
+                        gemm_st2<BF16>(e.C, off, v0, v1, e.vec2, has1);
+                    }
                 }
+            }
+        }
+        if constexpr (TMA) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
+            if (tid == 0) {
+                tma_store_2d(tm_c, tile_col + 8 * i0, tile_row, box);
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             }
         }
     }
@@ -411,7 +472,8 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
  * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards. */
 template <int BN, int TA, int TB, int EPI>
 __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
-                                                const gemm_epi_dev &ep, int M, int N, int K, int splits, int kps) {
+                                                const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
+                                                int splits, int kps) {
     typedef gemm_cfg<BN> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr uint32_t BOX = GEMM_MN_BOX_BYTES; /* one 64 x 64 bf16 MN-major box */
@@ -419,7 +481,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
     const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                                   /* A stages */
     const uint32_t sb = base + STAGES * cfg::A_BYTES;           /* B stages */
-    const uint32_t bars = base + STAGES * cfg::STAGE_BYTES;     /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    constexpr bool TMA_STORE = (EPI & GEMM_EPI_TMA_STORE) != 0;
+    const uint32_t sout = base + STAGES * cfg::STAGE_BYTES;     /* TMA_STORE staging: 2 boxes per consumer WG */
+    /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    const uint32_t bars = sout + (TMA_STORE ? cfg::OUT_STAGE_BYTES : 0);
 
     const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM, tiles_n = (N + BN - 1) / BN;
     const int num_tiles = tiles_m * tiles_n;
@@ -438,6 +503,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
+        if constexpr (TMA_STORE) tma_prefetch_desc(&tm_c);
     }
     __syncthreads();
 
@@ -546,7 +612,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
             if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 
             if (splits == 1) {
-                gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N);
+                gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout);
             } else { /* a split-K partial: plain fp32 into this split's slice of the workspace */
                 gemm_epi_dev part = {};
                 part.C = ep.work + (size_t)split * M * N;
@@ -554,31 +620,40 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                 gemm_epilogue<BN, 0>(d, part, row0, col0, M, N);
             }
         }
+        /* the staging boxes must not be released (CTA exit) while a TMA store still reads them */
+        if constexpr (TMA_STORE) {
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
     }
 }
 
-/* NT (forward, Y = X . W^T): A (M,K) and B (N,K), both K-major. EPI: any of GELU, BF16. */
+/* NT (forward, Y = X . W^T): A (M,K) and B (N,K), both K-major. EPI: any of GELU, BF16; or TMA_STORE alone
+ * (plain + bias; the host refuses a residual with it).
+ * tm_c (every layout; read only with TMA_STORE): C as an fp32 (M,N) tensor, boxes of 64 rows x 32 columns. */
 template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                           const gemm_epi_dev ep, int M, int N, int K, int splits, int kps) {
-    gemm_wgmma_body<BN, 0, 0, EPI>(tm_a, tm_b, ep, M, N, K, splits, kps);
+                           const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
+                           int splits, int kps) {
+    gemm_wgmma_body<BN, 0, 0, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
 /* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. EPI: 0 or DGELU. */
 template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_nn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                              const gemm_epi_dev ep, int M, int N, int K, int splits, int kps) {
-    gemm_wgmma_body<BN, 0, 1, EPI>(tm_a, tm_b, ep, M, N, K, splits, kps);
+                              const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
+                              int splits, int kps) {
+    gemm_wgmma_body<BN, 0, 1, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
 /* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. */
 template <int BN>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_tn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                              const gemm_epi_dev ep, int M, int N, int K, int splits, int kps) {
-    gemm_wgmma_body<BN, 1, 1, 0>(tm_a, tm_b, ep, M, N, K, splits, kps);
+                              const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
+                              int splits, int kps) {
+    gemm_wgmma_body<BN, 1, 1, 0>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
 /* The split-K second pass: C[i] (+)= sum over s = 0, 1, ..., splits-1 of work[s*mn + i], always in that
@@ -762,10 +837,29 @@ static forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn e
     return FORGE_OK;
 }
 
+/* C (M,N) fp32 row-major for the TMA store: dims {N, M}, row stride N*4 bytes (needs N % 4 == 0), boxes of 32
+ * columns (128 bytes, the 128-byte swizzle's limit) x 64 rows, the staging layout gemm_epilogue writes. */
+static forge_status gemm_encode_c_f32(CUtensorMap *map, gemm_encode_tiled_fn encode, void *ptr, int M, int N) {
+    const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
+    const cuuint64_t strides[1] = {(cuuint64_t)N * 4};
+    const cuuint32_t box[2] = {32, 64};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, ptr, dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_DEVICE,
+                           "gemm_wgmma: cuTensorMapEncodeTiled for C (%d x %d fp32, box 64 x 32, 128B swizzle, TMA "
+                           "store) failed with CUresult %d",
+                           M, N, (int)r);
+    return FORGE_OK;
+}
+
 /* The layouts: NT = both K-major, NN = B MN-major, TN = both MN-major. */
 enum { GEMM_NT = 0, GEMM_NN = 1, GEMM_TN = 2 };
 
-typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int, int, int, int, int);
+typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int, int,
+                               int, int, int);
 
 /* The kernel of (BN, layout, EPI); if constexpr so that only the requested instantiation exists. */
 template <int BN, int LAYOUT, int EPI> static gemm_kernel_fn gemm_kernel_for(void) {
@@ -797,8 +891,12 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
         FORGE_TRY(gemm_encode_kmajor(&tm_b, encode, B, N, K, BN, "B"));
     else
         FORGE_TRY(gemm_encode_mnmajor(&tm_b, encode, B, N, K, "B"));
+    CUtensorMap tm_c;
+    memset(&tm_c, 0, sizeof tm_c);
+    if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0) FORGE_TRY(gemm_encode_c_f32(&tm_c, encode, ep.C, M, N));
+    const size_t smem = (EPI & GEMM_EPI_TMA_STORE) ? cfg::SMEM_TMA_STORE : cfg::SMEM;
     if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set[dev] = 1;
     }
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
@@ -811,7 +909,7 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8;
     ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % c_align == 0 && (uintptr_t)ep.pre % c_align == 0 &&
               (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.dpre % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
-    kernel<<<grid, GEMM_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, ep, M, N, K, splits, kps);
+    kernel<<<grid, GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
     CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
                       : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
                                           : "gemm_wgmma_bf16_tn_kernel");
@@ -882,13 +980,18 @@ static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long
 }
 
 /* Why a fused epilogue cannot be used with these arguments (layout GEMM_NT or GEMM_NN), or NULL. */
-static const char *gemm_epi_refusal(int layout, const void *C, const forge_gemm_epilogue *e) {
+static const char *gemm_epi_refusal(int layout, const void *C, int N, const forge_gemm_epilogue *e) {
     const uintptr_t c_align = e->out_bf16 ? 2 : 4;
     if (layout == GEMM_NN && (e->bias != nullptr || e->gelu || e->pre_out != nullptr))
         return "bias, gelu and pre_out are forward (nt) epilogues; nn takes residual and dgelu_pre";
     if (layout == GEMM_NN && e->out_bf16) return "bf16 output is not built for nn (dX is fp32)";
     if (layout == GEMM_NT && e->dgelu_pre != nullptr) return "dgelu_pre is the dX (nn) epilogue";
     if (e->pre_out != nullptr && !e->gelu) return "pre_out is only written with gelu (it is v before GELU)";
+    if (e->store_tma && (layout != GEMM_NT || e->gelu || e->out_bf16 || e->residual != nullptr))
+        return "store_tma is built for nt with an fp32 C, bias or none (no gelu, bf16 or residual: with their "
+               "registers next to 128 accumulators the kernel would spill)";
+    if (e->store_tma && (N % 4 != 0 || (uintptr_t)C % 16 != 0))
+        return "store_tma needs N % 4 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and base)";
     if (e->out_bf16 && (const void *)e->residual == C)
         return "residual == C (C +=) needs an fp32 C; residual is always fp32";
     if ((uintptr_t)C % c_align != 0 || (uintptr_t)e->pre_out % c_align != 0)
@@ -915,13 +1018,15 @@ extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
     /* the fp32 rules of gemm_wgmma_refusal; a bf16 C only needs 2-byte alignment */
     const char *why = gemm_wgmma_refusal(A_bf16, B_bf16, e->out_bf16 ? nullptr : (const float *)C, M, N, K);
-    if (why == nullptr) why = gemm_epi_refusal(GEMM_NT, C, e);
+    if (why == nullptr) why = gemm_epi_refusal(GEMM_NT, C, N, e);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nt epilogue (M=%d N=%d K=%d): %s", M, N, K, why);
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const gemm_epi_dev ep = gemm_epi_from(C, e);
     const cudaStream_t st = (cudaStream_t)stream;
+    if (e->store_tma)
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
     const int flags = (e->gelu ? GEMM_EPI_GELU : 0) | (e->out_bf16 ? GEMM_EPI_BF16 : 0);
     switch (flags) {
     case 0: return gemm_launch_auto_bn<GEMM_NT, 0>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
@@ -967,7 +1072,7 @@ extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
     const char *why = gemm_wgmma_refusal_bwd(GEMM_NN, A_bf16, B_bf16, (const float *)C, M, N, K);
-    if (why == nullptr) why = gemm_epi_refusal(GEMM_NN, C, e);
+    if (why == nullptr) why = gemm_epi_refusal(GEMM_NN, C, N, e);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nn (M=%d N=%d K=%d): %s", M, N, K, why);
     int dev = 0, sm_count = 0;

@@ -187,6 +187,7 @@ typedef struct {
     int bias, gelu, pre, res, dgelu, bf16;
     int bias_in_gemm;                  /* GE_FORGE_PASSES: the bias rides the GEMM's (plain) epilogue */
     int acc;                           /* C starts as bias rows and the cell adds A.B (check: ref + bias) */
+    int tma;                           /* GE_FUSED: forge_gemm_epilogue.store_tma (the experimental TMA store) */
 } ge_cell;
 
 struct ge_sums {
@@ -405,6 +406,7 @@ static forge_status ge_run(void *ctx, int set) {
         e.dgelu_pre = c->dgelu ? b->P : NULL;
         e.gelu = c->gelu;
         e.out_bf16 = c->bf16;
+        e.store_tma = c->tma;
         if (sh->b_mn) return forge_gemm_bf16_nn_epi(A, B, sh->C, M, N, K, &e, sh->stream);
         return forge_gemm_bf16_nt_epi(A, B, sh->C, M, N, K, &e, sh->stream);
     }
@@ -483,7 +485,7 @@ static forge_status ge_check(void *ctx, double *rel_err, int *fully_written) {
 
 /* ---- the groups ---- */
 
-typedef enum { GE_G_BIAS_GELU = 0, GE_G_RESID, GE_G_BF16, GE_G_DGELU, GE_G_ACC, GE_G_EDGE } ge_group_kind;
+typedef enum { GE_G_BIAS_GELU = 0, GE_G_RESID, GE_G_BF16, GE_G_DGELU, GE_G_ACC, GE_G_EDGE, GE_G_STORE } ge_group_kind;
 
 typedef struct {
     gb_layout layout;
@@ -507,6 +509,12 @@ static const ge_group_spec GE_GROUPS[] = {
     {GB_NT, 777, 999, 520, GE_G_EDGE, "edge odd N: epilogues"},
     {GB_NT, 1000, 1000, 1000, GE_G_EDGE, "edge even N: epilogues"},
     {GB_NN, 1000, 776, 520, GE_G_EDGE, "edge dX odd M: GELU backward"},
+    /* the experimental TMA-store epilogue against the direct one at the short-K fp32-out shapes, and edges */
+    {GB_NT, 32768, 2304, 768, GE_G_STORE, "gpt2 attn qkv: epilogue store"},
+    {GB_NT, 32768, 3072, 768, GE_G_STORE, "gpt2 mlp fc: epilogue store"},
+    {GB_NT, 32768, 50304, 768, GE_G_STORE, "gpt2 lm head: epilogue store"},
+    {GB_NT, 1000, 1000, 1000, GE_G_STORE, "edge: epilogue store"},
+    {GB_NT, 777, 996, 520, GE_G_STORE, "edge odd M, N%4=0: epilogue store"},
 };
 enum { GE_N_GROUPS = sizeof GE_GROUPS / sizeof GE_GROUPS[0], GE_MAX_CELLS = 10 };
 
@@ -527,50 +535,56 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         out[n].baseline = (base);                                              \
         n++;                                                                   \
     } while (0)
-    /*                                            kind, bias, gelu, pre, res, dgelu, bf16, bias_in_gemm, acc */
+    /*                                   kind, bias, gelu, pre, res, dgelu, bf16, bias_in_gemm, acc[, tma] */
     switch (g->kind) {
     case GE_G_BIAS_GELU:
-        GE_ADD("forge_gemm_then_bias_then_gelu", 1, GE_FORGE_PASSES, 1, 1, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_gemm+bias_then_gelu", 0, GE_FORGE_PASSES, 1, 1, 0, 0, 0, 0, 1, 0);
-        GE_ADD("forge_gemm+bias_then_gelu_keep_pre", 0, GE_FORGE_PASSES, 1, 1, 1, 0, 0, 0, 1, 0);
-        GE_ADD("cublas_then_bias_then_gelu", 0, GE_CUBLAS_PASSES, 1, 1, 0, 0, 0, 0, 0, 0);
-        GE_ADD("cublaslt_gelu_bias", 0, GE_CUBLASLT_GELU_BIAS, 1, 1, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_gelu_pre", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_gelu_bf16", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0);
-        GE_ADD("forge_fused_bias_gelu_pre_bf16", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0);
+        GE_ADD("forge_gemm_then_bias_then_gelu", 1, GE_FORGE_PASSES, 1, 1, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_gemm+bias_then_gelu", 0, GE_FORGE_PASSES, 1, 1, 0, 0, 0, 0, 1, 0, 0);
+        GE_ADD("forge_gemm+bias_then_gelu_keep_pre", 0, GE_FORGE_PASSES, 1, 1, 1, 0, 0, 0, 1, 0, 0);
+        GE_ADD("cublas_then_bias_then_gelu", 0, GE_CUBLAS_PASSES, 1, 1, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("cublaslt_gelu_bias", 0, GE_CUBLASLT_GELU_BIAS, 1, 1, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_fused_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_fused_bias_gelu_pre", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_fused_bias_gelu_bf16", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 0);
+        GE_ADD("forge_fused_bias_gelu_pre_bf16", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0, 0);
         break;
     case GE_G_RESID:
-        GE_ADD("forge_gemm+bias_then_residual", 1, GE_FORGE_PASSES, 1, 0, 0, 1, 0, 0, 1, 0);
-        GE_ADD("cublas_then_bias_then_residual", 0, GE_CUBLAS_PASSES, 1, 0, 0, 1, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_residual", 0, GE_FUSED, 1, 0, 0, 1, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_residual_bf16", 0, GE_FUSED, 1, 0, 0, 1, 0, 1, 0, 0);
+        GE_ADD("forge_gemm+bias_then_residual", 1, GE_FORGE_PASSES, 1, 0, 0, 1, 0, 0, 1, 0, 0);
+        GE_ADD("cublas_then_bias_then_residual", 0, GE_CUBLAS_PASSES, 1, 0, 0, 1, 0, 0, 0, 0, 0);
+        GE_ADD("forge_fused_bias_residual", 0, GE_FUSED, 1, 0, 0, 1, 0, 0, 0, 0, 0);
+        GE_ADD("forge_fused_bias_residual_bf16", 0, GE_FUSED, 1, 0, 0, 1, 0, 1, 0, 0, 0);
         break;
     case GE_G_BF16:
-        GE_ADD("cublas_bf16_out", 1, GE_CUBLAS_BF16, 0, 0, 0, 0, 0, 1, 0, 0);
-        GE_ADD("cublas_fp32_out", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fp32_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_bf16_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0);
-        GE_ADD("forge_bf16_out_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 1, 0, 0);
+        GE_ADD("cublas_bf16_out", 1, GE_CUBLAS_BF16, 0, 0, 0, 0, 0, 1, 0, 0, 0);
+        GE_ADD("cublas_fp32_out", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_fp32_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_bf16_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0, 0);
+        GE_ADD("forge_bf16_out_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 1, 0, 0, 0);
         break;
     case GE_G_DGELU:
-        GE_ADD("forge_nn_then_gelu_bwd", 1, GE_FORGE_PASSES, 0, 0, 0, 0, 1, 0, 0, 0);
-        GE_ADD("cublas_nn_then_gelu_bwd", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 1, 0, 0, 0);
-        GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0);
+        GE_ADD("forge_nn_then_gelu_bwd", 1, GE_FORGE_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
+        GE_ADD("cublas_nn_then_gelu_bwd", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
+        GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         break;
     case GE_G_ACC:
-        GE_ADD("cublas_bf16_beta1", 1, GE_CUBLAS_BETA1, 0, 0, 0, 0, 0, 0, 0, 1);
-        GE_ADD("forge_wgmma_bf16_acc", 0, GE_FORGE_ACC, 0, 0, 0, 0, 0, 0, 0, 1);
+        GE_ADD("cublas_bf16_beta1", 1, GE_CUBLAS_BETA1, 0, 0, 0, 0, 0, 0, 0, 1, 0);
+        GE_ADD("forge_wgmma_bf16_acc", 0, GE_FORGE_ACC, 0, 0, 0, 0, 0, 0, 0, 1, 0);
+        break;
+    case GE_G_STORE:
+        GE_ADD("cublas_bf16", 1, GE_CUBLAS_PASSES, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_direct_store", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        GE_ADD("forge_tma_store", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1);
+        GE_ADD("forge_tma_store_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 0, 0, 0, 1);
         break;
     case GE_G_EDGE:
         if (g->layout == GB_NN) {
-            GE_ADD("forge_nn_fused_gelu_bwd_residual", 0, GE_FUSED, 0, 0, 0, 1, 1, 0, 0, 0);
-            GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0);
+            GE_ADD("forge_nn_fused_gelu_bwd_residual", 0, GE_FUSED, 0, 0, 0, 1, 1, 0, 0, 0, 0);
+            GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         } else {
-            GE_ADD("forge_fused_bias_gelu_pre_residual", 0, GE_FUSED, 1, 1, 1, 1, 0, 0, 0, 0);
-            GE_ADD("forge_fused_bias_gelu_pre_residual_bf16", 0, GE_FUSED, 1, 1, 1, 1, 0, 1, 0, 0);
-            GE_ADD("forge_fused_residual_bf16", 0, GE_FUSED, 0, 0, 0, 1, 0, 1, 0, 0);
-            GE_ADD("forge_fused_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0);
+            GE_ADD("forge_fused_bias_gelu_pre_residual", 0, GE_FUSED, 1, 1, 1, 1, 0, 0, 0, 0, 0);
+            GE_ADD("forge_fused_bias_gelu_pre_residual_bf16", 0, GE_FUSED, 1, 1, 1, 1, 0, 1, 0, 0, 0);
+            GE_ADD("forge_fused_residual_bf16", 0, GE_FUSED, 0, 0, 0, 1, 0, 1, 0, 0, 0);
+            GE_ADD("forge_fused_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 0);
         }
         break;
     }
