@@ -344,7 +344,7 @@ __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int
         for (int q = 0; q < BN / 128; q++) {
             const int col = tile_col0 + 32 * (lane % 4 + 4 * q); /* 32 floats = one 128-byte line */
             if (row < M && col < N)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + (size_t)row * N + col));
+                asm volatile("prefetch.L2 [%0];" ::"l"(p + (size_t)row * N + col)); /* generic address */
         }
     }
 }
