@@ -16,7 +16,7 @@ fails=0
 summary=""
 
 t0=$SECONDS
-timeout 100 build/cuda/forge bench gemm-epi --device cuda --reps 30 > "$OUT/gemm_epi.log" 2>&1
+timeout 90 build/cuda/forge bench gemm-epi --device cuda --reps 30 > "$OUT/gemm_epi.log" 2>&1
 rc=$?
 [ $rc -ne 0 ] && fails=1
 summary+="bench gemm-epi   rc=$rc  $((SECONDS - t0)) s"$'\n'
@@ -27,7 +27,7 @@ csv_dir=$(ls -td results/*/ 2>/dev/null | while read -r d; do [ -f "$d/gemm_epi.
 t0=$SECONDS
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
 if [ -x "$SAN" ]; then
-    FORGE_GEMM_EPI_QUICK=1 timeout 60 "$SAN" --tool memcheck --error-exitcode 3 \
+    FORGE_GEMM_EPI_QUICK=1 timeout 70 "$SAN" --tool memcheck --error-exitcode 3 \
         build/cuda/forge bench gemm-epi --device cuda --reps 30 > "$OUT/memcheck_epi.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && fails=1
