@@ -434,12 +434,14 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
 /* ---- forge bench ---------------------------------------------------------------- */
 
 static const char *BENCH_HELP =
-    "usage: forge bench [train|matmul|ops|gemm|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
     "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
     "  ops     each op's time at gpt-10m training shapes (cuda: B=8, T=512; cpu: B=2, T=128)\n"
     "  gemm    bf16 GEMM: forge's wgmma kernel vs cuBLAS (--device cuda only)\n"
+    "  gemm-epi  the fused GEMM epilogues alone (bias+GELU, residual, bf16 out, GELU backward,\n"
+    "          C +=) vs separate passes, cuBLAS(Lt) (--device cuda only; also part of gemm)\n"
     "  gemm-mma  bf16/tf32 GEMM: forge's mma.sync kernels vs cuBLAS (CUDA build only)\n"
     "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
     "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
@@ -470,6 +472,10 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (s != FORGE_OK) return fail(s);
     if (strcmp(what, "gemm-mma") == 0) {
         s = forge_bench_gemm_mma(stdout, (int)reps);
+        return s == FORGE_OK ? 0 : fail(s);
+    }
+    if (strcmp(what, "gemm-epi") == 0) {
+        s = forge_bench_gemm_epi(stdout, device, (int)reps);
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "characterize") == 0) {

@@ -275,16 +275,18 @@ extern "C" forge_status gc_shape_init(gc_shape *sh, int M, int N, int K, int tf3
     return FORGE_OK;
 }
 
-extern "C" forge_status gc_cublas_gemm(gc_shape *sh, int set) {
+extern "C" forge_status gc_cublas_gemm_ex(gc_shape *sh, int set, float beta, int c_bf16, void *C) {
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     const cudaDataType_t t = sh->tf32 ? CUDA_R_32F : CUDA_R_16BF;
     GC_CUBLAS_TRY(cublasGemmEx(sh->cublas, sh->b_mn ? CUBLAS_OP_N : CUBLAS_OP_T, sh->a_mn ? CUBLAS_OP_T : CUBLAS_OP_N,
                                sh->N, sh->M, sh->K, &alpha, B, t, sh->b_mn ? sh->N : sh->K, A, t,
-                               sh->a_mn ? sh->M : sh->K, &beta, sh->C, CUDA_R_32F, sh->N,
+                               sh->a_mn ? sh->M : sh->K, &beta, C, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, sh->N,
                                sh->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return FORGE_OK;
 }
+
+extern "C" forge_status gc_cublas_gemm(gc_shape *sh, int set) { return gc_cublas_gemm_ex(sh, set, 0.0f, 0, sh->C); }
 
 /* ---- cell callbacks -------------------------------------------------------- */
 

@@ -82,6 +82,8 @@ void gc_shape_free(gc_shape *sh);
  * (N,K) / (M,K) is column-major (K,N) / (K,M): B op T, ld K; A op N, ld K. An MN-major B (K,N) is column-major
  * (N,K): op N, ld N; an MN-major A (K,M) is column-major (M,K): op T, ld M. */
 forge_status gc_cublas_gemm(gc_shape *sh, int set);
+/* The same with C = A.B + beta C (beta = 1: the accumulate baseline) into C (fp32, or bf16 when c_bf16). */
+forge_status gc_cublas_gemm_ex(gc_shape *sh, int set, float beta, int c_bf16, void *C);
 
 /* A cell of a shape; ctx of the harness cell. */
 typedef struct {
