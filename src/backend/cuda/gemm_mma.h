@@ -36,6 +36,18 @@ forge_status forge_gemm_mma_bf16_nt(const void *A_bf16, const void *B_bf16, floa
                                     int N, int K, void *stream);
 forge_status forge_gemm_mma_tf32_nt(const float *A, const float *B, float *C, const float *bias, int M, int N,
                                     int K, void *stream);
+/* The tf32 kernel in the three training layouts (issue 5 integration):
+ *   C (M,N) [+]= A . B [+ bias (N)]
+ * a_mn = 0: A stored (M,K) (K contiguous); 1: stored (K,M) (M contiguous).
+ * b_mn = 0: B stored (N,K) (K contiguous); 1: stored (K,N) (N contiguous).
+ * Instantiated: (0,0) forward Y = X W^T, (0,1) dX = dY W, (1,1) dW = dY^T X;
+ * (1,0) returns FORGE_ERR_UNSUPPORTED. accumulate != 0: C += A.B (+ bias),
+ * else C = A.B (+ bias). MN-major operands are read with 16-byte cp.async when
+ * their contiguous dimension is a multiple of 4 (else scalar loads). Same
+ * rounding (cvt.rna) and determinism as forge_gemm_mma_tf32_nt: every element
+ * is summed over K in a fixed order by one thread. */
+forge_status forge_gemm_mma_tf32(const float *A, int a_mn, const float *B, int b_mn, float *C, const float *bias,
+                                 int M, int N, int K, int accumulate, void *stream);
 
 #ifdef __cplusplus
 }
