@@ -102,6 +102,12 @@ static void mm_load(struct cuda_mm_table *t) {
         return;
     }
     line[strcspn(line, "\r\n")] = '\0';
+    if (strncmp(line, "# forge matmul table ", 21) != 0) {
+        fclose(f);
+        fprintf(stderr, "matmul auto: warning: cache %s is corrupt (line 1 is not a forge matmul table key): "
+                        "re-measuring every shape\n", t->path);
+        return;
+    }
     if (strcmp(line, t->key) != 0) {
         fclose(f);
         fprintf(stderr, "matmul auto: cache %s has another key (\"%s\", expected \"%s\"): re-measuring\n", t->path,
