@@ -2,7 +2,11 @@
  * gemm_mma.cu: the warp-level tensor-core GEMMs (issue 5, rung 2; notes in
  * docs/gemm-mma.md). Entry points and their contract: gemm_mma.h.
  *
- *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B K-major
+ *   C (M,N) fp32 [+]= A (M,K) . B (N,K)^T [+ bias (N)]     A, B K-major
+ *
+ * and, tf32 only, for the trainer's backward layouts (FORGE_MATMUL=tf32):
+ * A stored (K,M) and/or B stored (K,N) ("MN-major", template flags A_MN /
+ * B_MN), with accumulate (C +=).
  *
  * Design (the decisions a reader would otherwise get wrong):
  * - One kernel template serves bf16 and tf32. A stage holds a 128-row A tile
@@ -41,6 +45,13 @@
  *   bounds-checks every store.
  * - tf32: cvt.rna.tf32.f32 on each fragment word after ldmatrix (the MMA
  *   itself would otherwise just ignore the low 13 bits = truncate).
+ * - MN-major tf32 operands: ldmatrix.trans moves 16-bit elements only, so
+ *   the tile is kept as stored: 32 K rows of 128 fp32 with a 544-byte
+ *   (136-word) stride, filled by 16-byte cp.async along M/N (a warp per
+ *   512-byte K row: coalesced), and each fragment word is a 32-bit shared
+ *   load at (K row t or t+4, column g or g+8): lane (g, t) hits bank
+ *   8t + g, conflict-free. 32 x 544 bytes fit the 128 x 144 region of a
+ *   K-major tile, so the stage layout and the pipeline are unchanged.
  * - Tile order: the 1-D grid is numbered in groups of 8 row-blocks, all
  *   column-blocks of a group before the next, so concurrently running CTAs
  *   share A row-blocks and sweep B through L2 once per group.
