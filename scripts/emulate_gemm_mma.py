@@ -104,17 +104,26 @@ for tf32 in (0,1):
 # fp32, row stride MN_STRIDE bytes) and the fragments are read with 32-bit loads; K-major tiles as above (ldmatrix).
 # Also emulates accumulate (C += A.B) and the bias.
 MN_STRIDE=544; B_OFF=BM*STRIDE; STAGE_BYTES=(BM+BN)*STRIDE
-def run_layout(a_mn, b_mn, M, N, K, vec, acc_mode, seed=1):
+def run_layout(a_mn, b_mn, M, N, K, vec, acc_mode, seed=1, splits=1):
     rng=np.random.default_rng(seed)
     Al=rng.integers(-8,8,(M,K)).astype(np.float64); Bl=rng.integers(-8,8,(N,K)).astype(np.float64)
     bias=rng.integers(-8,8,N).astype(np.float64)
     Ast=Al.T.copy() if a_mn else Al   # stored arrays as the kernel sees them
     Bst=Bl.T.copy() if b_mn else Bl
     C0=rng.integers(-8,8,(M,N)).astype(np.float64)
-    C=C0.copy() if acc_mode else np.full((M,N),np.nan)
+    Cfinal=C0.copy() if acc_mode else np.full((M,N),np.nan)
     BK=32
     tiles_m=(M+BM-1)//BM; tiles_n=(N+BN-1)//BN
-    for pid in range(tiles_m*tiles_n):
+    # split-K as the launcher: whole K tiles per split, no empty split; partials to a workspace, then an ordered sum
+    ktiles_all=(K+BK-1)//BK; kps=ktiles_all; S=1
+    if splits>1 and ktiles_all>1:
+        kps=(ktiles_all+splits-1)//splits; S=(ktiles_all+kps-1)//kps
+    ws=np.full((S,M,N),np.nan)
+    kbias=bias if S==1 else np.zeros(N)
+    kacc=acc_mode if S==1 else 0
+    for pid,y in [(p,y) for y in range(S) for p in range(tiles_m*tiles_n)]:
+        C=Cfinal if S==1 else ws[y]
+        kt0=y*kps; ktiles_here=max(0,min(ktiles_all-kt0,kps))
         per_group=8*tiles_n; first_m=(pid//per_group)*8; gsize=min(tiles_m-first_m,8)
         tm=first_m+(pid%per_group)%gsize; tn=(pid%per_group)//gsize; m0=tm*BM; n0=tn*BN
         smem=np.full((STAGES,STAGE_BYTES//4),np.nan)
@@ -143,7 +152,7 @@ def run_layout(a_mn, b_mn, M, N, K, vec, acc_mode, seed=1):
                                 if gm+e<lim: vals[e]=src[gk,gm+e]
                         smem[stage,d:d+4]=vals
         def load(stage,kt):
-            load_op(stage,0,Ast,M,m0,kt,a_mn); load_op(stage,B_OFF,Bst,N,n0,kt,b_mn)
+            load_op(stage,0,Ast,M,m0,kt0+kt,a_mn); load_op(stage,B_OFF,Bst,N,n0,kt0+kt,b_mn)
         def ldm(stage,addrs):
             out=[[None]*4 for _ in range(32)]
             for j in range(4):
@@ -153,7 +162,7 @@ def run_layout(a_mn, b_mn, M, N, K, vec, acc_mode, seed=1):
             return out
         def lds(stage,addr):
             assert addr%4==0; return smem[stage,addr//4]
-        ktiles=(K+BK-1)//BK
+        ktiles=ktiles_here
         acc=np.zeros((8,32,4,4,4))
         for s in range(STAGES-1):
             if s<ktiles: load(s,s)
@@ -210,15 +219,24 @@ def run_layout(a_mn, b_mn, M, N, K, vec, acc_mode, seed=1):
                             if row>=M: continue
                             for q in range(2):
                                 if col+q>=N: continue
-                                v=acc[warp,l,mt,nt,2*h+q]+bias[col+q]
-                                C[row,col+q]=C[row,col+q]+v if acc_mode else v
+                                v=acc[warp,l,mt,nt,2*h+q]+kbias[col+q]
+                                C[row,col+q]=C[row,col+q]+v if kacc else v
+    if S>1:
+        assert not np.isnan(ws).any(), "unwritten workspace"
+        v=ws.sum(axis=0)+bias
+        Cfinal=Cfinal+v if acc_mode else v
+    C=Cfinal
     ref=Al@Bl.T+bias+(C0 if acc_mode else 0)
     assert not np.isnan(C).any(), "unwritten/NaN"
     err=np.abs(C-ref).max()
-    print("tf32 a_mn=%d b_mn=%d"%(a_mn,b_mn), M,N,K,"vec" if vec else "scalar","acc" if acc_mode else "set","maxerr",err)
+    print("tf32 a_mn=%d b_mn=%d"%(a_mn,b_mn), M,N,K,"vec" if vec else "scalar","acc" if acc_mode else "set",
+          "splits %d (kt/split %d)"%(S,kps),"maxerr",err)
     assert err==0
 for (a_mn,b_mn) in ((0,1),(1,1)):
     run_layout(a_mn,b_mn,136,132,100,True,1)    # M, N multiples of 4 (MN-major vec), K % 4 == 0
     run_layout(a_mn,b_mn,131,129,75,False,1)    # scalar edges everywhere
     run_layout(a_mn,b_mn,40,260,33,False,0)
 run_layout(0,0,136,132,100,True,1)
+run_layout(1,1,132,136,300,True,1,splits=3)    # TN split-K: 10 K tiles -> 3 splits of 4, 4, 2
+run_layout(1,1,131,129,290,False,0,splits=4)   # scalar, K tail inside the last split
+run_layout(0,1,130,200,333,False,1,splits=16)  # more splits asked than K tiles allow: 11 splits of 1

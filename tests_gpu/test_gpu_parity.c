@@ -41,6 +41,9 @@
  * tol = 2^-10 (K/4 + 1.3 sqrt(K)) + tol_for_sum(K). The measured maxerr is
  * far below it (errors of opposite signs cancel); a wrong layout or a
  * missed K tile is off by O(sqrt(K)/3), far above it.
+ * Under tf32, shapes with few output tiles and a long K take split-K
+ * (forge_gemm_mma_tf32_splits): {257,768,3072} forward (+bias in the
+ * reduction), {1031,200,2100} dX and dW, {1001,45,130} dW (scalar loads).
  * The auto table's cache is checked too (case_matmul_table): a corrupt file
  * is replaced by a valid one holding the measured shape.
  * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer).
@@ -760,6 +763,7 @@ static void run_matmul_cases(parity *P) {
     static const int shapes[][3] = {
         {1, 45, 29}, {37, 45, 29}, {37, 768, 29}, {130, 129, 131}, {64, 64, 64},
         {257, 768, 3072}, {257, 3072, 768}, {1031, 200, 2100},
+        {1001, 45, 130}, /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     for (int i = 0; i < n; i++) {

@@ -78,6 +78,8 @@ extern "C" {
 #define MMA_SMEM (MMA_STAGES * MMA_STAGE_BYTES)           /* 110,592 */
 #define MMA_CHUNKS_PER_THREAD ((MMA_BM + MMA_BN) * (MMA_ROW_BYTES / 16) / MMA_THREADS) /* 8 */
 #define MMA_B_OFFSET (MMA_BM * MMA_STRIDE) /* the B tile's byte offset in a stage */
+#define MMA_SPLIT_MIN_KTILES 4 /* split-K: at least 4 K tiles (128 tf32 K) per split, so the pipeline fills */
+#define MMA_SPLIT_MAX 16
 /* row stride (bytes) of an MN-major tf32 tile: 136 words, so the 32-bit fragment loads of lanes (g, t) at K row t,
  * column g hit bank 8t + g (conflict-free); 32 rows of it fit in the 128 x 144-byte region of a K-major tile */
 #define MMA_MN_STRIDE 544
@@ -216,12 +218,16 @@ __device__ __forceinline__ void mma_load_stage(unsigned char *smem, int stage, c
 }
 
 /* A_MN / B_MN: A stored (K, M) / B stored (K, N) instead of K-major (tf32
- * only). accumulate: C += result instead of C = result. */
+ * only). accumulate: C += result instead of C = result. Split-K: blockIdx.y
+ * is the split; it sums K tiles [y kt_per_split, (y+1) kt_per_split) and
+ * writes C + y split_stride (the launcher points C at the workspace, with no
+ * bias and no accumulate, and gemm_mma_splitk_reduce_kernel sums the splits
+ * in order). Without split-K gridDim.y = 1 and kt_per_split covers all of K. */
 template <bool TF32, bool A_MN, bool B_MN, bool VEC>
 __global__ void __launch_bounds__(MMA_THREADS, 2)
     gemm_mma_kernel(const unsigned char *__restrict__ A, const unsigned char *__restrict__ B, float *__restrict__ C,
                     const float *__restrict__ bias, int M, int N, int K, int tiles_m, int tiles_n, int vec_c,
-                    int accumulate) {
+                    int accumulate, int kt_per_split, long long split_stride) {
     extern __shared__ __align__(128) unsigned char mma_smem[];
     constexpr int EB = TF32 ? 4 : 2;
     constexpr int BK = MMA_ROW_BYTES / EB;
@@ -258,10 +264,14 @@ __global__ void __launch_bounds__(MMA_THREADS, 2)
 #pragma unroll
             for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
 
-    const int ktiles = (K + BK - 1) / BK;
+    /* this CTA's K tiles: kt0 .. kt0 + ktiles - 1 (all of K without split-K). Split boundaries are whole K
+     * tiles, so the bounds checks against K stay the same. */
+    const int kt0 = (int)blockIdx.y * kt_per_split;
+    const int ktiles = max(0, min((K + BK - 1) / BK - kt0, kt_per_split));
+    C += (size_t)blockIdx.y * (size_t)split_stride;
 #pragma unroll
     for (int s = 0; s < MMA_STAGES - 1; s++) {
-        if (s < ktiles) mma_load_stage<TF32, A_MN, B_MN, VEC>(mma_smem, s, A, B, M, N, K, m0, n0, s, tid);
+        if (s < ktiles) mma_load_stage<TF32, A_MN, B_MN, VEC>(mma_smem, s, A, B, M, N, K, m0, n0, kt0 + s, tid);
         mma_cp_async_commit();
     }
 
@@ -271,7 +281,8 @@ __global__ void __launch_bounds__(MMA_THREADS, 2)
         {
             const int nk = kt + MMA_STAGES - 1;
             if (nk < ktiles)
-                mma_load_stage<TF32, A_MN, B_MN, VEC>(mma_smem, nk % MMA_STAGES, A, B, M, N, K, m0, n0, nk, tid);
+                mma_load_stage<TF32, A_MN, B_MN, VEC>(mma_smem, nk % MMA_STAGES, A, B, M, N, K, m0, n0, kt0 + nk,
+                                                      tid);
             mma_cp_async_commit();
         }
         const uint32_t st = smem_base + (uint32_t)((kt % MMA_STAGES) * MMA_STAGE_BYTES);
@@ -368,14 +379,28 @@ __global__ void __launch_bounds__(MMA_THREADS, 2)
     }
 }
 
+/* C (+)= sum over s of work[s] (+ bias), s in order 0..S-1: the split-K reduction, deterministic (no atomics). */
+__global__ void gemm_mma_splitk_reduce_kernel(float *__restrict__ C, const float *__restrict__ work,
+                                              const float *__restrict__ bias, size_t mn, int N, int S,
+                                              int accumulate) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < mn; i += (size_t)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < S; s++) v += work[(size_t)s * mn + i];
+        if (bias != nullptr) v += bias[i % (size_t)N];
+        C[i] = accumulate ? C[i] + v : v;
+    }
+}
+
 template <bool TF32, bool A_MN, bool B_MN, bool VEC>
 static forge_status gemm_mma_launch_t(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
-                                      int tiles_m, int tiles_n, int vec_c, int accumulate, cudaStream_t stream) {
+                                      int tiles_m, int tiles_n, int vec_c, int accumulate, int splits,
+                                      int kt_per_split, cudaStream_t stream) {
     auto kernel = gemm_mma_kernel<TF32, A_MN, B_MN, VEC>;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MMA_SMEM));
-    kernel<<<tiles_m * tiles_n, MMA_THREADS, MMA_SMEM, stream>>>((const unsigned char *)A, (const unsigned char *)B,
-                                                                  C, bias, M, N, K, tiles_m, tiles_n, vec_c,
-                                                                  accumulate);
+    const dim3 grid((unsigned)(tiles_m * tiles_n), (unsigned)splits);
+    kernel<<<grid, MMA_THREADS, MMA_SMEM, stream>>>((const unsigned char *)A, (const unsigned char *)B, C, bias, M, N,
+                                                    K, tiles_m, tiles_n, vec_c, accumulate, kt_per_split,
+                                                    splits > 1 ? (long long)M * N : 0LL);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return forge_error(FORGE_ERR_DEVICE, "kernel gemm_mma_kernel<%s,a_mn=%d,b_mn=%d,%s> failed to launch: %s",
@@ -384,18 +409,23 @@ static forge_status gemm_mma_launch_t(const void *A, const void *B, float *C, co
     return FORGE_OK;
 }
 
+/* The launch geometry of one call: split-K (splits > 1) or not. */
+typedef struct {
+    int tiles_m, tiles_n, vec_c, accumulate, splits, kt_per_split;
+} mma_geom;
+
 template <bool TF32, bool A_MN, bool B_MN>
 static forge_status gemm_mma_launch_v(bool vec, const void *A, const void *B, float *C, const float *bias, int M,
-                                      int N, int K, int tiles_m, int tiles_n, int vec_c, int accumulate,
-                                      cudaStream_t st) {
-    return vec ? gemm_mma_launch_t<TF32, A_MN, B_MN, true>(A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c,
-                                                          accumulate, st)
-               : gemm_mma_launch_t<TF32, A_MN, B_MN, false>(A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c,
-                                                           accumulate, st);
+                                      int N, int K, const mma_geom &g, cudaStream_t st) {
+    return vec ? gemm_mma_launch_t<TF32, A_MN, B_MN, true>(A, B, C, bias, M, N, K, g.tiles_m, g.tiles_n, g.vec_c,
+                                                          g.accumulate, g.splits, g.kt_per_split, st)
+               : gemm_mma_launch_t<TF32, A_MN, B_MN, false>(A, B, C, bias, M, N, K, g.tiles_m, g.tiles_n, g.vec_c,
+                                                           g.accumulate, g.splits, g.kt_per_split, st);
 }
 
 static forge_status gemm_mma_launch(bool tf32, int a_mn, int b_mn, const void *A, const void *B, float *C,
-                                    const float *bias, int M, int N, int K, int accumulate, void *stream) {
+                                    const float *bias, int M, int N, int K, int accumulate, int splits, float *work,
+                                    size_t work_floats, void *stream) {
     const char *what = tf32 ? "forge_gemm_mma_tf32" : "forge_gemm_mma_bf16_nt";
     if (M < 0 || N < 0 || K < 0) return forge_error(FORGE_ERR_ARG, "%s: negative size M=%d N=%d K=%d", what, M, N, K);
     if (a_mn && !b_mn)
@@ -406,40 +436,74 @@ static forge_status gemm_mma_launch(bool tf32, int a_mn, int b_mn, const void *A
     if (M == 0 || N == 0) return FORGE_OK;
     if (C == nullptr || (K > 0 && (A == nullptr || B == nullptr)))
         return forge_error(FORGE_ERR_ARG, "%s: NULL operand (A=%p B=%p C=%p)", what, A, B, (void *)C);
-    const int tiles_m = (M + MMA_BM - 1) / MMA_BM, tiles_n = (N + MMA_BN - 1) / MMA_BN;
-    if ((long long)tiles_m * tiles_n > INT_MAX)
+    mma_geom g;
+    g.tiles_m = (M + MMA_BM - 1) / MMA_BM;
+    g.tiles_n = (N + MMA_BN - 1) / MMA_BN;
+    if ((long long)g.tiles_m * g.tiles_n > INT_MAX)
         return forge_error(FORGE_ERR_UNSUPPORTED, "%s: M=%d N=%d gives more than 2^31-1 tiles", what, M, N);
     const size_t eb = tf32 ? 4 : 2;
+    const int ktiles_all = (int)(((size_t)K * eb + MMA_ROW_BYTES - 1) / MMA_ROW_BYTES);
+    /* split-K: whole K tiles per split, and no empty split */
+    g.splits = 1;
+    g.kt_per_split = ktiles_all;
+    if (splits > 1 && ktiles_all > 1) {
+        g.kt_per_split = (ktiles_all + splits - 1) / splits;
+        g.splits = (ktiles_all + g.kt_per_split - 1) / g.kt_per_split;
+    }
+    if (g.splits > 1 && (work == nullptr || (size_t)g.splits * (size_t)M * (size_t)N > work_floats))
+        return forge_error(FORGE_ERR_ARG, "%s: split-K into %d needs a workspace of %zu floats (have %zu at %p)", what,
+                           g.splits, (size_t)g.splits * (size_t)M * (size_t)N, work_floats, (void *)work);
+    if (g.splits > 65535) return forge_error(FORGE_ERR_ARG, "%s: %d splits is beyond the grid limit", what, g.splits);
     /* 16-byte chunks are whole (wholly inside or outside the matrix) when the contiguous dimension is a multiple
      * of the chunk: K for a K-major operand, M or N for an MN-major one */
     const bool a_ok = (a_mn ? (size_t)M * eb : (size_t)K * eb) % 16 == 0 && ((uintptr_t)A % 16) == 0;
     const bool b_ok = (b_mn ? (size_t)N * eb : (size_t)K * eb) % 16 == 0 && ((uintptr_t)B % 16) == 0;
     const bool vec = a_ok && b_ok;
-    const int vec_c = (N % 2 == 0) && ((uintptr_t)C % 8) == 0;
+    float *out = g.splits > 1 ? work : C;
+    const float *kbias = g.splits > 1 ? nullptr : bias;
+    g.accumulate = g.splits > 1 ? 0 : accumulate;
+    g.vec_c = (N % 2 == 0) && ((uintptr_t)out % 8) == 0; /* N even: every split's slab (M*N floats) stays 8-aligned */
     cudaStream_t st = (cudaStream_t)stream;
-    if (!tf32) return gemm_mma_launch_v<false, false, false>(vec, A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c,
-                                                            accumulate, st);
-    if (!a_mn && !b_mn)
-        return gemm_mma_launch_v<true, false, false>(vec, A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c,
-                                                     accumulate, st);
-    if (!a_mn)
-        return gemm_mma_launch_v<true, false, true>(vec, A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c,
-                                                    accumulate, st);
-    return gemm_mma_launch_v<true, true, true>(vec, A, B, C, bias, M, N, K, tiles_m, tiles_n, vec_c, accumulate,
-                                               st);
+    forge_status s;
+    if (!tf32) s = gemm_mma_launch_v<false, false, false>(vec, A, B, out, kbias, M, N, K, g, st);
+    else if (!a_mn && !b_mn) s = gemm_mma_launch_v<true, false, false>(vec, A, B, out, kbias, M, N, K, g, st);
+    else if (!a_mn) s = gemm_mma_launch_v<true, false, true>(vec, A, B, out, kbias, M, N, K, g, st);
+    else s = gemm_mma_launch_v<true, true, true>(vec, A, B, out, kbias, M, N, K, g, st);
+    if (s != FORGE_OK || g.splits == 1) return s;
+    const size_t mn = (size_t)M * N;
+    size_t blocks = (mn + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    gemm_mma_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, st>>>(C, work, bias, mn, N, g.splits, accumulate);
+    CUDA_LAUNCH_CHECK("gemm_mma_splitk_reduce_kernel");
+    return FORGE_OK;
 }
 
 extern "C" forge_status forge_gemm_mma_bf16_nt(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
                                                int M, int N, int K, void *stream) {
-    return gemm_mma_launch(false, 0, 0, A_bf16, B_bf16, C, bias, M, N, K, 0, stream);
+    return gemm_mma_launch(false, 0, 0, A_bf16, B_bf16, C, bias, M, N, K, 0, 1, nullptr, 0, stream);
 }
 
 extern "C" forge_status forge_gemm_mma_tf32_nt(const float *A, const float *B, float *C, const float *bias, int M,
                                                int N, int K, void *stream) {
-    return gemm_mma_launch(true, 0, 0, A, B, C, bias, M, N, K, 0, stream);
+    return gemm_mma_launch(true, 0, 0, A, B, C, bias, M, N, K, 0, 1, nullptr, 0, stream);
 }
 
 extern "C" forge_status forge_gemm_mma_tf32(const float *A, int a_mn, const float *B, int b_mn, float *C,
-                                            const float *bias, int M, int N, int K, int accumulate, void *stream) {
-    return gemm_mma_launch(true, a_mn != 0, b_mn != 0, A, B, C, bias, M, N, K, accumulate, stream);
+                                            const float *bias, int M, int N, int K, int accumulate, int splits,
+                                            float *work, size_t work_floats, void *stream) {
+    return gemm_mma_launch(true, a_mn != 0, b_mn != 0, A, B, C, bias, M, N, K, accumulate, splits, work, work_floats,
+                           stream);
+}
+
+extern "C" int forge_gemm_mma_tf32_splits(int M, int N, int K, int num_sms, size_t work_floats) {
+    if (M <= 0 || N <= 0 || K <= 0 || num_sms <= 0) return 1;
+    const long long tiles = (long long)((M + MMA_BM - 1) / MMA_BM) * ((N + MMA_BN - 1) / MMA_BN);
+    if (tiles >= num_sms) return 1; /* one CTA per SM already: splitting only adds the reduction */
+    long long s = (2LL * num_sms + tiles - 1) / tiles; /* two CTAs per SM fit (110.6 KB smem, <= 128 registers) */
+    const long long ktiles = (K + MMA_ROW_BYTES / 4 - 1) / (MMA_ROW_BYTES / 4);
+    if (s > ktiles / MMA_SPLIT_MIN_KTILES) s = ktiles / MMA_SPLIT_MIN_KTILES;
+    const long long fit = (long long)(work_floats / ((size_t)M * (size_t)N));
+    if (s > fit) s = fit;
+    if (s > MMA_SPLIT_MAX) s = MMA_SPLIT_MAX;
+    return s > 1 ? (int)s : 1;
 }

@@ -338,11 +338,15 @@ static forge_status simt_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, 
     return forge_error(FORGE_ERR_ARG, "cuda matmul: layout %d, expected NT, NN or TN", (int)layout);
 }
 
-/* forge's tf32 mma.sync kernel: NT (A, B K-major), NN (B = weight stored (K,N)), TN (both stored (K, .)). */
+/* forge's tf32 mma.sync kernel: NT (A, B K-major), NN (B = weight stored (K,N)), TN (both stored (K, .)).
+ * Small outputs with a long K (dW: OC x C with K = B*T) are split over K into ctx->ws (free here: ops are
+ * serialised on the stream, and dbias uses ws only after this GEMM). */
 static forge_status tf32_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
                                 const float *bias, int M, int N, int K) {
     const int a_mn = layout == CUDA_MM_TN, b_mn = layout != CUDA_MM_NT, acc = layout != CUDA_MM_NT;
-    return forge_gemm_mma_tf32(A, a_mn, B, b_mn, C, bias, M, N, K, acc, (void *)ctx->stream);
+    const int splits = forge_gemm_mma_tf32_splits(M, N, K, ctx->num_sms, CUDA_WS_FLOATS);
+    return forge_gemm_mma_tf32(A, a_mn, B, b_mn, C, bias, M, N, K, acc, splits, ctx->ws, CUDA_WS_FLOATS,
+                               (void *)ctx->stream);
 }
 
 forge_status cuda_matmul_run_layout(cuda_ctx *ctx, cuda_mm_layout layout, int use_cublas, float *C, const float *A,

@@ -53,6 +53,11 @@ typedef enum { GMM_CUBLAS = 0, GMM_FORGE, GMM_FORGE_ACC } gmm_kind; /* gc_cell.k
 
 /* ---- cell run -------------------------------------------------------------- */
 
+/* split-K count of the current NN/TN shape, as the trainer picks it (forge_gemm_mma_tf32_splits with the backend's
+ * 4 Mi-float workspace); the shape's workspace holds that many partial outputs */
+static int gmm_splits = 1;
+#define GMM_TRAINER_WS_FLOATS ((size_t)4 << 20)
+
 static forge_status gmm_run(void *ctx, int set) {
     gc_cell *c = (gc_cell *)ctx;
     gc_shape *sh = c->sh;
@@ -64,7 +69,8 @@ static forge_status gmm_run(void *ctx, int set) {
          * (gc_poison) and adds the product: C = bias + A.B, gated against ref + bias */
         return forge_gemm_mma_tf32((const float *)A, sh->a_mn, (const float *)B, sh->b_mn, sh->C,
                                    c->kind == GMM_FORGE_ACC ? NULL : bias, sh->M, sh->N, sh->K,
-                                   c->kind == GMM_FORGE_ACC, sh->stream);
+                                   c->kind == GMM_FORGE_ACC, gmm_splits, (float *)sh->work,
+                                   sh->work_bytes / sizeof(float), sh->stream);
     if (sh->tf32)
         return forge_gemm_mma_tf32_nt((const float *)A, (const float *)B, sh->C, bias, sh->M, sh->N, sh->K,
                                       sh->stream);
@@ -126,11 +132,18 @@ extern "C" forge_status forge_bench_gemm_mma_cuda(FILE *out, int reps) {
         "cell precision; gate: relative Frobenius error vs a float64 GEMM of the same inputs + poison "
         "count");
     gc_shape *sh = &ss.sh;
+    int sms = 0;
+    if (s == FORGE_OK && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ss.dev) != cudaSuccess)
+        s = forge_error(FORGE_ERR_DEVICE, "gemm-mma bench: cudaDeviceGetAttribute(multiProcessorCount) failed");
     for (int i = 0; i < GMM_N_SHAPES && s == FORGE_OK; i++) {
         const gmm_shape_spec *sp = &GMM_SHAPES[i];
         for (int tf32 = 0; tf32 < 2 && s == FORGE_OK; tf32++) {
             if (sp->layout != GMM_NT && !tf32) continue; /* bf16 NN/TN are the wgmma suite's (forge bench gemm) */
-            s = gc_shape_init(sh, sp->M, sp->N, sp->K, tf32, sp->layout == GMM_TN, sp->layout != GMM_NT, 0,
+            gmm_splits = sp->layout == GMM_NT ? 1
+                                               : forge_gemm_mma_tf32_splits(sp->M, sp->N, sp->K, sms,
+                                                                            GMM_TRAINER_WS_FLOATS);
+            const size_t work_bytes = gmm_splits > 1 ? (size_t)gmm_splits * sp->M * sp->N * sizeof(float) : 0;
+            s = gc_shape_init(sh, sp->M, sp->N, sp->K, tf32, sp->layout == GMM_TN, sp->layout != GMM_NT, work_bytes,
                               seed + (uint64_t)(2 * i + tf32), tf32 ? "tf32" : "bf16");
             if (s != FORGE_OK) break;
             char group[160];
@@ -138,8 +151,8 @@ extern "C" forge_status forge_bench_gemm_mma_cuda(FILE *out, int reps) {
                 snprintf(group, sizeof group, "%s M=%d N=%d K=%d (%s)", tf32 ? "tf32" : "bf16", sp->M, sp->N, sp->K,
                          sp->what);
             else
-                snprintf(group, sizeof group, "tf32 %s M=%d N=%d K=%d (%s)", lay[sp->layout], sp->M, sp->N, sp->K,
-                         sp->what);
+                snprintf(group, sizeof group, "tf32 %s M=%d N=%d K=%d (%s, split-K %d)", lay[sp->layout], sp->M,
+                         sp->N, sp->K, sp->what, gmm_splits);
             const double eb = tf32 ? 4.0 : 2.0;
             const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
             const double bytes = eb * ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
