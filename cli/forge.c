@@ -305,6 +305,10 @@ static const char *TRAIN_HELP =
     "  --data DIR           train_*.bin / val_*.bin shards + tokenizer, from `forge tokenize`\n"
     "  --out DIR            checkpoints and log.jsonl [runs/<config>]\n"
     "  --device cpu|cuda    [cpu]\n"
+    "  --matmul MODE        cuda GEMM path (sets FORGE_MATMUL) [fp32]: fp32 = forge's exact fp32\n"
+    "                       kernel; tf32 = forge's tf32 tensor-core kernels (not exact fp32);\n"
+    "                       cublas = cuBLAS pedantic fp32; auto = per shape the faster of fp32 and\n"
+    "                       cublas, measured once, cached, printed at start (README: Matmul modes)\n"
     "  --steps N            optimizer steps [500; 1000 for the demo]\n"
     "  --batch B            sequences per micro-batch [16]\n"
     "  --seq-len T          tokens per sequence [the config's context_length]\n"
@@ -351,7 +355,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     forge_train_options o;
     forge_train_options_default(&o);
     o.configs_dir = configs_dir(argv0);
-    const char *out_dir = NULL, *v;
+    const char *out_dir = NULL, *matmul = NULL, *v;
     long samples = -1, threads = 0, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
     args a = {argc, argv, 0, {0}, 0};
@@ -362,6 +366,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         STR_OPT("--out", out_dir)
         STR_OPT("--device", o.device)
         STR_OPT("--resume", o.resume)
+        STR_OPT("--matmul", matmul)
         INT_OPT("--steps", steps, 1, 1L << 30)
         INT_OPT("--batch", batch, 1, 1 << 20)
         INT_OPT("--seq-len", seq, 1, 1 << 24)
@@ -388,6 +393,12 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         return fail(usage_error("train", "unknown argument ", argv[a.i]));
     }
     if (s != FORGE_OK) return fail(s);
+    if (matmul) {
+        /* the CUDA backend reads (and validates) FORGE_MATMUL when it is created */
+        if (strcmp(o.device, "cuda") != 0)
+            return fail(usage_error("train", "--matmul applies to --device cuda only", NULL));
+        setenv("FORGE_MATMUL", matmul, 1);
+    }
     int steps_given = steps > 0;
     if (steps_given) o.steps = (int)steps;
     o.batch_size = (int)batch;

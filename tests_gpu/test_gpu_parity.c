@@ -28,8 +28,24 @@
  *
  * Matmul and attention cases run on the default CUDA backend (FORGE_MATMUL
  * from the environment) and again on backends created with FORGE_MATMUL =
- * simt64, simt128 and cublas (attention always uses the SIMT GEMM; under
- * cublas only the matmul ops are repeated).
+ * simt64, simt128, cublas, auto and tf32 (attention always uses the SIMT
+ * GEMM; under cublas, auto and tf32 only the matmul ops are repeated). A
+ * build without cuBLAS (CUBLAS=0) skips cublas and checks that it is
+ * refused; auto there runs forge's kernel.
+ * tf32 tolerance (matmul under FORGE_MATMUL=tf32): each operand is rounded
+ * to tf32 (10 mantissa bits, round to nearest: relative error <= 2^-11), so
+ * a product is off by <= 2^-10 |a||b| and a K-long dot product by <= 2^-10
+ * sum_k |a_k||b_k| plus the fp32 summation term tol_for_sum(K). With inputs
+ * uniform in [-1, 1], sum |a||b| has mean K/4 and standard deviation
+ * 0.217 sqrt(K); the bound uses mean + 6 sd (never exceeded in practice):
+ * tol = 2^-10 (K/4 + 1.3 sqrt(K)) + tol_for_sum(K). The measured maxerr is
+ * far below it (errors of opposite signs cancel); a wrong layout or a
+ * missed K tile is off by O(sqrt(K)/3), far above it.
+ * Under tf32, shapes with few output tiles and a long K take split-K
+ * (forge_gemm_mma_tf32_splits): {257,768,3072} forward (+bias in the
+ * reduction), {1031,200,2100} dX and dW, {1001,45,130} dW (scalar loads).
+ * The auto table's cache is checked too (case_matmul_table): a corrupt file
+ * is replaced by a valid one holding the measured shape.
  * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer).
  * Ends with "N passed, N failed"; exit status 1 on any failure.
  */
@@ -380,6 +396,12 @@ done:
 
 /* ---- matmul ---------------------------------------------------------------- */
 
+/* Max abs tolerance of a K-long matmul reduction on the current impl (tf32: see the top of the file). */
+static double mm_tol(const parity *P, double K) {
+    if (P->impl && strcmp(P->impl, "tf32") == 0) return ldexp(K / 4.0 + 1.3 * sqrt(K), -10) + tol_for_sum(K);
+    return tol_for_sum(K);
+}
+
 static void case_matmul(parity *P, int N, int C, int OC, int with_bias) {
     forge_backend *Cb = P->cpu, *G = P->gpu;
     char shape[128], op[96];
@@ -395,14 +417,14 @@ static void case_matmul(parity *P, int N, int C, int OC, int with_bias) {
         if (ran_ok(P, op, shape,
                    Cb->matmul_forward(Cb, out.c, inp.c, w.c, with_bias ? b.c : NULL, N, C, OC),
                    G->matmul_forward(G, out.g, inp.g, w.g, with_bias ? b.g : NULL, N, C, OC)))
-            check(P, op, shape, &out, tol_for_sum(C), 0);
+            check(P, op, shape, &out, mm_tol(P, C), 0);
     }
     snprintf(op, sizeof op, "matmul_backward_input[%s]", P->impl);
     if (supported(P, op, shape, Cb->matmul_backward_input, G->matmul_backward_input) &&
         fbuf_rand(P, &dinp, (size_t)N * C, -1, 1)) {
         if (ran_ok(P, op, shape, Cb->matmul_backward_input(Cb, dinp.c, dout.c, w.c, N, C, OC),
                    G->matmul_backward_input(G, dinp.g, dout.g, w.g, N, C, OC)))
-            check(P, op, shape, &dinp, tol_for_sum(OC), 0);
+            check(P, op, shape, &dinp, mm_tol(P, OC), 0);
     }
     snprintf(op, sizeof op, "matmul_backward_weight[%s]", P->impl);
     if (supported(P, op, shape, Cb->matmul_backward_weight, G->matmul_backward_weight) &&
@@ -411,7 +433,7 @@ static void case_matmul(parity *P, int N, int C, int OC, int with_bias) {
                    Cb->matmul_backward_weight(Cb, dw.c, with_bias ? db.c : NULL, dout.c, inp.c, N, C, OC),
                    G->matmul_backward_weight(G, dw.g, with_bias ? db.g : NULL, dout.g, inp.g, N, C, OC))) {
             snprintf(op, sizeof op, "matmul_backward_weight[%s].dweight", P->impl);
-            check(P, op, shape, &dw, tol_for_sum(N), 0);
+            check(P, op, shape, &dw, mm_tol(P, N), 0);
             /* without bias, db must come back untouched */
             snprintf(op, sizeof op, "matmul_backward_weight[%s].dbias", P->impl);
             check(P, op, shape, &db, tol_for_sum(N), 0);
@@ -929,6 +951,7 @@ static void run_matmul_cases(parity *P) {
     static const int shapes[][3] = {
         {1, 45, 29}, {37, 45, 29}, {37, 768, 29}, {130, 129, 131}, {64, 64, 64},
         {257, 768, 3072}, {257, 3072, 768}, {1031, 200, 2100},
+        {1001, 45, 130}, /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     for (int i = 0; i < n; i++) {
@@ -974,6 +997,58 @@ static void run_with_impl(parity *P, const char *impl, int with_attention) {
     P->gpu = main_gpu;
     P->impl = main_impl;
     forge_backend_destroy(gpu);
+}
+
+/* FORGE_MATMUL=auto's cache: a corrupt file must be ignored (re-measured) and rewritten whole. */
+static void case_matmul_table(parity *P) {
+    const char *path = "/tmp/forge_gpu_tests_matmul_table.tsv";
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        report(P, 0, "matmul_table", path, INFINITY, 0, "(cannot write the test cache file)");
+        return;
+    }
+    fputs("this is not a forge matmul table\n", f);
+    fclose(f);
+    /* a fresh auto backend opens the table at creation: the environment is read then */
+    const char *saved = getenv("FORGE_MATMUL");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    setenv("FORGE_MATMUL_CACHE", path, 1);
+    setenv("FORGE_MATMUL", "auto", 1);
+    forge_backend *gpu = NULL;
+    forge_status s = forge_cuda_backend_create(&gpu, 0);
+    unsetenv("FORGE_MATMUL_CACHE");
+    if (saved_copy) setenv("FORGE_MATMUL", saved_copy, 1);
+    else unsetenv("FORGE_MATMUL");
+    free(saved_copy);
+    if (s != FORGE_OK) {
+        report(P, 0, "cuda_backend_create", "auto (table test)", INFINITY, 0, forge_error_message());
+        return;
+    }
+    forge_backend *main_gpu = P->gpu;
+    const char *main_impl = P->impl;
+    P->gpu = gpu;
+    P->impl = forge_cuda_matmul_impl(gpu);
+    case_matmul(P, 130, 129, 131, 1);
+    P->gpu = main_gpu;
+    P->impl = main_impl;
+    forge_backend_destroy(gpu);
+    f = fopen(path, "r");
+    char line[512] = "";
+    int rows = 0, key_ok = 0;
+    if (f) {
+        if (fgets(line, sizeof line, f)) key_ok = strncmp(line, "# forge matmul table v1 ", 24) == 0;
+        while (fgets(line, sizeof line, f)) rows++;
+        fclose(f);
+    }
+    /* 130x129x131 runs NT, NN and TN once each: three measured rows (unless cuBLAS is absent: then auto is forge
+     * and writes nothing, and the corrupt file stays) */
+#ifdef FORGE_NO_CUBLAS
+    (void)key_ok;
+    report(P, 1, "matmul_table[no cublas]", path, rows, 0, "(auto runs forge only: no table)");
+#else
+    report(P, key_ok && rows == 3, "matmul_table[auto] corrupt cache -> rewritten", path, rows, 3,
+           key_ok ? NULL : "(first line is not the table key)");
+#endif
 }
 
 int main(void) {
@@ -1060,7 +1135,29 @@ int main(void) {
     /* the GEMM-backed ops once more under each matmul path */
     if (strcmp(P.impl, "simt64") != 0) run_with_impl(&P, "simt64", 1);
     if (strcmp(P.impl, "simt128") != 0) run_with_impl(&P, "simt128", 1);
+#ifndef FORGE_NO_CUBLAS
     if (strcmp(P.impl, "cublas") != 0) run_with_impl(&P, "cublas", 0);
+#else
+    {
+        /* a build without cuBLAS must refuse it, never fall back silently */
+        forge_backend *nb = NULL;
+        setenv("FORGE_MATMUL", "cublas", 1);
+        forge_status ns = forge_cuda_backend_create(&nb, 0);
+        unsetenv("FORGE_MATMUL");
+        report(&P, ns == FORGE_ERR_UNSUPPORTED, "cuda_backend_create[cublas, CUBLAS=0]", "refused", 0, 0,
+               ns == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+        if (nb) forge_backend_destroy(nb);
+    }
+#endif
+    if (strcmp(P.impl, "tf32") != 0) run_with_impl(&P, "tf32", 0);
+    if (strcmp(P.impl, "auto") != 0) {
+        /* the auto table of this run goes to a scratch file, never the user's cache */
+        const char *c = getenv("FORGE_MATMUL_CACHE");
+        if (!c || !*c) setenv("FORGE_MATMUL_CACHE", "/tmp/forge_gpu_tests_matmul_auto.tsv", 1);
+        run_with_impl(&P, "auto", 0);
+        if (!c || !*c) unsetenv("FORGE_MATMUL_CACHE");
+        case_matmul_table(&P);
+    }
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);

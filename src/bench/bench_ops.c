@@ -412,12 +412,18 @@ forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C,
     forge_rng rng;
     forge_rng_seed(&rng, 11, 0);
     int bad = 0;
+    int tf32 = 0; /* FORGE_MATMUL=tf32: the matmul ops are gated at the tf32 tolerance */
+#ifdef FORGE_WITH_CUDA
+    tf32 = cuda && strcmp(forge_cuda_matmul_impl(be), "tf32") == 0;
+#endif
     for (int k = 0; k < n_ops && s == FORGE_OK; k++) {
         ops_cell c;
         memset(&c, 0, sizeof c);
         c.op = &ops[k], c.s = &sh, c.be = be, c.ref = ref, c.V = V;
         s = ops_cell_init(&c, &rng);
-        forge_harness_cell cell = {.name = ops[k].name, .group = ops[k].name, .precision = FORGE_PREC_FP32,
+        const forge_precision prec =
+            tf32 && strncmp(ops[k].name, "matmul_", 7) == 0 ? FORGE_PREC_TF32 : FORGE_PREC_FP32;
+        forge_harness_cell cell = {.name = ops[k].name, .group = ops[k].name, .precision = prec,
                                    .flops = ops[k].flops, .bytes = ops_bytes(&ops[k]), .n_input_sets = OPS_SETS,
                                    .ctx = &c, .poison = ops_poison, .run = ops_run, .check = ops_check};
         forge_cell_result r;
