@@ -35,10 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublasLt.h>
 #include <cuda_bf16.h>
 
 #include "gemm_cells_common.h"
+#if GC_HAVE_CUBLAS
+#include <cublasLt.h>
+#endif
 
 extern "C" {
 #include "../gemm_bench.h"
@@ -171,12 +173,14 @@ typedef struct {
     float *P;             /* (M,N) GELU-backward pre-activation, uniform [-3, 3) */
     void *pre;            /* (M,N) pre_out, fp32 or bf16 */
     struct ge_sums *sums;
+#if GC_HAVE_CUBLAS
     cublasLtHandle_t lt;  /* the cuBLASLt cell's plan (made on first use, per shape) */
     cublasLtMatmulDesc_t lt_desc;
     cublasLtMatrixLayout_t lt_a, lt_b, lt_c;
     cublasLtMatmulAlgo_t lt_algo;
     void *lt_ws;
     size_t lt_ws_bytes;
+#endif
     int lt_ready;
 } ge_bufs;
 
@@ -320,6 +324,7 @@ template <int OP> static forge_status ge_pass(gc_shape *sh, float *C, const floa
 
 /* ---- cuBLASLt GELU_BIAS (reference cell) ---- */
 
+#if GC_HAVE_CUBLAS
 #define GE_LT_TRY(call)                                                                                      \
     do {                                                                                                     \
         cublasStatus_t ge_st_ = (call);                                                                      \
@@ -387,6 +392,14 @@ static forge_status ge_lt_gelu_bias(ge_bufs *b, gc_shape *sh, int set) {
                              sh->stream));
     return FORGE_OK;
 }
+#else
+static void ge_lt_free(ge_bufs *b) { b->lt_ready = 0; }
+static forge_status ge_lt_gelu_bias(ge_bufs *b, gc_shape *sh, int set) {
+    (void)b;
+    (void)set;
+    return forge_error(FORGE_ERR_UNSUPPORTED, "%s: a cuBLASLt cell: %s", sh->who, GC_NO_CUBLAS_REASON);
+}
+#endif
 
 /* ---- cell callbacks ---- */
 
