@@ -1103,6 +1103,28 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         free(r);
     }
     for (int i = 0; i < 5; i++) free(got[i]);
+
+    /* the 8-warp forward variant (q_rows = 128) on the same inputs */
+    {
+        void *gout2 = fa_dev(P, no * 2, NULL, 0xff), *glse2 = fa_dev(P, nl * 4, NULL, 0xff);
+        st = (gout2 && glse2) ? forge_flash_bf16_forward_rows(&fs, gq, dk_, dv_, gout2, glse2, 128, stream)
+                              : FORGE_ERR_OOM;
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        if (st != FORGE_OK) {
+            report(P, 0, "flash16_forward_q128", shape, INFINITY, 0, forge_error_message());
+        } else {
+            size_t bad = 0;
+            float *o2 = fa_fetch(P, gout2, no, 1, &bad);
+            if (o2) fa_compare(P, "flash16_forward_q128.out", shape, o2, rout, no, bad, 1.5e-2, 0);
+            float *l2 = fa_fetch(P, glse2, nl, 0, &bad);
+            if (l2) fa_compare(P, "flash16_forward_q128.lse", shape, l2, rlse, nl, bad, 2e-3, 0);
+            if (!o2 || !l2) report(P, 0, "flash16_forward_q128", shape, INFINITY, 0, "(copy back failed)");
+            free(o2);
+            free(l2);
+        }
+        if (gout2) P->gpu->mem_free(P->gpu, gout2);
+        if (glse2) P->gpu->mem_free(P->gpu, glse2);
+    }
 done:
     free(hq), free(hk), free(hv), free(hdo), free(fq), free(fk), free(fv), free(fdo);
     free(rout), free(rlse), free(rdq), free(rdk), free(rdv);

@@ -93,15 +93,15 @@ __device__ __forceinline__ void fa_c_to_a(uint32_t (&a)[4], const float (&c)[NT]
 
 /* ROWS x D bf16 rows row0.. of a strided tensor into shared memory (stride
  * D*2+16 bytes); rows >= limit are zero-filled. */
-template <int D, int ROWS>
+template <int D, int ROWS, int NT = FA_THREADS>
 __device__ __forceinline__ void fa_load_rows(uint32_t dst, const bf16_t *__restrict__ base, long long stride,
                                              int row0, int limit, int tid) {
     constexpr int CPR = D / 8; /* 16-byte chunks per row */
     constexpr int STR = D * 2 + 16;
-    static_assert((ROWS * CPR) % FA_THREADS == 0, "chunks must divide evenly over the CTA");
+    static_assert((ROWS * CPR) % NT == 0, "chunks must divide evenly over the CTA");
 #pragma unroll
-    for (int i = 0; i < ROWS * CPR / FA_THREADS; i++) {
-        const int id = tid + FA_THREADS * i;
+    for (int i = 0; i < ROWS * CPR / NT; i++) {
+        const int id = tid + NT * i;
         const int r = id / CPR, c = id % CPR;
         const int row = row0 + r;
         const bool ok = row < limit;
@@ -112,8 +112,10 @@ __device__ __forceinline__ void fa_load_rows(uint32_t dst, const bf16_t *__restr
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-template <int D>
-__global__ void __launch_bounds__(FA_THREADS)
+/* QR query rows per CTA = QR/16 warps: 64 (the default) or 128 (K/V tiles
+ * shared by twice the warps: half the shared-memory fill traffic per FLOP). */
+template <int D, int QR>
+__global__ void __launch_bounds__(QR * 2)
     fa_fwd_kernel(const bf16_t *__restrict__ q, const bf16_t *__restrict__ k, const bf16_t *__restrict__ v,
                   bf16_t *__restrict__ out, float *__restrict__ lse, forge_flash_shape s, float sl2) {
     constexpr int STR = D * 2 + 16;
@@ -123,25 +125,26 @@ __global__ void __launch_bounds__(FA_THREADS)
     constexpr int TILE = FA_BN * STR;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const uint32_t sq = fa_smem_u32(fa_smem);
-    const uint32_t sk = sq + FA_BM * STR; /* 2 stages of K, then 2 of V */
+    constexpr int NT = QR * 2;
+    const uint32_t sk = sq + QR * STR; /* 2 stages of K, then 2 of V */
     const uint32_t sv = sk + 2 * TILE;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_BM, h = blockIdx.y, b = blockIdx.z;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * QR, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
     const bf16_t *qb = q + (size_t)b * s.Tq * s.q_stride + (size_t)h * D;
     const bf16_t *kb = k + (size_t)b * s.Tk * s.k_stride + (size_t)hk * D;
     const bf16_t *vb = v + (size_t)b * s.Tk * s.v_stride + (size_t)hk * D;
 
-    const int kv_end = min(s.Tk, q0 + FA_BM + diag);
+    const int kv_end = min(s.Tk, q0 + QR + diag);
     const int ntiles = kv_end > 0 ? (kv_end + FA_BN - 1) / FA_BN : 0;
 
-    fa_load_rows<D, FA_BM>(sq, qb, s.q_stride, q0, s.Tq, tid);
+    fa_load_rows<D, QR, NT>(sq, qb, s.q_stride, q0, s.Tq, tid);
     fa_commit();
     if (ntiles > 0) {
-        fa_load_rows<D, FA_BN>(sk, kb, s.k_stride, 0, s.Tk, tid);
-        fa_load_rows<D, FA_BN>(sv, vb, s.v_stride, 0, s.Tk, tid);
+        fa_load_rows<D, FA_BN, NT>(sk, kb, s.k_stride, 0, s.Tk, tid);
+        fa_load_rows<D, FA_BN, NT>(sv, vb, s.v_stride, 0, s.Tk, tid);
     }
     fa_commit();
     fa_wait<1>();
@@ -165,8 +168,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     for (int t = 0; t < ntiles; t++) {
         const int cur = t & 1;
         if (t + 1 < ntiles) {
-            fa_load_rows<D, FA_BN>(sk + (cur ^ 1) * TILE, kb, s.k_stride, (t + 1) * FA_BN, s.Tk, tid);
-            fa_load_rows<D, FA_BN>(sv + (cur ^ 1) * TILE, vb, s.v_stride, (t + 1) * FA_BN, s.Tk, tid);
+            fa_load_rows<D, FA_BN, NT>(sk + (cur ^ 1) * TILE, kb, s.k_stride, (t + 1) * FA_BN, s.Tk, tid);
+            fa_load_rows<D, FA_BN, NT>(sv + (cur ^ 1) * TILE, vb, s.v_stride, (t + 1) * FA_BN, s.Tk, tid);
         }
         fa_commit();
         fa_wait<1>();
@@ -606,22 +609,24 @@ static forge_status fa_check(const char *what, const forge_flash_shape *s, const
     return FORGE_OK;
 }
 
-template <int D> constexpr int fa_fwd_smem() { return (FA_BM + 4 * FA_BN) * (D * 2 + 16); }
+template <int D, int QR> constexpr int fa_fwd_smem() { return (QR + 4 * FA_BN) * (D * 2 + 16); }
 template <int D> constexpr int fa_dq_smem() { return (2 * FA_BM + 4 * FA_BN) * (D * 2 + 16); }
 template <int D> constexpr int fa_dkdv_smem() {
     return (2 * FA_BM + 4 * fa_dkdv_cfg<D>::BQ) * (D * 2 + 16) + 4 * fa_dkdv_cfg<D>::BQ * (int)sizeof(float);
 }
 
-template <int D>
+template <int D, int QR>
 static forge_status fa_forward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v, void *out,
                                  float *lse, cudaStream_t st) {
     const float sl2 = (1.0f / sqrtf((float)D)) * FA_LOG2E;
-    auto kern = fa_fwd_kernel<D>;
-    CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_fwd_smem<D>()));
-    dim3 grid((unsigned)((s->Tq + FA_BM - 1) / FA_BM), (unsigned)s->H, (unsigned)s->B);
-    kern<<<grid, FA_THREADS, fa_fwd_smem<D>(), st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v,
-                                                     (bf16_t *)out, lse, *s, sl2);
-    CUDA_LAUNCH_CHECK(D == 64 ? "fa_fwd_kernel<64>" : "fa_fwd_kernel<128>");
+    auto kern = fa_fwd_kernel<D, QR>;
+    constexpr int smem = fa_fwd_smem<D, QR>();
+    CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    dim3 grid((unsigned)((s->Tq + QR - 1) / QR), (unsigned)s->H, (unsigned)s->B);
+    kern<<<grid, QR * 2, smem, st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v, (bf16_t *)out, lse,
+                                     *s, sl2);
+    CUDA_LAUNCH_CHECK(D == 64 ? (QR == 64 ? "fa_fwd_kernel<64,64>" : "fa_fwd_kernel<64,128>")
+                              : (QR == 64 ? "fa_fwd_kernel<128,64>" : "fa_fwd_kernel<128,128>"));
     return FORGE_OK;
 }
 
@@ -654,15 +659,26 @@ static forge_status fa_backward_t(const forge_flash_shape *s, const void *q, con
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k,
-                                                 const void *v, void *out_bf16, float *lse, void *stream) {
+extern "C" forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s, const void *q, const void *k,
+                                                      const void *v, void *out_bf16, float *lse, int q_rows,
+                                                      void *stream) {
     const char *what = "forge_flash_bf16_forward";
     const void *ptrs[5] = {q, k, v, out_bf16, lse};
     FORGE_TRY(fa_check(what, s, ptrs, 5));
+    if (q_rows != 64 && q_rows != 128)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: q_rows=%d, compiled variants are 64 and 128", what, q_rows);
     if (s->B == 0 || s->Tq == 0) return FORGE_OK;
     cudaStream_t st = (cudaStream_t)stream;
-    return s->D == 64 ? fa_forward_t<64>(s, q, k, v, out_bf16, lse, st)
-                      : fa_forward_t<128>(s, q, k, v, out_bf16, lse, st);
+    if (s->D == 64)
+        return q_rows == 64 ? fa_forward_t<64, 64>(s, q, k, v, out_bf16, lse, st)
+                            : fa_forward_t<64, 128>(s, q, k, v, out_bf16, lse, st);
+    return q_rows == 64 ? fa_forward_t<128, 64>(s, q, k, v, out_bf16, lse, st)
+                        : fa_forward_t<128, 128>(s, q, k, v, out_bf16, lse, st);
+}
+
+extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k,
+                                                 const void *v, void *out_bf16, float *lse, void *stream) {
+    return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
 }
 
 extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k,

@@ -46,6 +46,12 @@ typedef struct {
 forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
 
+/* The forward with q_rows = 64 (the default above: 4 warps per CTA) or 128
+ * (8 warps sharing each K/V tile) query rows per CTA; the bench times both
+ * until one is measured better everywhere. */
+forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                           void *out_bf16, float *lse, int q_rows, void *stream);
+
 forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                        float *dq, float *dk, float *dv, void *stream);

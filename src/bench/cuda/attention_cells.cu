@@ -4,7 +4,9 @@
  *
  * Per shape (B, H, T, D), causal, H = Hkv, two groups:
  * - "fwd ...": unfused_fp32_fwd (the CUDA backend's attention_forward on fp32
- *   packed qkv: materialised scores, the baseline) and flash_bf16_fwd.
+ *   packed qkv: materialised scores, the baseline), flash_bf16_fwd (64 query
+ *   rows = 4 warps per CTA, the default) and flash_bf16_fwd_q128 (128 rows =
+ *   8 warps sharing each K/V tile).
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
  *   attention_backward) and flash_bf16_fwdbwd (forward + the three backward
  *   kernels).
@@ -249,7 +251,7 @@ typedef struct {
     ab_sums *sums;
 } ab_shape;
 
-typedef enum { AB_UNFUSED_FWD = 0, AB_FLASH_FWD, AB_UNFUSED_FWDBWD, AB_FLASH_FWDBWD } ab_kind;
+typedef enum { AB_UNFUSED_FWD = 0, AB_FLASH_FWD, AB_UNFUSED_FWDBWD, AB_FLASH_FWDBWD, AB_FLASH_FWD_Q128 } ab_kind;
 
 typedef struct {
     ab_shape *sh;
@@ -374,7 +376,7 @@ static forge_status ab_poison(void *ctx) {
         AB_TRY(cudaMemsetAsync(sh->dk, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dv, 0xFF, n * 4, sh->stream));
     }
-    if (c->kind == AB_FLASH_FWD || c->kind == AB_FLASH_FWDBWD)
+    if (c->kind == AB_FLASH_FWD || c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWD_Q128)
         AB_TRY(cudaMemsetAsync(sh->out, 0xFF, n * 2, sh->stream));
     else /* unfused: dqkv is zeroed by the run itself (attention_backward accumulates) */
         AB_TRY(cudaMemsetAsync(sh->out32, 0xFF, n * 4, sh->stream));
@@ -391,6 +393,8 @@ static forge_status ab_run(void *ctx, int set) {
     switch (c->kind) {
     case AB_FLASH_FWD:
         return forge_flash_bf16_forward(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream);
+    case AB_FLASH_FWD_Q128:
+        return forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 128, sh->stream);
     case AB_FLASH_FWDBWD:
         FORGE_TRY(forge_flash_bf16_forward(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
         return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
@@ -424,7 +428,7 @@ static forge_status ab_check(void *ctx, double *rel_err, int *fully_written) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const long long HD = (long long)sh->H * sh->D;
-    const int flash = c->kind == AB_FLASH_FWD || c->kind == AB_FLASH_FWDBWD;
+    const int flash = c->kind == AB_FLASH_FWD || c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWD_Q128;
     const int bwd = c->kind == AB_FLASH_FWDBWD || c->kind == AB_UNFUSED_FWDBWD;
     double worst = 0.0;
     unsigned long long un = 0;
@@ -479,7 +483,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     const int nshapes = quick ? 2 : AB_N_SHAPES;
     char config[1024];
     int len = snprintf(config, sizeof config,
-                       "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd,unfused_fp32_fwdbwd,"
+                       "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd,flash_bf16_fwd_q128,unfused_fp32_fwdbwd,"
                        "flash_bf16_fwdbwd; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
@@ -532,14 +536,15 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             int baseline;
             forge_precision prec;
             double tol, flops, bytes;
-        } cells[4] = {
+        } cells[5] = {
             /* unfused fp32: 1e-4, justified at the top of the file */
             {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
             {AB_FLASH_FWD, "flash_bf16_fwd", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_Q128, "flash_bf16_fwd_q128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_UNFUSED_FWDBWD, "unfused_fp32_fwdbwd", gb, 1, FORGE_PREC_FP32, 1e-4, 3.5 * fwd, 4.0 * 10 * nb},
             {AB_FLASH_FWDBWD, "flash_bf16_fwdbwd", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd, 2.0 * 9 * nb + 4.0 * 3 * nb},
         };
-        for (int c = 0; c < 4 && s == FORGE_OK; c++) {
+        for (int c = 0; c < 5 && s == FORGE_OK; c++) {
             ab_cell ctx = {&sh, cells[c].kind};
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
