@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../src/backend/backend.h"
+#include "../src/bench/attention_bench.h"
 #include "../src/bench/bench.h"
 #include "../src/bench/bench_ops.h"
 #include "../src/bench/bench_train.h"
@@ -445,7 +446,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
 /* ---- forge bench ---------------------------------------------------------------- */
 
 static const char *BENCH_HELP =
-    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|gemm-mma|attention|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
     "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
@@ -454,6 +455,9 @@ static const char *BENCH_HELP =
     "  gemm-epi  the fused GEMM epilogues alone (bias+GELU, residual, bf16 out, GELU backward,\n"
     "          C +=) vs separate passes, cuBLAS(Lt) (--device cuda only; also part of gemm)\n"
     "  gemm-mma  bf16/tf32 GEMM: forge's mma.sync kernels vs cuBLAS (CUDA build only)\n"
+    "  attention  causal attention: forge's bf16 flash kernels vs forge's unfused fp32 path\n"
+    "          (--device cuda only; FORGE_ATTENTION_QUICK=1: the two smaller shapes;\n"
+    "          PyTorch SDPA baselines: tools/sdpa_bench.py)\n"
     "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
     "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
     "          (--device cuda only; --reps N, default 100; --results DIR, default results)\n";
@@ -487,6 +491,11 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     }
     if (strcmp(what, "gemm-epi") == 0) {
         s = forge_bench_gemm_epi(stdout, device, (int)reps);
+        return s == FORGE_OK ? 0 : fail(s);
+    }
+    if (strcmp(what, "attention") == 0) {
+        const char *q = getenv("FORGE_ATTENTION_QUICK");
+        s = forge_bench_attention(stdout, device, (int)reps, q && *q && strcmp(q, "0") != 0);
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "characterize") == 0) {

@@ -33,6 +33,9 @@ STEPS=${FORGE_GATE_STEPS:-200}
 export FORGE_MATMUL_CACHE="$OUT/matmul-table.tsv"
 rm -f "$FORGE_MATMUL_CACHE"
 unset FORGE_MATMUL
+# checkpoints stay out of $OUT (what comes back is size-limited); only the logs are copied there
+RUNS=/tmp/forge-gate-runs
+rm -rf "$RUNS" && mkdir -p "$RUNS"
 
 names=()
 results=()
@@ -43,9 +46,9 @@ train() { # name command... (the common training options are appended)
     shift
     echo "== train $name: $*"
     local t0=$(date +%s)
-    if "$@" --device cuda --config gpt-10m --data "$DATA" --out "$OUT/run-$name" --steps "$STEPS" --batch 16 \
+    if "$@" --device cuda --config gpt-10m --data "$DATA" --out "$RUNS/run-$name" --steps "$STEPS" --batch 16 \
         --seq-len 256 --eval-every 0 --quiet --lr 6e-4 --seed 1337 >"$OUT/train-$name.log" 2>&1; then
-        echo "   done in $(($(date +%s) - t0)) s; $(grep -c '"loss"' "$OUT/run-$name/log.jsonl") steps logged"
+        echo "   done in $(($(date +%s) - t0)) s; $(grep -c '"loss"' "$RUNS/run-$name/log.jsonl") steps logged"
         grep -E '^matmul auto' "$OUT/train-$name.log" || true
         return 0
     fi
@@ -57,7 +60,7 @@ train() { # name command... (the common training options are appended)
 
 compare() { # name tolerance [reference]
     local name=$1 tol=$2 ref=${3:-simt} line
-    line=$(python3 tools/compare_losses.py "$OUT/run-$ref/log.jsonl" "$OUT/run-$name/log.jsonl" --rel "$tol" 2>&1)
+    line=$(python3 tools/compare_losses.py "$RUNS/run-$ref/log.jsonl" "$RUNS/run-$name/log.jsonl" --rel "$tol" 2>&1)
     local rc=$?
     echo "   $name vs $ref: $line"
     [ $rc -eq 0 ] || fails=1
@@ -68,7 +71,7 @@ compare() { # name tolerance [reference]
 }
 
 tok_s() { # median tokens/s of a run's logged steps (steps 10.. to skip warm-up)
-    python3 - "$OUT/run-$1/log.jsonl" <<'PY' 2>/dev/null || echo "?"
+    python3 - "$RUNS/run-$1/log.jsonl" <<'PY' 2>/dev/null || echo "?"
 import json, sys, statistics
 v = [json.loads(l)["tokens_per_s"] for l in open(sys.argv[1]) if '"loss"' in l]
 print(f"{statistics.median(v[10:] or v):.0f}")
@@ -98,5 +101,6 @@ done
 printf '%-22s' "tokens/s (median):"
 for r in simt fp32 auto-warm tf32; do printf ' %s=%s' "$r" "$(tok_s $r)"; done
 echo
+for d in "$RUNS"/run-*; do [ -f "$d/log.jsonl" ] && cp "$d/log.jsonl" "$OUT/$(basename "$d").jsonl"; done
 echo "gate: $([ $fails -eq 0 ] && echo PASS || echo FAIL)"
 exit $fails

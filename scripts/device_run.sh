@@ -33,6 +33,7 @@ T_OPTIONAL=${FORGE_T_OPTIONAL:-150}
 STAGE_LIST=${FORGE_STAGES:-parity memcheck train bench}
 want() { case " $STAGE_LIST " in *" $1 "*) return 0 ;; esac; return 1; }
 
+RESULTS_BEFORE=$(echo results/*/) # only result folders written during this call come back
 STAGES=()
 RESULTS=()
 SECONDS_USED=()
@@ -134,7 +135,9 @@ done
 } 2>&1 | tee "$OUT/summary.txt"
 # At most 8 files come back: everything but the summary goes into one archive,
 # with the harness results written during this call (results/<date>_<commit>/).
-[ -d results ] && cp -r results "$OUT/results"
+for d in results/*/; do
+    case " $RESULTS_BEFORE " in *" $d "*) ;; *) mkdir -p "$OUT/results" && cp -r "$d" "$OUT/results/" ;; esac
+done
 (cd "$OUT" && tar czf /tmp/forge-device-logs.tgz --exclude=./summary.txt . &&
     find . -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + && mv /tmp/forge-device-logs.tgz logs.tgz)
 exit $failed
