@@ -5,6 +5,12 @@
 #   asan          tests under AddressSanitizer + UBSan     ptxas   CUDA resource report check
 #   clean
 #
+# CUBLAS=0 (with cuda / test-gpu / ptxas) builds without cuBLAS: -DFORGE_NO_CUBLAS,
+# no -lcublas/-lcublasLt, into build/cuda-nocublas/ (so it never mixes objects
+# with the default build/cuda/). forge's own kernels alone run the trainer;
+# FORGE_MATMUL=cublas is refused, auto falls back to forge, and the bench
+# cells that need cuBLAS are skipped with the reason printed.
+#
 # ARCH trades portability for speed: the default `native` uses every vector
 # unit of this CPU; ARCH=x86-64-v3 (AVX2 + FMA) builds a binary that runs on
 # any recent x86-64 machine (used for binaries carried to the GPU machine).
@@ -23,6 +29,17 @@ CUDA_HOME ?= /usr/local/cuda
 NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=c++17 \
             -Xcompiler -fopenmp,-Wall,-Wextra
 BUILD    := build
+CUBLAS   ?= 1
+ifeq ($(CUBLAS),0)
+CUDA_OUT := $(BUILD)/cuda-nocublas
+CUBLAS_DEF := -DFORGE_NO_CUBLAS
+CUBLAS_LIBS :=
+else
+CUDA_OUT := $(BUILD)/cuda
+CUBLAS_DEF :=
+CUBLAS_LIBS := -lcublasLt -lcublas
+endif
+NVFLAGS  += $(CUBLAS_DEF)
 
 CORE_SRC := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' -not -name 'backend_nocuda.c' | sort)
 CUDA_SRC := $(shell find src -name '*.cu' 2>/dev/null | sort)
@@ -30,8 +47,8 @@ TEST_SRC := $(shell find tests -name '*.c' | sort)
 BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
 
 CPU_OBJ  := $(CORE_SRC:%.c=$(BUILD)/cpu/%.o) $(BUILD)/cpu/src/backend/backend_nocuda.o
-CUDA_HOST_OBJ := $(CORE_SRC:%.c=$(BUILD)/cuda/%.o)
-CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
+CUDA_HOST_OBJ := $(CORE_SRC:%.c=$(CUDA_OUT)/%.o)
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(CUDA_OUT)/%.o)
 
 .PHONY: all cpu cuda test test-gpu bench asan ptxas clean reproduce FORCE
 all: cpu
@@ -44,7 +61,7 @@ $(BUILD)/cpu/%.o: %.c
 # provenance.o is the one object that reads FORGE_GIT_COMMIT/FORGE_GIT_DIRTY:
 # rebuilt on every make so the commit baked into results is never stale.
 FORCE:
-$(BUILD)/cpu/src/bench/provenance.o $(BUILD)/cuda/src/bench/provenance.o: FORCE
+$(BUILD)/cpu/src/bench/provenance.o $(CUDA_OUT)/src/bench/provenance.o: FORCE
 
 $(BUILD)/forge: $(CPU_OBJ) $(BUILD)/cpu/cli/forge.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -59,34 +76,34 @@ test: $(BUILD)/forge_tests $(BUILD)/forge
 # Each .cu's nvcc/ptxas report (-Xptxas -v: registers, shared memory, stack,
 # spills per kernel) lands in build/cuda/<path>.ptxas.txt; `make ptxas` checks
 # them (scripts/check_ptxas.py). nvcc warnings are echoed from that report.
-$(BUILD)/cuda/%.o: %.c
+$(CUDA_OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DFORGE_WITH_CUDA -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) -DFORGE_WITH_CUDA $(CUBLAS_DEF) -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
 
-$(BUILD)/cuda/%.o: %.cu
+$(CUDA_OUT)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.ptxas.txt) || (cat $(@:.o=.ptxas.txt); exit 1)
 	@grep -iE 'warning|error' $(@:.o=.ptxas.txt) || true
 
 # cudart is static; cuBLAS (the FORGE_MATMUL=cublas reference path) is the
 # shared libcublas.so.13 of the toolkit, found through the rpath or LD_LIBRARY_PATH.
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUBLAS_LIBS) -lcudart_static -lrt -ldl -lpthread -lstdc++
 GPU_TEST_SRC := $(shell find tests_gpu -name '*.c' 2>/dev/null | sort)
 
-cuda: $(BUILD)/cuda/forge $(BUILD)/cuda/forge_tests $(BUILD)/cuda/forge_gpu_tests
-$(BUILD)/cuda/forge: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(BUILD)/cuda/cli/forge.o
+cuda: $(CUDA_OUT)/forge $(CUDA_OUT)/forge_tests $(CUDA_OUT)/forge_gpu_tests
+$(CUDA_OUT)/forge: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(CUDA_OUT)/cli/forge.o
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
-$(BUILD)/cuda/forge_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(TEST_SRC:%.c=$(BUILD)/cuda/%.o)
+$(CUDA_OUT)/forge_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(TEST_SRC:%.c=$(CUDA_OUT)/%.o)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 # the GPU parity suite: every CUDA op against the CPU reference backend (needs a GPU to run)
-$(BUILD)/cuda/forge_gpu_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(GPU_TEST_SRC:%.c=$(BUILD)/cuda/%.o)
+$(CUDA_OUT)/forge_gpu_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(GPU_TEST_SRC:%.c=$(CUDA_OUT)/%.o)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
-test-gpu: $(BUILD)/cuda/forge_gpu_tests
-	./$(BUILD)/cuda/forge_gpu_tests
+test-gpu: $(CUDA_OUT)/forge_gpu_tests
+	./$(CUDA_OUT)/forge_gpu_tests
 
 ptxas: cuda
-	python3 scripts/check_ptxas.py $(BUILD)/cuda scripts/ptxas_allowlist.txt
+	python3 scripts/check_ptxas.py $(CUDA_OUT) scripts/ptxas_allowlist.txt
 
 # CPU benchmarks through the harness (results/<date>_<commit>/)
 bench: $(BUILD)/forge

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../src/backend/backend.h"
+#include "../src/bench/attention_bench.h"
 #include "../src/bench/bench.h"
 #include "../src/bench/bench_ops.h"
 #include "../src/bench/bench_train.h"
@@ -306,6 +307,10 @@ static const char *TRAIN_HELP =
     "  --data DIR           train_*.bin / val_*.bin shards + tokenizer, from `forge tokenize`\n"
     "  --out DIR            checkpoints and log.jsonl [runs/<config>]\n"
     "  --device cpu|cuda    [cpu]\n"
+    "  --matmul MODE        cuda GEMM path (sets FORGE_MATMUL) [fp32]: fp32 = forge's exact fp32\n"
+    "                       kernel; tf32 = forge's tf32 tensor-core kernels (not exact fp32);\n"
+    "                       cublas = cuBLAS pedantic fp32; auto = per shape the faster of fp32 and\n"
+    "                       cublas, measured once, cached, printed at start (README: Matmul modes)\n"
     "  --steps N            optimizer steps [500; 1000 for the demo]\n"
     "  --batch B            sequences per micro-batch [16]\n"
     "  --seq-len T          tokens per sequence [the config's context_length]\n"
@@ -352,7 +357,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     forge_train_options o;
     forge_train_options_default(&o);
     o.configs_dir = configs_dir(argv0);
-    const char *out_dir = NULL, *v;
+    const char *out_dir = NULL, *matmul = NULL, *v;
     long samples = -1, threads = 0, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
     args a = {argc, argv, 0, {0}, 0};
@@ -363,6 +368,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         STR_OPT("--out", out_dir)
         STR_OPT("--device", o.device)
         STR_OPT("--resume", o.resume)
+        STR_OPT("--matmul", matmul)
         INT_OPT("--steps", steps, 1, 1L << 30)
         INT_OPT("--batch", batch, 1, 1 << 20)
         INT_OPT("--seq-len", seq, 1, 1 << 24)
@@ -389,6 +395,12 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         return fail(usage_error("train", "unknown argument ", argv[a.i]));
     }
     if (s != FORGE_OK) return fail(s);
+    if (matmul) {
+        /* the CUDA backend reads (and validates) FORGE_MATMUL when it is created */
+        if (strcmp(o.device, "cuda") != 0)
+            return fail(usage_error("train", "--matmul applies to --device cuda only", NULL));
+        setenv("FORGE_MATMUL", matmul, 1);
+    }
     int steps_given = steps > 0;
     if (steps_given) o.steps = (int)steps;
     o.batch_size = (int)batch;
@@ -435,13 +447,18 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
 /* ---- forge bench ---------------------------------------------------------------- */
 
 static const char *BENCH_HELP =
-    "usage: forge bench [train|matmul|ops|gemm|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|gemm-mma|attention|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
     "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
     "  ops     each op's time at gpt-10m training shapes (cuda: B=8, T=512; cpu: B=2, T=128)\n"
     "  gemm    bf16 GEMM: forge's wgmma kernel vs cuBLAS (--device cuda only)\n"
+    "  gemm-epi  the fused GEMM epilogues alone (bias+GELU, residual, bf16 out, GELU backward,\n"
+    "          C +=) vs separate passes, cuBLAS(Lt) (--device cuda only; also part of gemm)\n"
     "  gemm-mma  bf16/tf32 GEMM: forge's mma.sync kernels vs cuBLAS (CUDA build only)\n"
+    "  attention  causal attention: forge's bf16 flash kernels vs forge's unfused fp32 path\n"
+    "          (--device cuda only; FORGE_ATTENTION_QUICK=1: the two smaller shapes;\n"
+    "          PyTorch SDPA baselines: tools/sdpa_bench.py)\n"
     "  gemm-fp8  fp8 GEMM: forge's wgmma e4m3/e5m2 kernels vs cuBLASLt fp8 and forge bf16 (CUDA build only)\n"
     "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
     "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
@@ -476,6 +493,15 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     }
     if (strcmp(what, "gemm-mma") == 0) {
         s = forge_bench_gemm_mma(stdout, (int)reps);
+        return s == FORGE_OK ? 0 : fail(s);
+    }
+    if (strcmp(what, "gemm-epi") == 0) {
+        s = forge_bench_gemm_epi(stdout, device, (int)reps);
+        return s == FORGE_OK ? 0 : fail(s);
+    }
+    if (strcmp(what, "attention") == 0) {
+        const char *q = getenv("FORGE_ATTENTION_QUICK");
+        s = forge_bench_attention(stdout, device, (int)reps, q && *q && strcmp(q, "0") != 0);
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "characterize") == 0) {

@@ -33,7 +33,7 @@ gemm_wgmma_tf32_kernel HGMMA
 gemm_wgmma_bf16_nn_kernel HGMMA
 gemm_wgmma_bf16_tn_kernel HGMMA
 gemm_simt_bf16_kernel  FFMA
-gemm_mma_nt_kernel     HMMA
+gemm_mma_kernel        HMMA
 '
 
 BIN=${1:-build/cuda/forge}

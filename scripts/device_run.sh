@@ -26,7 +26,14 @@ export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_
 T_PARITY=${FORGE_T_PARITY:-150}
 T_MEMCHECK=${FORGE_T_MEMCHECK:-120}
 T_OPTIONAL=${FORGE_T_OPTIONAL:-150}
+# Which stages run, in order (one device call has 10 minutes: split long lists
+# over two calls). Built in: parity, parity-cublas, memcheck, sass. Any other
+# name runs scripts/device_<name>.sh (train, bench, epi, fp8, gate, flash32,
+# flash16, ...) with timeout FORGE_T_<NAME> (else FORGE_T_OPTIONAL).
+STAGE_LIST=${FORGE_STAGES:-parity memcheck train bench}
+want() { case " $STAGE_LIST " in *" $1 "*) return 0 ;; esac; return 1; }
 
+RESULTS_BEFORE=$(echo results/*/) # only result folders written during this call come back
 STAGES=()
 RESULTS=()
 SECONDS_USED=()
@@ -75,9 +82,12 @@ if [ -x "$GPU_TESTS" ]; then
         echo "missing shared libraries for $GPU_TESTS:"
         ldd "$GPU_TESTS" | grep 'not found'
     fi
-    run_stage parity "$T_PARITY" "$OUT/parity.log" env -u FORGE_MATMUL "$GPU_TESTS"
+    want parity && run_stage parity "$T_PARITY" "$OUT/parity.log" env -u FORGE_MATMUL "$GPU_TESTS"
+    want parity-cublas && run_stage parity-cublas "$T_PARITY" "$OUT/parity_cublas.log" env FORGE_MATMUL=cublas "$GPU_TESTS"
     SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
-    if [ -x "$SANITIZER" ]; then
+    if ! want memcheck; then
+        :
+    elif [ -x "$SANITIZER" ]; then
         run_stage memcheck "$T_MEMCHECK" "$OUT/memcheck.log" env FORGE_GPU_TESTS_QUICK=1 \
             "$SANITIZER" --tool memcheck --error-exitcode 1 "$GPU_TESTS"
     else
@@ -90,13 +100,22 @@ else
     SECONDS_USED+=("0")
 fi
 
-# ---- optional stages (added by the lead) ----------------------------------
-if [ -x scripts/device_train.sh ]; then
-    run_stage train "$T_OPTIONAL" "$OUT/train.log" scripts/device_train.sh
+# ---- SASS: which matrix unit each kernel uses (cuobjdump is on the device) ----
+if want sass; then
+    run_stage sass 60 "$OUT/sass.log" sh scripts/check_sass.sh build/cuda/forge
 fi
-if [ -x scripts/device_bench.sh ]; then
-    run_stage bench "$T_OPTIONAL" "$OUT/bench.log" scripts/device_bench.sh
-fi
+
+# ---- script stages: scripts/device_<name>.sh --------------------------------
+for name in $STAGE_LIST; do
+    case $name in parity | parity-cublas | memcheck | sass) continue ;; esac
+    script=scripts/device_$name.sh
+    if [ ! -f "$script" ]; then
+        skip_stage "$name" "$script missing"
+        continue
+    fi
+    var=FORGE_T_$(echo "$name" | tr 'a-z-' 'A-Z_')
+    run_stage "$name" "${!var:-$T_OPTIONAL}" "$OUT/$name.log" bash "$script"
+done
 
 # ---- summary: last ------------------------------------------------------------
 failed=0
@@ -114,6 +133,11 @@ done
         [ -f "$OUT/$log.log" ] && printf '%-16s %s\n' "$log" "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$log.log" | tail -n 1)"
     done
 } 2>&1 | tee "$OUT/summary.txt"
-# At most 8 files come back: pack the logs into one archive.
-(cd "$OUT" && tar czf logs.tgz ./*.log env.txt && rm -f ./*.log env.txt)
+# At most 8 files come back: everything but the summary goes into one archive,
+# with the harness results written during this call (results/<date>_<commit>/).
+for d in results/*/; do
+    case " $RESULTS_BEFORE " in *" $d "*) ;; *) mkdir -p "$OUT/results" && cp -r "$d" "$OUT/results/" ;; esac
+done
+(cd "$OUT" && tar czf /tmp/forge-device-logs.tgz --exclude=./summary.txt . &&
+    find . -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + && mv /tmp/forge-device-logs.tgz logs.tgz)
 exit $failed

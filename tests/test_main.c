@@ -11,6 +11,7 @@
     X(core)              \
     X(ops_forward)       \
     X(gradcheck)         \
+    X(flash)             \
     X(tokenizer)         \
     X(data)              \
     X(config)            \

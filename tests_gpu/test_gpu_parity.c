@@ -28,14 +28,30 @@
  *
  * Matmul and attention cases run on the default CUDA backend (FORGE_MATMUL
  * from the environment) and again on backends created with FORGE_MATMUL =
- * simt64, simt128 and cublas (attention always uses the SIMT GEMM; under
- * cublas only the matmul ops are repeated).
+ * simt64, simt128, cublas, auto and tf32 (attention always uses the SIMT
+ * GEMM; under cublas, auto and tf32 only the matmul ops are repeated). A
+ * build without cuBLAS (CUBLAS=0) skips cublas and checks that it is
+ * refused; auto there runs forge's kernel.
+ * tf32 tolerance (matmul under FORGE_MATMUL=tf32): each operand is rounded
+ * to tf32 (10 mantissa bits, round to nearest: relative error <= 2^-11), so
+ * a product is off by <= 2^-10 |a||b| and a K-long dot product by <= 2^-10
+ * sum_k |a_k||b_k| plus the fp32 summation term tol_for_sum(K). With inputs
+ * uniform in [-1, 1], sum |a||b| has mean K/4 and standard deviation
+ * 0.217 sqrt(K); the bound uses mean + 6 sd (never exceeded in practice):
+ * tol = 2^-10 (K/4 + 1.3 sqrt(K)) + tol_for_sum(K). The measured maxerr is
+ * far below it (errors of opposite signs cancel); a wrong layout or a
+ * missed K tile is off by O(sqrt(K)/3), far above it.
+ * Under tf32, shapes with few output tiles and a long K take split-K
+ * (forge_gemm_mma_tf32_splits): {257,768,3072} forward (+bias in the
+ * reduction), {1031,200,2100} dX and dW, {1001,45,130} dW (scalar loads).
+ * The auto table's cache is checked too (case_matmul_table): a corrupt file
+ * is replaced by a valid one holding the measured shape.
+ * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer).
+ * FORGE_GPU_TESTS_ONLY=flash16 runs only the bf16 flash attention cases.
  * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
- * refusals.
- * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer);
- * FORGE_GPU_TESTS_ONLY=gemm_fp8 runs only those GEMM cases.
+ * refusals; FORGE_GPU_TESTS_ONLY=gemm_fp8 runs only those GEMM cases.
  * Ends with "N passed, N failed"; exit status 1 on any failure.
  */
 #include <math.h>
@@ -52,6 +68,7 @@
 #include "../src/core/pool.h"
 #include "../src/core/status.h"
 #include "../src/util/rng.h"
+#include "../tests/ops/attention_memory.h"
 
 #define GUARD 64
 #define GUARD_BITS 0x7fbadf0du /* a NaN no kernel produces */
@@ -387,6 +404,12 @@ done:
 
 /* ---- matmul ---------------------------------------------------------------- */
 
+/* Max abs tolerance of a K-long matmul reduction on the current impl (tf32: see the top of the file). */
+static double mm_tol(const parity *P, double K) {
+    if (P->impl && strcmp(P->impl, "tf32") == 0) return ldexp(K / 4.0 + 1.3 * sqrt(K), -10) + tol_for_sum(K);
+    return tol_for_sum(K);
+}
+
 static void case_matmul(parity *P, int N, int C, int OC, int with_bias) {
     forge_backend *Cb = P->cpu, *G = P->gpu;
     char shape[128], op[96];
@@ -402,14 +425,14 @@ static void case_matmul(parity *P, int N, int C, int OC, int with_bias) {
         if (ran_ok(P, op, shape,
                    Cb->matmul_forward(Cb, out.c, inp.c, w.c, with_bias ? b.c : NULL, N, C, OC),
                    G->matmul_forward(G, out.g, inp.g, w.g, with_bias ? b.g : NULL, N, C, OC)))
-            check(P, op, shape, &out, tol_for_sum(C), 0);
+            check(P, op, shape, &out, mm_tol(P, C), 0);
     }
     snprintf(op, sizeof op, "matmul_backward_input[%s]", P->impl);
     if (supported(P, op, shape, Cb->matmul_backward_input, G->matmul_backward_input) &&
         fbuf_rand(P, &dinp, (size_t)N * C, -1, 1)) {
         if (ran_ok(P, op, shape, Cb->matmul_backward_input(Cb, dinp.c, dout.c, w.c, N, C, OC),
                    G->matmul_backward_input(G, dinp.g, dout.g, w.g, N, C, OC)))
-            check(P, op, shape, &dinp, tol_for_sum(OC), 0);
+            check(P, op, shape, &dinp, mm_tol(P, OC), 0);
     }
     snprintf(op, sizeof op, "matmul_backward_weight[%s]", P->impl);
     if (supported(P, op, shape, Cb->matmul_backward_weight, G->matmul_backward_weight) &&
@@ -418,7 +441,7 @@ static void case_matmul(parity *P, int N, int C, int OC, int with_bias) {
                    Cb->matmul_backward_weight(Cb, dw.c, with_bias ? db.c : NULL, dout.c, inp.c, N, C, OC),
                    G->matmul_backward_weight(G, dw.g, with_bias ? db.g : NULL, dout.g, inp.g, N, C, OC))) {
             snprintf(op, sizeof op, "matmul_backward_weight[%s].dweight", P->impl);
-            check(P, op, shape, &dw, tol_for_sum(N), 0);
+            check(P, op, shape, &dw, mm_tol(P, N), 0);
             /* without bias, db must come back untouched */
             snprintf(op, sizeof op, "matmul_backward_weight[%s].dbias", P->impl);
             check(P, op, shape, &db, tol_for_sum(N), 0);
@@ -599,6 +622,193 @@ done:
     fbuf_free(P, &dqkv);
     fbuf_free(P, &scratch);
     fbuf_free(P, &att_in);
+}
+
+/* ---- fused (flash) attention, fp32 ------------------------------------------------------ */
+
+/* lse holds -INFINITY for rows that see no key: both sides must agree on
+ * which rows those are, and the finite rows within tol. */
+static void check_lse(parity *P, const char *op, const char *shape, const fbuf *b, double tol) {
+    size_t total = b->n + GUARD;
+    float *h = malloc(total * sizeof *h);
+    if (!h || P->gpu->copy_to_host(P->gpu, h, b->g, total * sizeof(float)) != FORGE_OK) {
+        report(P, 0, op, shape, INFINITY, tol, "(copy_to_host failed)");
+        free(h);
+        return;
+    }
+    double maxerr = 0.0;
+    size_t worst = 0, bad_guard = 0, inf_rows = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        double c = b->c[i], g = h[i], err;
+        if (isinf(c) || isinf(g)) {
+            err = (c == g) ? 0.0 : INFINITY;
+            inf_rows += isinf(c) != 0;
+        } else {
+            err = fabs(g - c);
+        }
+        if (!(err <= maxerr)) {
+            maxerr = isnan(err) ? INFINITY : err;
+            worst = i;
+        }
+    }
+    for (size_t i = 0; i < GUARD; i++) {
+        uint32_t u;
+        memcpy(&u, &h[b->n + i], sizeof u);
+        if (u != GUARD_BITS) bad_guard++;
+    }
+    char why[256];
+    snprintf(why, sizeof why, "(%zu rows with no visible key; worst at [%zu]: cuda %.9g vs cpu %.9g%s)",
+             inf_rows, worst, (double)h[worst], (double)b->c[worst], bad_guard ? "; GUARD OVERWRITTEN" : "");
+    report(P, maxerr <= tol && bad_guard == 0, op, shape, maxerr, tol, why);
+    free(h);
+}
+
+/* Forward (out, lse) and backward (dQ into qkv_q, dK/dV into qkv_kv) of the
+ * general Tq/Tk entry against the CPU reference. Tq == Tk uses ONE packed
+ * qkv and ONE dqkv, as the trainer does. The backward runs on the CPU's
+ * forward results on both sides, so it is compared on its own. */
+static void case_flash(parity *P, int B, int Tq, int Tk, int NH, int NKV, int HS) {
+    forge_backend *Cb = P->cpu, *G = P->gpu;
+    char shape[128], op[96];
+    snprintf(shape, sizeof shape, "B=%d Tq=%d Tk=%d NH=%d NKV=%d HS=%d", B, Tq, Tk, NH, NKV, HS);
+    int same = Tq == Tk;
+    size_t row = (size_t)(NH + 2 * NKV) * HS;
+    size_t nq = (size_t)B * Tq * row, nk = (size_t)B * Tk * row;
+    size_t nout = (size_t)B * Tq * NH * HS, nlse = (size_t)B * NH * Tq;
+    fbuf qq = {0}, qk = {0}, out = {0}, lse = {0}, dout = {0}, out_in = {0}, lse_in = {0};
+    fbuf dq = {0}, dk = {0}, scratch = {0};
+    if (!fbuf_rand(P, &qq, nq, -1.5f, 1.5f) || (!same && !fbuf_rand(P, &qk, nk, -1.5f, 1.5f)) ||
+        !fbuf_rand(P, &dout, nout, -1, 1))
+        goto done;
+    const fbuf *kv = same ? &qq : &qk;
+
+    snprintf(op, sizeof op, "flash_attention_forward_ext");
+    if (!supported(P, op, shape, Cb->flash_attention_forward_ext, G->flash_attention_forward_ext) ||
+        !fbuf_poison(P, &out, nout) || !fbuf_poison(P, &lse, nlse))
+        goto done;
+    if (!ran_ok(P, op, shape,
+                Cb->flash_attention_forward_ext(Cb, out.c, lse.c, qq.c, kv->c, B, Tq, Tk, NH, NKV, HS),
+                G->flash_attention_forward_ext(G, out.g, lse.g, qq.g, kv->g, B, Tq, Tk, NH, NKV, HS)))
+        goto done;
+    check(P, "flash_attention_forward.out", shape, &out, TOL_DEFAULT, 0);
+    check_lse(P, "flash_attention_forward.lse", shape, &lse, TOL_DEFAULT);
+
+    snprintf(op, sizeof op, "flash_attention_backward_ext");
+    if (!supported(P, op, shape, Cb->flash_attention_backward_ext, G->flash_attention_backward_ext) ||
+        !fbuf_upload(P, &out_in, nout, out.c) || !fbuf_upload(P, &lse_in, nlse, lse.c) ||
+        !fbuf_rand(P, &dq, nq, -1, 1) || (!same && !fbuf_rand(P, &dk, nk, -1, 1)) ||
+        !fbuf_poison(P, &scratch, nlse))
+        goto done;
+    fbuf *dkv = same ? &dq : &dk;
+    if (!ran_ok(P, op, shape,
+                Cb->flash_attention_backward_ext(Cb, dq.c, dkv->c, scratch.c, dout.c, qq.c, kv->c, out_in.c,
+                                                 lse_in.c, B, Tq, Tk, NH, NKV, HS),
+                G->flash_attention_backward_ext(G, dq.g, dkv->g, scratch.g, dout.g, qq.g, kv->g, out_in.g,
+                                                lse_in.g, B, Tq, Tk, NH, NKV, HS)))
+        goto done;
+    /* dK/dV sum up to Tq * group terms, but each is small (P ~ 1/T): a numpy
+     * emulation of these kernels at T = 1031 is 5e-6 off in dV (max |dV| 2.7),
+     * so the flat fp32 tolerance holds with a margin */
+    double tol = TOL_DEFAULT;
+    check(P, same ? "flash_attention_backward.dqkv" : "flash_attention_backward.dqkv_q", shape, &dq, tol, 0);
+    if (!same) check(P, "flash_attention_backward.dqkv_kv", shape, &dk, tol, 0);
+done:
+    fbuf_free(P, &qq);
+    fbuf_free(P, &qk);
+    fbuf_free(P, &out);
+    fbuf_free(P, &lse);
+    fbuf_free(P, &dout);
+    fbuf_free(P, &out_in);
+    fbuf_free(P, &lse_in);
+    fbuf_free(P, &dq);
+    fbuf_free(P, &dk);
+    fbuf_free(P, &scratch);
+}
+
+/* Two runs of the GPU forward + backward give identical bits (no atomics). */
+static void case_flash_deterministic(parity *P, int B, int T, int NH, int NKV, int HS) {
+    forge_backend *G = P->gpu;
+    char shape[128];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    fbuf qkv = {0}, dout = {0}, out = {0}, lse = {0}, d1 = {0}, d2 = {0}, scr = {0};
+    float *h1 = malloc(nqkv * sizeof(float)), *h2 = malloc(nqkv * sizeof(float));
+    int ok = h1 && h2 && fbuf_rand(P, &qkv, nqkv, -1.5f, 1.5f) && fbuf_rand(P, &dout, nout, -1, 1) &&
+             fbuf_poison(P, &out, nout) && fbuf_poison(P, &lse, nl) && fbuf_rand(P, &d1, nqkv, -1, 1) &&
+             fbuf_upload(P, &d2, nqkv, d1.c) && fbuf_poison(P, &scr, nl);
+    if (ok) {
+        ok = G->flash_attention_forward(G, out.g, lse.g, qkv.g, B, T, NH, NKV, HS) == FORGE_OK &&
+             G->flash_attention_backward(G, d1.g, scr.g, dout.g, qkv.g, out.g, lse.g, B, T, NH, NKV, HS) ==
+                 FORGE_OK &&
+             G->flash_attention_backward(G, d2.g, scr.g, dout.g, qkv.g, out.g, lse.g, B, T, NH, NKV, HS) ==
+                 FORGE_OK &&
+             G->copy_to_host(G, h1, d1.g, nqkv * sizeof(float)) == FORGE_OK &&
+             G->copy_to_host(G, h2, d2.g, nqkv * sizeof(float)) == FORGE_OK;
+        if (!ok) report(P, 0, "flash_attention_deterministic", shape, INFINITY, 0, forge_error_message());
+        else {
+            int same = memcmp(h1, h2, nqkv * sizeof(float)) == 0;
+            report(P, same, "flash_attention_deterministic", shape, same ? 0.0 : 1.0, 0.0,
+                   same ? NULL : "(two backward runs differ)");
+        }
+    }
+    free(h1);
+    free(h2);
+    fbuf_free(P, &qkv);
+    fbuf_free(P, &dout);
+    fbuf_free(P, &out);
+    fbuf_free(P, &lse);
+    fbuf_free(P, &d1);
+    fbuf_free(P, &d2);
+    fbuf_free(P, &scr);
+}
+
+/* Head sizes above the largest fused fp32 kernel are refused, never miscomputed. */
+static void case_flash_unsupported(parity *P) {
+    float *x = NULL;
+    int ok = P->gpu->mem_alloc(P->gpu, (void **)&x, 4096 * sizeof(float)) == FORGE_OK;
+    forge_status s = ok ? P->gpu->flash_attention_forward(P->gpu, x, x + 2048, x + 1024, 1, 4, 2, 1, 130)
+                        : FORGE_ERR_OOM;
+    report(P, s == FORGE_ERR_UNSUPPORTED, "flash_attention_forward", "HS=130 (expect FORGE_ERR_UNSUPPORTED)",
+           s == FORGE_ERR_UNSUPPORTED ? 0.0 : 1.0, 0.0, s == FORGE_ERR_UNSUPPORTED ? NULL : forge_status_name(s));
+    if (x) P->gpu->mem_free(P->gpu, x);
+}
+
+/* Extra memory of the op path at T = 8192 (B=1, NH=4, HS=64) is O(T): the
+ * materialised form would need 2 x 1 GiB of (B,NH,T,T) buffers. */
+static void case_flash_memory(parity *P) {
+    int B = 1, T = 8192, NH = 4, NKV = 4, HS = 64;
+    size_t peak = 0, limit = (size_t)64 << 20;
+    forge_status s = attention_peak_bytes(P->gpu, 1, B, T, NH, NKV, HS, &peak);
+    char shape[192];
+    snprintf(shape, sizeof shape,
+             "B=%d T=%d NH=%d HS=%d: op-path peak %.1f MiB (limit 64 MiB; materialised needs >= %.0f MiB)", B, T,
+             NH, HS, peak / 1048576.0, 2.0 * B * NH * (double)T * T * 4 / 1048576.0);
+    if (s != FORGE_OK) report(P, 0, "flash_attention_memory", shape, INFINITY, 0, forge_error_message());
+    else report(P, peak < limit, "flash_attention_memory", shape, (double)peak, (double)limit, NULL);
+}
+
+static void run_flash_cases(parity *P) {
+    static const int shapes[][6] = {
+        /* B, Tq, Tk, NH, NKV, HS */
+        {1, 1, 1, 2, 1, 64},       {2, 67, 67, 6, 2, 64},   {2, 67, 67, 6, 6, 64},
+        {1, 130, 130, 6, 3, 64},   {1, 257, 257, 4, 1, 64}, {2, 200, 200, 4, 2, 128},
+        {1, 129, 129, 2, 2, 128},  {1, 1, 1, 2, 2, 128},    {2, 67, 67, 4, 2, 32},
+        {2, 67, 67, 4, 2, 16},     {1, 100, 37, 4, 2, 64},  {1, 150, 10, 2, 1, 128},
+        {1, 70, 0, 2, 1, 64},      {1, 50, 130, 4, 2, 64},  {1, 1031, 1031, 4, 2, 64},
+        {1, 700, 700, 2, 1, 128},
+        /* head sizes on the zero-padded path: 6 and 8 (the test models), odd 7, 100 */
+        {2, 67, 67, 6, 2, 6},      {2, 67, 67, 4, 2, 8},    {1, 45, 30, 3, 3, 7},
+        {1, 150, 150, 4, 2, 100},
+    };
+    int n = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < n; i++) {
+        if (P->quick && shapes[i][1] > 300) continue;
+        case_flash(P, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5]);
+    }
+    case_flash_deterministic(P, 2, 333, 4, 2, 64);
+    case_flash_deterministic(P, 1, 300, 4, 1, 128);
+    case_flash_unsupported(P);
+    if (!P->quick) case_flash_memory(P);
 }
 
 /* ---- classifier ---------------------------------------------------------------------- */
@@ -868,6 +1078,7 @@ static void run_matmul_cases(parity *P) {
     static const int shapes[][3] = {
         {1, 45, 29}, {37, 45, 29}, {37, 768, 29}, {130, 129, 131}, {64, 64, 64},
         {257, 768, 3072}, {257, 3072, 768}, {1031, 200, 2100},
+        {1001, 45, 130}, /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     for (int i = 0; i < n; i++) {
@@ -915,6 +1126,427 @@ static void run_with_impl(parity *P, const char *impl, int with_attention) {
     forge_backend_destroy(gpu);
 }
 
+/* FORGE_MATMUL=auto's cache: a corrupt file must be ignored (re-measured) and rewritten whole. */
+static void case_matmul_table(parity *P) {
+    const char *path = "/tmp/forge_gpu_tests_matmul_table.tsv";
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        report(P, 0, "matmul_table", path, INFINITY, 0, "(cannot write the test cache file)");
+        return;
+    }
+    fputs("this is not a forge matmul table\n", f);
+    fclose(f);
+    /* a fresh auto backend opens the table at creation: the environment is read then */
+    const char *saved = getenv("FORGE_MATMUL");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    setenv("FORGE_MATMUL_CACHE", path, 1);
+    setenv("FORGE_MATMUL", "auto", 1);
+    forge_backend *gpu = NULL;
+    forge_status s = forge_cuda_backend_create(&gpu, 0);
+    unsetenv("FORGE_MATMUL_CACHE");
+    if (saved_copy) setenv("FORGE_MATMUL", saved_copy, 1);
+    else unsetenv("FORGE_MATMUL");
+    free(saved_copy);
+    if (s != FORGE_OK) {
+        report(P, 0, "cuda_backend_create", "auto (table test)", INFINITY, 0, forge_error_message());
+        return;
+    }
+    forge_backend *main_gpu = P->gpu;
+    const char *main_impl = P->impl;
+    P->gpu = gpu;
+    P->impl = forge_cuda_matmul_impl(gpu);
+    case_matmul(P, 130, 129, 131, 1);
+    P->gpu = main_gpu;
+    P->impl = main_impl;
+    forge_backend_destroy(gpu);
+    f = fopen(path, "r");
+    char line[512] = "";
+    int rows = 0, key_ok = 0;
+    if (f) {
+        if (fgets(line, sizeof line, f)) key_ok = strncmp(line, "# forge matmul table v1 ", 24) == 0;
+        while (fgets(line, sizeof line, f)) rows++;
+        fclose(f);
+    }
+    /* 130x129x131 runs NT, NN and TN once each: three measured rows (unless cuBLAS is absent: then auto is forge
+     * and writes nothing, and the corrupt file stays) */
+#ifdef FORGE_NO_CUBLAS
+    (void)key_ok;
+    report(P, 1, "matmul_table[no cublas]", path, rows, 0, "(auto runs forge only: no table)");
+#else
+    report(P, key_ok && rows == 3, "matmul_table[auto] corrupt cache -> rewritten", path, rows, 3,
+           key_ok ? NULL : "(first line is not the table key)");
+#endif
+}
+
+/* ---- flash attention bf16 (flash_attention_bf16.h) ------------------------------------
+ *
+ * Reference: Q, K, V, dO are random bf16; the float64 reference below runs
+ * the materialised math of the CPU backend's attention (scores, causal
+ * softmax, P.V; dP, dS = P (dP - rowsum(P dP)), dQ/dK/dV) on exactly those
+ * rounded values, generalised to Tq != Tk with bottom-right alignment. When
+ * Tq == Tk the CPU reference backend's attention_forward/backward also run
+ * on the same values (packed qkv in fp32) and the GPU is compared with them
+ * too ("[cpu]" lines). Tolerances (bf16 inputs, bf16 P and dS in the second
+ * matmuls, bf16 out):
+ * - out (bf16, |out| <= max|v| = 1): 1.5e-2 absolute (a few bf16 ulps at 1);
+ * - lse: 2e-3 absolute (fp32 scores of exact bf16 inputs; exp2 approx);
+ * - dq, dk, dv: max abs error <= 3e-2 * max|reference| of that tensor (the
+ *   bf16 rounding of dS and P is relative to each term; a layout or mask bug
+ *   is an O(1) error).
+ * Rows with no visible key (Tk < Tq) must give out = 0 and lse = -inf. */
+#include "../src/backend/cuda/flash_attention_bf16.h"
+#include "../src/bench/harness_cuda.h"
+
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* device buffer of `bytes` followed by GUARD sentinel floats; filled with
+ * `fill` bytes (0xff: NaN for both bf16 and fp32) or uploaded from host */
+static void *fa_dev(parity *P, size_t bytes, const void *host, int fill) {
+    size_t total = bytes + GUARD * sizeof(float);
+    unsigned char *h = malloc(total);
+    void *g = NULL;
+    if (!h) return NULL;
+    if (host) memcpy(h, host, bytes);
+    else memset(h, fill, bytes);
+    for (size_t i = 0; i < GUARD; i++) {
+        uint32_t u = GUARD_BITS;
+        memcpy(h + bytes + i * sizeof u, &u, sizeof u);
+    }
+    if (P->gpu->mem_alloc(P->gpu, &g, total) != FORGE_OK ||
+        P->gpu->copy_to_device(P->gpu, g, h, total) != FORGE_OK) {
+        if (g) P->gpu->mem_free(P->gpu, g);
+        g = NULL;
+    }
+    free(h);
+    return g;
+}
+
+/* copies n values (bf16 if is_bf16, else fp32) back as floats; returns 0 on
+ * a copy error; *guard_bad counts overwritten guard floats */
+static float *fa_fetch(parity *P, const void *g, size_t n, int is_bf16, size_t *guard_bad) {
+    size_t bytes = n * (is_bf16 ? 2 : 4), total = bytes + GUARD * sizeof(float);
+    unsigned char *h = malloc(total);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    if (!h || !f || P->gpu->copy_to_host(P->gpu, h, g, total) != FORGE_OK) {
+        free(h);
+        free(f);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (is_bf16) {
+            uint16_t v;
+            memcpy(&v, h + 2 * i, 2);
+            f[i] = bf2f(v);
+        } else {
+            memcpy(&f[i], h + 4 * i, 4);
+        }
+    }
+    *guard_bad = 0;
+    for (size_t i = 0; i < GUARD; i++) {
+        uint32_t u;
+        memcpy(&u, h + bytes + 4 * i, 4);
+        if (u != GUARD_BITS) (*guard_bad)++;
+    }
+    free(h);
+    return f;
+}
+
+/* scaled = 1: tol is relative to max|ref|; -inf references must match exactly */
+static void fa_compare(parity *P, const char *op, const char *shape, const float *got, const double *ref, size_t n,
+                       size_t guard_bad, double tol, int scaled) {
+    double amax = 0.0;
+    if (scaled) {
+        for (size_t i = 0; i < n; i++)
+            if (isfinite(ref[i]) && fabs(ref[i]) > amax) amax = fabs(ref[i]);
+        tol *= amax > 1e-6 ? amax : 1e-6;
+    }
+    double maxerr = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err;
+        if (isinf(ref[i])) err = (got[i] == ref[i]) ? 0.0 : INFINITY;
+        else err = fabs((double)got[i] - ref[i]);
+        if (!(err <= maxerr)) {
+            maxerr = isnan(err) ? INFINITY : err;
+            worst = i;
+            if (isnan(err)) break;
+        }
+    }
+    char why[256] = "";
+    int ok = maxerr <= tol && guard_bad == 0;
+    if (guard_bad) snprintf(why, sizeof why, "(%zu guard floats after the buffer were overwritten)", guard_bad);
+    else if (!ok && n)
+        snprintf(why, sizeof why, "(worst at [%zu]: cuda %.9g vs ref %.9g)", worst, (double)got[worst], ref[worst]);
+    report(P, ok, op, shape, maxerr, tol, why[0] ? why : NULL);
+}
+
+typedef struct {
+    int B, Tq, Tk, H, Hkv, D;
+    long long qs, ks, vs;         /* host token strides of q, k, v (elements) */
+    const float *q, *k, *v, *dO;  /* rounded values; dO dense (B,Tq,H,D) */
+} fa_ref_in;
+
+/* float64 materialised attention: out, lse (B,H,Tq), dq (B,Tq,H,D), dk, dv (B,Tk,Hkv,D) */
+static void fa_reference(const fa_ref_in *in, double *out, double *lse, double *dq, double *dk, double *dv) {
+    const int D = in->D, G = in->H / in->Hkv;
+    const double scale = 1.0 / sqrt((double)D);
+    double *p = malloc(((size_t)in->Tk + 1) * sizeof *p), *dp = malloc(((size_t)in->Tk + 1) * sizeof *dp);
+    memset(dk, 0, (size_t)in->B * in->Tk * in->Hkv * D * sizeof *dk);
+    memset(dv, 0, (size_t)in->B * in->Tk * in->Hkv * D * sizeof *dv);
+    for (int b = 0; b < in->B; b++)
+        for (int h = 0; h < in->H; h++) {
+            const int hk = h / G;
+            for (int i = 0; i < in->Tq; i++) {
+                const float *qi = in->q + ((size_t)b * in->Tq + i) * in->qs + (size_t)h * D;
+                const float *doi = in->dO + (((size_t)b * in->Tq + i) * in->H + h) * D;
+                const size_t orow = (((size_t)b * in->Tq + i) * in->H + h) * D;
+                int last = i + in->Tk - in->Tq;
+                if (last > in->Tk - 1) last = in->Tk - 1;
+                double m = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= last; j++) {
+                    const float *kj = in->k + ((size_t)b * in->Tk + j) * in->ks + (size_t)hk * D;
+                    double s = 0.0;
+                    for (int d = 0; d < D; d++) s += (double)qi[d] * kj[d];
+                    p[j] = s * scale;
+                    if (p[j] > m) m = p[j];
+                }
+                for (int j = 0; j <= last; j++) {
+                    p[j] = exp(p[j] - m);
+                    sum += p[j];
+                }
+                lse[((size_t)b * in->H + h) * in->Tq + i] = last >= 0 ? m + log(sum) : -INFINITY;
+                for (int d = 0; d < D; d++) {
+                    out[orow + d] = 0.0;
+                    dq[orow + d] = 0.0;
+                }
+                double delta = 0.0;
+                for (int j = 0; j <= last; j++) {
+                    const float *vj = in->v + ((size_t)b * in->Tk + j) * in->vs + (size_t)hk * D;
+                    p[j] /= sum;
+                    double t = 0.0;
+                    for (int d = 0; d < D; d++) {
+                        out[orow + d] += p[j] * vj[d];
+                        t += (double)doi[d] * vj[d];
+                    }
+                    dp[j] = t;
+                    delta += p[j] * t;
+                }
+                for (int j = 0; j <= last; j++) {
+                    const float *kj = in->k + ((size_t)b * in->Tk + j) * in->ks + (size_t)hk * D;
+                    const double ds = p[j] * (dp[j] - delta) * scale;
+                    const size_t krow = (((size_t)b * in->Tk + j) * in->Hkv + hk) * D;
+                    for (int d = 0; d < D; d++) {
+                        dq[orow + d] += ds * kj[d];
+                        dk[krow + d] += ds * qi[d];
+                        dv[krow + d] += p[j] * doi[d];
+                    }
+                }
+            }
+        }
+    free(p);
+    free(dp);
+}
+
+/* packed = 1 (needs Tq == Tk): q/k/v are slices of one (B,T,(H+2Hkv)*D)
+ * buffer; otherwise separate buffers with token strides padded by 8. */
+static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "B=%d Tq=%d Tk=%d H=%d Hkv=%d D=%d %s", B, Tq, Tk, H, Hkv, D,
+             packed ? "packed" : "strided");
+    const long long C = (long long)(H + 2 * Hkv) * D;
+    const long long qs = packed ? C : (long long)H * D + 8, ks = packed ? C : (long long)Hkv * D + 8;
+    const size_t nq = (size_t)B * Tq * qs, nk = (size_t)B * Tk * ks; /* packed: nq is the whole buffer */
+    const size_t no = (size_t)B * Tq * H * D, nkv = (size_t)B * Tk * Hkv * D, nl = (size_t)B * H * Tq;
+    uint16_t *hq = malloc(nq * 2), *hk = malloc((nk ? nk : 1) * 2), *hv = malloc((nk ? nk : 1) * 2),
+             *hdo = malloc(no * 2);
+    float *fq = malloc(nq * 4), *fk = malloc((nk ? nk : 1) * 4), *fv = malloc((nk ? nk : 1) * 4),
+          *fdo = malloc(no * 4);
+    double *rout = malloc(no * 8), *rlse = malloc(nl * 8), *rdq = malloc(no * 8), *rdk = malloc((nkv + 1) * 8),
+           *rdv = malloc((nkv + 1) * 8);
+    void *gq = NULL, *gk = NULL, *gv = NULL, *gdo = NULL, *gout = NULL, *glse = NULL, *gdq = NULL, *gdk = NULL,
+         *gdv = NULL, *gdelta = NULL;
+    if (!hq || !hk || !hv || !hdo || !fq || !fk || !fv || !fdo || !rout || !rlse || !rdq || !rdk || !rdv) {
+        report(P, 0, "flash16", shape, INFINITY, 0, "(out of host memory)");
+        goto done;
+    }
+    for (size_t i = 0; i < nq; i++) fq[i] = bf2f(hq[i] = f2bf(rand_range(P, -1.5f, 1.5f)));
+    if (!packed)
+        for (size_t i = 0; i < nk; i++) {
+            fk[i] = bf2f(hk[i] = f2bf(rand_range(P, -1.5f, 1.5f)));
+            fv[i] = bf2f(hv[i] = f2bf(rand_range(P, -1.0f, 1.0f)));
+        }
+    for (size_t i = 0; i < no; i++) fdo[i] = bf2f(hdo[i] = f2bf(rand_range(P, -1.0f, 1.0f)));
+
+    fa_ref_in in = {B, Tq, Tk, H, Hkv, D, qs, ks, ks, fq, packed ? fq + (size_t)H * D : fk,
+                    packed ? fq + (size_t)(H + Hkv) * D : fv, fdo};
+    fa_reference(&in, rout, rlse, rdq, rdk, rdv);
+
+    gq = fa_dev(P, nq * 2, hq, 0);
+    if (!packed) {
+        gk = fa_dev(P, nk * 2, hk, 0);
+        gv = fa_dev(P, nk * 2, hv, 0);
+    }
+    gdo = fa_dev(P, no * 2, hdo, 0);
+    gout = fa_dev(P, no * 2, NULL, 0xff);
+    glse = fa_dev(P, nl * 4, NULL, 0xff);
+    gdq = fa_dev(P, no * 4, NULL, 0xff);
+    gdk = fa_dev(P, nkv * 4, NULL, 0xff);
+    gdv = fa_dev(P, nkv * 4, NULL, 0xff);
+    gdelta = fa_dev(P, nl * 4, NULL, 0xff);
+    if (!gq || (!packed && (!gk || !gv)) || !gdo || !gout || !glse || !gdq || !gdk || !gdv || !gdelta) {
+        report(P, 0, "flash16", shape, INFINITY, 0, "(device alloc/upload failed)");
+        goto done;
+    }
+    const uint16_t *dq_ = gq;
+    const void *dk_ = packed ? (const void *)(dq_ + (size_t)H * D) : gk;
+    const void *dv_ = packed ? (const void *)(dq_ + (size_t)(H + Hkv) * D) : gv;
+    forge_flash_shape fs = {B, Tq, Tk, H, Hkv, D, qs, ks, ks, (long long)H * D};
+    void *stream = forge_cuda_backend_stream(P->gpu);
+    forge_status st = forge_flash_bf16_forward(&fs, gq, dk_, dv_, gout, glse, stream);
+    if (st == FORGE_OK)
+        st = forge_flash_bf16_backward(&fs, gq, dk_, dv_, gout, gdo, glse, gdelta, gdq, gdk, gdv, stream);
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (st != FORGE_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "(%s: %s)", forge_status_name(st), forge_error_message());
+        report(P, 0, "flash16", shape, INFINITY, 0, why);
+        goto done;
+    }
+    struct {
+        const char *name;
+        void *g;
+        size_t n;
+        int bf;
+        const double *ref;
+        double tol;
+        int scaled;
+    } outs[] = {
+        {"flash16_forward.out", gout, no, 1, rout, 1.5e-2, 0},
+        {"flash16_forward.lse", glse, nl, 0, rlse, 2e-3, 0},
+        {"flash16_backward.dq", gdq, no, 0, rdq, 3e-2, 1},
+        {"flash16_backward.dk", gdk, nkv, 0, rdk, 3e-2, 1},
+        {"flash16_backward.dv", gdv, nkv, 0, rdv, 3e-2, 1},
+    };
+    float *got[5] = {NULL, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 5; i++) {
+        size_t bad = 0;
+        got[i] = fa_fetch(P, outs[i].g, outs[i].n, outs[i].bf, &bad);
+        if (!got[i]) {
+            report(P, 0, outs[i].name, shape, INFINITY, 0, "(copy back failed)");
+            continue;
+        }
+        fa_compare(P, outs[i].name, shape, got[i], outs[i].ref, outs[i].n, bad, outs[i].tol, outs[i].scaled);
+    }
+
+    /* the CPU reference backend itself (Tq == Tk): packed fp32 qkv of the same values */
+    if (Tq == Tk && Tq > 0 && P->cpu->attention_forward && P->cpu->attention_backward) {
+        const int T = Tq;
+        float *qkv = malloc((size_t)B * T * C * 4), *o = malloc(no * 4), *att = malloc((size_t)B * H * T * T * 4),
+              *scr = malloc((size_t)B * H * T * T * 4), *dqkv = calloc((size_t)B * T * C, 4);
+        double *r = malloc(((size_t)B * T * C + no) * 8);
+        if (qkv && o && att && scr && dqkv && r) {
+            for (size_t bt = 0; bt < (size_t)B * T; bt++)
+                for (int c = 0; c < H * D; c++) {
+                    qkv[bt * C + c] = in.q[bt * qs + c];
+                    if (c < Hkv * D) {
+                        qkv[bt * C + H * D + c] = in.k[bt * ks + c];
+                        qkv[bt * C + (H + Hkv) * D + c] = in.v[bt * ks + c];
+                    }
+                }
+            if (P->cpu->attention_forward(P->cpu, o, att, qkv, B, T, H, Hkv, D) == FORGE_OK &&
+                P->cpu->attention_backward(P->cpu, dqkv, scr, fdo, qkv, att, B, T, H, Hkv, D) == FORGE_OK) {
+                for (size_t i = 0; i < no; i++) r[i] = o[i];
+                if (got[0]) fa_compare(P, "flash16_forward.out[cpu]", shape, got[0], r, no, 0, 1.5e-2, 0);
+                /* dq from the packed gradient, (B,T,H,D) */
+                for (size_t bt = 0; bt < (size_t)B * T; bt++)
+                    for (int c = 0; c < H * D; c++) r[bt * H * D + c] = dqkv[bt * C + c];
+                if (got[2]) fa_compare(P, "flash16_backward.dq[cpu]", shape, got[2], r, no, 0, 3e-2, 1);
+                for (int w = 0; w < 2; w++) {
+                    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+                        for (int c = 0; c < Hkv * D; c++)
+                            r[bt * Hkv * D + c] = dqkv[bt * C + (size_t)(H + w * Hkv) * D + c];
+                    if (got[3 + w])
+                        fa_compare(P, w ? "flash16_backward.dv[cpu]" : "flash16_backward.dk[cpu]", shape,
+                                   got[3 + w], r, nkv, 0, 3e-2, 1);
+                }
+            } else {
+                report(P, 0, "flash16[cpu]", shape, INFINITY, 0, forge_error_message());
+            }
+        }
+        free(qkv);
+        free(o);
+        free(att);
+        free(scr);
+        free(dqkv);
+        free(r);
+    }
+    for (int i = 0; i < 5; i++) free(got[i]);
+
+    /* the 8-warp forward variant (q_rows = 128) on the same inputs */
+    {
+        void *gout2 = fa_dev(P, no * 2, NULL, 0xff), *glse2 = fa_dev(P, nl * 4, NULL, 0xff);
+        st = (gout2 && glse2) ? forge_flash_bf16_forward_rows(&fs, gq, dk_, dv_, gout2, glse2, 128, stream)
+                              : FORGE_ERR_OOM;
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        if (st != FORGE_OK) {
+            report(P, 0, "flash16_forward_q128", shape, INFINITY, 0, forge_error_message());
+        } else {
+            size_t bad = 0;
+            float *o2 = fa_fetch(P, gout2, no, 1, &bad);
+            if (o2) fa_compare(P, "flash16_forward_q128.out", shape, o2, rout, no, bad, 1.5e-2, 0);
+            float *l2 = fa_fetch(P, glse2, nl, 0, &bad);
+            if (l2) fa_compare(P, "flash16_forward_q128.lse", shape, l2, rlse, nl, bad, 2e-3, 0);
+            if (!o2 || !l2) report(P, 0, "flash16_forward_q128", shape, INFINITY, 0, "(copy back failed)");
+            free(o2);
+            free(l2);
+        }
+        if (gout2) P->gpu->mem_free(P->gpu, gout2);
+        if (glse2) P->gpu->mem_free(P->gpu, glse2);
+    }
+done:
+    free(hq), free(hk), free(hv), free(hdo), free(fq), free(fk), free(fv), free(fdo);
+    free(rout), free(rlse), free(rdq), free(rdk), free(rdv);
+    void *gs[] = {gq, gk, gv, gdo, gout, glse, gdq, gdk, gdv, gdelta};
+    for (int i = 0; i < 10; i++)
+        if (gs[i]) P->gpu->mem_free(P->gpu, gs[i]);
+}
+
+/* head dims without a compiled tile are refused with FORGE_ERR_UNSUPPORTED */
+static void case_flash16_refuse(parity *P) {
+    forge_flash_shape fs = {1, 16, 16, 2, 2, 96, 2 * 96, 2 * 96, 2 * 96, 2 * 96};
+    static __attribute__((aligned(16))) char dummy[16];
+    forge_status st = forge_flash_bf16_forward(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
+    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward.refuse", "D=96", 0, 0,
+           st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+}
+
+static void run_flash16_cases(parity *P) {
+    static const int shapes[][7] = {
+        /* B, Tq, Tk, H, Hkv, D, packed */
+        {2, 67, 67, 4, 2, 64, 1},   {1, 1, 1, 2, 1, 64, 1},     {1, 1, 1, 2, 2, 128, 0},
+        {1, 130, 130, 4, 4, 128, 1}, {2, 200, 200, 6, 2, 128, 0}, {1, 100, 37, 4, 2, 64, 0},
+        {1, 100, 37, 2, 1, 128, 0}, {1, 37, 100, 2, 1, 128, 0}, {1, 256, 256, 2, 2, 64, 1},
+        {1, 129, 200, 3, 3, 64, 0}, {2, 513, 513, 4, 1, 128, 1}, {1, 1000, 1000, 2, 2, 64, 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (P->quick && shapes[i][1] > 300) continue;
+        case_flash16(P, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5],
+                     shapes[i][6]);
+    }
+    case_flash16_refuse(P);
+}
+
 int main(void) {
     parity P;
     memset(&P, 0, sizeof P);
@@ -934,9 +1566,16 @@ int main(void) {
     P.impl = forge_cuda_matmul_impl(P.gpu);
     printf("gpu parity: cpu=%s cuda matmul=%s%s\n", P.cpu->name, P.impl, P.quick ? " (quick shapes)" : "");
 
-    const char *only = getenv("FORGE_GPU_TESTS_ONLY"); /* "gemm_fp8": just the fp8/tf32 GEMM cases */
-    if (only && strcmp(only, "gemm_fp8") == 0) {
-        run_gemm_fp8_cases(&P);
+    /* FORGE_GPU_TESTS_ONLY=flash: only the fused fp32 attention cases; =flash16: only the bf16 ones;
+     * =gemm_fp8: only the fp8/tf32 GEMM cases */
+    const char *only = getenv("FORGE_GPU_TESTS_ONLY");
+    if (only && (strcmp(only, "flash") == 0 || strcmp(only, "flash16") == 0 || strcmp(only, "gemm_fp8") == 0)) {
+        if (strcmp(only, "flash") == 0)
+            run_flash_cases(&P);
+        else if (strcmp(only, "flash16") == 0)
+            run_flash16_cases(&P);
+        else
+            run_gemm_fp8_cases(&P);
         forge_backend_destroy(P.gpu);
         forge_backend_destroy(P.cpu);
         printf("%d passed, %d failed\n", P.passed, P.failed);
@@ -976,6 +1615,7 @@ int main(void) {
     if (!P.quick) case_rope(&P, 1, 2048, 4, 2, 128); /* large angles */
 
     run_attention_cases(&P);
+    run_flash_cases(&P);
 
     case_classifier(&P, 37, 1000, 25, 0);
     case_classifier(&P, 1, 1000, 0, 1);
@@ -995,10 +1635,34 @@ int main(void) {
 
     case_pool(&P);
 
+    run_flash16_cases(&P);
+
     /* the GEMM-backed ops once more under each matmul path */
     if (strcmp(P.impl, "simt64") != 0) run_with_impl(&P, "simt64", 1);
     if (strcmp(P.impl, "simt128") != 0) run_with_impl(&P, "simt128", 1);
+#ifndef FORGE_NO_CUBLAS
     if (strcmp(P.impl, "cublas") != 0) run_with_impl(&P, "cublas", 0);
+#else
+    {
+        /* a build without cuBLAS must refuse it, never fall back silently */
+        forge_backend *nb = NULL;
+        setenv("FORGE_MATMUL", "cublas", 1);
+        forge_status ns = forge_cuda_backend_create(&nb, 0);
+        unsetenv("FORGE_MATMUL");
+        report(&P, ns == FORGE_ERR_UNSUPPORTED, "cuda_backend_create[cublas, CUBLAS=0]", "refused", 0, 0,
+               ns == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+        if (nb) forge_backend_destroy(nb);
+    }
+#endif
+    if (strcmp(P.impl, "tf32") != 0) run_with_impl(&P, "tf32", 0);
+    if (strcmp(P.impl, "auto") != 0) {
+        /* the auto table of this run goes to a scratch file, never the user's cache */
+        const char *c = getenv("FORGE_MATMUL_CACHE");
+        if (!c || !*c) setenv("FORGE_MATMUL_CACHE", "/tmp/forge_gpu_tests_matmul_auto.tsv", 1);
+        run_with_impl(&P, "auto", 0);
+        if (!c || !*c) unsetenv("FORGE_MATMUL_CACHE");
+        case_matmul_table(&P);
+    }
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);

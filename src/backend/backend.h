@@ -141,6 +141,32 @@ struct forge_backend {
                                        const float *dout, const float *qkv, const float *att,
                                        int B, int T, int NH, int NKV, int HS);
 
+    /* ---- fused (flash) causal self-attention ------------------------------ */
+    /* Same packed qkv and out as attention_forward, but the scores never reach
+     * memory: online softmax over key tiles. lse (B,NH,T) saves the natural-log
+     * logsumexp of each query row's scaled scores for the backward. */
+    forge_status (*flash_attention_forward)(forge_backend *be, float *out, float *lse, const float *qkv,
+                                            int B, int T, int NH, int NKV, int HS);
+    /* dqkv += ; scratch >= B*NH*T floats (holds D = rowsum(dout * out)), contents undefined */
+    forge_status (*flash_attention_backward)(forge_backend *be, float *dqkv, float *scratch,
+                                             const float *dout, const float *qkv, const float *out,
+                                             const float *lse, int B, int T, int NH, int NKV, int HS);
+    /* The general form behind both (exposed for tests): queries come from the
+     * query heads of qkv_q (B,Tq,(NH+2*NKV)*HS), keys/values from the key and
+     * value heads of qkv_kv (B,Tk,(NH+2*NKV)*HS); causal alignment is
+     * bottom-right: query i sees key j iff j <= i + Tk - Tq. A row with no
+     * visible key (Tk < Tq) gets out = 0, lse = -INFINITY and zero gradients.
+     * out/dout (B,Tq,NH*HS), lse and scratch (B,NH,Tq). The backward writes dQ
+     * into the query heads of dqkv_q and dK/dV into the key/value heads of
+     * dqkv_kv (they may be the same buffer). */
+    forge_status (*flash_attention_forward_ext)(forge_backend *be, float *out, float *lse,
+                                                const float *qkv_q, const float *qkv_kv, int B, int Tq,
+                                                int Tk, int NH, int NKV, int HS);
+    forge_status (*flash_attention_backward_ext)(forge_backend *be, float *dqkv_q, float *dqkv_kv,
+                                                 float *scratch, const float *dout, const float *qkv_q,
+                                                 const float *qkv_kv, const float *out, const float *lse,
+                                                 int B, int Tq, int Tk, int NH, int NKV, int HS);
+
     /* ---- fused classifier ------------------------------------------------ */
     /* For each row n of logits (N,V): losses[n] = -log softmax(logits[n])[targets[n]],
      * and logits[n] is OVERWRITTEN by its gradient (softmax - onehot) * grad_scale.

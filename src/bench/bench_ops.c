@@ -119,6 +119,13 @@ static forge_status call_att_fwd(forge_backend *be, const ops_shape *s, void *co
 static forge_status call_att_bwd(forge_backend *be, const ops_shape *s, void *const *p) {
     return be->attention_backward(be, P(0), P(1), PC(2), PC(3), PC(4), s->B, s->T, s->NH, s->NH, s->HS);
 }
+static forge_status call_flash_fwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->flash_attention_forward(be, P(0), P(1), PC(2), s->B, s->T, s->NH, s->NH, s->HS);
+}
+static forge_status call_flash_bwd(forge_backend *be, const ops_shape *s, void *const *p) {
+    return be->flash_attention_backward(be, P(0), P(1), PC(2), PC(3), PC(4), PC(5), s->B, s->T, s->NH, s->NH,
+                                        s->HS);
+}
 static forge_status call_classifier(forge_backend *be, const ops_shape *s, void *const *p) {
     return be->classifier_forward_backward(be, P(0), P(1), (const int32_t *)p[2], s->N, s->V, -1, 1e-4f);
 }
@@ -194,6 +201,19 @@ static int ops_table(ops_desc *o, const ops_shape *s) {
                         {{BUF_UPDATE, N * 3 * C, a, b}, {BUF_SCRATCH, att, 0, 0}, {BUF_IN, N * C, a, b},
                          {BUF_IN, N * 3 * C, a, b}, {BUF_PROBS, att, 0.1f, 1.0f}},
                         call_att_bwd, NULL, 8.0 * s->B * s->NH * T * T * s->HS};
+    /* fused attention: FLOPs counted as for the materialised cells (full T x T,
+     * no causal halving, no recompute) so the TFLOP/s compare one to one. The
+     * backward's out and lse are independent random inputs, not a forward's
+     * results: the cell times and checks the function on the same inputs,
+     * and lse in [1, 3] keeps exp(s - lse) finite. */
+    size_t bht = (size_t)s->B * s->NH * s->T;
+    o[k++] = (ops_desc){"flash_attention_forward", 3,
+                        {{BUF_OUT, N * C, 0, 0}, {BUF_OUT, bht, 0, 0}, {BUF_IN, N * 3 * C, a, b}},
+                        call_flash_fwd, NULL, 4.0 * s->B * s->NH * T * T * s->HS};
+    o[k++] = (ops_desc){"flash_attention_backward", 6,
+                        {{BUF_UPDATE, N * 3 * C, a, b}, {BUF_SCRATCH, bht, 0, 0}, {BUF_IN, N * C, a, b},
+                         {BUF_IN, N * 3 * C, a, b}, {BUF_IN, N * C, a, b}, {BUF_IN, bht, 1.0f, 3.0f}},
+                        call_flash_bwd, NULL, 8.0 * s->B * s->NH * T * T * s->HS};
     o[k++] = (ops_desc){"classifier_forward_backward", 3,
                         {{BUF_OUT, N, 0, 0}, {BUF_UPDATE, N * V, -4, 4}, {BUF_IDS, N, 0, 0}}, call_classifier,
                         NULL, 0};
@@ -203,7 +223,7 @@ static int ops_table(ops_desc *o, const ops_shape *s) {
                         call_adamw, NULL, 0};
     return k;
 }
-#define OPS_MAX 16
+#define OPS_MAX 18
 
 /* ---- one op as a harness cell ------------------------------------------------- */
 
@@ -392,12 +412,18 @@ forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C,
     forge_rng rng;
     forge_rng_seed(&rng, 11, 0);
     int bad = 0;
+    int tf32 = 0; /* FORGE_MATMUL=tf32: the matmul ops are gated at the tf32 tolerance */
+#ifdef FORGE_WITH_CUDA
+    tf32 = cuda && strcmp(forge_cuda_matmul_impl(be), "tf32") == 0;
+#endif
     for (int k = 0; k < n_ops && s == FORGE_OK; k++) {
         ops_cell c;
         memset(&c, 0, sizeof c);
         c.op = &ops[k], c.s = &sh, c.be = be, c.ref = ref, c.V = V;
         s = ops_cell_init(&c, &rng);
-        forge_harness_cell cell = {.name = ops[k].name, .group = ops[k].name, .precision = FORGE_PREC_FP32,
+        const forge_precision prec =
+            tf32 && strncmp(ops[k].name, "matmul_", 7) == 0 ? FORGE_PREC_TF32 : FORGE_PREC_FP32;
+        forge_harness_cell cell = {.name = ops[k].name, .group = ops[k].name, .precision = prec,
                                    .flops = ops[k].flops, .bytes = ops_bytes(&ops[k]), .n_input_sets = OPS_SETS,
                                    .ctx = &c, .poison = ops_poison, .run = ops_run, .check = ops_check};
         forge_cell_result r;

@@ -183,6 +183,12 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
                      "CPU reference on the same parameters\n", be->name);
     double mfu[2] = {0, 0}, peak_mib[2] = {0, 0}, tok_s[2] = {0, 0};
     int bad = 0;
+    /* FORGE_MATMUL=tf32 rounds the linear layers' operands to tf32: its losses are gated at the tf32
+     * tolerance, every other path at fp32's */
+    forge_precision prec = FORGE_PREC_FP32;
+#ifdef FORGE_WITH_CUDA
+    if (cuda && strcmp(forge_cuda_matmul_impl(be), "tf32") == 0) prec = FORGE_PREC_TF32;
+#endif
     for (int i = 0; i < 2 && s == FORGE_OK; i++) {
         train_cell c;
         s = train_cell_init(&c, be, ref, configs_dir, &cases[i]);
@@ -191,7 +197,7 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
                                                                    c.cfg.d_model) * tokens : 0;
         char name[96];
         snprintf(name, sizeof name, "%s B=%d T=%d", cases[i].config, c.B, c.T);
-        forge_harness_cell cell = {.name = name, .group = name, .precision = FORGE_PREC_FP32, .flops = flops,
+        forge_harness_cell cell = {.name = name, .group = name, .precision = prec, .flops = flops,
                                    .n_input_sets = 1, .ctx = &c, .poison = train_cell_poison,
                                    .run = train_cell_run, .check = train_cell_check};
         forge_cell_result r;

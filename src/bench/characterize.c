@@ -610,6 +610,12 @@ forge_status forge_bench_characterize(FILE *out, const char *device, int reps, c
         return forge_error(FORGE_ERR_ARG,
                            "forge bench characterize measures the GPU: pass --device cuda (got --device %s)",
                            device ? device : "(none)");
+#ifdef FORGE_NO_CUBLAS
+    (void)reps, (void)results_root, (void)out;
+    return forge_error(FORGE_ERR_UNSUPPORTED,
+                       "forge bench characterize: skipped: its GEMM cells are cuBLAS/cuBLASLt and this forge was "
+                       "built without cuBLAS (make cuda CUBLAS=0); rebuild with cuBLAS to characterize the GPU");
+#endif
     if (reps <= 0) reps = CHAR_DEFAULT_REPS;
     char_state *st = calloc(1, sizeof *st);
     if (!st) return forge_error(FORGE_ERR_OOM, "characterize: out of memory");

@@ -8,19 +8,29 @@
 
 #include "gemm_bench.h"
 
-forge_status forge_bench_gemm(FILE *out, const char *device, int reps) {
+static forge_status gemm_bench_run(FILE *out, const char *device, int reps, int epi_only) {
+    const char *suite = epi_only ? "gemm-epi" : "gemm";
     if (strcmp(device, "cuda") != 0)
         return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "forge bench gemm: the GEMM suite times GPU kernels only; run it with --device cuda "
+                           "forge bench %s: the GEMM suite times GPU kernels only; run it with --device cuda "
                            "(got --device %s)",
-                           device);
+                           suite, device);
 #ifdef FORGE_WITH_CUDA
-    return forge_bench_gemm_cuda(out, reps);
+    return forge_bench_gemm_cuda(out, reps, epi_only);
 #else
     (void)out;
     (void)reps;
     return forge_error(FORGE_ERR_UNSUPPORTED,
-                       "forge bench gemm: this is the CPU-only build; build the CUDA one (make cuda) and run "
-                       "build/cuda/forge bench gemm --device cuda");
+                       "forge bench %s: this is the CPU-only build; build the CUDA one (make cuda) and run "
+                       "build/cuda/forge bench %s --device cuda",
+                       suite, suite);
 #endif
+}
+
+forge_status forge_bench_gemm(FILE *out, const char *device, int reps) {
+    return gemm_bench_run(out, device, reps, 0);
+}
+
+forge_status forge_bench_gemm_epi(FILE *out, const char *device, int reps) {
+    return gemm_bench_run(out, device, reps, 1);
 }

@@ -11,12 +11,16 @@
 
 /* Runs the suite on `device` ("cuda" only; the CPU build and --device cpu
  * return FORGE_ERR_UNSUPPORTED with a message). reps < 30 is raised to 30 by
- * the harness. Writes results/<date>_<commit>/gemm*.csv. */
+ * the harness. Writes results/<date>_<commit>/gemm*.csv: the plain GEMM
+ * groups, then the fused-epilogue groups (bias+GELU, residual, bf16 out,
+ * GELU backward in dX, C += against cuBLAS beta = 1). */
 forge_status forge_bench_gemm(FILE *out, const char *device, int reps);
+/* `forge bench gemm-epi`: only the fused-epilogue groups (gemm_epi*.csv). */
+forge_status forge_bench_gemm_epi(FILE *out, const char *device, int reps);
 
 #ifdef FORGE_WITH_CUDA
-/* The CUDA half (src/bench/cuda/gemm_bench_cells.cu), on CUDA device 0. */
-forge_status forge_bench_gemm_cuda(FILE *out, int reps);
+/* The CUDA half (src/bench/cuda/gemm_bench_cells.cu), on CUDA device 0; epi_only: the epilogue groups alone. */
+forge_status forge_bench_gemm_cuda(FILE *out, int reps, int epi_only);
 #endif
 
 #endif

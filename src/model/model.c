@@ -149,12 +149,31 @@ static forge_status init_params(forge_model *m, uint64_t seed) {
     return st;
 }
 
+/* FORGE_ATTENTION picks the attention op. The fused form is the default: it
+ * saves (B,NH,T) floats per layer instead of (B,NH,T,T) and needs no T x T
+ * scratch in the backward. The materialised form stays selectable as the
+ * reference the fused one was checked against. */
+static forge_status parse_attention_env(int *flash) {
+    const char *v = getenv("FORGE_ATTENTION");
+    *flash = 1;
+    if (!v || !*v || strcmp(v, "flash") == 0) return FORGE_OK;
+    if (strcmp(v, "materialised") == 0) {
+        *flash = 0;
+        return FORGE_OK;
+    }
+    return forge_error(FORGE_ERR_ARG, "FORGE_ATTENTION='%s': expected \"flash\" (default) or \"materialised\"",
+                       v);
+}
+
 forge_status forge_model_create(forge_model **out, const forge_model_config *cfg, forge_pool *pool,
                                 uint64_t seed) {
     FORGE_TRY(forge_config_validate(cfg, cfg->name));
+    int flash;
+    FORGE_TRY(parse_attention_env(&flash));
     forge_model *m = calloc(1, sizeof *m);
     if (!m) return forge_error(FORGE_ERR_OOM, "model: out of host memory");
     m->cfg = *cfg;
+    m->flash_attention = flash;
     m->pool = pool;
     m->be = forge_pool_backend(pool);
     layout_builder lb = {.m = m};
@@ -245,7 +264,10 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
         FORGE_TRY(norm(m, tape, &h, x, L->norm1_w, L->norm1_b));
         FORGE_TRY(forge_op_matmul(tape, &h, h, L->qkv_w, L->qkv_b));
         if (c->positions == FORGE_POSITIONS_ROPE) FORGE_TRY(forge_op_rope(tape, &h, h, NH, NKV, HS, c->rope_theta));
-        FORGE_TRY(forge_op_attention(tape, &a, h, NH, NKV, HS));
+        if (m->flash_attention)
+            FORGE_TRY(forge_op_flash_attention(tape, &a, h, NH, NKV, HS));
+        else
+            FORGE_TRY(forge_op_attention(tape, &a, h, NH, NKV, HS));
         FORGE_TRY(forge_op_matmul(tape, &a, a, L->attn_proj_w, L->attn_proj_b));
         FORGE_TRY(forge_op_add(tape, &x, x, a));
         /* MLP block: x = x + proj(act(fc(norm2(x)))) */

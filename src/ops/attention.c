@@ -1,7 +1,8 @@
 /*
  * attention.c: rotary embedding on packed qkv, and causal multi-head
- * attention (reference form: the (B, NH, T, T) probabilities are materialised
- * and saved for backward; the fused flash kernels replace this on the GPU).
+ * attention in two forms: the reference form (the (B, NH, T, T) probabilities
+ * are materialised and saved for backward) and the fused flash form (only the
+ * (B, NH, T) logsumexp is saved; the backward recomputes the probabilities).
  */
 #include "op_common.h"
 
@@ -74,5 +75,45 @@ forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tens
     o->requires_grad = qkv->requires_grad;
     forge_tape_entry e = {.op = "attention", .backward = attention_backward, .out = o, .in = {qkv},
                           .saved = {att}, .p = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS}};
+    return forge_tape_push(tape, &e);
+}
+
+static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dqkv;
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
+    if (!dqkv) return FORGE_OK;
+    OP_REQUIRE(be, flash_attention_backward);
+    forge_pool *pool = forge_tape_pool(tape);
+    size_t scratch_bytes;
+    void *scratch;
+    /* D = rowsum(dO * O): one float per (b, h, t), the size of the saved lse */
+    FORGE_TRY(forge_pool_block(pool, &scratch, forge_tensor_bytes(e->saved[0]), &scratch_bytes));
+    forge_status s = be->flash_attention_backward(be, forge_f32(dqkv), scratch, forge_f32(e->out->grad),
+                                                  forge_f32(e->in[0]), forge_f32(e->out),
+                                                  forge_f32(e->saved[0]), e->p.B, e->p.T, e->p.NH,
+                                                  e->p.NKV, e->p.HS);
+    forge_pool_block_release(pool, scratch, scratch_bytes);
+    return s;
+}
+
+forge_status forge_op_flash_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH,
+                                      int NKV, int HS) {
+    forge_backend *be = forge_tape_backend(tape);
+    OP_REQUIRE(be, flash_attention_forward);
+    FORGE_TRY(check_qkv("flash attention", qkv, NH, NKV, HS));
+    int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
+    int64_t oshape[3] = {B, T, (int64_t)NH * HS};
+    int64_t lshape[3] = {B, NH, T};
+    forge_tensor *lse;
+    FORGE_TRY(op_new(tape, out, 3, oshape));
+    FORGE_TRY(op_new(tape, &lse, 3, lshape));
+    forge_tensor *o = *out;
+    FORGE_TRY(be->flash_attention_forward(be, forge_f32(o), forge_f32(lse), forge_f32(qkv), B, T, NH, NKV,
+                                          HS));
+    o->requires_grad = qkv->requires_grad;
+    /* the output itself is read by the backward (D = rowsum(dO * O)) */
+    forge_tape_entry e = {.op = "flash_attention", .backward = flash_attention_backward, .out = o,
+                          .in = {qkv}, .saved = {lse}, .p = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS}};
     return forge_tape_push(tape, &e);
 }

@@ -35,6 +35,9 @@ forge_status forge_op_add(forge_tape *tape, forge_tensor **out, forge_tensor *a,
 /* out (B,T,NH*HS) = causal attention over packed qkv (B,T,(NH+2NKV)*HS) */
 forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV,
                                 int HS);
+/* Same result, fused: saves the (B,NH,T) logsumexp instead of the (B,NH,T,T) probabilities */
+forge_status forge_op_flash_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH,
+                                      int NKV, int HS);
 /* Fused softmax + cross-entropy. losses (B,T) per position (0 where target ==
  * ignore_index). logits is always overwritten by dlogits * grad_scale (so
  * it must be its last use); when recording it becomes its own gradient. */

@@ -133,6 +133,10 @@ forge_status forge_cpu_backend_create(forge_backend **out, int threads, int refe
 
     be->attention_forward = cpu_attention_forward;
     be->attention_backward = cpu_attention_backward;
+    be->flash_attention_forward = cpu_flash_attention_forward;
+    be->flash_attention_backward = cpu_flash_attention_backward;
+    be->flash_attention_forward_ext = cpu_flash_attention_forward_ext;
+    be->flash_attention_backward_ext = cpu_flash_attention_backward_ext;
 
     be->classifier_forward_backward = cpu_classifier_forward_backward;
 

@@ -94,6 +94,20 @@ forge_status cpu_attention_backward(forge_backend *be, float *dqkv, float *scrat
                                     const float *dout, const float *qkv, const float *att, int B,
                                     int T, int NH, int NKV, int HS);
 
+/* ---- flash_attention.c --------------------------------------------------- */
+forge_status cpu_flash_attention_forward(forge_backend *be, float *out, float *lse, const float *qkv,
+                                         int B, int T, int NH, int NKV, int HS);
+forge_status cpu_flash_attention_backward(forge_backend *be, float *dqkv, float *scratch,
+                                          const float *dout, const float *qkv, const float *out,
+                                          const float *lse, int B, int T, int NH, int NKV, int HS);
+forge_status cpu_flash_attention_forward_ext(forge_backend *be, float *out, float *lse,
+                                             const float *qkv_q, const float *qkv_kv, int B, int Tq,
+                                             int Tk, int NH, int NKV, int HS);
+forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, float *dqkv_kv,
+                                              float *scratch, const float *dout, const float *qkv_q,
+                                              const float *qkv_kv, const float *out, const float *lse,
+                                              int B, int Tq, int Tk, int NH, int NKV, int HS);
+
 /* ---- classifier.c -------------------------------------------------------- */
 forge_status cpu_classifier_forward_backward(forge_backend *be, float *losses, float *logits,
                                              const int32_t *targets, int N, int V,

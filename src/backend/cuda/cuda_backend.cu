@@ -12,8 +12,19 @@
  *   copy_to_host is the one op that synchronises (it must: the caller reads
  *   the buffer when it returns).
  * - FORGE_MATMUL is read once, here. An unknown value is an error, never a
- *   silent fallback to the default path.
+ *   silent fallback to the default path. Values: fp32 = simt (default:
+ *   forge's exact fp32 SIMT kernel, deterministic, the same kernels as
+ *   before the integration), simt64 / simt128 (tile forced, tests), cublas
+ *   (pedantic fp32), tf32 (forge's mma.sync tf32 kernels, explicit opt-in:
+ *   not exact fp32), auto (per shape, the faster of simt and cuBLAS, both
+ *   exact fp32; matmul_table.cu). auto is not the default: its choice comes
+ *   from a timing, so two machines (or a first run and a cached one) may
+ *   pick different kernels and sum in different orders, and the default
+ *   must give the same bits everywhere.
+ * - A build without cuBLAS (make cuda CUBLAS=0, FORGE_NO_CUBLAS): cublas is
+ *   refused with FORGE_ERR_UNSUPPORTED; auto prints a note and runs simt.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,7 +96,10 @@ static void cuda_destroy(forge_backend *be) {
     cuda_ctx *ctx = cuda_get_ctx(be);
     if (ctx) {
         if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+#ifndef FORGE_NO_CUBLAS
         if (ctx->cublas) cublasDestroy(ctx->cublas);
+#endif
+        cuda_mm_table_close(ctx);
         if (ctx->ws) cudaFree(ctx->ws);
         if (ctx->stream) cudaStreamDestroy(ctx->stream);
         free(ctx);
@@ -99,6 +113,8 @@ static const char *cuda_matmul_impl_name(cuda_matmul_impl impl) {
     case CUDA_MATMUL_SIMT64: return "simt64";
     case CUDA_MATMUL_SIMT128: return "simt128";
     case CUDA_MATMUL_CUBLAS: return "cublas";
+    case CUDA_MATMUL_TF32: return "tf32";
+    case CUDA_MATMUL_AUTO: return "auto";
     }
     return "?";
 }
@@ -111,15 +127,28 @@ extern "C" const char *forge_cuda_matmul_impl(forge_backend *be) {
 static forge_status cuda_parse_matmul_env(cuda_matmul_impl *out) {
     const char *v = getenv("FORGE_MATMUL");
     *out = CUDA_MATMUL_SIMT;
-    if (!v || !*v || strcmp(v, "simt") == 0) return FORGE_OK;
+    if (!v || !*v || strcmp(v, "simt") == 0 || strcmp(v, "fp32") == 0) return FORGE_OK;
     if (strcmp(v, "simt64") == 0) *out = CUDA_MATMUL_SIMT64;
     else if (strcmp(v, "simt128") == 0) *out = CUDA_MATMUL_SIMT128;
     else if (strcmp(v, "cublas") == 0) *out = CUDA_MATMUL_CUBLAS;
+    else if (strcmp(v, "tf32") == 0) *out = CUDA_MATMUL_TF32;
+    else if (strcmp(v, "auto") == 0) *out = CUDA_MATMUL_AUTO;
     else
         return forge_error(FORGE_ERR_ARG,
-                           "FORGE_MATMUL='%s': expected \"simt\" (default), \"simt64\", \"simt128\" "
-                           "or \"cublas\"",
+                           "FORGE_MATMUL (or --matmul) '%s': expected \"fp32\" = \"simt\" (default), \"tf32\", "
+                           "\"cublas\", \"auto\", \"simt64\" or \"simt128\"",
                            v);
+#ifdef FORGE_NO_CUBLAS
+    if (*out == CUDA_MATMUL_CUBLAS)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "FORGE_MATMUL (or --matmul) 'cublas': this forge was built without cuBLAS (make cuda "
+                           "CUBLAS=0); expected \"fp32\", \"tf32\" or \"auto\", or rebuild with cuBLAS");
+    if (*out == CUDA_MATMUL_AUTO) {
+        fprintf(stderr, "matmul auto: this forge was built without cuBLAS (CUBLAS=0): every shape runs forge's "
+                        "fp32 SIMT kernel\n");
+        *out = CUDA_MATMUL_SIMT;
+    }
+#endif
     return FORGE_OK;
 }
 
@@ -142,7 +171,8 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
     ctx->num_sms = prop.multiProcessorCount;
     CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaMalloc((void **)&ctx->ws, CUDA_WS_FLOATS * sizeof(float)));
-    if (ctx->matmul_impl == CUDA_MATMUL_CUBLAS) {
+#ifndef FORGE_NO_CUBLAS
+    if (ctx->matmul_impl == CUDA_MATMUL_CUBLAS || ctx->matmul_impl == CUDA_MATMUL_AUTO) {
         cublasStatus_t cs = cublasCreate(&ctx->cublas);
         if (cs != CUBLAS_STATUS_SUCCESS) {
             ctx->cublas = NULL;
@@ -155,6 +185,8 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
             return forge_error(FORGE_ERR_DEVICE, "cuBLAS stream/math-mode setup failed: %s",
                                cublasGetStatusString(cs));
     }
+#endif
+    if (ctx->matmul_impl == CUDA_MATMUL_AUTO) FORGE_TRY(cuda_mm_table_open(ctx));
     return FORGE_OK;
 }
 
@@ -174,12 +206,14 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, int devic
     ctx->matmul_impl = impl;
     /* The matmul path is part of the name, so every log line that names the
      * backend says which GEMM ran (cuBLAS is never chosen silently). */
-    static const char *names[] = {"cuda (matmul: forge simt)", "cuda (matmul: forge simt64)",
-                                  "cuda (matmul: forge simt128)", "cuda (matmul: cuBLAS fp32)"};
-    be->name = impl == CUDA_MATMUL_CUBLAS    ? names[3]
-               : impl == CUDA_MATMUL_SIMT64  ? names[1]
-               : impl == CUDA_MATMUL_SIMT128 ? names[2]
-                                             : names[0];
+    switch (impl) {
+    case CUDA_MATMUL_SIMT: be->name = "cuda (matmul: forge simt)"; break;
+    case CUDA_MATMUL_SIMT64: be->name = "cuda (matmul: forge simt64)"; break;
+    case CUDA_MATMUL_SIMT128: be->name = "cuda (matmul: forge simt128)"; break;
+    case CUDA_MATMUL_CUBLAS: be->name = "cuda (matmul: cuBLAS fp32)"; break;
+    case CUDA_MATMUL_TF32: be->name = "cuda (matmul: forge tf32 mma.sync)"; break;
+    case CUDA_MATMUL_AUTO: be->name = "cuda (matmul: auto = forge simt or cuBLAS fp32 per shape)"; break;
+    }
     be->kind = FORGE_DEVICE_CUDA;
     be->ctx = ctx;
     forge_status s = cuda_ctx_init(ctx, device_index);
@@ -223,6 +257,10 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, int devic
 
     be->attention_forward = cuda_attention_forward;
     be->attention_backward = cuda_attention_backward;
+    be->flash_attention_forward = cuda_flash_attention_forward;
+    be->flash_attention_backward = cuda_flash_attention_backward;
+    be->flash_attention_forward_ext = cuda_flash_attention_forward_ext;
+    be->flash_attention_backward_ext = cuda_flash_attention_backward_ext;
 
     be->classifier_forward_backward = cuda_classifier_forward_backward;
 

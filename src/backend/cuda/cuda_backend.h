@@ -12,10 +12,13 @@ extern "C" {
 #include "../backend.h"
 
 /* Which matmul path this CUDA backend uses, as chosen by the environment
- * variable FORGE_MATMUL when it was created: "simt" (default: hand-written
- * fp32 kernel, tile per shape), "simt64" / "simt128" (tile forced, for
- * tests) or "cublas" (cublasSgemm in pedantic fp32, the reference path).
- * Returns NULL if be is not a CUDA backend. */
+ * variable FORGE_MATMUL (or `forge train --matmul`) when it was created:
+ * "simt" (default, also spelled "fp32": hand-written exact fp32 kernel, tile
+ * per shape), "simt64" / "simt128" (tile forced, for tests), "cublas"
+ * (cublasSgemm in pedantic fp32, the reference path), "tf32" (forge's
+ * mma.sync tf32 kernels) or "auto" (per shape the faster of simt and
+ * cublas, from a measured, cached table). Returns NULL if be is not a CUDA
+ * backend. */
 const char *forge_cuda_matmul_impl(forge_backend *be);
 
 #ifdef __cplusplus

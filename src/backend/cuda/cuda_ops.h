@@ -18,7 +18,9 @@
 #ifndef FORGE_CUDA_OPS_H
 #define FORGE_CUDA_OPS_H
 
+#ifndef FORGE_NO_CUBLAS
 #include <cublas_v2.h>
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,11 +29,29 @@
 
 /* How matmul_* ops are computed (FORGE_MATMUL, read once at creation). */
 typedef enum {
-    CUDA_MATMUL_SIMT = 0, /* hand-written tiled fp32 kernel, tile chosen per shape */
+    CUDA_MATMUL_SIMT = 0, /* hand-written tiled fp32 kernel, tile chosen per shape ("fp32", the default) */
     CUDA_MATMUL_SIMT64,   /* same kernel, 64x64 tiles forced (tests) */
     CUDA_MATMUL_SIMT128,  /* same kernel, 128x128 tiles forced (tests) */
-    CUDA_MATMUL_CUBLAS    /* cublasSgemm, pedantic fp32 (no TF32): the reference path */
+    CUDA_MATMUL_CUBLAS,   /* cublasSgemm, pedantic fp32 (no TF32): the reference path */
+    CUDA_MATMUL_TF32,     /* forge's mma.sync tf32 kernels (gemm_mma.cu), all three layouts */
+    CUDA_MATMUL_AUTO      /* per shape, the faster of SIMT fp32 and cuBLAS pedantic fp32 (matmul_table.cu) */
 } cuda_matmul_impl;
+
+/* cuBLAS is optional: `make cuda CUBLAS=0` defines FORGE_NO_CUBLAS and links
+ * no cuBLAS library. The handle type stays so the context layout is the same
+ * in both builds; without cuBLAS it is always NULL. */
+#ifdef FORGE_NO_CUBLAS
+typedef void *cublasHandle_t;
+#endif
+
+/* The three training layouts, as keys of the per-shape table. */
+typedef enum {
+    CUDA_MM_NT = 0, /* forward:          out (M=N, N=OC)  = inp . W^T,  K = C  */
+    CUDA_MM_NN,     /* backward input:   dinp (M=N, N=C) += dout . W,   K = OC */
+    CUDA_MM_TN      /* backward weight:  dW (M=OC, N=C)  += dout^T . inp, K = N */
+} cuda_mm_layout;
+
+struct cuda_mm_table; /* matmul_table.cu */
 
 /* Floats of workspace: partial sums of the two-pass reductions. 16 MiB. */
 #define CUDA_WS_FLOATS ((size_t)4 << 20)
@@ -43,7 +63,8 @@ typedef struct {
     int num_sms;
     cudaStream_t stream;
     cuda_matmul_impl matmul_impl;
-    cublasHandle_t cublas; /* NULL unless matmul_impl == CUDA_MATMUL_CUBLAS */
+    cublasHandle_t cublas; /* NULL unless matmul_impl is CUBLAS or AUTO */
+    struct cuda_mm_table *mm_table; /* AUTO only: the per-shape choices */
     float *ws;             /* (CUDA_WS_FLOATS) device workspace for partial sums */
 } cuda_ctx;
 
@@ -157,6 +178,22 @@ forge_status cuda_position_backward(forge_backend *be, float *dinp, float *dwpe,
                                     int B, int T, int C);
 
 /* ---- matmul.cu --------------------------------------------------------- */
+/* One training-layout GEMM (no bias, no dbias) on the given path: SIMT (tile
+ * per shape) or cuBLAS pedantic fp32. A, B, C as the layout's op takes them:
+ * NT (C=out, A=inp, B=W), NN (C=dinp, A=dout, B=W), TN (C=dW, A=dout, B=inp).
+ * The per-shape table times both paths with it. */
+forge_status cuda_matmul_run_layout(cuda_ctx *ctx, cuda_mm_layout layout, int use_cublas, float *C, const float *A,
+                                    const float *B, int M, int N, int K);
+
+/* ---- matmul_table.cu: the per-shape choice of FORGE_MATMUL=auto ----------
+ * cuda_mm_table_open loads (or starts) the cache file and prints where it
+ * is; cuda_mm_choose returns the cached choice for (layout, M, N, K), or
+ * measures both paths once (synchronising the stream: first use of a shape
+ * only), prints the row, and rewrites the cache atomically. */
+forge_status cuda_mm_table_open(cuda_ctx *ctx);
+void cuda_mm_table_close(cuda_ctx *ctx);
+forge_status cuda_mm_choose(cuda_ctx *ctx, cuda_mm_layout layout, int M, int N, int K, int *use_cublas);
+
 forge_status cuda_matmul_forward(forge_backend *be, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int C, int OC);
 forge_status cuda_matmul_backward_input(forge_backend *be, float *dinp, const float *dout,
@@ -189,6 +226,20 @@ forge_status cuda_attention_forward(forge_backend *be, float *out, float *att, c
 forge_status cuda_attention_backward(forge_backend *be, float *dqkv, float *scratch,
                                      const float *dout, const float *qkv, const float *att, int B,
                                      int T, int NH, int NKV, int HS);
+
+/* ---- flash_attention.cu ------------------------------------------------- */
+forge_status cuda_flash_attention_forward(forge_backend *be, float *out, float *lse, const float *qkv,
+                                          int B, int T, int NH, int NKV, int HS);
+forge_status cuda_flash_attention_backward(forge_backend *be, float *dqkv, float *scratch,
+                                           const float *dout, const float *qkv, const float *out,
+                                           const float *lse, int B, int T, int NH, int NKV, int HS);
+forge_status cuda_flash_attention_forward_ext(forge_backend *be, float *out, float *lse,
+                                              const float *qkv_q, const float *qkv_kv, int B, int Tq,
+                                              int Tk, int NH, int NKV, int HS);
+forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, float *dqkv_kv,
+                                               float *scratch, const float *dout, const float *qkv_q,
+                                               const float *qkv_kv, const float *out, const float *lse,
+                                               int B, int Tq, int Tk, int NH, int NKV, int HS);
 
 /* ---- classifier.cu ----------------------------------------------------- */
 forge_status cuda_classifier_forward_backward(forge_backend *be, float *losses, float *logits,

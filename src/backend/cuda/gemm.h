@@ -48,9 +48,46 @@
  */
 #include <stddef.h>
 
+/*
+ * Fused epilogues (wgmma only). What the kernel does with each fp32 accumulator value acc of C[m][n] before the
+ * single store, in this order:
+ *     v = acc + bias[n]                          bias (N) fp32, or NULL (no bias)
+ *     pre_out[m][n] = v                          only with gelu; pre_out (M,N) of C's type, or NULL (no store)
+ *     v = gelu(v)                                gelu != 0: the tanh approximation (GPT-2, elementwise.cu)
+ *     v = v * gelu'(dgelu_pre[m][n])             dgelu_pre (M,N) fp32, or NULL; nn only (dpre = dA . gelu'(pre))
+ *     v = v + residual[m][n]                     residual (M,N) fp32, or NULL; residual == C is C += (fp32 C)
+ *     C[m][n] = v                                fp32, or bf16 (round to nearest even) when out_bf16
+ * A zeroed descriptor (or a NULL one) is the plain GEMM. Built combinations (others return
+ * FORGE_ERR_UNSUPPORTED naming what is missing): nt: any bias / residual / pre_out with gelu on or off and
+ * out_bf16 on or off, no dgelu_pre; nn: any residual with dgelu_pre or without, fp32 out, no bias or gelu.
+ * Row-major (M,N) buffers with row stride N. C, pre_out, residual and dgelu_pre must be 4-byte aligned (2 for a
+ * bf16 C / pre_out); every buffer except residual (which may be C) must not overlap another. 2-element vector
+ * accesses are used when N is even and every (M,N) buffer allows them (8-byte aligned fp32, 4-byte bf16).
+ */
+typedef struct {
+    const float *bias;      /* (N) */
+    const float *residual;  /* (M,N) fp32; may be C (fp32 C only): C += the rest */
+    void *pre_out;          /* (M,N), C's type: the pre-activation, for the GELU backward */
+    const float *dgelu_pre; /* (M,N) fp32 pre-activation: multiplies by gelu'(pre) (nn only) */
+    int gelu;               /* apply GELU (tanh approximation) after the bias */
+    int out_bf16;           /* C (and pre_out) are bf16 (uint16_t bit patterns), else fp32 */
+    int store_tma;          /* experimental, measure-only: stage C in shared memory and store it with TMA (nt,
+                             * fp32 C, bias or none: no gelu / residual / bf16; N % 4 == 0, C 16-byte aligned;
+                             * else refused). Same results as the direct store. */
+} forge_gemm_epilogue;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* C = epilogue(A (M,K) . B (N,K)^T): the forward layout with a fused epilogue (epi NULL: plain, fp32 C).
+ * Same rules as forge_gemm_bf16_nt_wgmma (no SIMT fallback: refusals are FORGE_ERR_UNSUPPORTED). */
+forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
+                                    const forge_gemm_epilogue *epi, void *stream);
+/* C = epilogue(A (M,K) . B (K,N)): dX with a fused epilogue; dgelu_pre gives dpre = (dY . W) * gelu'(pre).
+ * Same rules as forge_gemm_bf16_nn_wgmma. */
+forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
+                                    const forge_gemm_epilogue *epi, void *stream);
 
 forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *stream);

@@ -26,6 +26,8 @@
 #ifndef FORGE_GEMM_MMA_H
 #define FORGE_GEMM_MMA_H
 
+#include <stddef.h>
+
 #include "../../core/status.h"
 
 #ifdef __cplusplus
@@ -36,6 +38,30 @@ forge_status forge_gemm_mma_bf16_nt(const void *A_bf16, const void *B_bf16, floa
                                     int N, int K, void *stream);
 forge_status forge_gemm_mma_tf32_nt(const float *A, const float *B, float *C, const float *bias, int M, int N,
                                     int K, void *stream);
+/* The tf32 kernel in the three training layouts (issue 5 integration):
+ *   C (M,N) [+]= A . B [+ bias (N)]
+ * a_mn = 0: A stored (M,K) (K contiguous); 1: stored (K,M) (M contiguous).
+ * b_mn = 0: B stored (N,K) (K contiguous); 1: stored (K,N) (N contiguous).
+ * Instantiated: (0,0) forward Y = X W^T, (0,1) dX = dY W, (1,1) dW = dY^T X;
+ * (1,0) returns FORGE_ERR_UNSUPPORTED. accumulate != 0: C += A.B (+ bias),
+ * else C = A.B (+ bias). MN-major operands are read with 16-byte cp.async when
+ * their contiguous dimension is a multiple of 4 (else scalar loads). Same
+ * rounding (cvt.rna) and determinism as forge_gemm_mma_tf32_nt: every element
+ * is summed over K in a fixed order by one thread.
+ * splits > 1: split-K (for small outputs with a long K, dW): K is cut into
+ * at most `splits` ranges of whole 32-wide K tiles; each writes its partial
+ * C into work (splits * M * N floats, else FORGE_ERR_ARG), and a second
+ * kernel sums the partials in split order, then adds bias / accumulates
+ * into C: deterministic, no atomics. work must stay untouched until the
+ * stream passes the call. splits <= 1: no workspace, one pass. */
+forge_status forge_gemm_mma_tf32(const float *A, int a_mn, const float *B, int b_mn, float *C, const float *bias,
+                                 int M, int N, int K, int accumulate, int splits, float *work, size_t work_floats,
+                                 void *stream);
+/* The split count forge_gemm_mma_tf32 should get: 1 when the 128x128 tiles
+ * already give one per SM; else enough splits for two CTAs per SM, at least
+ * 4 K tiles (128 of K) per split, at most 16, and within work_floats. A
+ * function of the shape, the SM count and the workspace only. */
+int forge_gemm_mma_tf32_splits(int M, int N, int K, int num_sms, size_t work_floats);
 
 #ifdef __cplusplus
 }

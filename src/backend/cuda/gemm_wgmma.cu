@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
@@ -81,6 +82,11 @@ template <int BN> struct gemm_cfg {
     /* tiles, then full[STAGES] and empty[STAGES] barriers, plus 1 KiB of
      * slack to round the dynamic shared-memory base up to 1024 bytes */
     static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
+    /* GEMM_EPI_TMA_STORE: per consumer warpgroup two 64 x 32 fp32 staging boxes (8 KiB each), after the ring */
+    static constexpr uint32_t OUT_BOX_BYTES = 64 * 32 * 4;
+    static constexpr uint32_t OUT_STAGE_BYTES = 2 * 2 * OUT_BOX_BYTES;
+    static constexpr size_t SMEM_TMA_STORE = SMEM + OUT_STAGE_BYTES;
+    static_assert(SMEM_TMA_STORE <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(BN == 128 || BN == 256, "wgmma N is 128 or 256 here");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
 };
@@ -165,19 +171,224 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
     *tn = r / rows;
 }
 
+/* ---- the epilogue ---------------------------------------------------------- */
+
+/* Compile-time epilogue flags (the EPI template parameter of the kernel body). What stays a run-time pointer
+ * (bias, residual, pre_out: NULL or not) costs one uniform branch per element; what changes the arithmetic or
+ * the store type is a template flag, so the plain kernel carries none of it. */
+#define GEMM_EPI_GELU 1  /* v = gelu(v) after the bias (and pre_out = v before it, if given) */
+#define GEMM_EPI_BF16 2  /* C and pre_out are bf16 */
+#define GEMM_EPI_DGELU 4 /* v *= gelu'(dpre[m][n]) (the GELU backward fused into dX) */
+#define GEMM_EPI_TMA_STORE 8 /* experimental: stage fp32 C in shared memory, store it with TMA (see gemm_epilogue) */
+#define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GEMM_GELU_C 0.044715f
+
+/* What the epilogue reads and writes; (M,N) buffers are row-major with stride N. Passed by value. */
+struct gemm_epi_dev {
+    void *C;           /* fp32, or bf16 with GEMM_EPI_BF16 */
+    const float *bias; /* (N) or nullptr */
+    const float *res;  /* (M,N) fp32 or nullptr; may equal C (C +=): each element is read, then written, by the
+                        * same thread, so no __restrict__ on these pointers */
+    void *pre;         /* (M,N), C's type, or nullptr: v before GELU (GEMM_EPI_GELU only) */
+    const float *dpre; /* (M,N) fp32: the pre-activation of GEMM_EPI_DGELU */
+    float *work;       /* split-K partial slices (splits > 1; the epilogue is then plain) */
+    int vec2;          /* N even and every (M,N) buffer aligned for 2-element accesses */
+};
+
+/* tanh-GELU as elementwise.cu computes it, rewritten without tanhf: 0.5 x (1 + tanh u) = x sigmoid(2u), so one
+ * ex2 and one reciprocal per element instead of tanhf's ~20 instructions (the epilogue does not overlap the
+ * tensor cores, so its instruction count is paid in full). e = inf (x << 0) gives x * 0 = -0, e = 0 gives x. */
+__device__ __forceinline__ float gemm_gelu(float x) {
+    const float u = GEMM_GELU_K * fmaf(GEMM_GELU_C * x, x * x, x);
+    return __fdividef(x, 1.0f + __expf(-2.0f * u));
+}
+
+/* d gelu / dx with s = sigmoid(2u): 1 + tanh u = 2s and sech^2 u = 4 s (1 - s), so elementwise.cu's
+ * 0.5 (1 + t) + 0.5 x sech^2 K (1 + 3 C x^2) becomes s + 2 x s (1 - s) K (1 + 3 C x^2). */
+__device__ __forceinline__ float gemm_gelu_grad(float x) {
+    const float u = GEMM_GELU_K * fmaf(GEMM_GELU_C * x, x * x, x);
+    const float sg = __fdividef(1.0f, 1.0f + __expf(-2.0f * u));
+    return fmaf(2.0f * x * sg * (1.0f - sg), GEMM_GELU_K * fmaf(3.0f * GEMM_GELU_C * x, x, 1.0f), sg);
+}
+
+/* p[0], p[1] (p[1] only if has1), as one 8-byte load when vec */
+__device__ __forceinline__ float2 gemm_ld2(const float *p, int vec, bool has1) {
+    if (vec) return *reinterpret_cast<const float2 *>(p);
+    return make_float2(p[0], has1 ? p[1] : 0.0f);
+}
+
+/* base[off], base[off + 1] (the second only if has1) = v0, v1 as fp32 or bf16, one vector store when vec */
+template <bool BF16>
+__device__ __forceinline__ void gemm_st2(void *base, size_t off, float v0, float v1, int vec, bool has1) {
+    if constexpr (BF16) {
+        __nv_bfloat16 *p = reinterpret_cast<__nv_bfloat16 *>(base) + off;
+        if (vec) {
+            *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v0, v1);
+        } else {
+            p[0] = __float2bfloat16_rn(v0);
+            if (has1) p[1] = __float2bfloat16_rn(v1);
+        }
+    } else {
+        float *p = reinterpret_cast<float *>(base) + off;
+        if (vec) {
+            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+        } else {
+            p[0] = v0;
+            if (has1) p[1] = v1;
+        }
+    }
+}
+
+/* 2D tiled TMA store of the box at (c0 = column, c1 = row) of `tmap` from shared memory at src; the parts of
+ * the box outside the tensor are not written. Completion is tracked by bulk groups (commit / wait_group). */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *tmap, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"((uint64_t)tmap),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+
+/* Pulls this thread's part of the tile's rows of an (M,N) fp32 input into L2 at the start of the tile, so the
+ * epilogue's loads (issued after the mainloop, when nothing else hides their latency) hit L2 instead of HBM.
+ * A thread's rows are row0 and row0 + 8; a quad of lanes shares them and takes every 4th 128-byte line. */
+template <int BN>
+__device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int tile_col0, int lane, int M, int N) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = row0 + 8 * h;
+#pragma unroll
+        for (int q = 0; q < BN / 128; q++) {
+            const int col = tile_col0 + 32 * (lane % 4 + 4 * q); /* 32 floats = one 128-byte line */
+            if (row < M && col < N)
+                asm volatile("prefetch.L2 [%0];" ::"l"(p + (size_t)row * N + col)); /* generic address */
+        }
+    }
+}
+
+/* The fused epilogue of one 64 x BN warpgroup tile (the order of gemm.h's forge_gemm_epilogue). Accumulator
+ * fragment of wgmma m64nBN f32 (PTX ISA): d[4i + 2h + j] is row row0 + 8h, column col0 + 8i + j, with
+ * row0 = warp*16 + lane/4 and col0 = 2(lane%4) offsets already added by the caller. Column groups go in chunks
+ * of CH: first every load of the chunk (bias, residual, dpre) is issued, then the math and stores, so a
+ * warp waits for memory once per chunk rather than once per element pair (the cause of the old accumulate
+ * path's 0.35x). */
+/*
+ * GEMM_EPI_TMA_STORE (measure-only switch, forge_gemm_epilogue.store_tma): instead of st.global from the
+ * registers, each chunk of 32 columns (CH = 4 groups) of the warpgroup's 64 rows goes to a 64 x 32 fp32
+ * staging box in shared memory (128-byte swizzle: 16-byte chunk k of row r at k ^ (r % 8), which TMA undoes;
+ * a warp's float2 writes then take the minimum 2 wavefronts), and one thread stores the box with TMA, so the
+ * global writes drain while the warpgroup moves on (and, at the last chunk, into the next tile's mainloop).
+ * Two boxes per warpgroup alternate (chunk j uses box j % 2): before writing a box, thread 0 waits until at
+ * most one bulk group (the previous chunk's) is still reading, then named barrier 1 + warpgroup (128 threads);
+ * after writing, every thread fences the generic->async proxy, barrier again, thread 0 issues the store +
+ * commit. TMA clips the box at M and N, so the staged values need no bounds checks.
+ */
+template <int BN, int EPI>
+__device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const gemm_epi_dev &e, int row0, int col0,
+                                              int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0) {
+    constexpr bool GELU = (EPI & GEMM_EPI_GELU) != 0, BF16 = (EPI & GEMM_EPI_BF16) != 0,
+                   DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0;
+    static_assert(!TMA || (!BF16 && !DGELU && !GELU), "the TMA store is built for the fp32 (+ bias) epilogue");
+    /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one 32-column staging box per chunk */
+    constexpr int CH = TMA ? 4 : DGELU ? 4 : 8;
+    static_assert((BN / 8) % CH == 0, "chunks tile the BN/8 column groups");
+    /* TMA staging (recomputed here from threadIdx rather than kept live through the mainloop: registers are
+     * the limit): consumer warpgroup c (named barrier 1 + c, boxes at sout + c * 16 KiB), thread tid of it;
+     * this thread's row byte offset (+ its 8 bytes in a 16-byte chunk) and chunk XOR base; the tile origin
+     * (row0 = tile_row + warp*16 + lane/4, col0 = tile_col + 2(lane%4)). Every tile uses BN/32 (even) boxes,
+     * so chunk j of any tile uses box j % 2. */
+    const int tid = (int)threadIdx.x % 128, c_wg = (int)threadIdx.x / 128 - 1, lane = tid % 32;
+    const uint32_t srow = (uint32_t)((tid / 32) * 16 + lane / 4) * 128u + (uint32_t)(lane % 2) * 8u;
+    const uint32_t sx = (uint32_t)(((lane / 2) % 2) ^ (lane / 4));
+    const int tile_row = row0 - (tid / 32) * 16 - lane / 4, tile_col = col0 - 2 * (lane % 4);
+    const uint32_t sbase = sout + (uint32_t)c_wg * 2u * (64 * 32 * 4);
+    (void)srow, (void)sx, (void)tile_row, (void)tile_col, (void)sbase, (void)tm_c;
+#pragma unroll
+    for (int i0 = 0; i0 < BN / 8; i0 += CH) {
+        float2 bv[CH], rv[CH][2], pv[CH][2];
+#pragma unroll
+        for (int ii = 0; ii < CH; ii++) {
+            const int col = col0 + 8 * (i0 + ii);
+            bv[ii] = make_float2(0.0f, 0.0f);
+            if (e.bias != nullptr) {
+                if (col < N) bv[ii].x = __ldg(e.bias + col);
+                if (col + 1 < N) bv[ii].y = __ldg(e.bias + col + 1);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
+                const bool in = row < M && col < N;
+                const size_t off = (size_t)row * N + col;
+                rv[ii][h] = make_float2(0.0f, 0.0f);
+                pv[ii][h] = make_float2(0.0f, 0.0f);
+                if constexpr (!TMA) { /* the TMA store is built without the residual (registers) */
+                    if (e.res != nullptr && in) rv[ii][h] = gemm_ld2(e.res + off, e.vec2, col + 1 < N);
+                }
+                if constexpr (DGELU) {
+                    if (in) pv[ii][h] = gemm_ld2(e.dpre + off, e.vec2, col + 1 < N);
+                }
+            }
+        }
+        uint32_t box = 0;
+        if constexpr (TMA) {
+            box = sbase + (uint32_t)((i0 / CH) % 2) * (64 * 32 * 4);
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
+        }
+#pragma unroll
+        for (int ii = 0; ii < CH; ii++) {
+            const int i = i0 + ii, col = col0 + 8 * i;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
+                if (row < M && col < N) {
+                    const size_t off = (size_t)row * N + col;
+                    const bool has1 = col + 1 < N;
+                    float v0 = d[4 * i + 2 * h] + bv[ii].x, v1 = d[4 * i + 2 * h + 1] + bv[ii].y;
+                    if constexpr (GELU) {
+                        if (e.pre != nullptr) gemm_st2<BF16>(e.pre, off, v0, v1, e.vec2, has1);
+                        v0 = gemm_gelu(v0);
+                        v1 = gemm_gelu(v1);
+                    }
+                    if constexpr (DGELU) {
+                        v0 *= gemm_gelu_grad(pv[ii][h].x);
+                        v1 *= gemm_gelu_grad(pv[ii][h].y);
+                    }
+                    v0 += rv[ii][h].x;
+                    v1 += rv[ii][h].y;
+                    if constexpr (TMA) {
+                        /* row r = warp*16 + lane/4 + 8h (r % 8 = lane/4), column cc = 8ii + 2(lane%4): 16-byte
+                         * chunk cc/4 = 2ii + (lane/2)%2 goes to (2ii + (lane/2)%2) ^ (lane/4) = sx ^ 2ii */
+                        const uint32_t a = box + srow + 1024u * h + ((sx ^ (2u * ii)) << 4);
+                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1) : "memory");
+                    } else {
+                        gemm_st2<BF16>(e.C, off, v0, v1, e.vec2, has1);
+                    }
+                }
+            }
+        }
+        if constexpr (TMA) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
+            if (tid == 0) {
+                tma_store_2d(tm_c, tile_col + 8 * i0, tile_row, box);
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }
+        }
+    }
+}
+
 /* ---- kernels ------------------------------------------------------------- */
 
 /* The persistent warp-specialised mainloop + epilogue, shared by the three layouts. TA / TB (compile time):
  * 0 = the operand is K-major in global and shared memory (one TMA box of rows x 64 K), 1 = MN-major (the
  * MN dimension is contiguous: boxes of 64 MN x 64 K, one per 64-wide MN block, wgmma transpose flag set).
  * Work units are (tile, K split) pairs, unit u = split (u / tiles) of tile (u % tiles), so the CTAs in
- * flight share one K range of the operands in L2. With splits == 1 the epilogue writes C (C += when
- * accumulate, + bias when given); with splits > 1 it writes split s's partial sums to the fp32 slice
- * work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards. */
-template <int BN, int TA, int TB>
-__device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, float *C,
-                                                const float *bias, float *work, int M, int N, int K, int vec2,
-                                                int splits, int kps, int accumulate) {
+ * flight share one K range of the operands in L2. With splits == 1 the epilogue (gemm_epilogue<BN, EPI>, the
+ * fused operations of ep) writes C; with splits > 1 (EPI 0 only) it writes split s's partial sums, plain, to
+ * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards. */
+template <int BN, int TA, int TB, int EPI>
+__device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
+                                                const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
+                                                int splits, int kps) {
     typedef gemm_cfg<BN> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr uint32_t BOX = GEMM_MN_BOX_BYTES; /* one 64 x 64 bf16 MN-major box */
@@ -185,7 +396,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
     const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                                   /* A stages */
     const uint32_t sb = base + STAGES * cfg::A_BYTES;           /* B stages */
-    const uint32_t bars = base + STAGES * cfg::STAGE_BYTES;     /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    constexpr bool TMA_STORE = (EPI & GEMM_EPI_TMA_STORE) != 0;
+    const uint32_t sout = base + STAGES * cfg::STAGE_BYTES;     /* TMA_STORE staging: 2 boxes per consumer WG */
+    /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    const uint32_t bars = sout + (TMA_STORE ? cfg::OUT_STAGE_BYTES : 0);
 
     const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM, tiles_n = (N + BN - 1) / BN;
     const int num_tiles = tiles_m * tiles_n;
@@ -204,6 +418,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
+        if constexpr (TMA_STORE) tma_prefetch_desc(&tm_c);
     }
     __syncthreads();
 
@@ -274,6 +489,11 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
             const int split = u / num_tiles;
             gemm_tile_coords(u - split * num_tiles, tiles_m, tiles_n, &tm, &tn);
             const int kt0 = split * kps, kt1 = min(kt0 + kps, ktiles);
+            const int row0 = tm * GEMM_BM + c * 64 + warp * 16 + lane / 4;
+            const int col0 = tn * BN + 2 * (lane % 4);
+            /* the epilogue's inputs travel to L2 while the mainloop runs */
+            if (splits == 1 && ep.res != nullptr) gemm_prefetch_rows<BN>(ep.res, row0, tn * BN, lane, M, N);
+            if constexpr ((EPI & GEMM_EPI_DGELU) != 0) gemm_prefetch_rows<BN>(ep.dpre, row0, tn * BN, lane, M, N);
             int prev = 0;
             for (int kt = kt0; kt < kt1; kt++) {
                 mbar_wait(bars + 8 * stage, phase);
@@ -306,70 +526,49 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
             wgmma_fence_operands(d);
             if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 
-            /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA):
-             * d[4i + 2h + j] is row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j */
-            float *out = splits == 1 ? C : work + (size_t)split * M * N;
-            const float *bs = splits == 1 ? bias : nullptr;
-            const int acc = splits == 1 && accumulate;
-            const int row0 = tm * GEMM_BM + c * 64 + warp * 16 + lane / 4;
-            const int col0 = tn * BN + 2 * (lane % 4);
-#pragma unroll
-            for (int i = 0; i < BN / 8; i++) {
-                const int col = col0 + 8 * i;
-                float b0 = 0.0f, b1 = 0.0f;
-                if (bs != nullptr) {
-                    if (col < N) b0 = __ldg(bs + col);
-                    if (col + 1 < N) b1 = __ldg(bs + col + 1);
-                }
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = row0 + 8 * h;
-                    if (row < M && col < N) {
-                        float *p = out + (size_t)row * N + col;
-                        float v0 = d[4 * i + 2 * h] + b0, v1 = d[4 * i + 2 * h + 1] + b1;
-                        if (vec2 && col + 1 < N) {
-                            if (acc) {
-                                const float2 o = *reinterpret_cast<const float2 *>(p);
-                                v0 += o.x;
-                                v1 += o.y;
-                            }
-                            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
-                        } else {
-                            p[0] = acc ? p[0] + v0 : v0;
-                            if (col + 1 < N) p[1] = acc ? p[1] + v1 : v1;
-                        }
-                    }
-                }
+            if (splits == 1) {
+                gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout);
+            } else { /* a split-K partial: plain fp32 into this split's slice of the workspace */
+                gemm_epi_dev part = {};
+                part.C = ep.work + (size_t)split * M * N;
+                part.vec2 = ep.vec2;
+                gemm_epilogue<BN, 0>(d, part, row0, col0, M, N);
             }
+        }
+        /* the staging boxes must not be released (CTA exit) while a TMA store still reads them */
+        if constexpr (TMA_STORE) {
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         }
     }
 }
 
-/* NT (forward, Y = X . W^T): A (M,K) and B (N,K), both K-major. */
-template <int BN>
+/* NT (forward, Y = X . W^T): A (M,K) and B (N,K), both K-major. EPI: any of GELU, BF16; or TMA_STORE alone
+ * (plain + bias; the host refuses a residual with it).
+ * tm_c (every layout; read only with TMA_STORE): C as an fp32 (M,N) tensor, boxes of 64 rows x 32 columns. */
+template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                           float *__restrict__ C, const float *__restrict__ bias, float *__restrict__ work, int M,
-                           int N, int K, int vec2, int splits, int kps, int accumulate) {
-    gemm_wgmma_body<BN, 0, 0>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps, accumulate);
+                           const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
+                           int splits, int kps) {
+    gemm_wgmma_body<BN, 0, 0, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
-/* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. */
-template <int BN>
+/* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. EPI: 0 or DGELU. */
+template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_nn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                              float *__restrict__ C, const float *__restrict__ bias, float *__restrict__ work, int M,
-                              int N, int K, int vec2, int splits, int kps, int accumulate) {
-    gemm_wgmma_body<BN, 0, 1>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps, accumulate);
+                              const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
+                              int splits, int kps) {
+    gemm_wgmma_body<BN, 0, 1, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
 /* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. */
 template <int BN>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_tn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                              float *__restrict__ C, const float *__restrict__ bias, float *__restrict__ work, int M,
-                              int N, int K, int vec2, int splits, int kps, int accumulate) {
-    gemm_wgmma_body<BN, 1, 1>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps, accumulate);
+                              const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
+                              int splits, int kps) {
+    gemm_wgmma_body<BN, 1, 1, 0>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
 /* The split-K second pass: C[i] (+)= sum over s = 0, 1, ..., splits-1 of work[s*mn + i], always in that
@@ -460,11 +659,10 @@ __global__ void __launch_bounds__(256)
 /* gemm_encode_tiled_fn and gemm_get_encoder (the driver's cuTensorMapEncodeTiled): wgmma_tmap.h. */
 
 /* Process-wide caches of facts that never change for a device: SM count,
- * capability, and whether each kernel's shared-memory limit was raised.
- * Racing writers store identical values. */
+ * capability (and, in gemm_wgmma_launch, whether each kernel's shared-memory
+ * limit was raised). Racing writers store identical values. */
 #define GEMM_MAX_DEVICES 64
 static int g_sm_count[GEMM_MAX_DEVICES], g_cc_major[GEMM_MAX_DEVICES], g_cc_minor[GEMM_MAX_DEVICES];
-static int g_smem_set[GEMM_MAX_DEVICES][6]; /* [layout * 2 + (BN == 256)] */
 
 static forge_status gemm_device_info(int *dev, int *sm_count) {
     CUDA_TRY(cudaGetDevice(dev));
@@ -531,22 +729,49 @@ static forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn e
     return FORGE_OK;
 }
 
+/* C (M,N) fp32 row-major for the TMA store: dims {N, M}, row stride N*4 bytes (needs N % 4 == 0), boxes of 32
+ * columns (128 bytes, the 128-byte swizzle's limit) x 64 rows, the staging layout gemm_epilogue writes. */
+static forge_status gemm_encode_c_f32(CUtensorMap *map, gemm_encode_tiled_fn encode, void *ptr, int M, int N) {
+    const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
+    const cuuint64_t strides[1] = {(cuuint64_t)N * 4};
+    const cuuint32_t box[2] = {32, 64};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, ptr, dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_DEVICE,
+                           "gemm_wgmma: cuTensorMapEncodeTiled for C (%d x %d fp32, box 64 x 32, 128B swizzle, TMA "
+                           "store) failed with CUresult %d",
+                           M, N, (int)r);
+    return FORGE_OK;
+}
+
 /* The layouts: NT = both K-major, NN = B MN-major, TN = both MN-major. */
 enum { GEMM_NT = 0, GEMM_NN = 1, GEMM_TN = 2 };
 
-template <int BN, int LAYOUT>
-static forge_status gemm_wgmma_launch(const void *A, const void *B, float *C, const float *bias, float *work, int M,
-                                      int N, int K, int accumulate, int splits, cudaStream_t stream, int dev,
-                                      int sm_count) {
+typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int, int,
+                               int, int, int);
+
+/* The kernel of (BN, layout, EPI); if constexpr so that only the requested instantiation exists. */
+template <int BN, int LAYOUT, int EPI> static gemm_kernel_fn gemm_kernel_for(void) {
+    if constexpr (LAYOUT == GEMM_NT)
+        return gemm_wgmma_bf16_kernel<BN, EPI>;
+    else if constexpr (LAYOUT == GEMM_NN)
+        return gemm_wgmma_bf16_nn_kernel<BN, EPI>;
+    else
+        return gemm_wgmma_bf16_tn_kernel<BN>;
+}
+
+/* ep.vec2 is set here. accumulate only matters for splits > 1 (the reduction adds C); with splits == 1 the
+ * caller expresses C += as ep.res = C. */
+template <int BN, int LAYOUT, int EPI>
+static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
+                                      int accumulate, int splits, cudaStream_t stream, int dev, int sm_count) {
+    static_assert(LAYOUT != GEMM_TN || EPI == 0, "dW (TN) has only the plain epilogue");
     typedef gemm_cfg<BN> cfg;
-    void (*kernel)(const CUtensorMap, const CUtensorMap, float *, const float *, float *, int, int, int, int, int,
-                   int, int) = LAYOUT == GEMM_NT   ? gemm_wgmma_bf16_kernel<BN>
-                               : LAYOUT == GEMM_NN ? gemm_wgmma_bf16_nn_kernel<BN>
-                                                   : gemm_wgmma_bf16_tn_kernel<BN>;
-    static const char *const names[3][2] = {
-        {"gemm_wgmma_bf16_kernel<128>", "gemm_wgmma_bf16_kernel<256>"},
-        {"gemm_wgmma_bf16_nn_kernel<128>", "gemm_wgmma_bf16_nn_kernel<256>"},
-        {"gemm_wgmma_bf16_tn_kernel<128>", "gemm_wgmma_bf16_tn_kernel<256>"}};
+    static int smem_set[GEMM_MAX_DEVICES]; /* one per instantiation: the kernel's smem limit was raised */
+    const gemm_kernel_fn kernel = gemm_kernel_for<BN, LAYOUT, EPI>();
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
     CUtensorMap tm_a, tm_b;
@@ -558,21 +783,30 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, float *C, co
         FORGE_TRY(gemm_encode_kmajor(&tm_b, encode, B, N, K, BN, "B"));
     else
         FORGE_TRY(gemm_encode_mnmajor(&tm_b, encode, B, N, K, "B"));
-    const int slot = 2 * LAYOUT + (BN == 256 ? 1 : 0);
-    if (!g_smem_set[dev][slot]) {
-        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
-        g_smem_set[dev][slot] = 1;
+    CUtensorMap tm_c;
+    memset(&tm_c, 0, sizeof tm_c);
+    if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0) FORGE_TRY(gemm_encode_c_f32(&tm_c, encode, ep.C, M, N));
+    const size_t smem = (EPI & GEMM_EPI_TMA_STORE) ? cfg::SMEM_TMA_STORE : cfg::SMEM;
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set[dev] = 1;
     }
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int kps = (ktiles + splits - 1) / splits;
     const long long units = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + BN - 1) / BN) * splits;
     if (units > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
     const int grid = (int)(units < sm_count ? units : sm_count);
-    const int vec2 = (N % 2 == 0) && ((uintptr_t)C % 8 == 0);
-    kernel<<<grid, GEMM_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, bias, work, M, N, K, vec2, splits, kps,
-                                                      accumulate);
-    CUDA_LAUNCH_CHECK(names[LAYOUT][BN == 256 ? 1 : 0]);
+    /* 2-element accesses: N even (an even column's pair then never straddles a row end) and every (M,N) buffer
+     * aligned for them (8 bytes fp32, 4 bytes bf16) */
+    const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8;
+    ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % c_align == 0 && (uintptr_t)ep.pre % c_align == 0 &&
+              (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.dpre % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
+    kernel<<<grid, GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+    CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
+                      : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
+                                          : "gemm_wgmma_bf16_tn_kernel");
     if (splits > 1) {
+        float *C = (float *)ep.C, *work = ep.work;
         const size_t mn = (size_t)M * N;
         const int vec4 = mn % 4 == 0 && (uintptr_t)C % 16 == 0 && (uintptr_t)work % 16 == 0;
         const size_t n = vec4 ? mn / 4 : mn;
@@ -582,6 +816,16 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, float *C, co
         CUDA_LAUNCH_CHECK("gemm_splitk_reduce_kernel");
     }
     return FORGE_OK;
+}
+
+/* Picks BN for a non-split launch of (LAYOUT, EPI). */
+static int gemm_pick_bn(int M, int N, int sm_count);
+template <int LAYOUT, int EPI>
+static forge_status gemm_launch_auto_bn(const void *A, const void *B, const gemm_epi_dev &ep, int M, int N, int K,
+                                        cudaStream_t stream, int dev, int sm_count) {
+    if (gemm_pick_bn(M, N, sm_count) == 128)
+        return gemm_wgmma_launch<128, LAYOUT, EPI>(A, B, ep, M, N, K, 0, 1, stream, dev, sm_count);
+    return gemm_wgmma_launch<256, LAYOUT, EPI>(A, B, ep, M, N, K, 0, 1, stream, dev, sm_count);
 }
 
 /* Tile width for a non-split launch: 128x256 unless that leaves SMs idle that 128x128 tiles would use. */
@@ -627,19 +871,77 @@ static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long
     *splits_out = best_s;
 }
 
+/* Why a fused epilogue cannot be used with these arguments (layout GEMM_NT or GEMM_NN), or NULL. */
+static const char *gemm_epi_refusal(int layout, const void *C, int N, const forge_gemm_epilogue *e) {
+    const uintptr_t c_align = e->out_bf16 ? 2 : 4;
+    if (layout == GEMM_NN && (e->bias != nullptr || e->gelu || e->pre_out != nullptr))
+        return "bias, gelu and pre_out are forward (nt) epilogues; nn takes residual and dgelu_pre";
+    if (layout == GEMM_NN && e->out_bf16) return "bf16 output is not built for nn (dX is fp32)";
+    if (layout == GEMM_NT && e->dgelu_pre != nullptr) return "dgelu_pre is the dX (nn) epilogue";
+    if (e->pre_out != nullptr && !e->gelu) return "pre_out is only written with gelu (it is v before GELU)";
+    if (e->store_tma && (layout != GEMM_NT || e->gelu || e->out_bf16 || e->residual != nullptr))
+        return "store_tma is built for nt with an fp32 C, bias or none (no gelu, bf16 or residual: with their "
+               "registers next to 128 accumulators the kernel would spill)";
+    if (e->store_tma && (N % 4 != 0 || (uintptr_t)C % 16 != 0))
+        return "store_tma needs N % 4 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and base)";
+    if (e->out_bf16 && (const void *)e->residual == C)
+        return "residual == C (C +=) needs an fp32 C; residual is always fp32";
+    if ((uintptr_t)C % c_align != 0 || (uintptr_t)e->pre_out % c_align != 0)
+        return "C and pre_out must be aligned to their element size";
+    if ((uintptr_t)e->bias % 4 != 0 || (uintptr_t)e->residual % 4 != 0 || (uintptr_t)e->dgelu_pre % 4 != 0)
+        return "bias, residual and dgelu_pre must be 4-byte aligned";
+    return nullptr;
+}
+
+static gemm_epi_dev gemm_epi_from(void *C, const forge_gemm_epilogue *e) {
+    gemm_epi_dev ep = {};
+    ep.C = C;
+    ep.bias = e->bias;
+    ep.res = e->residual;
+    ep.pre = e->pre_out;
+    ep.dpre = e->dgelu_pre;
+    return ep;
+}
+
+extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
+                                               const forge_gemm_epilogue *epi, void *stream) {
+    forge_gemm_epilogue plain;
+    memset(&plain, 0, sizeof plain);
+    const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
+    /* the fp32 rules of gemm_wgmma_refusal; a bf16 C only needs 2-byte alignment */
+    const char *why = gemm_wgmma_refusal(A_bf16, B_bf16, e->out_bf16 ? nullptr : (const float *)C, M, N, K);
+    if (why == nullptr) why = gemm_epi_refusal(GEMM_NT, C, N, e);
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nt epilogue (M=%d N=%d K=%d): %s", M, N, K, why);
+    int dev = 0, sm_count = 0;
+    FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    const gemm_epi_dev ep = gemm_epi_from(C, e);
+    const cudaStream_t st = (cudaStream_t)stream;
+    if (e->store_tma)
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+    const int flags = (e->gelu ? GEMM_EPI_GELU : 0) | (e->out_bf16 ? GEMM_EPI_BF16 : 0);
+    switch (flags) {
+    case 0: return gemm_launch_auto_bn<GEMM_NT, 0>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+    case GEMM_EPI_GELU:
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_GELU>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+    case GEMM_EPI_BF16:
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+    default:
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_GELU | GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, dev,
+                                                                          sm_count);
+    }
+}
+
 extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
                                                  int M, int N, int K, void *stream) {
     const char *why = gemm_wgmma_refusal(A_bf16, B_bf16, C, M, N, K);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma (M=%d N=%d K=%d): %s; forge_gemm_bf16_nt falls back "
                            "to the SIMT kernel for such arguments", M, N, K, why);
-    int dev = 0, sm_count = 0;
-    FORGE_TRY(gemm_device_info(&dev, &sm_count));
-    if (gemm_pick_bn(M, N, sm_count) == 128)
-        return gemm_wgmma_launch<128, GEMM_NT>(A_bf16, B_bf16, C, bias, nullptr, M, N, K, 0, 1, (cudaStream_t)stream,
-                                               dev, sm_count);
-    return gemm_wgmma_launch<256, GEMM_NT>(A_bf16, B_bf16, C, bias, nullptr, M, N, K, 0, 1, (cudaStream_t)stream,
-                                           dev, sm_count);
+    forge_gemm_epilogue e;
+    memset(&e, 0, sizeof e);
+    e.bias = bias;
+    return forge_gemm_bf16_nt_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
 }
 
 /* Why the NN / TN paths cannot take these arguments, or NULL. */
@@ -656,18 +958,30 @@ static const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void 
     return nullptr;
 }
 
-extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
-                                                 int K, int accumulate, void *stream) {
-    const char *why = gemm_wgmma_refusal_bwd(GEMM_NN, A_bf16, B_bf16, C, M, N, K);
+extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N,
+                                               int K, const forge_gemm_epilogue *epi, void *stream) {
+    forge_gemm_epilogue plain;
+    memset(&plain, 0, sizeof plain);
+    const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
+    const char *why = gemm_wgmma_refusal_bwd(GEMM_NN, A_bf16, B_bf16, (const float *)C, M, N, K);
+    if (why == nullptr) why = gemm_epi_refusal(GEMM_NN, C, N, e);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nn (M=%d N=%d K=%d): %s", M, N, K, why);
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
-    if (gemm_pick_bn(M, N, sm_count) == 128)
-        return gemm_wgmma_launch<128, GEMM_NN>(A_bf16, B_bf16, C, nullptr, nullptr, M, N, K, accumulate != 0, 1,
-                                               (cudaStream_t)stream, dev, sm_count);
-    return gemm_wgmma_launch<256, GEMM_NN>(A_bf16, B_bf16, C, nullptr, nullptr, M, N, K, accumulate != 0, 1,
-                                           (cudaStream_t)stream, dev, sm_count);
+    const gemm_epi_dev ep = gemm_epi_from(C, e);
+    if (e->dgelu_pre != nullptr)
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream, dev,
+                                                            sm_count);
+    return gemm_launch_auto_bn<GEMM_NN, 0>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream, dev, sm_count);
+}
+
+extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
+                                                 int K, int accumulate, void *stream) {
+    forge_gemm_epilogue e;
+    memset(&e, 0, sizeof e);
+    e.residual = accumulate ? C : nullptr; /* C += the product: read C, add, store, in the epilogue */
+    return forge_gemm_bf16_nn_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
 }
 
 extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
@@ -701,12 +1015,16 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void 
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
     int bn = 256, splits = 1;
     gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits);
-    float *work = splits > 1 ? (float *)workspace : nullptr;
+    gemm_epi_dev ep = {};
+    ep.C = C;
+    ep.work = splits > 1 ? (float *)workspace : nullptr;
+    /* unsplit, C += is the epilogue's read-add-store; split, the reduction adds C */
+    ep.res = splits == 1 && accumulate ? C : nullptr;
     if (bn == 128)
-        return gemm_wgmma_launch<128, GEMM_TN>(A_bf16, B_bf16, C, nullptr, work, M, N, K, accumulate != 0, splits,
-                                               (cudaStream_t)stream, dev, sm_count);
-    return gemm_wgmma_launch<256, GEMM_TN>(A_bf16, B_bf16, C, nullptr, work, M, N, K, accumulate != 0, splits,
-                                           (cudaStream_t)stream, dev, sm_count);
+        return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
+                                                  (cudaStream_t)stream, dev, sm_count);
+    return gemm_wgmma_launch<256, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
+                                              (cudaStream_t)stream, dev, sm_count);
 }
 
 extern "C" forge_status forge_gemm_bf16_nt_simt(const void *A_bf16, const void *B_bf16, float *C, const float *bias,

@@ -25,13 +25,21 @@
  * output element is summed over K in the same order by one thread.
  * FORGE_MATMUL=simt64 / simt128 pin it (the parity suite tests both), and
  * FORGE_MATMUL=cublas sends the three matmul ops to cublasSgemm in
- * CUBLAS_PEDANTIC_MATH (true fp32, no TF32), the reference path.
+ * CUBLAS_PEDANTIC_MATH (true fp32, no TF32), the reference path;
+ * FORGE_MATMUL=auto picks SIMT or cuBLAS per (layout, M, N, K) from a table
+ * measured once (matmul_table.cu); FORGE_MATMUL=tf32 sends all three layouts
+ * to forge's mma.sync tf32 kernel (gemm_mma.cu; dbias stays the exact fp32
+ * column sum below).
  * Every result is deterministic: one thread owns each output element and
  * sums K in a fixed order; dbias uses the ordered two-pass column sum.
  */
 #include <string.h>
 
 #include "cuda_ops.h"
+
+extern "C" {
+#include "gemm_mma.h"
+}
 
 #define GEMM_BK 8
 #define GEMM_THREADS 256
@@ -271,8 +279,11 @@ forge_status cuda_gemm(cuda_ctx *ctx, float *C, const float *A, const float *B,
 /* ---- cuBLAS reference path -------------------------------------------------
  * cuBLAS is column-major: a row-major (R, Ccols) matrix is its transpose
  * (Ccols x R, ld Ccols). So row-major Y = X W^T is column-major
- * Y^T = W X^T, and so on for the other two layouts.                         */
+ * Y^T = W X^T, and so on for the other two layouts. A build with CUBLAS=0
+ * (FORGE_NO_CUBLAS) has no such path: the backend refuses FORGE_MATMUL=cublas
+ * at creation, so reaching it here is a bug, reported as one. */
 
+#ifndef FORGE_NO_CUBLAS
 #define CUBLAS_TRY(call, what)                                                                  \
     do {                                                                                        \
         cublasStatus_t cublas_e_ = (call);                                                      \
@@ -280,71 +291,110 @@ forge_status cuda_gemm(cuda_ctx *ctx, float *C, const float *A, const float *B,
             return forge_error(FORGE_ERR_DEVICE, "%s (%s) failed at %s:%d: %s", #call, (what),   \
                                __FILE__, __LINE__, cublasGetStatusString(cublas_e_));           \
     } while (0)
+#endif
 
-static int matmul_use_cublas(const cuda_ctx *ctx) { return ctx->matmul_impl == CUDA_MATMUL_CUBLAS; }
+static forge_status cublas_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
+                                  int M, int N, int K, float beta) {
+#ifdef FORGE_NO_CUBLAS
+    (void)ctx, (void)layout, (void)C, (void)A, (void)B, (void)M, (void)N, (void)K, (void)beta;
+    return forge_error(FORGE_ERR_UNSUPPORTED, "cuda matmul: the cuBLAS path was asked for in a build without cuBLAS "
+                                              "(CUBLAS=0); expected the backend to refuse it at creation");
+#else
+    const float alpha = 1.0f;
+    switch (layout) {
+    case CUDA_MM_NT: /* out (M,N) = inp (M,K) . W (N,K)^T */
+        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, K, A, K, &beta, C, N),
+                   "matmul_forward");
+        break;
+    case CUDA_MM_NN: /* dinp (M,N) += dout (M,K) . W (K,N) */
+        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, N, A, K, &beta, C, N),
+                   "matmul_backward_input");
+        break;
+    case CUDA_MM_TN: /* dW (M,N) += dout (K,M)^T . inp (K,N) */
+        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_T, N, M, K, &alpha, B, N, A, M, &beta, C, N),
+                   "matmul_backward_weight");
+        break;
+    }
+    return FORGE_OK;
+#endif
+}
+
+/* The SIMT kernel in the three layouts; see the top of the file for the operand layouts. */
+static forge_status simt_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
+                                const float *bias, int M, int N, int K) {
+    cuda_gemm_params p;
+    switch (layout) {
+    case CUDA_MM_NT: /* A = inp (M,K) K-major, B = weight (N,K) K-major */
+        p = cuda_gemm_plain(M, N, K, 1, K, 1, K, N, 0);
+        p.bias = bias;
+        return cuda_gemm(ctx, C, A, B, &p, "matmul_forward");
+    case CUDA_MM_NN: /* A = dout (M,K) K-major, B[k=oc][n=c] = weight[oc*C + c] N-major */
+        p = cuda_gemm_plain(M, N, K, 1, K, 0, N, N, 1);
+        return cuda_gemm(ctx, C, A, B, &p, "matmul_backward_input");
+    case CUDA_MM_TN: /* A[m=oc][k=n] = dout[n*OC + oc] M-major, B[k=n][c] = inp[n*C + c] N-major */
+        p = cuda_gemm_plain(M, N, K, 0, M, 0, N, N, 1);
+        return cuda_gemm(ctx, C, A, B, &p, "matmul_backward_weight");
+    }
+    return forge_error(FORGE_ERR_ARG, "cuda matmul: layout %d, expected NT, NN or TN", (int)layout);
+}
+
+/* forge's tf32 mma.sync kernel: NT (A, B K-major), NN (B = weight stored (K,N)), TN (both stored (K, .)).
+ * Small outputs with a long K (dW: OC x C with K = B*T) are split over K into ctx->ws (free here: ops are
+ * serialised on the stream, and dbias uses ws only after this GEMM). */
+static forge_status tf32_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
+                                const float *bias, int M, int N, int K) {
+    const int a_mn = layout == CUDA_MM_TN, b_mn = layout != CUDA_MM_NT, acc = layout != CUDA_MM_NT;
+    const int splits = forge_gemm_mma_tf32_splits(M, N, K, ctx->num_sms, CUDA_WS_FLOATS);
+    return forge_gemm_mma_tf32(A, a_mn, B, b_mn, C, bias, M, N, K, acc, splits, ctx->ws, CUDA_WS_FLOATS,
+                               (void *)ctx->stream);
+}
+
+forge_status cuda_matmul_run_layout(cuda_ctx *ctx, cuda_mm_layout layout, int use_cublas, float *C, const float *A,
+                                    const float *B, int M, int N, int K) {
+    if (use_cublas) return cublas_layout(ctx, layout, C, A, B, M, N, K, layout == CUDA_MM_NT ? 0.0f : 1.0f);
+    return simt_layout(ctx, layout, C, A, B, NULL, M, N, K);
+}
+
+/* One layout through the path FORGE_MATMUL chose (auto: through the per-shape table). */
+static forge_status matmul_dispatch(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
+                                    const float *bias, int M, int N, int K) {
+    if (ctx->matmul_impl == CUDA_MATMUL_TF32) return tf32_layout(ctx, layout, C, A, B, bias, M, N, K);
+    int use_cublas = ctx->matmul_impl == CUDA_MATMUL_CUBLAS;
+    if (ctx->matmul_impl == CUDA_MATMUL_AUTO && K > 0) FORGE_TRY(cuda_mm_choose(ctx, layout, M, N, K, &use_cublas));
+    if (!use_cublas) return simt_layout(ctx, layout, C, A, B, bias, M, N, K);
+    float beta = layout == CUDA_MM_NT ? 0.0f : 1.0f;
+    if (layout == CUDA_MM_NT && bias) {
+        size_t total = (size_t)M * N;
+        bias_broadcast_kernel<<<cuda_grid_for(ctx, total, 256), 256, 0, ctx->stream>>>(C, bias, N, total);
+        CUDA_LAUNCH_CHECK("bias_broadcast_kernel");
+        beta = 1.0f;
+    }
+    if (K <= 0) {
+        if (layout == CUDA_MM_NT && !bias) CUDA_TRY(cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), ctx->stream));
+        return FORGE_OK;
+    }
+    return cublas_layout(ctx, layout, C, A, B, M, N, K, beta);
+}
 
 /* ---- launchers -------------------------------------------------------------- */
 
 forge_status cuda_matmul_forward(forge_backend *be, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return FORGE_OK;
-    cuda_ctx *ctx = cuda_get_ctx(be);
-    if (matmul_use_cublas(ctx)) {
-        float alpha = 1.0f, beta = 0.0f;
-        if (bias) {
-            size_t total = (size_t)N * OC;
-            bias_broadcast_kernel<<<cuda_grid_for(ctx, total, 256), 256, 0, ctx->stream>>>(out, bias, OC,
-                                                                                           total);
-            CUDA_LAUNCH_CHECK("bias_broadcast_kernel");
-            beta = 1.0f;
-        }
-        if (C <= 0) {
-            if (!bias) CUDA_TRY(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), ctx->stream));
-            return FORGE_OK;
-        }
-        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &alpha, weight, C, inp, C,
-                               &beta, out, OC),
-                   "matmul_forward");
-        return FORGE_OK;
-    }
-    /* A = inp (N,C) K-major, B = weight (OC,C) K-major */
-    cuda_gemm_params p = cuda_gemm_plain(N, OC, C, 1, C, 1, C, OC, 0);
-    p.bias = bias;
-    return cuda_gemm(ctx, out, inp, weight, &p, "matmul_forward");
+    return matmul_dispatch(cuda_get_ctx(be), CUDA_MM_NT, out, inp, weight, bias, N, OC, C);
 }
 
 forge_status cuda_matmul_backward_input(forge_backend *be, float *dinp, const float *dout,
                                         const float *weight, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return FORGE_OK;
-    cuda_ctx *ctx = cuda_get_ctx(be);
-    if (matmul_use_cublas(ctx)) {
-        float alpha = 1.0f, beta = 1.0f;
-        CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &alpha, weight, C, dout,
-                               OC, &beta, dinp, C),
-                   "matmul_backward_input");
-        return FORGE_OK;
-    }
-    /* A = dout (N,OC) K-major, B[k=oc][n=c] = weight[oc*C + c] N-major */
-    cuda_gemm_params p = cuda_gemm_plain(N, C, OC, 1, OC, 0, C, C, 1);
-    return cuda_gemm(ctx, dinp, dout, weight, &p, "matmul_backward_input");
+    return matmul_dispatch(cuda_get_ctx(be), CUDA_MM_NN, dinp, dout, weight, NULL, N, C, OC);
 }
 
 forge_status cuda_matmul_backward_weight(forge_backend *be, float *dweight, float *dbias,
                                          const float *dout, const float *inp, int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (C > 0) {
-        if (matmul_use_cublas(ctx)) {
-            float alpha = 1.0f, beta = 1.0f;
-            CUBLAS_TRY(cublasSgemm(ctx->cublas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &alpha, inp, C, dout,
-                                   OC, &beta, dweight, C),
-                       "matmul_backward_weight");
-        } else {
-            /* A[m=oc][k=n] = dout[n*OC + oc] M-major, B[k=n][c] = inp[n*C + c] N-major */
-            cuda_gemm_params p = cuda_gemm_plain(OC, C, N, 0, OC, 0, C, C, 1);
-            FORGE_TRY(cuda_gemm(ctx, dweight, dout, inp, &p, "matmul_backward_weight"));
-        }
-    }
+    if (C > 0) FORGE_TRY(matmul_dispatch(ctx, CUDA_MM_TN, dweight, dout, inp, NULL, OC, C, N));
     if (dbias) {
         int R = cuda_colsum_chunks(N, OC, 1);
         if (R == 0)

@@ -33,9 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
+#ifndef FORGE_NO_CUBLAS
 #include <cublasLt.h>
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
+#endif
 
 extern "C" {
 #include "../../util/rng.h"
@@ -75,14 +77,18 @@ extern "C" {
 /* Input formats: the cells that consume the same rounded values share one. */
 typedef enum { CG_FAM_FP32 = 0, CG_FAM_TF32, CG_FAM_BF16, CG_FAM_FP16, CG_FAM_FP8, CG_FAM_COUNT } cg_family;
 
+#ifndef FORGE_NO_CUBLAS /* used by the cuBLAS part only */
 static const size_t cg_family_bytes[CG_FAM_COUNT] = {4, 4, 2, 2, 1};
+#endif
 
 static const char *const cg_kind_names[FORGE_CHAR_GEMM_KIND_COUNT] = {
     "cublas_fp32", "cublas_tf32", "cublas_bf16", "cublas_fp16", "cublaslt_fp8", "cublaslt_fp8_fastacc"};
 static const forge_precision cg_kind_prec[FORGE_CHAR_GEMM_KIND_COUNT] = {
     FORGE_PREC_FP32, FORGE_PREC_TF32, FORGE_PREC_BF16, FORGE_PREC_FP16, FORGE_PREC_FP8, FORGE_PREC_FP8};
+#ifndef FORGE_NO_CUBLAS
 static const cg_family cg_kind_family[FORGE_CHAR_GEMM_KIND_COUNT] = {
     CG_FAM_FP32, CG_FAM_TF32, CG_FAM_BF16, CG_FAM_FP16, CG_FAM_FP8, CG_FAM_FP8};
+#endif
 
 extern "C" const char *forge_char_gemm_kind_name(forge_char_gemm_kind kind) {
     return (kind >= 0 && kind < FORGE_CHAR_GEMM_KIND_COUNT) ? cg_kind_names[kind] : "unknown";
@@ -99,6 +105,31 @@ extern "C" const char *forge_char_gemm_recipe(void) {
            "input format (fp32: as drawn; tf32: 10 fraction bits kept in fp32 storage; bf16; fp16; fp8 e4m3 "
            "saturating); float64 reference on the GPU from the same rounded values widened exactly, set 0 only";
 }
+
+#ifdef FORGE_NO_CUBLAS
+/* A build without cuBLAS (make cuda CUBLAS=0): every cell here is a cuBLAS /
+ * cuBLASLt cell, so the library-GEMM part does not exist; `forge bench
+ * characterize` refuses before it gets here (characterize.c). */
+struct forge_char_gemm {
+    int unused;
+};
+#define CG_NO_CUBLAS_MSG "characterize: the library-GEMM cells are cuBLAS/cuBLASLt: built without cuBLAS (make cuda CUBLAS=0)"
+extern "C" void forge_char_gemm_free(forge_char_gemm *g) { (void)g; }
+extern "C" forge_status forge_char_gemm_create(forge_char_gemm **out, int device, void *cuda_stream, uint64_t seed) {
+    (void)device, (void)cuda_stream, (void)seed;
+    if (out) *out = NULL;
+    return forge_error(FORGE_ERR_UNSUPPORTED, "%s", CG_NO_CUBLAS_MSG);
+}
+extern "C" forge_status forge_char_gemm_prepare(forge_char_gemm *g, forge_char_gemm_kind kind, int n,
+                                                forge_harness_cell *cell) {
+    (void)g, (void)kind, (void)n, (void)cell;
+    return forge_error(FORGE_ERR_UNSUPPORTED, "%s", CG_NO_CUBLAS_MSG);
+}
+extern "C" forge_status forge_char_gemm_probe_tf32(forge_char_gemm *g, int n, double rel_err[3]) {
+    (void)g, (void)n, (void)rel_err;
+    return forge_error(FORGE_ERR_UNSUPPORTED, "%s", CG_NO_CUBLAS_MSG);
+}
+#else /* the rest of the file: with cuBLAS */
 
 /* ---- format converters: fp32 -> format (host, round to nearest even) and
  * format -> fp32 (host and device, exact) ------------------------------------ */
@@ -809,3 +840,5 @@ extern "C" forge_status forge_char_gemm_probe_tf32(forge_char_gemm *g, int n, do
     cudaFree(ref);
     return s;
 }
+
+#endif /* FORGE_NO_CUBLAS */

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "gemm_cells_common.h"
@@ -21,6 +20,7 @@ extern "C" {
 #include "../../util/rng.h"
 }
 
+#if GC_HAVE_CUBLAS
 #define GC_CUBLAS_TRY(call)                                                                              \
     do {                                                                                                 \
         cublasStatus_t gc_cs_ = (call);                                                                  \
@@ -28,6 +28,7 @@ extern "C" {
             return forge_error(FORGE_ERR_DEVICE, "%s failed at %s:%d: cuBLAS status %d", #call, __FILE__, \
                                __LINE__, (int)gc_cs_);                                                   \
     } while (0)
+#endif
 
 #define GC_SET_TARGET_BYTES ((size_t)256 << 20)
 #define GC_POISON 0xFFFFFFFFu
@@ -275,16 +276,28 @@ extern "C" forge_status gc_shape_init(gc_shape *sh, int M, int N, int K, int tf3
     return FORGE_OK;
 }
 
-extern "C" forge_status gc_cublas_gemm(gc_shape *sh, int set) {
+extern "C" int gc_cell_needs_cublas(const char *name) { return name && strncmp(name, "cublas", 6) == 0; }
+
+extern "C" forge_status gc_cublas_gemm_ex(gc_shape *sh, int set, float beta, int c_bf16, void *C) {
+#if !GC_HAVE_CUBLAS
+    (void)set;
+    (void)beta;
+    (void)c_bf16;
+    (void)C;
+    return forge_error(FORGE_ERR_UNSUPPORTED, "%s: a cuBLAS cell: %s", sh->who, GC_NO_CUBLAS_REASON);
+#else
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     const cudaDataType_t t = sh->tf32 ? CUDA_R_32F : CUDA_R_16BF;
     GC_CUBLAS_TRY(cublasGemmEx(sh->cublas, sh->b_mn ? CUBLAS_OP_N : CUBLAS_OP_T, sh->a_mn ? CUBLAS_OP_T : CUBLAS_OP_N,
                                sh->N, sh->M, sh->K, &alpha, B, t, sh->b_mn ? sh->N : sh->K, A, t,
-                               sh->a_mn ? sh->M : sh->K, &beta, sh->C, CUDA_R_32F, sh->N,
+                               sh->a_mn ? sh->M : sh->K, &beta, C, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, sh->N,
                                sh->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return FORGE_OK;
+#endif
 }
+
+extern "C" forge_status gc_cublas_gemm(gc_shape *sh, int set) { return gc_cublas_gemm_ex(sh, set, 0.0f, 0, sh->C); }
 
 /* ---- cell callbacks -------------------------------------------------------- */
 
@@ -322,14 +335,21 @@ extern "C" forge_status gc_session_open(gc_session *ss, FILE *out, const char *s
                                         const char *banner) {
     memset(ss, 0, sizeof *ss);
     ss->dev = 0;
+    ss->out = out;
     ss->sh.who = who;
     GC_TRY(cudaSetDevice(ss->dev));
     GC_TRY(cudaStreamCreateWithFlags(&ss->sh.stream, cudaStreamNonBlocking));
     forge_status s = FORGE_OK;
+#if GC_HAVE_CUBLAS
     if (cublasCreate(&ss->sh.cublas) != CUBLAS_STATUS_SUCCESS)
         s = forge_error(FORGE_ERR_DEVICE, "%s: cublasCreate failed", who);
     if (s == FORGE_OK && cublasSetStream(ss->sh.cublas, ss->sh.stream) != CUBLAS_STATUS_SUCCESS)
         s = forge_error(FORGE_ERR_DEVICE, "%s: cublasSetStream failed", who);
+#else
+    ss->sh.cublas = NULL;
+    if (out) fprintf(out, "%s: %s: the cuBLAS cells are skipped, forge cells have no baseline\n", who,
+                     GC_NO_CUBLAS_REASON);
+#endif
     if (s == FORGE_OK) s = forge_cuda_bench_timer_create(&ss->timer, ss->sh.stream);
     if (s == FORGE_OK) ss->have_timer = 1;
     if (s == FORGE_OK) s = forge_cuda_provenance(&ss->prov, ss->dev);
@@ -352,6 +372,10 @@ extern "C" forge_status gc_session_run_cell(gc_session *ss, gc_cell *c,
                                             forge_status (*run)(void *ctx, int input_set), const char *name,
                                             const char *group, int is_baseline, forge_precision precision,
                                             double flops, double bytes) {
+    if (!GC_HAVE_CUBLAS && gc_cell_needs_cublas(name)) {
+        if (ss->out) fprintf(ss->out, "skip %s [%s]: %s\n", name, group, GC_NO_CUBLAS_REASON);
+        return FORGE_OK;
+    }
     forge_harness_cell cell;
     memset(&cell, 0, sizeof cell);
     cell.name = name;
@@ -384,7 +408,9 @@ extern "C" forge_status gc_session_close(gc_session *ss, forge_status s) {
     gc_shape_free(&ss->sh);
     if (ss->have_timer) forge_cuda_bench_timer_destroy(&ss->timer);
     ss->have_timer = 0;
+#if GC_HAVE_CUBLAS
     if (ss->sh.cublas) cublasDestroy(ss->sh.cublas);
+#endif
     ss->sh.cublas = NULL;
     cudaStreamDestroy(ss->sh.stream);
     ss->sh.stream = NULL;

@@ -22,6 +22,20 @@
  *   inputs). A NaN anywhere makes the error NaN: garbage.
  *
  * Plain C declarations (C linkage); the suite files are the only callers.
+ *
+ * cuBLAS is optional (`make cuda CUBLAS=0` defines FORGE_NO_CUBLAS and links
+ * no cuBLAS). The pattern every suite file follows, so that it builds and
+ * runs both ways with no #ifdef of its own:
+ * - NAME cuBLAS cells "cublas..." (cublas_bf16, cublas_tf32, cublaslt_fp8,
+ *   ...) and only those: in a build without cuBLAS, gc_session_run_cell
+ *   skips a cell whose name starts with "cublas" and prints
+ *   "skip <cell> [<group>]: built without cuBLAS (make cuda CUBLAS=0)"; the
+ *   forge cells of the group still run, with the harness verdict
+ *   "no-baseline".
+ * - Call cuBLAS only through gc_cublas_gemm, or inside
+ *   `#if GC_HAVE_CUBLAS ... #endif` (a new file with its own cuBLAS/cuBLASLt
+ *   calls, e.g. an fp8 suite: wrap those calls, and return
+ *   FORGE_ERR_UNSUPPORTED with GC_NO_CUBLAS_REASON in the #else branch).
  */
 #ifndef FORGE_GEMM_CELLS_COMMON_H
 #define FORGE_GEMM_CELLS_COMMON_H
@@ -30,8 +44,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#ifndef FORGE_NO_CUBLAS
+#include <cublas_v2.h>
+#define GC_HAVE_CUBLAS 1
+#else
+#define GC_HAVE_CUBLAS 0
+typedef void *cublasHandle_t; /* always NULL without cuBLAS */
+#endif
+#define GC_NO_CUBLAS_REASON "built without cuBLAS (make cuda CUBLAS=0)"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,12 +97,18 @@ forge_status gc_shape_init(gc_shape *sh, int M, int N, int K, int tf32, int a_mn
 /* Frees the buffers (idempotent); keeps stream and cublas. */
 void gc_shape_free(gc_shape *sh);
 
+/* 1 when the cell `name` runs cuBLAS (its name starts with "cublas"; see the top of the file). */
+int gc_cell_needs_cublas(const char *name);
+
 /* C = A[set] . B[set] through cublasGemmEx (beta = 0) with the op flags of the stored layout: bf16 inputs with
  * CUBLAS_COMPUTE_32F, tf32 inputs (fp32 type) with CUBLAS_COMPUTE_32F_FAST_TF32, fp32 output. cuBLAS is
  * column-major: row-major C (M,N) is column-major C^T (N,M) = B'^T . A'^T, so m=N, n=M, k=K; a K-major buffer
  * (N,K) / (M,K) is column-major (K,N) / (K,M): B op T, ld K; A op N, ld K. An MN-major B (K,N) is column-major
- * (N,K): op N, ld N; an MN-major A (K,M) is column-major (M,K): op T, ld M. */
+ * (N,K): op N, ld N; an MN-major A (K,M) is column-major (M,K): op T, ld M. Without cuBLAS:
+ * FORGE_ERR_UNSUPPORTED (never reached through gc_session_run_cell, which skips "cublas" cells). */
 forge_status gc_cublas_gemm(gc_shape *sh, int set);
+/* The same with C = A.B + beta C (beta = 1: the accumulate baseline) into C (fp32, or bf16 when c_bf16). */
+forge_status gc_cublas_gemm_ex(gc_shape *sh, int set, float beta, int c_bf16, void *C);
 
 /* A cell of a shape; ctx of the harness cell. */
 typedef struct {
@@ -105,6 +132,7 @@ typedef struct {
     forge_provenance prov;
     forge_harness *h;
     int bad;                   /* cells that failed or were garbage */
+    FILE *out;                 /* the suite's output (skip lines) */
 } gc_session;
 
 /* Opens the session of `suite` (results/<date>_<commit>/<suite>*.csv, warmup 10) with its config text, input
@@ -112,7 +140,8 @@ typedef struct {
  * returns. */
 forge_status gc_session_open(gc_session *ss, FILE *out, const char *suite, const char *config_text,
                              const char *input_recipe, uint64_t seed, int reps, const char *who, const char *banner);
-/* Checks and times one cell of ss->sh in the given group; a failed or garbage cell counts in ss->bad. */
+/* Checks and times one cell of ss->sh in the given group; a failed or garbage cell counts in ss->bad. A "cublas"
+ * cell in a build without cuBLAS is skipped (a printed line, FORGE_OK). */
 forge_status gc_session_run_cell(gc_session *ss, gc_cell *c, forge_status (*run)(void *ctx, int input_set),
                                  const char *name, const char *group, int is_baseline, forge_precision precision,
                                  double flops, double bytes);

@@ -34,6 +34,8 @@
  *   accumulation error (promoted: fp32-like, ~1e-6..1e-4; fast accum: larger
  *   at big K) and, for bf16 output, its rounding (~2e-3): the rel_err column
  *   shows which.
+ * - A build without cuBLAS (make cuda CUBLAS=0) skips the "cublas..." cells
+ *   with a printed line (gemm_cells_common.h's rule); the forge cells run.
  * - cuBLASLt needs 16-byte-aligned leading dimensions for fp8; the odd shapes
  *   (N = 999) have no cuBLASLt cell, and forge's e4m3 cell is their baseline.
  */
@@ -43,10 +45,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include "gemm_cells_common.h"
+#if GC_HAVE_CUBLAS
+#include <cublasLt.h>
+#endif
 
 extern "C" {
 #include "../gemm_fp8_bench.h"
@@ -63,6 +67,7 @@ extern "C" {
 #define F8_A_SCALE 0.5f
 #define F8_B_SCALE 0.25f
 
+#if GC_HAVE_CUBLAS
 #define F8_LT_TRY(call)                                                                                       \
     do {                                                                                                      \
         cublasStatus_t f8_s_ = (call);                                                                        \
@@ -70,6 +75,7 @@ extern "C" {
             return forge_error(FORGE_ERR_DEVICE, "%s failed at %s:%d: %s", #call, __FILE__, __LINE__,         \
                                cublasGetStatusString(f8_s_));                                                 \
     } while (0)
+#endif
 
 /* ---- host rounding ---------------------------------------------------------- */
 
@@ -235,22 +241,26 @@ typedef struct {
     f8_sums *sums;
     cudaStream_t stream;
     cublasHandle_t blas; /* the session's, for the tf32 baseline */
-    cublasLtHandle_t lt;
     void *lt_ws;
     float *d_scales; /* a_scale, b_scale for cuBLASLt's scale pointers */
     int lt_ready;
+#if GC_HAVE_CUBLAS
+    cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_desc;
     cublasLtMatrixLayout_t lt_a, lt_b, lt_c;
     cublasLtMatmulAlgo_t lt_algo;
+#endif
 } f8_shape;
 
 static void f8_lt_free(f8_shape *sh) {
+#if GC_HAVE_CUBLAS
     if (sh->lt_desc) cublasLtMatmulDescDestroy(sh->lt_desc);
     if (sh->lt_a) cublasLtMatrixLayoutDestroy(sh->lt_a);
     if (sh->lt_b) cublasLtMatrixLayoutDestroy(sh->lt_b);
     if (sh->lt_c) cublasLtMatrixLayoutDestroy(sh->lt_c);
     sh->lt_desc = NULL;
     sh->lt_a = sh->lt_b = sh->lt_c = NULL;
+#endif
     sh->lt_ready = 0;
 }
 
@@ -280,6 +290,10 @@ static void f8_shape_free(f8_shape *sh) {
  * (M,K) -> (K,M) ld K, op N; D (N,M) ld N = row-major C (M,N). e4m3 x e4m3, fp32 compute and output, scale
  * pointers, FAST_ACCUM off (promoted, like forge's default). */
 static forge_status f8_lt_prepare(f8_shape *sh) {
+#if !GC_HAVE_CUBLAS
+    (void)sh;
+    return forge_error(FORGE_ERR_UNSUPPORTED, "gemm-fp8 bench: cuBLASLt fp8 baseline: %s", GC_NO_CUBLAS_REASON);
+#else
     F8_LT_TRY(cublasLtMatmulDescCreate(&sh->lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -315,6 +329,7 @@ static forge_status f8_lt_prepare(f8_shape *sh) {
     sh->lt_algo = heur.algo;
     sh->lt_ready = 1;
     return FORGE_OK;
+#endif
 }
 
 static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt, uint64_t seed) {
@@ -423,12 +438,6 @@ static forge_status f8_run(void *ctx, int set) {
     f8_shape *sh = c->sh;
     const int s = set % sh->n_sets;
     switch (c->kind) {
-    case F8_LT: {
-        const float alpha = 1.0f, beta = 0.0f;
-        F8_LT_TRY(cublasLtMatmul(sh->lt, sh->lt_desc, &alpha, sh->B4[s], sh->lt_a, sh->A4[s], sh->lt_b, &beta, sh->C,
-                                 sh->lt_c, sh->C, sh->lt_c, &sh->lt_algo, sh->lt_ws, F8_LT_WORKSPACE, sh->stream));
-        return FORGE_OK;
-    }
     case F8_E4M3:
     case F8_E4M3_FAST:
     case F8_E4M3_BF16OUT:
@@ -443,6 +452,13 @@ static forge_status f8_run(void *ctx, int set) {
         return forge_gemm_bf16_nt_wgmma(sh->A16[s], sh->B16[s], (float *)sh->C, NULL, sh->M, sh->N, sh->K,
                                         sh->stream);
     case F8_TF32: return forge_gemm_tf32_nt(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K, sh->stream);
+#if GC_HAVE_CUBLAS
+    case F8_LT: {
+        const float alpha = 1.0f, beta = 0.0f;
+        F8_LT_TRY(cublasLtMatmul(sh->lt, sh->lt_desc, &alpha, sh->B4[s], sh->lt_a, sh->A4[s], sh->lt_b, &beta, sh->C,
+                                 sh->lt_c, sh->C, sh->lt_c, &sh->lt_algo, sh->lt_ws, F8_LT_WORKSPACE, sh->stream));
+        return FORGE_OK;
+    }
     case F8_CUBLAS_TF32: {
         /* row-major C (M,N) = column-major C^T: m = N, n = M; B (N,K) row-major is (K,N) col-major: op T */
         const float alpha = 1.0f, beta = 0.0f;
@@ -453,6 +469,11 @@ static forge_status f8_run(void *ctx, int set) {
                                sh->N, sh->K);
         return FORGE_OK;
     }
+#else
+    case F8_LT:
+    case F8_CUBLAS_TF32:
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm-fp8 bench: cuBLAS cell: %s", GC_NO_CUBLAS_REASON);
+#endif
     }
     return forge_error(FORGE_ERR_ARG, "gemm-fp8 bench: unknown cell kind %d", (int)c->kind);
 }
@@ -522,8 +543,10 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     if (s == FORGE_OK) {
         sh.stream = ss.sh.stream;
         sh.blas = ss.sh.cublas;
+#if GC_HAVE_CUBLAS
         if (cublasLtCreate(&sh.lt) != CUBLAS_STATUS_SUCCESS)
             s = forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cublasLtCreate failed");
+#endif
     }
     if (s == FORGE_OK) {
         const float hs[2] = {F8_A_SCALE, F8_B_SCALE};
@@ -535,7 +558,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     }
     for (int i = 0; i < F8_N_SHAPES && s == FORGE_OK; i++) {
         const f8_shape_spec *sp = &F8_SHAPES[i];
-        s = f8_shape_init(&sh, sp->M, sp->N, sp->K, !sp->odd, seed + (uint64_t)i);
+        s = f8_shape_init(&sh, sp->M, sp->N, sp->K, !sp->odd && GC_HAVE_CUBLAS, seed + (uint64_t)i);
         if (s != FORGE_OK) break;
         char group[160], group32[160];
         snprintf(group, sizeof group, "fp8 nt M=%d N=%d K=%d (%s; ref rows 1/%d)", sp->M, sp->N, sp->K, sp->what,
@@ -560,6 +583,11 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         for (int v = 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
             const f8_kind k = cells[v].kind;
             if (k == F8_LT && sp->odd) continue;
+            if (!GC_HAVE_CUBLAS && gc_cell_needs_cublas(cells[v].name)) {
+                fprintf(out, "skip %s [%s]: %s\n", cells[v].name, k == F8_CUBLAS_TF32 ? group32 : group,
+                        GC_NO_CUBLAS_REASON);
+                continue;
+            }
             f8_cell c = {&sh, k};
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
@@ -586,7 +614,9 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         f8_shape_free(&sh);
     }
     f8_shape_free(&sh);
+#if GC_HAVE_CUBLAS
     if (sh.lt) cublasLtDestroy(sh.lt);
+#endif
     cudaFree(sh.lt_ws);
     cudaFree(sh.d_scales);
     return gc_session_close(&ss, s);

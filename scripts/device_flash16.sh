@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# device_flash16.sh: the bf16 flash attention work of issue 6 on the GPU
+# machine. Run from the repo root with OUT set (binaries prebuilt in
+# build/cuda). Three steps, each logged to $OUT, all run even if one fails:
+#   1. the flash16 GPU parity cases (FORGE_GPU_TESTS_ONLY=flash16);
+#   2. forge bench attention --device cuda (harness CSVs in results/<date>_<commit>/);
+#   3. tools/sdpa_bench.py: PyTorch SDPA cuDNN/flash at the same shapes, CSV
+#      next to the harness CSVs, forge/cuDNN ratios printed.
+# The results folder is copied to $OUT. Budget: < 4 minutes (the unfused
+# fp32 baseline at T = 4096 dominates the bench).
+set -u -o pipefail
+: "${OUT:?set OUT to the folder for logs and results}"
+mkdir -p "$OUT"
+fails=0
+FORGE_GPU_TESTS_ONLY=flash16 timeout 60 build/cuda/forge_gpu_tests 2>&1 | tee "$OUT/flash16_parity.txt" || fails=1
+timeout 120 build/cuda/forge bench attention --device cuda --reps 30 2>&1 | tee "$OUT/attention_bench.txt" || fails=1
+dir=$(ls -td results/*/ 2>/dev/null | while read -r d; do [ -f "$d/attention.csv" ] && echo "$d" && break; done)
+if [ -n "$dir" ]; then
+    timeout 60 python3 tools/sdpa_bench.py --out "${dir%/}/sdpa.csv" --forge-csv "${dir%/}/attention.csv" --reps 30 \
+        2>&1 | tee "$OUT/sdpa_bench.txt" || fails=1
+    cp -r "$dir" "$OUT/" || fails=1
+else
+    echo "no results/*/attention.csv: the attention bench did not write its CSV" | tee -a "$OUT/sdpa_bench.txt"
+    fails=1
+fi
+exit $fails

@@ -1,0 +1,497 @@
+/*
+ * flash_attention.cu: fused causal self-attention in exact fp32 (SIMT FFMA,
+ * no TF32) for the fp32 trainer: the (T, T) scores never reach device memory.
+ *
+ * Layouts are those of backend.h: qkv (B, T, (NH + 2*NKV) * HS) packed, out
+ * and dout (B, T, NH*HS), lse and D (B, NH, T). Query head h reads kv head
+ * h / (NH/NKV). Queries come from qkv_q (length Tq), keys/values from qkv_kv
+ * (length Tk); query i sees key j iff j <= i + Tk - Tq (bottom-right causal).
+ *
+ * Thread layout shared by all three tiled kernels: 256 threads own 64 "rows"
+ * (query rows in fwd and dQ, key rows in dK/dV), a quad of 4 lanes per row.
+ * For the score tile the 4 lanes of a quad split the tile's columns (lane ql
+ * takes columns c*4 + ql), so each thread keeps a handful of scores in
+ * registers; for the second product (P.V, dS.K, P^T.dO, dS^T.Q) the quad
+ * splits the head dimension instead (lane ql owns d = c4*16 + ql*4 + e), and
+ * every score is broadcast across the quad with a shuffle, so P/dS never go
+ * through shared or device memory. Shared rows are padded to HS + 4 floats:
+ * the 8 rows a warp reads at once then start 4 banks apart, and float4 reads
+ * of 8 rows x 16 bytes fill one 128-byte wavefront without conflicts.
+ *
+ * forward   grid (ceil(Tq/64), NH, B): Q tile in shared, 64-key K/V tiles
+ *           streamed through shared; online softmax (m, l per row, the output
+ *           accumulator rescaled by exp(m_old - m_new)); key tiles entirely
+ *           above the diagonal are never visited. The heaviest query blocks
+ *           (the last ones) are scheduled first.
+ * backward  (a) D = rowsum(dO * O), one warp per row.
+ *           (b) dQ, grid (ceil(Tq/64), NH, B): 32-key tiles; P recomputed
+ *               from lse, dS = P (dP - D), dQ += scale dS K.
+ *           (c) dK, dV, grid (ceil(Tk/64), NKV, B): 32-query tiles; the
+ *               transposed products come from exchanging operand roles
+ *               (S^T = K Q^T, dP^T = V dO^T), and the GQA group's query heads
+ *               are walked inside the kernel in order: one writer per dK/dV
+ *               element, no atomics, bit-reproducible.
+ *
+ * Fully-masked rows (Tk < Tq): a score that is masked is -INFINITY and the
+ * running max is replaced by 0 while it is still -INFINITY, so exp never sees
+ * -inf - -inf; such rows end with l = 0 -> out = 0, lse = -INFINITY, and the
+ * backward never computes exp for a masked (row, key) pair at all.
+ *
+ * HS is a template parameter (tile constants at compile time, register arrays
+ * indexed by unrolled constants), instantiated for 16, 32, 64 and 128; 64 and
+ * 128 are the sizes the tiles were chosen for. Any other head size hs <= 128
+ * runs on the smallest instance with HS >= hs: columns hs..HS-1 are loaded as
+ * zeros into shared memory (adding exact zeros to every dot product) and never
+ * stored, so the result is the same, at the cost of the padded work (the
+ * explicit slower path, e.g. hs = 6 or 8 of the test models). hs > 128 is
+ * refused with FORGE_ERR_UNSUPPORTED (FORGE_ATTENTION=materialised runs it).
+ */
+#include "cuda_ops.h"
+
+#define FA_THREADS 256
+#define FA_ROWS 64    /* rows (queries or keys) per block: 4 lanes each */
+/* keys per forward tile: 16 scores per thread, 8 at HS = 128 where the
+ * 32-float output quarter plus 16 scores spilled at the 128-register cap */
+#define FA_FWD_BK(HS) ((HS) >= 128 ? 32 : 64)
+#define FA_DQ_BK 32   /* keys per dQ tile: 8 scores and 8 dP per thread */
+#define FA_DKV_BQ 32  /* queries per dK/dV tile */
+#define FA_D_ROWS 8   /* rows of the D kernel per block: one warp each */
+
+/* Shared-memory floats of each kernel for head size HS. */
+#define FA_PAD(HS) ((HS) + 4)
+#define FA_FWD_SMEM(HS) ((size_t)(FA_ROWS + 2 * FA_FWD_BK(HS)) * FA_PAD(HS) * sizeof(float))
+#define FA_DQ_SMEM(HS) ((size_t)(2 * FA_ROWS + 2 * FA_DQ_BK) * FA_PAD(HS) * sizeof(float))
+#define FA_DKV_SMEM(HS) \
+    ((size_t)(2 * FA_ROWS + 2 * FA_DKV_BQ) * FA_PAD(HS) * sizeof(float) + 2 * FA_DKV_BQ * sizeof(float))
+
+/* rows [t0, t0 + NR) of one head (hs floats at `src`, rows `stride` apart) ->
+ * shared (NR, HS + 4); rows at or past T and columns at or past hs are zero. Consecutive threads read
+ * consecutive floats of a row: coalesced. */
+template <int HS, int NR>
+__device__ __forceinline__ void fa_load_rows(float *__restrict__ dst, const float *__restrict__ src,
+                                             size_t stride, int t0, int T, int hs) {
+#pragma unroll 4
+    for (int idx = threadIdx.x; idx < NR * HS; idx += FA_THREADS) {
+        int r = idx / HS, d = idx % HS, t = t0 + r;
+        dst[r * FA_PAD(HS) + d] = t < T && d < hs ? src[(size_t)t * stride + d] : 0.0f;
+    }
+}
+
+/* dot products of shared row `a` against 4*NC shared rows b + (c*4 + ql),
+ * over HS: acc[c] += a . b_c */
+template <int HS, int NC>
+__device__ __forceinline__ void fa_dots(float (&acc)[NC], const float *__restrict__ a,
+                                        const float *__restrict__ b, int ql) {
+#pragma unroll 1
+    for (int d4 = 0; d4 < HS / 4; d4++) {
+        float4 x = *reinterpret_cast<const float4 *>(a + d4 * 4);
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            float4 y = *reinterpret_cast<const float4 *>(b + (c * 4 + ql) * FA_PAD(HS) + d4 * 4);
+            acc[c] = fmaf(x.x, y.x, acc[c]);
+            acc[c] = fmaf(x.y, y.y, acc[c]);
+            acc[c] = fmaf(x.z, y.z, acc[c]);
+            acc[c] = fmaf(x.w, y.w, acc[c]);
+        }
+    }
+}
+
+/* acc[c4*4 + e] += w * row[c4*16 + ql*4 + e]: this lane's quarter of one row */
+template <int HS>
+__device__ __forceinline__ void fa_axpy(float (&acc)[HS / 4], float w, const float *__restrict__ row,
+                                        int ql) {
+#pragma unroll
+    for (int c4 = 0; c4 < HS / 16; c4++) {
+        float4 y = *reinterpret_cast<const float4 *>(row + c4 * 16 + ql * 4);
+        acc[c4 * 4 + 0] = fmaf(w, y.x, acc[c4 * 4 + 0]);
+        acc[c4 * 4 + 1] = fmaf(w, y.y, acc[c4 * 4 + 1]);
+        acc[c4 * 4 + 2] = fmaf(w, y.z, acc[c4 * 4 + 2]);
+        acc[c4 * 4 + 3] = fmaf(w, y.w, acc[c4 * 4 + 3]);
+    }
+}
+
+__device__ __forceinline__ float fa_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float fa_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 2)
+    flash_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv_q,
+                     const float *__restrict__ qkv_kv, int Tq, int Tk, int NH, int NKV, int hs, float scale) {
+    constexpr int P = FA_PAD(HS), BK = FA_FWD_BK(HS), NC = BK / 4;
+    extern __shared__ float4 fa_smem4[];
+    float *sQ = reinterpret_cast<float *>(fa_smem4);
+    float *sK = sQ + FA_ROWS * P;
+    float *sV = sK + BK * P;
+
+    const int qb = gridDim.x - 1 - blockIdx.x; /* heaviest (last) query blocks first */
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (NH / NKV);
+    const size_t row = (size_t)(NH + 2 * NKV) * hs;
+    const int tid = threadIdx.x, r = tid >> 2, ql = tid & 3, lane = tid & 31;
+    const int q0 = qb * FA_ROWS, i = q0 + r;
+    const int off = Tk - Tq, ilim = i + off; /* this row sees keys j <= ilim */
+
+    fa_load_rows<HS, FA_ROWS>(sQ, qkv_q + (size_t)b * Tq * row + (size_t)h * hs, row, q0, Tq, hs);
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * hs;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * hs;
+
+    float o[HS / 4];
+#pragma unroll
+    for (int e = 0; e < HS / 4; e++) o[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* l: this lane's share of the row sum */
+
+    /* keys past the block's last row's limit are above the diagonal: skipped */
+    const int kend = min(Tk, q0 + FA_ROWS + off);
+    for (int j0 = 0; j0 < kend; j0 += BK) {
+        __syncthreads(); /* the previous tile's readers are done (and sQ is loaded) */
+        fa_load_rows<HS, BK>(sK, kg, row, j0, Tk, hs);
+        fa_load_rows<HS, BK>(sV, vg, row, j0, Tk, hs);
+        __syncthreads();
+
+        float s[NC];
+#pragma unroll
+        for (int c = 0; c < NC; c++) s[c] = 0.0f;
+        fa_dots<HS, NC>(s, sQ + r * P, sK, ql);
+
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            int j = j0 + c * 4 + ql;
+            s[c] = (j <= ilim && j < Tk) ? s[c] * scale : -INFINITY;
+            tmax = fmaxf(tmax, s[c]);
+        }
+        tmax = fa_quad_max(tmax);
+        const float mnew = fmaxf(m, tmax);
+        const float mref = mnew == -INFINITY ? 0.0f : mnew; /* no key seen yet: all p are 0 */
+        const float alpha = expf(m - mref);                  /* 0 while m = -inf */
+        l *= alpha;
+#pragma unroll
+        for (int e = 0; e < HS / 4; e++) o[e] *= alpha;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            s[c] = expf(s[c] - mref);
+            l += s[c];
+        }
+        m = mnew;
+        /* o += P V: key kk's probability lives in lane (kk & 3) of the quad */
+#pragma unroll
+        for (int kk = 0; kk < BK; kk++) {
+            float p = __shfl_sync(0xffffffffu, s[kk >> 2], (lane & ~3) | (kk & 3));
+            fa_axpy<HS>(o, p, sV + kk * P, ql);
+        }
+    }
+
+    l = fa_quad_sum(l);
+    if (i < Tq) {
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *og = out + ((size_t)b * Tq + i) * NH * hs + (size_t)h * hs;
+#pragma unroll
+        for (int c4 = 0; c4 < HS / 16; c4++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (c4 * 16 + ql * 4 + e < hs) og[c4 * 16 + ql * 4 + e] = o[c4 * 4 + e] * inv;
+        if (ql == 0) lse[((size_t)b * NH + h) * Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+    }
+}
+
+/* ---- backward (a): D = rowsum(dO * O) ------------------------------------ */
+
+__global__ void __launch_bounds__(FA_D_ROWS * 32)
+    flash_bwd_dsum_kernel(float *__restrict__ D, const float *__restrict__ dout,
+                          const float *__restrict__ out, int Tq, int NH, int HS, size_t rows) {
+    size_t rr = (size_t)blockIdx.x * FA_D_ROWS + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (rr >= rows) return;
+    /* rr indexes D (B, NH, Tq); the row of dout/out is (b, i), head h */
+    int i = (int)(rr % Tq);
+    size_t bh = rr / Tq;
+    int h = (int)(bh % NH);
+    size_t b = bh / NH;
+    size_t base = (b * Tq + i) * (size_t)NH * HS + (size_t)h * HS;
+    float acc = 0.0f;
+    for (int d = lane; d < HS; d += 32) acc = fmaf(dout[base + d], out[base + d], acc);
+    acc = warp_sum(acc);
+    if (lane == 0) D[rr] = acc;
+}
+
+/* ---- backward (b): dQ over query blocks ----------------------------------- */
+
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 2)
+    flash_bwd_dq_kernel(float *__restrict__ dqkv_q, const float *__restrict__ dout,
+                        const float *__restrict__ qkv_q, const float *__restrict__ qkv_kv,
+                        const float *__restrict__ lse, const float *__restrict__ D, int Tq, int Tk,
+                        int NH, int NKV, int hs, float scale) {
+    constexpr int P = FA_PAD(HS), NC = FA_DQ_BK / 4;
+    extern __shared__ float4 fa_smem4[];
+    float *sQ = reinterpret_cast<float *>(fa_smem4);
+    float *sdO = sQ + FA_ROWS * P;
+    float *sK = sdO + FA_ROWS * P;
+    float *sV = sK + FA_DQ_BK * P;
+
+    const int qb = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (NH / NKV);
+    const size_t row = (size_t)(NH + 2 * NKV) * hs, orow = (size_t)NH * hs;
+    const int tid = threadIdx.x, r = tid >> 2, ql = tid & 3, lane = tid & 31;
+    const int q0 = qb * FA_ROWS, i = q0 + r;
+    const int off = Tk - Tq, ilim = i + off;
+    const bool live = i < Tq;
+    const float L = live ? lse[((size_t)b * NH + h) * Tq + i] : 0.0f;
+    const float Di = live ? D[((size_t)b * NH + h) * Tq + i] : 0.0f;
+
+    fa_load_rows<HS, FA_ROWS>(sQ, qkv_q + (size_t)b * Tq * row + (size_t)h * hs, row, q0, Tq, hs);
+    fa_load_rows<HS, FA_ROWS>(sdO, dout + (size_t)b * Tq * orow + (size_t)h * hs, orow, q0, Tq, hs);
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * hs;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * hs;
+
+    float dq[HS / 4];
+#pragma unroll
+    for (int e = 0; e < HS / 4; e++) dq[e] = 0.0f;
+
+    const int kend = min(Tk, q0 + FA_ROWS + off);
+    for (int j0 = 0; j0 < kend; j0 += FA_DQ_BK) {
+        __syncthreads();
+        fa_load_rows<HS, FA_DQ_BK>(sK, kg, row, j0, Tk, hs);
+        fa_load_rows<HS, FA_DQ_BK>(sV, vg, row, j0, Tk, hs);
+        __syncthreads();
+
+        float s[NC], dp[NC];
+#pragma unroll
+        for (int c = 0; c < NC; c++) s[c] = dp[c] = 0.0f;
+        fa_dots<HS, NC>(s, sQ + r * P, sK, ql);
+        fa_dots<HS, NC>(dp, sdO + r * P, sV, ql);
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            int j = j0 + c * 4 + ql;
+            bool vis = live && j <= ilim && j < Tk;
+            float p = vis ? expf(s[c] * scale - L) : 0.0f;
+            s[c] = p * (dp[c] - Di) * scale; /* scale * dS */
+        }
+#pragma unroll
+        for (int kk = 0; kk < FA_DQ_BK; kk++) {
+            float g = __shfl_sync(0xffffffffu, s[kk >> 2], (lane & ~3) | (kk & 3));
+            fa_axpy<HS>(dq, g, sK + kk * P, ql);
+        }
+    }
+
+    if (live) {
+        float *dqg = dqkv_q + ((size_t)b * Tq + i) * row + (size_t)h * hs;
+#pragma unroll
+        for (int c4 = 0; c4 < HS / 16; c4++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (c4 * 16 + ql * 4 + e < hs) dqg[c4 * 16 + ql * 4 + e] += dq[c4 * 4 + e];
+    }
+}
+
+/* ---- backward (c): dK, dV over key blocks --------------------------------- */
+
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    flash_bwd_dkv_kernel(float *__restrict__ dqkv_kv, const float *__restrict__ dout,
+                         const float *__restrict__ qkv_q, const float *__restrict__ qkv_kv,
+                         const float *__restrict__ lse, const float *__restrict__ D, int Tq, int Tk,
+                         int NH, int NKV, int hs, float scale) {
+    constexpr int P = FA_PAD(HS), NC = FA_DKV_BQ / 4;
+    extern __shared__ float4 fa_smem4[];
+    float *sK = reinterpret_cast<float *>(fa_smem4);
+    float *sV = sK + FA_ROWS * P;
+    float *sQ = sV + FA_ROWS * P;
+    float *sdO = sQ + FA_DKV_BQ * P;
+    float *sL = sdO + FA_DKV_BQ * P;
+    float *sD = sL + FA_DKV_BQ;
+
+    /* the first key blocks are seen by the most queries: schedule them first */
+    const int kb = blockIdx.x;
+    const int kvh = blockIdx.y, b = blockIdx.z;
+    const int group = NH / NKV;
+    const size_t row = (size_t)(NH + 2 * NKV) * hs, orow = (size_t)NH * hs;
+    const int tid = threadIdx.x, r = tid >> 2, ql = tid & 3, lane = tid & 31;
+    const int k0 = kb * FA_ROWS, j = k0 + r;
+    const int off = Tk - Tq;
+
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * hs;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * hs;
+    fa_load_rows<HS, FA_ROWS>(sK, kg, row, k0, Tk, hs);
+    fa_load_rows<HS, FA_ROWS>(sV, vg, row, k0, Tk, hs);
+
+    float dk[HS / 4], dv[HS / 4];
+#pragma unroll
+    for (int e = 0; e < HS / 4; e++) dk[e] = dv[e] = 0.0f;
+
+    /* queries before i0 see none of this block's keys */
+    const int i0 = max(0, k0 - off);
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        const float *qg = qkv_q + (size_t)b * Tq * row + (size_t)h * hs;
+        const float *dog = dout + (size_t)b * Tq * orow + (size_t)h * hs;
+        const float *lg = lse + ((size_t)b * NH + h) * Tq;
+        const float *Dg = D + ((size_t)b * NH + h) * Tq;
+        for (int it = i0; it < Tq; it += FA_DKV_BQ) {
+            __syncthreads(); /* previous tile's readers done (and sK/sV loaded) */
+            fa_load_rows<HS, FA_DKV_BQ>(sQ, qg, row, it, Tq, hs);
+            fa_load_rows<HS, FA_DKV_BQ>(sdO, dog, orow, it, Tq, hs);
+            if (tid < FA_DKV_BQ) {
+                int t = it + tid;
+                sL[tid] = t < Tq ? lg[t] : 0.0f;
+                sD[tid] = t < Tq ? Dg[t] : 0.0f;
+            }
+            __syncthreads();
+
+            float s[NC], dp[NC];
+#pragma unroll
+            for (int c = 0; c < NC; c++) s[c] = dp[c] = 0.0f;
+            fa_dots<HS, NC>(s, sK + r * P, sQ, ql);   /* S^T = K Q^T */
+            fa_dots<HS, NC>(dp, sV + r * P, sdO, ql); /* dP^T = V dO^T */
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                int ii = c * 4 + ql, i = it + ii;
+                bool vis = i < Tq && j < Tk && j <= i + off;
+                float p = vis ? expf(s[c] * scale - sL[ii]) : 0.0f;
+                s[c] = p * (dp[c] - sD[ii]) * scale; /* scale * dS */
+                dp[c] = p;
+            }
+#pragma unroll
+            for (int ii = 0; ii < FA_DKV_BQ; ii++) {
+                int src = (lane & ~3) | (ii & 3);
+                float p = __shfl_sync(0xffffffffu, dp[ii >> 2], src);
+                float g = __shfl_sync(0xffffffffu, s[ii >> 2], src);
+                fa_axpy<HS>(dv, p, sdO + ii * P, ql);
+                fa_axpy<HS>(dk, g, sQ + ii * P, ql);
+            }
+        }
+    }
+
+    if (j < Tk) {
+        float *dkg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + kvh) * hs;
+        float *dvg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + NKV + kvh) * hs;
+#pragma unroll
+        for (int c4 = 0; c4 < HS / 16; c4++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (c4 * 16 + ql * 4 + e >= hs) continue;
+                dkg[c4 * 16 + ql * 4 + e] += dk[c4 * 4 + e];
+                dvg[c4 * 16 + ql * 4 + e] += dv[c4 * 4 + e];
+            }
+    }
+}
+
+/* ---- launchers ----------------------------------------------------------- */
+
+static forge_status flash_check(const char *op, int B, int Tq, int Tk, int NH, int NKV, int HS) {
+    if (NH <= 0 || NKV <= 0 || HS <= 0 || NH % NKV != 0)
+        return forge_error(FORGE_ERR_ARG,
+                           "cuda %s: need NH, NKV, HS > 0 and NH divisible by NKV, got NH=%d NKV=%d "
+                           "HS=%d",
+                           op, NH, NKV, HS);
+    if (B < 0 || Tq < 0 || Tk < 0)
+        return forge_error(FORGE_ERR_ARG, "cuda %s: need B, Tq, Tk >= 0, got B=%d Tq=%d Tk=%d", op, B,
+                           Tq, Tk);
+    if (HS > 128)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "cuda %s: head size %d is above the largest fused fp32 kernel (128); use "
+                           "FORGE_ATTENTION=materialised",
+                           op, HS);
+    if (B > 65535 || NH > 65535)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "cuda %s: B=%d and NH=%d must fit grid.z/y (65535)",
+                           op, B, NH);
+    return FORGE_OK;
+}
+
+/* HS is the kernel's capacity (16, 32, 64 or 128), hs <= HS the real head size */
+template <int HS>
+static forge_status flash_forward_hs(cuda_ctx *ctx, float *out, float *lse, const float *qkv_q,
+                                     const float *qkv_kv, int B, int Tq, int Tk, int NH, int NKV, int hs) {
+    size_t smem = FA_FWD_SMEM(HS);
+    CUDA_TRY(cudaFuncSetAttribute(flash_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem));
+    dim3 grid((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
+    flash_fwd_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(out, lse, qkv_q, qkv_kv, Tq, Tk, NH,
+                                                                   NKV, hs, 1.0f / sqrtf((float)hs));
+    CUDA_LAUNCH_CHECK("flash_fwd_kernel");
+    return FORGE_OK;
+}
+
+template <int HS>
+static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_kv, const float *D,
+                                      const float *dout, const float *qkv_q, const float *qkv_kv,
+                                      const float *lse, int B, int Tq, int Tk, int NH, int NKV, int hs) {
+    const float scale = 1.0f / sqrtf((float)hs);
+    size_t smem = FA_DQ_SMEM(HS);
+    CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem));
+    dim3 grid((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
+    flash_bwd_dq_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_q, dout, qkv_q, qkv_kv, lse,
+                                                                      D, Tq, Tk, NH, NKV, hs, scale);
+    CUDA_LAUNCH_CHECK("flash_bwd_dq_kernel");
+    if (Tk == 0) return FORGE_OK;
+    smem = FA_DKV_SMEM(HS);
+    CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dkv_kernel<HS>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    grid = dim3((unsigned)((Tk + FA_ROWS - 1) / FA_ROWS), (unsigned)NKV, (unsigned)B);
+    flash_bwd_dkv_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_kv, dout, qkv_q, qkv_kv,
+                                                                       lse, D, Tq, Tk, NH, NKV, hs, scale);
+    CUDA_LAUNCH_CHECK("flash_bwd_dkv_kernel");
+    return FORGE_OK;
+}
+
+forge_status cuda_flash_attention_forward_ext(forge_backend *be, float *out, float *lse,
+                                              const float *qkv_q, const float *qkv_kv, int B, int Tq,
+                                              int Tk, int NH, int NKV, int HS) {
+    FORGE_TRY(flash_check("flash_attention_forward", B, Tq, Tk, NH, NKV, HS));
+    if (B == 0 || Tq == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    /* the smallest kernel that holds HS; the padding columns are zeros */
+    if (HS <= 16) return flash_forward_hs<16>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
+    if (HS <= 32) return flash_forward_hs<32>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
+    if (HS <= 64) return flash_forward_hs<64>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
+    return flash_forward_hs<128>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
+}
+
+forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, float *dqkv_kv,
+                                               float *scratch, const float *dout, const float *qkv_q,
+                                               const float *qkv_kv, const float *out, const float *lse,
+                                               int B, int Tq, int Tk, int NH, int NKV, int HS) {
+    FORGE_TRY(flash_check("flash_attention_backward", B, Tq, Tk, NH, NKV, HS));
+    if (B == 0 || Tq == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    size_t rows = (size_t)B * NH * Tq;
+    size_t blocks = (rows + FA_D_ROWS - 1) / FA_D_ROWS;
+    if (blocks > 0x7fffffffu)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "cuda flash_attention_backward: %zu rows is too many",
+                           rows);
+    flash_bwd_dsum_kernel<<<(unsigned)blocks, FA_D_ROWS * 32, 0, ctx->stream>>>(scratch, dout, out, Tq,
+                                                                                NH, HS, rows);
+    CUDA_LAUNCH_CHECK("flash_bwd_dsum_kernel");
+    if (HS <= 16)
+        return flash_backward_hs<16>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                     NKV, HS);
+    if (HS <= 32)
+        return flash_backward_hs<32>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                     NKV, HS);
+    if (HS <= 64)
+        return flash_backward_hs<64>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                     NKV, HS);
+    return flash_backward_hs<128>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
+                                  NKV, HS);
+}
+
+forge_status cuda_flash_attention_forward(forge_backend *be, float *out, float *lse, const float *qkv,
+                                          int B, int T, int NH, int NKV, int HS) {
+    return cuda_flash_attention_forward_ext(be, out, lse, qkv, qkv, B, T, T, NH, NKV, HS);
+}
+
+forge_status cuda_flash_attention_backward(forge_backend *be, float *dqkv, float *scratch,
+                                           const float *dout, const float *qkv, const float *out,
+                                           const float *lse, int B, int T, int NH, int NKV, int HS) {
+    return cuda_flash_attention_backward_ext(be, dqkv, dqkv, scratch, dout, qkv, qkv, out, lse, B, T, T,
+                                             NH, NKV, HS);
+}

@@ -1,0 +1,695 @@
+/*
+ * flash_attention_bf16.cu: fused causal attention, bf16 in, fp32 accumulate,
+ * on mma.sync m16n8k16 (issue 6; contract in flash_attention_bf16.h, notes
+ * in docs/flash-attention.md).
+ *
+ * Design (the decisions a reader would otherwise get wrong):
+ * - Fragment layouts of m16n8k16 (g = lane/4, t = lane%4): A a0 (row g, cols
+ *   2t,2t+1), a1 (row g+8), a2 (row g, cols 2t+8..), a3 (row g+8, cols
+ *   2t+8..); B b0 (k 2t,2t+1, n g), b1 (k 2t+8.., n g); C c0,c1 (row g, cols
+ *   2t,2t+1), c2,c3 (row g+8). Two C tiles of 8 columns are therefore
+ *   exactly one A fragment of 16 columns after bf16 packing: that is how P
+ *   (and dS) go from the first matmul's accumulators to the second matmul's A
+ *   operand without leaving registers.
+ * - Operands whose reduction index is the contiguous one (Q.K^T: d; dO.V^T:
+ *   d) come from shared memory with plain ldmatrix; operands whose reduction
+ *   index is the row (P.V: key; dS.K: key; P^T.dO and dS^T.Q: query) come
+ *   with ldmatrix.trans. Transposed products of the dK/dV kernel swap the
+ *   operand roles (S^T = K.Q^T, dP^T = V.dO^T) so no tile is ever moved.
+ * - Shared rows are D*2 + 16 bytes: row r starts at bank 4r (mod 32), so the
+ *   eight rows an ldmatrix phase reads hit disjoint bank groups.
+ * - Softmax runs in the log2 domain with scale*log2(e) folded into one FMA;
+ *   a row max of -inf (nothing visible yet) is replaced by 0 so exp2 never
+ *   sees inf - inf. lse is stored in natural log; -inf for empty rows, which
+ *   the backward maps to 0 (every entry of such a row is masked anyway).
+ * - Causal skipping: a query block stops at its last visible key tile; a key
+ *   block starts at its first visible query tile. Only tiles that straddle
+ *   the diagonal or an edge evaluate the mask (a block-uniform test).
+ * - Edges: rows past T are zero-filled by cp.async (src-size 0), masked, and
+ *   never stored, so any T works with the same mainloop.
+ * - Query blocks are launched last-first: causal work grows with the block
+ *   index, so the long blocks start first and the short ones fill the tail.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+
+extern "C" {
+#include "flash_attention_bf16.h"
+}
+
+#define FA_THREADS 128 /* 4 warps x 16 rows */
+#define FA_BM 64       /* rows owned by a CTA (queries fwd/dQ, keys dK/dV) */
+#define FA_BN 64       /* streamed tile (keys fwd/dQ) */
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+typedef unsigned short bf16_t;
+
+__device__ __forceinline__ uint32_t fa_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void fa_cp_async16(uint32_t dst, const void *src, uint32_t src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void fa_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* lo goes to the low half (the lower column index), round to nearest even */
+__device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* C tiles 2kk, 2kk+1 (16 columns) of a 16-row accumulator -> one A fragment */
+template <int NT>
+__device__ __forceinline__ void fa_c_to_a(uint32_t (&a)[4], const float (&c)[NT][4], int kk) {
+    a[0] = fa_pack(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = fa_pack(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = fa_pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = fa_pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/* ROWS x D bf16 rows row0.. of a strided tensor into shared memory (stride
+ * D*2+16 bytes); rows >= limit are zero-filled. */
+template <int D, int ROWS, int NT = FA_THREADS>
+__device__ __forceinline__ void fa_load_rows(uint32_t dst, const bf16_t *__restrict__ base, long long stride,
+                                             int row0, int limit, int tid) {
+    constexpr int CPR = D / 8; /* 16-byte chunks per row */
+    constexpr int STR = D * 2 + 16;
+    static_assert((ROWS * CPR) % NT == 0, "chunks must divide evenly over the CTA");
+#pragma unroll
+    for (int i = 0; i < ROWS * CPR / NT; i++) {
+        const int id = tid + NT * i;
+        const int r = id / CPR, c = id % CPR;
+        const int row = row0 + r;
+        const bool ok = row < limit;
+        const bf16_t *src = ok ? base + (size_t)row * (size_t)stride + c * 8 : base;
+        fa_cp_async16(dst + (uint32_t)(r * STR + c * 16), src, ok ? 16u : 0u);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+/* QR query rows per CTA = QR/16 warps: 64 (the default) or 128 (K/V tiles
+ * shared by twice the warps: half the shared-memory fill traffic per FLOP). */
+template <int D, int QR>
+__global__ void __launch_bounds__(QR * 2)
+    fa_fwd_kernel(const bf16_t *__restrict__ q, const bf16_t *__restrict__ k, const bf16_t *__restrict__ v,
+                  bf16_t *__restrict__ out, float *__restrict__ lse, forge_flash_shape s, float sl2) {
+    constexpr int STR = D * 2 + 16;
+    constexpr int DK = D / 16; /* k16 steps over d */
+    constexpr int DN = D / 8;  /* n8 tiles over d */
+    constexpr int NN = FA_BN / 8;
+    constexpr int TILE = FA_BN * STR;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    const uint32_t sq = fa_smem_u32(fa_smem);
+    constexpr int NT = QR * 2;
+    const uint32_t sk = sq + QR * STR; /* 2 stages of K, then 2 of V */
+    const uint32_t sv = sk + 2 * TILE;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * QR, h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (s.H / s.Hkv);
+    const int diag = s.Tk - s.Tq;
+    const bf16_t *qb = q + (size_t)b * s.Tq * s.q_stride + (size_t)h * D;
+    const bf16_t *kb = k + (size_t)b * s.Tk * s.k_stride + (size_t)hk * D;
+    const bf16_t *vb = v + (size_t)b * s.Tk * s.v_stride + (size_t)hk * D;
+
+    const int kv_end = min(s.Tk, q0 + QR + diag);
+    const int ntiles = kv_end > 0 ? (kv_end + FA_BN - 1) / FA_BN : 0;
+
+    fa_load_rows<D, QR, NT>(sq, qb, s.q_stride, q0, s.Tq, tid);
+    fa_commit();
+    if (ntiles > 0) {
+        fa_load_rows<D, FA_BN, NT>(sk, kb, s.k_stride, 0, s.Tk, tid);
+        fa_load_rows<D, FA_BN, NT>(sv, vb, s.v_stride, 0, s.Tk, tid);
+    }
+    fa_commit();
+    fa_wait<1>();
+    __syncthreads();
+
+    uint32_t qf[DK][4];
+#pragma unroll
+    for (int kk = 0; kk < DK; kk++)
+        fa_ldsm_x4(qf[kk], sq + (uint32_t)((warp * 16 + (lane & 15)) * STR + (lane >> 4) * 16 + kk * 32));
+
+    float o[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int row_lo = q0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
+    const uint32_t b_off = (uint32_t)(((lane & 7) + ((lane >> 4) << 3)) * STR + ((lane >> 3) & 1) * 16);
+    const uint32_t t_off = (uint32_t)((lane & 15) * STR + (lane >> 4) * 16);
+
+    for (int t = 0; t < ntiles; t++) {
+        const int cur = t & 1;
+        if (t + 1 < ntiles) {
+            fa_load_rows<D, FA_BN, NT>(sk + (cur ^ 1) * TILE, kb, s.k_stride, (t + 1) * FA_BN, s.Tk, tid);
+            fa_load_rows<D, FA_BN, NT>(sv + (cur ^ 1) * TILE, vb, s.v_stride, (t + 1) * FA_BN, s.Tk, tid);
+        }
+        fa_commit();
+        fa_wait<1>();
+        __syncthreads();
+
+        float sc[NN][4];
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
+        const uint32_t kt = sk + cur * TILE;
+#pragma unroll
+        for (int kk = 0; kk < DK; kk++)
+#pragma unroll
+            for (int np = 0; np < NN / 2; np++) {
+                uint32_t r[4];
+                fa_ldsm_x4(r, kt + b_off + np * 16 * STR + kk * 32);
+                fa_mma(sc[2 * np], qf[kk], r[0], r[1]);
+                fa_mma(sc[2 * np + 1], qf[kk], r[2], r[3]);
+            }
+
+        const int k0 = t * FA_BN;
+        if (k0 + FA_BN - 1 > q0 + diag || k0 + FA_BN > s.Tk) {
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + n * 8 + 2 * tq + (e & 1);
+                    const int row = row_lo + (e >> 1) * 8;
+                    if (key > row + diag || key >= s.Tk) sc[n][e] = -INFINITY;
+                }
+        }
+
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < NN; n++) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(m[r], mx * sl2);
+            const float muse = mnew == -INFINITY ? 0.0f : mnew;
+            const float alpha = exp2f(m[r] - muse);
+            m[r] = mnew;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                sc[n][2 * r] = exp2f(fmaf(sc[n][2 * r], sl2, -muse));
+                sc[n][2 * r + 1] = exp2f(fmaf(sc[n][2 * r + 1], sl2, -muse));
+                sum += sc[n][2 * r] + sc[n][2 * r + 1];
+            }
+            l[r] = l[r] * alpha + sum;
+#pragma unroll
+            for (int n = 0; n < DN; n++) {
+                o[n][2 * r] *= alpha;
+                o[n][2 * r + 1] *= alpha;
+            }
+        }
+
+        const uint32_t vt = sv + cur * TILE;
+#pragma unroll
+        for (int kk = 0; kk < FA_BN / 16; kk++) {
+            uint32_t a[4];
+            fa_c_to_a<NN>(a, sc, kk);
+#pragma unroll
+            for (int dp = 0; dp < DN / 2; dp++) {
+                uint32_t r[4];
+                fa_ldsm_x4_t(r, vt + t_off + kk * 16 * STR + dp * 32);
+                fa_mma(o[2 * dp], a, r[0], r[1]);
+                fa_mma(o[2 * dp + 1], a, r[2], r[3]);
+            }
+        }
+        __syncthreads(); /* the next iteration refills the other stage, read one iteration ago */
+    }
+    fa_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+        bf16_t *orow = out + ((size_t)b * s.Tq + row) * (size_t)s.o_stride + (size_t)h * D;
+#pragma unroll
+        for (int n = 0; n < DN; n++)
+            *(uint32_t *)(orow + n * 8 + 2 * tq) = fa_pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        if (tq == 0) lse[((size_t)b * s.H + h) * s.Tq + row] = lr > 0.0f ? (m[r] + log2f(lr)) * FA_LN2 : -INFINITY;
+    }
+}
+
+/* ---- backward 1: delta = rowsum(dO * O) --------------------------------------------- */
+
+template <int D>
+__global__ void __launch_bounds__(256)
+    fa_bwd_delta_kernel(const bf16_t *__restrict__ o, const bf16_t *__restrict__ dout, float *__restrict__ delta,
+                        forge_flash_shape s) {
+    const size_t w = (size_t)blockIdx.x * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    const size_t rows = (size_t)s.B * s.Tq * s.H;
+    if (w >= rows) return;
+    const int h = (int)(w % s.H);
+    const size_t bt = w / s.H; /* b*Tq + i */
+    const size_t off = bt * (size_t)s.o_stride + (size_t)h * D;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < D / 64; j++) {
+        const int d = (lane + 32 * j) * 2;
+        const __nv_bfloat162 a = *(const __nv_bfloat162 *)(o + off + d);
+        const __nv_bfloat162 c = *(const __nv_bfloat162 *)(dout + off + d);
+        acc += __bfloat162float(a.x) * __bfloat162float(c.x) + __bfloat162float(a.y) * __bfloat162float(c.y);
+    }
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, x);
+    if (lane == 0) {
+        const size_t b = bt / s.Tq, i = bt % s.Tq;
+        delta[(b * s.H + h) * s.Tq + i] = acc;
+    }
+}
+
+/* ---- backward 2: dQ over query blocks ------------------------------------------------ */
+
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_bwd_dq_kernel(const bf16_t *__restrict__ q, const bf16_t *__restrict__ k, const bf16_t *__restrict__ v,
+                     const bf16_t *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ delta,
+                     float *__restrict__ dq, forge_flash_shape s, float sl2, float scale) {
+    constexpr int STR = D * 2 + 16;
+    constexpr int DK = D / 16;
+    constexpr int DN = D / 8;
+    constexpr int NN = FA_BN / 8;
+    constexpr int TILE = FA_BN * STR;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    const uint32_t sq = fa_smem_u32(fa_smem);
+    const uint32_t sdo = sq + FA_BM * STR;
+    const uint32_t sk = sdo + FA_BM * STR; /* 2 stages */
+    const uint32_t sv = sk + 2 * TILE;     /* 2 stages */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_BM, h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (s.H / s.Hkv);
+    const int diag = s.Tk - s.Tq;
+    const bf16_t *qb = q + (size_t)b * s.Tq * s.q_stride + (size_t)h * D;
+    const bf16_t *dob = dout + (size_t)b * s.Tq * s.o_stride + (size_t)h * D;
+    const bf16_t *kb = k + (size_t)b * s.Tk * s.k_stride + (size_t)hk * D;
+    const bf16_t *vb = v + (size_t)b * s.Tk * s.v_stride + (size_t)hk * D;
+
+    const int kv_end = min(s.Tk, q0 + FA_BM + diag);
+    const int ntiles = kv_end > 0 ? (kv_end + FA_BN - 1) / FA_BN : 0;
+
+    fa_load_rows<D, FA_BM>(sq, qb, s.q_stride, q0, s.Tq, tid);
+    fa_load_rows<D, FA_BM>(sdo, dob, s.o_stride, q0, s.Tq, tid);
+    if (ntiles > 0) {
+        fa_load_rows<D, FA_BN>(sk, kb, s.k_stride, 0, s.Tk, tid);
+        fa_load_rows<D, FA_BN>(sv, vb, s.v_stride, 0, s.Tk, tid);
+    }
+    fa_commit();
+
+    const int row_lo = q0 + warp * 16 + g;
+    float lse2[2], dlt[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
+        const float lv = row < s.Tq ? lse[idx] : 0.0f;
+        lse2[r] = lv == -INFINITY ? 0.0f : lv * FA_LOG2E;
+        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
+    }
+
+    float acc[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+    const uint32_t a_off = (uint32_t)((warp * 16 + (lane & 15)) * STR + (lane >> 4) * 16);
+    const uint32_t b_off = (uint32_t)(((lane & 7) + ((lane >> 4) << 3)) * STR + ((lane >> 3) & 1) * 16);
+    const uint32_t t_off = (uint32_t)((lane & 15) * STR + (lane >> 4) * 16);
+
+    for (int t = 0; t < ntiles; t++) {
+        const int cur = t & 1;
+        if (t + 1 < ntiles) {
+            fa_load_rows<D, FA_BN>(sk + (cur ^ 1) * TILE, kb, s.k_stride, (t + 1) * FA_BN, s.Tk, tid);
+            fa_load_rows<D, FA_BN>(sv + (cur ^ 1) * TILE, vb, s.v_stride, (t + 1) * FA_BN, s.Tk, tid);
+        }
+        fa_commit();
+        fa_wait<1>();
+        __syncthreads();
+
+        const uint32_t kt = sk + cur * TILE, vt = sv + cur * TILE;
+        float sc[NN][4], dp[NN][4];
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < DK; kk++) {
+            uint32_t a[4], c[4];
+            fa_ldsm_x4(a, sq + a_off + kk * 32);
+            fa_ldsm_x4(c, sdo + a_off + kk * 32);
+#pragma unroll
+            for (int np = 0; np < NN / 2; np++) {
+                uint32_t r[4];
+                fa_ldsm_x4(r, kt + b_off + np * 16 * STR + kk * 32);
+                fa_mma(sc[2 * np], a, r[0], r[1]);
+                fa_mma(sc[2 * np + 1], a, r[2], r[3]);
+                fa_ldsm_x4(r, vt + b_off + np * 16 * STR + kk * 32);
+                fa_mma(dp[2 * np], c, r[0], r[1]);
+                fa_mma(dp[2 * np + 1], c, r[2], r[3]);
+            }
+        }
+
+        const int k0 = t * FA_BN;
+        const bool edge = k0 + FA_BN - 1 > q0 + diag || k0 + FA_BN > s.Tk;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                float p = exp2f(fmaf(sc[n][e], sl2, -lse2[r]));
+                if (edge) {
+                    const int key = k0 + n * 8 + 2 * tq + (e & 1);
+                    if (key > row_lo + r * 8 + diag || key >= s.Tk) p = 0.0f;
+                }
+                sc[n][e] = p * (dp[n][e] - dlt[r]); /* dS / scale */
+            }
+
+#pragma unroll
+        for (int kk = 0; kk < FA_BN / 16; kk++) {
+            uint32_t a[4];
+            fa_c_to_a<NN>(a, sc, kk);
+#pragma unroll
+            for (int dp2 = 0; dp2 < DN / 2; dp2++) {
+                uint32_t r[4];
+                fa_ldsm_x4_t(r, kt + t_off + kk * 16 * STR + dp2 * 32);
+                fa_mma(acc[2 * dp2], a, r[0], r[1]);
+                fa_mma(acc[2 * dp2 + 1], a, r[2], r[3]);
+            }
+        }
+        __syncthreads();
+    }
+    fa_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        float *dst = dq + (((size_t)b * s.Tq + row) * s.H + h) * D;
+#pragma unroll
+        for (int n = 0; n < DN; n++)
+            *(float2 *)(dst + n * 8 + 2 * tq) = make_float2(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
+    }
+}
+
+/* ---- backward 3: dK, dV over key blocks ----------------------------------------------- */
+
+/* BQ queries per streamed tile: 32 at D=128 keeps dK + dV (128 fp32) plus S^T
+ * and dP^T (2 x 16) in registers without spilling; 64 at D=64. */
+template <int D> struct fa_dkdv_cfg {
+    static constexpr int BQ = D == 128 ? 32 : 64;
+};
+
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_bwd_dkdv_kernel(const bf16_t *__restrict__ q, const bf16_t *__restrict__ k, const bf16_t *__restrict__ v,
+                       const bf16_t *__restrict__ dout, const float *__restrict__ lse,
+                       const float *__restrict__ delta, float *__restrict__ dk, float *__restrict__ dv,
+                       forge_flash_shape s, float sl2, float scale) {
+    constexpr int BQ = fa_dkdv_cfg<D>::BQ;
+    constexpr int STR = D * 2 + 16;
+    constexpr int DK = D / 16;
+    constexpr int DN = D / 8;
+    constexpr int NN = BQ / 8;
+    constexpr int QT = BQ * STR;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    const uint32_t sk = fa_smem_u32(fa_smem);
+    const uint32_t sv = sk + FA_BM * STR;
+    const uint32_t sq = sv + FA_BM * STR; /* 2 stages */
+    const uint32_t sdo = sq + 2 * QT;     /* 2 stages */
+    float *s_lse = (float *)(fa_smem + FA_BM * STR * 2 + 4 * QT); /* [2][BQ] */
+    float *s_dlt = s_lse + 2 * BQ;                                /* [2][BQ] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    const int k0 = blockIdx.x * FA_BM, hk = blockIdx.y, b = blockIdx.z;
+    const int G = s.H / s.Hkv;
+    const int diag = s.Tk - s.Tq;
+    const bf16_t *kb = k + (size_t)b * s.Tk * s.k_stride + (size_t)hk * D;
+    const bf16_t *vb = v + (size_t)b * s.Tk * s.v_stride + (size_t)hk * D;
+
+    /* first query that sees any key of this block: k0 - diag */
+    const int qstart = max(0, k0 - diag);
+    const int t_first = qstart / BQ;
+    const int nq = qstart < s.Tq ? (s.Tq + BQ - 1) / BQ - t_first : 0;
+    const int total = G * nq;
+
+    fa_load_rows<D, FA_BM>(sk, kb, s.k_stride, k0, s.Tk, tid);
+    fa_load_rows<D, FA_BM>(sv, vb, s.v_stride, k0, s.Tk, tid);
+    fa_commit();
+
+    /* iteration it: query head hk*G + it/nq, query tile t_first + it%nq */
+    auto load_q = [&](int it, int st) {
+        const int h = hk * G + it / nq;
+        const int qt0 = (t_first + it % nq) * BQ;
+        const bf16_t *qb = q + (size_t)b * s.Tq * s.q_stride + (size_t)h * D;
+        const bf16_t *dob = dout + (size_t)b * s.Tq * s.o_stride + (size_t)h * D;
+        fa_load_rows<D, BQ>(sq + st * QT, qb, s.q_stride, qt0, s.Tq, tid);
+        fa_load_rows<D, BQ>(sdo + st * QT, dob, s.o_stride, qt0, s.Tq, tid);
+        if (tid < BQ) {
+            const int row = qt0 + tid;
+            const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
+            const float lv = row < s.Tq ? lse[idx] : 0.0f;
+            s_lse[st * BQ + tid] = lv == -INFINITY ? 0.0f : lv * FA_LOG2E;
+            s_dlt[st * BQ + tid] = row < s.Tq ? delta[idx] : 0.0f;
+        }
+    };
+    if (total > 0) load_q(0, 0);
+    fa_commit();
+
+    float adk[DN][4], adv[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) adk[n][e] = adv[n][e] = 0.0f;
+    const int key_lo = k0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
+    const uint32_t a_off = (uint32_t)((warp * 16 + (lane & 15)) * STR + (lane >> 4) * 16);
+    const uint32_t b_off = (uint32_t)(((lane & 7) + ((lane >> 4) << 3)) * STR + ((lane >> 3) & 1) * 16);
+    const uint32_t t_off = (uint32_t)((lane & 15) * STR + (lane >> 4) * 16);
+
+    for (int it = 0; it < total; it++) {
+        const int cur = it & 1;
+        if (it + 1 < total) load_q(it + 1, cur ^ 1);
+        fa_commit();
+        fa_wait<1>();
+        __syncthreads();
+
+        const uint32_t qt = sq + cur * QT, dt = sdo + cur * QT;
+        const float *ls = s_lse + cur * BQ, *dl = s_dlt + cur * BQ;
+        float st[NN][4], dpt[NN][4];
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < DK; kk++) {
+            uint32_t a[4], c[4];
+            fa_ldsm_x4(a, sk + a_off + kk * 32);
+            fa_ldsm_x4(c, sv + a_off + kk * 32);
+#pragma unroll
+            for (int np = 0; np < NN / 2; np++) {
+                uint32_t r[4];
+                fa_ldsm_x4(r, qt + b_off + np * 16 * STR + kk * 32);
+                fa_mma(st[2 * np], a, r[0], r[1]);
+                fa_mma(st[2 * np + 1], a, r[2], r[3]);
+                fa_ldsm_x4(r, dt + b_off + np * 16 * STR + kk * 32);
+                fa_mma(dpt[2 * np], c, r[0], r[1]);
+                fa_mma(dpt[2 * np + 1], c, r[2], r[3]);
+            }
+        }
+
+        const int qt0 = (t_first + it % nq) * BQ;
+        const bool edge = k0 + FA_BM - 1 > qt0 + diag || qt0 + BQ > s.Tq;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = n * 8 + 2 * tq + (e & 1); /* query within the tile */
+                float p = exp2f(fmaf(st[n][e], sl2, -ls[col]));
+                if (edge) {
+                    const int query = qt0 + col;
+                    if (key_lo + (e >> 1) * 8 > query + diag || query >= s.Tq) p = 0.0f;
+                }
+                st[n][e] = p;
+                dpt[n][e] = p * (dpt[n][e] - dl[col]); /* dS^T / scale */
+            }
+
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t ap[4], as[4];
+            fa_c_to_a<NN>(ap, st, kk);
+            fa_c_to_a<NN>(as, dpt, kk);
+#pragma unroll
+            for (int dp2 = 0; dp2 < DN / 2; dp2++) {
+                uint32_t r[4];
+                fa_ldsm_x4_t(r, dt + t_off + kk * 16 * STR + dp2 * 32);
+                fa_mma(adv[2 * dp2], ap, r[0], r[1]);
+                fa_mma(adv[2 * dp2 + 1], ap, r[2], r[3]);
+                fa_ldsm_x4_t(r, qt + t_off + kk * 16 * STR + dp2 * 32);
+                fa_mma(adk[2 * dp2], as, r[0], r[1]);
+                fa_mma(adk[2 * dp2 + 1], as, r[2], r[3]);
+            }
+        }
+        __syncthreads();
+    }
+    fa_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= s.Tk) continue;
+        const size_t off = (((size_t)b * s.Tk + key) * s.Hkv + hk) * D;
+#pragma unroll
+        for (int n = 0; n < DN; n++) {
+            *(float2 *)(dk + off + n * 8 + 2 * tq) = make_float2(adk[n][2 * r] * scale, adk[n][2 * r + 1] * scale);
+            *(float2 *)(dv + off + n * 8 + 2 * tq) = make_float2(adv[n][2 * r], adv[n][2 * r + 1]);
+        }
+    }
+}
+
+/* ---- launchers ---------------------------------------------------------------------- */
+
+static forge_status fa_check(const char *what, const forge_flash_shape *s, const void *const *ptrs, int nptrs) {
+    if (s == nullptr) return forge_error(FORGE_ERR_ARG, "%s: NULL shape", what);
+    if (s->B < 0 || s->Tq < 0 || s->Tk < 0 || s->H <= 0 || s->Hkv <= 0 || s->H % s->Hkv != 0)
+        return forge_error(FORGE_ERR_ARG,
+                           "%s: need B, Tq, Tk >= 0 and H, Hkv > 0 with Hkv dividing H, got B=%d Tq=%d Tk=%d "
+                           "H=%d Hkv=%d",
+                           what, s->B, s->Tq, s->Tk, s->H, s->Hkv);
+    if (s->D != 64 && s->D != 128)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: head dim D=%d has no compiled tile (tiles exist for D = 64 and 128; use the "
+                           "unfused attention for other head dims)",
+                           what, s->D);
+    if (s->q_stride % 8 || s->k_stride % 8 || s->v_stride % 8 || s->o_stride % 8 ||
+        s->q_stride < (long long)s->H * s->D || s->k_stride < (long long)s->Hkv * s->D ||
+        s->v_stride < (long long)s->Hkv * s->D || s->o_stride < (long long)s->H * s->D)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: token strides must be multiples of 8 elements (16-byte cp.async) and hold every "
+                           "head, got q=%lld k=%lld v=%lld o=%lld for H=%d Hkv=%d D=%d",
+                           what, s->q_stride, s->k_stride, s->v_stride, s->o_stride, s->H, s->Hkv, s->D);
+    if (s->B > 65535 || s->H > 65535)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: B=%d and H=%d must each be <= 65535 (grid.y/z)", what, s->B,
+                           s->H);
+    for (int i = 0; i < nptrs; i++)
+        if (ptrs[i] == nullptr || (uintptr_t)ptrs[i] % 16 != 0)
+            return forge_error(FORGE_ERR_UNSUPPORTED, "%s: pointer %d is NULL or not 16-byte aligned (%p)", what, i,
+                               ptrs[i]);
+    return FORGE_OK;
+}
+
+template <int D, int QR> constexpr int fa_fwd_smem() { return (QR + 4 * FA_BN) * (D * 2 + 16); }
+template <int D> constexpr int fa_dq_smem() { return (2 * FA_BM + 4 * FA_BN) * (D * 2 + 16); }
+template <int D> constexpr int fa_dkdv_smem() {
+    return (2 * FA_BM + 4 * fa_dkdv_cfg<D>::BQ) * (D * 2 + 16) + 4 * fa_dkdv_cfg<D>::BQ * (int)sizeof(float);
+}
+
+template <int D, int QR>
+static forge_status fa_forward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v, void *out,
+                                 float *lse, cudaStream_t st) {
+    const float sl2 = (1.0f / sqrtf((float)D)) * FA_LOG2E;
+    auto kern = fa_fwd_kernel<D, QR>;
+    constexpr int smem = fa_fwd_smem<D, QR>();
+    CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    dim3 grid((unsigned)((s->Tq + QR - 1) / QR), (unsigned)s->H, (unsigned)s->B);
+    kern<<<grid, QR * 2, smem, st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v, (bf16_t *)out, lse,
+                                     *s, sl2);
+    CUDA_LAUNCH_CHECK(D == 64 ? (QR == 64 ? "fa_fwd_kernel<64,64>" : "fa_fwd_kernel<64,128>")
+                              : (QR == 64 ? "fa_fwd_kernel<128,64>" : "fa_fwd_kernel<128,128>"));
+    return FORGE_OK;
+}
+
+template <int D>
+static forge_status fa_backward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                  const void *o, const void *dout, const float *lse, float *delta, float *dq,
+                                  float *dk, float *dv, cudaStream_t st) {
+    const float scale = 1.0f / sqrtf((float)D);
+    const float sl2 = scale * FA_LOG2E;
+    if (s->Tq > 0) {
+        const size_t rows = (size_t)s->B * s->Tq * s->H;
+        fa_bwd_delta_kernel<D><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>((const bf16_t *)o, (const bf16_t *)dout,
+                                                                            delta, *s);
+        CUDA_LAUNCH_CHECK("fa_bwd_delta_kernel");
+        auto kq = fa_bwd_dq_kernel<D>;
+        CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_dq_smem<D>()));
+        dim3 grid((unsigned)((s->Tq + FA_BM - 1) / FA_BM), (unsigned)s->H, (unsigned)s->B);
+        kq<<<grid, FA_THREADS, fa_dq_smem<D>(), st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v,
+                                                      (const bf16_t *)dout, lse, delta, dq, *s, sl2, scale);
+        CUDA_LAUNCH_CHECK("fa_bwd_dq_kernel");
+    }
+    if (s->Tk > 0) {
+        auto kk = fa_bwd_dkdv_kernel<D>;
+        CUDA_TRY(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_dkdv_smem<D>()));
+        dim3 grid((unsigned)((s->Tk + FA_BM - 1) / FA_BM), (unsigned)s->Hkv, (unsigned)s->B);
+        kk<<<grid, FA_THREADS, fa_dkdv_smem<D>(), st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v,
+                                                        (const bf16_t *)dout, lse, delta, dk, dv, *s, sl2, scale);
+        CUDA_LAUNCH_CHECK("fa_bwd_dkdv_kernel");
+    }
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s, const void *q, const void *k,
+                                                      const void *v, void *out_bf16, float *lse, int q_rows,
+                                                      void *stream) {
+    const char *what = "forge_flash_bf16_forward";
+    const void *ptrs[5] = {q, k, v, out_bf16, lse};
+    FORGE_TRY(fa_check(what, s, ptrs, 5));
+    if (q_rows != 64 && q_rows != 128)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: q_rows=%d, compiled variants are 64 and 128", what, q_rows);
+    if (s->B == 0 || s->Tq == 0) return FORGE_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (s->D == 64)
+        return q_rows == 64 ? fa_forward_t<64, 64>(s, q, k, v, out_bf16, lse, st)
+                            : fa_forward_t<64, 128>(s, q, k, v, out_bf16, lse, st);
+    return q_rows == 64 ? fa_forward_t<128, 64>(s, q, k, v, out_bf16, lse, st)
+                        : fa_forward_t<128, 128>(s, q, k, v, out_bf16, lse, st);
+}
+
+extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k,
+                                                 const void *v, void *out_bf16, float *lse, void *stream) {
+    return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
+}
+
+extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k,
+                                                  const void *v, const void *out_bf16, const void *dout_bf16,
+                                                  const float *lse, float *delta, float *dq, float *dk, float *dv,
+                                                  void *stream) {
+    const char *what = "forge_flash_bf16_backward";
+    const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
+    FORGE_TRY(fa_check(what, s, ptrs, 10));
+    if (s->B == 0) return FORGE_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    return s->D == 64 ? fa_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st)
+                      : fa_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st);
+}

@@ -1,0 +1,63 @@
+/*
+ * flash_attention_bf16.h: fused causal attention on the tensor cores
+ * (issue 6; notes in docs/flash-attention.md), plain C.
+ *
+ * Layout: Q (B, Tq, H, D), K and V (B, Tk, Hkv, D), bf16 (uint16 bit
+ * patterns). Element (b, t, h, d) of Q is at q[(b*Tq + t)*q_stride + h*D + d]
+ * (likewise K, V with Tk, k_stride, v_stride): with a stride of
+ * (H + 2*Hkv)*D, Q/K/V are slices of one packed qkv buffer. O and dO share
+ * o_stride (dense: H*D).
+ *
+ * - Causal with bottom-right alignment: query i sees keys j <= i + Tk - Tq.
+ *   A query row that sees no key gets out = 0 and lse = -inf (never NaN);
+ *   its gradients are 0.
+ * - GQA: query head h reads kv head h / (H / Hkv); Hkv must divide H.
+ * - D = 64 or 128 (compile-time tiles); any other D is FORGE_ERR_UNSUPPORTED.
+ * - scale = 1/sqrt(D) is folded in; products accumulate in fp32; P and dS
+ *   are rounded to bf16 for the second matmuls (the usual flash precision).
+ * - lse (B, H, Tq) fp32, natural log: log sum_j exp(scale * q.k_j).
+ * - Strides must be multiples of 8 elements and every pointer 16-byte
+ *   aligned (16-byte cp.async); otherwise FORGE_ERR_UNSUPPORTED.
+ *
+ * Backward (three kernels, no atomics, deterministic):
+ *   delta = rowsum(dO * O) (fp32, into the caller's scratch delta (B,H,Tq));
+ *   dQ over query blocks; dK/dV over key blocks (a GQA kv head loops over
+ *   its group's query heads inside). dq (B,Tq,H,D), dk and dv (B,Tk,Hkv,D)
+ *   are dense fp32 and OVERWRITTEN (not accumulated).
+ *
+ * Pointers are device pointers; stream is a cudaStream_t (NULL = default).
+ * Launch errors are returned; errors of a running kernel surface at the next
+ * synchronising call.
+ */
+#ifndef FORGE_FLASH_ATTENTION_BF16_H
+#define FORGE_FLASH_ATTENTION_BF16_H
+
+#include "../../core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int B, Tq, Tk, H, Hkv, D;
+    long long q_stride, k_stride, v_stride, o_stride; /* elements between consecutive tokens */
+} forge_flash_shape;
+
+forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                      void *out_bf16, float *lse, void *stream);
+
+/* The forward with q_rows = 64 (the default above: 4 warps per CTA) or 128
+ * (8 warps sharing each K/V tile) query rows per CTA; the bench times both
+ * until one is measured better everywhere. */
+forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                           void *out_bf16, float *lse, int q_rows, void *stream);
+
+forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                       const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
+                                       float *dq, float *dk, float *dv, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,26 @@
+/*
+ * attention_bench.c: the entry of `forge bench attention`. The cells live in
+ * src/bench/cuda/attention_cells.cu (every cell is a GPU kernel); this file
+ * only decides whether the suite can run in this build and on this device.
+ */
+#include <string.h>
+
+#include "attention_bench.h"
+
+forge_status forge_bench_attention(FILE *out, const char *device, int reps, int quick) {
+    if (!device || strcmp(device, "cuda") != 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge bench attention: the suite times GPU kernels only; run it with --device cuda "
+                           "(got --device %s)",
+                           device ? device : "(none)");
+#ifdef FORGE_WITH_CUDA
+    return forge_bench_attention_cuda(out, reps, quick);
+#else
+    (void)out;
+    (void)reps;
+    (void)quick;
+    return forge_error(FORGE_ERR_UNSUPPORTED,
+                       "forge bench attention: this is the CPU-only build; build the CUDA one (make cuda) and run "
+                       "build/cuda/forge bench attention --device cuda");
+#endif
+}
