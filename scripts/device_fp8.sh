@@ -1,48 +1,63 @@
 #!/usr/bin/env bash
-# device_fp8.sh: the fp8 GEMM rung on the GPU machine (an H200), from the repo
-# root, with OUT set to a folder whose files come back. Binaries are prebuilt
-# (make cuda ARCH=x86-64-v3); nothing is compiled here.
+# device_fp8.sh: the fp8 (and tf32) wgmma GEMM rung on the GPU machine (an H200),
+# from the repo root, with OUT set to a folder whose files come back. Runs
+# standalone (OUT=... bash scripts/device_fp8.sh) or as a device_run.sh stage
+# (FORGE_STAGES=fp8 FORGE_T_FP8=200). Binaries are prebuilt (make cuda
+# ARCH=x86-64-v3); nothing is compiled here.
 #
-# 0. forge_gpu_tests with FORGE_GPU_TESTS_ONLY=gemm_fp8: forge_gemm_fp8_nt /
+# 1. forge_gpu_tests with FORGE_GPU_TESTS_ONLY=gemm_fp8: forge_gemm_fp8_nt /
 #    forge_gemm_tf32_nt vs a double reference on small odd shapes + refusals
-#    ($OUT/gpu_tests_fp8.log; "N passed, 0 failed").
-# 1. `forge bench gemm-fp8 --reps 30`: every cell checked against float64 and
-#    timed (cuBLASLt fp8 baseline, forge fp8 e4m3 / e5m2xe4m3 promoted,
-#    fast-accum, bf16 out, forge bf16 on the same values). Log in
-#    $OUT/gemm_fp8.log, the CSVs (results/<date>_<commit>/gemm_fp8*.csv) copied
-#    to $OUT.
-# 2. check_sass.sh: QGMMA present in every gemm_wgmma_fp8_kernel instantiation
-#    (needs cuobjdump; skipped, not failed, when there is none).
-# Each step under its own timeout; whole script < 3 minutes. Exit 1 if the
-# tests or the bench failed (a cell garbage or failed) or the SASS check failed.
+#    ($OUT/fp8_gpu_tests.log; expect "23 passed, 0 failed").
+# 2. `forge bench gemm-fp8 --reps 30`: every cell checked against float64 and
+#    timed ($OUT/fp8_bench.log; the CSVs of this run's new results folder are
+#    copied to $OUT/fp8_results/).
+# 3. check_sass.sh: QGMMA in every gemm_wgmma_fp8_kernel, HGMMA in every
+#    gemm_wgmma_tf32_kernel instantiation ($OUT/fp8_sass.log; skipped, not
+#    failed, without cuobjdump).
+# Each step under its own timeout (45 + 120 + 30 s: < 3 minutes). Prints a
+# summary (also $OUT/fp8_summary.txt); exit 1 if any step failed.
 set -u -o pipefail
 OUT=${OUT:-/tmp/forge-fp8-out}
 mkdir -p "$OUT"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+RESULTS_BEFORE=$(echo results/*/)
+SUMMARY="$OUT/fp8_summary.txt"
+: > "$SUMMARY"
 fails=0
 
-t0=$(date +%s)
-FORGE_GPU_TESTS_ONLY=gemm_fp8 timeout --signal=TERM --kill-after=10 60 build/cuda/forge_gpu_tests 2>&1 | tee "$OUT/gpu_tests_fp8.log"
-rc=$?
-echo "gpu tests (gemm_fp8 only): rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/summary.txt"
-[ $rc -eq 0 ] || fails=1
+# step NAME LIMIT_S LOG CMD...: runs CMD under a timeout, tees LOG, records rc and seconds
+step() {
+    local name=$1 limit=$2 log=$3 t0 rc
+    shift 3
+    echo "==== $name: $* (timeout ${limit}s)"
+    t0=$(date +%s)
+    timeout --signal=TERM --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
+    rc=$?
+    echo "$name: rc=$rc ($(( $(date +%s) - t0 )) s)" >> "$SUMMARY"
+    return $rc
+}
 
-t0=$(date +%s)
-timeout --signal=TERM --kill-after=10 150 build/cuda/forge bench gemm-fp8 --reps 30 2>&1 | tee "$OUT/gemm_fp8.log"
-rc=$?
-echo "gemm-fp8 bench: rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/summary.txt"
-[ $rc -eq 0 ] || fails=1
-for f in results/*/gemm_fp8*.csv; do
-    [ -f "$f" ] && cp "$f" "$OUT/"
+step gpu-tests 45 "$OUT/fp8_gpu_tests.log" env FORGE_GPU_TESTS_ONLY=gemm_fp8 build/cuda/forge_gpu_tests || fails=1
+step bench 120 "$OUT/fp8_bench.log" build/cuda/forge bench gemm-fp8 --reps 30 || fails=1
+for d in results/*/; do
+    case " $RESULTS_BEFORE " in *" $d "*) ;; *)
+        mkdir -p "$OUT/fp8_results"
+        cp "$d"gemm_fp8* "$OUT/fp8_results/" 2>/dev/null ;;
+    esac
 done
 
-timeout 60 sh scripts/check_sass.sh build/cuda/forge > "$OUT/check_sass.log" 2>&1
+step sass 30 "$OUT/fp8_sass.log" sh scripts/check_sass.sh build/cuda/forge > /dev/null
 rc=$?
-grep -E "gemm_wgmma_fp8|passed" "$OUT/check_sass.log"
+grep -E "gemm_wgmma_(fp8|tf32)_kernel|passed" "$OUT/fp8_sass.log"
 case $rc in
-    0) echo "check_sass: pass" | tee -a "$OUT/summary.txt" ;;
-    2) echo "check_sass: skipped (no cuobjdump or binary; see check_sass.log)" | tee -a "$OUT/summary.txt" ;;
-    *) echo "check_sass: FAIL (rc=$rc)" | tee -a "$OUT/summary.txt"; fails=1 ;;
+    0) ;;
+    2) echo "sass: skipped (no cuobjdump; see fp8_sass.log)" >> "$SUMMARY" ;;
+    *) fails=1 ;;
 esac
+
+echo "==== device_fp8 summary"
+cat "$SUMMARY"
+grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/fp8_gpu_tests.log" | tail -n 1
+echo "== device_fp8: $([ $fails = 0 ] && echo PASS || echo FAIL)"
 exit $fails
