@@ -1192,7 +1192,10 @@ static void case_matmul_table(parity *P) {
  * - lse: 2e-3 absolute (fp32 scores of exact bf16 inputs; exp2 approx);
  * - dq, dk, dv: max abs error <= 3e-2 * max|reference| of that tensor (the
  *   bf16 rounding of dS and P is relative to each term; a layout or mask bug
- *   is an O(1) error).
+ *   is an O(1) error). Where the exact gradient is ~0 (T = 1: a softmax over one
+ *   key has dS = P (dP - D) = 0) the scale is floored at 1e-4: dP and D are O(1)
+ *   fp32 sums and their difference keeps ~1e-7 of rounding (measured 4-6e-8 on
+ *   the H200), so the bound is 3e-6 absolute there.
  * Rows with no visible key (Tk < Tq) must give out = 0 and lse = -inf. */
 #include "../src/backend/cuda/flash_attention_bf16.h"
 #include "../src/bench/harness_cuda.h"
@@ -1269,7 +1272,7 @@ static void fa_compare(parity *P, const char *op, const char *shape, const float
     if (scaled) {
         for (size_t i = 0; i < n; i++)
             if (isfinite(ref[i]) && fabs(ref[i]) > amax) amax = fabs(ref[i]);
-        tol *= amax > 1e-6 ? amax : 1e-6;
+        tol *= amax > 1e-4 ? amax : 1e-4; /* floor: see the tolerance note above (T = 1) */
     }
     double maxerr = 0.0;
     size_t worst = 0;
