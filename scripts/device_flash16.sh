@@ -16,7 +16,7 @@ FORGE_GPU_TESTS_ONLY=flash16 timeout 60 build/cuda/forge_gpu_tests 2>&1 | tee "$
 timeout 120 build/cuda/forge bench attention --device cuda --reps 30 2>&1 | tee "$OUT/attention_bench.txt" || fails=1
 dir=$(ls -td results/*/ 2>/dev/null | while read -r d; do [ -f "$d/attention.csv" ] && echo "$d" && break; done)
 if [ -n "$dir" ]; then
-    timeout 60 python3 tools/sdpa_bench.py --out "${dir%/}/sdpa.csv" --forge-csv "${dir%/}/attention.csv" --reps 30 \
+    timeout 60 python3 tools/sdpa_bench.py --out "${dir%/}/sdpa_external.csv" --forge-csv "${dir%/}/attention.csv" --reps 30 \
         2>&1 | tee "$OUT/sdpa_bench.txt" || fails=1
     cp -r "$dir" "$OUT/" || fails=1
 else

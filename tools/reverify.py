@@ -313,8 +313,10 @@ def suite_csvs(path):
     for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(files):
-            # <suite>_findings.csv holds probe findings (no timings): nothing to re-derive
-            if name.endswith(".csv") and not name.endswith(("_samples.csv", "_findings.csv")):
+            # <suite>_findings.csv holds probe findings (no timings): nothing to re-derive;
+            # <name>_external.csv holds another program's timings (tools/sdpa_bench.py: PyTorch, checked
+            # there against float64), not harness output
+            if name.endswith(".csv") and not name.endswith(("_samples.csv", "_findings.csv", "_external.csv")):
                 p = os.path.join(root, name)
                 out.append((p, p[:-4] + "_samples.csv"))
     return out

@@ -16,7 +16,7 @@ Method (the same rules as the harness, reimplemented here because PyTorch is Pyt
 With --forge-csv results/<dir>/attention.csv the script prints forge / cuDNN and forge /
 flash TFLOP/s ratios per shape (the issue's bar: forge fwd+bwd >= 1.10x cuDNN).
 
-usage: python3 tools/sdpa_bench.py --out results/<dir>/sdpa.csv [--forge-csv results/<dir>/attention.csv]
+usage: python3 tools/sdpa_bench.py --out results/<dir>/sdpa_external.csv [--forge-csv results/<dir>/attention.csv]
                                    [--reps 30] [--quick]
 """
 import argparse
