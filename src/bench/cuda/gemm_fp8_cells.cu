@@ -64,6 +64,7 @@ extern "C" {
 #define F8_REF_TILE 64
 #define F8_REF_BK 16
 #define F8_LT_WORKSPACE ((size_t)32 << 20)
+#define F8_SCALE_SLOT 64 /* floats between the two device scales: 256 bytes */
 #define F8_A_SCALE 0.5f
 #define F8_B_SCALE 0.25f
 
@@ -242,7 +243,7 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas; /* the session's, for the tf32 baseline */
     void *lt_ws;
-    float *d_scales; /* a_scale, b_scale for cuBLASLt's scale pointers */
+    float *d_scales; /* a_scale at [0], b_scale at [F8_SCALE_SLOT], for cuBLASLt's scale pointers */
     int lt_ready;
 #if GC_HAVE_CUBLAS
     cublasLtHandle_t lt;
@@ -298,7 +299,10 @@ static forge_status f8_lt_prepare(f8_shape *sh) {
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    const float *sb = sh->d_scales + 1, *sa = sh->d_scales; /* Lt's A is our B */
+    /* Lt's A is our B. Each scale sits at its own 256-byte boundary (F8_SCALE_SLOT floats apart): with
+     * b_scale at d_scales + 1 every cublasLtMatmul returned NOT_SUPPORTED on the H200 (char_gemm.cu, whose
+     * scale has its own allocation, runs) */
+    const float *sb = sh->d_scales + F8_SCALE_SLOT, *sa = sh->d_scales;
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb));
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa));
     const int8_t fast = 0;
@@ -549,7 +553,9 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
 #endif
     }
     if (s == FORGE_OK) {
-        const float hs[2] = {F8_A_SCALE, F8_B_SCALE};
+        float hs[2 * F8_SCALE_SLOT] = {0};
+        hs[0] = F8_A_SCALE;
+        hs[F8_SCALE_SLOT] = F8_B_SCALE;
         cudaError_t e = cudaMalloc(&sh.lt_ws, F8_LT_WORKSPACE);
         if (e == cudaSuccess) e = cudaMalloc((void **)&sh.d_scales, sizeof hs);
         if (e == cudaSuccess) e = cudaMemcpy(sh.d_scales, hs, sizeof hs, cudaMemcpyHostToDevice);
