@@ -879,9 +879,9 @@ static const char *gemm_epi_refusal(int layout, const void *C, int N, const forg
     if (layout == GEMM_NN && e->out_bf16) return "bf16 output is not built for nn (dX is fp32)";
     if (layout == GEMM_NT && e->dgelu_pre != nullptr) return "dgelu_pre is the dX (nn) epilogue";
     if (e->pre_out != nullptr && !e->gelu) return "pre_out is only written with gelu (it is v before GELU)";
-    if (e->store_tma && (layout != GEMM_NT || e->gelu || e->out_bf16 || e->residual != nullptr))
-        return "store_tma is built for nt with an fp32 C, bias or none (no gelu, bf16 or residual: with their "
-               "registers next to 128 accumulators the kernel would spill)";
+    if (e->store_tma && (e->gelu || e->out_bf16 || e->residual != nullptr || e->dgelu_pre != nullptr))
+        return "store_tma is built for an fp32 C, + bias (nt) or plain (nt, nn): no gelu, bf16, residual or "
+               "dgelu_pre (with their registers next to 128 accumulators the kernel would spill)";
     if (e->store_tma && (N % 4 != 0 || (uintptr_t)C % 16 != 0))
         return "store_tma needs N % 4 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and base)";
     if (e->out_bf16 && (const void *)e->residual == C)
@@ -978,6 +978,9 @@ extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B
     if (e->dgelu_pre != nullptr)
         return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream, dev,
                                                             sm_count);
+    if (e->store_tma)
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream,
+                                                                dev, sm_count);
     return gemm_launch_auto_bn<GEMM_NN, 0>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream, dev, sm_count);
 }
 
@@ -986,6 +989,8 @@ extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void 
     forge_gemm_epilogue e;
     memset(&e, 0, sizeof e);
     e.residual = accumulate ? C : nullptr; /* C += the product: read C, add, store, in the epilogue */
+    /* a plain C stores through shared memory + TMA, as the forward does (forge_gemm_bf16_nt_wgmma) */
+    e.store_tma = !accumulate && N % 4 == 0 && (uintptr_t)C % 16 == 0;
     return forge_gemm_bf16_nn_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
 }
 
