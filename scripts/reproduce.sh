@@ -18,7 +18,8 @@ trap 'rm -rf "$tmp"' EXIT
 n=0
 for csv in "$RESULTS"/*/*.csv; do
     [ -e "$csv" ] || continue
-    case "$csv" in *_samples.csv | *_findings.csv) continue ;; esac  # findings hold no timings
+    # findings hold no timings; *_external.csv holds another program's timings (PyTorch SDPA), not harness output
+    case "$csv" in *_samples.csv | *_findings.csv | *_external.csv) continue ;; esac
     run=$(basename "$(dirname "$csv")")
     suite=$(basename "$csv" .csv)
     stem="$FIGURES/${run}_${suite}"
