@@ -51,6 +51,7 @@ extern "C" {
 #include "../../backend/cuda/flash_attention_bf16.h"
 #include "../../util/rng.h"
 }
+#include "check_sums.cuh"
 
 #define AB_TRY(call)                                                                                \
     do {                                                                                            \
@@ -181,8 +182,6 @@ struct ab_sums {
 __global__ void __launch_bounds__(256)
     ab_check_kernel(ab_sums *sums, const void *__restrict__ x, int is_bf16, long long stride, long long off, int b,
                     int T, int D, const double *__restrict__ ref) {
-    __shared__ double sd[256], sr[256];
-    __shared__ unsigned long long su[256];
     double d2 = 0.0, r2 = 0.0;
     unsigned long long un = 0;
     const size_t n = (size_t)T * D;
@@ -203,23 +202,7 @@ __global__ void __launch_bounds__(256)
         d2 += (val - r) * (val - r);
         r2 += r * r;
     }
-    sd[threadIdx.x] = d2;
-    sr[threadIdx.x] = r2;
-    su[threadIdx.x] = un;
-    __syncthreads();
-    for (int s = 128; s > 0; s /= 2) {
-        if ((int)threadIdx.x < s) {
-            sd[threadIdx.x] += sd[threadIdx.x + s];
-            sr[threadIdx.x] += sr[threadIdx.x + s];
-            su[threadIdx.x] += su[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        atomicAdd(&sums->d2, sd[0]);
-        atomicAdd(&sums->r2, sr[0]);
-        atomicAdd(&sums->unwritten, su[0]);
-    }
+    bench_check_commit(sums, d2, r2, un);
 }
 
 /* packed fp32 qkv (B, T, 3*H*D) and fp32 dO from the bf16 tensors, exactly */

@@ -46,6 +46,7 @@ extern "C" {
 #include "../gemm_bench.h"
 #include "../../backend/cuda/gemm.h"
 }
+#include "check_sums.cuh"
 
 /* NT: C = A (M,K) . B (N,K)^T (forward). NN: C = A (M,K) . B (K,N) (dX = dY.W). TN: C = A (K,M)^T . B (K,N)
  * (dW = dY^T.X, split-K). Same element counts per operand in every layout. Stored as gc_shape's a_mn = (TN),
@@ -227,8 +228,6 @@ __global__ void __launch_bounds__(256)
     ge_check_kernel(ge_sums *sums, const void *__restrict__ out, int out_bf16, const double *__restrict__ ref,
                     const float *__restrict__ bias, const float *__restrict__ R, const float *__restrict__ P,
                     int gelu, int final_value, size_t total, int N) {
-    __shared__ double sd[256], sr[256];
-    __shared__ unsigned long long su[256];
     double d2 = 0.0, r2 = 0.0;
     unsigned long long un = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -251,23 +250,7 @@ __global__ void __launch_bounds__(256)
         d2 += d * d;
         r2 += r * r;
     }
-    sd[threadIdx.x] = d2;
-    sr[threadIdx.x] = r2;
-    su[threadIdx.x] = un;
-    __syncthreads();
-    for (int s = 128; s > 0; s /= 2) {
-        if ((int)threadIdx.x < s) {
-            sd[threadIdx.x] += sd[threadIdx.x + s];
-            sr[threadIdx.x] += sr[threadIdx.x + s];
-            su[threadIdx.x] += su[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        atomicAdd(&sums->d2, sd[0]);
-        atomicAdd(&sums->r2, sr[0]);
-        atomicAdd(&sums->unwritten, su[0]);
-    }
+    bench_check_commit(sums, d2, r2, un);
 }
 
 /* p[i] = scale * uniform [-1, 1) from splitmix64(key + i) (24 bits): the R and P inputs */

@@ -19,6 +19,7 @@ extern "C" {
 #include "../harness_cuda.h"
 #include "../../util/rng.h"
 }
+#include "check_sums.cuh"
 
 #if GC_HAVE_CUBLAS
 #define GC_CUBLAS_TRY(call)                                                                              \
@@ -110,8 +111,6 @@ struct gc_sums {
 __global__ void __launch_bounds__(256)
     gemm_check_kernel(gc_sums *sums, const float *__restrict__ C, const double *__restrict__ ref,
                       const float *__restrict__ bias, size_t total, int N) {
-    __shared__ double sd[256], sr[256];
-    __shared__ unsigned long long su[256];
     double d2 = 0.0, r2 = 0.0;
     unsigned long long un = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -122,23 +121,7 @@ __global__ void __launch_bounds__(256)
         d2 += d * d;
         r2 += r * r;
     }
-    sd[threadIdx.x] = d2;
-    sr[threadIdx.x] = r2;
-    su[threadIdx.x] = un;
-    __syncthreads();
-    for (int s = 128; s > 0; s /= 2) {
-        if ((int)threadIdx.x < s) {
-            sd[threadIdx.x] += sd[threadIdx.x + s];
-            sr[threadIdx.x] += sr[threadIdx.x + s];
-            su[threadIdx.x] += su[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        atomicAdd(&sums->d2, sd[0]);
-        atomicAdd(&sums->r2, sr[0]);
-        atomicAdd(&sums->unwritten, su[0]);
-    }
+    bench_check_commit(sums, d2, r2, un);
 }
 
 /* C[m][n] = bias[n]: the prior contents of C for an accumulate (C +=) cell, checked against ref + bias */

@@ -58,6 +58,7 @@ extern "C" {
 #include "../../backend/cuda/gemm_fp8.h"
 #include "../../util/rng.h"
 }
+#include "check_sums.cuh"
 
 #define F8_SET_TARGET_BYTES ((size_t)256 << 20) /* fp8 A + B bytes over all sets: well past the 50 MB L2 */
 #define F8_REF_FLOPS 2e10                         /* budget of the float64 reference per shape */
@@ -188,8 +189,6 @@ template <bool BF16>
 __global__ void __launch_bounds__(256) f8_check_kernel(f8_sums *sums, const void *__restrict__ Cv,
                                                        const double *__restrict__ ref, double scale, int M, int N,
                                                        int step) {
-    __shared__ double sd[256], sr[256];
-    __shared__ unsigned long long su[256];
     double d2 = 0.0, r2 = 0.0;
     unsigned long long un = 0;
     const size_t total = (size_t)M * N;
@@ -211,23 +210,7 @@ __global__ void __launch_bounds__(256) f8_check_kernel(f8_sums *sums, const void
             r2 += r * r;
         }
     }
-    sd[threadIdx.x] = d2;
-    sr[threadIdx.x] = r2;
-    su[threadIdx.x] = un;
-    __syncthreads();
-    for (int s = 128; s > 0; s /= 2) {
-        if ((int)threadIdx.x < s) {
-            sd[threadIdx.x] += sd[threadIdx.x + s];
-            sr[threadIdx.x] += sr[threadIdx.x + s];
-            su[threadIdx.x] += su[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        atomicAdd(&sums->d2, sd[0]);
-        atomicAdd(&sums->r2, sr[0]);
-        atomicAdd(&sums->unwritten, su[0]);
-    }
+    bench_check_commit(sums, d2, r2, un);
 }
 
 /* ---- one shape ---------------------------------------------------------------- */
