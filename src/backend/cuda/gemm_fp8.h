@@ -16,6 +16,12 @@
  *   added in fp32 to a separate accumulator, so the error does not grow with K.
  * - FORGE_FP8_FAST_ACCUM: one wgmma accumulator over all of K (cuBLASLt's
  *   "fast accum"). Faster, less accurate at large K; for comparison only.
+ * - FORGE_FP8_PROMOTE_PIPELINED: the same promotion (the same adds in the
+ *   same K order, so the same numbers as FORGE_FP8_PROMOTE), but two
+ *   partial-sum temporaries alternate so a stage's adds overlap the next
+ *   stage's MMAs (wgmma wait_group 1, not 0). 128-wide tiles only (3
+ *   fragments of 64 registers). Candidate default, pending H200 measurement
+ *   (bench cell forge_fp8_e4m3_pipe).
  *
  * Needs: a compute-capability 9.x device, M, N >= 1, K >= 16 and K % 16 == 0
  * (TMA's 16-byte row strides), A and B 16-byte aligned, C aligned to its
@@ -36,7 +42,7 @@ extern "C" {
 
 typedef enum { FORGE_FP8_E4M3 = 0, FORGE_FP8_E5M2 = 1 } forge_fp8_format;
 typedef enum { FORGE_GEMM_OUT_F32 = 0, FORGE_GEMM_OUT_BF16 = 1 } forge_gemm_out;
-typedef enum { FORGE_FP8_PROMOTE = 0, FORGE_FP8_FAST_ACCUM = 1 } forge_fp8_accum;
+typedef enum { FORGE_FP8_PROMOTE = 0, FORGE_FP8_FAST_ACCUM = 1, FORGE_FP8_PROMOTE_PIPELINED = 2 } forge_fp8_accum;
 
 forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt, void *C,
                                forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,

@@ -53,6 +53,10 @@ extern "C" {
 #define FP8_PRODUCER_REGS 40
 #define FP8_CONSUMER_REGS 232
 #define FP8_MAX_DEVICES 64
+/* pipelined promotion keeps d, t, t1 (3 x 64 fp32) live: the producer (one TMA thread) gives up 16 more registers
+ * so each consumer gets 240 (24 x 128 + 240 x 256 = 64512 of the 65536) */
+#define FP8_PIPE_PRODUCER_REGS 24
+#define FP8_PIPE_CONSUMER_REGS 240
 
 /* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
 enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
@@ -287,6 +291,50 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t d
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+/* d (64 x 128 fp32) = A (64x32 e4m3, smem desc) . B (128x32 e4m3, smem desc)^T with scale-d 0: d is written only,
+ * never read, so the compiler need not keep its old value live (a promotion temporary is dead between stages) */
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_e4m3_first(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
+          "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
+          "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(0));
+}
+
+/* d (64 x 128 fp32) = A (64x32 e5m2, smem desc) . B (128x32 e4m3, smem desc)^T with scale-d 0: d is written only,
+ * never read, so the compiler need not keep its old value live (a promotion temporary is dead between stages) */
+__device__ __forceinline__ void wgmma_m64n128k32_e5m2_e4m3_first(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
+          "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
+          "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(0));
+}
+
 /* one k-step (32 bytes of K: k32 for fp8, k8 for tf32) of the 64 x BN warpgroup tile; AT: 0 = A e4m3,
  * 1 = A e5m2 (B is e4m3), 2 = A and B tf32 */
 template <int BN, int AT>
@@ -305,6 +353,26 @@ __device__ __forceinline__ void wgmma_fp8_k32(float (&d)[BN / 2], uint64_t da, u
         if constexpr (AT == 0) wgmma_m64n256k32_e4m3_e4m3(d, da, db, sc);
         else wgmma_m64n256k32_e5m2_e4m3(d, da, db, sc);
     }
+}
+
+/* PROMOTE == 2: wait for stage `stage` to be full, then issue its 4 k32 wgmmas into the temporary `t` (the first
+ * with scale-d 0: t = 0 + ...) as one commit group; the caller retires the group (wait_group) later */
+template <int BN, int AT>
+__device__ __forceinline__ void fp8_issue_stage(float (&t)[BN / 2], uint32_t bars, uint32_t sa, uint32_t sb, int c,
+                                                int stage, uint32_t phase) {
+    typedef fp8_cfg<BN> cfg;
+    mbar_wait(bars + 8 * stage, phase);
+    /* one descriptor per operand; the k-th step is 32 bytes on, i.e. +2 in the start-address field (address >> 4,
+     * which stays below 2^14 in 227 KiB of shared memory, so the add never carries out of the field) */
+    const uint64_t da = wgmma_desc(sa + stage * cfg::A_BYTES + c * (64 * FP8_BK));
+    const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
+    wgmma_fence();
+    static_assert(BN == 128 && AT != WG_TF32, "pipelined promotion: fp8 at BN = 128");
+    if constexpr (AT == WG_E4M3) wgmma_m64n128k32_e4m3_e4m3_first(t, da, db);
+    else wgmma_m64n128k32_e5m2_e4m3_first(t, da, db);
+#pragma unroll
+    for (int k = 1; k < FP8_BK / 32; k++) wgmma_fp8_k32<BN, AT>(t, da + 2 * k, db + 2 * k, 1);
+    wgmma_commit();
 }
 
 /* tile index -> (row-block, column-block): groups of FP8_GROUP_M row-blocks, all column-blocks of a group before
@@ -329,6 +397,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     constexpr int STAGES = cfg::STAGES;
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
+    static_assert(PROMOTE != 2 || BN == 128, "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
     const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                               /* A stages */
@@ -355,7 +424,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 
     if (wg == 0) {
         /* ---- producer: one thread drives the TMA ring ---- */
-        wgmma_setmaxnreg_dec<FP8_PRODUCER_REGS>();
+        wgmma_setmaxnreg_dec<PROMOTE == 2 ? FP8_PIPE_PRODUCER_REGS : FP8_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
@@ -378,13 +447,14 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         }
     } else {
         /* ---- consumers: wgmma from the ring (promoted or not), then the epilogue ---- */
-        wgmma_setmaxnreg_inc<FP8_CONSUMER_REGS>();
+        wgmma_setmaxnreg_inc<PROMOTE == 2 ? FP8_PIPE_CONSUMER_REGS : FP8_CONSUMER_REGS>();
         const int c = wg - 1; /* which 64-row half of the block tile */
         const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
         int stage = 0;
         uint32_t phase = 0;
         float d[BN / 2];
-        float t[BN / 2]; /* PROMOTE: one stage's partial sums (unused, and removed, otherwise) */
+        float t[BN / 2];  /* PROMOTE: one stage's partial sums (unused, and removed, otherwise) */
+        float t1[BN / 2]; /* PROMOTE == 2: the odd stages' partial sums (unused, and removed, otherwise) */
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
@@ -398,6 +468,56 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
             }
+            if constexpr (PROMOTE == 2) {
+                /* pipelined promotion: stage kt's wgmmas write t (kt even) or t1 (kt odd); after issuing them,
+                 * wait_group 1 retires the previous stage's group only, so its FADDs into d overlap this stage's
+                 * MMAs instead of stalling the tensor pipe. Unrolled by two so each temporary is named at compile
+                 * time. Not unrolled further: a third copy would only add live addresses. */
+#pragma unroll 1
+                for (int kt = 0; kt < ktiles; kt += 2) {
+                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
+                    if (kt > 0) {
+                        wgmma_wait<1>();
+                        wgmma_fence_operands(t1);
+                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+#pragma unroll
+                        for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+                    }
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                    /* the odd stage, if any, into t1; either way t (this iteration's even stage) is retired
+                     * here, in one place: a second copy of its adds for the odd-ktiles drain made ptxas spill */
+                    const bool odd_stage = kt + 1 < ktiles;
+                    if (odd_stage) {
+                        fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
+                        wgmma_wait<1>();
+                    } else {
+                        wgmma_wait<0>();
+                    }
+                    wgmma_fence_operands(t);
+                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t[i];
+                    if (odd_stage) {
+                        prev = stage;
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+                /* ktiles even: the last group (t1's) is still in flight */
+                if ((ktiles & 1) == 0) {
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t1);
+                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+                }
+            } else
             for (int kt = 0; kt < ktiles; kt++) {
                 mbar_wait(bars + 8 * stage, phase);
                 /* this warpgroup's 64 rows of the 128-row A box (64 rows x 128 B) */
@@ -523,6 +643,7 @@ static forge_status fp8_device_info(int *dev, int *sm_count) {
 static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
     const long long tiles_m = (M + FP8_BM - 1) / FP8_BM;
     const long long t128 = tiles_m * ((N + 127) / 128);
+    if (accum == FORGE_FP8_PROMOTE_PIPELINED) return 128;
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
         return (t256 < sm_count && t128 > t256) ? 128 : 256;
@@ -560,6 +681,8 @@ static forge_status fp8_launch(const void *A, const void *B, void *C, float scal
 template <int AT, int OUT_BF16>
 static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B, void *C, float scale, int M, int N,
                                  int K, int vec2, int dev, int sms, cudaStream_t st) {
+    if (accum == FORGE_FP8_PROMOTE_PIPELINED) /* 128 only (fp8_pick_bn): d, t and t1 must fit 240 registers */
+        return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM)
         return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
                          : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
@@ -585,7 +708,8 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
     else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
     else if (c_type != FORGE_GEMM_OUT_F32 && c_type != FORGE_GEMM_OUT_BF16) why = "C must be fp32 or bf16";
     else if ((uintptr_t)C % c_elem != 0) why = "C must be aligned to its element size";
-    else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM) why = "unknown accumulation mode";
+    else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED)
+        why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
     if (why != nullptr)

@@ -65,7 +65,7 @@ extern "C" {
 #define F8_REF_TILE 64
 #define F8_REF_BK 16
 #define F8_LT_WORKSPACE ((size_t)32 << 20)
-#define F8_SCALE_SLOT 64 /* floats between the two device scales: 256 bytes */
+#define F8_LT_MAX_ALGOS 8 /* heuristic candidates tried per plan, in cuBLASLt's order, until one runs */
 #define F8_A_SCALE 0.5f
 #define F8_B_SCALE 0.25f
 
@@ -226,8 +226,11 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas; /* the session's, for the tf32 baseline */
     void *lt_ws;
-    float *d_scales; /* a_scale at [0], b_scale at [F8_SCALE_SLOT], for cuBLASLt's scale pointers */
+    float *d_sa, *d_sb, *d_one; /* a_scale, b_scale, 1.0f: one cudaMalloc each (cuBLASLt scale pointers) */
+    FILE *out;                  /* where the chosen cuBLASLt plan is reported */
     int lt_ready;
+    float lt_alpha;     /* the plan's alpha: 1, or a_scale * b_scale when the scale pointers hold 1 */
+    char lt_err[512];   /* !lt_ready: why every plan failed (the F8_LT cell reports it) */
 #if GC_HAVE_CUBLAS
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_desc;
@@ -270,24 +273,34 @@ static void f8_shape_free(f8_shape *sh) {
     f8_lt_free(sh);
 }
 
-/* The cuBLASLt plan: column-major views of our row-major buffers: Lt A = B (N,K) -> (K,N) ld K, op T; Lt B = A
- * (M,K) -> (K,M) ld K, op N; D (N,M) ld N = row-major C (M,N). e4m3 x e4m3, fp32 compute and output, scale
- * pointers, FAST_ACCUM off (promoted, like forge's default). */
-static forge_status f8_lt_prepare(f8_shape *sh) {
-#if !GC_HAVE_CUBLAS
-    (void)sh;
-    return forge_error(FORGE_ERR_UNSUPPORTED, "gemm-fp8 bench: cuBLASLt fp8 baseline: %s", GC_NO_CUBLAS_REASON);
-#else
+/* The cuBLASLt fp8 plans, tried in order until one RUNS (a heuristic success alone proved nothing on the H200:
+ * every cublasLtMatmul of the first version returned NOT_SUPPORTED after cublasLtMatmulAlgoGetHeuristic had
+ * succeeded, while char_gemm.cu's plan ran). All share char_gemm's working layout: column-major views of our
+ * row-major buffers, Lt A = B (N,K) -> (K,N) ld K, op T; Lt B = A (M,K) -> (K,M) ld K, op N; C = D (N,M) ld N =
+ * row-major C (M,N); e4m3 x e4m3, CUBLAS_COMPUTE_32F, fp32 scale type, fp32 C/D, FAST_ACCUM off. They differ only
+ * in how the 0.125 enters:
+ *   0 "scale_ptrs": A/B scale pointers -> a_scale, b_scale (separate allocations), alpha 1;
+ *   1 "char_gemm":  both scale pointers -> one device 1.0f (char_gemm.cu exactly), alpha = a_scale * b_scale;
+ *   2 "alpha_only": no scale pointers (cuBLASLt's default 1), alpha = a_scale * b_scale.
+ * The product is exact either way (powers of two), so the gate and the work are the same. For each plan, up to
+ * F8_LT_MAX_ALGOS heuristic algorithms are tried with one synchronised call each. */
+#if GC_HAVE_CUBLAS
+static const char *const F8_LT_PLAN_NAMES[3] = {"scale_ptrs", "char_gemm", "alpha_only"};
+
+static forge_status f8_lt_plan(f8_shape *sh, int plan, char *tried, size_t tried_len, int *sticky) {
     F8_LT_TRY(cublasLtMatmulDescCreate(&sh->lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    /* Lt's A is our B. Each scale sits at its own 256-byte boundary (F8_SCALE_SLOT floats apart): with
-     * b_scale at d_scales + 1 every cublasLtMatmul returned NOT_SUPPORTED on the H200 (char_gemm.cu, whose
-     * scale has its own allocation, runs) */
-    const float *sb = sh->d_scales + F8_SCALE_SLOT, *sa = sh->d_scales;
-    F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb));
-    F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa));
+    if (plan != 2) {
+        /* Lt's A is our B */
+        const float *sa_lt = plan == 0 ? sh->d_sb : sh->d_one, *sb_lt = plan == 0 ? sh->d_sa : sh->d_one;
+        F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa_lt,
+                                                 sizeof sa_lt));
+        F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb_lt,
+                                                 sizeof sb_lt));
+    }
+    sh->lt_alpha = plan == 0 ? 1.0f : F8_A_SCALE * F8_B_SCALE;
     const int8_t fast = 0;
     F8_LT_TRY(cublasLtMatmulDescSetAttribute(sh->lt_desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
     F8_LT_TRY(cublasLtMatrixLayoutCreate(&sh->lt_a, CUDA_R_8F_E4M3, (uint64_t)sh->K, (uint64_t)sh->N, sh->K));
@@ -298,24 +311,84 @@ static forge_status f8_lt_prepare(f8_shape *sh) {
     const uint64_t ws = F8_LT_WORKSPACE;
     cublasStatus_t bs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                              sizeof ws);
-    cublasLtMatmulHeuristicResult_t heur;
-    memset(&heur, 0, sizeof heur);
+    cublasLtMatmulHeuristicResult_t heur[F8_LT_MAX_ALGOS];
+    memset(heur, 0, sizeof heur);
     int found = 0;
     if (bs == CUBLAS_STATUS_SUCCESS)
-        bs = cublasLtMatmulAlgoGetHeuristic(sh->lt, sh->lt_desc, sh->lt_a, sh->lt_b, sh->lt_c, sh->lt_c, pref, 1,
-                                            &heur, &found);
+        bs = cublasLtMatmulAlgoGetHeuristic(sh->lt, sh->lt_desc, sh->lt_a, sh->lt_b, sh->lt_c, sh->lt_c, pref,
+                                            F8_LT_MAX_ALGOS, heur, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (bs != CUBLAS_STATUS_SUCCESS)
-        return forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cublasLtMatmulAlgoGetHeuristic (M=%d N=%d K=%d): %s",
-                           sh->M, sh->N, sh->K, cublasGetStatusString(bs));
-    if (found < 1 || heur.state != CUBLAS_STATUS_SUCCESS || heur.workspaceSize > F8_LT_WORKSPACE)
-        return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "gemm-fp8 bench: cuBLASLt has no fp8 e4m3 algorithm for M=%d N=%d K=%d within %zu "
-                           "workspace bytes",
-                           sh->M, sh->N, sh->K, F8_LT_WORKSPACE);
-    sh->lt_algo = heur.algo;
-    sh->lt_ready = 1;
-    return FORGE_OK;
+    const size_t used = strlen(tried);
+    if (bs != CUBLAS_STATUS_SUCCESS || found < 1) {
+        snprintf(tried + used, tried_len - used, "%s%s: heuristic %s (%d found)", used ? "; " : "",
+                 F8_LT_PLAN_NAMES[plan], cublasGetStatusString(bs), found);
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm-fp8 bench: cuBLASLt plan %s: no algorithm",
+                           F8_LT_PLAN_NAMES[plan]);
+    }
+    snprintf(tried + used, tried_len - used, "%s%s:", used ? "; " : "", F8_LT_PLAN_NAMES[plan]);
+    const float beta = 0.0f;
+    for (int a = 0; a < found; a++) {
+        const size_t u2 = strlen(tried);
+        if (heur[a].state != CUBLAS_STATUS_SUCCESS || heur[a].workspaceSize > F8_LT_WORKSPACE) {
+            snprintf(tried + u2, tried_len - u2, " algo%d %s/ws %zu", a, cublasGetStatusString(heur[a].state),
+                     heur[a].workspaceSize);
+            continue;
+        }
+        cublasStatus_t ms = cublasLtMatmul(sh->lt, sh->lt_desc, &sh->lt_alpha, sh->B4[0], sh->lt_a, sh->A4[0],
+                                           sh->lt_b, &beta, sh->C, sh->lt_c, sh->C, sh->lt_c, &heur[a].algo,
+                                           sh->lt_ws, F8_LT_WORKSPACE, sh->stream);
+        cudaError_t ce = ms == CUBLAS_STATUS_SUCCESS ? cudaStreamSynchronize(sh->stream) : cudaSuccess;
+        if (ce != cudaSuccess) { /* a device fault is sticky: no later plan can run either */
+            *sticky = 1;
+            return forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cuBLASLt plan %s algo %d: %s",
+                               F8_LT_PLAN_NAMES[plan], a, cudaGetErrorString(ce));
+        }
+        if (ms == CUBLAS_STATUS_SUCCESS) {
+            snprintf(tried + u2, tried_len - u2, " algo%d ran", a);
+            sh->lt_algo = heur[a].algo;
+            sh->lt_ready = 1;
+            return FORGE_OK;
+        }
+        snprintf(tried + u2, tried_len - u2, " algo%d %s", a, cublasGetStatusString(ms));
+    }
+    return forge_error(FORGE_ERR_UNSUPPORTED, "gemm-fp8 bench: cuBLASLt plan %s: no algorithm ran",
+                       F8_LT_PLAN_NAMES[plan]);
+}
+#endif
+
+/* Never fails the suite: without a running plan the F8_LT cell reports sh->lt_err (the statuses of every try). */
+static void f8_lt_prepare(f8_shape *sh) {
+    sh->lt_ready = 0;
+    sh->lt_err[0] = 0;
+#if !GC_HAVE_CUBLAS
+    snprintf(sh->lt_err, sizeof sh->lt_err, "%s", GC_NO_CUBLAS_REASON);
+#else
+    char tried[sizeof sh->lt_err];
+    tried[0] = 0;
+    for (int plan = 0; plan < 3; plan++) {
+        int sticky = 0;
+        forge_status s = f8_lt_plan(sh, plan, tried, sizeof tried, &sticky);
+        if (s == FORGE_OK) {
+            if (sh->out)
+                fprintf(sh->out, "cublaslt_fp8_e4m3 M=%d N=%d K=%d: plan %s (alpha %g) [%s]\n", sh->M, sh->N, sh->K,
+                        F8_LT_PLAN_NAMES[plan], (double)sh->lt_alpha, tried);
+            return;
+        }
+        if (strstr(tried, F8_LT_PLAN_NAMES[plan]) == NULL) { /* failed before the heuristic: say where */
+            const size_t used = strlen(tried);
+            snprintf(tried + used, sizeof tried - used, "%s%s: %s", used ? "; " : "", F8_LT_PLAN_NAMES[plan],
+                     forge_error_message());
+        }
+        f8_lt_free(sh);
+        if (sticky) {
+            const size_t used = strlen(tried);
+            snprintf(tried + used, sizeof tried - used, "; stopped: %s", forge_error_message());
+            break;
+        }
+    }
+    snprintf(sh->lt_err, sizeof sh->lt_err, "no cuBLASLt fp8 plan ran for M=%d N=%d K=%d: %s", sh->M, sh->N, sh->K,
+             tried);
+    if (sh->out) fprintf(sh->out, "cublaslt_fp8_e4m3: %s\n", sh->lt_err);
 #endif
 }
 
@@ -389,19 +462,23 @@ static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt
         return forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: float64 reference (M=%d N=%d K=%d): %s", M, N, K,
                            cudaGetErrorString(e));
     }
-    if (with_lt) {
-        forge_status s = f8_lt_prepare(sh);
-        if (s != FORGE_OK) {
-            f8_shape_free(sh);
-            return s;
-        }
-    }
+    if (with_lt) f8_lt_prepare(sh);
     return FORGE_OK;
 }
 
 /* ---- cells -------------------------------------------------------------------- */
 
-typedef enum { F8_LT = 0, F8_E4M3, F8_E5M2, F8_E4M3_FAST, F8_E4M3_BF16OUT, F8_BF16, F8_CUBLAS_TF32, F8_TF32 } f8_kind;
+typedef enum {
+    F8_LT = 0,
+    F8_E4M3,
+    F8_E4M3_PIPE,
+    F8_E5M2,
+    F8_E4M3_FAST,
+    F8_E4M3_BF16OUT,
+    F8_BF16,
+    F8_CUBLAS_TF32,
+    F8_TF32
+} f8_kind;
 
 typedef struct {
     f8_shape *sh;
@@ -425,6 +502,9 @@ static forge_status f8_run(void *ctx, int set) {
     f8_shape *sh = c->sh;
     const int s = set % sh->n_sets;
     switch (c->kind) {
+    case F8_E4M3_PIPE:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_PIPELINED, sh->stream);
     case F8_E4M3:
     case F8_E4M3_FAST:
     case F8_E4M3_BF16OUT:
@@ -441,9 +521,11 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_TF32: return forge_gemm_tf32_nt(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K, sh->stream);
 #if GC_HAVE_CUBLAS
     case F8_LT: {
-        const float alpha = 1.0f, beta = 0.0f;
-        F8_LT_TRY(cublasLtMatmul(sh->lt, sh->lt_desc, &alpha, sh->B4[s], sh->lt_a, sh->A4[s], sh->lt_b, &beta, sh->C,
-                                 sh->lt_c, sh->C, sh->lt_c, &sh->lt_algo, sh->lt_ws, F8_LT_WORKSPACE, sh->stream));
+        if (!sh->lt_ready) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm-fp8 bench: %s", sh->lt_err);
+        const float beta = 0.0f;
+        F8_LT_TRY(cublasLtMatmul(sh->lt, sh->lt_desc, &sh->lt_alpha, sh->B4[s], sh->lt_a, sh->A4[s], sh->lt_b, &beta,
+                                 sh->C, sh->lt_c, sh->C, sh->lt_c, &sh->lt_algo, sh->lt_ws, F8_LT_WORKSPACE,
+                                 sh->stream));
         return FORGE_OK;
     }
     case F8_CUBLAS_TF32: {
@@ -513,6 +595,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
+                       "forge_fp8_e4m3_pipe,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; tf32 nt "
                        "cells=cublas_tf32,forge_wgmma_tf32; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
@@ -522,7 +605,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     forge_status s = gc_session_open(
         &ss, out, "gemm_fp8", config, F8_RECIPE, seed, reps, "gemm-fp8 bench",
         "gemm-fp8: C (M,N) = 0.125 . A (M,K) . B (N,K)^T, fp8 K-major inputs (e4m3 x e4m3, e5m2 x e4m3), fp32 "
-        "accumulation promoted every 128 of K (fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
+        "accumulation promoted every 128 of K (pipe: the same promotion, two alternating temporaries, "
+        "wait_group 1; fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
         "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
@@ -536,12 +620,14 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
 #endif
     }
     if (s == FORGE_OK) {
-        float hs[2 * F8_SCALE_SLOT] = {0};
-        hs[0] = F8_A_SCALE;
-        hs[F8_SCALE_SLOT] = F8_B_SCALE;
+        const float hs[3] = {F8_A_SCALE, F8_B_SCALE, 1.0f};
+        float **dst[3] = {&sh.d_sa, &sh.d_sb, &sh.d_one};
+        sh.out = out;
         cudaError_t e = cudaMalloc(&sh.lt_ws, F8_LT_WORKSPACE);
-        if (e == cudaSuccess) e = cudaMalloc((void **)&sh.d_scales, sizeof hs);
-        if (e == cudaSuccess) e = cudaMemcpy(sh.d_scales, hs, sizeof hs, cudaMemcpyHostToDevice);
+        for (int i = 0; i < 3 && e == cudaSuccess; i++) {
+            e = cudaMalloc((void **)dst[i], sizeof(float));
+            if (e == cudaSuccess) e = cudaMemcpy(*dst[i], &hs[i], sizeof(float), cudaMemcpyHostToDevice);
+        }
         if (e != cudaSuccess)
             s = forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: cuBLASLt workspace / scales: %s", cudaGetErrorString(e));
     }
@@ -563,6 +649,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             double in_bytes, out_bytes; /* per element of A/B, of C */
         } cells[] = {{F8_LT, "cublaslt_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3, "forge_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_PIPE, "forge_fp8_e4m3_pipe", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
@@ -586,7 +673,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             cell.group = tf32 ? group32 : group;
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
-            cell.counterpart = (k == F8_E4M3 || k == F8_E5M2) ? "forge_wgmma_bf16" : NULL;
+            cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E5M2) ? "forge_wgmma_bf16" : NULL;
             cell.precision = cells[v].prec;
             cell.flops = flops;
             cell.bytes = cells[v].in_bytes * mk_nk + cells[v].out_bytes * mn;
@@ -607,6 +694,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     if (sh.lt) cublasLtDestroy(sh.lt);
 #endif
     cudaFree(sh.lt_ws);
-    cudaFree(sh.d_scales);
+    cudaFree(sh.d_sa);
+    cudaFree(sh.d_sb);
+    cudaFree(sh.d_one);
     return gc_session_close(&ss, s);
 }
