@@ -47,6 +47,7 @@
  * passed as __grid_constant__ parameters.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -450,7 +451,7 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
             }
         }
     }
-    /* C += : C_old + sum, the pass's order, loaded here GEMM_FIXUP_CHUNK column groups at a time (the
+    /* C += : C_old + sum, the pass's order, loaded here GEMM_FIXUP_RES_CHUNK column groups at a time (the
      * epilogue's own 8-wide residual chunks spilled next to this function's state); then a plain store */
     if (ep.res != nullptr) {
         const float *const r0 = ep.res + (size_t)row0 * N + col0, *const r1 = r0 + (size_t)8 * N;
@@ -951,6 +952,19 @@ static int gemm_pick_bn(int M, int N, int sm_count) {
  * accumulating and written) at 3.5 TB/s, in units of one 128x256x64 slice (~0.6 us on an H200 SM).
  * splits is capped by GEMM_MAX_SPLITS and by max_slices (what the workspace holds; <2 means no split).
  * Every split is non-empty: splits = ceil(ktiles / kps). Deterministic in its arguments. */
+/* FORGE_GEMM_TN_SPLITS (1..GEMM_MAX_SPLITS; unset, 0 or anything else: the cost model), read once per process
+ * (a racing first read stores the same value). For sweeping S on the device without a rebuild, e.g. the
+ * wave-exact S = 11 of the 72-tile dW shapes (792 units = 6 x 132) against the model's S = 5. */
+static int gemm_tn_splits_override(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FORGE_GEMM_TN_SPLITS");
+        const int x = e != nullptr ? atoi(e) : 0;
+        v = x >= 1 && x <= GEMM_MAX_SPLITS ? x : 0;
+    }
+    return v;
+}
+
 static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long max_slices, int *bn_out,
                          int *splits_out) {
     const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK, tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
@@ -976,6 +990,12 @@ static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long
                 best_s = (int)s;
             }
         }
+    }
+    /* measurement aid: FORGE_GEMM_TN_SPLITS=S forces S splits (tile width still the model's), capped as above */
+    const int forced = gemm_tn_splits_override();
+    if (forced > 0) {
+        const long long s = forced < cap ? forced : cap, kps = (ktiles + s - 1) / s;
+        best_s = (int)((ktiles + kps - 1) / kps); /* no empty split */
     }
     *bn_out = best_bn;
     *splits_out = best_s;
