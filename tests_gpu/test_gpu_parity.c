@@ -52,6 +52,8 @@
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
  * refusals; FORGE_GPU_TESTS_ONLY=gemm_fp8 runs only those GEMM cases.
+ * forge_gemm_bf16_tn_wgmma_reduce (dW split-K): both reductions exact on exactly representable values, and
+ * bit-reproducible / equal to each other on random ones (case_gemm_tn_reduce); FORGE_GPU_TESTS_ONLY=gemm_tn.
  * Ends with "N passed, N failed"; exit status 1 on any failure.
  */
 #include <math.h>
@@ -1070,6 +1072,123 @@ static void case_gemm_fp8_refusals(parity *P) {
     report(P, t6 == FORGE_ERR_UNSUPPORTED, "gemm_tf32[refuse]", "K=6 (K % 4 != 0)", 0, 0, NULL);
 }
 
+/* ---- forge_gemm_bf16_tn_wgmma_reduce: the two split-K reductions (dW = A (K,M)^T . B (K,N)) ----
+ * exact: values m/8 (|m| <= 8, exact in bf16), so every partial and every sum is a multiple of 2^-6 below 2^17:
+ * exact in fp32 in any order; PASS and INKERNEL must both equal the double reference exactly (a wrong slot, a
+ * lost split or a read of an unwritten slot shows as a nonzero error). random: uniform bf16 values, INKERNEL run
+ * twice must give the same bits, and equal PASS element for element (both sum splits 0..S-1 in order, then C).
+ * accumulate: C starts as 1 + (i % 7) / 8 and the product is added. C is poisoned (NaN) otherwise. */
+#include "../src/backend/cuda/gemm.h"
+
+static uint16_t tn_bf16_bits(float f) { /* exact values only (m/8 or already-rounded) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s", M, N, K, accumulate ? " C+=" : "");
+    const size_t an = (size_t)K * M, bn = (size_t)K * N, cn = (size_t)M * N;
+    float *a = malloc(an * 4), *b = malloc(bn * 4), *c0 = malloc(cn * 4), *cp = malloc(cn * 4),
+          *cf = malloc(cn * 4), *cf2 = malloc(cn * 4);
+    uint16_t *a16 = malloc(an * 2), *b16 = malloc(bn * 2);
+    void *dA = NULL, *dB = NULL, *dC = NULL, *dW = NULL;
+    size_t wbytes = 0;
+    int ok = a && b && c0 && cp && cf && cf2 && a16 && b16 &&
+             forge_gemm_bf16_tn_workspace(M, N, K, &wbytes) == FORGE_OK &&
+             cudaMalloc(&dA, an * 2) == cudaSuccess && cudaMalloc(&dB, bn * 2) == cudaSuccess &&
+             cudaMalloc(&dC, cn * 4) == cudaSuccess && cudaMalloc(&dW, wbytes ? wbytes : 16) == cudaSuccess;
+    if (!ok) {
+        report(P, 0, "gemm_tn_reduce", shape, INFINITY, 0, "(allocation or workspace query failed)");
+        goto done;
+    }
+    for (size_t i = 0; i < cn; i++) c0[i] = accumulate ? 1.0f + (float)(i % 7) / 8.0f : NAN;
+    for (int pass = 0; pass < 2 && ok; pass++) { /* 0: exact values, 1: random bf16 */
+        for (size_t i = 0; i < an; i++) {
+            a[i] = pass == 0 ? (float)((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0f
+                             : (float)(forge_rng_u32(&P->rng) >> 8) / 16777216.0f * 2.0f - 1.0f;
+            a16[i] = tn_bf16_bits(a[i]); /* random: truncated to bf16 (the same bits both runs see) */
+        }
+        for (size_t i = 0; i < bn; i++) {
+            b[i] = pass == 0 ? (float)((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0f
+                             : (float)(forge_rng_u32(&P->rng) >> 8) / 16777216.0f * 2.0f - 1.0f;
+            b16[i] = tn_bf16_bits(b[i]);
+        }
+        ok = cudaMemcpy(dA, a16, an * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaMemcpy(dB, b16, bn * 2, cudaMemcpyHostToDevice) == cudaSuccess;
+        float *outs[3] = {cp, cf, cf2};
+        const forge_gemm_tn_reduce modes[3] = {FORGE_GEMM_TN_REDUCE_PASS, FORGE_GEMM_TN_REDUCE_INKERNEL,
+                                               FORGE_GEMM_TN_REDUCE_INKERNEL};
+        for (int r = 0; r < 3 && ok; r++) {
+            ok = cudaMemcpy(dC, c0, cn * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+            if (!ok) break;
+            /* poison the workspace: a slot read before it is written shows (NaN) */
+            ok = cudaMemset(dW, 0xFF, wbytes ? wbytes : 16) == cudaSuccess;
+            forge_status st = forge_gemm_bf16_tn_wgmma_reduce(dA, dB, dC, M, N, K, accumulate, dW, wbytes, modes[r], NULL);
+            if (st != FORGE_OK) {
+                char why[512];
+                snprintf(why, sizeof why, "(returned %s: %s)", forge_status_name(st), forge_error_message());
+                report(P, 0, "gemm_tn_reduce", shape, INFINITY, 0, why);
+                goto done;
+            }
+            ok = cudaDeviceSynchronize() == cudaSuccess &&
+                 cudaMemcpy(outs[r], dC, cn * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
+        }
+        if (!ok) {
+            report(P, 0, "gemm_tn_reduce", shape, INFINITY, 0, "(kernel or copy failed)");
+            goto done;
+        }
+        char sub[160];
+        if (pass == 0) {
+            double worst = 0.0, *ref = calloc(cn, sizeof *ref);
+            if (ref == NULL) {
+                report(P, 0, "gemm_tn_reduce", shape, INFINITY, 0, "(host allocation failed)");
+                goto done;
+            }
+            for (int k = 0; k < K; k++) /* k outer: both operands are (K, mn) rows */
+                for (int m = 0; m < M; m++) {
+                    const double am = a[(size_t)k * M + m];
+                    double *rr = ref + (size_t)m * N;
+                    const float *bk = b + (size_t)k * N;
+                    for (int n = 0; n < N; n++) rr[n] += am * (double)bk[n];
+                }
+            for (size_t i = 0; i < cn; i++) {
+                const double r = ref[i] + (accumulate ? (double)c0[i] : 0.0);
+                const double e1 = fabs(cp[i] - r), e2 = fabs(cf[i] - r), e = e1 > e2 ? e1 : e2;
+                if (!(e <= worst)) worst = e; /* NaN sticks */
+            }
+            free(ref);
+            snprintf(sub, sizeof sub, "%s exact pass+inkernel", shape);
+            report(P, worst == 0.0, "gemm_tn_reduce", sub, worst, 0.0, NULL);
+        } else {
+            size_t diff_runs = 0, diff_modes = 0;
+            for (size_t i = 0; i < cn; i++) {
+                if (memcmp(&cf[i], &cf2[i], 4) != 0) diff_runs++;
+                if (!(cf[i] == cp[i])) diff_modes++;
+            }
+            snprintf(sub, sizeof sub, "%s random: inkernel run-to-run %zu bits differ, vs pass %zu", shape,
+                     diff_runs, diff_modes);
+            report(P, diff_runs == 0 && diff_modes == 0, "gemm_tn_reduce", sub, (double)(diff_runs + diff_modes),
+                   0.0, NULL);
+        }
+    }
+done:
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dW);
+    free(a), free(b), free(c0), free(cp), free(cf), free(cf2), free(a16), free(b16);
+}
+
+static void run_gemm_tn_cases(parity *P) {
+    /* {M, N, K, accumulate}: 4 tiles with many splits; M % 128 = 8 and N % 256 = 8 (padded slots, skipped
+     * boxes) with a K tail; one tile; the GPT-2 dW fc shape (3072 x 768) at K = 1024 */
+    static const int shapes[][4] = {{256, 512, 8192, 0}, {136, 264, 4104, 1}, {128, 256, 2048, 0},
+                                    {3072, 768, 1024, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 300000000LL) continue;
+        case_gemm_tn_reduce(P, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+    }
+}
+
 static void run_gemm_fp8_cases(parity *P) {
     case_gemm_fp8_refusals(P);
     static const int shapes[][3] = {{1, 8, 16}, {130, 200, 272}, {257, 999, 528}, {128, 192, 1024}};
@@ -1577,8 +1696,11 @@ int main(void) {
     /* FORGE_GPU_TESTS_ONLY=flash: only the fused fp32 attention cases; =flash16: only the bf16 ones;
      * =gemm_fp8: only the fp8/tf32 GEMM cases */
     const char *only = getenv("FORGE_GPU_TESTS_ONLY");
-    if (only && (strcmp(only, "flash") == 0 || strcmp(only, "flash16") == 0 || strcmp(only, "gemm_fp8") == 0)) {
-        if (strcmp(only, "flash") == 0)
+    if (only && (strcmp(only, "flash") == 0 || strcmp(only, "flash16") == 0 || strcmp(only, "gemm_fp8") == 0 ||
+                 strcmp(only, "gemm_tn") == 0)) {
+        if (strcmp(only, "gemm_tn") == 0)
+            run_gemm_tn_cases(&P);
+        else if (strcmp(only, "flash") == 0)
             run_flash_cases(&P);
         else if (strcmp(only, "flash16") == 0)
             run_flash16_cases(&P);
@@ -1608,6 +1730,7 @@ int main(void) {
 
     run_matmul_cases(&P);
     run_gemm_fp8_cases(&P);
+    run_gemm_tn_cases(&P);
 
     static const int norm_shapes[][2] = {{1, 45}, {37, 768}, {257, 45}, {4099, 45}, {257, 3072}, {9000, 96}};
     for (size_t i = 0; i < sizeof norm_shapes / sizeof norm_shapes[0]; i++) {

@@ -94,6 +94,22 @@ forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void
 forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *stream);
 forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
+/* How a split TN call reduces its splits (both deterministic, fixed order 0..S-1, no atomics on the data):
+ * - PASS: every split writes an M*N fp32 slice, then a second kernel sums the slices into C.
+ * - INKERNEL: every split writes its tile's partial to a per-(tile, split) slot and arrives on a per-tile counter
+ *   in the workspace (zeroed by a cudaMemsetAsync on the stream before the launch); the CTA that arrives last
+ *   sums the slots in order 0..S-1 while they are still in L2 and stores C. Same plan (tile width, splits) as
+ *   PASS unless the workspace holds fewer padded slots. Experimental until measured on the H200.
+ * - DEFAULT: PASS (the measured one), what forge_gemm_bf16_tn_wgmma uses.
+ * forge_gemm_bf16_tn_workspace's size is enough for either. */
+typedef enum {
+    FORGE_GEMM_TN_REDUCE_DEFAULT = 0,
+    FORGE_GEMM_TN_REDUCE_PASS = 1,
+    FORGE_GEMM_TN_REDUCE_INKERNEL = 2
+} forge_gemm_tn_reduce;
+forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
+                                             int accumulate, void *workspace, size_t workspace_bytes,
+                                             forge_gemm_tn_reduce reduce, void *stream);
 forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *workspace, size_t workspace_bytes, void *stream);
 

@@ -47,6 +47,7 @@
  * passed as __grid_constant__ parameters.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -192,6 +193,8 @@ struct gemm_epi_dev {
     void *pre;         /* (M,N), C's type, or nullptr: v before GELU (GEMM_EPI_GELU only) */
     const float *dpre; /* (M,N) fp32: the pre-activation of GEMM_EPI_DGELU */
     float *work;       /* split-K partial slices (splits > 1; the epilogue is then plain) */
+    int *tile_cnt;     /* TN split-K with the in-kernel fixed-order reduction: one arrival counter per tile
+                        * (zeroed by the host before the launch); nullptr = the separate reduction pass */
     int vec2;          /* N even and every (M,N) buffer aligned for 2-element accesses */
 };
 
@@ -376,6 +379,108 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     }
 }
 
+/* ---- split-K: the in-kernel fixed-order reduction ("fixup") ------------------
+ *
+ * The separate reduction pass reads every split's M*N slice back from memory after the GEMM has finished
+ * ((2S+1) x M*N*4 bytes, ~30 us of the ~230 us dW 3072x768 GEMM, none of it overlapped). Here the split's CTA
+ * writes its partial tile to a per-(tile, split) slot in its fragment order (no bounds checks, one coalesced
+ * 512-byte float4 row per warp and register group), then arrives on the tile's counter. The CTA that arrives
+ * last (counter == splits - 1) reads the S slots back, still in L2 (each slot was written at most a wave
+ * earlier), sums them in the fixed order 0, 1, ..., S-1 (its own slot included, re-read rather than taken
+ * from registers, so the order never depends on which split came last) and runs the normal epilogue into C.
+ * No atomics on the data, no waiting on other CTAs (the last arriver never waits: it is last), so no
+ * co-residency assumption and the result is bit-reproducible for the same arguments and device.
+ * Memory ordering (PTX model, the release/acquire pattern through a barrier): every writer thread fences
+ * (membar.gl) after its slot stores, the 256 consumer threads meet at a named barrier, then one thread fences
+ * again and does the relaxed atomicAdd (release by cumulativity); the thread that sees splits - 1 fences
+ * (acquire) before publishing "last" through shared memory and a second barrier, and every reader fences again
+ * and loads with ld.global.cg (L2, never a possibly stale L1 line). */
+#define GEMM_FIXUP_BAR 5       /* named barrier id: 0 is __syncthreads, 1-2 the TMA-store epilogue's */
+#define GEMM_FIXUP_RES_CHUNK 2 /* C += : column groups of C loaded per step (4 spilled 12 bytes at BN = 256) */
+#define GEMM_FIXUP_CHUNK 4     /* float4 loads in flight per thread per step: 16 registers next to BN/2 */
+
+template <int BN>
+__device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm_epi_dev &ep, int tile, int split,
+                                                  int splits, int row0, int col0, int M, int N,
+                                                  volatile int *fixup_last) {
+    constexpr int V = BN / 8;               /* float4 per consumer thread */
+    constexpr int SLOT4 = GEMM_BM * BN / 4; /* float4 per slot: 256 consumer threads x V */
+    static_assert(V % GEMM_FIXUP_CHUNK == 0, "chunks tile the thread's float4 groups");
+    const int ctid = threadIdx.x - 128; /* 0..255 over both consumer warpgroups */
+    float4 *const slots = reinterpret_cast<float4 *>(ep.work) + (size_t)tile * splits * SLOT4 + ctid;
+    float4 *const mine = slots + (size_t)split * SLOT4;
+#pragma unroll
+    for (int v = 0; v < V; v++) __stcg(mine + v * 256, make_float4(d[4 * v], d[4 * v + 1], d[4 * v + 2], d[4 * v + 3]));
+    __threadfence();
+    asm volatile("bar.sync %0, 256;" ::"n"(GEMM_FIXUP_BAR) : "memory");
+    if (ctid == 0) {
+        __threadfence();
+        const int old = atomicAdd(ep.tile_cnt + tile, 1);
+        __threadfence();
+        *fixup_last = old == splits - 1;
+    }
+    asm volatile("bar.sync %0, 256;" ::"n"(GEMM_FIXUP_BAR) : "memory");
+    if (!*fixup_last) return; /* uniform over the 256 threads; the next write of fixup_last is behind barrier 1 */
+    __threadfence();
+#pragma unroll
+    for (int v0 = 0; v0 < V; v0 += GEMM_FIXUP_CHUNK) {
+        float4 w[GEMM_FIXUP_CHUNK];
+#pragma unroll
+        for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) w[j] = __ldcg(slots + (v0 + j) * 256);
+#pragma unroll
+        for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) {
+            d[4 * (v0 + j)] = w[j].x;
+            d[4 * (v0 + j) + 1] = w[j].y;
+            d[4 * (v0 + j) + 2] = w[j].z;
+            d[4 * (v0 + j) + 3] = w[j].w;
+        }
+    }
+    for (int s = 1; s < splits; s++) {
+        const float4 *const src = slots + (size_t)s * SLOT4;
+#pragma unroll
+        for (int v0 = 0; v0 < V; v0 += GEMM_FIXUP_CHUNK) {
+            float4 w[GEMM_FIXUP_CHUNK];
+#pragma unroll
+            for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) w[j] = __ldcg(src + (v0 + j) * 256);
+#pragma unroll
+            for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) {
+                d[4 * (v0 + j)] += w[j].x;
+                d[4 * (v0 + j) + 1] += w[j].y;
+                d[4 * (v0 + j) + 2] += w[j].z;
+                d[4 * (v0 + j) + 3] += w[j].w;
+            }
+        }
+    }
+    /* C += : C_old + sum, the pass's order, loaded here GEMM_FIXUP_RES_CHUNK column groups at a time (the
+     * epilogue's own 8-wide residual chunks spilled next to this function's state); then a plain store */
+    if (ep.res != nullptr) {
+        const float *const r0 = ep.res + (size_t)row0 * N + col0, *const r1 = r0 + (size_t)8 * N;
+        const bool in0 = row0 < M, in1 = row0 + 8 < M;
+#pragma unroll
+        for (int i0 = 0; i0 < BN / 8; i0 += GEMM_FIXUP_RES_CHUNK) {
+            float2 rv[GEMM_FIXUP_RES_CHUNK][2];
+#pragma unroll
+            for (int ii = 0; ii < GEMM_FIXUP_RES_CHUNK; ii++) {
+                const int dc = 8 * (i0 + ii);
+                const bool cin = col0 + dc < N, c1 = col0 + dc + 1 < N;
+                rv[ii][0] = in0 && cin ? gemm_ld2(r0 + dc, ep.vec2, c1) : make_float2(0.0f, 0.0f);
+                rv[ii][1] = in1 && cin ? gemm_ld2(r1 + dc, ep.vec2, c1) : make_float2(0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int ii = 0; ii < GEMM_FIXUP_RES_CHUNK; ii++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    d[4 * (i0 + ii) + 2 * h] = rv[ii][h].x + d[4 * (i0 + ii) + 2 * h];
+                    d[4 * (i0 + ii) + 2 * h + 1] = rv[ii][h].y + d[4 * (i0 + ii) + 2 * h + 1];
+                }
+        }
+    }
+    gemm_epi_dev out = {};
+    out.C = ep.C;
+    out.vec2 = ep.vec2;
+    gemm_epilogue<BN, 0>(d, out, row0, col0, M, N);
+}
+
 /* ---- kernels ------------------------------------------------------------- */
 
 /* The persistent warp-specialised mainloop + epilogue, shared by the three layouts. TA / TB (compile time):
@@ -528,6 +633,12 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 
             if (splits == 1) {
                 gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout);
+            } else if (TA && TB && ep.tile_cnt != nullptr) { /* TN only: the in-kernel fixed-order reduction */
+                /* "last" flag: the 16 bytes after the barriers, inside the 1 KiB alignment slack of cfg::SMEM */
+                if constexpr (TA && TB)
+                    gemm_splitk_fixup<BN>(d, ep, u - split * num_tiles, split, splits, row0, col0, M, N,
+                                          reinterpret_cast<volatile int *>(
+                                              gemm_smem + (bars + 16 * STAGES - smem_u32(gemm_smem))));
             } else { /* a split-K partial: plain fp32 into this split's slice of the workspace */
                 gemm_epi_dev part = {};
                 part.C = ep.work + (size_t)split * M * N;
@@ -805,7 +916,7 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
                       : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
                                           : "gemm_wgmma_bf16_tn_kernel");
-    if (splits > 1) {
+    if (splits > 1 && ep.tile_cnt == nullptr) { /* with tile_cnt the kernel reduced in place (TN fixup) */
         float *C = (float *)ep.C, *work = ep.work;
         const size_t mn = (size_t)M * N;
         const int vec4 = mn % 4 == 0 && (uintptr_t)C % 16 == 0 && (uintptr_t)work % 16 == 0;
@@ -841,6 +952,19 @@ static int gemm_pick_bn(int M, int N, int sm_count) {
  * accumulating and written) at 3.5 TB/s, in units of one 128x256x64 slice (~0.6 us on an H200 SM).
  * splits is capped by GEMM_MAX_SPLITS and by max_slices (what the workspace holds; <2 means no split).
  * Every split is non-empty: splits = ceil(ktiles / kps). Deterministic in its arguments. */
+/* FORGE_GEMM_TN_SPLITS (1..GEMM_MAX_SPLITS; unset, 0 or anything else: the cost model), read once per process
+ * (a racing first read stores the same value). For sweeping S on the device without a rebuild, e.g. the
+ * wave-exact S = 11 of the 72-tile dW shapes (792 units = 6 x 132) against the model's S = 5. */
+static int gemm_tn_splits_override(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FORGE_GEMM_TN_SPLITS");
+        const int x = e != nullptr ? atoi(e) : 0;
+        v = x >= 1 && x <= GEMM_MAX_SPLITS ? x : 0;
+    }
+    return v;
+}
+
 static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long max_slices, int *bn_out,
                          int *splits_out) {
     const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK, tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
@@ -866,6 +990,12 @@ static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long
                 best_s = (int)s;
             }
         }
+    }
+    /* measurement aid: FORGE_GEMM_TN_SPLITS=S forces S splits (tile width still the model's), capped as above */
+    const int forced = gemm_tn_splits_override();
+    if (forced > 0) {
+        const long long s = forced < cap ? forced : cap, kps = (ktiles + s - 1) / s;
+        best_s = (int)((ktiles + kps - 1) / kps); /* no empty split */
     }
     *bn_out = best_bn;
     *splits_out = best_s;
@@ -994,47 +1124,92 @@ extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void 
     return forge_gemm_bf16_nn_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
 }
 
+/* The in-kernel reduction's workspace: one int counter per tile (rounded up to 256 bytes, so the slots stay
+ * 16-byte aligned), then tiles x splits slots of GEMM_BM x bn fp32 in fragment order (padded tiles included). */
+static size_t gemm_tn_fixup_cnt_bytes(long long tiles) { return (size_t)((tiles * 4 + 255) / 256 * 256); }
+static size_t gemm_tn_fixup_bytes(int M, int N, int bn, int splits) {
+    const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
+    return gemm_tn_fixup_cnt_bytes(tiles) + (size_t)tiles * splits * GEMM_BM * bn * sizeof(float);
+}
+
 extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
     *bytes = 0;
     if (M <= 0 || N <= 0 || K <= 0) return FORGE_OK;
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     int bn = 0, splits = 1;
-    /* accumulate only moves the reduction's cost, never past what the plan without it allows: plan both */
+    /* accumulate only moves the reduction's cost, never past what the plan without it allows: plan both;
+     * enough for either reduction (the pass's S x M*N slices or the fixup's counters + padded tile slots) */
     size_t need = 0;
     for (int acc = 0; acc < 2; acc++) {
         gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, &bn, &splits);
-        const size_t b = splits > 1 ? (size_t)splits * M * N * sizeof(float) : 0;
+        size_t b = splits > 1 ? (size_t)splits * M * N * sizeof(float) : 0;
+        const size_t f = splits > 1 ? gemm_tn_fixup_bytes(M, N, bn, splits) : 0;
+        if (f > b) b = f;
         if (b > need) need = b;
     }
     *bytes = need;
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
-                                                 int K, int accumulate, void *workspace, size_t workspace_bytes,
-                                                 void *stream) {
+extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M,
+                                                        int N, int K, int accumulate, void *workspace,
+                                                        size_t workspace_bytes, forge_gemm_tn_reduce reduce,
+                                                        void *stream) {
     const char *why = gemm_wgmma_refusal_bwd(GEMM_TN, A_bf16, B_bf16, C, M, N, K);
     if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
         why = "the split-K workspace must be 16-byte aligned";
+    if (why == nullptr && reduce != FORGE_GEMM_TN_REDUCE_DEFAULT && reduce != FORGE_GEMM_TN_REDUCE_PASS &&
+        reduce != FORGE_GEMM_TN_REDUCE_INKERNEL)
+        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS or _INKERNEL";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
+    const int fixup = reduce == FORGE_GEMM_TN_REDUCE_INKERNEL;
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const long long max_slices =
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
     int bn = 256, splits = 1;
     gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits);
+    if (fixup && splits > 1) {
+        /* the same plan as the pass (a clean A/B of the two reductions), cut to what the padded slots fit;
+         * splits then renormalised so that no split is empty (an empty unit would publish stale registers) */
+        const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
+        const size_t cnt = gemm_tn_fixup_cnt_bytes(tiles), slot = (size_t)GEMM_BM * bn * sizeof(float);
+        const long long fit = workspace_bytes > cnt ? (long long)((workspace_bytes - cnt) / (slot * tiles)) : 0;
+        if (fit < splits) splits = fit < 2 ? 1 : (int)fit;
+        const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+        const int kps = (ktiles + splits - 1) / splits;
+        splits = (ktiles + kps - 1) / kps;
+    }
     gemm_epi_dev ep = {};
     ep.C = C;
-    ep.work = splits > 1 ? (float *)workspace : nullptr;
-    /* unsplit, C += is the epilogue's read-add-store; split, the reduction adds C */
-    ep.res = splits == 1 && accumulate ? C : nullptr;
+    /* unsplit, C += is the epilogue's read-add-store; split, the reduction adds C (the pass), or the last
+     * split's epilogue does (the fixup) */
+    if (splits > 1 && fixup) {
+        const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
+        const size_t cnt = gemm_tn_fixup_cnt_bytes(tiles);
+        ep.tile_cnt = (int *)workspace;
+        ep.work = (float *)((char *)workspace + cnt);
+        ep.res = accumulate ? C : nullptr;
+        CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), (cudaStream_t)stream));
+        /* the launcher's reduction pass runs only for splits > 1 without tile_cnt */
+    } else {
+        ep.work = splits > 1 ? (float *)workspace : nullptr;
+        ep.res = splits == 1 && accumulate ? C : nullptr;
+    }
     if (bn == 128)
         return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
                                                   (cudaStream_t)stream, dev, sm_count);
     return gemm_wgmma_launch<256, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
                                               (cudaStream_t)stream, dev, sm_count);
+}
+
+extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
+                                                 int K, int accumulate, void *workspace, size_t workspace_bytes,
+                                                 void *stream) {
+    return forge_gemm_bf16_tn_wgmma_reduce(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes,
+                                           FORGE_GEMM_TN_REDUCE_DEFAULT, stream);
 }
 
 extern "C" forge_status forge_gemm_bf16_nt_simt(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
