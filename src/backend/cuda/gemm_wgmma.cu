@@ -291,7 +291,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                                               int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0) {
     constexpr bool GELU = (EPI & GEMM_EPI_GELU) != 0, BF16 = (EPI & GEMM_EPI_BF16) != 0,
                    DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0;
-    static_assert(!TMA || !DGELU, "the TMA store is built for the forward epilogues (+ plain nn), not dgelu");
+    static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */
     constexpr int CH = TMA ? (BF16 ? 8 : 4) : DGELU ? 4 : 8;
@@ -319,8 +319,22 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     (void)srow, (void)sx, (void)tile_row, (void)tile_col, (void)sbase, (void)tm_c, (void)sbias;
 #pragma unroll
     for (int i0 = 0; i0 < BN / 8; i0 += CH) {
-        /* TMA reads the bias from shared memory at its use: nothing of it lives in registers */
-        float2 bv[TMA ? 1 : CH], rv[TMA ? 1 : CH][2], pv[TMA ? 1 : CH][2];
+        /* TMA reads the bias from shared memory at its use: nothing of it lives in registers; of the (M,N) inputs
+         * TMA takes dgelu_pre only (BN 128: its chunk loads fit next to 64 accumulators) */
+        float2 bv[TMA ? 1 : CH], rv[TMA ? 1 : CH][2], pv[TMA && !DGELU ? 1 : CH][2];
+        if constexpr (TMA && DGELU) {
+#pragma unroll
+            for (int ii = 0; ii < CH; ii++) {
+                const int col = col0 + 8 * (i0 + ii);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = row0 + 8 * h;
+                    /* N % 4 == 0 and a 16-byte aligned buffer (the host's rule): col + 1 < N when col < N */
+                    pv[ii][h] = make_float2(0.0f, 0.0f);
+                    if (row < M && col < N) pv[ii][h] = gemm_ld2(e.dpre + (size_t)row * N + col, e.vec2, true);
+                }
+            }
+        }
         if constexpr (!TMA) {
 #pragma unroll
             for (int ii = 0; ii < CH; ii++) {
@@ -373,6 +387,10 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                         if constexpr (GELU) {
                             v0 = gemm_gelu(v0);
                             v1 = gemm_gelu(v1);
+                        }
+                        if constexpr (DGELU) {
+                            v0 *= gemm_gelu_grad(pv[ii][h].x);
+                            v1 *= gemm_gelu_grad(pv[ii][h].y);
                         }
                         /* row r = warp*16 + lane/4 + 8h (r % 8 = lane/4). fp32: column 8ii + 2(lane%4) is in
                          * 16-byte chunk 2ii + (lane/2)%2 -> swizzled sx ^ 2ii; bf16: in chunk ii -> sx ^ ii */
@@ -610,7 +628,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_body<BN, 0, 0, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
-/* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. EPI: 0 or DGELU. */
+/* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. EPI: 0, DGELU, TMA_STORE, or
+ * DGELU | TMA_STORE (BN 128 only). */
 template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_nn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
@@ -939,9 +958,11 @@ static const char *gemm_epi_refusal(int layout, const void *C, int N, const forg
     if (layout == GEMM_NN && e->out_bf16) return "bf16 output is not built for nn (dX is fp32)";
     if (layout == GEMM_NT && e->dgelu_pre != nullptr) return "dgelu_pre is the dX (nn) epilogue";
     if (e->pre_out != nullptr && !e->gelu) return "pre_out is only written with gelu (it is v before GELU)";
-    if (e->store_tma && (e->residual != nullptr || e->dgelu_pre != nullptr || e->pre_out != nullptr))
-        return "store_tma takes bias, gelu and bf16 out (nt) or nothing (nn): no residual, pre_out or dgelu_pre "
-               "(residual / dgelu loads next to 128 accumulators spilled; pre_out would need a second C map)";
+    if (e->store_tma && (e->residual != nullptr || e->pre_out != nullptr))
+        return "store_tma takes bias, gelu and bf16 out (nt) or dgelu_pre (nn): no residual or pre_out (residual "
+               "loads next to 128 accumulators spilled; pre_out would need a second C map)";
+    if (e->store_tma && e->dgelu_pre != nullptr && (uintptr_t)e->dgelu_pre % 16 != 0)
+        return "store_tma with dgelu_pre needs a 16-byte aligned dgelu_pre";
     if (e->store_tma && !e->out_bf16 && (N % 4 != 0 || (uintptr_t)C % 16 != 0))
         return "store_tma with an fp32 C needs N % 4 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and "
                "base)";
@@ -1050,6 +1071,10 @@ extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const gemm_epi_dev ep = gemm_epi_from(C, e);
+    /* dgelu + TMA store: BN 128 only (the chunk loads of dgelu_pre next to 128 accumulators would spill) */
+    if (e->dgelu_pre != nullptr && e->store_tma)
+        return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_TMA_STORE>(
+            A_bf16, B_bf16, ep, M, N, K, 0, 1, (cudaStream_t)stream, dev, sm_count);
     if (e->dgelu_pre != nullptr)
         return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream, dev,
                                                             sm_count);

@@ -584,6 +584,7 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         GE_ADD("forge_nn_then_gelu_bwd", 1, GE_FORGE_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         GE_ADD("cublas_nn_then_gelu_bwd", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
+        GE_ADD("forge_nn_fused_gelu_bwd_tma", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 1);
         break;
     case GE_G_ACC:
         GE_ADD("cublas_bf16_beta1", 1, GE_CUBLAS_BETA1, 0, 0, 0, 0, 0, 0, 0, 1, 0);
@@ -604,6 +605,7 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         if (g->layout == GB_NN) {
             GE_ADD("forge_nn_fused_gelu_bwd_residual", 0, GE_FUSED, 0, 0, 0, 1, 1, 0, 0, 0, 0);
             GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
+            GE_ADD("forge_nn_fused_gelu_bwd_tma", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 1); /* N=776: N%4 == 0 */
         } else {
             GE_ADD("forge_fused_bias_gelu_pre_residual", 0, GE_FUSED, 1, 1, 1, 1, 0, 0, 0, 0, 0);
             GE_ADD("forge_fused_bias_gelu_pre_residual_bf16", 0, GE_FUSED, 1, 1, 1, 1, 0, 1, 0, 0, 0);
