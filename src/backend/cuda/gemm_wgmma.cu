@@ -286,6 +286,22 @@ __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int
  * after writing, every thread fences the generic->async proxy, barrier again, thread 0 issues the store +
  * commit. TMA clips the box at M and N, so the staged values need no bounds checks.
  */
+/* dgelu_pre of the CH column groups from col (this thread's two rows) into p; zero outside M x N. N % 4 == 0 and
+ * a 16-byte aligned buffer (the TMA path's host rule), so col + 1 < N whenever col < N. */
+template <int CH>
+__device__ __forceinline__ void gemm_ld_dpre_chunk(float2 (&p)[CH][2], const gemm_epi_dev &e, int row0, int col,
+                                                   int M, int N) {
+#pragma unroll
+    for (int ii = 0; ii < CH; ii++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + 8 * h, c = col + 8 * ii;
+            p[ii][h] = make_float2(0.0f, 0.0f);
+            if (row < M && c < N) p[ii][h] = gemm_ld2(e.dpre + (size_t)row * N + c, e.vec2, true);
+        }
+    }
+}
+
 template <int BN, int EPI>
 __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const gemm_epi_dev &e, int row0, int col0,
                                               int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0) {
@@ -317,23 +333,23 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
         asm volatile("bar.sync %0, 256;" ::"n"(GEMM_BIAS_BAR) : "memory");
     }
     (void)srow, (void)sx, (void)tile_row, (void)tile_col, (void)sbase, (void)tm_c, (void)sbias;
+    float2 pn[TMA && DGELU ? CH : 1][2]; /* TMA + dgelu: the next chunk's dgelu_pre, loaded one chunk ahead */
+    if constexpr (TMA && DGELU) gemm_ld_dpre_chunk<CH>(pn, e, row0, col0, M, N);
 #pragma unroll
     for (int i0 = 0; i0 < BN / 8; i0 += CH) {
         /* TMA reads the bias from shared memory at its use: nothing of it lives in registers; of the (M,N) inputs
          * TMA takes dgelu_pre only (BN 128: its chunk loads fit next to 64 accumulators) */
         float2 bv[TMA ? 1 : CH], rv[TMA ? 1 : CH][2], pv[TMA && !DGELU ? 1 : CH][2];
         if constexpr (TMA && DGELU) {
+            /* this chunk's values arrived during the previous chunk; issue the next chunk's loads now, so each
+             * chunk's math and staging hide the next one's latency (one exposed round trip per tile, not per
+             * chunk) */
 #pragma unroll
             for (int ii = 0; ii < CH; ii++) {
-                const int col = col0 + 8 * (i0 + ii);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = row0 + 8 * h;
-                    /* N % 4 == 0 and a 16-byte aligned buffer (the host's rule): col + 1 < N when col < N */
-                    pv[ii][h] = make_float2(0.0f, 0.0f);
-                    if (row < M && col < N) pv[ii][h] = gemm_ld2(e.dpre + (size_t)row * N + col, e.vec2, true);
-                }
+                pv[ii][0] = pn[ii][0];
+                pv[ii][1] = pn[ii][1];
             }
+            if (i0 + CH < BN / 8) gemm_ld_dpre_chunk<CH>(pn, e, row0, col0 + 8 * (i0 + CH), M, N);
         }
         if constexpr (!TMA) {
 #pragma unroll
