@@ -835,8 +835,8 @@ static forge_status gemm_encode_c(CUtensorMap *map, gemm_encode_tiled_fn encode,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return forge_error(FORGE_ERR_DEVICE,
-                           "gemm_wgmma: cuTensorMapEncodeTiled for C (%d x %d %s, box 64 rows x 128 bytes, 128B swizzle, "
-                           "TMA store) failed with CUresult %d",
+                           "gemm_wgmma: cuTensorMapEncodeTiled for C (%d x %d %s, box 64 rows x 128 bytes, 128B "
+                           "swizzle, TMA store) failed with CUresult %d",
                            M, N, bf16 ? "bf16" : "fp32", (int)r);
     return FORGE_OK;
 }
