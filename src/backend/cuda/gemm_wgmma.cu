@@ -302,9 +302,15 @@ __device__ __forceinline__ void gemm_ld_dpre_chunk(float2 (&p)[CH][2], const gem
     }
 }
 
+/* a compile-time int as a value (the epilogue's staging pass) */
+template <int V> struct gemm_int_c {
+    static constexpr int value = V;
+};
+
 template <int BN, int EPI>
 __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const gemm_epi_dev &e, int row0, int col0,
-                                              int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0) {
+                                              int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0,
+                                              const CUtensorMap *tm_pre = nullptr) {
     constexpr bool GELU = (EPI & GEMM_EPI_GELU) != 0, BF16 = (EPI & GEMM_EPI_BF16) != 0,
                    DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0;
     static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
@@ -332,7 +338,12 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
         asm volatile("cp.async.wait_all;" ::: "memory");
         asm volatile("bar.sync %0, 256;" ::"n"(GEMM_BIAS_BAR) : "memory");
     }
-    (void)srow, (void)sx, (void)tile_row, (void)tile_col, (void)sbase, (void)tm_c, (void)sbias;
+    (void)srow, (void)sx, (void)tile_row, (void)tile_col, (void)sbase, (void)tm_c, (void)sbias, (void)tm_pre;
+    /* TMA + GELU + pre_out: each chunk is staged twice, pass 0 = v before GELU (stored through tm_pre) into box 0,
+     * pass 1 = the output into box 1; the boxes still alternate fill by fill, so the wait_group.read 1 rule holds */
+    constexpr int NPASS = TMA && GELU ? 2 : 1;
+    const bool two_pass = NPASS == 2 && e.pre != nullptr;
+    (void)two_pass;
     float2 pn[TMA && DGELU ? CH : 1][2]; /* TMA + dgelu: the next chunk's dgelu_pre, loaded one chunk ahead */
     if constexpr (TMA && DGELU) gemm_ld_dpre_chunk<CH>(pn, e, row0, col0, M, N);
 #pragma unroll
@@ -374,77 +385,93 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                 }
             }
         }
-        uint32_t box = 0;
-        if constexpr (TMA) {
-            box = sbase + (uint32_t)((i0 / CH) % 2) * (64 * 32 * 4);
-            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-            asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
-        }
+        /* one staging pass (a compile-time pass number, so a 1-pass instantiation is exactly the old loop body: a
+         * run-time pass loop pushed the dgelu instantiation's chunk loop off full unrolling, its accumulators
+         * into a 256-byte local array) */
+        auto stage = [&](auto pass_c) {
+            constexpr int pass = decltype(pass_c)::value;
+            {
+                uint32_t box = 0;
+                (void)box, (void)pass; /* TMA only */
+                if constexpr (TMA) {
+                    box = sbase + (uint32_t)(two_pass ? pass : (i0 / CH) % 2) * (64 * 32 * 4);
+                    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+                    asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
+                }
 #pragma unroll
-        for (int ii = 0; ii < CH; ii++) {
-            const int i = i0 + ii, col = col0 + 8 * i;
-            float2 b2 = make_float2(0.0f, 0.0f);
-            if constexpr (TMA) {
-                /* tile column 8i + 2(lane%4): zero past N (cp.async zero-filled it) */
-                if (sh_bias)
-                    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
-                                 : "=f"(b2.x), "=f"(b2.y)
-                                 : "r"(sbias + 32u * (uint32_t)i));
-            } else {
-                b2 = bv[ii];
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = row0 + 8 * h;
-                /* TMA clips the box at M and N: the staged values need no bounds check */
-                if (TMA || (row < M && col < N)) {
-                    float v0 = d[4 * i + 2 * h] + b2.x, v1 = d[4 * i + 2 * h + 1] + b2.y;
+                for (int ii = 0; ii < CH; ii++) {
+                    const int i = i0 + ii, col = col0 + 8 * i;
+                    float2 b2 = make_float2(0.0f, 0.0f);
                     if constexpr (TMA) {
-                        if constexpr (GELU) {
-                            v0 = gemm_gelu(v0);
-                            v1 = gemm_gelu(v1);
-                        }
-                        if constexpr (DGELU) {
-                            v0 *= gemm_gelu_grad(pv[ii][h].x);
-                            v1 *= gemm_gelu_grad(pv[ii][h].y);
-                        }
-                        /* row r = warp*16 + lane/4 + 8h (r % 8 = lane/4). fp32: column 8ii + 2(lane%4) is in
-                         * 16-byte chunk 2ii + (lane/2)%2 -> swizzled sx ^ 2ii; bf16: in chunk ii -> sx ^ ii */
-                        const uint32_t a = box + srow + 1024u * h + ((sx ^ (uint32_t)(BF16 ? ii : 2 * ii)) << 4);
-                        if constexpr (BF16) {
-                            const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1); /* v0 at the lower address */
-                            const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
-                            asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
-                        } else {
-                            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1) : "memory");
-                        }
+                        /* tile column 8i + 2(lane%4): zero past N (cp.async zero-filled it) */
+                        if (sh_bias)
+                            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                                         : "=f"(b2.x), "=f"(b2.y)
+                                         : "r"(sbias + 32u * (uint32_t)i));
                     } else {
-                        const size_t off = (size_t)row * N + col;
-                        const bool has1 = col + 1 < N;
-                        if constexpr (GELU) {
-                            if (e.pre != nullptr) gemm_st2<BF16>(e.pre, off, v0, v1, e.vec2, has1);
-                            v0 = gemm_gelu(v0);
-                            v1 = gemm_gelu(v1);
+                        b2 = bv[ii];
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int row = row0 + 8 * h;
+                        /* TMA clips the box at M and N: the staged values need no bounds check */
+                        if (TMA || (row < M && col < N)) {
+                            float v0 = d[4 * i + 2 * h] + b2.x, v1 = d[4 * i + 2 * h + 1] + b2.y;
+                            if constexpr (TMA) {
+                                if (GELU && pass == NPASS - 1) { /* pass 0 of 2 stages v itself (pre_out) */
+                                    v0 = gemm_gelu(v0);
+                                    v1 = gemm_gelu(v1);
+                                }
+                                if constexpr (DGELU) {
+                                    v0 *= gemm_gelu_grad(pv[ii][h].x);
+                                    v1 *= gemm_gelu_grad(pv[ii][h].y);
+                                }
+                                /* row r = warp*16 + lane/4 + 8h (r % 8 = lane/4). fp32: column 8ii + 2(lane%4) is in
+                                 * 16-byte chunk 2ii + (lane/2)%2 -> swizzled sx ^ 2ii; bf16: in chunk ii -> sx ^ ii */
+                                const uint32_t a =
+                                    box + srow + 1024u * h + ((sx ^ (uint32_t)(BF16 ? ii : 2 * ii)) << 4);
+                                if constexpr (BF16) {
+                                    /* v0 at the lower address */
+                                    const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1);
+                                    const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
+                                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
+                                } else {
+                                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1)
+                                                 : "memory");
+                                }
+                            } else {
+                                const size_t off = (size_t)row * N + col;
+                                const bool has1 = col + 1 < N;
+                                if constexpr (GELU) {
+                                    if (e.pre != nullptr) gemm_st2<BF16>(e.pre, off, v0, v1, e.vec2, has1);
+                                    v0 = gemm_gelu(v0);
+                                    v1 = gemm_gelu(v1);
+                                }
+                                if constexpr (DGELU) {
+                                    v0 *= gemm_gelu_grad(pv[ii][h].x);
+                                    v1 *= gemm_gelu_grad(pv[ii][h].y);
+                                }
+                                v0 += rv[ii][h].x;
+                                v1 += rv[ii][h].y;
+                                gemm_st2<BF16>(e.C, off, v0, v1, e.vec2, has1);
+                            }
                         }
-                        if constexpr (DGELU) {
-                            v0 *= gemm_gelu_grad(pv[ii][h].x);
-                            v1 *= gemm_gelu_grad(pv[ii][h].y);
-                        }
-                        v0 += rv[ii][h].x;
-                        v1 += rv[ii][h].y;
-                        gemm_st2<BF16>(e.C, off, v0, v1, e.vec2, has1);
+                    }
+                }
+                if constexpr (TMA) {
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
+                    if (tid == 0) {
+                        tma_store_2d(pass == NPASS - 1 ? tm_c : tm_pre, tile_col + 8 * i0, tile_row, box);
+                        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
                     }
                 }
             }
+        };
+        if constexpr (NPASS == 2) {
+            if (two_pass) stage(gemm_int_c<0>{}); /* pre_out first, then the output */
         }
-        if constexpr (TMA) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
-            if (tid == 0) {
-                tma_store_2d(tm_c, tile_col + 8 * i0, tile_row, box);
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            }
-        }
+        stage(gemm_int_c<NPASS - 1>{});
     }
 }
 
@@ -460,7 +487,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
 template <int BN, int TA, int TB, int EPI>
 __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
                                                 const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
-                                                int splits, int kps) {
+                                                int splits, int kps, const CUtensorMap *tm_pre = nullptr) {
     typedef gemm_cfg<BN> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr uint32_t BOX = GEMM_MN_BOX_BYTES; /* one 64 x 64 bf16 MN-major box */
@@ -618,7 +645,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
             if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 
             if (splits == 1) {
-                gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout);
+                gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout, tm_pre);
             } else { /* a split-K partial: plain fp32 into this split's slice of the workspace */
                 gemm_epi_dev part = {};
                 part.C = ep.work + (size_t)split * M * N;
@@ -635,13 +662,14 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 
 /* NT (forward, Y = X . W^T): A (M,K) and B (N,K), both K-major. EPI: any of GELU, BF16; or TMA_STORE alone
  * (+ bias, GELU, bf16 out; the host refuses residual / pre_out with it).
- * tm_c (every layout; read only with TMA_STORE): C as an (M,N) fp32 / bf16 tensor, boxes of 64 rows x 128 B. */
+ * tm_c (every layout; read only with TMA_STORE): C as an (M,N) fp32 / bf16 tensor, boxes of 64 rows x 128 B.
+ * tm_pre (NT only; read only with TMA_STORE | GELU and ep.pre set): pre_out, the same geometry as tm_c. */
 template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                            const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
-                           int splits, int kps) {
-    gemm_wgmma_body<BN, 0, 0, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+                           int splits, int kps, const __grid_constant__ CUtensorMap tm_pre) {
+    gemm_wgmma_body<BN, 0, 0, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, &tm_pre);
 }
 
 /* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. EPI: 0, DGELU, TMA_STORE, or
@@ -847,11 +875,13 @@ enum { GEMM_NT = 0, GEMM_NN = 1, GEMM_TN = 2 };
 typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int, int,
                                int, int, int);
 
-/* The kernel of (BN, layout, EPI); if constexpr so that only the requested instantiation exists. */
+/* The NT kernel has one more tensor map (tm_pre). */
+typedef void (*gemm_nt_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int,
+                                  int, int, int, int, const CUtensorMap);
+
+/* The NN / TN kernel of (BN, layout, EPI); if constexpr so that only the requested instantiation exists. */
 template <int BN, int LAYOUT, int EPI> static gemm_kernel_fn gemm_kernel_for(void) {
-    if constexpr (LAYOUT == GEMM_NT)
-        return gemm_wgmma_bf16_kernel<BN, EPI>;
-    else if constexpr (LAYOUT == GEMM_NN)
+    if constexpr (LAYOUT == GEMM_NN)
         return gemm_wgmma_bf16_nn_kernel<BN, EPI>;
     else
         return gemm_wgmma_bf16_tn_kernel<BN>;
@@ -865,7 +895,13 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     static_assert(LAYOUT != GEMM_TN || EPI == 0, "dW (TN) has only the plain epilogue");
     typedef gemm_cfg<BN> cfg;
     static int smem_set[GEMM_MAX_DEVICES]; /* one per instantiation: the kernel's smem limit was raised */
-    const gemm_kernel_fn kernel = gemm_kernel_for<BN, LAYOUT, EPI>();
+    gemm_kernel_fn kernel = nullptr;
+    gemm_nt_kernel_fn kernel_nt = nullptr;
+    if constexpr (LAYOUT == GEMM_NT)
+        kernel_nt = gemm_wgmma_bf16_kernel<BN, EPI>;
+    else
+        kernel = gemm_kernel_for<BN, LAYOUT, EPI>();
+    const void *kernel_sym = kernel_nt != nullptr ? (const void *)kernel_nt : (const void *)kernel;
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
     CUtensorMap tm_a, tm_b;
@@ -877,13 +913,16 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
         FORGE_TRY(gemm_encode_kmajor(&tm_b, encode, B, N, K, BN, "B"));
     else
         FORGE_TRY(gemm_encode_mnmajor(&tm_b, encode, B, N, K, "B"));
-    CUtensorMap tm_c;
+    CUtensorMap tm_c, tm_pre;
     memset(&tm_c, 0, sizeof tm_c);
+    memset(&tm_pre, 0, sizeof tm_pre);
     if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0)
         FORGE_TRY(gemm_encode_c(&tm_c, encode, ep.C, M, N, (EPI & GEMM_EPI_BF16) != 0));
+    if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0 && (EPI & GEMM_EPI_GELU) != 0)
+        if (ep.pre != nullptr) FORGE_TRY(gemm_encode_c(&tm_pre, encode, ep.pre, M, N, (EPI & GEMM_EPI_BF16) != 0));
     const size_t smem = (EPI & GEMM_EPI_TMA_STORE) ? cfg::SMEM_TMA_STORE : cfg::SMEM;
     if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_TRY(cudaFuncSetAttribute(kernel_sym, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set[dev] = 1;
     }
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
@@ -896,7 +935,10 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8;
     ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % c_align == 0 && (uintptr_t)ep.pre % c_align == 0 &&
               (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.dpre % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
-    kernel<<<grid, GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+    if (kernel_nt != nullptr)
+        kernel_nt<<<grid, GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, tm_pre);
+    else
+        kernel<<<grid, GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
     CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
                       : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
                                           : "gemm_wgmma_bf16_tn_kernel");
@@ -974,9 +1016,11 @@ static const char *gemm_epi_refusal(int layout, const void *C, int N, const forg
     if (layout == GEMM_NN && e->out_bf16) return "bf16 output is not built for nn (dX is fp32)";
     if (layout == GEMM_NT && e->dgelu_pre != nullptr) return "dgelu_pre is the dX (nn) epilogue";
     if (e->pre_out != nullptr && !e->gelu) return "pre_out is only written with gelu (it is v before GELU)";
-    if (e->store_tma && (e->residual != nullptr || e->pre_out != nullptr))
-        return "store_tma takes bias, gelu and bf16 out (nt) or dgelu_pre (nn): no residual or pre_out (residual "
-               "loads next to 128 accumulators spilled; pre_out would need a second C map)";
+    if (e->store_tma && e->residual != nullptr)
+        return "store_tma takes bias, gelu, pre_out and bf16 out (nt) or dgelu_pre (nn): no residual (its loads next "
+               "to 128 accumulators spilled)";
+    if (e->store_tma && e->pre_out != nullptr && (uintptr_t)e->pre_out % 16 != 0)
+        return "store_tma with pre_out needs a 16-byte aligned pre_out (TMA)";
     if (e->store_tma && e->dgelu_pre != nullptr && (uintptr_t)e->dgelu_pre % 16 != 0)
         return "store_tma with dgelu_pre needs a 16-byte aligned dgelu_pre";
     if (e->store_tma && !e->out_bf16 && (N % 4 != 0 || (uintptr_t)C % 16 != 0))

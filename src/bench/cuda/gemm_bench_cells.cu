@@ -530,7 +530,7 @@ static const ge_group_spec GE_GROUPS[] = {
     {GB_NT, 777, 996, 520, GE_G_STORE, "edge odd M, N%4=0: epilogue store"},
     {GB_NT, 777, 1000, 520, GE_G_STORE, "edge odd M, N%8=0: epilogue store"},
 };
-enum { GE_N_GROUPS = sizeof GE_GROUPS / sizeof GE_GROUPS[0], GE_MAX_CELLS = 12 };
+enum { GE_N_GROUPS = sizeof GE_GROUPS / sizeof GE_GROUPS[0], GE_MAX_CELLS = 14 };
 
 typedef struct {
     ge_cell cell;
@@ -564,6 +564,8 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         /* the same epilogues through the TMA store (shared bias, staging boxes) */
         GE_ADD("forge_fused_bias_gelu_tma", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 1);
         GE_ADD("forge_fused_bias_gelu_bf16_tma", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 1);
+        GE_ADD("forge_fused_bias_gelu_pre_tma", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 1);
+        GE_ADD("forge_fused_bias_gelu_pre_bf16_tma", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0, 1);
         break;
     case GE_G_RESID:
         GE_ADD("forge_gemm+bias_then_residual", 1, GE_FORGE_PASSES, 1, 0, 0, 1, 0, 0, 1, 0, 0);
@@ -596,9 +598,11 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         GE_ADD("forge_tma_store", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1);
         GE_ADD("forge_tma_store_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 0, 0, 0, 1);
         GE_ADD("forge_tma_store_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 1);
+        GE_ADD("forge_tma_store_bias_gelu_pre", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 1);
         if (g->N % 8 == 0) { /* a bf16 C needs 16-byte row strides for TMA */
             GE_ADD("forge_tma_store_bf16", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0, 1);
             GE_ADD("forge_tma_store_bias_gelu_bf16", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 1);
+            GE_ADD("forge_tma_store_bias_gelu_pre_bf16", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0, 1);
         }
         break;
     case GE_G_EDGE:
