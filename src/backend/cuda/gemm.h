@@ -74,8 +74,8 @@ typedef struct {
     int store_tma;          /* stage C in shared memory and store it with TMA: the default of
                              * forge_gemm_bf16_nt_wgmma (no bias) and forge_gemm_bf16_nn_wgmma (no accumulate);
                              * measured 0.97-1.02x cuBLAS at K=768 forward vs 0.83-0.89x direct. nt: with bias,
-                             * gelu and / or out_bf16; nn: plain or dgelu_pre (16-byte aligned; tile width 128).
-                             * No residual or pre_out. fp32 C: N % 4 == 0; bf16 C: N % 8 == 0; C 16-byte
+                             * gelu, pre_out and / or out_bf16; nn: plain or dgelu_pre (tile width 128). No
+                             * residual. fp32 C: N % 4 == 0; bf16 C: N % 8 == 0; C, pre_out, dgelu_pre 16-byte
                              * aligned; else refused. Same results as the direct store. */
 } forge_gemm_epilogue;
 
