@@ -515,14 +515,15 @@ static const ge_group_spec GE_GROUPS[] = {
     {GB_NT, 777, 999, 520, GE_G_EDGE, "edge odd N: epilogues"},
     {GB_NT, 1000, 1000, 1000, GE_G_EDGE, "edge even N: epilogues"},
     {GB_NN, 1000, 776, 520, GE_G_EDGE, "edge dX odd M: GELU backward"},
-    /* the experimental TMA-store epilogue against the direct one at the short-K fp32-out shapes, and edges */
+    /* the TMA-store epilogue (fp32 / bf16, + bias, + GELU) against the direct one at the short-K shapes, and edges */
     {GB_NT, 32768, 2304, 768, GE_G_STORE, "gpt2 attn qkv: epilogue store"},
     {GB_NT, 32768, 3072, 768, GE_G_STORE, "gpt2 mlp fc: epilogue store"},
     {GB_NT, 32768, 50304, 768, GE_G_STORE, "gpt2 lm head: epilogue store"},
     {GB_NT, 1000, 1000, 1000, GE_G_STORE, "edge: epilogue store"},
     {GB_NT, 777, 996, 520, GE_G_STORE, "edge odd M, N%4=0: epilogue store"},
+    {GB_NT, 777, 1000, 520, GE_G_STORE, "edge odd M, N%8=0: epilogue store"},
 };
-enum { GE_N_GROUPS = sizeof GE_GROUPS / sizeof GE_GROUPS[0], GE_MAX_CELLS = 10 };
+enum { GE_N_GROUPS = sizeof GE_GROUPS / sizeof GE_GROUPS[0], GE_MAX_CELLS = 14 };
 
 typedef struct {
     ge_cell cell;
@@ -553,6 +554,11 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         GE_ADD("forge_fused_bias_gelu_pre", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 0);
         GE_ADD("forge_fused_bias_gelu_bf16", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 0);
         GE_ADD("forge_fused_bias_gelu_pre_bf16", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0, 0);
+        /* the same epilogues through the TMA store (shared bias, staging boxes) */
+        GE_ADD("forge_fused_bias_gelu_tma", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 1);
+        GE_ADD("forge_fused_bias_gelu_bf16_tma", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 1);
+        GE_ADD("forge_fused_bias_gelu_pre_tma", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 1);
+        GE_ADD("forge_fused_bias_gelu_pre_bf16_tma", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0, 1);
         break;
     case GE_G_RESID:
         GE_ADD("forge_gemm+bias_then_residual", 1, GE_FORGE_PASSES, 1, 0, 0, 1, 0, 0, 1, 0, 0);
@@ -566,11 +572,14 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         GE_ADD("forge_fp32_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0);
         GE_ADD("forge_bf16_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0, 0);
         GE_ADD("forge_bf16_out_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 1, 0, 0, 0);
+        GE_ADD("forge_bf16_out_tma", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0, 1);
+        GE_ADD("forge_bf16_out_bias_tma", 0, GE_FUSED, 1, 0, 0, 0, 0, 1, 0, 0, 1);
         break;
     case GE_G_DGELU:
         GE_ADD("forge_nn_then_gelu_bwd", 1, GE_FORGE_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         GE_ADD("cublas_nn_then_gelu_bwd", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
+        GE_ADD("forge_nn_fused_gelu_bwd_tma", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 1);
         break;
     case GE_G_ACC:
         GE_ADD("cublas_bf16_beta1", 1, GE_CUBLAS_BETA1, 0, 0, 0, 0, 0, 0, 0, 1, 0);
@@ -582,11 +591,19 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         GE_ADD("forge_direct_store", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0);
         GE_ADD("forge_tma_store", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1);
         GE_ADD("forge_tma_store_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 0, 0, 0, 1);
+        GE_ADD("forge_tma_store_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 1);
+        GE_ADD("forge_tma_store_bias_gelu_pre", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 1);
+        if (g->N % 8 == 0) { /* a bf16 C needs 16-byte row strides for TMA */
+            GE_ADD("forge_tma_store_bf16", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0, 1);
+            GE_ADD("forge_tma_store_bias_gelu_bf16", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 1);
+            GE_ADD("forge_tma_store_bias_gelu_pre_bf16", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0, 1);
+        }
         break;
     case GE_G_EDGE:
         if (g->layout == GB_NN) {
             GE_ADD("forge_nn_fused_gelu_bwd_residual", 0, GE_FUSED, 0, 0, 0, 1, 1, 0, 0, 0, 0);
             GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
+            GE_ADD("forge_nn_fused_gelu_bwd_tma", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 1); /* N=776: N%4 == 0 */
         } else {
             GE_ADD("forge_fused_bias_gelu_pre_residual", 0, GE_FUSED, 1, 1, 1, 1, 0, 0, 0, 0, 0);
             GE_ADD("forge_fused_bias_gelu_pre_residual_bf16", 0, GE_FUSED, 1, 1, 1, 1, 0, 1, 0, 0, 0);
