@@ -1541,6 +1541,9 @@ static void case_flash16_refuse(parity *P) {
     forge_status st = forge_flash_bf16_forward(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
     report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward.refuse", "D=96", 0, 0,
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+    st = forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
+    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_wgmma.refuse", "D=96", 0, 0,
+           st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
 }
 
 static void run_flash16_cases(parity *P) {
