@@ -1620,21 +1620,30 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
     }
     for (int i = 0; i < 5; i++) free(got[i]);
 
-    /* the 8-warp forward variant (q_rows = 128) on the same inputs */
-    {
+    /* the forward variants on the same inputs: the 8-warp mma.sync one (q_rows = 128) and the Hopper wgmma
+     * one (TMA + wgmma, FA3-style) */
+    for (int var = 0; var < 2; var++) {
+        const char *vname = var == 0 ? "flash16_forward_q128" : "flash16_forward_wgmma";
+        char nout[64], nlse[64];
+        snprintf(nout, sizeof nout, "%s.out", vname);
+        snprintf(nlse, sizeof nlse, "%s.lse", vname);
         void *gout2 = fa_dev(P, no * 2, NULL, 0xff), *glse2 = fa_dev(P, nl * 4, NULL, 0xff);
-        st = (gout2 && glse2) ? forge_flash_bf16_forward_rows(&fs, gq, dk_, dv_, gout2, glse2, 128, stream)
-                              : FORGE_ERR_OOM;
+        if (!gout2 || !glse2)
+            st = FORGE_ERR_OOM;
+        else if (var == 0)
+            st = forge_flash_bf16_forward_rows(&fs, gq, dk_, dv_, gout2, glse2, 128, stream);
+        else
+            st = forge_flash_bf16_forward_wgmma(&fs, gq, dk_, dv_, gout2, glse2, stream);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st != FORGE_OK) {
-            report(P, 0, "flash16_forward_q128", shape, INFINITY, 0, forge_error_message());
+            report(P, 0, vname, shape, INFINITY, 0, forge_error_message());
         } else {
             size_t bad = 0;
             float *o2 = fa_fetch(P, gout2, no, 1, &bad);
-            if (o2) fa_compare(P, "flash16_forward_q128.out", shape, o2, rout, no, bad, 1.5e-2, 0);
+            if (o2) fa_compare(P, nout, shape, o2, rout, no, bad, 1.5e-2, 0);
             float *l2 = fa_fetch(P, glse2, nl, 0, &bad);
-            if (l2) fa_compare(P, "flash16_forward_q128.lse", shape, l2, rlse, nl, bad, 2e-3, 0);
-            if (!o2 || !l2) report(P, 0, "flash16_forward_q128", shape, INFINITY, 0, "(copy back failed)");
+            if (l2) fa_compare(P, nlse, shape, l2, rlse, nl, bad, 2e-3, 0);
+            if (!o2 || !l2) report(P, 0, vname, shape, INFINITY, 0, "(copy back failed)");
             free(o2);
             free(l2);
         }
@@ -1655,6 +1664,9 @@ static void case_flash16_refuse(parity *P) {
     static __attribute__((aligned(16))) char dummy[16];
     forge_status st = forge_flash_bf16_forward(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
     report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward.refuse", "D=96", 0, 0,
+           st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+    st = forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
+    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_wgmma.refuse", "D=96", 0, 0,
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
 }
 

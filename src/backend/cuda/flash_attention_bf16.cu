@@ -32,6 +32,8 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -580,7 +582,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-static forge_status fa_check(const char *what, const forge_flash_shape *s, const void *const *ptrs, int nptrs) {
+extern "C" forge_status forge_flash_check_shape(const char *what, const forge_flash_shape *s, const void *const *ptrs,
+                                               int nptrs) {
     if (s == nullptr) return forge_error(FORGE_ERR_ARG, "%s: NULL shape", what);
     if (s->B < 0 || s->Tq < 0 || s->Tk < 0 || s->H <= 0 || s->Hkv <= 0 || s->H % s->Hkv != 0)
         return forge_error(FORGE_ERR_ARG,
@@ -664,7 +667,7 @@ extern "C" forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s
                                                       void *stream) {
     const char *what = "forge_flash_bf16_forward";
     const void *ptrs[5] = {q, k, v, out_bf16, lse};
-    FORGE_TRY(fa_check(what, s, ptrs, 5));
+    FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 5));
     if (q_rows != 64 && q_rows != 128)
         return forge_error(FORGE_ERR_UNSUPPORTED, "%s: q_rows=%d, compiled variants are 64 and 128", what, q_rows);
     if (s->B == 0 || s->Tq == 0) return FORGE_OK;
@@ -676,8 +679,25 @@ extern "C" forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s
                         : fa_forward_t<128, 128>(s, q, k, v, out_bf16, lse, st);
 }
 
+/* FORGE_FLASH16_FWD, read once: 0 = mma (the default until the wgmma forward is measured), 1 = wgmma.
+ * Concurrent first callers read the same environment and store the same value. */
+static int fa_fwd_choice = -1;
+
+static int fa_fwd_use_wgmma(void) {
+    if (fa_fwd_choice < 0) {
+        const char *e = getenv("FORGE_FLASH16_FWD");
+        fa_fwd_choice = (e != nullptr && strcmp(e, "wgmma") == 0) ? 1 : 0;
+    }
+    return fa_fwd_choice;
+}
+
 extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k,
                                                  const void *v, void *out_bf16, float *lse, void *stream) {
+    if (fa_fwd_use_wgmma()) {
+        const forge_status st = forge_flash_bf16_forward_wgmma(s, q, k, v, out_bf16, lse, stream);
+        if (st != FORGE_ERR_UNSUPPORTED) return st;
+        forge_error_clear(); /* a shape / device the wgmma path refuses: the mma.sync forward takes it */
+    }
     return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
 }
 
@@ -687,7 +707,7 @@ extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, co
                                                   void *stream) {
     const char *what = "forge_flash_bf16_backward";
     const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
-    FORGE_TRY(fa_check(what, s, ptrs, 10));
+    FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 10));
     if (s->B == 0) return FORGE_OK;
     cudaStream_t st = (cudaStream_t)stream;
     return s->D == 64 ? fa_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st)

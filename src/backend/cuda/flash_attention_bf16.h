@@ -52,6 +52,18 @@ forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q,
 forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                            void *out_bf16, float *lse, int q_rows, void *stream);
 
+/* The Hopper (sm_90a) forward on TMA + wgmma (FA3-style: a producer warpgroup, two consumer warpgroups of
+ * 64 query rows, P kept in registers as the A operand of P.V); same contract and results as above up to
+ * summation order. FORGE_ERR_UNSUPPORTED on a non-Hopper device or a layout TMA cannot describe.
+ * forge_flash_bf16_forward runs it instead of the mma.sync kernel when the environment variable
+ * FORGE_FLASH16_FWD=wgmma (read once; default mma), falling back to mma.sync where it is refused. */
+forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                            void *out_bf16, float *lse, void *stream);
+
+/* The argument check every entry above runs (shared by the mma.sync and wgmma files). */
+forge_status forge_flash_check_shape(const char *what, const forge_flash_shape *s, const void *const *ptrs,
+                                     int nptrs);
+
 forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                        float *dq, float *dk, float *dv, void *stream);

@@ -6,10 +6,11 @@
  * - "fwd ...": unfused_fp32_fwd (the CUDA backend's attention_forward on fp32
  *   packed qkv: materialised scores, the baseline), flash_bf16_fwd (64 query
  *   rows = 4 warps per CTA, the default) and flash_bf16_fwd_q128 (128 rows =
- *   8 warps sharing each K/V tile).
+ *   8 warps sharing each K/V tile), flash_bf16_fwd_wgmma (the Hopper TMA +
+ *   wgmma forward, flash_attention_bf16_wgmma.cu).
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
  *   attention_backward) and flash_bf16_fwdbwd (forward + the three backward
- *   kernels).
+ *   kernels), flash_bf16_fwdbwd_wgmma (the wgmma forward + the same backward).
  * FLOPs: forward 2*B*H*T^2*D (causal), backward 2.5x that (the issue's
  * convention), so fwd+bwd counts 3.5x.
  *
@@ -234,7 +235,21 @@ typedef struct {
     ab_sums *sums;
 } ab_shape;
 
-typedef enum { AB_UNFUSED_FWD = 0, AB_FLASH_FWD, AB_UNFUSED_FWDBWD, AB_FLASH_FWDBWD, AB_FLASH_FWD_Q128 } ab_kind;
+typedef enum {
+    AB_UNFUSED_FWD = 0,
+    AB_FLASH_FWD,
+    AB_UNFUSED_FWDBWD,
+    AB_FLASH_FWDBWD,
+    AB_FLASH_FWD_Q128,
+    AB_FLASH_FWD_WGMMA,
+    AB_FLASH_FWDBWD_WGMMA
+} ab_kind;
+
+static int ab_is_flash(ab_kind k) {
+    return k == AB_FLASH_FWD || k == AB_FLASH_FWDBWD || k == AB_FLASH_FWD_Q128 || k == AB_FLASH_FWD_WGMMA ||
+           k == AB_FLASH_FWDBWD_WGMMA;
+}
+static int ab_is_bwd(ab_kind k) { return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA; }
 
 typedef struct {
     ab_shape *sh;
@@ -354,12 +369,12 @@ static forge_status ab_poison(void *ctx) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
-    if (c->kind == AB_FLASH_FWDBWD) {
+    if (c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWDBWD_WGMMA) {
         AB_TRY(cudaMemsetAsync(sh->dq, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dk, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dv, 0xFF, n * 4, sh->stream));
     }
-    if (c->kind == AB_FLASH_FWD || c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWD_Q128)
+    if (ab_is_flash(c->kind))
         AB_TRY(cudaMemsetAsync(sh->out, 0xFF, n * 2, sh->stream));
     else /* unfused: dqkv is zeroed by the run itself (attention_backward accumulates) */
         AB_TRY(cudaMemsetAsync(sh->out32, 0xFF, n * 4, sh->stream));
@@ -378,6 +393,12 @@ static forge_status ab_run(void *ctx, int set) {
         return forge_flash_bf16_forward(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream);
     case AB_FLASH_FWD_Q128:
         return forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 128, sh->stream);
+    case AB_FLASH_FWD_WGMMA:
+        return forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream);
+    case AB_FLASH_FWDBWD_WGMMA:
+        FORGE_TRY(forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
+        return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
+                                         sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD:
         FORGE_TRY(forge_flash_bf16_forward(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
         return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
@@ -411,8 +432,8 @@ static forge_status ab_check(void *ctx, double *rel_err, int *fully_written) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const long long HD = (long long)sh->H * sh->D;
-    const int flash = c->kind == AB_FLASH_FWD || c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWD_Q128;
-    const int bwd = c->kind == AB_FLASH_FWDBWD || c->kind == AB_UNFUSED_FWDBWD;
+    const int flash = ab_is_flash(c->kind);
+    const int bwd = ab_is_bwd(c->kind);
     double worst = 0.0;
     unsigned long long un = 0;
     for (int s = 0; s < AB_SLICES; s++) {
@@ -466,8 +487,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     const int nshapes = quick ? 2 : AB_N_SHAPES;
     char config[1024];
     int len = snprintf(config, sizeof config,
-                       "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd,flash_bf16_fwd_q128,unfused_fp32_fwdbwd,"
-                       "flash_bf16_fwdbwd; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
+                       "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd,flash_bf16_fwd_q128,"
+                       "flash_bf16_fwd_wgmma,unfused_fp32_fwdbwd,flash_bf16_fwdbwd,flash_bf16_fwdbwd_wgmma; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
                         AB_SHAPES[i][2], AB_SHAPES[i][3]);
@@ -519,15 +540,18 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             int baseline;
             forge_precision prec;
             double tol, flops, bytes;
-        } cells[5] = {
+        } cells[7] = {
             /* unfused fp32: 1e-4, justified at the top of the file */
             {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
             {AB_FLASH_FWD, "flash_bf16_fwd", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_FLASH_FWD_Q128, "flash_bf16_fwd_q128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA, "flash_bf16_fwd_wgmma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_UNFUSED_FWDBWD, "unfused_fp32_fwdbwd", gb, 1, FORGE_PREC_FP32, 1e-4, 3.5 * fwd, 4.0 * 10 * nb},
             {AB_FLASH_FWDBWD, "flash_bf16_fwdbwd", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd, 2.0 * 9 * nb + 4.0 * 3 * nb},
+            {AB_FLASH_FWDBWD_WGMMA, "flash_bf16_fwdbwd_wgmma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
+             2.0 * 9 * nb + 4.0 * 3 * nb},
         };
-        for (int c = 0; c < 5 && s == FORGE_OK; c++) {
+        for (int c = 0; c < 7 && s == FORGE_OK; c++) {
             ab_cell ctx = {&sh, cells[c].kind};
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);

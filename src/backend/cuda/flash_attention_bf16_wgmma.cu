@@ -1,0 +1,416 @@
+/*
+ * flash_attention_bf16_wgmma.cu: the Hopper (sm_90a) forward of forge's bf16
+ * flash attention on TMA + wgmma, FA3-style (issue 6; entry and contract in
+ * flash_attention_bf16.h, notes in docs/flash-attention.md). Same results
+ * contract as the mma.sync forward in flash_attention_bf16.cu.
+ *
+ * Design (the decisions a reader would otherwise get wrong):
+ * - CTA = 3 warpgroups. Warpgroup 0 is the PRODUCER: one thread loads the
+ *   128-row Q tile once (qbar) and streams BN-key tiles of K and V into a ring
+ *   of STAGES stages (full[s]: 1 arrival + TMA bytes; empty[s]: lane 0 of each
+ *   of the 8 consumer warps). Warpgroups 1, 2 are CONSUMERS, each owning 64
+ *   query rows. Parities as in gemm_wgmma.cu: round r waits full with r&1 and
+ *   empty with (r&1)^1.
+ * - Tensor maps are 3D (column = h*D + d, token, batch) with the caller's
+ *   token stride as the row stride: a box never crosses into the next batch,
+ *   and rows past Tq / Tk are zero-filled by TMA (still counted in the bytes).
+ *   Boxes are 64 columns (128 B, the 128B-swizzle limit) wide.
+ * - S = Q.K^T: wgmma m64n128k16, A (Q) and B (K) both K-major from shared
+ *   memory. A D-half of Q is one 128-row x 128 B box (16 KiB), of K one
+ *   BN-row x 128 B box; the k16 step kk starts at (kk/4)*box + (kk%4)*32 B.
+ * - O += P.V: wgmma m64nDk16 with A = P FROM REGISTERS. The accumulator of a
+ *   wgmma (warp w: rows 16w.., per 8-column chunk n: regs 4n+0,1 row g cols
+ *   8n+2t,+1; 4n+2,3 row g+8) is pairwise the register A fragment of
+ *   m64nNk16 (a0 row g k 2t..; a1 row g+8; a2 row g k 2t+8..; a3 row g+8
+ *   k 2t+8..), so chunks 2kk, 2kk+1 of S packed to bf16 are the A operand of
+ *   key step kk. V (keys x D, D contiguous) is the MN-major B operand
+ *   (imm-trans-b = 1): boxes of 64 D x 64 keys (8 KiB), box (key block i, D
+ *   block j) at (i*D/64 + j)*8 KiB, so LBO = 8 KiB steps over D blocks and the
+ *   key step kk starts at (kk/4)*(D/64)*8 KiB + (kk%4)*2 KiB (wgmma_desc_mn).
+ * - Softmax in the log2 domain with scale*log2(e) folded into one FMA, row
+ *   max/sum over the quad (shfl 1, 2); a row max of -inf is used as 0 so exp2
+ *   never sees inf - inf; lse natural log, -inf for rows that see no key.
+ * - Causal: a CTA stops at its last visible key tile; a warpgroup whose 64
+ *   rows see none of a tile skips its MMAs but still releases the stage;
+ *   only tiles straddling the diagonal or Tk evaluate the mask.
+ * - Tk = 0 goes to the mma.sync forward (a tensor map cannot have a 0 dim).
+ * - Everything waits through mbar_wait (traps after 10 s instead of hanging).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+#include "wgmma_common.cuh"
+#include "wgmma_tmap.h"
+
+extern "C" {
+#include "flash_attention_bf16.h"
+}
+
+#define FW_THREADS 384 /* producer warpgroup + 2 consumer warpgroups */
+#define FW_BM 128      /* query rows per CTA */
+#define FW_CONSUMER_WARPS 8
+#define FW_PRODUCER_REGS 24
+#define FW_CONSUMER_REGS 240
+#define FW_LOG2E 1.4426950408889634f
+#define FW_LN2 0.6931471805599453f
+
+typedef unsigned short fw_bf16;
+
+/* BN keys per streamed tile: 128 at D=64; at D=128 BN_D128 (S + O + P must fit the consumer registers) */
+#ifndef FW_BN_D128
+#define FW_BN_D128 64
+#endif
+template <int D> struct fw_cfg {
+    static constexpr int BN = D == 64 ? 128 : FW_BN_D128;
+    static constexpr int STAGES = D == 64 ? 4 : (BN == 64 ? 4 : 2);
+    static constexpr uint32_t Q_BYTES = FW_BM * D * 2;
+    static constexpr uint32_t KV_BYTES = BN * D * 2; /* one of K or V */
+    static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
+    /* Q, the ring, then qbar, full[STAGES], empty[STAGES]; 1 KiB slack to align the base to 1024 B */
+    static constexpr size_t SMEM = Q_BYTES + (size_t)STAGES * STAGE_BYTES + 8 * (1 + 2 * STAGES) + 1024;
+    static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+    static_assert(D == 64 || D == 128, "compiled head dims");
+};
+
+__device__ __forceinline__ void fw_tma_load_3d(uint32_t dst, const CUtensorMap *tmap, int c0, int c1, int c2,
+                                               uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];" ::"r"(dst),
+        "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+
+/* S (64 x 128 fp32) (+)= A (64x16, smem desc, K-major) . B (128x16, smem desc, K-major)^T */
+__device__ __forceinline__ void fw_wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* S (64 x 64 fp32) (+)= A (64x16, smem desc, K-major) . B (64x16, smem desc, K-major)^T */
+__device__ __forceinline__ void fw_wgmma_ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* O (64 x 64 fp32) += A (64x16 bf16 in registers) . B (smem desc, MN-major: imm-trans-b 1) */
+__device__ __forceinline__ void fw_wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+/* O (64 x 128 fp32) += A (64x16 bf16 in registers) . B (smem desc, MN-major: imm-trans-b 1) */
+__device__ __forceinline__ void fw_wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <int BN> __device__ __forceinline__ void fw_qk(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, int sc) {
+    if constexpr (BN == 64)
+        fw_wgmma_ss_n64(d, desc_a, desc_b, sc);
+    else
+        fw_wgmma_ss_n128(d, desc_a, desc_b, sc);
+}
+
+template <int D> __device__ __forceinline__ void fw_pv(float (&o)[D / 2], const uint32_t (&a)[4], uint64_t desc_b) {
+    if constexpr (D == 64)
+        fw_wgmma_rs_n64(o, a, desc_b);
+    else
+        fw_wgmma_rs_n128(o, a, desc_b);
+}
+
+/* lo goes to the low half (the lower column / k index), round to nearest even */
+__device__ __forceinline__ uint32_t fw_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+template <int D>
+__global__ void __launch_bounds__(FW_THREADS, 1)
+    fw_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                  const __grid_constant__ CUtensorMap tm_v, fw_bf16 *__restrict__ out, float *__restrict__ lse,
+                  forge_flash_shape s, float sl2) {
+    typedef fw_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    constexpr int DH = D / 64; /* 64-column boxes per row */
+    constexpr int FW_BN = cfg::BN;
+    extern __shared__ __align__(1024) unsigned char fw_smem[];
+    const uint32_t base = (smem_u32(fw_smem) + 1023u) & ~1023u;
+    const uint32_t sq = base;
+    const uint32_t sring = base + cfg::Q_BYTES; /* stage st: K at +st*STAGE_BYTES, V KV_BYTES further */
+    const uint32_t qbar = sring + STAGES * cfg::STAGE_BYTES;
+    const uint32_t bars = qbar + 8; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
+
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FW_BM, h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (s.H / s.Hkv);
+    const int diag = s.Tk - s.Tq;
+    const int kv_end = min(s.Tk, q0 + FW_BM + diag);
+    const int ntiles = kv_end > 0 ? (kv_end + FW_BN - 1) / FW_BN : 0;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        mbar_init(qbar, 1);
+#pragma unroll
+        for (int st = 0; st < STAGES; st++) {
+            mbar_init(bars + 8 * st, 1);
+            mbar_init(bars + 8 * (STAGES + st), FW_CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FW_PRODUCER_REGS>();
+        if (threadIdx.x == 0 && ntiles > 0) {
+            mbar_arrive_expect_tx(qbar, cfg::Q_BYTES);
+#pragma unroll
+            for (int j = 0; j < DH; j++) fw_tma_load_3d(sq + j * (FW_BM * 128), &tm_q, h * D + 64 * j, q0, b, qbar);
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = 0; t < ntiles; t++) {
+                const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                mbar_wait(empty, phase ^ 1);
+                mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+                const uint32_t dk = sring + stage * cfg::STAGE_BYTES, dv = dk + cfg::KV_BYTES;
+                const int k0 = t * FW_BN;
+#pragma unroll
+                for (int j = 0; j < DH; j++) fw_tma_load_3d(dk + j * (FW_BN * 128), &tm_k, hk * D + 64 * j, k0, b, full);
+#pragma unroll
+                for (int i = 0; i < FW_BN / 64; i++)
+#pragma unroll
+                    for (int j = 0; j < DH; j++)
+                        fw_tma_load_3d(dv + (i * DH + j) * 8192, &tm_v, hk * D + 64 * j, k0 + 64 * i, b, full);
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FW_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int wrow0 = q0 + c * 64;        /* this warpgroup's first query row */
+    const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    if (ntiles > 0) mbar_wait(qbar, 0);
+    const uint32_t qa = sq + c * (64 * 128); /* rows c*64.. of each 128-row Q box */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = 0; t < ntiles; t++) {
+        const int k0 = t * FW_BN;
+        /* the warpgroup's last row sees keys <= wrow0 + 63 + diag */
+        /* every warpgroup waits for every stage, used or not, so no warp can run a ring round ahead and
+         * arrive on an empty barrier's next phase early */
+        mbar_wait(bars + 8 * stage, phase);
+        if (k0 <= wrow0 + 63 + diag) {
+            const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::KV_BYTES;
+            float sc[FW_BN / 2];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                fw_qk<FW_BN>(sc, wgmma_desc(qa + (kk / 4) * (FW_BM * 128) + (kk % 4) * 32),
+                                 wgmma_desc(kt + (kk / 4) * (FW_BN * 128) + (kk % 4) * 32), kk > 0 ? 1 : 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(sc);
+
+            if (k0 + FW_BN - 1 > wrow0 + diag || k0 + FW_BN > s.Tk) {
+#pragma unroll
+                for (int n = 0; n < FW_BN / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = k0 + n * 8 + 2 * tq + (e & 1);
+                        const int row = row_lo + (e >> 1) * 8;
+                        if (key > row + diag || key >= s.Tk) sc[4 * n + e] = -INFINITY;
+                    }
+            }
+
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < FW_BN / 8; n++) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(m[r], mx * sl2);
+                const float muse = mnew == -INFINITY ? 0.0f : mnew;
+                const float alpha = exp2f(m[r] - muse);
+                m[r] = mnew;
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < FW_BN / 8; n++) {
+                    sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], sl2, -muse));
+                    sc[4 * n + 2 * r + 1] = exp2f(fmaf(sc[4 * n + 2 * r + 1], sl2, -muse));
+                    sum += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
+                }
+                l[r] = l[r] * alpha + sum;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) {
+                    o[4 * n + 2 * r] *= alpha;
+                    o[4 * n + 2 * r + 1] *= alpha;
+                }
+            }
+
+            uint32_t pa[FW_BN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < FW_BN / 16; kk++) {
+                pa[kk][0] = fw_pack(sc[8 * kk + 0], sc[8 * kk + 1]);
+                pa[kk][1] = fw_pack(sc[8 * kk + 2], sc[8 * kk + 3]);
+                pa[kk][2] = fw_pack(sc[8 * kk + 4], sc[8 * kk + 5]);
+                pa[kk][3] = fw_pack(sc[8 * kk + 6], sc[8 * kk + 7]);
+            }
+            wgmma_fence(); /* o and pa were written by ordinary instructions */
+#pragma unroll
+            for (int kk = 0; kk < FW_BN / 16; kk++)
+                fw_pv<D>(o, pa[kk], wgmma_desc_mn(vt + (kk / 4) * (DH * 8192) + (kk % 4) * 2048));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(o);
+        }
+        /* this warp no longer reads the stage (or never did): release it */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+        fw_bf16 *orow = out + ((size_t)b * s.Tq + row) * (size_t)s.o_stride + (size_t)h * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(uint32_t *)(orow + n * 8 + 2 * tq) = fw_pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+        if (tq == 0) lse[((size_t)b * s.H + h) * s.Tq + row] = lr > 0.0f ? (m[r] + log2f(lr)) * FW_LN2 : -INFINITY;
+    }
+}
+
+/* ---- host ----------------------------------------------------------------------------- */
+
+/* 3D map of a (B, T, cols) bf16 tensor whose tokens are `stride` elements apart: boxes of 64 columns x
+ * box_rows tokens x 1 batch, 128B swizzle, zero fill past T (per batch) and past cols. */
+static forge_status fw_encode(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride,
+                              int box_rows, const char *what) {
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)stride * 2, (cuuint64_t)stride * 2 * (cuuint64_t)T};
+    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides, box,
+                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge_flash_bf16_forward_wgmma: cuTensorMapEncodeTiled for %s (B=%d T=%d cols=%d, "
+                           "token stride %lld elements, box 64 x %d, 128B swizzle) failed with CUresult %d; use the "
+                           "mma.sync forward",
+                           what, B, T, cols, stride, box_rows, (int)r);
+    return FORGE_OK;
+}
+
+template <int D>
+static forge_status fw_forward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v, void *out,
+                                 float *lse, cudaStream_t st) {
+    CUtensorMap tq, tk, tv;
+    FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, FW_BM, "Q"));
+    FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * D, s->k_stride, fw_cfg<D>::BN, "K"));
+    FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * D, s->v_stride, 64, "V"));
+    const float sl2 = (1.0f / sqrtf((float)D)) * FW_LOG2E;
+    auto kern = fw_fwd_kernel<D>;
+    constexpr size_t smem = fw_cfg<D>::SMEM;
+    CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((s->Tq + FW_BM - 1) / FW_BM), (unsigned)s->H, (unsigned)s->B);
+    kern<<<grid, FW_THREADS, smem, st>>>(tq, tk, tv, (fw_bf16 *)out, lse, *s, sl2);
+    CUDA_LAUNCH_CHECK(D == 64 ? "fw_fwd_kernel<64>" : "fw_fwd_kernel<128>");
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
+                                                       const void *v, void *out_bf16, float *lse, void *stream) {
+    const char *what = "forge_flash_bf16_forward_wgmma";
+    const void *ptrs[5] = {q, k, v, out_bf16, lse};
+    FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 5));
+    if (s->B == 0 || s->Tq == 0) return FORGE_OK;
+    if (s->Tk == 0) return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
+    int dev = 0, major = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major != 9)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: needs an sm_90a (Hopper) device for wgmma/TMA, found compute capability %d.x; use "
+                           "the mma.sync forward",
+                           what, major);
+    cudaStream_t st = (cudaStream_t)stream;
+    return s->D == 64 ? fw_forward_t<64>(s, q, k, v, out_bf16, lse, st)
+                      : fw_forward_t<128>(s, q, k, v, out_bf16, lse, st);
+}
