@@ -48,6 +48,10 @@
  */
 #include "cuda_ops.h"
 
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
 #define FA_THREADS 256
 #define FA_ROWS 64    /* rows (queries or keys) per block: 4 lanes each */
 /* keys per forward tile: 16 scores per thread, 8 at HS = 128 where the
@@ -199,6 +203,198 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
             for (int e = 0; e < 4; e++)
                 if (c4 * 16 + ql * 4 + e < hs) og[c4 * 16 + ql * 4 + e] = o[c4 * 4 + e] * inv;
         if (ql == 0) lse[((size_t)b * NH + h) * Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+    }
+}
+
+/* ---- forward v2: register-blocked micro-tiles ------------------------------
+ *
+ * v1 issues one LDS.128 per 4 FFMA in the score product (one query row per
+ * lane). v2 blocks like the SIMT GEMM: 128 threads own 64 query rows as 16
+ * row groups of 8 consecutive lanes; a lane holds a 4-row x KPT-key score
+ * micro-tile (KPT = 8 at HS = 64, 4 at HS = 128) and a 4-row x HS/8 output
+ * micro-tile. Q and K sit k-major in shared memory (transposed on load), so
+ * one score k-step is 1 LDS.128 of Q (4 rows) + KPT/4 LDS.128 of K for
+ * 4*KPT FFMA. For P.V lane g of a row group owns head dims c4*32 + g*4 + e;
+ * the probability of (row r, key kk) lives in lane (kk/4) % 8 of the same row
+ * group, register s[r][(kk/32)*4 + kk%4], and is fetched with one __shfl_sync
+ * per row: 4 SHFL + HS/32 LDS.128 (V row kk) per 4*HS/8 FFMA. P never leaves
+ * registers. Only exact hs = HS in {64, 128} with 16-byte aligned rows takes
+ * this path (float4 global loads); everything else runs v1. */
+#define FA2_THREADS 128
+#define FA2_ROWS 64 /* query rows per block: 16 row groups x 4 rows */
+#define FA2_BK(HS) ((HS) >= 128 ? 32 : 64)
+/* blocks per SM: 3 (168 registers; 4 blocks = 128 registers spilled 20
+ * bytes at HS = 64, and 3 x 64 KiB of shared memory is the cap at HS = 128) */
+#define FA2_MINB(HS) 3
+#define FA2_FWD_SMEM(HS) ((size_t)(HS * FA2_ROWS + HS * FA2_BK(HS) + FA2_BK(HS) * HS) * sizeof(float))
+
+/* rows [t0, t0 + NR) of one head -> shared k-major dst[d * NR + r] (rows at or
+ * past T are zero). Lanes run over rows: each reads a float4 of its row and
+ * writes 4 consecutive-row-indexed floats, conflict-free (32 lanes = 32
+ * consecutive r). */
+template <int HS, int NR>
+__device__ __forceinline__ void fa2_load_t(float *__restrict__ dst, const float *__restrict__ src,
+                                           size_t stride, int t0, int T) {
+#pragma unroll 4
+    for (int idx = threadIdx.x; idx < NR * HS / 4; idx += FA2_THREADS) {
+        int r = idx % NR, d4 = idx / NR, t = t0 + r;
+        float4 v = t < T ? *reinterpret_cast<const float4 *>(src + (size_t)t * stride + d4 * 4)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        dst[(d4 * 4 + 0) * NR + r] = v.x;
+        dst[(d4 * 4 + 1) * NR + r] = v.y;
+        dst[(d4 * 4 + 2) * NR + r] = v.z;
+        dst[(d4 * 4 + 3) * NR + r] = v.w;
+    }
+}
+
+/* rows [t0, t0 + NR) -> shared row-major dst[r * HS + d], float4 per lane,
+ * lanes over d: coalesced reads, contiguous writes */
+template <int HS, int NR>
+__device__ __forceinline__ void fa2_load_rows(float *__restrict__ dst, const float *__restrict__ src,
+                                              size_t stride, int t0, int T) {
+#pragma unroll 4
+    for (int idx = threadIdx.x; idx < NR * HS / 4; idx += FA2_THREADS) {
+        int d4 = idx % (HS / 4), r = idx / (HS / 4), t = t0 + r;
+        float4 v = t < T ? *reinterpret_cast<const float4 *>(src + (size_t)t * stride + d4 * 4)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *reinterpret_cast<float4 *>(dst + r * HS + d4 * 4) = v;
+    }
+}
+
+/* max / sum over the 8 lanes of a row group (lanes differ in bits 0..2) */
+__device__ __forceinline__ float fa2_grp_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+}
+__device__ __forceinline__ float fa2_grp_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v + __shfl_xor_sync(0xffffffffu, v, 4);
+}
+
+template <int HS>
+__global__ void __launch_bounds__(FA2_THREADS, FA2_MINB(HS))
+    flash_fwd2_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv_q,
+                      const float *__restrict__ qkv_kv, int Tq, int Tk, int NH, int NKV, float scale) {
+    constexpr int BK = FA2_BK(HS), KPT = BK / 8, DPT = HS / 8, R = 4;
+    extern __shared__ float4 fa_smem4[];
+    float *sQt = reinterpret_cast<float *>(fa_smem4); /* [HS][FA2_ROWS] */
+    float *sKt = sQt + HS * FA2_ROWS;                  /* [HS][BK] */
+    float *sV = sKt + HS * BK;                         /* [BK][HS] */
+
+    const int qb = gridDim.x - 1 - blockIdx.x; /* heaviest (last) query blocks first */
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (NH / NKV);
+    const size_t row = (size_t)(NH + 2 * NKV) * HS;
+    const int tid = threadIdx.x, g = tid & 7, rg = tid >> 3, lane = tid & 31, gbase = lane & ~7;
+    const int q0 = qb * FA2_ROWS, i0 = q0 + rg * R; /* this lane's rows: i0 .. i0 + 3 */
+    const int off = Tk - Tq;
+
+    fa2_load_t<HS, FA2_ROWS>(sQt, qkv_q + (size_t)b * Tq * row + (size_t)h * HS, row, q0, Tq);
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * HS;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * HS;
+
+    float o[R][DPT], m[R], l[R]; /* l: this lane's share of the row sum */
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DPT; e++) o[r][e] = 0.0f;
+    }
+
+    const int kend = min(Tk, q0 + FA2_ROWS + off);
+    for (int j0 = 0; j0 < kend; j0 += BK) {
+        __syncthreads(); /* the previous tile's readers are done (and sQt is loaded) */
+        fa2_load_t<HS, BK>(sKt, kg, row, j0, Tk);
+        fa2_load_rows<HS, BK>(sV, vg, row, j0, Tk);
+        __syncthreads();
+
+        /* s[r][c*4 + e] is the score of row i0 + r, key j0 + c*32 + g*4 + e */
+        float s[R][KPT];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < KPT; c++) s[r][c] = 0.0f;
+#pragma unroll 2
+        for (int d = 0; d < HS; d++) {
+            const float4 q = *reinterpret_cast<const float4 *>(sQt + d * FA2_ROWS + rg * R);
+            const float qa[R] = {q.x, q.y, q.z, q.w};
+            float k[KPT];
+#pragma unroll
+            for (int c = 0; c < KPT / 4; c++) {
+                const float4 kv = *reinterpret_cast<const float4 *>(sKt + d * BK + c * 32 + g * 4);
+                k[c * 4 + 0] = kv.x;
+                k[c * 4 + 1] = kv.y;
+                k[c * 4 + 2] = kv.z;
+                k[c * 4 + 3] = kv.w;
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < KPT; c++) s[r][c] = fmaf(qa[r], k[c], s[r][c]);
+        }
+
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int ilim = i0 + r + off; /* row i0 + r sees keys j <= ilim */
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < KPT; c++) {
+                const int j = j0 + (c >> 2) * 32 + g * 4 + (c & 3);
+                s[r][c] = (j <= ilim && j < Tk) ? s[r][c] * scale : -INFINITY;
+                tmax = fmaxf(tmax, s[r][c]);
+            }
+            tmax = fa2_grp_max(tmax);
+            const float mnew = fmaxf(m[r], tmax);
+            const float mref = mnew == -INFINITY ? 0.0f : mnew; /* no key seen yet: all p are 0 */
+            const float alpha = expf(m[r] - mref);               /* 0 while m = -inf */
+            l[r] *= alpha;
+#pragma unroll
+            for (int e = 0; e < DPT; e++) o[r][e] *= alpha;
+#pragma unroll
+            for (int c = 0; c < KPT; c++) {
+                s[r][c] = expf(s[r][c] - mref);
+                l[r] += s[r][c];
+            }
+            m[r] = mnew;
+        }
+
+        /* o += P V: key kk's probabilities live in lane (kk/4) % 8 of the row group */
+#pragma unroll
+        for (int kk = 0; kk < BK; kk++) {
+            float p[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                p[r] = __shfl_sync(0xffffffffu, s[r][(kk >> 5) * 4 + (kk & 3)], gbase | ((kk >> 2) & 7));
+#pragma unroll
+            for (int c4 = 0; c4 < DPT / 4; c4++) {
+                const float4 v = *reinterpret_cast<const float4 *>(sV + kk * HS + c4 * 32 + g * 4);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    o[r][c4 * 4 + 0] = fmaf(p[r], v.x, o[r][c4 * 4 + 0]);
+                    o[r][c4 * 4 + 1] = fmaf(p[r], v.y, o[r][c4 * 4 + 1]);
+                    o[r][c4 * 4 + 2] = fmaf(p[r], v.z, o[r][c4 * 4 + 2]);
+                    o[r][c4 * 4 + 3] = fmaf(p[r], v.w, o[r][c4 * 4 + 3]);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float lr = fa2_grp_sum(l[r]);
+        const int i = i0 + r;
+        if (i >= Tq) continue;
+        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+        float *og = out + ((size_t)b * Tq + i) * NH * HS + (size_t)h * HS;
+#pragma unroll
+        for (int c4 = 0; c4 < DPT / 4; c4++)
+            *reinterpret_cast<float4 *>(og + c4 * 32 + g * 4) =
+                make_float4(o[r][c4 * 4 + 0] * inv, o[r][c4 * 4 + 1] * inv, o[r][c4 * 4 + 2] * inv,
+                            o[r][c4 * 4 + 3] * inv);
+        if (g == 0) lse[((size_t)b * NH + h) * Tq + i] = lr > 0.0f ? m[r] + logf(lr) : -INFINITY;
     }
 }
 
@@ -443,12 +639,53 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
     return FORGE_OK;
 }
 
+/* FORGE_FLASH_KERNEL: unset or "v2" (default) = register-blocked forward
+ * where it applies, "v1" = the quad kernels everywhere (kept to compare old
+ * vs new in one run). Read once; an unknown value is an error naming both. */
+static forge_status flash_kernel_version(int *ver) {
+    static int cached = 0;
+    if (cached == 0) {
+        const char *v = getenv("FORGE_FLASH_KERNEL");
+        if (v == NULL || v[0] == '\0' || strcmp(v, "v2") == 0)
+            cached = 2;
+        else if (strcmp(v, "v1") == 0)
+            cached = 1;
+        else
+            return forge_error(FORGE_ERR_ARG, "FORGE_FLASH_KERNEL must be \"v1\" or \"v2\", got \"%s\"", v);
+    }
+    *ver = cached;
+    return FORGE_OK;
+}
+
+static bool fa2_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <int HS>
+static forge_status flash_forward2_hs(cuda_ctx *ctx, float *out, float *lse, const float *qkv_q,
+                                      const float *qkv_kv, int B, int Tq, int Tk, int NH, int NKV) {
+    size_t smem = FA2_FWD_SMEM(HS);
+    CUDA_TRY(cudaFuncSetAttribute(flash_fwd2_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem));
+    dim3 grid((unsigned)((Tq + FA2_ROWS - 1) / FA2_ROWS), (unsigned)NH, (unsigned)B);
+    flash_fwd2_kernel<HS><<<grid, FA2_THREADS, smem, ctx->stream>>>(out, lse, qkv_q, qkv_kv, Tq, Tk, NH,
+                                                                     NKV, 1.0f / sqrtf((float)HS));
+    CUDA_LAUNCH_CHECK("flash_fwd2_kernel");
+    return FORGE_OK;
+}
+
 forge_status cuda_flash_attention_forward_ext(forge_backend *be, float *out, float *lse,
                                               const float *qkv_q, const float *qkv_kv, int B, int Tq,
                                               int Tk, int NH, int NKV, int HS) {
     FORGE_TRY(flash_check("flash_attention_forward", B, Tq, Tk, NH, NKV, HS));
     if (B == 0 || Tq == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
+    int ver;
+    FORGE_TRY(flash_kernel_version(&ver));
+    /* v2 reads float4 rows: exact head sizes 64 / 128 and 16-byte aligned bases */
+    if (ver == 2 && (HS == 64 || HS == 128) && fa2_aligned(qkv_q) && fa2_aligned(qkv_kv) &&
+        fa2_aligned(out)) {
+        if (HS == 64) return flash_forward2_hs<64>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
+        return flash_forward2_hs<128>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
+    }
     /* the smallest kernel that holds HS; the padding columns are zeros */
     if (HS <= 16) return flash_forward_hs<16>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
     if (HS <= 32) return flash_forward_hs<32>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV, HS);
