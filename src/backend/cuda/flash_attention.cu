@@ -489,6 +489,146 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     }
 }
 
+/* ---- backward (b) v2: dQ with the forward v2 micro-tiles ------------------
+ * Same row groups as flash_fwd2_kernel; 32-key tiles (KPT = 4). Per k-step a
+ * lane loads Q, dO (4 rows each, k-major) and K, V (4 keys each, k-major):
+ * 4 LDS.128 for 32 FFMA (S and dP together). dQ += scale dS K reads K a
+ * second time row-major (sK) with dS fetched by the same group shuffle as P
+ * in the forward. dS never leaves registers. */
+#define FA2_DQ_BK 32
+#define FA2_DQ_MINB(HS) ((HS) >= 128 ? 2 : 3)
+#define FA2_DQ_SMEM(HS) ((size_t)(2 * HS * FA2_ROWS + 3 * HS * FA2_DQ_BK) * sizeof(float))
+
+template <int HS>
+__global__ void __launch_bounds__(FA2_THREADS, FA2_DQ_MINB(HS))
+    flash_bwd_dq2_kernel(float *__restrict__ dqkv_q, const float *__restrict__ dout,
+                         const float *__restrict__ qkv_q, const float *__restrict__ qkv_kv,
+                         const float *__restrict__ lse, const float *__restrict__ D, int Tq, int Tk,
+                         int NH, int NKV, float scale) {
+    constexpr int BK = FA2_DQ_BK, KPT = BK / 8, DPT = HS / 8, R = 4;
+    extern __shared__ float4 fa_smem4[];
+    float *sQt = reinterpret_cast<float *>(fa_smem4); /* [HS][FA2_ROWS] */
+    float *sdOt = sQt + HS * FA2_ROWS;                 /* [HS][FA2_ROWS] */
+    float *sKt = sdOt + HS * FA2_ROWS;                 /* [HS][BK] */
+    float *sVt = sKt + HS * BK;                        /* [HS][BK] */
+    float *sK = sVt + HS * BK;                         /* [BK][HS] */
+
+    const int qb = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (NH / NKV);
+    const size_t row = (size_t)(NH + 2 * NKV) * HS, orow = (size_t)NH * HS;
+    const int tid = threadIdx.x, g = tid & 7, rg = tid >> 3, lane = tid & 31, gbase = lane & ~7;
+    const int q0 = qb * FA2_ROWS, i0 = q0 + rg * R;
+    const int off = Tk - Tq;
+
+    float L[R], Di[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const bool live = i0 + r < Tq;
+        L[r] = live ? lse[((size_t)b * NH + h) * Tq + i0 + r] : 0.0f;
+        Di[r] = live ? D[((size_t)b * NH + h) * Tq + i0 + r] : 0.0f;
+    }
+    fa2_load_t<HS, FA2_ROWS>(sQt, qkv_q + (size_t)b * Tq * row + (size_t)h * HS, row, q0, Tq);
+    fa2_load_t<HS, FA2_ROWS>(sdOt, dout + (size_t)b * Tq * orow + (size_t)h * HS, orow, q0, Tq);
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * HS;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * HS;
+
+    float dq[R][DPT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int e = 0; e < DPT; e++) dq[r][e] = 0.0f;
+
+    const int kend = min(Tk, q0 + FA2_ROWS + off);
+    for (int j0 = 0; j0 < kend; j0 += BK) {
+        __syncthreads();
+        fa2_load_t<HS, BK>(sKt, kg, row, j0, Tk);
+        fa2_load_t<HS, BK>(sVt, vg, row, j0, Tk);
+        fa2_load_rows<HS, BK>(sK, kg, row, j0, Tk);
+        __syncthreads();
+
+        /* s[r][c], dp[r][c]: row i0 + r, key j0 + (c/4)*32 + g*4 + c%4 */
+        float s[R][KPT], dp[R][KPT];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < KPT; c++) s[r][c] = dp[r][c] = 0.0f;
+#pragma unroll 2
+        for (int d = 0; d < HS; d++) {
+            const float4 q = *reinterpret_cast<const float4 *>(sQt + d * FA2_ROWS + rg * R);
+            const float4 o = *reinterpret_cast<const float4 *>(sdOt + d * FA2_ROWS + rg * R);
+            const float qa[R] = {q.x, q.y, q.z, q.w}, oa[R] = {o.x, o.y, o.z, o.w};
+            float k[KPT], v[KPT];
+#pragma unroll
+            for (int c = 0; c < KPT / 4; c++) {
+                const float4 kv = *reinterpret_cast<const float4 *>(sKt + d * BK + c * 32 + g * 4);
+                const float4 vv = *reinterpret_cast<const float4 *>(sVt + d * BK + c * 32 + g * 4);
+                k[c * 4 + 0] = kv.x;
+                k[c * 4 + 1] = kv.y;
+                k[c * 4 + 2] = kv.z;
+                k[c * 4 + 3] = kv.w;
+                v[c * 4 + 0] = vv.x;
+                v[c * 4 + 1] = vv.y;
+                v[c * 4 + 2] = vv.z;
+                v[c * 4 + 3] = vv.w;
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < KPT; c++) {
+                    s[r][c] = fmaf(qa[r], k[c], s[r][c]);
+                    dp[r][c] = fmaf(oa[r], v[c], dp[r][c]);
+                }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int i = i0 + r, ilim = i + off;
+#pragma unroll
+            for (int c = 0; c < KPT; c++) {
+                const int j = j0 + (c >> 2) * 32 + g * 4 + (c & 3);
+                const bool vis = i < Tq && j <= ilim && j < Tk;
+                const float p = vis ? expf(s[r][c] * scale - L[r]) : 0.0f;
+                s[r][c] = p * (dp[r][c] - Di[r]) * scale; /* scale * dS */
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK; kk++) {
+            float w[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                w[r] = __shfl_sync(0xffffffffu, s[r][(kk >> 5) * 4 + (kk & 3)], gbase | ((kk >> 2) & 7));
+#pragma unroll
+            for (int c4 = 0; c4 < DPT / 4; c4++) {
+                const float4 y = *reinterpret_cast<const float4 *>(sK + kk * HS + c4 * 32 + g * 4);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    dq[r][c4 * 4 + 0] = fmaf(w[r], y.x, dq[r][c4 * 4 + 0]);
+                    dq[r][c4 * 4 + 1] = fmaf(w[r], y.y, dq[r][c4 * 4 + 1]);
+                    dq[r][c4 * 4 + 2] = fmaf(w[r], y.z, dq[r][c4 * 4 + 2]);
+                    dq[r][c4 * 4 + 3] = fmaf(w[r], y.w, dq[r][c4 * 4 + 3]);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int i = i0 + r;
+        if (i >= Tq) continue;
+        float *dqg = dqkv_q + ((size_t)b * Tq + i) * row + (size_t)h * HS;
+#pragma unroll
+        for (int c4 = 0; c4 < DPT / 4; c4++) {
+            float4 *p = reinterpret_cast<float4 *>(dqg + c4 * 32 + g * 4);
+            float4 a = *p;
+            a.x += dq[r][c4 * 4 + 0];
+            a.y += dq[r][c4 * 4 + 1];
+            a.z += dq[r][c4 * 4 + 2];
+            a.w += dq[r][c4 * 4 + 3];
+            *p = a;
+        }
+    }
+}
+
 /* ---- backward (c): dK, dV over key blocks --------------------------------- */
 
 template <int HS>
@@ -619,15 +759,31 @@ static forge_status flash_forward_hs(cuda_ctx *ctx, float *out, float *lse, cons
 template <int HS>
 static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_kv, const float *D,
                                       const float *dout, const float *qkv_q, const float *qkv_kv,
-                                      const float *lse, int B, int Tq, int Tk, int NH, int NKV, int hs) {
+                                      const float *lse, int B, int Tq, int Tk, int NH, int NKV, int hs,
+                                      bool v2) {
     const float scale = 1.0f / sqrtf((float)hs);
-    size_t smem = FA_DQ_SMEM(HS);
-    CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem));
-    dim3 grid((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
-    flash_bwd_dq_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_q, dout, qkv_q, qkv_kv, lse,
-                                                                      D, Tq, Tk, NH, NKV, hs, scale);
-    CUDA_LAUNCH_CHECK("flash_bwd_dq_kernel");
+    size_t smem;
+    dim3 grid;
+    if constexpr (HS >= 64) {
+        if (v2) { /* the caller checked hs == HS and 16-byte alignment */
+            smem = FA2_DQ_SMEM(HS);
+            CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dq2_kernel<HS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            grid = dim3((unsigned)((Tq + FA2_ROWS - 1) / FA2_ROWS), (unsigned)NH, (unsigned)B);
+            flash_bwd_dq2_kernel<HS><<<grid, FA2_THREADS, smem, ctx->stream>>>(
+                dqkv_q, dout, qkv_q, qkv_kv, lse, D, Tq, Tk, NH, NKV, scale);
+            CUDA_LAUNCH_CHECK("flash_bwd_dq2_kernel");
+        }
+    }
+    if (!v2) {
+        smem = FA_DQ_SMEM(HS);
+        CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)smem));
+        grid = dim3((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
+        flash_bwd_dq_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_q, dout, qkv_q, qkv_kv, lse,
+                                                                          D, Tq, Tk, NH, NKV, hs, scale);
+        CUDA_LAUNCH_CHECK("flash_bwd_dq_kernel");
+    }
     if (Tk == 0) return FORGE_OK;
     smem = FA_DKV_SMEM(HS);
     CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dkv_kernel<HS>,
@@ -708,17 +864,22 @@ forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q,
     flash_bwd_dsum_kernel<<<(unsigned)blocks, FA_D_ROWS * 32, 0, ctx->stream>>>(scratch, dout, out, Tq,
                                                                                 NH, HS, rows);
     CUDA_LAUNCH_CHECK("flash_bwd_dsum_kernel");
+    int ver;
+    FORGE_TRY(flash_kernel_version(&ver));
+    /* v2 dQ (float4 rows): exact head sizes 64 / 128 and 16-byte aligned bases */
+    const bool v2 = ver == 2 && (HS == 64 || HS == 128) && fa2_aligned(qkv_q) && fa2_aligned(qkv_kv) &&
+                    fa2_aligned(dout) && fa2_aligned(dqkv_q);
     if (HS <= 16)
         return flash_backward_hs<16>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
-                                     NKV, HS);
+                                     NKV, HS, v2);
     if (HS <= 32)
         return flash_backward_hs<32>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
-                                     NKV, HS);
+                                     NKV, HS, v2);
     if (HS <= 64)
         return flash_backward_hs<64>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
-                                     NKV, HS);
+                                     NKV, HS, v2);
     return flash_backward_hs<128>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
-                                  NKV, HS);
+                                  NKV, HS, v2);
 }
 
 forge_status cuda_flash_attention_forward(forge_backend *be, float *out, float *lse, const float *qkv,
