@@ -720,6 +720,173 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     }
 }
 
+/* ---- backward (c) v2: dK, dV with the v2 micro-tiles (HS = 64 only) -------
+ * Rows are keys: a lane holds S^T and dP^T for 4 keys x 4 queries of a
+ * 32-query tile (K, V k-major for the block, Q, dO k-major per tile: 4
+ * LDS.128 per 32 FFMA), then dV += P^T dO and dK += scale dS^T Q over the
+ * tile's queries with P / dS fetched by group shuffles (2 x 4 SHFL + 2 x 2
+ * LDS.128 per 64 FFMA). Q and dO are staged twice (k-major for the scores,
+ * row-major for the second products). At HS = 128 the dk + dv accumulators
+ * alone would be 128 registers per lane: that size keeps the v1 kernel. */
+#define FA2_DKV_BQ 32
+#define FA2_DKV_SMEM(HS) \
+    ((size_t)(2 * HS * FA2_ROWS + 4 * HS * FA2_DKV_BQ) * sizeof(float) + 2 * FA2_DKV_BQ * sizeof(float))
+
+template <int HS>
+__global__ void __launch_bounds__(FA2_THREADS, 3)
+    flash_bwd_dkv2_kernel(float *__restrict__ dqkv_kv, const float *__restrict__ dout,
+                          const float *__restrict__ qkv_q, const float *__restrict__ qkv_kv,
+                          const float *__restrict__ lse, const float *__restrict__ D, int Tq, int Tk,
+                          int NH, int NKV, float scale) {
+    constexpr int BQ = FA2_DKV_BQ, QPT = BQ / 8, DPT = HS / 8, R = 4;
+    extern __shared__ float4 fa_smem4[];
+    float *sKt = reinterpret_cast<float *>(fa_smem4); /* [HS][FA2_ROWS] */
+    float *sVt = sKt + HS * FA2_ROWS;                  /* [HS][FA2_ROWS] */
+    float *sQt = sVt + HS * FA2_ROWS;                  /* [HS][BQ] */
+    float *sdOt = sQt + HS * BQ;                       /* [HS][BQ] */
+    float *sQ = sdOt + HS * BQ;                        /* [BQ][HS] */
+    float *sdO = sQ + BQ * HS;                         /* [BQ][HS] */
+    float *sL = sdO + BQ * HS;
+    float *sD = sL + BQ;
+
+    const int kb = blockIdx.x;
+    const int kvh = blockIdx.y, b = blockIdx.z;
+    const int group = NH / NKV;
+    const size_t row = (size_t)(NH + 2 * NKV) * HS, orow = (size_t)NH * HS;
+    const int tid = threadIdx.x, g = tid & 7, rg = tid >> 3, lane = tid & 31, gbase = lane & ~7;
+    const int k0 = kb * FA2_ROWS, j0 = k0 + rg * R; /* this lane's keys: j0 .. j0 + 3 */
+    const int off = Tk - Tq;
+
+    const float *kg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + kvh) * HS;
+    const float *vg = qkv_kv + (size_t)b * Tk * row + (size_t)(NH + NKV + kvh) * HS;
+    fa2_load_t<HS, FA2_ROWS>(sKt, kg, row, k0, Tk);
+    fa2_load_t<HS, FA2_ROWS>(sVt, vg, row, k0, Tk);
+
+    float dk[R][DPT], dv[R][DPT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int e = 0; e < DPT; e++) dk[r][e] = dv[r][e] = 0.0f;
+
+    const int i0 = max(0, k0 - off); /* queries before i0 see none of this block's keys */
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        const float *qg = qkv_q + (size_t)b * Tq * row + (size_t)h * HS;
+        const float *dog = dout + (size_t)b * Tq * orow + (size_t)h * HS;
+        const float *lg = lse + ((size_t)b * NH + h) * Tq;
+        const float *Dg = D + ((size_t)b * NH + h) * Tq;
+        for (int it = i0; it < Tq; it += BQ) {
+            __syncthreads(); /* previous tile's readers done (and sKt/sVt loaded) */
+            fa2_load_t<HS, BQ>(sQt, qg, row, it, Tq);
+            fa2_load_t<HS, BQ>(sdOt, dog, orow, it, Tq);
+            fa2_load_rows<HS, BQ>(sQ, qg, row, it, Tq);
+            fa2_load_rows<HS, BQ>(sdO, dog, orow, it, Tq);
+            if (tid < BQ) {
+                int t = it + tid;
+                sL[tid] = t < Tq ? lg[t] : 0.0f;
+                sD[tid] = t < Tq ? Dg[t] : 0.0f;
+            }
+            __syncthreads();
+
+            /* s[r][c], dp[r][c]: key j0 + r, query it + (c/4)*32 + g*4 + c%4 */
+            float s[R][QPT], dp[R][QPT];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < QPT; c++) s[r][c] = dp[r][c] = 0.0f;
+#pragma unroll 2
+            for (int d = 0; d < HS; d++) {
+                const float4 k4 = *reinterpret_cast<const float4 *>(sKt + d * FA2_ROWS + rg * R);
+                const float4 v4 = *reinterpret_cast<const float4 *>(sVt + d * FA2_ROWS + rg * R);
+                const float ka[R] = {k4.x, k4.y, k4.z, k4.w}, va[R] = {v4.x, v4.y, v4.z, v4.w};
+                float qv[QPT], ov[QPT];
+#pragma unroll
+                for (int c = 0; c < QPT / 4; c++) {
+                    const float4 a = *reinterpret_cast<const float4 *>(sQt + d * BQ + c * 32 + g * 4);
+                    const float4 o = *reinterpret_cast<const float4 *>(sdOt + d * BQ + c * 32 + g * 4);
+                    qv[c * 4 + 0] = a.x;
+                    qv[c * 4 + 1] = a.y;
+                    qv[c * 4 + 2] = a.z;
+                    qv[c * 4 + 3] = a.w;
+                    ov[c * 4 + 0] = o.x;
+                    ov[c * 4 + 1] = o.y;
+                    ov[c * 4 + 2] = o.z;
+                    ov[c * 4 + 3] = o.w;
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int c = 0; c < QPT; c++) {
+                        s[r][c] = fmaf(ka[r], qv[c], s[r][c]);   /* S^T = K Q^T */
+                        dp[r][c] = fmaf(va[r], ov[c], dp[r][c]); /* dP^T = V dO^T */
+                    }
+            }
+#pragma unroll
+            for (int c = 0; c < QPT; c++) {
+                const int ii = (c >> 2) * 32 + g * 4 + (c & 3), i = it + ii;
+                const float Li = sL[ii], Dq = sD[ii];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int j = j0 + r;
+                    const bool vis = i < Tq && j < Tk && j <= i + off;
+                    const float p = vis ? expf(s[r][c] * scale - Li) : 0.0f;
+                    s[r][c] = p * (dp[r][c] - Dq) * scale; /* scale * dS */
+                    dp[r][c] = p;
+                }
+            }
+#pragma unroll
+            for (int ii = 0; ii < BQ; ii++) {
+                const int src = gbase | ((ii >> 2) & 7), reg = (ii >> 5) * 4 + (ii & 3);
+                float pw[R], gw[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    pw[r] = __shfl_sync(0xffffffffu, dp[r][reg], src);
+                    gw[r] = __shfl_sync(0xffffffffu, s[r][reg], src);
+                }
+#pragma unroll
+                for (int c4 = 0; c4 < DPT / 4; c4++) {
+                    const float4 o = *reinterpret_cast<const float4 *>(sdO + ii * HS + c4 * 32 + g * 4);
+                    const float4 a = *reinterpret_cast<const float4 *>(sQ + ii * HS + c4 * 32 + g * 4);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        dv[r][c4 * 4 + 0] = fmaf(pw[r], o.x, dv[r][c4 * 4 + 0]);
+                        dv[r][c4 * 4 + 1] = fmaf(pw[r], o.y, dv[r][c4 * 4 + 1]);
+                        dv[r][c4 * 4 + 2] = fmaf(pw[r], o.z, dv[r][c4 * 4 + 2]);
+                        dv[r][c4 * 4 + 3] = fmaf(pw[r], o.w, dv[r][c4 * 4 + 3]);
+                        dk[r][c4 * 4 + 0] = fmaf(gw[r], a.x, dk[r][c4 * 4 + 0]);
+                        dk[r][c4 * 4 + 1] = fmaf(gw[r], a.y, dk[r][c4 * 4 + 1]);
+                        dk[r][c4 * 4 + 2] = fmaf(gw[r], a.z, dk[r][c4 * 4 + 2]);
+                        dk[r][c4 * 4 + 3] = fmaf(gw[r], a.w, dk[r][c4 * 4 + 3]);
+                    }
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int j = j0 + r;
+        if (j >= Tk) continue;
+        float *dkg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + kvh) * HS;
+        float *dvg = dqkv_kv + ((size_t)b * Tk + j) * row + (size_t)(NH + NKV + kvh) * HS;
+#pragma unroll
+        for (int c4 = 0; c4 < DPT / 4; c4++) {
+            float4 *pk = reinterpret_cast<float4 *>(dkg + c4 * 32 + g * 4);
+            float4 *pv = reinterpret_cast<float4 *>(dvg + c4 * 32 + g * 4);
+            float4 a = *pk, c = *pv;
+            a.x += dk[r][c4 * 4 + 0];
+            a.y += dk[r][c4 * 4 + 1];
+            a.z += dk[r][c4 * 4 + 2];
+            a.w += dk[r][c4 * 4 + 3];
+            c.x += dv[r][c4 * 4 + 0];
+            c.y += dv[r][c4 * 4 + 1];
+            c.z += dv[r][c4 * 4 + 2];
+            c.w += dv[r][c4 * 4 + 3];
+            *pk = a;
+            *pv = c;
+        }
+    }
+}
+
 /* ---- launchers ----------------------------------------------------------- */
 
 static forge_status flash_check(const char *op, int B, int Tq, int Tk, int NH, int NKV, int HS) {
@@ -785,6 +952,18 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
         CUDA_LAUNCH_CHECK("flash_bwd_dq_kernel");
     }
     if (Tk == 0) return FORGE_OK;
+    if constexpr (HS == 64) {
+        if (v2) {
+            smem = FA2_DKV_SMEM(HS);
+            CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dkv2_kernel<HS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            grid = dim3((unsigned)((Tk + FA2_ROWS - 1) / FA2_ROWS), (unsigned)NKV, (unsigned)B);
+            flash_bwd_dkv2_kernel<HS><<<grid, FA2_THREADS, smem, ctx->stream>>>(
+                dqkv_kv, dout, qkv_q, qkv_kv, lse, D, Tq, Tk, NH, NKV, scale);
+            CUDA_LAUNCH_CHECK("flash_bwd_dkv2_kernel");
+            return FORGE_OK;
+        }
+    }
     smem = FA_DKV_SMEM(HS);
     CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dkv_kernel<HS>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -868,7 +1047,7 @@ forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q,
     FORGE_TRY(flash_kernel_version(&ver));
     /* v2 dQ (float4 rows): exact head sizes 64 / 128 and 16-byte aligned bases */
     const bool v2 = ver == 2 && (HS == 64 || HS == 128) && fa2_aligned(qkv_q) && fa2_aligned(qkv_kv) &&
-                    fa2_aligned(dout) && fa2_aligned(dqkv_q);
+                    fa2_aligned(dout) && fa2_aligned(dqkv_q) && fa2_aligned(dqkv_kv);
     if (HS <= 16)
         return flash_backward_hs<16>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,
                                      NKV, HS, v2);
