@@ -45,6 +45,11 @@
  * stored, so the result is the same, at the cost of the padded work (the
  * explicit slower path, e.g. hs = 6 or 8 of the test models). hs > 128 is
  * refused with FORGE_ERR_UNSUPPORTED (FORGE_ATTENTION=materialised runs it).
+ *
+ * v2 (default; FORGE_FLASH_KERNEL=v1 selects the kernels above): register-
+ * blocked forward, dQ and (HS = 64) dK/dV, 128 threads in row groups of 8
+ * lanes with 4-row micro-tiles, for exact hs 64 / 128 with 16-byte aligned
+ * rows; see the "forward v2" comment below and docs/flash-attention.md.
  */
 #include "cuda_ops.h"
 
