@@ -979,7 +979,7 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
     return FORGE_OK;
 }
 
-/* FORGE_FLASH_KERNEL: unset or "v2" (default) = register-blocked forward
+/* FORGE_FLASH_KERNEL: unset or "v2" (default) = register-blocked kernels
  * where it applies, "v1" = the quad kernels everywhere (kept to compare old
  * vs new in one run). Read once; an unknown value is an error naming both. */
 static forge_status flash_kernel_version(int *ver) {
