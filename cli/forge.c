@@ -451,7 +451,8 @@ static const char *BENCH_HELP =
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
     "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
-    "  ops     each op's time at gpt-10m training shapes (cuda: B=8, T=512; cpu: B=2, T=128)\n"
+    "  ops     each op's time at gpt-10m training shapes (cuda: B=8, T=512; cpu: B=2, T=128);\n"
+    "          --ops-batch B --ops-seq T --ops-embd C --ops-heads NH override them (C=384, NH=6)\n"
     "  gemm    bf16 GEMM: forge's wgmma kernel vs cuBLAS (--device cuda only)\n"
     "  gemm-epi  the fused GEMM epilogues alone (bias+GELU, residual, bf16 out, GELU backward,\n"
     "          C +=) vs separate passes, cuBLAS(Lt) (--device cuda only; also part of gemm)\n"
@@ -471,6 +472,8 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     }
     const char *what = "all", *device = "cpu", *v;
     long steps = 5, reps = 10;
+    /* ops shapes: 0 = the gpt-10m default of the device (see BENCH_HELP) */
+    long ops_b = 0, ops_t = 0, ops_c = 384, ops_nh = 6;
     const char *results = NULL;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
@@ -479,6 +482,10 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         INT_OPT("--steps", steps, 1, 100000)
         INT_OPT("--reps", reps, 1, 100000)
         STR_OPT("--results", results)
+        INT_OPT("--ops-batch", ops_b, 1, 4096)
+        INT_OPT("--ops-seq", ops_t, 1, 65536)
+        INT_OPT("--ops-embd", ops_c, 1, 65536)
+        INT_OPT("--ops-heads", ops_nh, 1, 1024)
         if (argv[a.i][0] != '-' && a.n_positional == 0) {
             what = argv[a.i];
             a.n_positional++;
@@ -515,7 +522,14 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     int do_ops = strcmp(what, "ops") == 0;
     int do_gemm = strcmp(what, "gemm") == 0;
     if (!do_train && !do_matmul && !do_ops && !do_gemm) return fail(usage_error("bench", "unknown suite ", what));
-    if (do_ops) s = forge_bench_ops(stdout, device, strcmp(device, "cpu") ? 8 : 2, strcmp(device, "cpu") ? 512 : 128, 384, 6, 8192, "results");
+    if (do_ops && ops_c % ops_nh != 0)
+        return fail(forge_error(FORGE_ERR_ARG, "bench ops: --ops-embd %ld must be divisible by --ops-heads %ld",
+                                ops_c, ops_nh));
+    if (do_ops) {
+        int gpu = strcmp(device, "cpu") != 0;
+        s = forge_bench_ops(stdout, device, ops_b ? (int)ops_b : gpu ? 8 : 2, ops_t ? (int)ops_t : gpu ? 512 : 128,
+                            (int)ops_c, (int)ops_nh, 8192, "results");
+    }
     if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
     if (do_gemm) s = forge_bench_gemm(stdout, device, (int)reps);
     if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, device, configs_dir(argv0), (int)steps);
