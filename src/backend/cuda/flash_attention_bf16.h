@@ -55,8 +55,8 @@ forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s, const voi
 /* The Hopper (sm_90a) forward on TMA + wgmma (FA3-style: a producer warpgroup, two consumer warpgroups of
  * 64 query rows, P kept in registers as the A operand of P.V); same contract and results as above up to
  * summation order. FORGE_ERR_UNSUPPORTED on a non-Hopper device or a layout TMA cannot describe.
- * forge_flash_bf16_forward runs it instead of the mma.sync kernel when the environment variable
- * FORGE_FLASH16_FWD=wgmma (read once; default mma), falling back to mma.sync where it is refused. */
+ * forge_flash_bf16_forward runs it by default (FORGE_FLASH16_FWD=mma, read once, selects the mma.sync kernel),
+ * falling back to mma.sync where it is refused. */
 forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                             void *out_bf16, float *lse, void *stream);
 
