@@ -39,7 +39,7 @@ summary+="memcheck (edges) rc=$rc  $((SECONDS - t0)) s"$'\n'
 t0=$SECONDS
 if command -v cuobjdump > /dev/null 2>&1 || [ -x "$CUDA_HOME/bin/cuobjdump" ]; then
     CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || echo "$CUDA_HOME/bin/cuobjdump")} \
-        timeout 15 scripts/check_sass.sh build/cuda/forge > "$OUT/sass.log" 2>&1
+        timeout 60 scripts/check_sass.sh build/cuda/forge > "$OUT/sass.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && fails=1
 else
