@@ -1091,11 +1091,11 @@ static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) 
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s", M, N, K, accumulate ? " C+=" : "");
     const size_t an = (size_t)K * M, bn = (size_t)K * N, cn = (size_t)M * N;
     float *a = malloc(an * 4), *b = malloc(bn * 4), *c0 = malloc(cn * 4), *cp = malloc(cn * 4),
-          *cf = malloc(cn * 4), *cf2 = malloc(cn * 4);
+          *cf = malloc(cn * 4), *cf2 = malloc(cn * 4), *cs = malloc(cn * 4), *cs2 = malloc(cn * 4);
     uint16_t *a16 = malloc(an * 2), *b16 = malloc(bn * 2);
     void *dA = NULL, *dB = NULL, *dC = NULL, *dW = NULL;
     size_t wbytes = 0;
-    int ok = a && b && c0 && cp && cf && cf2 && a16 && b16 &&
+    int ok = a && b && c0 && cp && cf && cf2 && cs && cs2 && a16 && b16 &&
              forge_gemm_bf16_tn_workspace(M, N, K, &wbytes) == FORGE_OK &&
              cudaMalloc(&dA, an * 2) == cudaSuccess && cudaMalloc(&dB, bn * 2) == cudaSuccess &&
              cudaMalloc(&dC, cn * 4) == cudaSuccess && cudaMalloc(&dW, wbytes ? wbytes : 16) == cudaSuccess;
@@ -1117,10 +1117,11 @@ static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) 
         }
         ok = cudaMemcpy(dA, a16, an * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
              cudaMemcpy(dB, b16, bn * 2, cudaMemcpyHostToDevice) == cudaSuccess;
-        float *outs[3] = {cp, cf, cf2};
-        const forge_gemm_tn_reduce modes[3] = {FORGE_GEMM_TN_REDUCE_PASS, FORGE_GEMM_TN_REDUCE_INKERNEL,
-                                               FORGE_GEMM_TN_REDUCE_INKERNEL};
-        for (int r = 0; r < 3 && ok; r++) {
+        float *outs[5] = {cp, cf, cf2, cs, cs2};
+        const forge_gemm_tn_reduce modes[5] = {FORGE_GEMM_TN_REDUCE_PASS, FORGE_GEMM_TN_REDUCE_INKERNEL,
+                                               FORGE_GEMM_TN_REDUCE_INKERNEL, FORGE_GEMM_TN_REDUCE_STREAMK,
+                                               FORGE_GEMM_TN_REDUCE_STREAMK};
+        for (int r = 0; r < 5 && ok; r++) {
             ok = cudaMemcpy(dC, c0, cn * 4, cudaMemcpyHostToDevice) == cudaSuccess;
             if (!ok) break;
             /* poison the workspace: a slot read before it is written shows (NaN) */
@@ -1155,11 +1156,12 @@ static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) 
                 }
             for (size_t i = 0; i < cn; i++) {
                 const double r = ref[i] + (accumulate ? (double)c0[i] : 0.0);
-                const double e1 = fabs(cp[i] - r), e2 = fabs(cf[i] - r), e = e1 > e2 ? e1 : e2;
+                const double e1 = fabs(cp[i] - r), e2 = fabs(cf[i] - r), e3 = fabs(cs[i] - r);
+                const double e = e1 > e2 ? (e1 > e3 ? e1 : e3) : (e2 > e3 ? e2 : e3);
                 if (!(e <= worst)) worst = e; /* NaN sticks */
             }
             free(ref);
-            snprintf(sub, sizeof sub, "%s exact pass+inkernel", shape);
+            snprintf(sub, sizeof sub, "%s exact pass+inkernel+streamk", shape);
             report(P, worst == 0.0, "gemm_tn_reduce", sub, worst, 0.0, NULL);
         } else {
             size_t diff_runs = 0, diff_modes = 0;
@@ -1171,18 +1173,33 @@ static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) 
                      diff_runs, diff_modes);
             report(P, diff_runs == 0 && diff_modes == 0, "gemm_tn_reduce", sub, (double)(diff_runs + diff_modes),
                    0.0, NULL);
+            /* stream-K cuts K elsewhere, so its sums round differently from the pass: bit-reproducible run to
+             * run, and within fp32 summation error of the pass (relative to the largest |C|) */
+            size_t sk_runs = 0;
+            double scale = 0.0, sk_err = 0.0;
+            for (size_t i = 0; i < cn; i++) {
+                if (memcmp(&cs[i], &cs2[i], 4) != 0) sk_runs++;
+                if (fabs(cp[i]) > scale) scale = fabs(cp[i]);
+            }
+            for (size_t i = 0; i < cn; i++) {
+                const double e = fabs((double)cs[i] - (double)cp[i]) / (scale > 0.0 ? scale : 1.0);
+                if (!(e <= sk_err)) sk_err = e;
+            }
+            snprintf(sub, sizeof sub, "%s random: streamk run-to-run %zu bits differ, vs pass rel", shape, sk_runs);
+            report(P, sk_runs == 0 && sk_err <= 1e-5, "gemm_tn_reduce", sub, sk_err, 1e-5, NULL);
         }
     }
 done:
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dW);
-    free(a), free(b), free(c0), free(cp), free(cf), free(cf2), free(a16), free(b16);
+    free(a), free(b), free(c0), free(cp), free(cf), free(cf2), free(cs), free(cs2), free(a16), free(b16);
 }
 
 static void run_gemm_tn_cases(parity *P) {
     /* {M, N, K, accumulate}: 4 tiles with many splits; M % 128 = 8 and N % 256 = 8 (padded slots, skipped
-     * boxes) with a K tail; one tile; the GPT-2 dW fc shape (3072 x 768) at K = 1024 */
+     * boxes) with a K tail; one tile; the GPT-2 dW fc shape (3072 x 768) at K = 1024; 512 tiles of 2 K-tiles
+     * (stream-K: ~7.8 iterations per CTA, so whole tiles between the shared ones, both slots of a CTA in use) */
     static const int shapes[][4] = {{256, 512, 8192, 0}, {136, 264, 4104, 1}, {128, 256, 2048, 0},
-                                    {3072, 768, 1024, 1}};
+                                    {3072, 768, 1024, 1}, {4096, 4096, 128, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 300000000LL) continue;
         case_gemm_tn_reduce(P, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);

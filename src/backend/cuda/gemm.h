@@ -101,12 +101,16 @@ forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
  *   in the workspace (zeroed by a cudaMemsetAsync on the stream before the launch); the CTA that arrives last
  *   sums the slots in order 0..S-1 while they are still in L2 and stores C. Same plan (tile width, splits) as
  *   PASS unless the workspace holds fewer padded slots. Experimental until measured on the H200.
+ * - STREAMK: not split-K at all: the tiles x K-tiles iterations are cut into one contiguous range per SM, so every
+ *   SM does the same work; a tile shared by consecutive CTAs is reduced as in INKERNEL (fixed order of the CTAs,
+ *   bit-reproducible on one device model; a different SM count cuts K differently). Needs the workspace.
  * - DEFAULT: PASS (the measured one), what forge_gemm_bf16_tn_wgmma uses.
- * forge_gemm_bf16_tn_workspace's size is enough for either. */
+ * forge_gemm_bf16_tn_workspace's size is enough for any of them. */
 typedef enum {
     FORGE_GEMM_TN_REDUCE_DEFAULT = 0,
     FORGE_GEMM_TN_REDUCE_PASS = 1,
-    FORGE_GEMM_TN_REDUCE_INKERNEL = 2
+    FORGE_GEMM_TN_REDUCE_INKERNEL = 2,
+    FORGE_GEMM_TN_REDUCE_STREAMK = 3
 } forge_gemm_tn_reduce;
 forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                              int accumulate, void *workspace, size_t workspace_bytes,

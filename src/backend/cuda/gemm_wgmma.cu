@@ -198,6 +198,7 @@ struct gemm_epi_dev {
     float *work;       /* split-K partial slices (splits > 1; the epilogue is then plain) */
     int *tile_cnt;     /* TN split-K with the in-kernel fixed-order reduction: one arrival counter per tile
                         * (zeroed by the host before the launch); nullptr = the separate reduction pass */
+    int streamk;       /* TN stream-K (with tile_cnt and work: 2 partial-tile slots per CTA); 0 = split-K units */
     int vec2;          /* N even and every (M,N) buffer aligned for 2-element accesses */
 };
 
@@ -478,6 +479,74 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     }
 }
 
+/* ---- work schedule: split-K units or stream-K ranges ------------------------
+ *
+ * Split-K (!ep.streamk): unit u = split (u / tiles) of tile (u % tiles), K tiles [split*kps, +kps); CTA b
+ * takes units b, b + grid, ...
+ * Stream-K (ep.streamk, TN only): the W = tiles x ktiles (tile, K tile) iterations, tile-major, are cut into
+ * grid contiguous ranges, CTA b's is [b*W/grid, (b+1)*W/grid) (each >= 1 iteration: the host keeps grid <= W).
+ * A range crosses tile boundaries, so a CTA works on pieces of one to a few tiles; a tile's pieces ("parts")
+ * come from consecutive CTAs, part p = CTA index - the first owner's, and meet in the fixup (fixed order
+ * 0..parts-1). Every CTA runs the same number of iterations (+-1) whatever tiles x splits would have left over:
+ * the point for dW, whose 72 tiles of 128x256 fill 72 of 132 SMs unsplit and 91% of 3 waves at 5 splits, and
+ * whose reduction pass moved (2S+1) x M*N*4 bytes. */
+struct gemm_work {
+    int tile, kt0, kt1; /* output tile, K tiles [kt0, kt1) */
+    int part, parts;    /* which of the tile's contributions this is; parts == 1: the whole K range */
+};
+
+__device__ __forceinline__ long long gemm_sk_bound(long long b, long long W) { return b * W / gridDim.x; }
+/* the CTA whose range holds iteration w: the largest b with b*W/grid <= w */
+__device__ __forceinline__ int gemm_sk_owner(long long w, long long W) {
+    return (int)(((w + 1) * gridDim.x - 1) / W);
+}
+
+__device__ __forceinline__ long long gemm_work_begin(const gemm_epi_dev &ep, int num_tiles, int ktiles) {
+    return ep.streamk ? gemm_sk_bound(blockIdx.x, (long long)num_tiles * ktiles) : (long long)blockIdx.x;
+}
+
+/* The workspace slot (GEMM_BM x BN fp32) of part `part` of `tile`. Split-K: tile x splits + part. Stream-K: two
+ * slots per CTA, 2b for the piece that starts its range and 2b + 1 for the one that ends it (the pieces between
+ * are whole tiles, which need none): part p > 0 of a tile starts CTA first+p's range; part 0 starts the range
+ * of CTA `first` only if the tile begins exactly there. So the workspace is 2 x grid slots whatever the tile
+ * count. */
+__device__ __forceinline__ long long gemm_fixup_slot(const gemm_epi_dev &ep, int tile, int part, int splits,
+                                                     int ktiles, int num_tiles) {
+    if (!ep.streamk) return (long long)tile * splits + part;
+    const long long W = (long long)num_tiles * ktiles, t0 = (long long)tile * ktiles;
+    const int first = gemm_sk_owner(t0, W);
+    if (part > 0) return 2LL * (first + part);
+    return 2LL * first + (gemm_sk_bound(first, W) == t0 ? 0 : 1);
+}
+
+/* this CTA's next work item at cursor (advanced); false when there is none. The producer and the consumers
+ * walk the same sequence. */
+__device__ __forceinline__ bool gemm_work_next(const gemm_epi_dev &ep, long long &cursor, int num_tiles, int ktiles,
+                                               int splits, int kps, gemm_work &wk) {
+    if (ep.streamk) {
+        const long long W = (long long)num_tiles * ktiles, end = gemm_sk_bound(blockIdx.x + 1, W);
+        if (cursor >= end) return false;
+        wk.tile = (int)(cursor / ktiles);
+        const long long t0 = (long long)wk.tile * ktiles;
+        wk.kt0 = (int)(cursor - t0);
+        wk.kt1 = end - t0 < ktiles ? (int)(end - t0) : ktiles;
+        const int first = gemm_sk_owner(t0, W);
+        wk.part = (int)blockIdx.x - first;
+        wk.parts = gemm_sk_owner(t0 + ktiles - 1, W) - first + 1;
+        cursor = t0 + wk.kt1;
+        return true;
+    }
+    if (cursor >= (long long)num_tiles * splits) return false;
+    const int u = (int)cursor;
+    wk.part = u / num_tiles;
+    wk.tile = u - wk.part * num_tiles;
+    wk.kt0 = wk.part * kps;
+    wk.kt1 = min(wk.kt0 + kps, ktiles);
+    wk.parts = splits;
+    cursor += gridDim.x;
+    return true;
+}
+
 /* ---- split-K: the in-kernel fixed-order reduction ("fixup") ------------------
  *
  * The separate reduction pass reads every split's M*N slice back from memory after the GEMM has finished
@@ -500,14 +569,17 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
 
 template <int BN>
 __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm_epi_dev &ep, int tile, int split,
-                                                  int splits, int row0, int col0, int M, int N,
-                                                  volatile int *fixup_last) {
+                                                  int splits, int kernel_splits, int ktiles, int num_tiles, int row0,
+                                                  int col0, int M, int N, volatile int *fixup_last) {
     constexpr int V = BN / 8;               /* float4 per consumer thread */
     constexpr int SLOT4 = GEMM_BM * BN / 4; /* float4 per slot: 256 consumer threads x V */
     static_assert(V % GEMM_FIXUP_CHUNK == 0, "chunks tile the thread's float4 groups");
     const int ctid = threadIdx.x - 128; /* 0..255 over both consumer warpgroups */
-    float4 *const slots = reinterpret_cast<float4 *>(ep.work) + (size_t)tile * splits * SLOT4 + ctid;
-    float4 *const mine = slots + (size_t)split * SLOT4;
+    /* split / splits: this contribution and the tile's count (stream-K: the tile's parts); kernel_splits: the
+     * launch's split count, which lays out the split-K slots */
+    float4 *const slots = reinterpret_cast<float4 *>(ep.work) + ctid;
+    float4 *const mine =
+        slots + (size_t)gemm_fixup_slot(ep, tile, split, kernel_splits, ktiles, num_tiles) * SLOT4;
 #pragma unroll
     for (int v = 0; v < V; v++) __stcg(mine + v * 256, make_float4(d[4 * v], d[4 * v + 1], d[4 * v + 2], d[4 * v + 3]));
     __threadfence();
@@ -521,11 +593,12 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
     asm volatile("bar.sync %0, 256;" ::"n"(GEMM_FIXUP_BAR) : "memory");
     if (!*fixup_last) return; /* uniform over the 256 threads; the next write of fixup_last is behind barrier 1 */
     __threadfence();
+    const float4 *const first = slots + (size_t)gemm_fixup_slot(ep, tile, 0, kernel_splits, ktiles, num_tiles) * SLOT4;
 #pragma unroll
     for (int v0 = 0; v0 < V; v0 += GEMM_FIXUP_CHUNK) {
         float4 w[GEMM_FIXUP_CHUNK];
 #pragma unroll
-        for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) w[j] = __ldcg(slots + (v0 + j) * 256);
+        for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) w[j] = __ldcg(first + (v0 + j) * 256);
 #pragma unroll
         for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) {
             d[4 * (v0 + j)] = w[j].x;
@@ -535,7 +608,8 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
         }
     }
     for (int s = 1; s < splits; s++) {
-        const float4 *const src = slots + (size_t)s * SLOT4;
+        const float4 *const src =
+            slots + (size_t)gemm_fixup_slot(ep, tile, s, kernel_splits, ktiles, num_tiles) * SLOT4;
 #pragma unroll
         for (int v0 = 0; v0 < V; v0 += GEMM_FIXUP_CHUNK) {
             float4 w[GEMM_FIXUP_CHUNK];
@@ -588,7 +662,10 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
  * Work units are (tile, K split) pairs, unit u = split (u / tiles) of tile (u % tiles), so the CTAs in
  * flight share one K range of the operands in L2. With splits == 1 the epilogue (gemm_epilogue<BN, EPI>, the
  * fused operations of ep) writes C; with splits > 1 (EPI 0 only) it writes split s's partial sums, plain, to
- * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards. */
+ * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards (or, TN with
+ * ep.tile_cnt, the fixup reduces in the kernel). TN stream-K (ep.streamk) replaces the units by contiguous
+ * iteration ranges (gemm_work_next); a tile done by one CTA gets the normal epilogue, one split between CTAs the
+ * fixup. */
 template <int BN, int TA, int TB, int EPI>
 __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
                                                 const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
@@ -607,7 +684,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 
     const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM, tiles_n = (N + BN - 1) / BN;
     const int num_tiles = tiles_m * tiles_n;
-    const int num_units = num_tiles * splits;
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int wg = threadIdx.x / 128;
 
@@ -632,11 +708,12 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+            gemm_work wk;
+            for (long long cur = gemm_work_begin(ep, num_tiles, ktiles);
+                 gemm_work_next(ep, cur, num_tiles, ktiles, splits, kps, wk);) {
                 int tm, tn;
-                const int split = u / num_tiles;
-                gemm_tile_coords(u - split * num_tiles, tiles_m, tiles_n, &tm, &tn);
-                const int kt0 = split * kps, kt1 = min(kt0 + kps, ktiles);
+                gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
+                const int kt0 = wk.kt0, kt1 = wk.kt1;
                 const int m0 = tm * GEMM_BM, n0 = tn * BN;
                 /* MN-major boxes entirely past M or N are not loaded: their stale shared memory only feeds
                  * output rows / columns the epilogue discards (TMA counts a partly-outside box in full) */
@@ -688,15 +765,16 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
-        for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+        gemm_work wk;
+        for (long long cur = gemm_work_begin(ep, num_tiles, ktiles);
+             gemm_work_next(ep, cur, num_tiles, ktiles, splits, kps, wk);) {
             int tm, tn;
-            const int split = u / num_tiles;
-            gemm_tile_coords(u - split * num_tiles, tiles_m, tiles_n, &tm, &tn);
-            const int kt0 = split * kps, kt1 = min(kt0 + kps, ktiles);
+            gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
+            const int kt0 = wk.kt0, kt1 = wk.kt1;
             const int row0 = tm * GEMM_BM + c * 64 + warp * 16 + lane / 4;
             const int col0 = tn * BN + 2 * (lane % 4);
             /* the epilogue's inputs travel to L2 while the mainloop runs */
-            if (splits == 1 && ep.res != nullptr) gemm_prefetch_rows<BN>(ep.res, row0, tn * BN, lane, M, N);
+            if (wk.parts == 1 && ep.res != nullptr) gemm_prefetch_rows<BN>(ep.res, row0, tn * BN, lane, M, N);
             if constexpr ((EPI & GEMM_EPI_DGELU) != 0) gemm_prefetch_rows<BN>(ep.dpre, row0, tn * BN, lane, M, N);
             /* TMA store + bias: the tile's BN bias values go to shared memory once, by cp.async (no registers,
              * no wait until the epilogue), instead of 2 x BN/8 dependent global loads per thread in the epilogue
@@ -749,17 +827,18 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
             wgmma_fence_operands(d);
             if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 
-            if (splits == 1) {
+            if (wk.parts == 1) {
                 gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout, tm_pre);
             } else if (TA && TB && ep.tile_cnt != nullptr) { /* TN only: the in-kernel fixed-order reduction */
                 /* "last" flag: the 16 bytes after the barriers, inside the 1 KiB alignment slack of cfg::SMEM */
                 if constexpr (TA && TB)
-                    gemm_splitk_fixup<BN>(d, ep, u - split * num_tiles, split, splits, row0, col0, M, N,
+                    gemm_splitk_fixup<BN>(d, ep, wk.tile, wk.part, wk.parts, splits, ktiles, num_tiles, row0,
+                                          col0, M, N,
                                           reinterpret_cast<volatile int *>(
                                               gemm_smem + (bars + 16 * STAGES - smem_u32(gemm_smem))));
             } else { /* a split-K partial: plain fp32 into this split's slice of the workspace */
                 gemm_epi_dev part = {};
-                part.C = ep.work + (size_t)split * M * N;
+                part.C = ep.work + (size_t)wk.part * M * N;
                 part.vec2 = ep.vec2;
                 gemm_epilogue<BN, 0>(d, part, row0, col0, M, N);
             }
@@ -1002,7 +1081,8 @@ template <int BN, int LAYOUT, int EPI> static gemm_kernel_fn gemm_kernel_for(voi
  * caller expresses C += as ep.res = C. */
 template <int BN, int LAYOUT, int EPI>
 static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
-                                      int accumulate, int splits, cudaStream_t stream, int dev, int sm_count) {
+                                      int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
+                                      long long sk_iters = 0) {
     static_assert(LAYOUT != GEMM_TN || EPI == 0, "dW (TN) has only the plain epilogue");
     typedef gemm_cfg<BN> cfg;
     static int smem_set[GEMM_MAX_DEVICES]; /* one per instantiation: the kernel's smem limit was raised */
@@ -1040,7 +1120,9 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     const int kps = (ktiles + splits - 1) / splits;
     const long long units = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + BN - 1) / BN) * splits;
     if (units > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
-    const int grid = (int)(units < sm_count ? units : sm_count);
+    /* stream-K (sk_iters = tiles x ktiles): every SM, but never more CTAs than iterations (each range >= 1) */
+    const long long want = sk_iters > 0 ? sk_iters : units;
+    const int grid = (int)(want < sm_count ? want : sm_count);
     /* 2-element accesses: N even (an even column's pair then never straddles a row end) and every (M,N) buffer
      * aligned for them (8 bytes fp32, 4 bytes bf16) */
     const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8;
@@ -1292,6 +1374,17 @@ static size_t gemm_tn_fixup_bytes(int M, int N, int bn, int splits) {
     return gemm_tn_fixup_cnt_bytes(tiles) + (size_t)tiles * splits * GEMM_BM * bn * sizeof(float);
 }
 
+/* Stream-K for TN: tile width 256 (128 when N <= 128), grid = min(SMs, tiles x ktiles) so every CTA's range holds
+ * >= 1 iteration, workspace = the tile counters + 2 slots per CTA (gemm_fixup_slot). */
+static int gemm_tn_streamk_bn(int N) { return N <= 128 ? 128 : 256; }
+static size_t gemm_tn_streamk_bytes(int M, int N, int K, int sm_count) {
+    const int bn = gemm_tn_streamk_bn(N);
+    const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
+    const long long iters = tiles * ((K + GEMM_BK - 1) / GEMM_BK);
+    const long long grid = iters < sm_count ? iters : sm_count;
+    return gemm_tn_fixup_cnt_bytes(tiles) + (size_t)(2 * grid) * GEMM_BM * bn * sizeof(float);
+}
+
 extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
     *bytes = 0;
     if (M <= 0 || N <= 0 || K <= 0) return FORGE_OK;
@@ -1308,7 +1401,8 @@ extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t
         if (f > b) b = f;
         if (b > need) need = b;
     }
-    *bytes = need;
+    const size_t sk = gemm_tn_streamk_bytes(M, N, K, sm_count); /* FORGE_GEMM_TN_REDUCE_STREAMK */
+    *bytes = need > sk ? need : sk;
     return FORGE_OK;
 }
 
@@ -1320,13 +1414,36 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
         why = "the split-K workspace must be 16-byte aligned";
     if (why == nullptr && reduce != FORGE_GEMM_TN_REDUCE_DEFAULT && reduce != FORGE_GEMM_TN_REDUCE_PASS &&
-        reduce != FORGE_GEMM_TN_REDUCE_INKERNEL)
-        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS or _INKERNEL";
+        reduce != FORGE_GEMM_TN_REDUCE_INKERNEL && reduce != FORGE_GEMM_TN_REDUCE_STREAMK)
+        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL or _STREAMK";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
     const int fixup = reduce == FORGE_GEMM_TN_REDUCE_INKERNEL;
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    if (reduce == FORGE_GEMM_TN_REDUCE_STREAMK) {
+        const size_t need = gemm_tn_streamk_bytes(M, N, K, sm_count);
+        if (workspace == nullptr || workspace_bytes < need)
+            return forge_error(FORGE_ERR_ARG,
+                               "gemm_wgmma tn stream-K (M=%d N=%d K=%d): workspace of %zu bytes, needs %zu "
+                               "(forge_gemm_bf16_tn_workspace)",
+                               M, N, K, workspace == nullptr ? (size_t)0 : workspace_bytes, need);
+        const int bn = gemm_tn_streamk_bn(N);
+        const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
+        gemm_epi_dev ep = {};
+        ep.C = C;
+        ep.res = accumulate ? C : nullptr; /* a whole tile's epilogue or the fixup adds C */
+        ep.tile_cnt = (int *)workspace;
+        ep.work = (float *)((char *)workspace + gemm_tn_fixup_cnt_bytes(tiles));
+        ep.streamk = 1;
+        CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), (cudaStream_t)stream));
+        const long long iters = tiles * ((K + GEMM_BK - 1) / GEMM_BK);
+        if (bn == 128)
+            return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, 1,
+                                                      (cudaStream_t)stream, dev, sm_count, iters);
+        return gemm_wgmma_launch<256, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, 1,
+                                                  (cudaStream_t)stream, dev, sm_count, iters);
+    }
     const long long max_slices =
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
     int bn = 256, splits = 1;

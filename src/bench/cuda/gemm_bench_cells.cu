@@ -53,8 +53,9 @@ extern "C" {
  * b_mn = (NN or TN); a TN shape carries the split-K workspace (forge_gemm_bf16_tn_workspace) as its work. */
 typedef enum { GB_NT = 0, GB_NN, GB_TN } gb_layout;
 
-/* GB_WGMMA_FIXUP: TN with the in-kernel fixed-order split-K reduction (FORGE_GEMM_TN_REDUCE_INKERNEL) */
-typedef enum { GB_CUBLAS = 0, GB_WGMMA, GB_AUTO, GB_WGMMA_FIXUP } gb_kind; /* gc_cell.kind */
+/* GB_WGMMA_FIXUP: TN with the in-kernel fixed-order split-K reduction (FORGE_GEMM_TN_REDUCE_INKERNEL);
+ * GB_WGMMA_STREAMK: TN stream-K (FORGE_GEMM_TN_REDUCE_STREAMK) */
+typedef enum { GB_CUBLAS = 0, GB_WGMMA, GB_AUTO, GB_WGMMA_FIXUP, GB_WGMMA_STREAMK } gb_kind; /* gc_cell.kind */
 
 /* ---- cell run -------------------------------------------------------------- */
 
@@ -69,8 +70,9 @@ static forge_status gb_run(void *ctx, int set) {
     if (sh->b_mn) { /* NN or TN */
         if (sh->a_mn) /* TN: the split-K reduction as a separate pass (default) or in the kernel */
             return forge_gemm_bf16_tn_wgmma_reduce(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->work, sh->work_bytes,
-                                                   c->kind == GB_WGMMA_FIXUP ? FORGE_GEMM_TN_REDUCE_INKERNEL
-                                                                             : FORGE_GEMM_TN_REDUCE_PASS,
+                                                   c->kind == GB_WGMMA_FIXUP    ? FORGE_GEMM_TN_REDUCE_INKERNEL
+                                                   : c->kind == GB_WGMMA_STREAMK ? FORGE_GEMM_TN_REDUCE_STREAMK
+                                                                                 : FORGE_GEMM_TN_REDUCE_PASS,
                                                    sh->stream);
         return forge_gemm_bf16_nn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->stream);
     }
@@ -143,11 +145,11 @@ static forge_status gb_plain_groups(gc_session *ss) {
         snprintf(group, sizeof group, "bf16 %s M=%d N=%d K=%d (%s)", lay[sp->layout], sp->M, sp->N, sp->K, sp->what);
         const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
         const double bytes = 2.0 * ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
-        gc_cell cells[3] = {{sh, GB_CUBLAS, 0, 0}, {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
-                            {sh, GB_WGMMA_FIXUP, 0, 0}};
-        const char *names[3] = {"cublas_bf16", sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
-                                "forge_wgmma_bf16_fixup"};
-        const int n_cells = sp->layout == GB_TN ? 3 : 2; /* TN: both split-K reductions side by side */
+        gc_cell cells[4] = {{sh, GB_CUBLAS, 0, 0}, {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
+                            {sh, GB_WGMMA_FIXUP, 0, 0}, {sh, GB_WGMMA_STREAMK, 0, 0}};
+        const char *names[4] = {"cublas_bf16", sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
+                                "forge_wgmma_bf16_fixup", "forge_wgmma_bf16_streamk"};
+        const int n_cells = sp->layout == GB_TN ? 4 : 2; /* TN: both split-K reductions and stream-K */
         for (int v = 0; v < n_cells && s == FORGE_OK; v++)
             s = gc_session_run_cell(ss, &cells[v], gb_run, names[v], group, v == 0, FORGE_PREC_BF16, flops, bytes);
         gc_shape_free(sh);
@@ -172,7 +174,8 @@ typedef enum {
     GE_CUBLAS_BF16,    /* cuBLAS with a bf16 C */
     GE_CUBLAS_BETA1,   /* cuBLAS C = A.B + C */
     GE_FORGE_ACC,      /* forge_gemm_bf16_{nn,tn}_wgmma with accumulate = 1 (C += in the epilogue / reduction) */
-    GE_FORGE_ACC_FIXUP /* tn only: GE_FORGE_ACC with the in-kernel split-K reduction (FORGE_GEMM_TN_REDUCE_INKERNEL) */
+    GE_FORGE_ACC_FIXUP, /* tn only: GE_FORGE_ACC with the in-kernel split-K reduction (FORGE_GEMM_TN_REDUCE_INKERNEL) */
+    GE_FORGE_ACC_STREAMK /* tn only: GE_FORGE_ACC with stream-K (FORGE_GEMM_TN_REDUCE_STREAMK) */
 } ge_kind;
 
 /* per-shape buffers of the epilogue groups */
@@ -417,8 +420,11 @@ static forge_status ge_run(void *ctx, int set) {
         if (sh->a_mn) return forge_gemm_bf16_tn_wgmma(A, B, sh->C, M, N, K, 1, sh->work, sh->work_bytes, sh->stream);
         return forge_gemm_bf16_nn_wgmma(A, B, sh->C, M, N, K, 1, sh->stream);
     case GE_FORGE_ACC_FIXUP:
+    case GE_FORGE_ACC_STREAMK:
         return forge_gemm_bf16_tn_wgmma_reduce(A, B, sh->C, M, N, K, 1, sh->work, sh->work_bytes,
-                                               FORGE_GEMM_TN_REDUCE_INKERNEL, sh->stream);
+                                               c->kind == GE_FORGE_ACC_FIXUP ? FORGE_GEMM_TN_REDUCE_INKERNEL
+                                                                             : FORGE_GEMM_TN_REDUCE_STREAMK,
+                                               sh->stream);
     case GE_CUBLAS_BETA1: return gc_cublas_gemm_ex(sh, set, 1.0f, 0, sh->C);
     case GE_CUBLAS_BF16: return gc_cublas_gemm_ex(sh, set, 0.0f, 1, sh->C);
     case GE_CUBLASLT_GELU_BIAS: return ge_lt_gelu_bias(b, sh, set);
@@ -585,6 +591,8 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         GE_ADD("cublas_bf16_beta1", 1, GE_CUBLAS_BETA1, 0, 0, 0, 0, 0, 0, 0, 1, 0);
         GE_ADD("forge_wgmma_bf16_acc", 0, GE_FORGE_ACC, 0, 0, 0, 0, 0, 0, 0, 1, 0);
         if (g->layout == GB_TN) GE_ADD("forge_wgmma_bf16_acc_fixup", 0, GE_FORGE_ACC_FIXUP, 0, 0, 0, 0, 0, 0, 0, 1, 0);
+        if (g->layout == GB_TN)
+            GE_ADD("forge_wgmma_bf16_acc_streamk", 0, GE_FORGE_ACC_STREAMK, 0, 0, 0, 0, 0, 0, 0, 1, 0);
         break;
     case GE_G_STORE:
         GE_ADD("cublas_bf16", 1, GE_CUBLAS_PASSES, 0, 0, 0, 0, 0, 0, 0, 0, 0);
