@@ -28,6 +28,7 @@
 #include "../src/bench/gemm_bench.h"
 #include "../src/bench/gemm_fp8_bench.h"
 #include "../src/bench/gemm_mma_bench.h"
+#include "../src/bench/harness.h"
 #include "../src/core/status.h"
 #include "../src/data/corpus.h"
 #include "../src/data/tokenize.h"
@@ -463,7 +464,8 @@ static const char *BENCH_HELP =
     "  gemm-fp8  fp8 GEMM: forge's wgmma e4m3/e5m2 kernels vs cuBLASLt fp8 and forge bf16 (CUDA build only)\n"
     "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
     "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
-    "          (--device cuda only; --reps N, default 100; --results DIR, default results)\n";
+    "          (--device cuda only; --reps N, default 100)\n"
+    "  --results DIR  where every suite writes its <date>_<commit>/ folder (default results)\n";
 
 static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
@@ -494,6 +496,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return fail(usage_error("bench", "unknown argument ", argv[a.i]));
     }
     if (s != FORGE_OK) return fail(s);
+    forge_harness_set_default_root(results); /* every suite writes under --results DIR (default results/) */
     if (strcmp(what, "gemm-fp8") == 0) {
         s = forge_bench_gemm_fp8(stdout, (int)reps);
         return s == FORGE_OK ? 0 : fail(s);
@@ -528,7 +531,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (do_ops) {
         int gpu = strcmp(device, "cpu") != 0;
         s = forge_bench_ops(stdout, device, ops_b ? (int)ops_b : gpu ? 8 : 2, ops_t ? (int)ops_t : gpu ? 512 : 128,
-                            (int)ops_c, (int)ops_nh, 8192, "results");
+                            (int)ops_c, (int)ops_nh, 8192, NULL);
     }
     if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
     if (do_gemm) s = forge_bench_gemm(stdout, device, (int)reps);

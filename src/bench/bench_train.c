@@ -174,7 +174,7 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
 #endif
     snprintf(config, sizeof config, "train backend=%s cases=%s:%dx%d,%s:%dx%d", be->name, cases[0].config,
              cases[0].B, cases[0].T, cases[1].config, cases[1].B, cases[1].T);
-    forge_harness_config hc = {.suite = suite, .results_root = "results", .config_text = config,
+    forge_harness_config hc = {.suite = suite, .results_root = NULL, .config_text = config,
                                .input_recipe = TRAIN_RECIPE, .seed = 7, .reps = steps, .warmup = 3, .out = out};
     forge_harness *h = NULL;
     if (s == FORGE_OK) s = forge_harness_open(&h, &hc, &bs.prov, &bs.timer);

@@ -275,7 +275,7 @@ forge_status forge_bench_cpu_matmul(FILE *out, int reps) {
     forge_provenance prov;
     forge_provenance_init_host(&prov);
     forge_bench_timer timer = forge_cpu_bench_timer();
-    forge_harness_config cfg = {.suite = "cpu_matmul", .results_root = "results", .config_text = config,
+    forge_harness_config cfg = {.suite = "cpu_matmul", .results_root = NULL, .config_text = config,
                                 .input_recipe = MATMUL_RECIPE, .seed = 1234, .reps = reps, .warmup = 2,
                                 .out = out};
     forge_backend *fast = NULL, *one = NULL;

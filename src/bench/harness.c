@@ -210,6 +210,12 @@ void forge_harness_free(forge_harness *h) {
     free(h);
 }
 
+/* `forge bench --results DIR`: the root of every suite that does not name its own (set once, before the suites
+ * run, by the CLI's one thread) */
+static const char *harness_default_root;
+
+void forge_harness_set_default_root(const char *dir) { harness_default_root = dir && dir[0] ? dir : NULL; }
+
 forge_status forge_harness_open(forge_harness **out, const forge_harness_config *cfg,
                                 const forge_provenance *prov, const forge_bench_timer *timer) {
     *out = NULL;
@@ -242,7 +248,9 @@ forge_status forge_harness_open(forge_harness **out, const forge_harness_config 
     char day[16];
     strftime(day, sizeof day, "%Y-%m-%d", &tm);
     h->suite = dup_str(cfg->suite);
-    h->results_root = dup_str(cfg->results_root && cfg->results_root[0] ? cfg->results_root : "results");
+    h->results_root = dup_str(cfg->results_root && cfg->results_root[0] ? cfg->results_root
+                              : harness_default_root ? harness_default_root
+                                                     : "results");
     size_t dn = strlen(h->results_root ? h->results_root : "") + strlen(h->prov.commit) + 40;
     h->dir = malloc(dn);
     if (!h->suite || !h->results_root || !h->dir) {

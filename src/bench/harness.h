@@ -69,7 +69,8 @@ typedef struct {
 
 typedef struct {
     const char *suite;        /* "gemm", "characterize", "attention", "ops", "train" */
-    const char *results_root; /* default "results": writes <root>/<date>_<commit>/<suite>.csv */
+    const char *results_root; /* NULL: the default (forge_harness_set_default_root, else "results"); writes
+                               * <root>/<date>_<commit>/<suite>.csv */
     const char *config_text;  /* the suite's configuration, hashed into provenance */
     const char *input_recipe; /* how inputs are generated, hashed into provenance */
     uint64_t seed;
@@ -133,6 +134,10 @@ void forge_harness_bootstrap_ci(const double *samples, int n, uint64_t seed, int
 /* The harness's own copy of the provenance, for a suite to record the end
  * clocks into before close (forge_cuda_provenance_end). */
 forge_provenance *forge_harness_provenance(forge_harness *h);
+/* The results root of suites whose config leaves results_root NULL (`forge bench --results DIR`); NULL or "" restores
+ * "results". Not thread-safe: call before any harness opens. */
+void forge_harness_set_default_root(const char *dir);
+
 /* The results folder: <results_root>/<YYYY-MM-DD>_<commit>[-dirty] (UTC date). */
 const char *forge_harness_dir(const forge_harness *h);
 /* Discards a harness without writing anything (error paths); close frees too. */

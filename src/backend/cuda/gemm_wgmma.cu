@@ -76,7 +76,7 @@ extern "C" {
 
 /* Per block-tile width: stage count chosen to fill ~192 KiB of the 227 KiB. */
 template <int BN> struct gemm_cfg {
-    static constexpr int STAGES = BN == 256 ? 4 : BN == 192 ? 5 : 6;
+    static constexpr int STAGES = BN == 256 ? 4 : 6;
     static constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2;
     static constexpr uint32_t B_BYTES = BN * GEMM_BK * 2;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
@@ -89,10 +89,8 @@ template <int BN> struct gemm_cfg {
     /* + the tile's bias (BN fp32), after the barriers: loaded once per tile by cp.async during the mainloop */
     static constexpr uint32_t BIAS_OFF = OUT_STAGE_BYTES + 2 * STAGES * 8; /* from the staging base */
     static constexpr size_t SMEM_TMA_STORE = SMEM + OUT_STAGE_BYTES + BN * 4;
-    /* 192 is the dW (TN) width only, whose plain epilogue needs no staging */
-    static_assert(SMEM <= 232448 && (BN == 192 || SMEM_TMA_STORE <= 232448),
-                  "fits the 227 KiB of dynamic shared memory");
-    static_assert(BN == 128 || BN == 192 || BN == 256, "wgmma N is 128, 192 (dW only) or 256 here");
+    static_assert(SMEM_TMA_STORE <= 232448, "fits the 227 KiB of dynamic shared memory");
+    static_assert(BN == 128 || BN == 256, "wgmma N is 128 or 256 here");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
 };
 
@@ -155,29 +153,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
-/* d (64 x 192 fp32, 96 registers per thread) += A (64x16, smem desc) . B (192x16, smem desc)^T: the dW tile
- * width whose 96 tiles fill the GPT-2 MLP dW shapes' waves better than 72 of 128x256 (gemm_plan_tn). The
- * accumulator operands go through FORGE_WG_D8 (8 registers per use) rather than a spelled-out list. */
-#define FORGE_WG_D8(i)                                                                                            \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
-        "+f"(d[i + 7])
-template <int TA, int TB>
-__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-        "}, %96, %97, p, 1, 1, %99, %100;\n}\n"
-        : FORGE_WG_D8(0), FORGE_WG_D8(8), FORGE_WG_D8(16), FORGE_WG_D8(24), FORGE_WG_D8(32), FORGE_WG_D8(40),
-          FORGE_WG_D8(48), FORGE_WG_D8(56), FORGE_WG_D8(64), FORGE_WG_D8(72), FORGE_WG_D8(80), FORGE_WG_D8(88)
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
-}
-#undef FORGE_WG_D8
 
 /* one k16 step of the 64 x BN warpgroup tile; TA / TB are wgmma's imm-trans-a / imm-trans-b (0: the operand
  * is K-major in shared memory, 1: MN-major) */
@@ -185,8 +160,6 @@ template <int BN, int TA, int TB>
 __device__ __forceinline__ void wgmma_tile_k16(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc) {
     if constexpr (BN == 128)
         wgmma_m64n128k16<TA, TB>(d, da, db, sc);
-    else if constexpr (BN == 192)
-        wgmma_m64n192k16<TA, TB>(d, da, db, sc);
     else
         wgmma_m64n256k16<TA, TB>(d, da, db, sc);
 }
@@ -1193,8 +1166,8 @@ static int gemm_pick_bn(int M, int N, int sm_count) {
 }
 
 /* Split-K plan for TN: the (BN, splits) with the least modelled time, where time = waves x K slices per unit
- * x the cost of one slice (1 for 128x256, 0.78 for 128x192, 0.55 for 128x128, whose MMAs are half as wide
- * but whose loads are not halved) + the reduction pass's traffic (each split's slice written once and read once, C read if
+ * x the cost of one slice (1 for 128x256, 0.55 for 128x128, whose MMAs are half as wide but whose loads
+ * are not halved) + the reduction pass's traffic (each split's slice written once and read once, C read if
  * accumulating and written) at 3.5 TB/s, in units of one 128x256x64 slice (~0.6 us on an H200 SM).
  * splits is capped by GEMM_MAX_SPLITS and by max_slices (what the workspace holds; <2 means no split).
  * Every split is non-empty: splits = ceil(ktiles / kps). Deterministic in its arguments. */
@@ -1220,10 +1193,9 @@ static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long
     if (max_slices < cap) cap = max_slices < 1 ? 1 : max_slices;
     double best = -1.0;
     int best_bn = 256, best_s = 1;
-    for (int bi = 0; bi < 3; bi++) {
-        /* 128x192: 0.75 of the MMA work of 128x256 per slice, plus the loads that do not shrink with it */
-        const int bn = bi == 0 ? 256 : bi == 1 ? 192 : 128;
-        const double slice_cost = bn == 256 ? 1.0 : bn == 192 ? 0.78 : 0.55;
+    for (int bi = 0; bi < 2; bi++) {
+        const int bn = bi == 0 ? 256 : 128;
+        const double slice_cost = bn == 256 ? 1.0 : 0.55;
         const long long tiles = tiles_m * ((N + bn - 1) / bn);
         for (long long s = 1; s <= cap; s++) {
             const long long kps = (ktiles + s - 1) / s;
@@ -1506,9 +1478,6 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     }
     if (bn == 128)
         return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
-                                                  (cudaStream_t)stream, dev, sm_count);
-    if (bn == 192)
-        return gemm_wgmma_launch<192, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
                                                   (cudaStream_t)stream, dev, sm_count);
     return gemm_wgmma_launch<256, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
                                               (cudaStream_t)stream, dev, sm_count);

@@ -515,7 +515,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
         forge_harness_config cfg;
         memset(&cfg, 0, sizeof cfg);
         cfg.suite = "attention";
-        cfg.results_root = "results";
+        cfg.results_root = NULL; /* forge_harness_set_default_root, else "results" */
         cfg.config_text = config;
         cfg.input_recipe = AB_RECIPE;
         cfg.seed = seed;

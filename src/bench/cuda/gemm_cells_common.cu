@@ -339,7 +339,7 @@ extern "C" forge_status gc_session_open(gc_session *ss, FILE *out, const char *s
     forge_harness_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.suite = suite;
-    cfg.results_root = "results";
+    cfg.results_root = NULL; /* forge_harness_set_default_root, else "results" */
     cfg.config_text = config_text;
     cfg.input_recipe = input_recipe;
     cfg.seed = seed;
