@@ -22,6 +22,14 @@
  *   registers (2 x BN/2 per thread) and serialises one warpgroup's MMAs with
  *   its adds; the other consumer warpgroup's MMAs fill that gap. Hence BN is
  *   128 or 192 here (192: 2 x 96 = 192 of the 232 registers), not 256.
+ * - Chunked promotion (FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128, PROMOTE 3 / 4) reaches BN = 256 with promotion:
+ *   d is 128 registers, so a stage's MMAs are issued per N-chunk into small temporaries: four 64-column
+ *   chunks (m64n64k32) into two alternating 32-register temporaries, chunk q+1's MMAs running while chunk q is
+ *   added (wait_group 1), or two 128-column chunks into one 64-register temporary (wait_group 0 each). The
+ *   price: A is read from shared memory once per chunk (4x / 2x per stage). The loops have no branch between a
+ *   wgmma issue and its wait: ptxas serialises every wgmma of a kernel whose in-flight groups differ between
+ *   control-flow paths (info C7518, "wgmma.mma_async instructions are serialized ... in divergent path"; the
+ *   PROMOTE == 2 loop has it).
  * - FORGE_FP8_FAST_ACCUM: the bf16 kernel's loop (one wgmma group in flight,
  *   the accumulator is d itself) at BN = 256; labelled, for comparison only.
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out (float2
@@ -32,6 +40,8 @@
  *   (the transaction count is still the full box), the epilogue bounds-checks.
  */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -57,6 +67,12 @@ extern "C" {
  * so each consumer gets 240 (24 x 128 + 240 x 256 = 64512 of the 65536) */
 #define FP8_PIPE_PRODUCER_REGS 24
 #define FP8_PIPE_CONSUMER_REGS 240
+
+/* PROMOTE (template parameter of the body): 0 fast accum, 1 serial promotion, 2 pipelined (two alternating
+ * stage temporaries, BN 128), 3 and 4 chunked promotion at BN 256 (64-column chunks with two alternating
+ * temporaries / 128-column chunks with one). */
+#define FP8_CHUNK64 3
+#define FP8_CHUNK128 4
 
 /* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
 enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
@@ -335,6 +351,39 @@ __device__ __forceinline__ void wgmma_m64n128k32_e5m2_e4m3_first(float (&d)[64],
         : "l"(desc_a), "l"(desc_b), "r"(0));
 }
 
+/* ---- wgmma m64n64k32 fp8: the 64-column chunks of the chunked promotion (PROMOTE == 3) ----
+ * d (64 x 64 fp32, 32 registers per thread) (+)= A (64x32 e4m3|e5m2, smem desc) . B (64x32 e4m3, smem desc)^T.
+ * No write-only (=f) "first" form here, unlike n128: with one, ptxas gave the chunk64 loop a 224-byte stack
+ * frame and 420 bytes of spill stores (the scale-d 0 wgmma's outputs were new values in new registers, so the
+ * temporaries' copies overlapped); with read-write operands, zeroed once per tile, 0 spills. */
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n64k32_e5m2_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 /* one k-step (32 bytes of K: k32 for fp8, k8 for tf32) of the 64 x BN warpgroup tile; AT: 0 = A e4m3,
  * 1 = A e5m2 (B is e4m3), 2 = A and B tf32 */
 template <int BN, int AT>
@@ -375,6 +424,51 @@ __device__ __forceinline__ void fp8_issue_stage(float (&t)[BN / 2], uint32_t bar
     wgmma_commit();
 }
 
+/* PROMOTE == 3 / 4 (BN = 256): issue one N-chunk of a stage, i.e. the chunk's 4 k32 wgmmas as one commit group
+ * into the chunk temporary u (the first with scale-d 0: u = 0 + ...; u's old value is ignored but, for n64, kept
+ * in the same registers: see the m64n64k32 wrappers). da: this warpgroup's A descriptor of the
+ * stage, db: the B descriptor of the chunk's first row (row 64q or 128q of the 256-row B box: 8192 or 16384
+ * bytes on, a multiple of the 1024-byte swizzle atom). The fence orders the FADDs that read u (the previous
+ * chunk's promotion) before the wgmmas that overwrite it. */
+template <int AT>
+__device__ __forceinline__ void fp8_issue_chunk64(float (&u)[32], uint64_t da, uint64_t db) {
+    static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
+    wgmma_fence();
+    if constexpr (AT == WG_E4M3) {
+#pragma unroll
+        for (int k = 0; k < FP8_BK / 32; k++) wgmma_m64n64k32_e4m3_e4m3(u, da + 2 * k, db + 2 * k, k != 0 ? 1 : 0);
+    } else {
+#pragma unroll
+        for (int k = 0; k < FP8_BK / 32; k++) wgmma_m64n64k32_e5m2_e4m3(u, da + 2 * k, db + 2 * k, k != 0 ? 1 : 0);
+    }
+    wgmma_commit();
+}
+
+template <int AT>
+__device__ __forceinline__ void fp8_issue_chunk128(float (&u)[64], uint64_t da, uint64_t db) {
+    static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
+    wgmma_fence();
+    if constexpr (AT == WG_E4M3) {
+        wgmma_m64n128k32_e4m3_e4m3_first(u, da, db);
+#pragma unroll
+        for (int k = 1; k < FP8_BK / 32; k++) wgmma_m64n128k32_e4m3_e4m3(u, da + 2 * k, db + 2 * k, 1);
+    } else {
+        wgmma_m64n128k32_e5m2_e4m3_first(u, da, db);
+#pragma unroll
+        for (int k = 1; k < FP8_BK / 32; k++) wgmma_m64n128k32_e5m2_e4m3(u, da + 2 * k, db + 2 * k, 1);
+    }
+    wgmma_commit();
+}
+
+/* d[OFF + i] += u[i]: promote one retired chunk temporary into its columns of the fp32 accumulator. A chunk of
+ * 64 (128) columns is fragment elements 32q..32q+31 (64q..64q+63) of d: element 4i + 2h + j is column
+ * 8i + 2(lane%4) + j, so 64 columns are 8 consecutive i, i.e. 32 consecutive elements. */
+template <int OFF, int R>
+__device__ __forceinline__ void fp8_promote_chunk(float (&d)[128], const float (&u)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) d[OFF + i] += u[i];
+}
+
 /* tile index -> (row-block, column-block): groups of FP8_GROUP_M row-blocks, all column-blocks of a group before
  * the next, so the tiles in flight share a few A row-blocks (the bf16 kernel's order) */
 __device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n, int *tm, int *tn) {
@@ -398,6 +492,8 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
     static_assert(PROMOTE != 2 || BN == 128, "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128");
+    static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK128) || BN == 256,
+                  "chunked promotion splits a 256-wide tile: d is 128 registers, the chunk temporaries 64");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
     const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                               /* A stages */
@@ -516,6 +612,80 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+                }
+            } else if constexpr (PROMOTE == FP8_CHUNK64) {
+                /* chunked promotion at BN = 256: a stage's 64 x 256 x 128 is four 64-column chunks q = 0..3, each
+                 * 4 wgmma m64n64k32 as one commit group into p0 (q even) or p1 (q odd). After issuing chunk q the
+                 * warpgroup retires chunk q-1 (wait_group 1) and adds its temporary into d while chunk q runs, so
+                 * the tensor pipe always holds one of this warpgroup's groups during its FADDs. Chunk 3 of stage
+                 * kt is retired after chunk 0 of stage kt+1 is issued, and stage kt released then (its smem is
+                 * read by chunk 3). The control flow is the same on every path (no branch between an issue and
+                 * its wait, the same groups in flight at every loop entry): ptxas serialises wgmma (C7518)
+                 * otherwise. At kt = 0 there is no chunk 3 to retire: p1 is zeroed so that add is exact (+0). */
+                float p0[32], p1[32];
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    p0[i] = 0.0f; /* defined before its first (scale-d 0, read-write) wgmma */
+                    p1[i] = 0.0f;
+                }
+#pragma unroll 1
+                for (int kt = 0; kt < ktiles; kt++) {
+                    mbar_wait(bars + 8 * stage, phase);
+                    /* one descriptor per operand; +2 per 32-byte k-step, +512 per 64-row B chunk (8192 B >> 4):
+                     * the start-address field (address >> 4 < 2^14 in 227 KiB) never carries */
+                    const uint64_t da = wgmma_desc(sa + stage * cfg::A_BYTES + c * (64 * FP8_BK));
+                    const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
+                    fp8_issue_chunk64<AT>(p0, da, db);
+                    wgmma_wait<1>(); /* the previous stage's chunk 3 (p1): done */
+                    wgmma_fence_operands(p1);
+                    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    fp8_promote_chunk<96>(d, p1);
+                    fp8_issue_chunk64<AT>(p1, da, db + 512);
+                    wgmma_wait<1>(); /* chunk 0 */
+                    wgmma_fence_operands(p0);
+                    fp8_promote_chunk<0>(d, p0);
+                    fp8_issue_chunk64<AT>(p0, da, db + 1024);
+                    wgmma_wait<1>(); /* chunk 1 */
+                    wgmma_fence_operands(p1);
+                    fp8_promote_chunk<32>(d, p1);
+                    fp8_issue_chunk64<AT>(p1, da, db + 1536);
+                    wgmma_wait<1>(); /* chunk 2 */
+                    wgmma_fence_operands(p0);
+                    fp8_promote_chunk<64>(d, p0);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                wgmma_wait<0>(); /* the last stage's chunk 3 */
+                wgmma_fence_operands(p1);
+                if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                fp8_promote_chunk<96>(d, p1);
+            } else if constexpr (PROMOTE == FP8_CHUNK128) {
+                /* chunked promotion at BN = 256, serial: two 128-column chunks per stage into one 64-register
+                 * temporary pt (d 128 + pt 64: a second temporary would need 256 registers), each retired with
+                 * wait_group 0 and added before the next is issued; the other consumer warpgroup's MMAs fill
+                 * the gaps (as in PROMOTE == 1, at half the FADDs per gap and a 256-wide tile). */
+                float pt[64];
+#pragma unroll 1
+                for (int kt = 0; kt < ktiles; kt++) {
+                    mbar_wait(bars + 8 * stage, phase);
+                    const uint64_t da = wgmma_desc(sa + stage * cfg::A_BYTES + c * (64 * FP8_BK));
+                    const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
+                    fp8_issue_chunk128<AT>(pt, da, db);
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(pt);
+                    fp8_promote_chunk<0>(d, pt);
+                    fp8_issue_chunk128<AT>(pt, da, db + 1024); /* rows 128..255: 16384 B >> 4 */
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(pt);
+                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage)); /* the stage is read: release it */
+                    fp8_promote_chunk<64>(d, pt);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
                 }
             } else
             for (int kt = 0; kt < ktiles; kt++) {
@@ -644,6 +814,7 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
     const long long tiles_m = (M + FP8_BM - 1) / FP8_BM;
     const long long t128 = tiles_m * ((N + 127) / 128);
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) return 128;
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64 || accum == FORGE_FP8_PROMOTE_CHUNK128) return 256; /* by construction */
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
         return (t256 < sm_count && t128 > t256) ? 128 : 256;
@@ -683,6 +854,10 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
                                  int K, int vec2, int dev, int sms, cudaStream_t st) {
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) /* 128 only (fp8_pick_bn): d, t and t1 must fit 240 registers */
         return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64) /* 256 only: the chunks split a 256-wide tile */
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK128)
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM)
         return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
                          : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
@@ -690,9 +865,30 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
                      : fp8_launch<192, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
 }
 
+/* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
+ * unset, "" or "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128":
+ * FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128. All do the same fp32 adds in the same K order per element (expected
+ * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
+ * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
+ * remapped. */
+static int fp8_env_promote(void) {
+    static int cached = -2; /* racing first callers compute and store the same value */
+    if (cached != -2) return cached;
+    const char *v = getenv("FORGE_FP8_PROMOTE_VARIANT");
+    int r;
+    if (v == nullptr || v[0] == '\0' || strcmp(v, "serial") == 0) r = FORGE_FP8_PROMOTE;
+    else if (strcmp(v, "pipe") == 0) r = FORGE_FP8_PROMOTE_PIPELINED;
+    else if (strcmp(v, "chunk64") == 0) r = FORGE_FP8_PROMOTE_CHUNK64;
+    else if (strcmp(v, "chunk128") == 0) r = FORGE_FP8_PROMOTE_CHUNK128;
+    else r = -1;
+    cached = r;
+    return r;
+}
+
 static const char *fp8_fmt_name(int f) { return f == FORGE_FP8_E4M3 ? "e4m3" : f == FORGE_FP8_E5M2 ? "e5m2" : "?"; }
 
 extern "C" int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum) {
+    if (accum == FORGE_FP8_PROMOTE && fp8_env_promote() >= 0) accum = (forge_fp8_accum)fp8_env_promote();
     int dev = 0, sms = 0;
     if (fp8_device_info(&dev, &sms) != FORGE_OK) return 0;
     return fp8_pick_bn(M, N, (int)accum, sms);
@@ -708,13 +904,22 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
     else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
     else if (c_type != FORGE_GEMM_OUT_F32 && c_type != FORGE_GEMM_OUT_BF16) why = "C must be fp32 or bf16";
     else if ((uintptr_t)C % c_elem != 0) why = "C must be aligned to its element size";
-    else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED)
+    else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED &&
+             accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128)
         why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8 nt (%s x %s, M=%d N=%d K=%d): %s", fp8_fmt_name(a_fmt),
                            fp8_fmt_name(b_fmt), M, N, K, why);
+    if (accum == FORGE_FP8_PROMOTE) {
+        const int v = fp8_env_promote();
+        if (v < 0)
+            return forge_error(FORGE_ERR_ARG,
+                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected serial, pipe, chunk64 or chunk128)",
+                               getenv("FORGE_FP8_PROMOTE_VARIANT"));
+        accum = (forge_fp8_accum)v;
+    }
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const int bn = fp8_pick_bn(M, N, (int)accum, sms);

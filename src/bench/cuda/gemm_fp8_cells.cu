@@ -472,6 +472,8 @@ typedef enum {
     F8_LT = 0,
     F8_E4M3,
     F8_E4M3_PIPE,
+    F8_E4M3_CHUNK64,
+    F8_E4M3_CHUNK128,
     F8_E5M2,
     F8_E4M3_FAST,
     F8_E4M3_BF16OUT,
@@ -505,6 +507,12 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_E4M3_PIPE:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_PIPELINED, sh->stream);
+    case F8_E4M3_CHUNK64:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64, sh->stream);
+    case F8_E4M3_CHUNK128:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK128, sh->stream);
     case F8_E4M3:
     case F8_E4M3_FAST:
     case F8_E4M3_BF16OUT:
@@ -595,7 +603,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
-                       "forge_fp8_e4m3_pipe,"
+                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; tf32 nt "
                        "cells=cublas_tf32,forge_wgmma_tf32; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
@@ -606,7 +614,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         &ss, out, "gemm_fp8", config, F8_RECIPE, seed, reps, "gemm-fp8 bench",
         "gemm-fp8: C (M,N) = 0.125 . A (M,K) . B (N,K)^T, fp8 K-major inputs (e4m3 x e4m3, e5m2 x e4m3), fp32 "
         "accumulation promoted every 128 of K (pipe: the same promotion, two alternating temporaries, "
-        "wait_group 1; fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
+        "wait_group 1; chunk64 / chunk128: the same promotion at BN 256, a stage's MMAs per 64-column chunk into "
+        "two alternating temporaries / per 128-column chunk into one; fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
         "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
@@ -650,6 +659,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         } cells[] = {{F8_LT, "cublaslt_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3, "forge_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_PIPE, "forge_fp8_e4m3_pipe", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK64, "forge_fp8_e4m3_chunk64", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK128, "forge_fp8_e4m3_chunk128", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
@@ -673,7 +684,10 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             cell.group = tf32 ? group32 : group;
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
-            cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E5M2) ? "forge_wgmma_bf16" : NULL;
+            cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
+                                k == F8_E5M2)
+                                   ? "forge_wgmma_bf16"
+                                   : NULL;
             cell.precision = cells[v].prec;
             cell.flops = flops;
             cell.bytes = cells[v].in_bytes * mk_nk + cells[v].out_bytes * mn;
