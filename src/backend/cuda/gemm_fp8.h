@@ -21,7 +21,9 @@
  *   partial-sum temporaries alternate so a stage's adds overlap the next
  *   stage's MMAs (wgmma wait_group 1, not 0). 128-wide tiles only (3
  *   fragments of 64 registers). Candidate default, pending H200 measurement
- *   (bench cell forge_fp8_e4m3_pipe).
+ *   (bench cell forge_fp8_e4m3_pipe). Its first H200 figures (903 / 927
+ *   TFLOP/s at 4096^3 / 8192^3) were of a build whose wgmmas ptxas had
+ *   serialised (info C7518, wait 0 after every wgmma); fixed, unmeasured.
  * - FORGE_FP8_PROMOTE_CHUNK64 / FORGE_FP8_PROMOTE_CHUNK128: the same promotion
  *   (same adds, same K order: the same numbers) at a 256-wide tile: a stage's
  *   MMAs are issued per N-chunk, 64 columns into two alternating 32-register

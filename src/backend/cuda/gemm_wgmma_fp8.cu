@@ -28,8 +28,9 @@
  *   added (wait_group 1), or two 128-column chunks into one 64-register temporary (wait_group 0 each). The
  *   price: A is read from shared memory once per chunk (4x / 2x per stage). The loops have no branch between a
  *   wgmma issue and its wait: ptxas serialises every wgmma of a kernel whose in-flight groups differ between
- *   control-flow paths (info C7518, "wgmma.mma_async instructions are serialized ... in divergent path"; the
- *   PROMOTE == 2 loop has it).
+ *   control-flow paths (info C7518, "wgmma.mma_async instructions are serialized ... in divergent path":
+ *   a wait_group 0 after every wgmma; the first PROMOTE == 2 loop had it, hence its H200 figures below the
+ *   serial kernel's). scripts/check_ptxas.py fails on C7518.
  * - FORGE_FP8_FAST_ACCUM: the bf16 kernel's loop (one wgmma group in flight,
  *   the accumulator is d itself) at BN = 256; labelled, for comparison only.
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out (float2
@@ -568,51 +569,65 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 /* pipelined promotion: stage kt's wgmmas write t (kt even) or t1 (kt odd); after issuing them,
                  * wait_group 1 retires the previous stage's group only, so its FADDs into d overlap this stage's
                  * MMAs instead of stalling the tensor pipe. Unrolled by two so each temporary is named at compile
-                 * time. Not unrolled further: a third copy would only add live addresses. */
-#pragma unroll 1
-                for (int kt = 0; kt < ktiles; kt += 2) {
-                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
-                    if (kt > 0) {
-                        wgmma_wait<1>();
-                        wgmma_fence_operands(t1);
-                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                 * time. The loop body has no branch between an issue and its wait and leaves the same group (the
+                 * odd stage's, t1) in flight on every iteration: an earlier version issued the odd stage under
+                 * `if (kt + 1 < ktiles)` and drained under `if ((ktiles & 1) == 0)`, and ptxas serialised all its
+                 * wgmmas (info C7518). t1 is zeroed per tile so the first retire adds +0. An odd last stage is
+                 * the tail after the loop (a uniform branch, taken or not for the whole tile). */
 #pragma unroll
-                        for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
-                    }
+                for (int i = 0; i < BN / 2; i++) t1[i] = 0.0f;
+                int kt = 0;
+#pragma unroll 1
+                for (; kt + 1 < ktiles; kt += 2) {
+                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>(); /* the previous odd stage (t1), if any */
+                    wgmma_fence_operands(t1);
+                    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
                     prev = stage;
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
                     }
-                    /* the odd stage, if any, into t1; either way t (this iteration's even stage) is retired
-                     * here, in one place: a second copy of its adds for the odd-ktiles drain made ptxas spill */
-                    const bool odd_stage = kt + 1 < ktiles;
-                    if (odd_stage) {
-                        fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
-                        wgmma_wait<1>();
-                    } else {
-                        wgmma_wait<0>();
-                    }
+                    fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>(); /* the even stage (t) */
                     wgmma_fence_operands(t);
                     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t[i];
-                    if (odd_stage) {
-                        prev = stage;
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1;
-                        }
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
                     }
                 }
-                /* ktiles even: the last group (t1's) is still in flight */
-                if ((ktiles & 1) == 0) {
-                    wgmma_wait<0>();
+                if (kt < ktiles) {
+                    /* odd ktiles: the last stage, into t; retire t1 (zeros when ktiles == 1) meanwhile */
+                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>();
                     wgmma_fence_operands(t1);
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t);
+                    /* t into t1 (64 MOVs once per tile) so one copy of the final adds serves both tails: a
+                     * second copy of `d += t` made ptxas spill in an earlier version */
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) t1[i] = t[i];
+                } else {
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t1);
                 }
+                if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
             } else if constexpr (PROMOTE == FP8_CHUNK64) {
                 /* chunked promotion at BN = 256: a stage's 64 x 256 x 128 is four 64-column chunks q = 0..3, each
                  * 4 wgmma m64n64k32 as one commit group into p0 (q even) or p1 (q odd). After issuing chunk q the
