@@ -978,7 +978,8 @@ enum { N_MODES = 12 }; /* case_gemm_fp8's modes */
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
      * pipelined promotion (the shapes' K/128 tile counts 1, 3, 5 and 8 cover both of its drains); 7, 8, 9: modes
-     * 0, 1, 2 with chunk64 promotion (BN 256: N = 8, 200, 999, 192 give 1..4 column tiles, partial ones); 10, 11:
+     * 0, 1, 2 with chunk64 promotion (BN 256: N = 8, 200, 192 one partial column tile, 999 four, the last partial;
+     * K/128 = 1, 3, 5, 8 stages: 1 is the tile with no previous chunk 3 to retire); 10, 11:
      * modes 0, 1 with chunk128 promotion */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
