@@ -7,8 +7,8 @@
 #
 # 1. forge_gpu_tests with FORGE_GPU_TESTS_ONLY=gemm_fp8: forge_gemm_fp8_nt /
 #    forge_gemm_tf32_nt vs a double reference on small odd shapes + refusals
-#    ($OUT/fp8_gpu_tests.log; expect "51 passed, 0 failed": 3 refusals + 4 shapes
-#    x 12 modes, incl. [e4m3,pipe], [e4m3,chunk64], [e4m3,chunk128] ...), then the
+#    ($OUT/fp8_gpu_tests.log; expect "63 passed, 0 failed": 3 refusals + 4 shapes
+#    x 15 modes, incl. [e4m3,pipe], [e4m3,chunk64], [e4m3,chunk128], [e4m3,chunk64c2] ...), then the
 #    same with FORGE_FP8_PROMOTE_VARIANT=chunk64 (the default-mode cases run the
 #    chunk64 kernel: the env path; $OUT/fp8_gpu_tests_chunk64.log).
 # 2. `forge bench gemm-fp8 --reps 30`: every cell checked against float64 and
@@ -17,7 +17,7 @@
 # 3. check_sass.sh: QGMMA in every gemm_wgmma_fp8_kernel, HGMMA in every
 #    gemm_wgmma_tf32_kernel instantiation ($OUT/fp8_sass.log; skipped, not
 #    failed, without cuobjdump).
-# Each step under its own timeout (45 + 45 + 210 + 30 s: < 6 minutes). Prints a
+# Each step under its own timeout (45 + 45 + 240 + 30 s: < 6.5 minutes). Prints a
 # summary (also $OUT/fp8_summary.txt); exit 1 if any step failed.
 set -u -o pipefail
 OUT=${OUT:-/tmp/forge-fp8-out}
@@ -44,7 +44,7 @@ step() {
 step gpu-tests 45 "$OUT/fp8_gpu_tests.log" env FORGE_GPU_TESTS_ONLY=gemm_fp8 build/cuda/forge_gpu_tests || fails=1
 step gpu-tests-chunk64 45 "$OUT/fp8_gpu_tests_chunk64.log" \
     env FORGE_GPU_TESTS_ONLY=gemm_fp8 FORGE_FP8_PROMOTE_VARIANT=chunk64 build/cuda/forge_gpu_tests || fails=1
-step bench 210 "$OUT/fp8_bench.log" build/cuda/forge bench gemm-fp8 --reps 30 || fails=1
+step bench 240 "$OUT/fp8_bench.log" build/cuda/forge bench gemm-fp8 --reps 30 || fails=1
 for d in results/*/; do
     case " $RESULTS_BEFORE " in *" $d "*) ;; *)
         mkdir -p "$OUT/fp8_results"

@@ -973,27 +973,32 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
     return (uint8_t)(sign | ((exp + (e5m2 ? 15 : 7)) << mbits) | man);
 }
 
-enum { N_MODES = 12 }; /* case_gemm_fp8's modes */
+enum { N_MODES = 15 }; /* case_gemm_fp8's modes */
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
      * pipelined promotion (the shapes' K/128 tile counts 1, 3, 5 and 8 cover both of its drains); 7, 8, 9: modes
      * 0, 1, 2 with chunk64 promotion (BN 256: N = 8, 200, 192 one partial column tile, 999 four, the last partial;
      * K/128 = 1, 3, 5, 8 stages: 1 is the tile with no previous chunk 3 to retire); 10, 11:
-     * modes 0, 1 with chunk128 promotion */
+     * modes 0, 1 with chunk128 promotion; 12, 13: modes 0, 1 with chunk64 on 2-CTA clusters (B multicast; M = 1,
+     * 128, 257 leave the second CTA of the last pair a phantom row-block); 14: fast accum on 2-CTA clusters */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
         "gemm_fp8[e5m2xe4m3,pipe]", "gemm_fp8[e4m3,chunk64]",      "gemm_fp8[e5m2xe4m3,chunk64]",
-        "gemm_fp8[e4m3,bf16out,chunk64]", "gemm_fp8[e4m3,chunk128]", "gemm_fp8[e5m2xe4m3,chunk128]"};
-    static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3};
-    const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11;
+        "gemm_fp8[e4m3,bf16out,chunk64]", "gemm_fp8[e4m3,chunk128]", "gemm_fp8[e5m2xe4m3,chunk128]",
+        "gemm_fp8[e4m3,chunk64c2]", "gemm_fp8[e5m2xe4m3,chunk64c2]", "gemm_fp8[e4m3,fastacc,c2]"};
+    static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3,
+                                         1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2};
+    const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13;
     const int out_bf16 = mode == 2 || mode == 9;
     const forge_fp8_accum accum = mode == 3                ? FORGE_FP8_FAST_ACCUM
                                   : mode == 5 || mode == 6 ? FORGE_FP8_PROMOTE_PIPELINED
                                   : mode >= 7 && mode <= 9 ? FORGE_FP8_PROMOTE_CHUNK64
-                                  : mode >= 10             ? FORGE_FP8_PROMOTE_CHUNK128
-                                                           : FORGE_FP8_PROMOTE;
+                                  : mode == 10 || mode == 11 ? FORGE_FP8_PROMOTE_CHUNK128
+                                  : mode == 12 || mode == 13 ? FORGE_FP8_PROMOTE_CHUNK64_C2
+                                  : mode == 14               ? FORGE_FP8_FAST_ACCUM_C2
+                                                             : FORGE_FP8_PROMOTE;
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
     const size_t an = (size_t)M * K, bn = (size_t)N * K, cn = (size_t)M * N;

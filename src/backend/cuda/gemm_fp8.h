@@ -31,7 +31,12 @@
  *   columns into one 64-register temporary (serial). BN = 256 always.
  *   Candidates, pending H200 measurement (bench cells forge_fp8_e4m3_chunk64,
  *   forge_fp8_e4m3_chunk128).
- * - Environment: FORGE_FP8_PROMOTE_VARIANT=serial|pipe|chunk64|chunk128 makes
+ * - FORGE_FP8_PROMOTE_CHUNK64_C2 / FORGE_FP8_FAST_ACCUM_C2: chunk64 / fast accum
+ *   (BN 256) on 2-CTA clusters: the two CTAs take row-blocks 2p and 2p+1 of
+ *   one column-block and each multicasts half of the shared B tile into both
+ *   (a third less L2 -> SM traffic). Candidates, unmeasured (bench cells
+ *   forge_fp8_e4m3_chunk64_c2, forge_fp8_e4m3_fastacc_c2).
+ * - Environment: FORGE_FP8_PROMOTE_VARIANT=serial|pipe|chunk64|chunk128|chunk64c2 makes
  *   FORGE_FP8_PROMOTE (only that mode) run the named variant (read once per
  *   process; unset = serial; anything else fails the call, FORGE_ERR_ARG).
  *
@@ -59,7 +64,9 @@ typedef enum {
     FORGE_FP8_FAST_ACCUM = 1,
     FORGE_FP8_PROMOTE_PIPELINED = 2,
     FORGE_FP8_PROMOTE_CHUNK64 = 3,
-    FORGE_FP8_PROMOTE_CHUNK128 = 4
+    FORGE_FP8_PROMOTE_CHUNK128 = 4,
+    FORGE_FP8_PROMOTE_CHUNK64_C2 = 5,
+    FORGE_FP8_FAST_ACCUM_C2 = 6
 } forge_fp8_accum;
 
 forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt, void *C,

@@ -481,11 +481,61 @@ __device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n,
     *tn = r / rows;
 }
 
+/* ---- 2-CTA clusters (CL = 2): B multicast ----------------------------------------------------------------
+ * The two CTAs of a cluster take vertically adjacent tiles (row-blocks 2p and 2p+1, the same column-block), so
+ * they need the same B tile: each CTA loads one half of it (BN/2 rows) with a multicast TMA into both CTAs'
+ * shared memory (same offset), completing on each CTA's own full barrier, which therefore still expects the
+ * whole stage (A 16 KiB own + B both halves). A CTA may overwrite a stage only when BOTH CTAs' consumers have
+ * released it: each consumer warp arrives on its own and on the partner's empty barrier (count 2 x 8). L2 ->
+ * SM traffic per CTA pair and stage: 2 x A + B instead of 2 x (A + B), -33% at BN 256. */
+__device__ __forceinline__ uint32_t fp8_cluster_rank(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+/* every thread of both CTAs: barrier.cluster with release/acquire (mbarrier inits visible to the partner at the
+ * start; at the end, no CTA exits while the partner may still arrive on its barriers) */
+__device__ __forceinline__ void fp8_cluster_sync(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* the partner CTA's copy of a local shared-memory address (shared::cluster window) */
+__device__ __forceinline__ uint32_t fp8_mapa(uint32_t addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+/* Default semantics (.release, .cta scope), not .release.cluster: that form put MEMBAR.ALL.GPU + ERRBAR +
+ * CGAERRBAR before every remote arrive (SASS), i.e. a GPU-wide fence per consumer warp and stage. What must be
+ * ordered is this warp's wgmma reads of the stage (retired by wait_group before the arrive) before the partner
+ * producer's TMA overwrite, which it issues only after observing the barrier phase; the smem reads are complete
+ * when wait_group returns, so no memory fence is needed for them. */
+__device__ __forceinline__ void fp8_mbar_arrive_remote(uint32_t cluster_addr) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+
+/* 2D TMA load multicast to the CTAs in `mask` (same smem offset and same-offset mbarrier in each) */
+__device__ __forceinline__ void fp8_tma_load_2d_mc(uint32_t dst, const CUtensorMap *tmap, int c0, int c1, uint32_t bar,
+                                                   uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+
+/* a consumer warp's release of a stage: its own empty barrier, and with CL = 2 the partner's too */
+template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar, uint32_t rank) {
+    mbar_arrive(empty_bar);
+    if constexpr (CL == 2) fp8_mbar_arrive_remote(fp8_mapa(empty_bar, rank ^ 1u));
+}
+
 /* ---- the kernel ------------------------------------------------------------ */
 
 /* The mainloop + epilogue shared by the fp8 and tf32 kernels: a stage row is FP8_BK = 128 bytes of K either way
  * (128 fp8 or 32 tf32 elements, BKE), so only the element count per stage and the MMA differ. */
-template <int BN, int AT, int OUT_BF16, int PROMOTE>
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2) {
     typedef fp8_cfg<BN> cfg;
@@ -501,23 +551,33 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const uint32_t sb = base + STAGES * cfg::A_BYTES;       /* B stages */
     const uint32_t bars = base + STAGES * cfg::STAGE_BYTES; /* full[s] at +8s, empty[s] at +8(STAGES+s) */
 
+    static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
-    const int num_tiles = tiles_m * tiles_n;
+    /* CL = 2: the unit of work is a pair of row-blocks (2p + rank); a rank-1 row-block past M (odd tiles_m) is a
+     * phantom tile: its producer loads the last real row-block's A (a fully out-of-bounds TMA box is avoided),
+     * its consumers compute and their epilogue's row < M check drops the result, so both CTAs run the same
+     * stages (the B multicast needs both) */
+    const int units_m = CL == 2 ? (tiles_m + 1) / 2 : tiles_m;
+    const int num_tiles = units_m * tiles_n;
     const int ktiles = (K + BKE - 1) / BKE;
     const int wg = threadIdx.x / 128;
+    const uint32_t rank = CL == 2 ? fp8_cluster_rank() : 0;
+    const int unit0 = CL == 2 ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
+    const int unit_step = CL == 2 ? (int)(gridDim.x / 2) : (int)gridDim.x;
 
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), FP8_CONSUMER_WARPS);
+            mbar_init(bars + 8 * (STAGES + s), FP8_CONSUMER_WARPS * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
     }
-    __syncthreads();
+    if constexpr (CL == 2) fp8_cluster_sync(); /* also a CTA barrier: the partner's barriers are initialised */
+    else __syncthreads();
 
     if (wg == 0) {
         /* ---- producer: one thread drives the TMA ring ---- */
@@ -525,16 +585,26 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            for (int t = unit0; t < num_tiles; t += unit_step) {
                 int tm, tn;
-                fp8_tile_coords(t, tiles_m, tiles_n, &tm, &tn);
+                fp8_tile_coords(t, units_m, tiles_n, &tm, &tn);
+                if constexpr (CL == 2) tm = min(2 * tm + (int)rank, tiles_m - 1); /* a phantom loads real rows */
                 const int m0 = tm * FP8_BM, n0 = tn * BN;
                 for (int kt = 0; kt < ktiles; kt++) {
                     const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                    /* CL = 2: the partner's consumers arrive here too; a plain (cta-scope acquire) wait, as
+                     * with .acquire.cluster ptxas adds a CCTL.IVALL (L1 invalidate) after every wait, and the
+                     * TMA overwrite is ordered by the barrier itself (see fp8_mbar_arrive_remote) */
                     mbar_wait(empty, phase ^ 1);
+                    /* CL = 2: the partner's half of B may complete on `full` before this expect_tx (tx-count
+                     * goes negative; the phase still needs this arrival) */
                     mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
                     tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * BKE, m0, full);
-                    tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * BKE, n0, full);
+                    if constexpr (CL == 2)
+                        fp8_tma_load_2d_mc(sb + stage * cfg::B_BYTES + rank * (BN / 2) * FP8_BK, &tm_b, kt * BKE,
+                                           n0 + (int)rank * (BN / 2), full, (uint16_t)0x3);
+                    else
+                        tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * BKE, n0, full);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -555,9 +625,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
-        for (int u = blockIdx.x; u < num_tiles; u += gridDim.x) {
+        for (int u = unit0; u < num_tiles; u += unit_step) {
             int tm, tn;
-            fp8_tile_coords(u, tiles_m, tiles_n, &tm, &tn);
+            fp8_tile_coords(u, units_m, tiles_n, &tm, &tn);
+            if constexpr (CL == 2) tm = 2 * tm + (int)rank;
             int prev = 0;
             if constexpr (PROMOTE) {
                 /* 0 + t is exact, so the first stage needs no special case (a select per element would double
@@ -582,7 +653,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
                     wgmma_wait<1>(); /* the previous odd stage (t1), if any */
                     wgmma_fence_operands(t1);
-                    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
                     prev = stage;
@@ -593,7 +664,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
                     wgmma_wait<1>(); /* the even stage (t) */
                     wgmma_fence_operands(t);
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t[i];
                     prev = stage;
@@ -607,7 +678,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
                     wgmma_wait<1>();
                     wgmma_fence_operands(t1);
-                    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
                     prev = stage;
@@ -625,7 +696,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     wgmma_wait<0>();
                     wgmma_fence_operands(t1);
                 }
-                if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
             } else if constexpr (PROMOTE == FP8_CHUNK64) {
@@ -653,7 +724,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     fp8_issue_chunk64<AT>(p0, da, db);
                     wgmma_wait<1>(); /* the previous stage's chunk 3 (p1): done */
                     wgmma_fence_operands(p1);
-                    if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                     fp8_promote_chunk<96>(d, p1);
                     fp8_issue_chunk64<AT>(p1, da, db + 512);
                     wgmma_wait<1>(); /* chunk 0 */
@@ -675,7 +746,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 }
                 wgmma_wait<0>(); /* the last stage's chunk 3 */
                 wgmma_fence_operands(p1);
-                if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                 fp8_promote_chunk<96>(d, p1);
             } else if constexpr (PROMOTE == FP8_CHUNK128) {
                 /* chunked promotion at BN = 256, serial: two 128-column chunks per stage into one 64-register
@@ -695,7 +766,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     fp8_issue_chunk128<AT>(pt, da, db + 1024); /* rows 128..255: 16384 B >> 4 */
                     wgmma_wait<0>();
                     wgmma_fence_operands(pt);
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage)); /* the stage is read: release it */
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + stage), rank); /* the stage is read: release it */
                     fp8_promote_chunk<64>(d, pt);
                     if (++stage == STAGES) {
                         stage = 0;
@@ -717,7 +788,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     wgmma_commit();
                     wgmma_wait<0>();
                     wgmma_fence_operands(t);
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage)); /* the stage is read: release it */
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + stage), rank); /* the stage is read: release it */
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t[i];
                 } else {
@@ -729,7 +800,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     wgmma_commit();
                     if (kt > 0) {
                         wgmma_wait<1>(); /* the previous stage's MMAs are done: release it */
-                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                        if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                     }
                     prev = stage;
                 }
@@ -741,7 +812,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
             if constexpr (!PROMOTE) {
                 wgmma_wait<0>();
                 wgmma_fence_operands(d);
-                if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
             }
 
             /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA): d[4i + 2h + j] is row
@@ -779,6 +850,9 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
             }
         }
     }
+    /* CL = 2: no CTA leaves while its partner may still arrive on its empty barriers (the partner's last
+     * releases) or multicast into it (cannot happen: both run the same stages, each consumed before here) */
+    if constexpr (CL == 2) fp8_cluster_sync();
 }
 
 /* fp8: AT = WG_E4M3 or WG_E5M2 (A's format; B is e4m3) */
@@ -787,6 +861,14 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                           void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
     wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
+}
+
+/* fp8 on 2-CTA clusters (B multicast): same template arguments; `_c2` keeps the name matched by check_sass.sh */
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_fp8_kernel_c2(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                             void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
+    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 2>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
 }
 
 /* tf32: fp32 inputs read as tf32 by wgmma (the low 13 mantissa bits are ignored), fp32 out, no promotion */
@@ -829,7 +911,9 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
     const long long tiles_m = (M + FP8_BM - 1) / FP8_BM;
     const long long t128 = tiles_m * ((N + 127) / 128);
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) return 128;
-    if (accum == FORGE_FP8_PROMOTE_CHUNK64 || accum == FORGE_FP8_PROMOTE_CHUNK128) return 256; /* by construction */
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64 || accum == FORGE_FP8_PROMOTE_CHUNK128 ||
+        accum == FORGE_FP8_PROMOTE_CHUNK64_C2 || accum == FORGE_FP8_FAST_ACCUM_C2)
+        return 256; /* by construction */
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
         return (t256 < sm_count && t128 > t256) ? 128 : 256;
@@ -864,6 +948,46 @@ static forge_status fp8_launch(const void *A, const void *B, void *C, float scal
     return FORGE_OK;
 }
 
+/* CL = 2 (gemm_wgmma_fp8_kernel_c2): B's tensor map has BN/2-row boxes (each CTA multicasts one half); the grid
+ * is 2 x min(row-block pairs x column-blocks, the clusters that fit at once: cudaOccupancyMaxActiveClusters, as
+ * an SM left over in a GPC cannot host half a cluster; a grid past that would run the extra clusters after the
+ * others, not persistently). */
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
+                                  int dev, int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<BN> cfg;
+    static int smem_set[FP8_MAX_DEVICES];
+    static int max_clusters[FP8_MAX_DEVICES];
+    void (*kernel)(const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
+        gemm_wgmma_fp8_kernel_c2<BN, AT, OUT_BF16, PROMOTE>;
+    CUtensorMap tm_a, tm_b;
+    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, A, M, K, (unsigned long long)K, FP8_BM, FP8_BK,
+                              "gemm_fp8 A (fp8, K-major)"));
+    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, B, N, K, (unsigned long long)K, BN / 2, FP8_BK,
+                              "gemm_fp8 B (fp8, K-major, half-tile multicast boxes)"));
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
+        smem_set[dev] = 1;
+    }
+    if (max_clusters[dev] == 0) {
+        cudaLaunchConfig_t lc = {};
+        lc.gridDim = dim3(2 * (unsigned)(sm_count / 2), 1, 1);
+        lc.blockDim = dim3(FP8_THREADS, 1, 1);
+        lc.dynamicSmemBytes = cfg::SMEM; /* cluster dims: compile time (__cluster_dims__) */
+        int n = 0;
+        CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, (const void *)kernel, &lc));
+        if (n <= 0)
+            return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: no 2-CTA cluster of this kernel fits (%d)", n);
+        max_clusters[dev] = n;
+    }
+    const long long units = (long long)((M + 2 * FP8_BM - 1) / (2 * FP8_BM)) * ((N + BN - 1) / BN);
+    if (units > 0x3fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: %lld tile pairs overflow", units);
+    const int clusters = (int)(units < max_clusters[dev] ? units : max_clusters[dev]);
+    kernel<<<2 * clusters, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, scale, M, N, K, vec2);
+    CUDA_LAUNCH_CHECK("gemm_wgmma_fp8_kernel_c2");
+    return FORGE_OK;
+}
+
 template <int AT, int OUT_BF16>
 static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B, void *C, float scale, int M, int N,
                                  int K, int vec2, int dev, int sms, cudaStream_t st) {
@@ -873,6 +997,10 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
+        return fp8_launch_c2<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_FAST_ACCUM_C2)
+        return fp8_launch_c2<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM)
         return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
                          : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
@@ -881,8 +1009,8 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
 }
 
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
- * unset, "" or "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128":
- * FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128. All do the same fp32 adds in the same K order per element (expected
+ * unset, "" or "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" /
+ * "chunk64c2": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2. All do the same fp32 adds in the same K order per element (expected
  * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
  * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
  * remapped. */
@@ -895,6 +1023,7 @@ static int fp8_env_promote(void) {
     else if (strcmp(v, "pipe") == 0) r = FORGE_FP8_PROMOTE_PIPELINED;
     else if (strcmp(v, "chunk64") == 0) r = FORGE_FP8_PROMOTE_CHUNK64;
     else if (strcmp(v, "chunk128") == 0) r = FORGE_FP8_PROMOTE_CHUNK128;
+    else if (strcmp(v, "chunk64c2") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_C2;
     else r = -1;
     cached = r;
     return r;
@@ -920,7 +1049,8 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
     else if (c_type != FORGE_GEMM_OUT_F32 && c_type != FORGE_GEMM_OUT_BF16) why = "C must be fp32 or bf16";
     else if ((uintptr_t)C % c_elem != 0) why = "C must be aligned to its element size";
     else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED &&
-             accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128)
+             accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128 &&
+             accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2)
         why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
@@ -931,7 +1061,7 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
         const int v = fp8_env_promote();
         if (v < 0)
             return forge_error(FORGE_ERR_ARG,
-                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected serial, pipe, chunk64 or chunk128)",
+                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected serial, pipe, chunk64, chunk128 or chunk64c2)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
         accum = (forge_fp8_accum)v;
     }

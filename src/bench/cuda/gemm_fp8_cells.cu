@@ -474,6 +474,8 @@ typedef enum {
     F8_E4M3_PIPE,
     F8_E4M3_CHUNK64,
     F8_E4M3_CHUNK128,
+    F8_E4M3_CHUNK64_C2,
+    F8_E4M3_FAST_C2,
     F8_E5M2,
     F8_E4M3_FAST,
     F8_E4M3_BF16OUT,
@@ -513,6 +515,12 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_E4M3_CHUNK128:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK128, sh->stream);
+    case F8_E4M3_CHUNK64_C2:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64_C2, sh->stream);
+    case F8_E4M3_FAST_C2:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_FAST_ACCUM_C2, sh->stream);
     case F8_E4M3:
     case F8_E4M3_FAST:
     case F8_E4M3_BF16OUT:
@@ -603,7 +611,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
-                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,"
+                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,"
+                       "forge_fp8_e4m3_fastacc_c2,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; tf32 nt "
                        "cells=cublas_tf32,forge_wgmma_tf32; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
@@ -615,7 +624,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         "gemm-fp8: C (M,N) = 0.125 . A (M,K) . B (N,K)^T, fp8 K-major inputs (e4m3 x e4m3, e5m2 x e4m3), fp32 "
         "accumulation promoted every 128 of K (pipe: the same promotion, two alternating temporaries, "
         "wait_group 1; chunk64 / chunk128: the same promotion at BN 256, a stage's MMAs per 64-column chunk into "
-        "two alternating temporaries / per 128-column chunk into one; fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
+        "two alternating temporaries / per 128-column chunk into one; _c2: 2-CTA clusters, B multicast; fastacc: not "
+        "promoted), fp32 out (bf16out: bf16); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
         "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
@@ -661,6 +671,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_PIPE, "forge_fp8_e4m3_pipe", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_CHUNK64, "forge_fp8_e4m3_chunk64", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_CHUNK128, "forge_fp8_e4m3_chunk128", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK64_C2, "forge_fp8_e4m3_chunk64_c2", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_FAST_C2, "forge_fp8_e4m3_fastacc_c2", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
@@ -685,7 +697,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
             cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
-                                k == F8_E5M2)
+                                k == F8_E4M3_CHUNK64_C2 || k == F8_E5M2)
                                    ? "forge_wgmma_bf16"
                                    : NULL;
             cell.precision = cells[v].prec;
