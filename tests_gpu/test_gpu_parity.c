@@ -973,7 +973,7 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
     return (uint8_t)(sign | ((exp + (e5m2 ? 15 : 7)) << mbits) | man);
 }
 
-enum { N_MODES = 15 }; /* case_gemm_fp8's modes */
+enum { N_MODES_C1 = 12, N_MODES = 15 }; /* case_gemm_fp8's modes; N_MODES_C1.. are the 2-CTA cluster ones */
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
@@ -1209,7 +1209,14 @@ static void run_gemm_fp8_cases(parity *P) {
     static const int shapes[][3] = {{1, 8, 16}, {130, 200, 272}, {257, 999, 528}, {128, 192, 1024}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
-        for (int mode = 0; mode < N_MODES; mode++) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+        for (int mode = 0; mode < N_MODES_C1; mode++) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+    }
+    /* the 2-CTA cluster modes last: a protocol bug there traps (mbarrier timeout) and takes the CUDA context,
+     * so every case after it fails; this keeps the other modes' verdicts */
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
+        for (int mode = N_MODES_C1; mode < N_MODES; mode++)
+            case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
     }
 }
 
