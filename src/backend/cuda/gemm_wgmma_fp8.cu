@@ -31,6 +31,9 @@
  *   control-flow paths (info C7518, "wgmma.mma_async instructions are serialized ... in divergent path":
  *   a wait_group 0 after every wgmma; the first PROMOTE == 2 loop had it, hence its H200 figures below the
  *   serial kernel's). scripts/check_ptxas.py fails on C7518.
+ * - 2-CTA clusters (gemm_wgmma_fp8_kernel_c2; FORGE_FP8_PROMOTE_CHUNK64_C2, FORGE_FP8_FAST_ACCUM_C2): the
+ *   CTAs of a cluster take row-blocks 2p and 2p+1 of one column-block and each multicasts half of the shared
+ *   B tile into both (protocol at fp8_cluster_rank below): a third less L2 -> SM traffic at BN 256.
  * - FORGE_FP8_FAST_ACCUM: the bf16 kernel's loop (one wgmma group in flight,
  *   the accumulator is d itself) at BN = 256; labelled, for comparison only.
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out (float2
