@@ -973,13 +973,32 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
     return (uint8_t)(sign | ((exp + (e5m2 ? 15 : 7)) << mbits) | man);
 }
 
+enum { N_MODES_C1 = 12, N_MODES = 15 }; /* case_gemm_fp8's modes; N_MODES_C1.. are the 2-CTA cluster ones */
+
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
-     * pipelined promotion (the shapes' K/128 tile counts 1, 3, 5 and 8 cover both of its drains) */
-    static const char *const names[7] = {"gemm_fp8[e4m3]",        "gemm_fp8[e5m2xe4m3]", "gemm_fp8[e4m3,bf16out]",
-                                         "gemm_fp8[e4m3,fastacc]", "gemm_tf32",           "gemm_fp8[e4m3,pipe]",
-                                         "gemm_fp8[e5m2xe4m3,pipe]"};
-    static const double tols[7] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3};
+     * pipelined promotion (the shapes' K/128 tile counts 1, 3, 5 and 8 cover both of its drains); 7, 8, 9: modes
+     * 0, 1, 2 with chunk64 promotion (BN 256: N = 8, 200, 192 one partial column tile, 999 four, the last partial;
+     * K/128 = 1, 3, 5, 8 stages: 1 is the tile with no previous chunk 3 to retire); 10, 11:
+     * modes 0, 1 with chunk128 promotion; 12, 13: modes 0, 1 with chunk64 on 2-CTA clusters (B multicast; M = 1,
+     * 128, 257 leave the second CTA of the last pair a phantom row-block); 14: fast accum on 2-CTA clusters */
+    static const char *const names[N_MODES] = {
+        "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
+        "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
+        "gemm_fp8[e5m2xe4m3,pipe]", "gemm_fp8[e4m3,chunk64]",      "gemm_fp8[e5m2xe4m3,chunk64]",
+        "gemm_fp8[e4m3,bf16out,chunk64]", "gemm_fp8[e4m3,chunk128]", "gemm_fp8[e5m2xe4m3,chunk128]",
+        "gemm_fp8[e4m3,chunk64c2]", "gemm_fp8[e5m2xe4m3,chunk64c2]", "gemm_fp8[e4m3,fastacc,c2]"};
+    static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3,
+                                         1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2};
+    const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13;
+    const int out_bf16 = mode == 2 || mode == 9;
+    const forge_fp8_accum accum = mode == 3                ? FORGE_FP8_FAST_ACCUM
+                                  : mode == 5 || mode == 6 ? FORGE_FP8_PROMOTE_PIPELINED
+                                  : mode >= 7 && mode <= 9 ? FORGE_FP8_PROMOTE_CHUNK64
+                                  : mode == 10 || mode == 11 ? FORGE_FP8_PROMOTE_CHUNK128
+                                  : mode == 12 || mode == 13 ? FORGE_FP8_PROMOTE_CHUNK64_C2
+                                  : mode == 14               ? FORGE_FP8_FAST_ACCUM_C2
+                                                             : FORGE_FP8_PROMOTE;
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
     const size_t an = (size_t)M * K, bn = (size_t)N * K, cn = (size_t)M * N;
@@ -991,7 +1010,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     int ok = a && b && a8 && b8 && a32 && b32 && c;
     for (size_t i = 0; ok && i < an; i++) {
         a[i] = ((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0;
-        a8[i] = fp8_encode(a[i], mode == 1 || mode == 6);
+        a8[i] = fp8_encode(a[i], a_e5m2);
         a32[i] = (float)a[i];
     }
     for (size_t i = 0; ok && i < bn; i++) {
@@ -1014,12 +1033,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     if (mode == 4)
         s = forge_gemm_tf32_nt(dA, dB, dC, M, N, K, NULL);
     else
-        s = forge_gemm_fp8_nt(dA, (mode == 1 || mode == 6) ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3,
-                              dC, mode == 2 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K,
-                              mode == 3   ? FORGE_FP8_FAST_ACCUM
-                              : mode >= 5 ? FORGE_FP8_PROMOTE_PIPELINED
-                                          : FORGE_FP8_PROMOTE,
-                              NULL);
+        s = forge_gemm_fp8_nt(dA, a_e5m2 ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3, dC,
+                              out_bf16 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K, accum, NULL);
     if (s != FORGE_OK) {
         char why[512];
         snprintf(why, sizeof why, "(returned %s: %s)", forge_status_name(s), forge_error_message());
@@ -1038,7 +1053,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
             for (int k = 0; k < K; k++) r += a[(size_t)m * K + k] * b[(size_t)n * K + k];
             r *= scale;
             double v;
-            if (mode == 2) {
+            if (out_bf16) {
                 uint32_t u = (uint32_t)c16[(size_t)m * N + n] << 16;
                 float f;
                 memcpy(&f, &u, 4);
@@ -1211,7 +1226,14 @@ static void run_gemm_fp8_cases(parity *P) {
     static const int shapes[][3] = {{1, 8, 16}, {130, 200, 272}, {257, 999, 528}, {128, 192, 1024}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
-        for (int mode = 0; mode < 7; mode++) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+        for (int mode = 0; mode < N_MODES_C1; mode++) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+    }
+    /* the 2-CTA cluster modes last: a protocol bug there traps (mbarrier timeout) and takes the CUDA context,
+     * so every case after it fails; this keeps the other modes' verdicts */
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
+        for (int mode = N_MODES_C1; mode < N_MODES; mode++)
+            case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
     }
 }
 

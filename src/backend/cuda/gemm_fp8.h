@@ -21,7 +21,24 @@
  *   partial-sum temporaries alternate so a stage's adds overlap the next
  *   stage's MMAs (wgmma wait_group 1, not 0). 128-wide tiles only (3
  *   fragments of 64 registers). Candidate default, pending H200 measurement
- *   (bench cell forge_fp8_e4m3_pipe).
+ *   (bench cell forge_fp8_e4m3_pipe). Its first H200 figures (903 / 927
+ *   TFLOP/s at 4096^3 / 8192^3) were of a build whose wgmmas ptxas had
+ *   serialised (info C7518, wait 0 after every wgmma); fixed, unmeasured.
+ * - FORGE_FP8_PROMOTE_CHUNK64 / FORGE_FP8_PROMOTE_CHUNK128: the same promotion
+ *   (same adds, same K order: the same numbers) at a 256-wide tile: a stage's
+ *   MMAs are issued per N-chunk, 64 columns into two alternating 32-register
+ *   temporaries (each chunk's adds overlap the next chunk's MMAs), or 128
+ *   columns into one 64-register temporary (serial). BN = 256 always.
+ *   Candidates, pending H200 measurement (bench cells forge_fp8_e4m3_chunk64,
+ *   forge_fp8_e4m3_chunk128).
+ * - FORGE_FP8_PROMOTE_CHUNK64_C2 / FORGE_FP8_FAST_ACCUM_C2: chunk64 / fast accum
+ *   (BN 256) on 2-CTA clusters: the two CTAs take row-blocks 2p and 2p+1 of
+ *   one column-block and each multicasts half of the shared B tile into both
+ *   (a third less L2 -> SM traffic). Candidates, unmeasured (bench cells
+ *   forge_fp8_e4m3_chunk64_c2, forge_fp8_e4m3_fastacc_c2).
+ * - Environment: FORGE_FP8_PROMOTE_VARIANT=serial|pipe|chunk64|chunk128|chunk64c2 makes
+ *   FORGE_FP8_PROMOTE (only that mode) run the named variant (read once per
+ *   process; unset = serial; anything else fails the call, FORGE_ERR_ARG).
  *
  * Needs: a compute-capability 9.x device, M, N >= 1, K >= 16 and K % 16 == 0
  * (TMA's 16-byte row strides), A and B 16-byte aligned, C aligned to its
@@ -42,7 +59,15 @@ extern "C" {
 
 typedef enum { FORGE_FP8_E4M3 = 0, FORGE_FP8_E5M2 = 1 } forge_fp8_format;
 typedef enum { FORGE_GEMM_OUT_F32 = 0, FORGE_GEMM_OUT_BF16 = 1 } forge_gemm_out;
-typedef enum { FORGE_FP8_PROMOTE = 0, FORGE_FP8_FAST_ACCUM = 1, FORGE_FP8_PROMOTE_PIPELINED = 2 } forge_fp8_accum;
+typedef enum {
+    FORGE_FP8_PROMOTE = 0,
+    FORGE_FP8_FAST_ACCUM = 1,
+    FORGE_FP8_PROMOTE_PIPELINED = 2,
+    FORGE_FP8_PROMOTE_CHUNK64 = 3,
+    FORGE_FP8_PROMOTE_CHUNK128 = 4,
+    FORGE_FP8_PROMOTE_CHUNK64_C2 = 5,
+    FORGE_FP8_FAST_ACCUM_C2 = 6
+} forge_fp8_accum;
 
 forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt, void *C,
                                forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,
@@ -57,8 +82,8 @@ forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void
  */
 forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K, void *stream);
 
-/* The block-tile width (128, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device,
- * for benchmark labels; 0 with the error set if the device query fails. */
+/* The block-tile width (128, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device
+ * (FORGE_FP8_PROMOTE_VARIANT applied), for benchmark labels; 0 with the error set if the device query fails. */
 int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum);
 
 #ifdef __cplusplus

@@ -22,6 +22,18 @@
  *   registers (2 x BN/2 per thread) and serialises one warpgroup's MMAs with
  *   its adds; the other consumer warpgroup's MMAs fill that gap. Hence BN is
  *   128 or 192 here (192: 2 x 96 = 192 of the 232 registers), not 256.
+ * - Chunked promotion (FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128, PROMOTE 3 / 4) reaches BN = 256 with promotion:
+ *   d is 128 registers, so a stage's MMAs are issued per N-chunk into small temporaries: four 64-column
+ *   chunks (m64n64k32) into two alternating 32-register temporaries, chunk q+1's MMAs running while chunk q is
+ *   added (wait_group 1), or two 128-column chunks into one 64-register temporary (wait_group 0 each). The
+ *   price: A is read from shared memory once per chunk (4x / 2x per stage). The loops have no branch between a
+ *   wgmma issue and its wait: ptxas serialises every wgmma of a kernel whose in-flight groups differ between
+ *   control-flow paths (info C7518, "wgmma.mma_async instructions are serialized ... in divergent path":
+ *   a wait_group 0 after every wgmma; the first PROMOTE == 2 loop had it, hence its H200 figures below the
+ *   serial kernel's). scripts/check_ptxas.py fails on C7518.
+ * - 2-CTA clusters (gemm_wgmma_fp8_kernel_c2; FORGE_FP8_PROMOTE_CHUNK64_C2, FORGE_FP8_FAST_ACCUM_C2): the
+ *   CTAs of a cluster take row-blocks 2p and 2p+1 of one column-block and each multicasts half of the shared
+ *   B tile into both (protocol at fp8_cluster_rank below): a third less L2 -> SM traffic at BN 256.
  * - FORGE_FP8_FAST_ACCUM: the bf16 kernel's loop (one wgmma group in flight,
  *   the accumulator is d itself) at BN = 256; labelled, for comparison only.
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out (float2
@@ -32,6 +44,8 @@
  *   (the transaction count is still the full box), the epilogue bounds-checks.
  */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -57,6 +71,12 @@ extern "C" {
  * so each consumer gets 240 (24 x 128 + 240 x 256 = 64512 of the 65536) */
 #define FP8_PIPE_PRODUCER_REGS 24
 #define FP8_PIPE_CONSUMER_REGS 240
+
+/* PROMOTE (template parameter of the body): 0 fast accum, 1 serial promotion, 2 pipelined (two alternating
+ * stage temporaries, BN 128), 3 and 4 chunked promotion at BN 256 (64-column chunks with two alternating
+ * temporaries / 128-column chunks with one). */
+#define FP8_CHUNK64 3
+#define FP8_CHUNK128 4
 
 /* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
 enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
@@ -335,6 +355,39 @@ __device__ __forceinline__ void wgmma_m64n128k32_e5m2_e4m3_first(float (&d)[64],
         : "l"(desc_a), "l"(desc_b), "r"(0));
 }
 
+/* ---- wgmma m64n64k32 fp8: the 64-column chunks of the chunked promotion (PROMOTE == 3) ----
+ * d (64 x 64 fp32, 32 registers per thread) (+)= A (64x32 e4m3|e5m2, smem desc) . B (64x32 e4m3, smem desc)^T.
+ * No write-only (=f) "first" form here, unlike n128: with one, ptxas gave the chunk64 loop a 224-byte stack
+ * frame and 420 bytes of spill stores (the scale-d 0 wgmma's outputs were new values in new registers, so the
+ * temporaries' copies overlapped); with read-write operands, zeroed once per tile, 0 spills. */
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n64k32_e5m2_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 /* one k-step (32 bytes of K: k32 for fp8, k8 for tf32) of the 64 x BN warpgroup tile; AT: 0 = A e4m3,
  * 1 = A e5m2 (B is e4m3), 2 = A and B tf32 */
 template <int BN, int AT>
@@ -375,6 +428,51 @@ __device__ __forceinline__ void fp8_issue_stage(float (&t)[BN / 2], uint32_t bar
     wgmma_commit();
 }
 
+/* PROMOTE == 3 / 4 (BN = 256): issue one N-chunk of a stage, i.e. the chunk's 4 k32 wgmmas as one commit group
+ * into the chunk temporary u (the first with scale-d 0: u = 0 + ...; u's old value is ignored but, for n64, kept
+ * in the same registers: see the m64n64k32 wrappers). da: this warpgroup's A descriptor of the
+ * stage, db: the B descriptor of the chunk's first row (row 64q or 128q of the 256-row B box: 8192 or 16384
+ * bytes on, a multiple of the 1024-byte swizzle atom). The fence orders the FADDs that read u (the previous
+ * chunk's promotion) before the wgmmas that overwrite it. */
+template <int AT>
+__device__ __forceinline__ void fp8_issue_chunk64(float (&u)[32], uint64_t da, uint64_t db) {
+    static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
+    wgmma_fence();
+    if constexpr (AT == WG_E4M3) {
+#pragma unroll
+        for (int k = 0; k < FP8_BK / 32; k++) wgmma_m64n64k32_e4m3_e4m3(u, da + 2 * k, db + 2 * k, k != 0 ? 1 : 0);
+    } else {
+#pragma unroll
+        for (int k = 0; k < FP8_BK / 32; k++) wgmma_m64n64k32_e5m2_e4m3(u, da + 2 * k, db + 2 * k, k != 0 ? 1 : 0);
+    }
+    wgmma_commit();
+}
+
+template <int AT>
+__device__ __forceinline__ void fp8_issue_chunk128(float (&u)[64], uint64_t da, uint64_t db) {
+    static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
+    wgmma_fence();
+    if constexpr (AT == WG_E4M3) {
+        wgmma_m64n128k32_e4m3_e4m3_first(u, da, db);
+#pragma unroll
+        for (int k = 1; k < FP8_BK / 32; k++) wgmma_m64n128k32_e4m3_e4m3(u, da + 2 * k, db + 2 * k, 1);
+    } else {
+        wgmma_m64n128k32_e5m2_e4m3_first(u, da, db);
+#pragma unroll
+        for (int k = 1; k < FP8_BK / 32; k++) wgmma_m64n128k32_e5m2_e4m3(u, da + 2 * k, db + 2 * k, 1);
+    }
+    wgmma_commit();
+}
+
+/* d[OFF + i] += u[i]: promote one retired chunk temporary into its columns of the fp32 accumulator. A chunk of
+ * 64 (128) columns is fragment elements 32q..32q+31 (64q..64q+63) of d: element 4i + 2h + j is column
+ * 8i + 2(lane%4) + j, so 64 columns are 8 consecutive i, i.e. 32 consecutive elements. */
+template <int OFF, int R>
+__device__ __forceinline__ void fp8_promote_chunk(float (&d)[128], const float (&u)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) d[OFF + i] += u[i];
+}
+
 /* tile index -> (row-block, column-block): groups of FP8_GROUP_M row-blocks, all column-blocks of a group before
  * the next, so the tiles in flight share a few A row-blocks (the bf16 kernel's order) */
 __device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n, int *tm, int *tn) {
@@ -386,11 +484,61 @@ __device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n,
     *tn = r / rows;
 }
 
+/* ---- 2-CTA clusters (CL = 2): B multicast ----------------------------------------------------------------
+ * The two CTAs of a cluster take vertically adjacent tiles (row-blocks 2p and 2p+1, the same column-block), so
+ * they need the same B tile: each CTA loads one half of it (BN/2 rows) with a multicast TMA into both CTAs'
+ * shared memory (same offset), completing on each CTA's own full barrier, which therefore still expects the
+ * whole stage (A 16 KiB own + B both halves). A CTA may overwrite a stage only when BOTH CTAs' consumers have
+ * released it: each consumer warp arrives on its own and on the partner's empty barrier (count 2 x 8). L2 ->
+ * SM traffic per CTA pair and stage: 2 x A + B instead of 2 x (A + B), -33% at BN 256. */
+__device__ __forceinline__ uint32_t fp8_cluster_rank(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+/* every thread of both CTAs: barrier.cluster with release/acquire (mbarrier inits visible to the partner at the
+ * start; at the end, no CTA exits while the partner may still arrive on its barriers) */
+__device__ __forceinline__ void fp8_cluster_sync(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* the partner CTA's copy of a local shared-memory address (shared::cluster window) */
+__device__ __forceinline__ uint32_t fp8_mapa(uint32_t addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+/* Default semantics (.release, .cta scope), not .release.cluster: that form put MEMBAR.ALL.GPU + ERRBAR +
+ * CGAERRBAR before every remote arrive (SASS), i.e. a GPU-wide fence per consumer warp and stage. What must be
+ * ordered is this warp's wgmma reads of the stage (retired by wait_group before the arrive) before the partner
+ * producer's TMA overwrite, which it issues only after observing the barrier phase; the smem reads are complete
+ * when wait_group returns, so no memory fence is needed for them. */
+__device__ __forceinline__ void fp8_mbar_arrive_remote(uint32_t cluster_addr) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+
+/* 2D TMA load multicast to the CTAs in `mask` (same smem offset and same-offset mbarrier in each) */
+__device__ __forceinline__ void fp8_tma_load_2d_mc(uint32_t dst, const CUtensorMap *tmap, int c0, int c1, uint32_t bar,
+                                                   uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+
+/* a consumer warp's release of a stage: its own empty barrier, and with CL = 2 the partner's too */
+template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar, uint32_t rank) {
+    mbar_arrive(empty_bar);
+    if constexpr (CL == 2) fp8_mbar_arrive_remote(fp8_mapa(empty_bar, rank ^ 1u));
+}
+
 /* ---- the kernel ------------------------------------------------------------ */
 
 /* The mainloop + epilogue shared by the fp8 and tf32 kernels: a stage row is FP8_BK = 128 bytes of K either way
  * (128 fp8 or 32 tf32 elements, BKE), so only the element count per stage and the MMA differ. */
-template <int BN, int AT, int OUT_BF16, int PROMOTE>
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2) {
     typedef fp8_cfg<BN> cfg;
@@ -398,29 +546,41 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
     static_assert(PROMOTE != 2 || BN == 128, "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128");
+    static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK128) || BN == 256,
+                  "chunked promotion splits a 256-wide tile: d is 128 registers, the chunk temporaries 64");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
     const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                               /* A stages */
     const uint32_t sb = base + STAGES * cfg::A_BYTES;       /* B stages */
     const uint32_t bars = base + STAGES * cfg::STAGE_BYTES; /* full[s] at +8s, empty[s] at +8(STAGES+s) */
 
+    static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
-    const int num_tiles = tiles_m * tiles_n;
+    /* CL = 2: the unit of work is a pair of row-blocks (2p + rank); a rank-1 row-block past M (odd tiles_m) is a
+     * phantom tile: its producer loads the last real row-block's A (a fully out-of-bounds TMA box is avoided),
+     * its consumers compute and their epilogue's row < M check drops the result, so both CTAs run the same
+     * stages (the B multicast needs both) */
+    const int units_m = CL == 2 ? (tiles_m + 1) / 2 : tiles_m;
+    const int num_tiles = units_m * tiles_n;
     const int ktiles = (K + BKE - 1) / BKE;
     const int wg = threadIdx.x / 128;
+    const uint32_t rank = CL == 2 ? fp8_cluster_rank() : 0;
+    const int unit0 = CL == 2 ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
+    const int unit_step = CL == 2 ? (int)(gridDim.x / 2) : (int)gridDim.x;
 
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), FP8_CONSUMER_WARPS);
+            mbar_init(bars + 8 * (STAGES + s), FP8_CONSUMER_WARPS * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
     }
-    __syncthreads();
+    if constexpr (CL == 2) fp8_cluster_sync(); /* also a CTA barrier: the partner's barriers are initialised */
+    else __syncthreads();
 
     if (wg == 0) {
         /* ---- producer: one thread drives the TMA ring ---- */
@@ -428,16 +588,26 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            for (int t = unit0; t < num_tiles; t += unit_step) {
                 int tm, tn;
-                fp8_tile_coords(t, tiles_m, tiles_n, &tm, &tn);
+                fp8_tile_coords(t, units_m, tiles_n, &tm, &tn);
+                if constexpr (CL == 2) tm = min(2 * tm + (int)rank, tiles_m - 1); /* a phantom loads real rows */
                 const int m0 = tm * FP8_BM, n0 = tn * BN;
                 for (int kt = 0; kt < ktiles; kt++) {
                     const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                    /* CL = 2: the partner's consumers arrive here too; a plain (cta-scope acquire) wait, as
+                     * with .acquire.cluster ptxas adds a CCTL.IVALL (L1 invalidate) after every wait, and the
+                     * TMA overwrite is ordered by the barrier itself (see fp8_mbar_arrive_remote) */
                     mbar_wait(empty, phase ^ 1);
+                    /* CL = 2: the partner's half of B may complete on `full` before this expect_tx (tx-count
+                     * goes negative; the phase still needs this arrival) */
                     mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
                     tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * BKE, m0, full);
-                    tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * BKE, n0, full);
+                    if constexpr (CL == 2)
+                        fp8_tma_load_2d_mc(sb + stage * cfg::B_BYTES + rank * (BN / 2) * FP8_BK, &tm_b, kt * BKE,
+                                           n0 + (int)rank * (BN / 2), full, (uint16_t)0x3);
+                    else
+                        tma_load_2d(sb + stage * cfg::B_BYTES, &tm_b, kt * BKE, n0, full);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -458,9 +628,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
-        for (int u = blockIdx.x; u < num_tiles; u += gridDim.x) {
+        for (int u = unit0; u < num_tiles; u += unit_step) {
             int tm, tn;
-            fp8_tile_coords(u, tiles_m, tiles_n, &tm, &tn);
+            fp8_tile_coords(u, units_m, tiles_n, &tm, &tn);
+            if constexpr (CL == 2) tm = 2 * tm + (int)rank;
             int prev = 0;
             if constexpr (PROMOTE) {
                 /* 0 + t is exact, so the first stage needs no special case (a select per element would double
@@ -472,50 +643,138 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 /* pipelined promotion: stage kt's wgmmas write t (kt even) or t1 (kt odd); after issuing them,
                  * wait_group 1 retires the previous stage's group only, so its FADDs into d overlap this stage's
                  * MMAs instead of stalling the tensor pipe. Unrolled by two so each temporary is named at compile
-                 * time. Not unrolled further: a third copy would only add live addresses. */
-#pragma unroll 1
-                for (int kt = 0; kt < ktiles; kt += 2) {
-                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
-                    if (kt > 0) {
-                        wgmma_wait<1>();
-                        wgmma_fence_operands(t1);
-                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                 * time. The loop body has no branch between an issue and its wait and leaves the same group (the
+                 * odd stage's, t1) in flight on every iteration: an earlier version issued the odd stage under
+                 * `if (kt + 1 < ktiles)` and drained under `if ((ktiles & 1) == 0)`, and ptxas serialised all its
+                 * wgmmas (info C7518). t1 is zeroed per tile so the first retire adds +0. An odd last stage is
+                 * the tail after the loop (a uniform branch, taken or not for the whole tile). */
 #pragma unroll
-                        for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
-                    }
+                for (int i = 0; i < BN / 2; i++) t1[i] = 0.0f;
+                int kt = 0;
+#pragma unroll 1
+                for (; kt + 1 < ktiles; kt += 2) {
+                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>(); /* the previous odd stage (t1), if any */
+                    wgmma_fence_operands(t1);
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
                     prev = stage;
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
                     }
-                    /* the odd stage, if any, into t1; either way t (this iteration's even stage) is retired
-                     * here, in one place: a second copy of its adds for the odd-ktiles drain made ptxas spill */
-                    const bool odd_stage = kt + 1 < ktiles;
-                    if (odd_stage) {
-                        fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
-                        wgmma_wait<1>();
-                    } else {
-                        wgmma_wait<0>();
-                    }
+                    fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>(); /* the even stage (t) */
                     wgmma_fence_operands(t);
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t[i];
-                    if (odd_stage) {
-                        prev = stage;
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1;
-                        }
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
                     }
                 }
-                /* ktiles even: the last group (t1's) is still in flight */
-                if ((ktiles & 1) == 0) {
-                    wgmma_wait<0>();
+                if (kt < ktiles) {
+                    /* odd ktiles: the last stage, into t; retire t1 (zeros when ktiles == 1) meanwhile */
+                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>();
                     wgmma_fence_operands(t1);
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t);
+                    /* t into t1 (64 MOVs once per tile) so one copy of the final adds serves both tails: a
+                     * second copy of `d += t` made ptxas spill in an earlier version */
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) t1[i] = t[i];
+                } else {
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t1);
+                }
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+            } else if constexpr (PROMOTE == FP8_CHUNK64) {
+                /* chunked promotion at BN = 256: a stage's 64 x 256 x 128 is four 64-column chunks q = 0..3, each
+                 * 4 wgmma m64n64k32 as one commit group into p0 (q even) or p1 (q odd). After issuing chunk q the
+                 * warpgroup retires chunk q-1 (wait_group 1) and adds its temporary into d while chunk q runs, so
+                 * the tensor pipe always holds one of this warpgroup's groups during its FADDs. Chunk 3 of stage
+                 * kt is retired after chunk 0 of stage kt+1 is issued, and stage kt released then (its smem is
+                 * read by chunk 3). The control flow is the same on every path (no branch between an issue and
+                 * its wait, the same groups in flight at every loop entry): ptxas serialises wgmma (C7518)
+                 * otherwise. At kt = 0 there is no chunk 3 to retire: p1 is zeroed so that add is exact (+0). */
+                float p0[32], p1[32];
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    p0[i] = 0.0f; /* defined before its first (scale-d 0, read-write) wgmma */
+                    p1[i] = 0.0f;
+                }
+#pragma unroll 1
+                for (int kt = 0; kt < ktiles; kt++) {
+                    mbar_wait(bars + 8 * stage, phase);
+                    /* one descriptor per operand; +2 per 32-byte k-step, +512 per 64-row B chunk (8192 B >> 4):
+                     * the start-address field (address >> 4 < 2^14 in 227 KiB) never carries */
+                    const uint64_t da = wgmma_desc(sa + stage * cfg::A_BYTES + c * (64 * FP8_BK));
+                    const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
+                    fp8_issue_chunk64<AT>(p0, da, db);
+                    wgmma_wait<1>(); /* the previous stage's chunk 3 (p1): done */
+                    wgmma_fence_operands(p1);
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+                    fp8_promote_chunk<96>(d, p1);
+                    fp8_issue_chunk64<AT>(p1, da, db + 512);
+                    wgmma_wait<1>(); /* chunk 0 */
+                    wgmma_fence_operands(p0);
+                    fp8_promote_chunk<0>(d, p0);
+                    fp8_issue_chunk64<AT>(p0, da, db + 1024);
+                    wgmma_wait<1>(); /* chunk 1 */
+                    wgmma_fence_operands(p1);
+                    fp8_promote_chunk<32>(d, p1);
+                    fp8_issue_chunk64<AT>(p1, da, db + 1536);
+                    wgmma_wait<1>(); /* chunk 2 */
+                    wgmma_fence_operands(p0);
+                    fp8_promote_chunk<64>(d, p0);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                wgmma_wait<0>(); /* the last stage's chunk 3 */
+                wgmma_fence_operands(p1);
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+                fp8_promote_chunk<96>(d, p1);
+            } else if constexpr (PROMOTE == FP8_CHUNK128) {
+                /* chunked promotion at BN = 256, serial: two 128-column chunks per stage into one 64-register
+                 * temporary pt (d 128 + pt 64: a second temporary would need 256 registers), each retired with
+                 * wait_group 0 and added before the next is issued; the other consumer warpgroup's MMAs fill
+                 * the gaps (as in PROMOTE == 1, at half the FADDs per gap and a 256-wide tile). */
+                float pt[64];
+#pragma unroll 1
+                for (int kt = 0; kt < ktiles; kt++) {
+                    mbar_wait(bars + 8 * stage, phase);
+                    const uint64_t da = wgmma_desc(sa + stage * cfg::A_BYTES + c * (64 * FP8_BK));
+                    const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
+                    fp8_issue_chunk128<AT>(pt, da, db);
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(pt);
+                    fp8_promote_chunk<0>(d, pt);
+                    fp8_issue_chunk128<AT>(pt, da, db + 1024); /* rows 128..255: 16384 B >> 4 */
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(pt);
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + stage), rank); /* the stage is read: release it */
+                    fp8_promote_chunk<64>(d, pt);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
                 }
             } else
             for (int kt = 0; kt < ktiles; kt++) {
@@ -532,7 +791,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     wgmma_commit();
                     wgmma_wait<0>();
                     wgmma_fence_operands(t);
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage)); /* the stage is read: release it */
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + stage), rank); /* the stage is read: release it */
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t[i];
                 } else {
@@ -544,7 +803,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     wgmma_commit();
                     if (kt > 0) {
                         wgmma_wait<1>(); /* the previous stage's MMAs are done: release it */
-                        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                        if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                     }
                     prev = stage;
                 }
@@ -556,7 +815,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
             if constexpr (!PROMOTE) {
                 wgmma_wait<0>();
                 wgmma_fence_operands(d);
-                if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
             }
 
             /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA): d[4i + 2h + j] is row
@@ -594,6 +853,9 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
             }
         }
     }
+    /* CL = 2: no CTA leaves while its partner may still arrive on its empty barriers (the partner's last
+     * releases) or multicast into it (cannot happen: both run the same stages, each consumed before here) */
+    if constexpr (CL == 2) fp8_cluster_sync();
 }
 
 /* fp8: AT = WG_E4M3 or WG_E5M2 (A's format; B is e4m3) */
@@ -602,6 +864,14 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                           void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
     wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
+}
+
+/* fp8 on 2-CTA clusters (B multicast): same template arguments; `_c2` keeps the name matched by check_sass.sh */
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_fp8_kernel_c2(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                             void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
+    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 2>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
 }
 
 /* tf32: fp32 inputs read as tf32 by wgmma (the low 13 mantissa bits are ignored), fp32 out, no promotion */
@@ -644,6 +914,9 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
     const long long tiles_m = (M + FP8_BM - 1) / FP8_BM;
     const long long t128 = tiles_m * ((N + 127) / 128);
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) return 128;
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64 || accum == FORGE_FP8_PROMOTE_CHUNK128 ||
+        accum == FORGE_FP8_PROMOTE_CHUNK64_C2 || accum == FORGE_FP8_FAST_ACCUM_C2)
+        return 256; /* by construction */
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
         return (t256 < sm_count && t128 > t256) ? 128 : 256;
@@ -678,11 +951,59 @@ static forge_status fp8_launch(const void *A, const void *B, void *C, float scal
     return FORGE_OK;
 }
 
+/* CL = 2 (gemm_wgmma_fp8_kernel_c2): B's tensor map has BN/2-row boxes (each CTA multicasts one half); the grid
+ * is 2 x min(row-block pairs x column-blocks, the clusters that fit at once: cudaOccupancyMaxActiveClusters, as
+ * an SM left over in a GPC cannot host half a cluster; a grid past that would run the extra clusters after the
+ * others, not persistently). */
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
+                                  int dev, int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<BN> cfg;
+    static int smem_set[FP8_MAX_DEVICES];
+    static int max_clusters[FP8_MAX_DEVICES];
+    void (*kernel)(const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
+        gemm_wgmma_fp8_kernel_c2<BN, AT, OUT_BF16, PROMOTE>;
+    CUtensorMap tm_a, tm_b;
+    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, A, M, K, (unsigned long long)K, FP8_BM, FP8_BK,
+                              "gemm_fp8 A (fp8, K-major)"));
+    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, B, N, K, (unsigned long long)K, BN / 2, FP8_BK,
+                              "gemm_fp8 B (fp8, K-major, half-tile multicast boxes)"));
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
+        smem_set[dev] = 1;
+    }
+    if (max_clusters[dev] == 0) {
+        cudaLaunchConfig_t lc = {};
+        lc.gridDim = dim3(2 * (unsigned)(sm_count / 2), 1, 1);
+        lc.blockDim = dim3(FP8_THREADS, 1, 1);
+        lc.dynamicSmemBytes = cfg::SMEM; /* cluster dims: compile time (__cluster_dims__) */
+        int n = 0;
+        CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, (const void *)kernel, &lc));
+        if (n <= 0)
+            return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: no 2-CTA cluster of this kernel fits (%d)", n);
+        max_clusters[dev] = n;
+    }
+    const long long units = (long long)((M + 2 * FP8_BM - 1) / (2 * FP8_BM)) * ((N + BN - 1) / BN);
+    if (units > 0x3fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: %lld tile pairs overflow", units);
+    const int clusters = (int)(units < max_clusters[dev] ? units : max_clusters[dev]);
+    kernel<<<2 * clusters, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, scale, M, N, K, vec2);
+    CUDA_LAUNCH_CHECK("gemm_wgmma_fp8_kernel_c2");
+    return FORGE_OK;
+}
+
 template <int AT, int OUT_BF16>
 static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B, void *C, float scale, int M, int N,
                                  int K, int vec2, int dev, int sms, cudaStream_t st) {
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) /* 128 only (fp8_pick_bn): d, t and t1 must fit 240 registers */
         return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64) /* 256 only: the chunks split a 256-wide tile */
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK128)
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
+        return fp8_launch_c2<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_FAST_ACCUM_C2)
+        return fp8_launch_c2<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM)
         return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
                          : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
@@ -690,9 +1011,31 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
                      : fp8_launch<192, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
 }
 
+/* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
+ * unset, "" or "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" /
+ * "chunk64c2": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2. All do the same fp32 adds in the same K order per element (expected
+ * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
+ * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
+ * remapped. */
+static int fp8_env_promote(void) {
+    static int cached = -2; /* racing first callers compute and store the same value */
+    if (cached != -2) return cached;
+    const char *v = getenv("FORGE_FP8_PROMOTE_VARIANT");
+    int r;
+    if (v == nullptr || v[0] == '\0' || strcmp(v, "serial") == 0) r = FORGE_FP8_PROMOTE;
+    else if (strcmp(v, "pipe") == 0) r = FORGE_FP8_PROMOTE_PIPELINED;
+    else if (strcmp(v, "chunk64") == 0) r = FORGE_FP8_PROMOTE_CHUNK64;
+    else if (strcmp(v, "chunk128") == 0) r = FORGE_FP8_PROMOTE_CHUNK128;
+    else if (strcmp(v, "chunk64c2") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_C2;
+    else r = -1;
+    cached = r;
+    return r;
+}
+
 static const char *fp8_fmt_name(int f) { return f == FORGE_FP8_E4M3 ? "e4m3" : f == FORGE_FP8_E5M2 ? "e5m2" : "?"; }
 
 extern "C" int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum) {
+    if (accum == FORGE_FP8_PROMOTE && fp8_env_promote() >= 0) accum = (forge_fp8_accum)fp8_env_promote();
     int dev = 0, sms = 0;
     if (fp8_device_info(&dev, &sms) != FORGE_OK) return 0;
     return fp8_pick_bn(M, N, (int)accum, sms);
@@ -708,13 +1051,23 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
     else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
     else if (c_type != FORGE_GEMM_OUT_F32 && c_type != FORGE_GEMM_OUT_BF16) why = "C must be fp32 or bf16";
     else if ((uintptr_t)C % c_elem != 0) why = "C must be aligned to its element size";
-    else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED)
+    else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED &&
+             accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128 &&
+             accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2)
         why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8 nt (%s x %s, M=%d N=%d K=%d): %s", fp8_fmt_name(a_fmt),
                            fp8_fmt_name(b_fmt), M, N, K, why);
+    if (accum == FORGE_FP8_PROMOTE) {
+        const int v = fp8_env_promote();
+        if (v < 0)
+            return forge_error(FORGE_ERR_ARG,
+                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected serial, pipe, chunk64, chunk128 or chunk64c2)",
+                               getenv("FORGE_FP8_PROMOTE_VARIANT"));
+        accum = (forge_fp8_accum)v;
+    }
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const int bn = fp8_pick_bn(M, N, (int)accum, sms);

@@ -472,6 +472,10 @@ typedef enum {
     F8_LT = 0,
     F8_E4M3,
     F8_E4M3_PIPE,
+    F8_E4M3_CHUNK64,
+    F8_E4M3_CHUNK128,
+    F8_E4M3_CHUNK64_C2,
+    F8_E4M3_FAST_C2,
     F8_E5M2,
     F8_E4M3_FAST,
     F8_E4M3_BF16OUT,
@@ -505,6 +509,18 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_E4M3_PIPE:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_PIPELINED, sh->stream);
+    case F8_E4M3_CHUNK64:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64, sh->stream);
+    case F8_E4M3_CHUNK128:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK128, sh->stream);
+    case F8_E4M3_CHUNK64_C2:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64_C2, sh->stream);
+    case F8_E4M3_FAST_C2:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_FAST_ACCUM_C2, sh->stream);
     case F8_E4M3:
     case F8_E4M3_FAST:
     case F8_E4M3_BF16OUT:
@@ -592,10 +608,13 @@ static const char *F8_RECIPE =
 
 extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     const uint64_t seed = 20261130;
+    const char *c2_env = getenv("FORGE_BENCH_FP8_C2");
+    const int c2_sel = c2_env == NULL || c2_env[0] == '\0' ? 1 : strcmp(c2_env, "0") == 0 ? 0 : strcmp(c2_env, "only") == 0 ? 2 : 1;
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
-                       "forge_fp8_e4m3_pipe,"
+                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,"
+                       "forge_fp8_e4m3_fastacc_c2,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; tf32 nt "
                        "cells=cublas_tf32,forge_wgmma_tf32; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
@@ -606,7 +625,9 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         &ss, out, "gemm_fp8", config, F8_RECIPE, seed, reps, "gemm-fp8 bench",
         "gemm-fp8: C (M,N) = 0.125 . A (M,K) . B (N,K)^T, fp8 K-major inputs (e4m3 x e4m3, e5m2 x e4m3), fp32 "
         "accumulation promoted every 128 of K (pipe: the same promotion, two alternating temporaries, "
-        "wait_group 1; fastacc: not promoted), fp32 out (bf16out: bf16); baseline "
+        "wait_group 1; chunk64 / chunk128: the same promotion at BN 256, a stage's MMAs per 64-column chunk into "
+        "two alternating temporaries / per 128-column chunk into one; _c2: 2-CTA clusters, B multicast; fastacc: not "
+        "promoted), fp32 out (bf16out: bf16); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
         "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
@@ -650,6 +671,10 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         } cells[] = {{F8_LT, "cublaslt_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3, "forge_fp8_e4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_PIPE, "forge_fp8_e4m3_pipe", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK64, "forge_fp8_e4m3_chunk64", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK128, "forge_fp8_e4m3_chunk128", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK64_C2, "forge_fp8_e4m3_chunk64_c2", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_FAST_C2, "forge_fp8_e4m3_fastacc_c2", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
@@ -659,6 +684,12 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         for (int v = 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
             const f8_kind k = cells[v].kind;
             if (k == F8_LT && sp->odd) continue;
+            /* FORGE_BENCH_FP8_C2=0: no 2-CTA cluster cells; =only: those, the baseline and forge_wgmma_bf16 (their
+             * counterpart) only. A trap in a cluster kernel (mbarrier timeout) would take the CUDA context and
+             * fail every later cell, so a first GPU run can do =0 then =only. Unset: all cells. */
+            const int is_c2 = k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_FAST_C2;
+            if (c2_sel == 0 && is_c2) continue;
+            if (c2_sel == 2 && !is_c2 && k != F8_LT && k != F8_BF16 && !(sp->odd && k == F8_E4M3)) continue;
             if (!GC_HAVE_CUBLAS && gc_cell_needs_cublas(cells[v].name)) {
                 fprintf(out, "skip %s [%s]: %s\n", cells[v].name, k == F8_CUBLAS_TF32 ? group32 : group,
                         GC_NO_CUBLAS_REASON);
@@ -673,7 +704,10 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             cell.group = tf32 ? group32 : group;
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
-            cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E5M2) ? "forge_wgmma_bf16" : NULL;
+            cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
+                                k == F8_E4M3_CHUNK64_C2 || k == F8_E5M2)
+                                   ? "forge_wgmma_bf16"
+                                   : NULL;
             cell.precision = cells[v].prec;
             cell.flops = flops;
             cell.bytes = cells[v].in_bytes * mk_nk + cells[v].out_bytes * mn;
