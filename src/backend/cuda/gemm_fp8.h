@@ -14,6 +14,10 @@
  * its running sum and truncates):
  * - FORGE_FP8_PROMOTE (the default): every 128 of K, the wgmma partial sum is
  *   added in fp32 to a separate accumulator, so the error does not grow with K.
+ *   The kernel is picked per shape: chunk64 (below) where 256-wide tiles cover
+ *   at least half the SMs, else the serial promotion at 128/192-wide tiles
+ *   (H200, session 3: 1215 / 1322 TFLOP/s at 4096^3 / 8192^3 = 1.55x / 1.68x
+ *   forge bf16 and 0.98x / 0.92x cuBLASLt fp8; serial 1058 / 1288).
  * - FORGE_FP8_FAST_ACCUM: one wgmma accumulator over all of K (cuBLASLt's
  *   "fast accum"). Faster, less accurate at large K; for comparison only.
  * - FORGE_FP8_PROMOTE_PIPELINED: the same promotion (the same adds in the
@@ -36,9 +40,11 @@
  *   one column-block and each multicasts half of the shared B tile into both
  *   (a third less L2 -> SM traffic). Candidates, unmeasured (bench cells
  *   forge_fp8_e4m3_chunk64_c2, forge_fp8_e4m3_fastacc_c2).
- * - Environment: FORGE_FP8_PROMOTE_VARIANT=serial|pipe|chunk64|chunk128|chunk64c2 makes
- *   FORGE_FP8_PROMOTE (only that mode) run the named variant (read once per
- *   process; unset = serial; anything else fails the call, FORGE_ERR_ARG).
+ * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2
+ *   makes FORGE_FP8_PROMOTE (only that mode) run the named variant (read once
+ *   per process; unset = auto; anything else fails the call, FORGE_ERR_ARG).
+ *   Measured (session 3): pipe 745 / 1157 / 1178, chunk128 719 / 1150 / 1190,
+ *   chunk64c2 690 / 1139 / 1296 at 2048^3 / 4096^3 / 8192^3: none beats chunk64.
  *
  * Needs: a compute-capability 9.x device, M, N >= 1, K >= 16 and K % 16 == 0
  * (TMA's 16-byte row strides), A and B 16-byte aligned, C aligned to its

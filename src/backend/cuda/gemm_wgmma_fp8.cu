@@ -71,6 +71,9 @@ extern "C" {
  * so each consumer gets 240 (24 x 128 + 240 x 256 = 64512 of the 65536) */
 #define FP8_PIPE_PRODUCER_REGS 24
 #define FP8_PIPE_CONSUMER_REGS 240
+/* FORGE_FP8_PROMOTE_VARIANT=serial inside the dispatch: the PROMOTE = 1 kernel, chosen explicitly (not by
+ * fp8_auto_promote); any value outside forge_fp8_accum */
+#define FP8_PROMOTE_SERIAL 100
 
 /* PROMOTE (template parameter of the body): 0 fast accum, 1 serial promotion, 2 pipelined (two alternating
  * stage temporaries, BN 128), 3 and 4 chunked promotion at BN 256 (64-column chunks with two alternating
@@ -1012,7 +1015,7 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
 }
 
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
- * unset, "" or "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" /
+ * unset, "" or "auto": fp8_auto_promote's choice per shape; "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" /
  * "chunk64c2": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2. All do the same fp32 adds in the same K order per element (expected
  * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
  * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
@@ -1022,7 +1025,8 @@ static int fp8_env_promote(void) {
     if (cached != -2) return cached;
     const char *v = getenv("FORGE_FP8_PROMOTE_VARIANT");
     int r;
-    if (v == nullptr || v[0] == '\0' || strcmp(v, "serial") == 0) r = FORGE_FP8_PROMOTE;
+    if (v == nullptr || v[0] == '\0' || strcmp(v, "auto") == 0) r = FORGE_FP8_PROMOTE; /* auto: per shape */
+    else if (strcmp(v, "serial") == 0) r = FP8_PROMOTE_SERIAL;
     else if (strcmp(v, "pipe") == 0) r = FORGE_FP8_PROMOTE_PIPELINED;
     else if (strcmp(v, "chunk64") == 0) r = FORGE_FP8_PROMOTE_CHUNK64;
     else if (strcmp(v, "chunk128") == 0) r = FORGE_FP8_PROMOTE_CHUNK128;
@@ -1032,12 +1036,27 @@ static int fp8_env_promote(void) {
     return r;
 }
 
+/* FORGE_FP8_PROMOTE's kernel per shape: chunk64 (256-wide tiles, a stage's MMAs issued per 64-column chunk
+ * into two alternating temporaries) where 256-wide tiles cover at least half the SMs, else the serial promotion
+ * at 128/192. Measured on the H200 (session 3, scripts/device_fp8.sh): chunk64 747 / 1215 / 1322 / 519
+ * TFLOP/s at 2048^3 / 4096^3 / 8192^3 / 65536x1408x512 against serial 707 / 1058 / 1288 / 504 (cuBLASLt fp8
+ * 720 / 1237 / 1436 / 675), but 46 vs 69 at 1000x999x528 (32 tiles of 256: a quarter of the SMs). Both do the
+ * same fp32 adds in the same K order. */
+static int fp8_auto_promote(int M, int N, int sm_count) {
+    const long long t256 = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 255) / 256);
+    return 2 * t256 >= sm_count ? (int)FORGE_FP8_PROMOTE_CHUNK64 : FP8_PROMOTE_SERIAL;
+}
+
 static const char *fp8_fmt_name(int f) { return f == FORGE_FP8_E4M3 ? "e4m3" : f == FORGE_FP8_E5M2 ? "e5m2" : "?"; }
 
 extern "C" int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum) {
-    if (accum == FORGE_FP8_PROMOTE && fp8_env_promote() >= 0) accum = (forge_fp8_accum)fp8_env_promote();
     int dev = 0, sms = 0;
     if (fp8_device_info(&dev, &sms) != FORGE_OK) return 0;
+    if (accum == FORGE_FP8_PROMOTE && fp8_env_promote() >= 0) {
+        const int v = fp8_env_promote();
+        accum = (forge_fp8_accum)(v == FORGE_FP8_PROMOTE ? fp8_auto_promote(M, N, sms) : v);
+    }
+    if (accum == (forge_fp8_accum)FP8_PROMOTE_SERIAL) accum = FORGE_FP8_PROMOTE;
     return fp8_pick_bn(M, N, (int)accum, sms);
 }
 
@@ -1064,12 +1083,17 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
         const int v = fp8_env_promote();
         if (v < 0)
             return forge_error(FORGE_ERR_ARG,
-                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected serial, pipe, chunk64, chunk128 or chunk64c2)",
+                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected auto, serial, pipe, chunk64, chunk128 "
+                               "or chunk64c2)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
-        accum = (forge_fp8_accum)v;
     }
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
+    if (accum == FORGE_FP8_PROMOTE) {
+        const int v = fp8_env_promote();
+        accum = (forge_fp8_accum)(v == FORGE_FP8_PROMOTE ? fp8_auto_promote(M, N, sms) : v);
+        if (accum == (forge_fp8_accum)FP8_PROMOTE_SERIAL) accum = FORGE_FP8_PROMOTE; /* the serial kernel */
+    }
     const int bn = fp8_pick_bn(M, N, (int)accum, sms);
     const float scale = a_scale * b_scale;
     const int vec2 = N % 2 == 0 && (uintptr_t)C % (2 * c_elem) == 0;
