@@ -113,14 +113,15 @@ def forge_ratios(forge_csv, rows):
         B, H, T, D = row["B"], row["H"], row["T"], row["D"]
         mode = row["mode"]
         group = f"{'fwd' if mode == 'fwd' else 'fwd+bwd'} B={B} H={H} T={T} D={D}"
-        cells = ["flash_bf16_fwd", "flash_bf16_fwd_q128"] if mode == "fwd" else ["flash_bf16_fwdbwd"]
+        cells = (["flash_bf16_fwd", "flash_bf16_fwd_q128", "flash_bf16_fwd_wgmma"] if mode == "fwd" else
+                 ["flash_bf16_fwdbwd", "flash_bf16_fwdbwd_wgmma", "flash_bf16_fwdbwd_wgmma2"])
         for cell in cells:
             fr = forge.get((cell, group))
             if not fr or fr.get("status") != "ok" or not fr.get("tflops"):
-                print(f"  {group:34s} {cell:20s} vs {row['backend']:5s}: forge cell missing or not ok")
+                print(f"  {group:34s} {cell:24s} vs {row['backend']:5s}: forge cell missing or not ok")
                 continue
             ratio = float(fr["tflops"]) / float(row["tflops"])
-            print(f"  {group:34s} {cell:20s} {float(fr['tflops']):7.1f} / {row['backend']:5s} "
+            print(f"  {group:34s} {cell:24s} {float(fr['tflops']):7.1f} / {row['backend']:5s} "
                   f"{float(row['tflops']):7.1f} TFLOP/s = {ratio:.3f}x")
 
 
