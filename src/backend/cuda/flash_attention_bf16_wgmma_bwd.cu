@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             wgmma_wait<1>();
             wgmma_fence_operands(sc);
 
-            /* branch-free mask (dP is in flight here; see fb_mask_bounds): column j = key - k0 is visible to
+            /* branch-free mask (dP is in flight here; see FB_BIG): column j = key - k0 is visible to
              * row r iff j <= vis[r] and j < lim */
             const bool edge = k0 + FB_BS - 1 > wrow0 + diag || k0 + FB_BS > s.Tk;
             const int vis0 = edge ? row_lo + diag - k0 : FB_BIG, vis1 = edge ? row_lo + 8 + diag - k0 : FB_BIG;
