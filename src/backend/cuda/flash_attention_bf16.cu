@@ -614,6 +614,10 @@ extern "C" forge_status forge_flash_check_shape(const char *what, const forge_fl
 
 extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape *s, const void *o, const void *dout,
                                                        float *delta, void *stream) {
+    if (s == nullptr) return forge_error(FORGE_ERR_ARG, "forge_flash_bf16_backward_delta: NULL shape");
+    if (s->D != 64 && s->D != 128)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge_flash_bf16_backward_delta: needs D = 64 or 128 (compiled tiles), got D=%d", s->D);
     const size_t rows = (size_t)s->B * s->Tq * s->H;
     if (rows == 0) return FORGE_OK;
     cudaStream_t st = (cudaStream_t)stream;
