@@ -47,7 +47,10 @@
  * The auto table's cache is checked too (case_matmul_table): a corrupt file
  * is replaced by a valid one holding the measured shape.
  * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer).
- * FORGE_GPU_TESTS_ONLY=flash16 runs only the bf16 flash attention cases.
+ * FORGE_GPU_TESTS_ONLY=flash16 runs only the bf16 flash attention cases;
+ * each shape checks the mma.sync backward (flash16_backward.*, through the
+ * dispatcher: FORGE_FLASH16_BWD=wgmma routes it to the wgmma backward) and
+ * the Hopper wgmma backward called directly (flash16_backward_wgmma.*).
  * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
@@ -1691,6 +1694,49 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         if (gout2) P->gpu->mem_free(P->gpu, gout2);
         if (glse2) P->gpu->mem_free(P->gpu, glse2);
     }
+
+    /* the Hopper wgmma backward (flash_attention_bf16_wgmma_bwd.cu) on the same inputs, out and lse of the
+     * forward above; same tolerances as the mma.sync backward. A refusal (FORGE_ERR_UNSUPPORTED) is a failure:
+     * every shape here (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one it must take on sm_90. */
+    {
+        void *gdq2 = fa_dev(P, no * 4, NULL, 0xff), *gdk2 = fa_dev(P, nkv * 4, NULL, 0xff),
+             *gdv2 = fa_dev(P, nkv * 4, NULL, 0xff), *gdelta2 = fa_dev(P, nl * 4, NULL, 0xff);
+        if (!gdq2 || !gdk2 || !gdv2 || !gdelta2)
+            st = FORGE_ERR_OOM;
+        else
+            st = forge_flash_bf16_backward_wgmma(&fs, gq, dk_, dv_, gout, gdo, glse, gdelta2, gdq2, gdk2, gdv2,
+                                                 stream);
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        if (st != FORGE_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "(%s: %s)", forge_status_name(st), forge_error_message());
+            report(P, 0, "flash16_backward_wgmma", shape, INFINITY, 0, why);
+        } else {
+            const struct {
+                const char *name;
+                void *g;
+                size_t n;
+                const double *ref;
+            } w[3] = {
+                {"flash16_backward_wgmma.dq", gdq2, no, rdq},
+                {"flash16_backward_wgmma.dk", gdk2, nkv, rdk},
+                {"flash16_backward_wgmma.dv", gdv2, nkv, rdv},
+            };
+            for (int i = 0; i < 3; i++) {
+                size_t bad = 0;
+                float *x = fa_fetch(P, w[i].g, w[i].n, 0, &bad);
+                if (!x) {
+                    report(P, 0, w[i].name, shape, INFINITY, 0, "(copy back failed)");
+                    continue;
+                }
+                fa_compare(P, w[i].name, shape, x, w[i].ref, w[i].n, bad, 3e-2, 1);
+                free(x);
+            }
+        }
+        void *gw[4] = {gdq2, gdk2, gdv2, gdelta2};
+        for (int i = 0; i < 4; i++)
+            if (gw[i]) P->gpu->mem_free(P->gpu, gw[i]);
+    }
 done:
     free(hq), free(hk), free(hv), free(hdo), free(fq), free(fk), free(fv), free(fdo);
     free(rout), free(rlse), free(rdq), free(rdk), free(rdv);
@@ -1708,6 +1754,10 @@ static void case_flash16_refuse(parity *P) {
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
     st = forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
     report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_wgmma.refuse", "D=96", 0, 0,
+           st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+    float *fd = (float *)dummy;
+    st = forge_flash_bf16_backward_wgmma(&fs, dummy, dummy, dummy, dummy, dummy, fd, fd, fd, fd, fd, NULL);
+    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_backward_wgmma.refuse", "D=96", 0, 0,
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
 }
 

@@ -612,6 +612,25 @@ extern "C" forge_status forge_flash_check_shape(const char *what, const forge_fl
     return FORGE_OK;
 }
 
+extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape *s, const void *o, const void *dout,
+                                                       float *delta, void *stream) {
+    if (s == nullptr) return forge_error(FORGE_ERR_ARG, "forge_flash_bf16_backward_delta: NULL shape");
+    if (s->D != 64 && s->D != 128)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge_flash_bf16_backward_delta: needs D = 64 or 128 (compiled tiles), got D=%d", s->D);
+    const size_t rows = (size_t)s->B * s->Tq * s->H;
+    if (rows == 0) return FORGE_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (s->D == 64)
+        fa_bwd_delta_kernel<64><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>((const bf16_t *)o, (const bf16_t *)dout,
+                                                                             delta, *s);
+    else
+        fa_bwd_delta_kernel<128><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>((const bf16_t *)o,
+                                                                              (const bf16_t *)dout, delta, *s);
+    CUDA_LAUNCH_CHECK("fa_bwd_delta_kernel");
+    return FORGE_OK;
+}
+
 template <int D, int QR> constexpr int fa_fwd_smem() { return (QR + 4 * FA_BN) * (D * 2 + 16); }
 template <int D> constexpr int fa_dq_smem() { return (2 * FA_BM + 4 * FA_BN) * (D * 2 + 16); }
 template <int D> constexpr int fa_dkdv_smem() {
@@ -640,10 +659,7 @@ static forge_status fa_backward_t(const forge_flash_shape *s, const void *q, con
     const float scale = 1.0f / sqrtf((float)D);
     const float sl2 = scale * FA_LOG2E;
     if (s->Tq > 0) {
-        const size_t rows = (size_t)s->B * s->Tq * s->H;
-        fa_bwd_delta_kernel<D><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>((const bf16_t *)o, (const bf16_t *)dout,
-                                                                            delta, *s);
-        CUDA_LAUNCH_CHECK("fa_bwd_delta_kernel");
+        FORGE_TRY(forge_flash_bf16_backward_delta(s, o, dout, delta, st));
         auto kq = fa_bwd_dq_kernel<D>;
         CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_dq_smem<D>()));
         dim3 grid((unsigned)((s->Tq + FA_BM - 1) / FA_BM), (unsigned)s->H, (unsigned)s->B);
@@ -702,6 +718,17 @@ extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, con
     return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
 }
 
+/* FORGE_FLASH16_BWD, read once: 0 = mma (the default until the wgmma backward is measured), 1 = wgmma. */
+static int fa_bwd_choice = -1;
+
+static int fa_bwd_use_wgmma(void) {
+    if (fa_bwd_choice < 0) {
+        const char *e = getenv("FORGE_FLASH16_BWD");
+        fa_bwd_choice = (e != nullptr && strcmp(e, "wgmma") == 0) ? 1 : 0;
+    }
+    return fa_bwd_choice;
+}
+
 extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k,
                                                   const void *v, const void *out_bf16, const void *dout_bf16,
                                                   const float *lse, float *delta, float *dq, float *dk, float *dv,
@@ -710,6 +737,12 @@ extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, co
     const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 10));
     if (s->B == 0) return FORGE_OK;
+    if (fa_bwd_use_wgmma()) {
+        const forge_status ws =
+            forge_flash_bf16_backward_wgmma(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream);
+        if (ws != FORGE_ERR_UNSUPPORTED) return ws;
+        forge_error_clear(); /* a shape / device the wgmma path refuses: the mma.sync backward takes it */
+    }
     cudaStream_t st = (cudaStream_t)stream;
     return s->D == 64 ? fa_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st)
                       : fa_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st);

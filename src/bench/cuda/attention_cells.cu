@@ -13,7 +13,9 @@
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
  *   attention_backward) and flash_bf16_fwdbwd_mma (mma.sync forward + the
  *   three backward kernels), flash_bf16_fwdbwd_wgmma (the wgmma forward + the
- *   same backward).
+ *   same backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the wgmma
+ *   backward, flash_attention_bf16_wgmma_bwd.cu, called directly so the cell
+ *   does not depend on FORGE_FLASH16_BWD).
  * FLOPs: forward 2*B*H*T^2*D (causal), backward 2.5x that (the issue's
  * convention), so fwd+bwd counts 3.5x.
  *
@@ -245,14 +247,17 @@ typedef enum {
     AB_FLASH_FWDBWD,
     AB_FLASH_FWD_Q128,
     AB_FLASH_FWD_WGMMA,
-    AB_FLASH_FWDBWD_WGMMA
+    AB_FLASH_FWDBWD_WGMMA,
+    AB_FLASH_FWDBWD_WGMMA2
 } ab_kind;
 
 static int ab_is_flash(ab_kind k) {
     return k == AB_FLASH_FWD || k == AB_FLASH_FWDBWD || k == AB_FLASH_FWD_Q128 || k == AB_FLASH_FWD_WGMMA ||
-           k == AB_FLASH_FWDBWD_WGMMA;
+           k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2;
 }
-static int ab_is_bwd(ab_kind k) { return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA; }
+static int ab_is_bwd(ab_kind k) {
+    return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2;
+}
 
 typedef struct {
     ab_shape *sh;
@@ -372,7 +377,7 @@ static forge_status ab_poison(void *ctx) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
-    if (c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWDBWD_WGMMA) {
+    if (c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWDBWD_WGMMA || c->kind == AB_FLASH_FWDBWD_WGMMA2) {
         AB_TRY(cudaMemsetAsync(sh->dq, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dk, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dv, 0xFF, n * 4, sh->stream));
@@ -402,6 +407,10 @@ static forge_status ab_run(void *ctx, int set) {
         FORGE_TRY(forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
         return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
                                          sh->dk, sh->dv, sh->stream);
+    case AB_FLASH_FWDBWD_WGMMA2:
+        FORGE_TRY(forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
+        return forge_flash_bf16_backward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta,
+                                               sh->dq, sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD:
         FORGE_TRY(forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 64, sh->stream));
         return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
@@ -491,7 +500,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd_mma,flash_bf16_fwd_q128,"
-                       "flash_bf16_fwd_wgmma,unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
+                       "flash_bf16_fwd_wgmma,unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,"
+                       "flash_bf16_fwdbwd_wgmma2; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
                         AB_SHAPES[i][2], AB_SHAPES[i][3]);
@@ -543,7 +553,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             int baseline;
             forge_precision prec;
             double tol, flops, bytes;
-        } cells[7] = {
+        } cells[8] = {
             /* unfused fp32: 1e-4, justified at the top of the file */
             {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
             {AB_FLASH_FWD, "flash_bf16_fwd_mma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
@@ -553,8 +563,10 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             {AB_FLASH_FWDBWD, "flash_bf16_fwdbwd_mma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd, 2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA, "flash_bf16_fwdbwd_wgmma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
+            {AB_FLASH_FWDBWD_WGMMA2, "flash_bf16_fwdbwd_wgmma2", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
+             2.0 * 9 * nb + 4.0 * 3 * nb},
         };
-        for (int c = 0; c < 7 && s == FORGE_OK; c++) {
+        for (int c = 0; c < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; c++) {
             ab_cell ctx = {&sh, cells[c].kind};
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);

@@ -1,0 +1,766 @@
+/*
+ * flash_attention_bf16_wgmma_bwd.cu: the Hopper (sm_90a) backward of forge's
+ * bf16 flash attention on TMA + wgmma (entry and contract in
+ * flash_attention_bf16.h, notes in docs/flash-attention.md). Same three
+ * kernels and results contract as the mma.sync backward in
+ * flash_attention_bf16.cu: delta = rowsum(dO * O) (that file's kernel), dQ
+ * parallel over query blocks, dK/dV parallel over key blocks; no atomics.
+ *
+ * Design (the decisions a reader would otherwise get wrong; the wgmma
+ * fragment layouts, descriptors and tensor-map conventions are those of the
+ * forward, flash_attention_bf16_wgmma.cu, whose header explains them):
+ * - Every kernel: CTA = 3 warpgroups, warpgroup 0 the producer (TMA), 1 and
+ *   2 consumers. Rows a CTA owns stay in shared memory (resident); 64-row
+ *   tiles of the other side stream through a ring of STAGES stages.
+ *   dQ: 128 queries per CTA, 64 per consumer. dK/dV at D = 64: 128 keys per
+ *   CTA, 64 per consumer, each computing all four products. dK/dV at
+ *   D = 128 (fb_dkdv_split_kernel): 64 keys per CTA, the two consumers split
+ *   the products by role (see there), because dK + dV in one warpgroup at
+ *   D = 128 (128 fp32 accumulator registers per thread) made ptxas spill and
+ *   serialise every wgmma whatever the tile shape.
+ * - Every streamed tile is 64 rows, loaded as D/64 boxes of 64 rows x 64
+ *   columns (8 KiB, 128B swizzle), box j at j * 8 KiB. That one layout is
+ *   both the K-major B operand of S = A.B^T (k16 step kk at (kk/4) * 8 KiB +
+ *   (kk%4) * 32 B) and the MN-major B operand of the second product, whose
+ *   reduction runs over the tile's 64 rows (step kk at kk * 2 KiB, LBO = 8 KiB
+ *   to the next 64 columns: wgmma_desc_mn), exactly as the forward reads V.
+ *   So no tile is transposed or loaded twice: K serves S = Q.K^T and
+ *   dQ += dS.K; Q serves S^T = K.Q^T and dK += dS^T.Q; dO serves dP^T =
+ *   V.dO^T and dV += P^T.dO. A 128-row streamed tile would break the
+ *   MN-major view at D = 128 (its two 64-row halves of a column block would
+ *   not be adjacent), which is why the streamed side is 64 rows.
+ * - The resident side (Q and dO in dQ; K and V in dK/dV at D = 64) is 128
+ *   rows per box (16 KiB per 64 columns) like the forward's Q; consumer c
+ *   reads rows 64c.. at + c * 8 KiB (a multiple of the 1 KiB swizzle atom).
+ *   The split kernel's resident K and V are single 64-row boxes.
+ * - Per streamed tile a dQ or D = 64 dK/dV consumer issues its two S-like
+ *   products (S and dP, or S^T and dP^T) as two commit groups, waits for the
+ *   first (wait_group 1), computes P while the second runs, waits for it,
+ *   computes dS, packs P and dS into bf16 A fragments, issues the register-A
+ *   products and waits for everything before the stage is released. Nothing
+ *   is written to a register an in-flight wgmma reads or writes, and the code
+ *   between a wgmma and its wait has no branch (see FB_BIG).
+ * - P = exp2(S * scale*log2e - lse*log2e): lse of a row that sees no key is
+ *   -inf and is replaced by 0; every entry of such a row is masked anyway.
+ *   dS is kept unscaled (P * (dP - delta)); dQ and dK are multiplied by
+ *   scale at the store.
+ * - dK/dV: lse*log2e and delta of the 64 streamed queries go into shared
+ *   memory next to the tile: warp 1 of the producer loads them with plain
+ *   loads (lse rows are not 16-byte aligned for a bulk copy when Tq % 4 != 0)
+ *   and each of its 32 lanes arrives on the stage's full barrier (count 33:
+ *   + the TMA thread's arrive.expect_tx); mbarrier arrive/wait are
+ *   release/acquire, so the plain stores are visible to the consumers.
+ * - GQA without atomics: a dK/dV CTA owns one kv head and loops over the
+ *   G = H/Hkv query heads of its group inside the ring (iteration it: head
+ *   hk*G + it/nq, query tile t_first + it%nq), like the mma.sync kernel.
+ * - Causal (bottom-right, diag = Tk - Tq): a dQ CTA stops at its last visible
+ *   key tile, a dK/dV CTA starts at its first visible query tile; a
+ *   consumer whose 64 rows see none of a tile skips its MMAs but still waits
+ *   for and releases the stage (see the forward); only tiles straddling the
+ *   diagonal or an edge evaluate the mask. Rows past Tq / Tk are zero-filled
+ *   by TMA, masked where they are columns, and never stored.
+ * - Tq == 0 or Tk == 0 are refused (a tensor map cannot have a 0 dim); the
+ *   dispatcher then runs the mma.sync backward.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+#include "flash_wgmma_common.cuh"
+#include "wgmma_common.cuh"
+#include "wgmma_tmap.h"
+
+extern "C" {
+#include "flash_attention_bf16.h"
+}
+
+#define FB_THREADS 384 /* producer warpgroup + 2 consumer warpgroups */
+#define FB_BR 128      /* resident rows per CTA (queries in dQ, keys in dK/dV): 64 per consumer */
+#define FB_BS 64       /* streamed rows per tile (keys in dQ, queries in dK/dV); see the header */
+#define FB_CONSUMER_WARPS 8
+#define FB_PRODUCER_REGS 24
+#define FB_CONSUMER_REGS 240
+#define FB_LOG2E 1.4426950408889634f
+/* "No bound" for the branch-free masks: the P / P^T loops run while the dP / dP^T wgmma is in flight, and the
+ * natural `if (edge) { if (masked) p = 0; }` puts branches between a wgmma and its wait (measured: with them
+ * ptxas spilled 4-24 B in fb_dq_kernel<128>; without, none). The masks are selects against per-thread bounds
+ * that are FB_BIG ("none") on interior tiles. */
+#define FB_BIG (1 << 30)
+#define FB_SP_BYTES (32 * 128 * 4) /* fb_dkdv_split_kernel's P^T handoff */
+
+template <int D> struct fb_cfg {
+    static constexpr int DH = D / 64;                      /* 64-column boxes per row */
+    static constexpr uint32_t RES_BYTES = FB_BR * D * 2;   /* one resident tensor (Q or dO; K or V) */
+    static constexpr uint32_t TILE_BYTES = FB_BS * D * 2;  /* one streamed tensor */
+    static constexpr uint32_t STAGE_BYTES = 2 * TILE_BYTES; /* K + V (dQ) or Q + dO (dK/dV) */
+    static constexpr int STAGES = 4;
+    /* resident pair, ring, lse/delta slots (dK/dV: 2 x 64 floats per stage), then the barriers: resbar,
+     * full[STAGES], empty[STAGES]; 1 KiB slack to align the base to 1024 B */
+    static constexpr uint32_t LD_BYTES = 2 * FB_BS * 4;
+    static constexpr size_t SMEM =
+        2 * (size_t)RES_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) + 8 * (1 + 2 * STAGES) + 1024;
+    /* fb_dkdv_split_kernel: K and V as 64-row tensors, the ring, lse/delta, the P^T handoff, the barriers */
+    static constexpr size_t SPLIT_SMEM = 2 * (size_t)TILE_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) +
+                                         FB_SP_BYTES + 8 * (1 + 2 * STAGES) + 1024;
+    static_assert(SMEM <= 232448 && SPLIT_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+    static_assert(D == 64 || D == 128, "compiled head dims");
+};
+
+/* S (64 x 64 fp32) = (_first: write-only, scale-d false) or += A (64x16, smem desc, K-major) . B (64x16, smem
+ * desc, K-major)^T. The first k16 step does not name d as an input: with "+f" on a fresh array the compiler
+ * would see the previous tile's (dead) values as read, and keep them live around the loop. */
+__device__ __forceinline__ void fb_wgmma_ss_n64_first(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+__device__ __forceinline__ void fb_wgmma_ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+/* S (64 x 64 fp32) = A (64 x D, K-major at a, row stride as the resident 128-row boxes) . B^T (B: the
+ * streamed 64 x D tile at b, K-major). a_box / b_box: bytes between 64-column boxes. */
+template <int D>
+__device__ __forceinline__ void fb_ss(float (&d)[32], uint32_t a, uint32_t a_box, uint32_t b, uint32_t b_box) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = wgmma_desc(a + (kk / 4) * a_box + (kk % 4) * 32);
+        const uint64_t db = wgmma_desc(b + (kk / 4) * b_box + (kk % 4) * 32);
+        if (kk == 0)
+            fb_wgmma_ss_n64_first(d, da, db);
+        else
+            fb_wgmma_ss_n64(d, da, db);
+    }
+}
+
+/* acc (64 x D fp32) += A (64 x 64 bf16 fragments, 4 k16 steps) . B (the streamed 64-row tile at b, MN-major) */
+template <int D> __device__ __forceinline__ void fb_rs(float (&acc)[D / 2], const uint32_t (&a)[4][4], uint32_t b) {
+#pragma unroll
+    for (int kk = 0; kk < FB_BS / 16; kk++) fw_pv<D>(acc, a[kk], wgmma_desc_mn(b + kk * 2048));
+}
+
+/* accumulator chunks 2kk, 2kk+1 (16 columns) of a 64 x N fp32 tile -> the bf16 A fragment of k16 step kk */
+template <int N> __device__ __forceinline__ void fb_to_a(uint32_t (&a)[N / 16][4], const float (&c)[N / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < N / 16; kk++) {
+        a[kk][0] = fw_pack(c[8 * kk + 0], c[8 * kk + 1]);
+        a[kk][1] = fw_pack(c[8 * kk + 2], c[8 * kk + 3]);
+        a[kk][2] = fw_pack(c[8 * kk + 4], c[8 * kk + 5]);
+        a[kk][3] = fw_pack(c[8 * kk + 6], c[8 * kk + 7]);
+    }
+}
+
+/* x, hidden from the compiler's loop-invariant code motion: descriptors built from the resident tiles' addresses
+ * would otherwise be hoisted out of the tile loop and hold 2 registers each across it */
+__device__ __forceinline__ uint32_t fb_opaque(uint32_t x) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(x));
+    return x;
+}
+
+__device__ __forceinline__ void fb_barriers_init(uint32_t bars, int stages, uint32_t full_count) {
+    mbar_init(bars, 1); /* the resident pair */
+    for (int st = 0; st < stages; st++) {
+        mbar_init(bars + 8 + 8 * st, full_count);
+        mbar_init(bars + 8 + 8 * (stages + st), FB_CONSUMER_WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* ---- dQ over query blocks ---------------------------------------------------------------- */
+
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fb_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                 const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                 const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
+                 forge_flash_shape s, float sl2, float scale) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
+    extern __shared__ __align__(1024) unsigned char fb_smem[];
+    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
+    const uint32_t sq = base, sdo = base + cfg::RES_BYTES;
+    const uint32_t sring = sdo + cfg::RES_BYTES; /* stage st: K at +st*STAGE_BYTES, V TILE_BYTES further */
+    const uint32_t resbar = sring + STAGES * (cfg::STAGE_BYTES + cfg::LD_BYTES);
+    const uint32_t bars = resbar + 8; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
+
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR, h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (s.H / s.Hkv);
+    const int diag = s.Tk - s.Tq;
+    const int kv_end = min(s.Tk, q0 + FB_BR + diag);
+    const int ntiles = kv_end > 0 ? (kv_end + FB_BS - 1) / FB_BS : 0;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1);
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
+        if (threadIdx.x == 0 && ntiles > 0) {
+            mbar_arrive_expect_tx(resbar, 2 * cfg::RES_BYTES);
+#pragma unroll
+            for (int j = 0; j < DH; j++) {
+                fw_tma_load_3d(sq + j * (FB_BR * 128), &tm_q, h * D + 64 * j, q0, b, resbar);
+                fw_tma_load_3d(sdo + j * (FB_BR * 128), &tm_do, h * D + 64 * j, q0, b, resbar);
+            }
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = 0; t < ntiles; t++) {
+                const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                mbar_wait(empty, phase ^ 1);
+                mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+                const uint32_t dk = sring + stage * cfg::STAGE_BYTES, dv = dk + cfg::TILE_BYTES;
+#pragma unroll
+                for (int j = 0; j < DH; j++) {
+                    fw_tma_load_3d(dk + j * 8192, &tm_k, hk * D + 64 * j, t * FB_BS, b, full);
+                    fw_tma_load_3d(dv + j * 8192, &tm_v, hk * D + 64 * j, t * FB_BS, b, full);
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int wrow0 = q0 + c * 64;
+    const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
+
+    float lse2[2], dlt[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
+        const float lv = row < s.Tq ? lse[idx] : 0.0f;
+        lse2[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
+        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
+    }
+
+    float acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
+
+    if (ntiles > 0) mbar_wait(resbar, 0);
+    const uint32_t qa = sq + c * 8192, doa = sdo + c * 8192; /* rows 64c.. of each 128-row box */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = 0; t < ntiles; t++) {
+        const int k0 = t * FB_BS;
+        mbar_wait(bars + 8 * stage, phase);
+        if (k0 <= wrow0 + 63 + diag) {
+            const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::TILE_BYTES;
+            float sc[32], dp[32];
+            wgmma_fence();
+            fb_ss<D>(sc, fb_opaque(qa), FB_BR * 128, kt, 8192);
+            wgmma_commit();
+            fb_ss<D>(dp, fb_opaque(doa), FB_BR * 128, vt, 8192);
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_fence_operands(sc);
+
+            /* branch-free mask (dP is in flight here; see FB_BIG): column j = key - k0 is visible to
+             * row r iff j <= vis[r] and j < lim */
+            const bool edge = k0 + FB_BS - 1 > wrow0 + diag || k0 + FB_BS > s.Tk;
+            const int vis0 = edge ? row_lo + diag - k0 : FB_BIG, vis1 = edge ? row_lo + 8 + diag - k0 : FB_BIG;
+            const int lim = edge ? s.Tk - k0 : FB_BIG;
+#pragma unroll
+            for (int n = 0; n < FB_BS / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = n * 8 + 2 * tq + (e & 1);
+                    const float p = exp2f(fmaf(sc[4 * n + e], sl2, -lse2[e >> 1]));
+                    sc[4 * n + e] = (j > ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
+                }
+
+            wgmma_wait<0>();
+            wgmma_fence_operands(dp);
+#pragma unroll
+            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]); /* dS / scale */
+            uint32_t a[4][4];
+            fb_to_a<64>(a, dp);
+            wgmma_fence(); /* acc and a were written by ordinary instructions */
+            fb_rs<D>(acc, a, kt);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        float *dst = dq + (((size_t)b * s.Tq + row) * s.H + h) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(dst + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * scale, acc[4 * n + 2 * r + 1] * scale);
+    }
+}
+
+/* ---- dK, dV over key blocks --------------------------------------------------------------- */
+
+/* Shared by both dK/dV kernels: which keys a CTA owns and which (head, query tile) iterations it streams.
+ * Iteration it: query head hk*G + it/nq, query tile t_first + it%nq. */
+struct fb_kv_block {
+    int k0, hk, b, G, diag, t_first, nq, total;
+};
+
+__device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s, int res_rows) {
+    fb_kv_block kb;
+    kb.k0 = blockIdx.x * res_rows;
+    kb.hk = blockIdx.y;
+    kb.b = blockIdx.z;
+    kb.G = s.H / s.Hkv;
+    kb.diag = s.Tk - s.Tq;
+    const int qstart = max(0, kb.k0 - kb.diag); /* first query that sees any key of this block */
+    kb.t_first = qstart / FB_BS;
+    kb.nq = qstart < s.Tq ? (s.Tq + FB_BS - 1) / FB_BS - kb.t_first : 0;
+    kb.total = kb.G * kb.nq;
+    return kb;
+}
+
+/* The producer warpgroup of both dK/dV kernels. Warp 0 lane 0: RES rows of K and V once (resbar; 64-column box
+ * j at j * RES * 128 B), then Q and dO (64-row boxes, box j at j * 8 KiB) per stage by TMA. Warp 1: lse*log2e
+ * (-inf -> 0: such a row is masked everywhere) and delta of the tile's 64 queries into the stage's slot with
+ * plain loads (lse rows are not 16-byte aligned for a bulk copy when Tq % 4 != 0); each lane arrives on full
+ * (count 1 + 32), and mbarrier arrive / wait are release / acquire, so the consumers see the stores. */
+template <int D, int RES>
+__device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge_flash_shape &s,
+                                              const CUtensorMap *tm_k, const CUtensorMap *tm_v,
+                                              const CUtensorMap *tm_q, const CUtensorMap *tm_do,
+                                              const float *__restrict__ lse, const float *__restrict__ delta,
+                                              uint32_t sk, uint32_t sv, uint32_t sring, float *ld_gen,
+                                              uint32_t resbar, uint32_t bars) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (kb.total == 0) return;
+    if (warp == 0 && lane == 0) {
+        mbar_arrive_expect_tx(resbar, 2 * (uint32_t)(RES * D * 2));
+#pragma unroll
+        for (int j = 0; j < DH; j++) {
+            fw_tma_load_3d(sk + j * (RES * 128), tm_k, kb.hk * D + 64 * j, kb.k0, kb.b, resbar);
+            fw_tma_load_3d(sv + j * (RES * 128), tm_v, kb.hk * D + 64 * j, kb.k0, kb.b, resbar);
+        }
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int it = 0; it < kb.total; it++) {
+            const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+            const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+            mbar_wait(empty, phase ^ 1);
+            mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+            const uint32_t dq_ = sring + stage * cfg::STAGE_BYTES, ddo = dq_ + cfg::TILE_BYTES;
+#pragma unroll
+            for (int j = 0; j < DH; j++) {
+                fw_tma_load_3d(dq_ + j * 8192, tm_q, h * D + 64 * j, qt0, kb.b, full);
+                fw_tma_load_3d(ddo + j * 8192, tm_do, h * D + 64 * j, qt0, kb.b, full);
+            }
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    } else if (warp == 1) {
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int it = 0; it < kb.total; it++) {
+            const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+            mbar_wait(bars + 8 * (STAGES + stage), phase ^ 1);
+            float *slot = ld_gen + stage * (2 * FB_BS);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int r = lane + 32 * i, row = qt0 + r;
+                const size_t idx = ((size_t)kb.b * s.H + h) * s.Tq + row;
+                const float lv = row < s.Tq ? lse[idx] : 0.0f;
+                slot[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
+                slot[FB_BS + r] = row < s.Tq ? delta[idx] : 0.0f;
+            }
+            mbar_arrive(bars + 8 * stage);
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    }
+}
+
+/* P^T (64 keys x 64 queries) of a consumer warpgroup from its S^T accumulator, in place: exp2 in the log2
+ * domain with lse per column (query) from the stage's slot, masked branch-free (see FB_BIG) against vis0 /
+ * vis1 (first visible column of the thread's two key rows) and lim (columns >= lim are past Tq). */
+__device__ __forceinline__ void fb_p_transposed(float (&st)[32], const float *ls, int tq, float sl2, int vis0,
+                                                int vis1, int lim) {
+#pragma unroll
+    for (int n = 0; n < FB_BS / 8; n++) {
+        const int col = n * 8 + 2 * tq;
+        const float2 l2 = *(const float2 *)(ls + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = col + (e & 1);
+            const float p = exp2f(fmaf(st[4 * n + e], sl2, -((e & 1) ? l2.y : l2.x)));
+            st[4 * n + e] = (j < ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
+        }
+    }
+}
+
+/* D = 64: 128 keys per CTA, each consumer warpgroup owns 64 of them and computes all four products
+ * (S^T, dP^T, dV += P^T.dO, dK += dS^T.Q) with dK and dV (2 x 32 fp32) in registers. */
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fb_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                   const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
+                   float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    extern __shared__ __align__(1024) unsigned char fb_smem[];
+    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
+    const uint32_t sk = base, sv = base + cfg::RES_BYTES;
+    const uint32_t sring = sv + cfg::RES_BYTES; /* stage st: Q at +st*STAGE_BYTES, dO TILE_BYTES further */
+    const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES; /* stage st: lse*log2e [64], delta [64] */
+    const uint32_t resbar = sld + STAGES * cfg::LD_BYTES;
+    const uint32_t bars = resbar + 8;
+    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem))); /* generic view of the lse/delta slots */
+
+    const fb_kv_block kb = fb_kv_block_of(s, FB_BR);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
+        fb_kv_produce<D, FB_BR>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
+                                bars);
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int wk0 = kb.k0 + c * 64;         /* this warpgroup's first key */
+    const int key_lo = wk0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
+    const int diag = kb.diag;
+
+    float adk[D / 2], adv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) adk[i] = adv[i] = 0.0f;
+
+    if (kb.total > 0) mbar_wait(resbar, 0);
+    const uint32_t ka = sk + c * 8192, va = sv + c * 8192; /* rows 64c.. of each 128-row box */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < kb.total; it++) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        mbar_wait(bars + 8 * stage, phase);
+        /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
+        if (wk0 <= qt0 + FB_BS - 1 + diag && wk0 < s.Tk) {
+            const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
+            const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
+            const bool edge = wk0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
+            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
+            const int lim = edge ? s.Tq - qt0 : FB_BIG;
+            float st[32], dpt[32];
+            wgmma_fence();
+            fb_ss<D>(st, fb_opaque(ka), FB_BR * 128, qt, 8192); /* S^T = K.Q^T */
+            wgmma_commit();
+            fb_ss<D>(dpt, fb_opaque(va), FB_BR * 128, dt, 8192); /* dP^T = V.dO^T */
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_fence_operands(st);
+            fb_p_transposed(st, ls, tq, sl2, vis0, vis1, lim); /* while dP^T runs */
+
+            wgmma_wait<0>();
+            wgmma_fence_operands(dpt);
+#pragma unroll
+            for (int n = 0; n < FB_BS / 8; n++) {
+                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - ((e & 1) ? d2.y : d2.x)); /* dS^T/scale */
+            }
+            uint32_t pa[4][4], sa[4][4];
+            fb_to_a<64>(pa, st);
+            fb_to_a<64>(sa, dpt);
+            wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
+            fb_rs<D>(adv, pa, dt); /* dV += P^T.dO */
+            fb_rs<D>(adk, sa, qt); /* dK += dS^T.Q */
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(adv);
+            wgmma_fence_operands(adk);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= s.Tk) continue;
+        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            *(float2 *)(dk + off + n * 8 + 2 * tq) =
+                make_float2(adk[4 * n + 2 * r] * scale, adk[4 * n + 2 * r + 1] * scale);
+            *(float2 *)(dv + off + n * 8 + 2 * tq) = make_float2(adv[4 * n + 2 * r], adv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* Named barriers between the two consumer warpgroups of fb_dkdv_split_kernel (0 is __syncthreads). */
+#define FB_BAR_P_FULL 1  /* P^T of the current tile is in sp */
+#define FB_BAR_P_EMPTY 2 /* the dK warpgroup has read sp */
+#define FB_BAR_CONSUMERS 256
+
+__device__ __forceinline__ void fb_bar_sync(int id) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(FB_BAR_CONSUMERS) : "memory");
+}
+__device__ __forceinline__ void fb_bar_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(FB_BAR_CONSUMERS) : "memory");
+}
+
+/* D = 128: 64 keys per CTA, split by role between the two consumer warpgroups, which own the same 64 keys:
+ * warpgroup 1 computes S^T, P^T and dV += P^T.dO and hands P^T (fp32) to warpgroup 2 through shared memory
+ * in its own accumulator layout (sp[i * 128 + thread]: conflict-free, and the reader's layout is the same);
+ * warpgroup 2 computes dP^T, dS^T = P^T (dP^T - delta) and dK += dS^T.Q. Each thread holds ONE 64-register
+ * accumulator: with dK and dV in one warpgroup (the D = 64 kernel) ptxas spilled 150-280 B and serialised
+ * every wgmma at D = 128 however the query tile was cut. Same 4 products per tile, two per warpgroup.
+ * The handoff is single-buffered: warpgroup 1 syncs on P_EMPTY before overwriting sp (not on its first tile;
+ * once more after its last, so the arrivals balance), warpgroup 2 syncs on P_FULL before reading. With 64 keys
+ * per CTA every streamed tile holds a visible key (t_first comes from k0), so there is no skip test and both
+ * warpgroups run the same barrier sequence. */
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                         const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                         const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
+                         float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    constexpr uint32_t KV_BYTES = FB_BS * D * 2; /* one resident 64-row tensor */
+    extern __shared__ __align__(1024) unsigned char fb_smem[];
+    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
+    const uint32_t sk = base, sv = base + KV_BYTES;
+    const uint32_t sring = sv + KV_BYTES;
+    const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES;
+    const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* P^T handoff: 32 x 128 fp32 */
+    const uint32_t resbar = ssp + FB_SP_BYTES;
+    const uint32_t bars = resbar + 8;
+    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
+    float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
+
+    const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
+        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
+                                bars);
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
+    const int c = wg - 1; /* 0: S^T, P^T, dV; 1: dP^T, dS^T, dK */
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int key_lo = kb.k0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
+    const int diag = kb.diag;
+
+    float acc[D / 2]; /* dV (c = 0) or dK (c = 1) */
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
+
+    if (kb.total > 0) mbar_wait(resbar, 0);
+    const uint32_t res = c == 0 ? sk : sv; /* the A operand of this warpgroup's S-like product */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < kb.total; it++) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
+        const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
+        float sacc[32]; /* S^T (c = 0) or dP^T (c = 1) */
+        wgmma_fence();
+        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, c == 0 ? qt : dt, 8192); /* K.Q^T or V.dO^T */
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(sacc);
+        if (c == 0) {
+            const bool edge = kb.k0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
+            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
+            const int lim = edge ? s.Tq - qt0 : FB_BIG;
+            fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
+            if (it > 0) fb_bar_sync(FB_BAR_P_EMPTY);
+#pragma unroll
+            for (int i = 0; i < 32; i++) sp[i * 128 + tid] = sacc[i];
+            __threadfence_block();
+            fb_bar_arrive(FB_BAR_P_FULL);
+        } else {
+            fb_bar_sync(FB_BAR_P_FULL);
+#pragma unroll
+            for (int n = 0; n < FB_BS / 8; n++) {
+                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+                for (int e = 0; e < 4; e++) /* dS^T / scale */
+                    sacc[4 * n + e] = sp[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
+            }
+            fb_bar_arrive(FB_BAR_P_EMPTY);
+        }
+        uint32_t a[4][4];
+        fb_to_a<64>(a, sacc);
+        wgmma_fence(); /* acc and a were written by ordinary instructions */
+        fb_rs<D>(acc, a, c == 0 ? dt : qt); /* dV += P^T.dO or dK += dS^T.Q */
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    if (c == 0 && kb.total > 0) fb_bar_sync(FB_BAR_P_EMPTY); /* the dK warpgroup's last arrival */
+
+    float *out = c == 0 ? dv : dk;
+    const float f = c == 0 ? 1.0f : scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= s.Tk) continue;
+        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(out + off + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * f, acc[4 * n + 2 * r + 1] * f);
+    }
+}
+
+/* ---- host ----------------------------------------------------------------------------------- */
+
+/* 3D map of a (B, T, cols) bf16 tensor whose tokens are `stride` elements apart: boxes of 64 columns x
+ * box_rows tokens x 1 batch, 128B swizzle, zero fill past T (per batch) and past cols (as the forward's). */
+static forge_status fb_encode(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride,
+                              int box_rows, const char *what) {
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)stride * 2, (cuuint64_t)stride * 2 * (cuuint64_t)T};
+    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides, box,
+                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge_flash_bf16_backward_wgmma: cuTensorMapEncodeTiled for %s (B=%d T=%d cols=%d, "
+                           "token stride %lld elements, box 64 x %d, 128B swizzle) failed with CUresult %d; use the "
+                           "mma.sync backward",
+                           what, B, T, cols, stride, box_rows, (int)r);
+    return FORGE_OK;
+}
+
+template <int D>
+static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                  const void *o, const void *dout, const float *lse, float *delta, float *dq,
+                                  float *dk, float *dv, cudaStream_t st) {
+    /* every map before the first launch: a refused layout must leave nothing half-written. 128-row boxes for
+     * what a CTA keeps resident (Q, dO in dQ; K, V in the D = 64 dK/dV kernel), 64-row boxes for streamed tiles
+     * and the D = 128 dK/dV kernel's resident K, V. */
+    CUtensorMap q_res, do_res, k_str, v_str, q_str, do_str;
+    FORGE_TRY(fb_encode(&q_res, q, s->B, s->Tq, s->H * D, s->q_stride, FB_BR, "Q (128-row boxes)"));
+    FORGE_TRY(fb_encode(&do_res, dout, s->B, s->Tq, s->H * D, s->o_stride, FB_BR, "dO (128-row boxes)"));
+    FORGE_TRY(fb_encode(&k_str, k, s->B, s->Tk, s->Hkv * D, s->k_stride, FB_BS, "K (64-row boxes)"));
+    FORGE_TRY(fb_encode(&v_str, v, s->B, s->Tk, s->Hkv * D, s->v_stride, FB_BS, "V (64-row boxes)"));
+    FORGE_TRY(fb_encode(&q_str, q, s->B, s->Tq, s->H * D, s->q_stride, FB_BS, "Q (64-row boxes)"));
+    FORGE_TRY(fb_encode(&do_str, dout, s->B, s->Tq, s->H * D, s->o_stride, FB_BS, "dO (64-row boxes)"));
+    CUtensorMap k_res, v_res;
+    if constexpr (D == 64) {
+        FORGE_TRY(fb_encode(&k_res, k, s->B, s->Tk, s->Hkv * D, s->k_stride, FB_BR, "K (128-row boxes)"));
+        FORGE_TRY(fb_encode(&v_res, v, s->B, s->Tk, s->Hkv * D, s->v_stride, FB_BR, "V (128-row boxes)"));
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    const float sl2 = scale * FB_LOG2E;
+
+    FORGE_TRY(forge_flash_bf16_backward_delta(s, o, dout, delta, st));
+
+    constexpr size_t smem = fb_cfg<D>::SMEM;
+    auto kq = fb_dq_kernel<D>;
+    CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 gq((unsigned)((s->Tq + FB_BR - 1) / FB_BR), (unsigned)s->H, (unsigned)s->B);
+    kq<<<gq, FB_THREADS, smem, st>>>(q_res, do_res, k_str, v_str, lse, delta, dq, *s, sl2, scale);
+    CUDA_LAUNCH_CHECK(D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
+
+    if constexpr (D == 64) {
+        auto kkv = fb_dkdv_kernel<D>;
+        CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dim3 gk((unsigned)((s->Tk + FB_BR - 1) / FB_BR), (unsigned)s->Hkv, (unsigned)s->B);
+        kkv<<<gk, FB_THREADS, smem, st>>>(k_res, v_res, q_str, do_str, lse, delta, dk, dv, *s, sl2, scale);
+        CUDA_LAUNCH_CHECK("fb_dkdv_kernel<64>");
+    } else {
+        constexpr size_t ssmem = fb_cfg<D>::SPLIT_SMEM;
+        auto kkv = fb_dkdv_split_kernel<D>;
+        CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ssmem));
+        dim3 gk((unsigned)((s->Tk + FB_BS - 1) / FB_BS), (unsigned)s->Hkv, (unsigned)s->B);
+        kkv<<<gk, FB_THREADS, ssmem, st>>>(k_str, v_str, q_str, do_str, lse, delta, dk, dv, *s, sl2, scale);
+        CUDA_LAUNCH_CHECK("fb_dkdv_split_kernel<128>");
+    }
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
+                                                        const void *v, const void *out_bf16, const void *dout_bf16,
+                                                        const float *lse, float *delta, float *dq, float *dk,
+                                                        float *dv, void *stream) {
+    const char *what = "forge_flash_bf16_backward_wgmma";
+    const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
+    FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 10));
+    if (s->B == 0) return FORGE_OK;
+    if (s->Tq == 0 || s->Tk == 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: needs Tq > 0 and Tk > 0 (a tensor map cannot have a 0 dim), got Tq=%d Tk=%d; use "
+                           "the mma.sync backward",
+                           what, s->Tq, s->Tk);
+    int dev = 0, major = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major != 9)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: needs an sm_90a (Hopper) device for wgmma/TMA, found compute capability %d.x; use "
+                           "the mma.sync backward",
+                           what, major);
+    cudaStream_t st = (cudaStream_t)stream;
+    return s->D == 64 ? fb_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st)
+                      : fb_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st);
+}
