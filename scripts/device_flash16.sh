@@ -3,8 +3,9 @@
 # machine. Run from the repo root with OUT set (binaries prebuilt in
 # build/cuda). Three steps, each logged to $OUT, all run even if one fails:
 #   1. the flash16 GPU parity cases (FORGE_GPU_TESTS_ONLY=flash16), then again
-#      with FORGE_FLASH16_FWD=wgmma FORGE_FLASH16_BWD=wgmma (the default entries
-#      routed to the Hopper kernels; the direct wgmma lines run in both);
+#      with FORGE_FLASH16_FWD=mma FORGE_FLASH16_BWD=mma (the flash16_default.*
+#      lines then check the default entries routed to the mma.sync kernels;
+#      the by-name lines run in both);
 #   2. forge bench attention --device cuda (harness CSVs in results/<date>_<commit>/);
 #   3. tools/sdpa_bench.py: PyTorch SDPA cuDNN/flash at the same shapes, CSV
 #      next to the harness CSVs, forge/cuDNN ratios printed.
@@ -15,8 +16,8 @@ set -u -o pipefail
 mkdir -p "$OUT"
 fails=0
 FORGE_GPU_TESTS_ONLY=flash16 timeout 60 build/cuda/forge_gpu_tests 2>&1 | tee "$OUT/flash16_parity.txt" || fails=1
-FORGE_FLASH16_FWD=wgmma FORGE_FLASH16_BWD=wgmma FORGE_GPU_TESTS_ONLY=flash16 timeout 60 build/cuda/forge_gpu_tests 2>&1 |
-    tee "$OUT/flash16_parity_wgmma_dispatch.txt" || fails=1
+FORGE_FLASH16_FWD=mma FORGE_FLASH16_BWD=mma FORGE_GPU_TESTS_ONLY=flash16 timeout 60 build/cuda/forge_gpu_tests 2>&1 |
+    tee "$OUT/flash16_parity_mma_default.txt" || fails=1
 timeout 120 build/cuda/forge bench attention --device cuda --reps 30 2>&1 | tee "$OUT/attention_bench.txt" || fails=1
 dir=$(ls -td results/*/ 2>/dev/null | while read -r d; do [ -f "$d/attention.csv" ] && echo "$d" && break; done)
 if [ -n "$dir" ]; then

@@ -48,9 +48,9 @@
  * is replaced by a valid one holding the measured shape.
  * FORGE_GPU_TESTS_QUICK=1 drops the large shapes (for compute-sanitizer).
  * FORGE_GPU_TESTS_ONLY=flash16 runs only the bf16 flash attention cases;
- * each shape checks the mma.sync backward (flash16_backward.*, through the
- * dispatcher: FORGE_FLASH16_BWD=wgmma routes it to the wgmma backward) and
- * the Hopper wgmma backward called directly (flash16_backward_wgmma.*).
+ * each shape checks the mma.sync kernels by name (flash16_forward.*,
+ * flash16_backward.*), the Hopper wgmma ones by name (flash16_forward_wgmma.*,
+ * flash16_backward_wgmma.*) and the default entries (flash16_default.*).
  * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
@@ -1586,7 +1586,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
      * flash16_forward_wgmma lines below */
     forge_status st = forge_flash_bf16_forward_rows(&fs, gq, dk_, dv_, gout, glse, 64, stream);
     if (st == FORGE_OK)
-        st = forge_flash_bf16_backward(&fs, gq, dk_, dv_, gout, gdo, glse, gdelta, gdq, gdk, gdv, stream);
+        st = forge_flash_bf16_backward_mma(&fs, gq, dk_, dv_, gout, gdo, glse, gdelta, gdq, gdk, gdv, stream);
     if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
     if (st != FORGE_OK) {
         char why[512];
@@ -1736,6 +1736,50 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         void *gw[4] = {gdq2, gdk2, gdv2, gdelta2};
         for (int i = 0; i < 4; i++)
             if (gw[i]) P->gpu->mem_free(P->gpu, gw[i]);
+    }
+
+    /* the default entries (forge_flash_bf16_forward / _backward: wgmma unless FORGE_FLASH16_FWD / _BWD say mma,
+     * mma.sync where wgmma refuses), as a caller gets them */
+    {
+        void *go = fa_dev(P, no * 2, NULL, 0xff), *gl = fa_dev(P, nl * 4, NULL, 0xff),
+             *gq3 = fa_dev(P, no * 4, NULL, 0xff), *gk3 = fa_dev(P, nkv * 4, NULL, 0xff),
+             *gv3 = fa_dev(P, nkv * 4, NULL, 0xff), *gd3 = fa_dev(P, nl * 4, NULL, 0xff);
+        st = go && gl && gq3 && gk3 && gv3 && gd3 ? forge_flash_bf16_forward(&fs, gq, dk_, dv_, go, gl, stream)
+                                                  : FORGE_ERR_OOM;
+        if (st == FORGE_OK)
+            st = forge_flash_bf16_backward(&fs, gq, dk_, dv_, go, gdo, gl, gd3, gq3, gk3, gv3, stream);
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        if (st != FORGE_OK) {
+            report(P, 0, "flash16_default", shape, INFINITY, 0, forge_error_message());
+        } else {
+            const struct {
+                const char *name;
+                void *g;
+                size_t n;
+                int bf;
+                const double *ref;
+                double tol;
+                int scaled;
+            } w[4] = {
+                {"flash16_default.out", go, no, 1, rout, 1.5e-2, 0},
+                {"flash16_default.dq", gq3, no, 0, rdq, 3e-2, 1},
+                {"flash16_default.dk", gk3, nkv, 0, rdk, 3e-2, 1},
+                {"flash16_default.dv", gv3, nkv, 0, rdv, 3e-2, 1},
+            };
+            for (int i = 0; i < 4; i++) {
+                size_t bad = 0;
+                float *x = fa_fetch(P, w[i].g, w[i].n, w[i].bf, &bad);
+                if (!x) {
+                    report(P, 0, w[i].name, shape, INFINITY, 0, "(copy back failed)");
+                    continue;
+                }
+                fa_compare(P, w[i].name, shape, x, w[i].ref, w[i].n, bad, w[i].tol, w[i].scaled);
+                free(x);
+            }
+        }
+        void *gd[6] = {go, gl, gq3, gk3, gv3, gd3};
+        for (int i = 0; i < 6; i++)
+            if (gd[i]) P->gpu->mem_free(P->gpu, gd[i]);
     }
 done:
     free(hq), free(hk), free(hv), free(hdo), free(fq), free(fk), free(fv), free(fdo);

@@ -718,15 +718,28 @@ extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, con
     return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
 }
 
-/* FORGE_FLASH16_BWD, read once: 0 = mma (the default until the wgmma backward is measured), 1 = wgmma. */
+/* FORGE_FLASH16_BWD, read once: wgmma (the default: fwd+bwd 1.17x, 1.28x, 1.52x, 1.53x the wgmma forward + the
+ * mma.sync backward at the four bench shapes on the H200, session 3) or mma (the mma.sync kernels everywhere). */
 static int fa_bwd_choice = -1;
 
 static int fa_bwd_use_wgmma(void) {
     if (fa_bwd_choice < 0) {
         const char *e = getenv("FORGE_FLASH16_BWD");
-        fa_bwd_choice = (e != nullptr && strcmp(e, "wgmma") == 0) ? 1 : 0;
+        fa_bwd_choice = (e != nullptr && strcmp(e, "mma") == 0) ? 0 : 1;
     }
     return fa_bwd_choice;
+}
+
+extern "C" forge_status forge_flash_bf16_backward_mma(const forge_flash_shape *s, const void *q, const void *k,
+                                                      const void *v, const void *out_bf16, const void *dout_bf16,
+                                                      const float *lse, float *delta, float *dq, float *dk, float *dv,
+                                                      void *stream) {
+    const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
+    FORGE_TRY(forge_flash_check_shape("forge_flash_bf16_backward_mma", s, ptrs, 10));
+    if (s->B == 0) return FORGE_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    return s->D == 64 ? fa_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st)
+                      : fa_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st);
 }
 
 extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k,
@@ -743,7 +756,5 @@ extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, co
         if (ws != FORGE_ERR_UNSUPPORTED) return ws;
         forge_error_clear(); /* a shape / device the wgmma path refuses: the mma.sync backward takes it */
     }
-    cudaStream_t st = (cudaStream_t)stream;
-    return s->D == 64 ? fa_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st)
-                      : fa_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st);
+    return forge_flash_bf16_backward_mma(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream);
 }

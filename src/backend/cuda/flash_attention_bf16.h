@@ -70,12 +70,18 @@ forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q
 
 /* The Hopper (sm_90a) backward on TMA + wgmma (same three kernels, same contract and results as above up to
  * summation order; flash_attention_bf16_wgmma_bwd.cu). FORGE_ERR_UNSUPPORTED on a non-Hopper device, Tq == 0
- * or Tk == 0, or a layout TMA cannot describe. forge_flash_bf16_backward runs it instead of the mma.sync
- * kernels when the environment variable FORGE_FLASH16_BWD=wgmma (read once; default mma), falling back to
- * mma.sync where it is refused. */
+ * or Tk == 0, or a layout TMA cannot describe. forge_flash_bf16_backward runs it by default
+ * (FORGE_FLASH16_BWD=mma, read once, selects the mma.sync kernels), falling back to mma.sync where it is
+ * refused. */
 forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                              const void *out_bf16, const void *dout_bf16, const float *lse,
                                              float *delta, float *dq, float *dk, float *dv, void *stream);
+
+/* The mma.sync (m16n8k16) backward by name: what forge_flash_bf16_backward runs with FORGE_FLASH16_BWD=mma or
+ * where the wgmma backward refuses. */
+forge_status forge_flash_bf16_backward_mma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                           const void *out_bf16, const void *dout_bf16, const float *lse,
+                                           float *delta, float *dq, float *dk, float *dv, void *stream);
 
 /* delta = rowsum(dO * O) into delta (B, H, Tq) fp32: the first backward kernel, shared by the mma.sync and
  * the wgmma backward. Arguments as checked by forge_flash_check_shape (D = 64 or 128); stream a cudaStream_t. */

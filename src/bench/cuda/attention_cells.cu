@@ -13,9 +13,10 @@
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
  *   attention_backward) and flash_bf16_fwdbwd_mma (mma.sync forward + the
  *   three backward kernels), flash_bf16_fwdbwd_wgmma (the wgmma forward + the
- *   same backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the wgmma
- *   backward, flash_attention_bf16_wgmma_bwd.cu, called directly so the cell
- *   does not depend on FORGE_FLASH16_BWD).
+ *   same mma.sync backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the
+ *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults).
+ *   Every cell calls its kernels by name, so FORGE_FLASH16_FWD / _BWD change
+ *   none.
  * FLOPs: forward 2*B*H*T^2*D (causal), backward 2.5x that (the issue's
  * convention), so fwd+bwd counts 3.5x.
  *
@@ -405,16 +406,16 @@ static forge_status ab_run(void *ctx, int set) {
         return forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA:
         FORGE_TRY(forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
-        return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
-                                         sh->dk, sh->dv, sh->stream);
+        return forge_flash_bf16_backward_mma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
+                                             sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA2:
         FORGE_TRY(forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
         return forge_flash_bf16_backward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta,
                                                sh->dq, sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD:
         FORGE_TRY(forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 64, sh->stream));
-        return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
-                                         sh->dk, sh->dv, sh->stream);
+        return forge_flash_bf16_backward_mma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
+                                             sh->dk, sh->dv, sh->stream);
     case AB_UNFUSED_FWD:
         return be->attention_forward(be, sh->out32, sh->att, sh->qkv32, sh->B, sh->T, sh->H, sh->H, sh->D);
     case AB_UNFUSED_FWDBWD:
