@@ -121,25 +121,32 @@ template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
 
 /* ---- wgmma inline-asm operand lists --------------------------------------------
  * A wgmma statement names every accumulator register: WG_ACC<N> expands to the N operands "+f"(d[0]) ..
- * "+f"(d[N-1]) of the caller's array d, WG_REGS<N> to the placeholder text "%0, %1, .., %(N-1)" that goes
- * between the braces, so each instruction wrapper states only what differs (shape, types, the operands after
- * the accumulators, starting at %N). */
-#define WG_ACC8(i)                                                                                                 \
-    "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]),      \
-        "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define WG_ACC32 WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24)
-#define WG_ACC64 WG_ACC32, WG_ACC8(32), WG_ACC8(40), WG_ACC8(48), WG_ACC8(56)
-#define WG_ACC128 WG_ACC64, WG_ACC8(64), WG_ACC8(72), WG_ACC8(80), WG_ACC8(88), WG_ACC8(96), WG_ACC8(104), \
-                  WG_ACC8(112), WG_ACC8(120)
+ * "+f"(d[N-1]) of the caller's array d (WG_OUT<N>: "=f", for a scale-d 0 MMA whose d is written only), WG_REGS<N>
+ * to the placeholder text "%0, %1, .., %(N-1)" that goes between the braces, so each instruction wrapper states
+ * only what differs (shape, types, the operands after the accumulators, starting at %N). */
+#define WG_D8(C, i)                                                                                                \
+    C(d[(i)]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), C(d[(i) + 6]),       \
+        C(d[(i) + 7])
+#define WG_D32(C) WG_D8(C, 0), WG_D8(C, 8), WG_D8(C, 16), WG_D8(C, 24)
+#define WG_D64(C) WG_D32(C), WG_D8(C, 32), WG_D8(C, 40), WG_D8(C, 48), WG_D8(C, 56)
+#define WG_D96(C) WG_D64(C), WG_D8(C, 64), WG_D8(C, 72), WG_D8(C, 80), WG_D8(C, 88)
+#define WG_D128(C) WG_D96(C), WG_D8(C, 96), WG_D8(C, 104), WG_D8(C, 112), WG_D8(C, 120)
+#define WG_ACC32 WG_D32("+f")
+#define WG_ACC64 WG_D64("+f")
+#define WG_ACC96 WG_D96("+f")
+#define WG_ACC128 WG_D128("+f")
+#define WG_OUT32 WG_D32("=f")
+#define WG_OUT64 WG_D64("=f")
 #define WG_REGS32 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define WG_REGS64 WG_REGS32 "," \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define WG_REGS128 WG_REGS64 "," \
+#define WG_REGS96 WG_REGS64 "," \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define WG_REGS128 WG_REGS96 "," \
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
