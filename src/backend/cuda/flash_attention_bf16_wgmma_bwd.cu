@@ -669,26 +669,10 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
 /* ---- host ----------------------------------------------------------------------------------- */
 
-/* 3D map of a (B, T, cols) bf16 tensor whose tokens are `stride` elements apart: boxes of 64 columns x
- * box_rows tokens x 1 batch, 128B swizzle, zero fill past T (per batch) and past cols (as the forward's). */
-static forge_status fb_encode(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride,
-                              int box_rows, const char *what) {
-    gemm_encode_tiled_fn encode = nullptr;
-    FORGE_TRY(gemm_get_encoder(&encode));
-    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[2] = {(cuuint64_t)stride * 2, (cuuint64_t)stride * 2 * (cuuint64_t)T};
-    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
-    const cuuint32_t elem_strides[3] = {1, 1, 1};
-    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides, box,
-                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "forge_flash_bf16_backward_wgmma: cuTensorMapEncodeTiled for %s (B=%d T=%d cols=%d, "
-                           "token stride %lld elements, box 64 x %d, 128B swizzle) failed with CUresult %d; use the "
-                           "mma.sync backward",
-                           what, B, T, cols, stride, box_rows, (int)r);
-    return FORGE_OK;
+/* the shared 3D token map (wgmma_tmap.cu), naming this entry and its fallback in a refusal */
+static forge_status fb_encode(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride, int box_rows,
+                              const char *what) {
+    return wgmma_encode_tokens(map, ptr, B, T, cols, stride, box_rows, what, "forge_flash_bf16_backward_wgmma", "mma.sync backward");
 }
 
 template <int D>

@@ -45,3 +45,22 @@ forge_status wgmma_encode_2d(CUtensorMap *map, CUtensorMapDataType type, const v
                            what, rows, cols, (int)type, row_bytes, box_rows, box_cols, (int)r);
     return FORGE_OK;
 }
+
+forge_status wgmma_encode_tokens(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride,
+                                 int box_rows, const char *what, const char *entry, const char *fallback) {
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)stride * 2, (cuuint64_t)stride * 2 * (cuuint64_t)T};
+    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides, box,
+                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: cuTensorMapEncodeTiled for %s (B=%d T=%d cols=%d, token stride %lld elements, box 64 "
+                           "x %d, 128B swizzle) failed with CUresult %d; use the %s",
+                           entry, what, B, T, cols, stride, box_rows, (int)r, fallback);
+    return FORGE_OK;
+}

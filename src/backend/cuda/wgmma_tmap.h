@@ -30,4 +30,11 @@ forge_status gemm_get_encoder(gemm_encode_tiled_fn *out);
 forge_status wgmma_encode_2d(CUtensorMap *map, CUtensorMapDataType type, const void *ptr, int rows, int cols,
                              unsigned long long row_bytes, int box_rows, int box_cols, const char *what);
 
+/* The flash-attention kernels' 3D map of a (B, T, cols) bf16 tensor whose tokens are `stride` elements apart:
+ * boxes of 64 columns x box_rows tokens x 1 batch, 128B swizzle, zero fill past T (per batch) and past cols, so
+ * a box never reads into the next batch. FORGE_ERR_UNSUPPORTED naming `entry`, `what` and the layout if the
+ * driver refuses it (the caller then takes its mma.sync path, `fallback`). */
+forge_status wgmma_encode_tokens(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride,
+                                 int box_rows, const char *what, const char *entry, const char *fallback);
+
 #endif
