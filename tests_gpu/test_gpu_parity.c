@@ -1460,6 +1460,19 @@ static void fa_compare(parity *P, const char *op, const char *shape, const float
     report(P, ok, op, shape, maxerr, tol, why[0] ? why : NULL);
 }
 
+/* fetch n device values (bf16 or fp32) into host floats and compare them with ref (fa_compare's rules) */
+static void fa_check_dev(parity *P, const char *name, const char *shape, const void *g, size_t n, int is_bf16,
+                         const double *ref, double tol, int scaled) {
+    size_t bad = 0;
+    float *x = fa_fetch(P, g, n, is_bf16, &bad);
+    if (!x) {
+        report(P, 0, name, shape, INFINITY, 0, "(copy back failed)");
+        return;
+    }
+    fa_compare(P, name, shape, x, ref, n, bad, tol, scaled);
+    free(x);
+}
+
 typedef struct {
     int B, Tq, Tk, H, Hkv, D;
     long long qs, ks, vs;         /* host token strides of q, k, v (elements) */
@@ -1682,14 +1695,8 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         if (st != FORGE_OK) {
             report(P, 0, vname, shape, INFINITY, 0, forge_error_message());
         } else {
-            size_t bad = 0;
-            float *o2 = fa_fetch(P, gout2, no, 1, &bad);
-            if (o2) fa_compare(P, nout, shape, o2, rout, no, bad, 1.5e-2, 0);
-            float *l2 = fa_fetch(P, glse2, nl, 0, &bad);
-            if (l2) fa_compare(P, nlse, shape, l2, rlse, nl, bad, 2e-3, 0);
-            if (!o2 || !l2) report(P, 0, vname, shape, INFINITY, 0, "(copy back failed)");
-            free(o2);
-            free(l2);
+            fa_check_dev(P, nout, shape, gout2, no, 1, rout, 1.5e-2, 0);
+            fa_check_dev(P, nlse, shape, glse2, nl, 0, rlse, 2e-3, 0);
         }
         if (gout2) P->gpu->mem_free(P->gpu, gout2);
         if (glse2) P->gpu->mem_free(P->gpu, glse2);
@@ -1712,26 +1719,9 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
             snprintf(why, sizeof why, "(%s: %s)", forge_status_name(st), forge_error_message());
             report(P, 0, "flash16_backward_wgmma", shape, INFINITY, 0, why);
         } else {
-            const struct {
-                const char *name;
-                void *g;
-                size_t n;
-                const double *ref;
-            } w[3] = {
-                {"flash16_backward_wgmma.dq", gdq2, no, rdq},
-                {"flash16_backward_wgmma.dk", gdk2, nkv, rdk},
-                {"flash16_backward_wgmma.dv", gdv2, nkv, rdv},
-            };
-            for (int i = 0; i < 3; i++) {
-                size_t bad = 0;
-                float *x = fa_fetch(P, w[i].g, w[i].n, 0, &bad);
-                if (!x) {
-                    report(P, 0, w[i].name, shape, INFINITY, 0, "(copy back failed)");
-                    continue;
-                }
-                fa_compare(P, w[i].name, shape, x, w[i].ref, w[i].n, bad, 3e-2, 1);
-                free(x);
-            }
+            fa_check_dev(P, "flash16_backward_wgmma.dq", shape, gdq2, no, 0, rdq, 3e-2, 1);
+            fa_check_dev(P, "flash16_backward_wgmma.dk", shape, gdk2, nkv, 0, rdk, 3e-2, 1);
+            fa_check_dev(P, "flash16_backward_wgmma.dv", shape, gdv2, nkv, 0, rdv, 3e-2, 1);
         }
         void *gw[4] = {gdq2, gdk2, gdv2, gdelta2};
         for (int i = 0; i < 4; i++)
@@ -1752,30 +1742,10 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         if (st != FORGE_OK) {
             report(P, 0, "flash16_default", shape, INFINITY, 0, forge_error_message());
         } else {
-            const struct {
-                const char *name;
-                void *g;
-                size_t n;
-                int bf;
-                const double *ref;
-                double tol;
-                int scaled;
-            } w[4] = {
-                {"flash16_default.out", go, no, 1, rout, 1.5e-2, 0},
-                {"flash16_default.dq", gq3, no, 0, rdq, 3e-2, 1},
-                {"flash16_default.dk", gk3, nkv, 0, rdk, 3e-2, 1},
-                {"flash16_default.dv", gv3, nkv, 0, rdv, 3e-2, 1},
-            };
-            for (int i = 0; i < 4; i++) {
-                size_t bad = 0;
-                float *x = fa_fetch(P, w[i].g, w[i].n, w[i].bf, &bad);
-                if (!x) {
-                    report(P, 0, w[i].name, shape, INFINITY, 0, "(copy back failed)");
-                    continue;
-                }
-                fa_compare(P, w[i].name, shape, x, w[i].ref, w[i].n, bad, w[i].tol, w[i].scaled);
-                free(x);
-            }
+            fa_check_dev(P, "flash16_default.out", shape, go, no, 1, rout, 1.5e-2, 0);
+            fa_check_dev(P, "flash16_default.dq", shape, gq3, no, 0, rdq, 3e-2, 1);
+            fa_check_dev(P, "flash16_default.dk", shape, gk3, nkv, 0, rdk, 3e-2, 1);
+            fa_check_dev(P, "flash16_default.dv", shape, gv3, nkv, 0, rdv, 3e-2, 1);
         }
         void *gd[6] = {go, gl, gq3, gk3, gv3, gd3};
         for (int i = 0; i < 6; i++)

@@ -700,17 +700,18 @@ extern "C" forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s
  * Concurrent first callers read the same environment and store the same value. */
 static int fa_fwd_choice = -1;
 
-static int fa_fwd_use_wgmma(void) {
-    if (fa_fwd_choice < 0) {
-        const char *e = getenv("FORGE_FLASH16_FWD");
-        fa_fwd_choice = (e != nullptr && strcmp(e, "mma") == 0) ? 0 : 1;
+/* *choice, read from the environment variable `var` on the first call: 0 if it says "mma", else 1 (wgmma) */
+static int fa_env_wgmma(const char *var, int *choice) {
+    if (*choice < 0) {
+        const char *e = getenv(var);
+        *choice = (e != nullptr && strcmp(e, "mma") == 0) ? 0 : 1;
     }
-    return fa_fwd_choice;
+    return *choice;
 }
 
 extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k,
                                                  const void *v, void *out_bf16, float *lse, void *stream) {
-    if (fa_fwd_use_wgmma()) {
+    if (fa_env_wgmma("FORGE_FLASH16_FWD", &fa_fwd_choice)) {
         const forge_status st = forge_flash_bf16_forward_wgmma(s, q, k, v, out_bf16, lse, stream);
         if (st != FORGE_ERR_UNSUPPORTED) return st;
         forge_error_clear(); /* a shape / device the wgmma path refuses: the mma.sync forward takes it */
@@ -721,14 +722,6 @@ extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, con
 /* FORGE_FLASH16_BWD, read once: wgmma (the default: fwd+bwd 1.17x, 1.28x, 1.52x, 1.53x the wgmma forward + the
  * mma.sync backward at the four bench shapes on the H200, session 3) or mma (the mma.sync kernels everywhere). */
 static int fa_bwd_choice = -1;
-
-static int fa_bwd_use_wgmma(void) {
-    if (fa_bwd_choice < 0) {
-        const char *e = getenv("FORGE_FLASH16_BWD");
-        fa_bwd_choice = (e != nullptr && strcmp(e, "mma") == 0) ? 0 : 1;
-    }
-    return fa_bwd_choice;
-}
 
 extern "C" forge_status forge_flash_bf16_backward_mma(const forge_flash_shape *s, const void *q, const void *k,
                                                       const void *v, const void *out_bf16, const void *dout_bf16,
@@ -750,7 +743,7 @@ extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, co
     const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 10));
     if (s->B == 0) return FORGE_OK;
-    if (fa_bwd_use_wgmma()) {
+    if (fa_env_wgmma("FORGE_FLASH16_BWD", &fa_bwd_choice)) {
         const forge_status ws =
             forge_flash_bf16_backward_wgmma(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream);
         if (ws != FORGE_ERR_UNSUPPORTED) return ws;
