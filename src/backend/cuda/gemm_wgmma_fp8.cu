@@ -567,9 +567,9 @@ template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar
  * (wait_group.read 1), and named barrier 1 + c (the warpgroup's 128 threads) holds the others until then; after
  * filling, every thread fences its shared-memory writes to the async proxy (fence.proxy.async.shared::cta), the
  * barrier again, and thread 0 issues the store and commits it as one bulk group. TMA clips a box at the tensor's
- * bounds (rows past M, columns past N are not written, also for a box wholly outside, as gemm_wgmma.cu's boxes
- * past N are), so the staged values need no bounds checks. The CTA waits for all its groups before it exits (the
- * body's end).
+ * bounds (rows past M, columns past N are not written; a box wholly outside writes nothing: the PTX ISA's
+ * bounds rule, which gemm_wgmma.cu's epilogue assumes too; parity M = 1 / N = 8 exercise it), so the staged
+ * values need no bounds checks. The CTA waits for all its groups before it exits (the body's end).
  * Fragment of wgmma m64nBN f32: d[4i + 2h + j] is tile row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j. In a
  * box, column group ii (i = box * CH + ii) of row r sits at byte 128r + 32ii + 8(lane%4) (fp32) or
  * 128r + 16ii + 4(lane%4) (bf16): chunk 2ii + (lane%4)/2 or ii, and r % 8 = lane/4, so the swizzled chunk is
