@@ -988,8 +988,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * modes 0, 1 with chunk128 promotion; 12, 13: modes 0, 1 with chunk64 on 2-CTA clusters (B multicast; M = 1,
      * 128, 257 leave the second CTA of the last pair a phantom row-block); 14: fast accum on 2-CTA clusters.
      * Epilogue (rung 4e): modes 0-11 take the default store, the TMA-store epilogue where C allows it (fp32:
-     * N % 4 == 0, bf16: N % 8 == 0, C 16-byte aligned: N = 8, 200, 192 here; the TMA boxes are clipped at M and
-     * N, wholly outside for M = 1 / N = 8) and the direct store at N = 999; 15-18: modes 0, 2, 4, 7 with
+     * N % 4 == 0, bf16: N % 8 == 0, C 16-byte aligned: N = 8, 200, 192 here; boxes clipped at M and N, boxes
+     * wholly outside skipped: M = 1, 130, N = 8, 200) and the direct store at N = 999; 15-18: modes 0, 2, 4, 7 with
      * FORGE_GEMM_STORE_DIRECT (the direct store on the TMA-capable shapes too); 19, 20: modes 0 and 4 with C at
      * a 4-byte offset from a 16-byte boundary (fp32 N % 4 == 0 but C not 16-byte aligned: the default must fall
      * back to the direct store, and write exactly C's M x N elements). */
@@ -1264,8 +1264,8 @@ static void run_gemm_fp8_cases(parity *P) {
     /* BN 192 (serial promotion only): on a 132-SM H200 fp8_pick_bn takes 192 at M=5760 N=384 (135 tiles of 128
      * = 2 waves, 90 of 192 = 1), but FORGE_FP8_PROMOTE picks chunk64 there unless FORGE_FP8_PROMOTE_VARIANT=serial:
      * run FORGE_FP8_PROMOTE_VARIANT=serial FORGE_GPU_TESTS_ONLY=gemm_fp8 to cover the BN 192 kernels, whose TMA
-     * epilogue has 4 stages and, with bf16 out, an odd box count per tile (3: the box parity carried across
-     * tiles). Both epilogues, fp32 and bf16 out. */
+     * epilogue has 4 stages and, with bf16 out, an odd box count per tile (3). Both epilogues, fp32 and bf16
+     * out. */
     if (!P->quick) {
         static const int modes192[] = {0, 2, 15, 16};
         for (size_t j = 0; j < sizeof modes192 / sizeof modes192[0]; j++) case_gemm_fp8(P, 5760, 384, 128, modes192[j]);

@@ -562,24 +562,25 @@ template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar
  * each written by the 128 threads into a staging box in shared memory in the 128-byte-swizzled layout the tensor
  * map describes (16-byte chunk k of box row r at chunk k ^ (r % 8); the box is 1024-byte aligned), then stored
  * by one thread with TMA, so the global writes drain while the warpgroup goes on (the next box, then the next
- * tile's MMAs). Two boxes per warpgroup alternate, fill by fill across tiles: before filling one, thread 0 waits
- * until at most one of its bulk groups (the previous fill's, the other box) still reads shared memory
- * (wait_group.read 1), and named barrier 1 + c (the warpgroup's 128 threads) holds the others until then; after
- * filling, every thread fences its shared-memory writes to the async proxy (fence.proxy.async.shared::cta), the
- * barrier again, and thread 0 issues the store and commits it as one bulk group. TMA clips a box at the tensor's
- * bounds (rows past M, columns past N are not written; a box wholly outside writes nothing: the PTX ISA's
- * bounds rule, which gemm_wgmma.cu's epilogue assumes too; parity M = 1 / N = 8 exercise it), so the staged
- * values need no bounds checks. The CTA waits for all its groups before it exits (the body's end).
+ * tile's MMAs). Two boxes per warpgroup alternate within a tile (box b % 2): before filling box b, thread 0 waits
+ * until at most one of its bulk groups (box b-1's) still reads shared memory (wait_group.read 1), and at b = 0
+ * until none does (wait_group.read 0: the previous tile's last store, issued a whole mainloop earlier, so this
+ * costs ~nothing and no box parity has to be carried across tiles); named barrier 1 + c (the warpgroup's 128
+ * threads) holds the others until then. After filling, every thread fences its shared-memory writes to the
+ * async proxy (fence.proxy.async.shared::cta), the barrier again, and thread 0 issues the store and commits it
+ * as one bulk group. TMA clips a box at the tensor's bounds (rows past M, columns past N are not written), so
+ * the staged values need no bounds checks; boxes wholly past N (a suffix of the tile's boxes) and all boxes of a
+ * warpgroup whose 64 rows start at or past M are skipped (warpgroup-uniform conditions), so no store is issued
+ * for a box wholly outside C. The CTA waits for all its groups before it exits (the body's end).
  * Fragment of wgmma m64nBN f32: d[4i + 2h + j] is tile row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j. In a
  * box, column group ii (i = box * CH + ii) of row r sits at byte 128r + 32ii + 8(lane%4) (fp32) or
  * 128r + 16ii + 4(lane%4) (bf16): chunk 2ii + (lane%4)/2 or ii, and r % 8 = lane/4, so the swizzled chunk is
  * sx ^ 2ii (sx = ((lane/2)%2) ^ (lane/4)) or sx ^ ii (sx = lane/4); a warp's float2 / bf16x2 writes then take the
- * minimum 2 / 1 shared-memory wavefronts. fill0: the parity of this warpgroup's first fill of the tile (0 when
- * a tile has an even number of boxes; with BN 192 bf16, 3 boxes, the parity of the tiles done so far). */
+ * minimum 2 / 1 shared-memory wavefronts. */
 template <int BN, int OUT_BF16>
 __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], float scale, const CUtensorMap *tm_c,
-                                                   uint32_t sout, int c, int tid, int tile_row, int tile_col,
-                                                   uint32_t fill0) {
+                                                   uint32_t sout, int c, int tid, int tile_row, int tile_col, int M,
+                                                   int N) {
     constexpr int CH = OUT_BF16 ? 8 : 4; /* fragment column groups (8 columns each) per box */
     constexpr int NBOX = BN / 8 / CH;
     static_assert((BN / 8) % CH == 0, "boxes tile the BN columns");
@@ -590,8 +591,12 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
     const uint32_t sbase = sout + (uint32_t)c * 2u * FP8_OUT_BOX_BYTES;
 #pragma unroll
     for (int b = 0; b < NBOX; b++) {
-        const uint32_t box = sbase + ((fill0 ^ (uint32_t)b) & 1u) * FP8_OUT_BOX_BYTES;
-        if (tid == 0) tma_store_wait_read<1>(); /* this box's previous store (two fills ago) has read it */
+        if (tile_row >= M || tile_col + b * CH * 8 >= N) break; /* wholly outside C: nothing to store */
+        const uint32_t box = sbase + (uint32_t)(b & 1) * FP8_OUT_BOX_BYTES;
+        if (tid == 0) {
+            if (b == 0) tma_store_wait_read<0>(); /* the previous tile's stores have read their boxes */
+            else tma_store_wait_read<1>();        /* box b-2's store (this box) has read it */
+        }
         asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
 #pragma unroll
         for (int ii = 0; ii < CH; ii++) {
@@ -718,8 +723,6 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         float t1[BN / 2]; /* PROMOTE == 2: the odd stages' partial sums (unused, and removed, otherwise) */
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-        uint32_t tiles_done = 0; /* TMA_C: the staging-box parity of a tile's first fill (odd box counts only) */
-        (void)tiles_done;
 
         for (int u = unit0; u < num_tiles; u += unit_step) {
             int tm, tn;
@@ -912,10 +915,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
             }
 
             if constexpr (TMA_C) {
-                constexpr int NBOX = BN / (OUT_BF16 ? 64 : 32); /* 128-byte boxes per tile row */
-                fp8_store_tile_tma<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tm * FP8_BM + c * 64, tn * BN,
-                                                 NBOX % 2 ? (tiles_done & 1u) : 0u);
-                tiles_done++;
+                fp8_store_tile_tma<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tm * FP8_BM + c * 64, tn * BN, M, N);
                 continue;
             }
             /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA): d[4i + 2h + j] is row
