@@ -976,7 +976,9 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
     return (uint8_t)(sign | ((exp + (e5m2 ? 15 : 7)) << mbits) | man);
 }
 
-enum { N_MODES_C1 = 12, N_MODES = 15 }; /* case_gemm_fp8's modes; N_MODES_C1.. are the 2-CTA cluster ones */
+/* case_gemm_fp8's modes: 0 .. N_MODES_C1-1 and N_MODES_C2 .. N_MODES-1 single-CTA, N_MODES_C1 .. N_MODES_C2-1 the
+ * 2-CTA cluster ones (run last) */
+enum { N_MODES_C1 = 12, N_MODES_C2 = 15, N_MODES = 21 };
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
@@ -984,20 +986,31 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * 0, 1, 2 with chunk64 promotion (BN 256: N = 8, 200, 192 one partial column tile, 999 four, the last partial;
      * K/128 = 1, 3, 5, 8 stages: 1 is the tile with no previous chunk 3 to retire); 10, 11:
      * modes 0, 1 with chunk128 promotion; 12, 13: modes 0, 1 with chunk64 on 2-CTA clusters (B multicast; M = 1,
-     * 128, 257 leave the second CTA of the last pair a phantom row-block); 14: fast accum on 2-CTA clusters */
+     * 128, 257 leave the second CTA of the last pair a phantom row-block); 14: fast accum on 2-CTA clusters.
+     * Epilogue (rung 4e): modes 0-11 take the default store, the TMA-store epilogue where C allows it (fp32:
+     * N % 4 == 0, bf16: N % 8 == 0, C 16-byte aligned: N = 8, 200, 192 here; boxes clipped at M and N, boxes
+     * wholly outside skipped: M = 1, 130, N = 8, 200) and the direct store at N = 999; 15-18: modes 0, 2, 4, 7 with
+     * FORGE_GEMM_STORE_DIRECT (the direct store on the TMA-capable shapes too); 19, 20: modes 0 and 4 with C at
+     * a 4-byte offset from a 16-byte boundary (fp32 N % 4 == 0 but C not 16-byte aligned: the default must fall
+     * back to the direct store, and write exactly C's M x N elements). */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
         "gemm_fp8[e5m2xe4m3,pipe]", "gemm_fp8[e4m3,chunk64]",      "gemm_fp8[e5m2xe4m3,chunk64]",
         "gemm_fp8[e4m3,bf16out,chunk64]", "gemm_fp8[e4m3,chunk128]", "gemm_fp8[e5m2xe4m3,chunk128]",
-        "gemm_fp8[e4m3,chunk64c2]", "gemm_fp8[e5m2xe4m3,chunk64c2]", "gemm_fp8[e4m3,fastacc,c2]"};
-    static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3,
-                                         1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2};
+        "gemm_fp8[e4m3,chunk64c2]", "gemm_fp8[e5m2xe4m3,chunk64c2]", "gemm_fp8[e4m3,fastacc,c2]",
+        "gemm_fp8[e4m3,direct]",    "gemm_fp8[e4m3,bf16out,direct]", "gemm_tf32[direct]",
+        "gemm_fp8[e4m3,chunk64,direct]", "gemm_fp8[e4m3,C+4B]",   "gemm_tf32[C+4B]"};
+    static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
+                                         1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5};
     const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13;
-    const int out_bf16 = mode == 2 || mode == 9;
+    const int out_bf16 = mode == 2 || mode == 9 || mode == 16;
+    const int tf32 = mode == 4 || mode == 17 || mode == 20;
+    const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT : FORGE_GEMM_STORE_AUTO;
+    const size_t c_off = mode == 19 || mode == 20 ? 4 : 0; /* bytes: C 4 bytes past cudaMalloc's 256-byte alignment */
     const forge_fp8_accum accum = mode == 3                ? FORGE_FP8_FAST_ACCUM
                                   : mode == 5 || mode == 6 ? FORGE_FP8_PROMOTE_PIPELINED
-                                  : mode >= 7 && mode <= 9 ? FORGE_FP8_PROMOTE_CHUNK64
+                                  : (mode >= 7 && mode <= 9) || mode == 18 ? FORGE_FP8_PROMOTE_CHUNK64
                                   : mode == 10 || mode == 11 ? FORGE_FP8_PROMOTE_CHUNK128
                                   : mode == 12 || mode == 13 ? FORGE_FP8_PROMOTE_CHUNK64_C2
                                   : mode == 14               ? FORGE_FP8_FAST_ACCUM_C2
@@ -1021,34 +1034,50 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         b8[i] = fp8_encode(b[i], 0);
         b32[i] = (float)b[i];
     }
-    const size_t ea = mode == 4 ? 4 : 1;
+    const size_t ea = tf32 ? 4 : 1;
+    /* C: cn * 4 bytes at c_off into the allocation, plus 16 guard bytes after it (poisoned like C: a write past
+     * C's M x N elements shows as a guard byte changed) */
     if (ok) ok = cudaMalloc(&dA, an * ea) == cudaSuccess && cudaMalloc(&dB, bn * ea) == cudaSuccess &&
-                 cudaMalloc(&dC, cn * 4) == cudaSuccess;
-    if (ok) ok = cudaMemcpy(dA, mode == 4 ? (void *)a32 : (void *)a8, an * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
-                 cudaMemcpy(dB, mode == 4 ? (void *)b32 : (void *)b8, bn * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
-                 cudaMemset(dC, 0xFF, cn * 4) == cudaSuccess;
+                 cudaMalloc(&dC, c_off + cn * 4 + 16) == cudaSuccess;
+    if (ok) ok = cudaMemcpy(dA, tf32 ? (void *)a32 : (void *)a8, an * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaMemcpy(dB, tf32 ? (void *)b32 : (void *)b8, bn * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaMemset(dC, 0xFF, c_off + cn * 4 + 16) == cudaSuccess;
     if (!ok) {
         report(P, 0, names[mode], shape, INFINITY, tols[mode], "(host or device allocation failed)");
         goto done;
     }
     const float sa = 0.5f, sb = 0.25f;
     forge_status s;
-    if (mode == 4)
-        s = forge_gemm_tf32_nt(dA, dB, dC, M, N, K, NULL);
+    void *dCv = (char *)dC + c_off;
+    if (tf32)
+        s = forge_gemm_tf32_nt_store(dA, dB, (float *)dCv, M, N, K, store, NULL);
     else
-        s = forge_gemm_fp8_nt(dA, a_e5m2 ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3, dC,
-                              out_bf16 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K, accum, NULL);
+        s = forge_gemm_fp8_nt_store(dA, a_e5m2 ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3, dCv,
+                                    out_bf16 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K, accum, store,
+                                    NULL);
     if (s != FORGE_OK) {
         char why[512];
         snprintf(why, sizeof why, "(returned %s: %s)", forge_status_name(s), forge_error_message());
         report(P, 0, names[mode], shape, INFINITY, tols[mode], why);
         goto done;
     }
-    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(c, dC, cn * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(c, dCv, cn * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
         report(P, 0, names[mode], shape, INFINITY, tols[mode], "(kernel or copy failed)");
         goto done;
     }
-    const double scale = mode == 4 ? 1.0 : (double)sa * sb;
+    {
+        /* the bytes around C must still be poison: c_off before it, 16 after its M x N elements (4 or 2 bytes) */
+        unsigned char guard[32];
+        const size_t c_bytes = cn * (out_bf16 ? 2 : 4);
+        int intact = cudaMemcpy(guard, (char *)dCv + c_bytes, 16, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                     (c_off == 0 || cudaMemcpy(guard + 16, dC, c_off, cudaMemcpyDeviceToHost) == cudaSuccess);
+        for (size_t g = 0; intact && g < 16 + c_off; g++) intact = guard[g] == 0xFF;
+        if (!intact) {
+            report(P, 0, names[mode], shape, INFINITY, tols[mode], "(wrote outside C, or the guard copy failed)");
+            goto done;
+        }
+    }
+    const double scale = tf32 ? 1.0 : (double)sa * sb;
     double d2 = 0.0, r2 = 0.0;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -1229,13 +1258,23 @@ static void run_gemm_fp8_cases(parity *P) {
     static const int shapes[][3] = {{1, 8, 16}, {130, 200, 272}, {257, 999, 528}, {128, 192, 1024}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
-        for (int mode = 0; mode < N_MODES_C1; mode++) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+        for (int mode = 0; mode < N_MODES; mode++)
+            if (mode < N_MODES_C1 || mode >= N_MODES_C2) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+    }
+    /* BN 192 (serial promotion only): on a 132-SM H200 fp8_pick_bn takes 192 at M=5760 N=384 (135 tiles of 128
+     * = 2 waves, 90 of 192 = 1), but FORGE_FP8_PROMOTE picks chunk64 there unless FORGE_FP8_PROMOTE_VARIANT=serial:
+     * run FORGE_FP8_PROMOTE_VARIANT=serial FORGE_GPU_TESTS_ONLY=gemm_fp8 to cover the BN 192 kernels, whose TMA
+     * epilogue has 4 stages and, with bf16 out, an odd box count per tile (3). Both epilogues, fp32 and bf16
+     * out. */
+    if (!P->quick) {
+        static const int modes192[] = {0, 2, 15, 16};
+        for (size_t j = 0; j < sizeof modes192 / sizeof modes192[0]; j++) case_gemm_fp8(P, 5760, 384, 128, modes192[j]);
     }
     /* the 2-CTA cluster modes last: a protocol bug there traps (mbarrier timeout) and takes the CUDA context,
      * so every case after it fails; this keeps the other modes' verdicts */
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
-        for (int mode = N_MODES_C1; mode < N_MODES; mode++)
+        for (int mode = N_MODES_C1; mode < N_MODES_C2; mode++)
             case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
     }
 }

@@ -46,10 +46,20 @@
  *   Measured (session 3): pipe 745 / 1157 / 1178, chunk128 719 / 1150 / 1190,
  *   chunk64c2 690 / 1139 / 1296 at 2048^3 / 4096^3 / 8192^3: none beats chunk64.
  *
+ * Epilogue (rung 4e, docs/gemm-ladder.md): where C allows it -- fp32 C with
+ * N % 4 == 0, bf16 C with N % 8 == 0, C 16-byte aligned -- the kernel stages C
+ * in shared memory and stores it with TMA (the consumers go on to the next
+ * tile while the stores drain); otherwise, and always for the 2-CTA cluster
+ * modes, it stores from the registers ("direct"). forge_gemm_fp8_nt_store /
+ * forge_gemm_tf32_nt_store with FORGE_GEMM_STORE_DIRECT force the direct
+ * store; FORGE_FP8_STORE=direct (read once per process) does the same for
+ * every FORGE_GEMM_STORE_AUTO call (auto / tma / unset: the default; anything
+ * else fails those calls, FORGE_ERR_ARG). Both write the same values.
+ *
  * Needs: a compute-capability 9.x device, M, N >= 1, K >= 16 and K % 16 == 0
  * (TMA's 16-byte row strides), A and B 16-byte aligned, C aligned to its
- * element. Any M and N (tails are zero-filled by TMA and bounds-checked in the
- * epilogue). Anything else returns FORGE_ERR_UNSUPPORTED with the reason.
+ * element. Any M and N (tails are zero-filled by TMA, clipped by the TMA store
+ * or bounds-checked by the direct one). Anything else returns FORGE_ERR_UNSUPPORTED with the reason.
  * Pointers are device pointers; stream is a cudaStream_t (NULL = default).
  * Nothing synchronises with the host (errors of the running kernel surface
  * at the caller's next synchronising CUDA call).
@@ -75,9 +85,18 @@ typedef enum {
     FORGE_FP8_FAST_ACCUM_C2 = 6
 } forge_fp8_accum;
 
+/* How C is stored: AUTO = the TMA-store epilogue where C allows it (above), else direct; DIRECT = from the
+ * registers always. */
+typedef enum { FORGE_GEMM_STORE_AUTO = 0, FORGE_GEMM_STORE_DIRECT = 1 } forge_gemm_store;
+
 forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt, void *C,
                                forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,
                                forge_fp8_accum accum, void *stream);
+
+/* forge_gemm_fp8_nt with an explicit store mode (forge_gemm_fp8_nt = FORGE_GEMM_STORE_AUTO). */
+forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt,
+                                     void *C, forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,
+                                     forge_fp8_accum accum, forge_gemm_store store, void *stream);
 
 /*
  * tf32 on the same kernel body (gemm_wgmma_tf32_kernel): C (M,N) fp32 = A (M,K) . B (N,K)^T with A, B fp32
@@ -87,6 +106,10 @@ forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void
  * 9.x; any M, N. Otherwise FORGE_ERR_UNSUPPORTED with the reason.
  */
 forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K, void *stream);
+
+/* forge_gemm_tf32_nt with an explicit store mode (forge_gemm_tf32_nt = FORGE_GEMM_STORE_AUTO). */
+forge_status forge_gemm_tf32_nt_store(const float *A, const float *B, float *C, int M, int N, int K,
+                                      forge_gemm_store store, void *stream);
 
 /* The block-tile width (128, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device
  * (FORGE_FP8_PROMOTE_VARIANT applied), for benchmark labels; 0 with the error set if the device query fails. */

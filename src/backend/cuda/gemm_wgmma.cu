@@ -208,13 +208,7 @@ __device__ __forceinline__ void gemm_st2(void *base, size_t off, float v0, float
     }
 }
 
-/* 2D tiled TMA store of the box at (c0 = column, c1 = row) of `tmap` from shared memory at src; the parts of
- * the box outside the tensor are not written. Completion is tracked by bulk groups (commit / wait_group). */
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap *tmap, int c0, int c1, uint32_t src) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"((uint64_t)tmap),
-                 "r"(c0), "r"(c1), "r"(src)
-                 : "memory");
-}
+/* tma_store_2d (2D TMA store of a staged box, clipped at the tensor bounds): wgmma_common.cuh */
 
 /* Pulls this thread's part of the tile's rows of an (M,N) fp32 input into L2 at the start of the tile, so the
  * epilogue's loads (issued after the mainloop, when nothing else hides their latency) hit L2 instead of HBM.

@@ -36,12 +36,20 @@
  *   B tile into both (protocol at fp8_cluster_rank below): a third less L2 -> SM traffic at BN 256.
  * - FORGE_FP8_FAST_ACCUM: the bf16 kernel's loop (one wgmma group in flight,
  *   the accumulator is d itself) at BN = 256; labelled, for comparison only.
- * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out (float2
- *   stores when N is even and C 8-byte aligned) or bf16 out (round to nearest
- *   even, bf16x2 stores when N is even and C 4-byte aligned).
+ * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out or bf16 out
+ *   (round to nearest even). TMA_C = 1 (rung 4e; the default where C allows
+ *   it: fp32 N % 4 == 0, bf16 N % 8 == 0, C 16-byte aligned): the tile is
+ *   staged in shared memory in 64-row x 128-byte boxes (two per consumer
+ *   warpgroup, 32 KiB in all) and stored by TMA, so the consumers go on to the
+ *   next tile's MMAs while the stores drain (fp8_store_tile_tma; the pattern of
+ *   gemm_wgmma.cu's GEMM_EPI_TMA_STORE). TMA_C = 0 ("direct", the fallback,
+ *   FORGE_GEMM_STORE_DIRECT / FORGE_FP8_STORE=direct, and the 2-CTA cluster
+ *   kernels): float2 / bf16x2 stores from the registers when N is even and C
+ *   8- / 4-byte aligned, scalar otherwise.
  * - Edges: K % 16 == 0 (TMA row stride K bytes, a multiple of 16); the K tail
  *   of the last stage, rows past M and columns past N are zero-filled by TMA
- *   (the transaction count is still the full box), the epilogue bounds-checks.
+ *   (the transaction count is still the full box); the TMA store clips its
+ *   boxes at M and N, the direct store bounds-checks.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,15 +92,26 @@ extern "C" {
 /* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
 enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
 
-/* Per block-tile width: stages fill ~192-200 KiB of the 227 KiB. */
-template <int BN> struct fp8_cfg {
-    static constexpr int STAGES = BN == 128 ? 6 : BN == 192 ? 5 : 4;
+/* TMA-store epilogue (TMA_C = 1): one staging box is 64 rows x 128 bytes (32 fp32 or 64 bf16 columns: the
+ * 128-byte swizzle's row limit), two per consumer warpgroup */
+#define FP8_OUT_BOX_BYTES (64u * 128u)
+#define FP8_OUT_BYTES (2u * 2u * FP8_OUT_BOX_BYTES) /* 32 KiB: 2 consumer warpgroups x 2 boxes */
+
+/* Per block-tile width: stages fill ~192-200 KiB of the 227 KiB. Layout from the 1024-aligned base: A stages,
+ * B stages, (TMA_C) the 32 KiB of staging boxes, then full[STAGES] and empty[STAGES] mbarriers; + 1 KiB of slack
+ * to round the dynamic shared-memory base up to 1024 bytes. With TMA_C, BN 192 keeps 4 stages, not 5:
+ * 5 x 40 KiB + 32 KiB + 80 B + 1 KiB = 238672 B would not fit (BN 128: 6 stages, 230496 B; BN 256: 4 stages,
+ * 230464 B; BN 192: 4 stages, 197696 B; the limit is 232448). */
+template <int BN, int TMA_C = 0> struct fp8_cfg {
+    static constexpr int STAGES = BN == 128 ? 6 : BN == 192 ? (TMA_C ? 4 : 5) : 4;
     static constexpr uint32_t A_BYTES = FP8_BM * FP8_BK;
     static constexpr uint32_t B_BYTES = BN * FP8_BK;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
+    static constexpr uint32_t OUT_BYTES = TMA_C ? FP8_OUT_BYTES : 0;
+    static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8 + 1024;
     static_assert(BN == 128 || BN == 192 || BN == 256, "fp8 wgmma tile N is 128, 192 or 256 here");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
+    static_assert(OUT_BYTES % 1024 == 0, "staging boxes start 1024-byte aligned (the 128-byte swizzle's atom)");
     static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
 };
 
@@ -381,14 +400,84 @@ template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar
     if constexpr (CL == 2) fp8_mbar_arrive_remote(fp8_mapa(empty_bar, rank ^ 1u));
 }
 
+/* ---- TMA-store epilogue (TMA_C = 1) ------------------------------------------------------------------------
+ * The pattern of gemm_wgmma.cu's GEMM_EPI_TMA_STORE, without its fused operations: the warpgroup's 64 x BN tile
+ * goes out in boxes of 64 rows x 128 bytes (fp32: 32 columns = 4 fragment column groups; bf16: 64 columns = 8),
+ * each written by the 128 threads into a staging box in shared memory in the 128-byte-swizzled layout the tensor
+ * map describes (16-byte chunk k of box row r at chunk k ^ (r % 8); the box is 1024-byte aligned), then stored
+ * by one thread with TMA, so the global writes drain while the warpgroup goes on (the next box, then the next
+ * tile's MMAs). Two boxes per warpgroup alternate within a tile (box b % 2): before filling box b, thread 0 waits
+ * until at most one of its bulk groups (box b-1's) still reads shared memory (wait_group.read 1), and at b = 0
+ * until none does (wait_group.read 0: the previous tile's last store, issued a whole mainloop earlier, so this
+ * costs ~nothing and no box parity has to be carried across tiles); named barrier 1 + c (the warpgroup's 128
+ * threads) holds the others until then. After filling, every thread fences its shared-memory writes to the
+ * async proxy (fence.proxy.async.shared::cta), the barrier again, and thread 0 issues the store and commits it
+ * as one bulk group. TMA clips a box at the tensor's bounds (rows past M, columns past N are not written), so
+ * the staged values need no bounds checks; boxes wholly past N (a suffix of the tile's boxes) and all boxes of a
+ * warpgroup whose 64 rows start at or past M are skipped (warpgroup-uniform conditions), so no store is issued
+ * for a box wholly outside C. The CTA waits for all its groups before it exits (the body's end).
+ * Fragment of wgmma m64nBN f32: d[4i + 2h + j] is tile row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j. In a
+ * box, column group ii (i = box * CH + ii) of row r sits at byte 128r + 32ii + 8(lane%4) (fp32) or
+ * 128r + 16ii + 4(lane%4) (bf16): chunk 2ii + (lane%4)/2 or ii, and r % 8 = lane/4, so the swizzled chunk is
+ * sx ^ 2ii (sx = ((lane/2)%2) ^ (lane/4)) or sx ^ ii (sx = lane/4); a warp's float2 / bf16x2 writes then take the
+ * minimum 2 / 1 shared-memory wavefronts. */
+template <int BN, int OUT_BF16>
+__device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], float scale, const CUtensorMap *tm_c,
+                                                   uint32_t sout, int c, int tid, int tile_row, int tile_col, int M,
+                                                   int N) {
+    constexpr int CH = OUT_BF16 ? 8 : 4; /* fragment column groups (8 columns each) per box */
+    constexpr int NBOX = BN / 8 / CH;
+    static_assert((BN / 8) % CH == 0, "boxes tile the BN columns");
+    const int warp = tid / 32, lane = tid % 32;
+    const uint32_t srow = (uint32_t)(warp * 16 + lane / 4) * 128u +
+                          (OUT_BF16 ? (uint32_t)(lane % 4) * 4u : (uint32_t)(lane % 2) * 8u);
+    const uint32_t sx = OUT_BF16 ? (uint32_t)(lane / 4) : (uint32_t)(((lane / 2) % 2) ^ (lane / 4));
+    const uint32_t sbase = sout + (uint32_t)c * 2u * FP8_OUT_BOX_BYTES;
+#pragma unroll
+    for (int b = 0; b < NBOX; b++) {
+        if (tile_row >= M || tile_col + b * CH * 8 >= N) break; /* wholly outside C: nothing to store */
+        const uint32_t box = sbase + (uint32_t)(b & 1) * FP8_OUT_BOX_BYTES;
+        if (tid == 0) {
+            if (b == 0) tma_store_wait_read<0>(); /* the previous tile's stores have read their boxes */
+            else tma_store_wait_read<1>();        /* box b-2's store (this box) has read it */
+        }
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+#pragma unroll
+        for (int ii = 0; ii < CH; ii++) {
+            const int i = b * CH + ii;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t a = box + srow + 1024u * (uint32_t)h + ((sx ^ (uint32_t)(OUT_BF16 ? ii : 2 * ii)) << 4);
+                const float v0 = d[4 * i + 2 * h] * scale, v1 = d[4 * i + 2 * h + 1] * scale;
+                if constexpr (OUT_BF16) {
+                    const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1); /* v0 at the lower address */
+                    const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
+                } else {
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1) : "memory");
+                }
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+        if (tid == 0) {
+            tma_store_2d(tm_c, tile_col + b * CH * 8, tile_row, box);
+            tma_store_commit();
+        }
+    }
+}
+
 /* ---- the kernel ------------------------------------------------------------ */
 
 /* The mainloop + epilogue shared by the fp8 and tf32 kernels: a stage row is FP8_BK = 128 bytes of K either way
- * (128 fp8 or 32 tf32 elements, BKE), so only the element count per stage and the MMA differ. */
-template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1>
+ * (128 fp8 or 32 tf32 elements, BKE), so only the element count per stage and the MMA differ. TMA_C: the
+ * epilogue stages C in shared memory and stores it with TMA through tm_c (fp8_store_tile_tma; CL = 1 only);
+ * otherwise it stores from the registers (tm_c unused, may be null). */
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
-                                              float scale, int M, int N, int K, int vec2) {
-    typedef fp8_cfg<BN> cfg;
+                                              float scale, int M, int N, int K, int vec2,
+                                              const CUtensorMap *tm_c = nullptr) {
+    typedef fp8_cfg<BN, TMA_C> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
@@ -399,9 +488,12 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
     const uint32_t sa = base;                               /* A stages */
     const uint32_t sb = base + STAGES * cfg::A_BYTES;       /* B stages */
-    const uint32_t bars = base + STAGES * cfg::STAGE_BYTES; /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    const uint32_t sout = base + STAGES * cfg::STAGE_BYTES; /* TMA_C: 2 staging boxes per consumer warpgroup */
+    const uint32_t bars = sout + cfg::OUT_BYTES;            /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    (void)sout;
 
     static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
+    static_assert(!TMA_C || CL == 1, "the 2-CTA cluster kernels keep the direct store");
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
     /* CL = 2: the unit of work is a pair of row-blocks (2p + rank); a rank-1 row-block past M (odd tiles_m) is a
      * phantom tile: its producer loads the last real row-block's A (a fully out-of-bounds TMA box is avoided),
@@ -425,6 +517,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
+        if constexpr (TMA_C) tma_prefetch_desc(tm_c);
     }
     if constexpr (CL == 2) fp8_cluster_sync(); /* also a CTA barrier: the partner's barriers are initialised */
     else __syncthreads();
@@ -665,6 +758,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
             }
 
+            if constexpr (TMA_C) {
+                fp8_store_tile_tma<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tm * FP8_BM + c * 64, tn * BN, M, N);
+                continue;
+            }
             /* epilogue: accumulator fragment of wgmma m64nBN f32 (PTX ISA): d[4i + 2h + j] is row
              * warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j of this warpgroup's 64 x BN tile */
             const int row0 = tm * FP8_BM + c * 64 + warp * 16 + lane / 4;
@@ -700,17 +797,25 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
             }
         }
     }
+    /* TMA_C: the staging boxes must not be released (CTA exit) while a TMA store may still read them: every thread
+     * waits for all of its bulk groups (only consumer thread tid 0 has any; a no-op for the others). Here, after
+     * the producer / consumer branch and unconditional, not as `if (tid == 0)` at the end of the consumer branch:
+     * that placement made ptxas cap the consumers' registers near 180 and spill 160-248 bytes in every promoted
+     * instantiation (d + temporaries = 192 registers). */
+    if constexpr (TMA_C) tma_store_wait_all();
     /* CL = 2: no CTA leaves while its partner may still arrive on its empty barriers (the partner's last
      * releases) or multicast into it (cannot happen: both run the same stages, each consumed before here) */
     if constexpr (CL == 2) fp8_cluster_sync();
 }
 
-/* fp8: AT = WG_E4M3 or WG_E5M2 (A's format; B is e4m3) */
-template <int BN, int AT, int OUT_BF16, int PROMOTE>
+/* fp8: AT = WG_E4M3 or WG_E5M2 (A's format; B is e4m3). TMA_C: C stored through tm_c (TMA-store epilogue),
+ * else from the registers (tm_c unused). */
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
 __global__ void __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                          void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
-    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
+                          const __grid_constant__ CUtensorMap tm_c, void *__restrict__ Cv, float scale, int M, int N,
+                          int K, int vec2) {
+    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 1, TMA_C>(tm_a, tm_b, Cv, scale, M, N, K, vec2, &tm_c);
 }
 
 /* fp8 on 2-CTA clusters (B multicast): same template arguments; `_c2` keeps the name matched by check_sass.sh */
@@ -721,12 +826,14 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(FP8_THREADS, 1)
     wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 2>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
 }
 
-/* tf32: fp32 inputs read as tf32 by wgmma (the low 13 mantissa bits are ignored), fp32 out, no promotion */
-template <int BN>
+/* tf32: fp32 inputs read as tf32 by wgmma (the low 13 mantissa bits are ignored), fp32 out, no promotion;
+ * TMA_C as for fp8 */
+template <int BN, int TMA_C>
 __global__ void __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_tf32_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                           float *__restrict__ C, int M, int N, int K, int vec2) {
-    wgmma_nt_body<BN, WG_TF32, 0, 0>(tm_a, tm_b, C, 1.0f, M, N, K, vec2);
+                           const __grid_constant__ CUtensorMap tm_c, float *__restrict__ C, int M, int N, int K,
+                           int vec2) {
+    wgmma_nt_body<BN, WG_TF32, 0, 0, 1, TMA_C>(tm_a, tm_b, C, 1.0f, M, N, K, vec2, &tm_c);
 }
 
 /* ---- host ------------------------------------------------------------------ */
@@ -774,18 +881,47 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
     return c128 < c192 ? 128 : 192;
 }
 
-template <int BN, int AT, int OUT_BF16, int PROMOTE>
-static forge_status fp8_launch(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
-                               int dev, int sm_count, cudaStream_t stream) {
-    typedef fp8_cfg<BN> cfg;
+/* C (M,N) row-major for the TMA-store epilogue: dims {N, M}, row stride N*4 bytes fp32 (the caller ensures
+ * N % 4 == 0) or N*2 bf16 (N % 8 == 0), base 16-byte aligned; boxes of 64 rows x 128 bytes (32 fp32 / 64 bf16
+ * columns), 128-byte swizzle: the staging layout of fp8_store_tile_tma (gemm_wgmma.cu's gemm_encode_c). */
+static forge_status fp8_encode_c(CUtensorMap *map, void *C, int M, int N, int bf16) {
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
+    const cuuint64_t strides[1] = {(cuuint64_t)N * (bf16 ? 2 : 4)};
+    const cuuint32_t box[2] = {bf16 ? 64u : 32u, 64u};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, C, dims,
+                        strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_DEVICE,
+                           "gemm_fp8: cuTensorMapEncodeTiled for C (%d x %d %s, box 64 rows x 128 bytes, 128B "
+                           "swizzle, TMA store) failed with CUresult %d",
+                           M, N, bf16 ? "bf16" : "fp32", (int)r);
+    return FORGE_OK;
+}
+
+/* Whether C can take the TMA-store epilogue: fp32 N % 4 == 0, bf16 N % 8 == 0 (16-byte row strides) and a
+ * 16-byte aligned base. */
+static int fp8_c_tma_ok(const void *C, int N, int out_bf16) {
+    return (out_bf16 ? N % 8 == 0 : N % 4 == 0) && (uintptr_t)C % 16 == 0;
+}
+
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
+static forge_status fp8_launch_t(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
+                                 int dev, int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<BN, TMA_C> cfg;
     static int smem_set[FP8_MAX_DEVICES]; /* per instantiation: racing writers store the same 1 */
-    void (*kernel)(const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
-        gemm_wgmma_fp8_kernel<BN, AT, OUT_BF16, PROMOTE>;
-    CUtensorMap tm_a, tm_b;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
+        gemm_wgmma_fp8_kernel<BN, AT, OUT_BF16, PROMOTE, TMA_C>;
+    CUtensorMap tm_a, tm_b, tm_c;
+    memset(&tm_c, 0, sizeof tm_c); /* direct store: passed, never read */
     FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, A, M, K, (unsigned long long)K, FP8_BM, FP8_BK,
                               "gemm_fp8 A (fp8, K-major)"));
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, B, N, K, (unsigned long long)K, BN, FP8_BK,
                               "gemm_fp8 B (fp8, K-major)"));
+    if constexpr (TMA_C) FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, OUT_BF16));
     if (!smem_set[dev]) {
         CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
         smem_set[dev] = 1;
@@ -793,9 +929,17 @@ static forge_status fp8_launch(const void *A, const void *B, void *C, float scal
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + BN - 1) / BN);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
-    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, scale, M, N, K, vec2);
+    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, scale, M, N, K, vec2);
     CUDA_LAUNCH_CHECK("gemm_wgmma_fp8_kernel");
     return FORGE_OK;
+}
+
+/* tma_c: the TMA-store epilogue (the caller checked fp8_c_tma_ok), else the direct store */
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+static forge_status fp8_launch(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
+                               int tma_c, int dev, int sm_count, cudaStream_t stream) {
+    if (tma_c) return fp8_launch_t<BN, AT, OUT_BF16, PROMOTE, 1>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream);
+    return fp8_launch_t<BN, AT, OUT_BF16, PROMOTE, 0>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream);
 }
 
 /* CL = 2 (gemm_wgmma_fp8_kernel_c2): B's tensor map has BN/2-row boxes (each CTA multicasts one half); the grid
@@ -838,24 +982,25 @@ static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float s
     return FORGE_OK;
 }
 
+/* tc: the TMA-store epilogue (ignored by the 2-CTA cluster kernels: they store directly) */
 template <int AT, int OUT_BF16>
 static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B, void *C, float scale, int M, int N,
-                                 int K, int vec2, int dev, int sms, cudaStream_t st) {
+                                 int K, int vec2, int tc, int dev, int sms, cudaStream_t st) {
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) /* 128 only (fp8_pick_bn): d, t and t1 must fit 240 registers */
-        return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64) /* 256 only: the chunks split a 256-wide tile */
-        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
-        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
         return fp8_launch_c2<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM_C2)
         return fp8_launch_c2<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM)
-        return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
-                         : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
-    return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, dev, sms, st)
-                     : fp8_launch<192, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
+                         : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
+                     : fp8_launch<192, AT, OUT_BF16, 1>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
 }
 
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
@@ -891,6 +1036,39 @@ static int fp8_auto_promote(int M, int N, int sm_count) {
     return 2 * t256 >= sm_count ? (int)FORGE_FP8_PROMOTE_CHUNK64 : FP8_PROMOTE_SERIAL;
 }
 
+/* FORGE_FP8_STORE (read once): how FORGE_GEMM_STORE_AUTO calls of the fp8 and tf32 GEMMs store C: unset, "",
+ * "auto" or "tma": the TMA-store epilogue where C allows it (fp8_c_tma_ok; not the 2-CTA cluster kernels), the
+ * direct store elsewhere; "direct": the direct store always (the pre-rung-4e epilogue, for A/B runs). Any
+ * other value: -1 (AUTO calls fail with FORGE_ERR_ARG naming the variable). */
+static int fp8_env_store(void) {
+    static int cached = -2; /* racing first callers compute and store the same value */
+    if (cached != -2) return cached;
+    const char *v = getenv("FORGE_FP8_STORE");
+    int r;
+    if (v == nullptr || v[0] == '\0' || strcmp(v, "auto") == 0 || strcmp(v, "tma") == 0) r = FORGE_GEMM_STORE_AUTO;
+    else if (strcmp(v, "direct") == 0) r = FORGE_GEMM_STORE_DIRECT;
+    else r = -1;
+    cached = r;
+    return r;
+}
+
+/* The epilogue a call resolves to: *tma_c = 1 the TMA-store epilogue, 0 the direct store. FORGE_ERR_ARG for an
+ * unknown mode or a bad FORGE_FP8_STORE (AUTO only). */
+static forge_status fp8_resolve_store(forge_gemm_store store, const void *C, int N, int out_bf16, const char *what,
+                                      int *tma_c) {
+    *tma_c = 0;
+    if (store != FORGE_GEMM_STORE_AUTO && store != FORGE_GEMM_STORE_DIRECT)
+        return forge_error(FORGE_ERR_ARG, "%s: unknown store mode %d (expected FORGE_GEMM_STORE_AUTO or _DIRECT)",
+                           what, (int)store);
+    if (store == FORGE_GEMM_STORE_DIRECT) return FORGE_OK;
+    const int env = fp8_env_store();
+    if (env < 0)
+        return forge_error(FORGE_ERR_ARG, "%s: FORGE_FP8_STORE=%s (expected auto, tma or direct)", what,
+                           getenv("FORGE_FP8_STORE"));
+    *tma_c = env == FORGE_GEMM_STORE_AUTO && fp8_c_tma_ok(C, N, out_bf16);
+    return FORGE_OK;
+}
+
 static const char *fp8_fmt_name(int f) { return f == FORGE_FP8_E4M3 ? "e4m3" : f == FORGE_FP8_E5M2 ? "e5m2" : "?"; }
 
 extern "C" int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum) {
@@ -904,9 +1082,10 @@ extern "C" int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum) {
     return fp8_pick_bn(M, N, (int)accum, sms);
 }
 
-extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,
-                                          forge_fp8_format b_fmt, void *C, forge_gemm_out c_type, float a_scale,
-                                          float b_scale, int M, int N, int K, forge_fp8_accum accum, void *stream) {
+extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format a_fmt, const void *B,
+                                                forge_fp8_format b_fmt, void *C, forge_gemm_out c_type, float a_scale,
+                                                float b_scale, int M, int N, int K, forge_fp8_accum accum,
+                                                forge_gemm_store store, void *stream) {
     const char *why = nullptr;
     const size_t c_elem = c_type == FORGE_GEMM_OUT_BF16 ? 2 : 4;
     if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
@@ -931,6 +1110,8 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
                                "or chunk64c2)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
+    int tc = 0;
+    FORGE_TRY(fp8_resolve_store(store, C, N, c_type == FORGE_GEMM_OUT_BF16, "gemm_fp8", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     if (accum == FORGE_FP8_PROMOTE) {
@@ -943,21 +1124,32 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
     const int vec2 = N % 2 == 0 && (uintptr_t)C % (2 * c_elem) == 0;
     cudaStream_t st = (cudaStream_t)stream;
     if (a_fmt == FORGE_FP8_E4M3)
-        return c_type == FORGE_GEMM_OUT_BF16 ? fp8_dispatch<0, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st)
-                                             : fp8_dispatch<0, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st);
-    return c_type == FORGE_GEMM_OUT_BF16 ? fp8_dispatch<1, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st)
-                                         : fp8_dispatch<1, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return c_type == FORGE_GEMM_OUT_BF16
+                   ? fp8_dispatch<0, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
+                   : fp8_dispatch<0, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    return c_type == FORGE_GEMM_OUT_BF16 ? fp8_dispatch<1, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
+                                         : fp8_dispatch<1, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+}
+
+extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,
+                                          forge_fp8_format b_fmt, void *C, forge_gemm_out c_type, float a_scale,
+                                          float b_scale, int M, int N, int K, forge_fp8_accum accum, void *stream) {
+    return forge_gemm_fp8_nt_store(A, a_fmt, B, b_fmt, C, c_type, a_scale, b_scale, M, N, K, accum,
+                                   FORGE_GEMM_STORE_AUTO, stream);
 }
 
 /* ---- tf32 (the same body; no promotion: the tensor core accumulates tf32 products in fp32) ---- */
 
-template <int BN>
+template <int BN, int TMA_C>
 static forge_status tf32_launch(const float *A, const float *B, float *C, int M, int N, int K, int vec2, int dev,
                                 int sm_count, cudaStream_t stream) {
-    typedef fp8_cfg<BN> cfg;
+    typedef fp8_cfg<BN, TMA_C> cfg;
     static int smem_set[FP8_MAX_DEVICES];
-    void (*kernel)(const CUtensorMap, const CUtensorMap, float *, int, int, int, int) = gemm_wgmma_tf32_kernel<BN>;
-    CUtensorMap tm_a, tm_b;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, float *, int, int, int, int) =
+        gemm_wgmma_tf32_kernel<BN, TMA_C>;
+    CUtensorMap tm_a, tm_b, tm_c;
+    memset(&tm_c, 0, sizeof tm_c); /* direct store: passed, never read */
+    if constexpr (TMA_C) FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 0));
     /* 32 fp32 = 128 bytes of K per box row: the 128-byte swizzle row, as for fp8 */
     FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, A, M, K, (unsigned long long)K * 4, FP8_BM,
                               FP8_BK / 4, "gemm_tf32 A (fp32, K-major)"));
@@ -970,13 +1162,13 @@ static forge_status tf32_launch(const float *A, const float *B, float *C, int M,
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + BN - 1) / BN);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
-    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, M, N, K, vec2);
+    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, M, N, K, vec2);
     CUDA_LAUNCH_CHECK("gemm_wgmma_tf32_kernel");
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K,
-                                           void *stream) {
+extern "C" forge_status forge_gemm_tf32_nt_store(const float *A, const float *B, float *C, int M, int N, int K,
+                                                 forge_gemm_store store, void *stream) {
     const char *why = nullptr;
     if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
     else if (K % 4 != 0) why = "K must be a multiple of 4 (TMA needs 16-byte row strides: K*4 bytes)";
@@ -984,10 +1176,20 @@ extern "C" forge_status forge_gemm_tf32_nt(const float *A, const float *B, float
     else if ((uintptr_t)C % 4 != 0) why = "C must be 4-byte aligned";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32 nt (M=%d N=%d K=%d): %s", M, N, K, why);
+    int tc = 0;
+    FORGE_TRY(fp8_resolve_store(store, C, N, 0, "gemm_tf32", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;
+    const cudaStream_t st = (cudaStream_t)stream;
     if (fp8_pick_bn(M, N, FORGE_FP8_FAST_ACCUM, sms) == 128)
-        return tf32_launch<128>(A, B, C, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
-    return tf32_launch<256>(A, B, C, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
+        return tc ? tf32_launch<128, 1>(A, B, C, M, N, K, vec2, dev, sms, st)
+                  : tf32_launch<128, 0>(A, B, C, M, N, K, vec2, dev, sms, st);
+    return tc ? tf32_launch<256, 1>(A, B, C, M, N, K, vec2, dev, sms, st)
+              : tf32_launch<256, 0>(A, B, C, M, N, K, vec2, dev, sms, st);
+}
+
+extern "C" forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K,
+                                           void *stream) {
+    return forge_gemm_tf32_nt_store(A, B, C, M, N, K, FORGE_GEMM_STORE_AUTO, stream);
 }

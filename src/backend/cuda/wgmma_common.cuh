@@ -2,9 +2,10 @@
  * wgmma_common.cuh: the device helpers every Hopper (sm_90a) GEMM kernel of
  * forge shares: shared-memory addresses, mbarriers (init / arrive /
  * arrive.expect_tx / a parity wait that traps instead of hanging), 2D TMA
- * loads, wgmma shared-memory descriptors of the 128-byte-swizzled layouts TMA
- * writes, wgmma fence / commit / wait, and setmaxnreg. Used by gemm_wgmma.cu
- * (bf16) and gemm_wgmma_fp8.cu (fp8); the host-side tensor-map encoder is in
+ * loads and stores (with the stores' bulk-group commit / wait), wgmma
+ * shared-memory descriptors of the 128-byte-swizzled layouts TMA writes,
+ * wgmma fence / commit / wait, and setmaxnreg. Used by gemm_wgmma.cu (bf16)
+ * and gemm_wgmma_fp8.cu (fp8, tf32); the host-side tensor-map encoder is in
  * wgmma_tmap.h.
  *
  * Everything is __forceinline__ in a header (not a separately compiled unit)
@@ -74,6 +75,24 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *tma
         "l"((uint64_t)tmap), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
+
+/* 2D tiled TMA store of the box at (c0 = column, c1 = row) of `tmap` from shared memory at src; the parts of
+ * the box outside the tensor are not written. Completion is tracked by bulk groups (commit / wait_group) of the
+ * issuing thread. */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *tmap, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"((uint64_t)tmap),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+
+/* The issuing thread's bulk groups: commit its uncommitted TMA stores as one group; wait until at most N of its
+ * groups still READ their shared-memory source (the source may then be overwritten); wait until all of its
+ * groups are complete (the writes performed: before the CTA exits). */
+__device__ __forceinline__ void tma_store_commit(void) { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tma_store_wait_read(void) {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void tma_store_wait_all(void) { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 __device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap *tmap) {
     asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)tmap) : "memory");

@@ -38,6 +38,16 @@
  *   with a printed line (gemm_cells_common.h's rule); the forge cells run.
  * - cuBLASLt needs 16-byte-aligned leading dimensions for fp8; the odd shapes
  *   (N = 999) have no cuBLASLt cell, and forge's e4m3 cell is their baseline.
+ * - Epilogue A/B (rung 4e): every forge fp8 / tf32 cell takes the default
+ *   store (FORGE_GEMM_STORE_AUTO: the TMA-store epilogue where C allows it,
+ *   i.e. here every shape but N = 999, which falls back to the direct store;
+ *   the _c2 cells always store directly); the "_direct" cells
+ *   (forge_fp8_e4m3_direct, forge_fp8_e4m3_bf16out_direct,
+ *   forge_wgmma_tf32_direct) force the direct store through
+ *   forge_gemm_fp8_nt_store / forge_gemm_tf32_nt_store(FORGE_GEMM_STORE_DIRECT)
+ *   on the same kernel choice, so one run compares the two epilogues.
+ *   FORGE_FP8_STORE=direct in the environment turns the default cells direct
+ *   too (then both columns measure the same kernel).
  */
 #include <math.h>
 #include <stdint.h>
@@ -481,7 +491,10 @@ typedef enum {
     F8_E4M3_BF16OUT,
     F8_BF16,
     F8_CUBLAS_TF32,
-    F8_TF32
+    F8_TF32,
+    F8_E4M3_DIRECT,         /* F8_E4M3 with the direct store (FORGE_GEMM_STORE_DIRECT) */
+    F8_E4M3_BF16OUT_DIRECT, /* F8_E4M3_BF16OUT, direct store */
+    F8_TF32_DIRECT          /* F8_TF32, direct store */
 } f8_kind;
 
 typedef struct {
@@ -490,7 +503,7 @@ typedef struct {
 } f8_cell;
 
 static double f8_cell_scale(const f8_cell *c) {
-    return (c->kind == F8_BF16 || c->kind == F8_CUBLAS_TF32 || c->kind == F8_TF32)
+    return (c->kind == F8_BF16 || c->kind == F8_CUBLAS_TF32 || c->kind == F8_TF32 || c->kind == F8_TF32_DIRECT)
                ? 1.0
                : (double)F8_A_SCALE * (double)F8_B_SCALE;
 }
@@ -528,6 +541,15 @@ static forge_status f8_run(void *ctx, int set) {
                                  c->kind == F8_E4M3_BF16OUT ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, F8_A_SCALE,
                                  F8_B_SCALE, sh->M, sh->N, sh->K,
                                  c->kind == F8_E4M3_FAST ? FORGE_FP8_FAST_ACCUM : FORGE_FP8_PROMOTE, sh->stream);
+    case F8_E4M3_DIRECT:
+    case F8_E4M3_BF16OUT_DIRECT:
+        return forge_gemm_fp8_nt_store(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C,
+                                       c->kind == F8_E4M3_BF16OUT_DIRECT ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32,
+                                       F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE,
+                                       FORGE_GEMM_STORE_DIRECT, sh->stream);
+    case F8_TF32_DIRECT:
+        return forge_gemm_tf32_nt_store(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
+                                        FORGE_GEMM_STORE_DIRECT, sh->stream);
     case F8_E5M2:
         return forge_gemm_fp8_nt(sh->A5[s], FORGE_FP8_E5M2, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE, sh->stream);
@@ -567,7 +589,7 @@ static forge_status f8_check(void *ctx, double *rel_err, int *fully_written) {
     f8_cell *c = (f8_cell *)ctx;
     f8_shape *sh = c->sh;
     GC_TRY(cudaMemsetAsync(sh->sums, 0, sizeof(f8_sums), sh->stream));
-    if (c->kind == F8_E4M3_BF16OUT)
+    if (c->kind == F8_E4M3_BF16OUT || c->kind == F8_E4M3_BF16OUT_DIRECT)
         f8_check_kernel<true><<<1024, 256, 0, sh->stream>>>(sh->sums, sh->C, sh->ref, f8_cell_scale(c), sh->M, sh->N,
                                                             sh->step);
     else
@@ -615,8 +637,9 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
                        "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,"
                        "forge_fp8_e4m3_fastacc_c2,"
-                       "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16; tf32 nt "
-                       "cells=cublas_tf32,forge_wgmma_tf32; shapes=");
+                       "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16,"
+                       "forge_fp8_e4m3_direct,forge_fp8_e4m3_bf16out_direct; tf32 nt "
+                       "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", F8_SHAPES[i].M, F8_SHAPES[i].N,
                         F8_SHAPES[i].K);
@@ -627,7 +650,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         "accumulation promoted every 128 of K (pipe: the same promotion, two alternating temporaries, "
         "wait_group 1; chunk64 / chunk128: the same promotion at BN 256, a stage's MMAs per 64-column chunk into "
         "two alternating temporaries / per 128-column chunk into one; _c2: 2-CTA clusters, B multicast; fastacc: not "
-        "promoted), fp32 out (bf16out: bf16); baseline "
+        "promoted), fp32 out (bf16out: bf16); C stored by the TMA-store epilogue where N allows it (_direct cells: "
+        "from the registers, the pre-rung-4e epilogue); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
         "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
@@ -679,8 +703,11 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
                      {F8_BF16, "forge_wgmma_bf16", FORGE_PREC_BF16, 2, 4},
+                     {F8_E4M3_DIRECT, "forge_fp8_e4m3_direct", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_BF16OUT_DIRECT, "forge_fp8_e4m3_bf16out_direct", FORGE_PREC_FP8, 1, 2},
                      {F8_CUBLAS_TF32, "cublas_tf32", FORGE_PREC_TF32, 4, 4},
-                     {F8_TF32, "forge_wgmma_tf32", FORGE_PREC_TF32, 4, 4}};
+                     {F8_TF32, "forge_wgmma_tf32", FORGE_PREC_TF32, 4, 4},
+                     {F8_TF32_DIRECT, "forge_wgmma_tf32_direct", FORGE_PREC_TF32, 4, 4}};
         for (int v = 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
             const f8_kind k = cells[v].kind;
             if (k == F8_LT && sp->odd) continue;
@@ -699,13 +726,13 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
             cell.name = cells[v].name;
-            const int tf32 = k == F8_CUBLAS_TF32 || k == F8_TF32;
+            const int tf32 = k == F8_CUBLAS_TF32 || k == F8_TF32 || k == F8_TF32_DIRECT;
             /* tf32 cells in their own group, against cuBLAS tf32 */
             cell.group = tf32 ? group32 : group;
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
             cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
-                                k == F8_E4M3_CHUNK64_C2 || k == F8_E5M2)
+                                k == F8_E4M3_CHUNK64_C2 || k == F8_E5M2 || k == F8_E4M3_DIRECT)
                                    ? "forge_wgmma_bf16"
                                    : NULL;
             cell.precision = cells[v].prec;
