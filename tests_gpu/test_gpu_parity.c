@@ -50,7 +50,10 @@
  * FORGE_GPU_TESTS_ONLY=flash16 runs only the bf16 flash attention cases;
  * each shape checks the mma.sync backward (flash16_backward.*, through the
  * dispatcher: FORGE_FLASH16_BWD=wgmma routes it to the wgmma backward) and
- * the Hopper wgmma backward called directly (flash16_backward_wgmma.*).
+ * the Hopper wgmma backward called directly (flash16_backward_wgmma.*);
+ * the wgmma forward runs in each consumer schedule (flash16_forward_wgmma.*
+ * base, flash16_forward_wgmma_ov.* overlap, flash16_forward_wgmma_pp.*
+ * pingpong; FORGE_FLASH16_FWD_SCHED changes none of them).
  * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
@@ -1665,9 +1668,15 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
     for (int i = 0; i < 5; i++) free(got[i]);
 
     /* the forward variants on the same inputs: the 8-warp mma.sync one (q_rows = 128) and the Hopper wgmma
-     * one (TMA + wgmma, FA3-style) */
-    for (int var = 0; var < 2; var++) {
-        const char *vname = var == 0 ? "flash16_forward_q128" : "flash16_forward_wgmma";
+     * one (TMA + wgmma, FA3-style) in each consumer schedule, named explicitly so FORGE_FLASH16_FWD_SCHED
+     * changes none: base (flash16_forward_wgmma), overlap (_ov: softmax under the previous tile's P.V) and
+     * pingpong (_pp: overlap + the two consumer warpgroups taking turns to issue) */
+    static const char *const fwd_variants[4] = {"flash16_forward_q128", "flash16_forward_wgmma",
+                                                "flash16_forward_wgmma_ov", "flash16_forward_wgmma_pp"};
+    static const int fwd_sched[4] = {0, FORGE_FLASH16_SCHED_BASE, FORGE_FLASH16_SCHED_OVERLAP,
+                                     FORGE_FLASH16_SCHED_PINGPONG};
+    for (int var = 0; var < 4; var++) {
+        const char *vname = fwd_variants[var];
         char nout[64], nlse[64];
         snprintf(nout, sizeof nout, "%s.out", vname);
         snprintf(nlse, sizeof nlse, "%s.lse", vname);
@@ -1677,7 +1686,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         else if (var == 0)
             st = forge_flash_bf16_forward_rows(&fs, gq, dk_, dv_, gout2, glse2, 128, stream);
         else
-            st = forge_flash_bf16_forward_wgmma(&fs, gq, dk_, dv_, gout2, glse2, stream);
+            st = forge_flash_bf16_forward_wgmma_sched(&fs, gq, dk_, dv_, gout2, glse2, fwd_sched[var], stream);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st != FORGE_OK) {
             report(P, 0, vname, shape, INFINITY, 0, forge_error_message());
@@ -1754,6 +1763,10 @@ static void case_flash16_refuse(parity *P) {
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
     st = forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
     report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_wgmma.refuse", "D=96", 0, 0,
+           st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+    st = forge_flash_bf16_forward_wgmma_sched(&fs, dummy, dummy, dummy, dummy, (float *)dummy,
+                                              FORGE_FLASH16_SCHED_PINGPONG, NULL);
+    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_wgmma_pp.refuse", "D=96", 0, 0,
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
     float *fd = (float *)dummy;
     st = forge_flash_bf16_backward_wgmma(&fs, dummy, dummy, dummy, dummy, dummy, fd, fd, fd, fd, fd, NULL);

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+# emulate_flash16_wgmma_fwd_sched.py: emulation of the consumer schedules of fw_fwd_ov_kernel
+# (src/backend/cuda/flash_attention_bf16_wgmma.cu, FORGE_FLASH16_FWD_SCHED=overlap | pingpong), checked against
+# float64 causal attention (bottom-right, any Tq / Tk, GQA does not change the schedule: one (b, h) per run).
+# Modelled, in the kernel's program order per agent: the producer (ring of STAGES stages, full / empty mbarriers
+# with phase parities, empty counting the 8 consumer warps as 2 x 4 arrivals), the two consumer warpgroups
+# (nt, first_masked, prologue / loop / epilogue, the stage each wgmma reads, release after the last reader,
+# the skipped-tile loop) and the pingpong named barriers (256 = one warpgroup's bar.sync + the other's
+# bar.arrive; the initial arrive; warpgroup 1's dropped last arrive). A random interleaving of the three
+# agents runs each case many times: a state where no agent can move is reported as a deadlock, a stage the
+# producer overwrites while a warpgroup still reads it as a race, a tile whose keys need the mask but skip it
+# (t < first_masked) as a mask error, and out / lse are compared with float64 (P rounded to bf16 with --bf16).
+# Not modelled: the fragment / descriptor layouts (the same as fw_fwd_kernel's, which passed GPU parity), timing.
+# usage: python3 scripts/emulate_flash16_wgmma_fwd_sched.py [--bf16]   (one line per case, exit 1 on a failure)
+import math
+import random
+import sys
+
+import numpy as np
+
+BM = 128
+LOG2E = 1.4426950408889634
+ROUND = "--bf16" in sys.argv
+
+
+def bf(x):
+    if not ROUND:
+        return np.asarray(x, dtype=np.float64)
+    a = np.asarray(x, dtype=np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+class Fail(Exception):
+    pass
+
+
+class Mbar:
+    def __init__(self, count):
+        self.count, self.pending, self.phase = count, count, 0  # phase = completed phases
+
+    def arrive(self, n=1):
+        self.pending -= n
+        if self.pending < 0:
+            raise Fail("mbarrier over-arrived")
+        if self.pending == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def done(self, parity):  # try_wait.parity: the phase with this parity has completed
+        return (self.phase & 1) != parity
+
+
+class NamedBar:
+    """bar.sync / bar.arrive with 256 threads: a generation completes when 2 x 128 have arrived"""
+
+    def __init__(self):
+        self.arrived, self.gen = 0, 0
+
+    def arrive(self):
+        self.arrived += 128
+        if self.arrived > 256:
+            raise Fail("named barrier: more than 256 arrivals in one generation")
+        if self.arrived == 256:
+            self.arrived, self.gen = 0, self.gen + 1
+
+
+def run_cta(q, k, v, q0, Tq, Tk, BN, STAGES, PP, rng):
+    D = q.shape[1]
+    sl2 = LOG2E / math.sqrt(D)
+    diag = Tk - Tq
+    kv_end = min(Tk, q0 + BM + diag)
+    ntiles = (kv_end + BN - 1) // BN if kv_end > 0 else 0
+    full = [Mbar(1) for _ in range(STAGES)]
+    empty = [Mbar(8) for _ in range(STAGES)]
+    ring = [None] * STAGES  # the tile index a stage holds
+    holders = [set() for _ in range(STAGES)]
+    nbar = [NamedBar(), NamedBar()]
+    results = {}
+
+    def producer():
+        stage, phase = 0, 0
+        for t in range(ntiles):
+            yield lambda: empty[stage].done(phase ^ 1)
+            if holders[stage]:
+                raise Fail(f"race: tile {t} overwrites stage {stage} still read by {holders[stage]}")
+            ring[stage] = t
+            full[stage].arrive()  # arrive.expect_tx + the TMA bytes, completed at once
+            stage += 1
+            if stage == STAGES:
+                stage, phase = 0, phase ^ 1
+
+    def consumer(c):
+        wrow0 = q0 + c * 64
+        rows = np.arange(wrow0, wrow0 + 64)
+        vis = wrow0 + 63 + diag
+        nt = 0 if vis < 0 else min(ntiles, vis // BN + 1)
+        first_masked = min(int((wrow0 + diag + 1) / BN), Tk // BN)  # C division truncates
+        qq = np.zeros((64, D))
+        for i, r in enumerate(rows):
+            if r < Tq:
+                qq[i] = q[r]
+        o = np.zeros((64, D))
+        m = np.full(64, -np.inf)
+        l = np.zeros(64)
+        st = {"stage": 0, "phase": 0, "phases": 0}
+        gen = [None]
+
+        def advance():
+            st["stage"] += 1
+            if st["stage"] == STAGES:
+                st["stage"], st["phase"] = 0, st["phase"] ^ 1
+
+        def release(s):
+            holders[s].discard(c)
+            empty[s].arrive(4)
+
+        def tile(s, t):
+            if ring[s] != t:
+                raise Fail(f"wg {c} reads stage {s} expecting tile {t}, holds {ring[s]}")
+            keys = np.arange(t * BN, t * BN + BN)
+            kt = np.array([k[j] if j < Tk else np.zeros(D) for j in keys])  # TMA zero fill
+            vt = np.array([v[j] if j < Tk else np.zeros(D) for j in keys])
+            return keys, kt, vt
+
+        def qk(s, t):
+            keys, kt, _ = tile(s, t)
+            holders[s].add(c)
+            sc = qq @ kt.T
+            need = (keys[None, :] > rows[:, None] + diag) | (keys[None, :] >= Tk)
+            if t >= first_masked:
+                sc = np.where(need, -np.inf, sc)
+            elif need.any():
+                raise Fail(f"wg {c} tile {t} skips the mask (first_masked {first_masked}) but needs it")
+            return sc
+
+        def softmax(sc):
+            mx = sc.max(axis=1)
+            mnew = np.maximum(m, mx * sl2)
+            muse = np.where(mnew == -np.inf, 0.0, mnew)
+            alpha = np.exp2(m - muse)
+            m[:] = mnew
+            p = np.exp2(sc * sl2 - muse[:, None])
+            l[:] = l * alpha + p.sum(axis=1)
+            return p, alpha
+
+        def pv(p, s, t):
+            _, _, vt = tile(s, t)
+            return bf(p) @ vt
+
+        def pp_begin():
+            if PP:
+                g = nbar[c].gen
+                nbar[c].arrive()
+                return lambda: nbar[c].gen > g
+            return lambda: True
+
+        def pp_end():
+            if PP:
+                if c == 0 or st["phases"] != ntiles:
+                    nbar[c ^ 1].arrive()
+                st["phases"] += 1
+
+        if PP and c == 1:
+            nbar[0].arrive()
+        if nt > 0:
+            yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
+            yield pp_begin()
+            sc = qk(st["stage"], 0)
+            pp_end()
+            p, alpha = softmax(sc)
+            pstage, pt = st["stage"], 0
+            advance()
+            for t in range(1, nt):
+                yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
+                yield pp_begin()
+                sc = qk(st["stage"], t)
+                acc = pv(p, pstage, pt)  # issued with S_t, read until the wait below
+                pp_end()
+                yield lambda: True  # the other agents run while both groups are in flight
+                p_new, alpha = softmax(sc)
+                o = o + acc
+                release(pstage)
+                o = o * alpha[:, None]
+                p = p_new
+                pstage, pt = st["stage"], t
+                advance()
+            yield pp_begin()
+            o = o + pv(p, pstage, pt)
+            pp_end()
+            yield lambda: True
+            release(pstage)
+        for t in range(nt, ntiles):
+            yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
+            yield pp_begin()
+            pp_end()
+            release(st["stage"])
+            advance()
+        if PP and nt == 0:
+            yield pp_begin()
+            pp_end()
+        if PP:
+            assert st["phases"] == ntiles + 1, (st["phases"], ntiles)
+        results[c] = (rows, o, m.copy(), l.copy(), nt)
+
+    agents = [producer(), consumer(0), consumer(1)]
+    conds = [lambda: True] * 3
+    live = [True] * 3
+    while any(live):
+        ready = [i for i in range(3) if live[i] and conds[i]()]
+        if not ready:
+            raise Fail(f"deadlock (q0 {q0}, ntiles {ntiles})")
+        i = rng.choice(ready)
+        try:
+            conds[i] = next(agents[i])
+        except StopIteration:
+            live[i] = False
+    if PP and (nbar[0].arrived or nbar[1].arrived):
+        raise Fail(f"named barrier left with arrivals {nbar[0].arrived}, {nbar[1].arrived}")
+    return results
+
+
+def reference(q, k, v, Tq, Tk):
+    D = q.shape[1]
+    s = (q @ k.T) / math.sqrt(D)
+    i = np.arange(Tq)[:, None]
+    j = np.arange(Tk)[None, :]
+    s = np.where(j <= i + Tk - Tq, s, -np.inf)
+    mx = s.max(axis=1, initial=-np.inf)
+    mu = np.where(mx == -np.inf, 0.0, mx)
+    p = np.exp(s - mu[:, None])
+    lsum = p.sum(axis=1)
+    out = np.where(lsum[:, None] > 0, (p @ v) / np.where(lsum > 0, lsum, 1)[:, None], 0.0)
+    lse = np.where(lsum > 0, mu + np.log(np.where(lsum > 0, lsum, 1)), -np.inf)
+    return out, lse
+
+
+def case(Tq, Tk, D, PP, seed, reps):
+    BN = 128 if D == 64 else 64
+    STAGES = 4
+    rng = random.Random(seed)
+    g = np.random.default_rng(seed)
+    q, k, v = (bf(g.uniform(-1, 1, (T, D))) for T in (Tq, Tk, Tk))
+    ref_o, ref_l = reference(q, k, v, Tq, Tk)
+    err = 0.0
+    for _ in range(reps):
+        out = np.zeros((Tq, D))
+        lse = np.zeros(Tq)
+        for bx in range((Tq + BM - 1) // BM):
+            res = run_cta(q, k, v, bx * BM, Tq, Tk, BN, STAGES, PP, rng)
+            for c in (0, 1):
+                rows, o, m, l, _ = res[c]
+                for i, r in enumerate(rows):
+                    if r >= Tq:
+                        continue
+                    out[r] = o[i] / l[i] if l[i] > 0 else 0.0
+                    lse[r] = (m[i] + math.log2(l[i])) / LOG2E if l[i] > 0 else -np.inf
+        if np.isnan(out).any() or np.isnan(lse).any():
+            raise Fail("NaN")
+        if not np.array_equal(np.isinf(lse), np.isinf(ref_l)):
+            raise Fail("-inf lse rows differ")
+        fin = ~np.isinf(ref_l)
+        e = max(np.abs(out - ref_o).max() if out.size else 0.0,
+                np.abs(lse[fin] - ref_l[fin]).max() if fin.any() else 0.0)
+        err = max(err, e)
+    return err
+
+
+def main():
+    tol = 3e-2 if ROUND else 1e-12
+    shapes = [(67, 67, 64), (1, 1, 64), (1, 1, 128), (130, 130, 128), (200, 200, 128), (100, 37, 64),
+              (100, 37, 128), (37, 100, 128), (256, 256, 64), (129, 200, 64), (513, 513, 128), (1000, 1000, 64),
+              (300, 40, 128), (40, 700, 64), (640, 640, 128), (383, 1100, 128)]
+    bad = 0
+    for Tq, Tk, D in shapes:
+        for PP in (False, True):
+            name = f"Tq={Tq} Tk={Tk} D={D} {'pingpong' if PP else 'overlap'}"
+            try:
+                e = case(Tq, Tk, D, PP, seed=Tq * 7919 + Tk * 31 + D + PP, reps=3)
+                ok = e <= tol
+                print(f"{'ok  ' if ok else 'FAIL'} {name}: max abs err {e:.3g}")
+                bad += not ok
+            except Fail as ex:
+                print(f"FAIL {name}: {ex}")
+                bad += 1
+    print(f"{'all ok' if bad == 0 else f'{bad} failed'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
