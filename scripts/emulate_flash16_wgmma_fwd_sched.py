@@ -66,46 +66,51 @@ class NamedBar:
             self.arrived, self.gen = 0, self.gen + 1
 
 
-def run_cta(q, k, v, q0, Tq, Tk, BN, STAGES, PP, rng):
-    D = q.shape[1]
+def run_cta(heads, items, Tq, Tk, BN, STAGES, PP, rng):
+    """one CTA walking `items` (q0, head index) in order; heads[i] = (q, k, v) of one (b, h)"""
+    D = heads[0][0].shape[1]
     sl2 = LOG2E / math.sqrt(D)
     diag = Tk - Tq
-    kv_end = min(Tk, q0 + BM + diag)
-    ntiles = (kv_end + BN - 1) // BN if kv_end > 0 else 0
+
+    def ntiles_of(q0):
+        kv_end = min(Tk, q0 + BM + diag)
+        return (kv_end + BN - 1) // BN if kv_end > 0 else 0
+
     full = [Mbar(1) for _ in range(STAGES)]
     empty = [Mbar(8) for _ in range(STAGES)]
-    ring = [None] * STAGES  # the tile index a stage holds
+    qbar, qempty = Mbar(1), Mbar(8)
+    ring = [None] * STAGES  # (item, tile) a stage holds
+    qbuf = [None]  # the item whose Q is in shared memory
     holders = [set() for _ in range(STAGES)]
+    qholders = set()
     nbar = [NamedBar(), NamedBar()]
     results = {}
 
     def producer():
-        stage, phase = 0, 0
-        for t in range(ntiles):
-            yield lambda: empty[stage].done(phase ^ 1)
-            if holders[stage]:
-                raise Fail(f"race: tile {t} overwrites stage {stage} still read by {holders[stage]}")
-            ring[stage] = t
-            full[stage].arrive()  # arrive.expect_tx + the TMA bytes, completed at once
-            stage += 1
-            if stage == STAGES:
-                stage, phase = 0, phase ^ 1
+        stage, phase, nq = 0, 0, 0
+        for it, (q0, _) in enumerate(items):
+            ntiles = ntiles_of(q0)
+            if ntiles == 0:
+                continue
+            for t in range(ntiles):
+                yield lambda s=stage, ph=phase: empty[s].done(ph ^ 1)
+                if holders[stage]:
+                    raise Fail(f"race: tile {t} overwrites stage {stage} still read by {holders[stage]}")
+                ring[stage] = (it, t)
+                full[stage].arrive()  # arrive.expect_tx + the TMA bytes, completed at once
+                stage += 1
+                if stage == STAGES:
+                    stage, phase = 0, phase ^ 1
+                if t == 0:
+                    yield lambda p=(nq & 1) ^ 1: qempty.done(p)
+                    if qholders:
+                        raise Fail(f"race: Q of item {it} overwrites Q still read by {qholders}")
+                    qbuf[0] = it
+                    qbar.arrive()
+            nq += 1
 
     def consumer(c):
-        wrow0 = q0 + c * 64
-        rows = np.arange(wrow0, wrow0 + 64)
-        vis = wrow0 + 63 + diag
-        nt = 0 if vis < 0 else min(ntiles, vis // BN + 1)
-        first_masked = min(int((wrow0 + diag + 1) / BN), Tk // BN)  # C division truncates
-        qq = np.zeros((64, D))
-        for i, r in enumerate(rows):
-            if r < Tq:
-                qq[i] = q[r]
-        o = np.zeros((64, D))
-        m = np.full(64, -np.inf)
-        l = np.zeros(64)
-        st = {"stage": 0, "phase": 0, "phases": 0}
-        gen = [None]
+        st = {"stage": 0, "phase": 0, "qphase": 0}
 
         def advance():
             st["stage"] += 1
@@ -116,93 +121,125 @@ def run_cta(q, k, v, q0, Tq, Tk, BN, STAGES, PP, rng):
             holders[s].discard(c)
             empty[s].arrive(4)
 
-        def tile(s, t):
-            if ring[s] != t:
-                raise Fail(f"wg {c} reads stage {s} expecting tile {t}, holds {ring[s]}")
-            keys = np.arange(t * BN, t * BN + BN)
-            kt = np.array([k[j] if j < Tk else np.zeros(D) for j in keys])  # TMA zero fill
-            vt = np.array([v[j] if j < Tk else np.zeros(D) for j in keys])
-            return keys, kt, vt
-
-        def qk(s, t):
-            keys, kt, _ = tile(s, t)
-            holders[s].add(c)
-            sc = qq @ kt.T
-            need = (keys[None, :] > rows[:, None] + diag) | (keys[None, :] >= Tk)
-            if t >= first_masked:
-                sc = np.where(need, -np.inf, sc)
-            elif need.any():
-                raise Fail(f"wg {c} tile {t} skips the mask (first_masked {first_masked}) but needs it")
-            return sc
-
-        def softmax(sc):
-            mx = sc.max(axis=1)
-            mnew = np.maximum(m, mx * sl2)
-            muse = np.where(mnew == -np.inf, 0.0, mnew)
-            alpha = np.exp2(m - muse)
-            m[:] = mnew
-            p = np.exp2(sc * sl2 - muse[:, None])
-            l[:] = l * alpha + p.sum(axis=1)
-            return p, alpha
-
-        def pv(p, s, t):
-            _, _, vt = tile(s, t)
-            return bf(p) @ vt
-
-        def pp_begin():
-            if PP:
-                g = nbar[c].gen
-                nbar[c].arrive()
-                return lambda: nbar[c].gen > g
-            return lambda: True
-
-        def pp_end():
-            if PP:
-                if c == 0 or st["phases"] != ntiles:
-                    nbar[c ^ 1].arrive()
-                st["phases"] += 1
-
         if PP and c == 1:
             nbar[0].arrive()
-        if nt > 0:
-            yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
-            yield pp_begin()
-            sc = qk(st["stage"], 0)
-            pp_end()
-            p, alpha = softmax(sc)
-            pstage, pt = st["stage"], 0
-            advance()
-            for t in range(1, nt):
+        for it, (q0, hd) in enumerate(items):
+            q, k, v = heads[hd]
+            ntiles = ntiles_of(q0)
+            last_item = it == len(items) - 1
+            wrow0 = q0 + c * 64
+            rows = np.arange(wrow0, wrow0 + 64)
+            vis = wrow0 + 63 + diag
+            nt = 0 if vis < 0 else min(ntiles, vis // BN + 1)
+            first_masked = min(int((wrow0 + diag + 1) / BN), Tk // BN)  # C division truncates
+            qq = np.zeros((64, D))
+            for i, r in enumerate(rows):
+                if r < Tq:
+                    qq[i] = q[r]
+            o = np.zeros((64, D))
+            m = np.full(64, -np.inf)
+            l = np.zeros(64)
+            pp = {"left": ntiles + 1, "no_arrive_at": 1 if (c == 1 and last_item) else 0}
+
+            def tile(s, t):
+                if ring[s] != (it, t):
+                    raise Fail(f"wg {c} reads stage {s} expecting {(it, t)}, holds {ring[s]}")
+                keys = np.arange(t * BN, t * BN + BN)
+                kt = np.array([k[j] if j < Tk else np.zeros(D) for j in keys])  # TMA zero fill
+                vt = np.array([v[j] if j < Tk else np.zeros(D) for j in keys])
+                return keys, kt, vt
+
+            def qk(s, t):
+                if qbuf[0] != it:
+                    raise Fail(f"wg {c} item {it} reads the Q of item {qbuf[0]}")
+                qholders.add(c)
+                keys, kt, _ = tile(s, t)
+                holders[s].add(c)
+                sc = qq @ kt.T
+                need = (keys[None, :] > rows[:, None] + diag) | (keys[None, :] >= Tk)
+                if t >= first_masked:
+                    sc = np.where(need, -np.inf, sc)
+                elif need.any():
+                    raise Fail(f"wg {c} tile {t} skips the mask (first_masked {first_masked}) but needs it")
+                return sc
+
+            def softmax(sc):
+                mx = sc.max(axis=1)
+                mnew = np.maximum(m, mx * sl2)
+                muse = np.where(mnew == -np.inf, 0.0, mnew)
+                alpha = np.exp2(m - muse)
+                m[:] = mnew
+                p = np.exp2(sc * sl2 - muse[:, None])
+                l[:] = l * alpha + p.sum(axis=1)
+                return p, alpha
+
+            def pv(p, s, t):
+                _, _, vt = tile(s, t)
+                return bf(p) @ vt
+
+            def pp_begin():
+                if PP:
+                    g = nbar[c].gen
+                    nbar[c].arrive()
+                    return lambda: nbar[c].gen > g
+                return lambda: True
+
+            def pp_end():
+                if PP:
+                    if pp["left"] != pp["no_arrive_at"]:
+                        nbar[c ^ 1].arrive()
+                    pp["left"] -= 1
+
+            if ntiles > 0:
+                yield lambda p=st["qphase"]: qbar.done(p)
+            if nt > 0:
                 yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
                 yield pp_begin()
-                sc = qk(st["stage"], t)
-                acc = pv(p, pstage, pt)  # issued with S_t, read until the wait below
+                sc = qk(st["stage"], 0)
                 pp_end()
-                yield lambda: True  # the other agents run while both groups are in flight
-                p_new, alpha = softmax(sc)
-                o = o + acc
-                release(pstage)
-                o = o * alpha[:, None]
-                p = p_new
-                pstage, pt = st["stage"], t
+                p, alpha = softmax(sc)
+                pstage, pt = st["stage"], 0
                 advance()
-            yield pp_begin()
-            o = o + pv(p, pstage, pt)
-            pp_end()
-            yield lambda: True
-            release(pstage)
-        for t in range(nt, ntiles):
-            yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
-            yield pp_begin()
-            pp_end()
-            release(st["stage"])
-            advance()
-        if PP and nt == 0:
-            yield pp_begin()
-            pp_end()
-        if PP:
-            assert st["phases"] == ntiles + 1, (st["phases"], ntiles)
-        results[c] = (rows, o, m.copy(), l.copy(), nt)
+                for t in range(1, nt):
+                    yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
+                    yield pp_begin()
+                    sc = qk(st["stage"], t)
+                    acc = pv(p, pstage, pt)  # issued with S_t, read until the wait below
+                    pp_end()
+                    yield lambda: True  # the other agents run while both groups are in flight
+                    p_new, alpha = softmax(sc)
+                    o = o + acc
+                    release(pstage)
+                    o = o * alpha[:, None]
+                    p = p_new
+                    pstage, pt = st["stage"], t
+                    advance()
+            if ntiles > 0:
+                qholders.discard(c)
+                qempty.arrive(4)
+                st["qphase"] ^= 1
+            if nt > 0:
+                pstage2 = STAGES - 1 if st["stage"] == 0 else st["stage"] - 1
+                assert pstage2 == pstage
+                yield pp_begin()
+                o = o + pv(p, pstage, pt)
+                pp_end()
+                yield lambda: True
+                release(pstage)
+            for t in range(nt, ntiles):
+                yield lambda s=st["stage"], ph=st["phase"]: full[s].done(ph)
+                if ring[st["stage"]] != (it, t):
+                    raise Fail(f"wg {c} skips stage {st['stage']} expecting {(it, t)}, holds {ring[st['stage']]}")
+                yield pp_begin()
+                pp_end()
+                release(st["stage"])
+                advance()
+            if PP and nt == 0:
+                yield pp_begin()
+                pp_end()
+            if PP and pp["left"] != 0:
+                raise Fail(f"wg {c} item {it}: {pp['left']} PP phases left")
+            results[(it, c)] = (hd, rows, o, m.copy(), l.copy())
 
     agents = [producer(), consumer(0), consumer(1)]
     conds = [lambda: True] * 3
@@ -210,7 +247,7 @@ def run_cta(q, k, v, q0, Tq, Tk, BN, STAGES, PP, rng):
     while any(live):
         ready = [i for i in range(3) if live[i] and conds[i]()]
         if not ready:
-            raise Fail(f"deadlock (q0 {q0}, ntiles {ntiles})")
+            raise Fail(f"deadlock (items {items})")
         i = rng.choice(ready)
         try:
             conds[i] = next(agents[i])
@@ -236,34 +273,38 @@ def reference(q, k, v, Tq, Tk):
     return out, lse
 
 
-def case(Tq, Tk, D, PP, seed, reps):
+def case(Tq, Tk, D, PP, seed, reps, nheads, grid):
+    """grid None: one CTA per item (overlap / pingpong); else `grid` persistent CTAs striding the items"""
     BN = 128 if D == 64 else 64
     STAGES = 4
     rng = random.Random(seed)
     g = np.random.default_rng(seed)
-    q, k, v = (bf(g.uniform(-1, 1, (T, D))) for T in (Tq, Tk, Tk))
-    ref_o, ref_l = reference(q, k, v, Tq, Tk)
+    heads = [tuple(bf(g.uniform(-1, 1, (T, D))) for T in (Tq, Tk, Tk)) for _ in range(nheads)]
+    refs = [reference(q, k, v, Tq, Tk) for q, k, v in heads]
+    nqt = (Tq + BM - 1) // BM
+    allitems = [((nqt - 1 - w % nqt) * BM, w // nqt) for w in range(nqt * nheads)]  # fw_item's order
+    ctas = [[x] for x in allitems] if grid is None else [allitems[i::grid] for i in range(min(grid, len(allitems)))]
     err = 0.0
     for _ in range(reps):
-        out = np.zeros((Tq, D))
-        lse = np.zeros(Tq)
-        for bx in range((Tq + BM - 1) // BM):
-            res = run_cta(q, k, v, bx * BM, Tq, Tk, BN, STAGES, PP, rng)
-            for c in (0, 1):
-                rows, o, m, l, _ = res[c]
+        out = np.zeros((nheads, Tq, D))
+        lse = np.zeros((nheads, Tq))
+        for items in ctas:
+            res = run_cta(heads, items, Tq, Tk, BN, STAGES, PP, rng)
+            for (it, c), (hd, rows, o, m, l) in res.items():
                 for i, r in enumerate(rows):
                     if r >= Tq:
                         continue
-                    out[r] = o[i] / l[i] if l[i] > 0 else 0.0
-                    lse[r] = (m[i] + math.log2(l[i])) / LOG2E if l[i] > 0 else -np.inf
-        if np.isnan(out).any() or np.isnan(lse).any():
-            raise Fail("NaN")
-        if not np.array_equal(np.isinf(lse), np.isinf(ref_l)):
-            raise Fail("-inf lse rows differ")
-        fin = ~np.isinf(ref_l)
-        e = max(np.abs(out - ref_o).max() if out.size else 0.0,
-                np.abs(lse[fin] - ref_l[fin]).max() if fin.any() else 0.0)
-        err = max(err, e)
+                    out[hd, r] = o[i] / l[i] if l[i] > 0 else 0.0
+                    lse[hd, r] = (m[i] + math.log2(l[i])) / LOG2E if l[i] > 0 else -np.inf
+        for hd, (ref_o, ref_l) in enumerate(refs):
+            if np.isnan(out[hd]).any() or np.isnan(lse[hd]).any():
+                raise Fail("NaN")
+            if not np.array_equal(np.isinf(lse[hd]), np.isinf(ref_l)):
+                raise Fail("-inf lse rows differ")
+            fin = ~np.isinf(ref_l)
+            e = max(np.abs(out[hd] - ref_o).max() if out[hd].size else 0.0,
+                    np.abs(lse[hd][fin] - ref_l[fin]).max() if fin.any() else 0.0)
+            err = max(err, e)
     return err
 
 
@@ -271,13 +312,14 @@ def main():
     tol = 3e-2 if ROUND else 1e-12
     shapes = [(67, 67, 64), (1, 1, 64), (1, 1, 128), (130, 130, 128), (200, 200, 128), (100, 37, 64),
               (100, 37, 128), (37, 100, 128), (256, 256, 64), (129, 200, 64), (513, 513, 128), (1000, 1000, 64),
-              (300, 40, 128), (40, 700, 64), (640, 640, 128), (383, 1100, 128)]
+              (300, 40, 128), (40, 700, 64), (640, 640, 128), (383, 1100, 128), (200, 100, 64), (330, 250, 128)]
     bad = 0
     for Tq, Tk, D in shapes:
-        for PP in (False, True):
-            name = f"Tq={Tq} Tk={Tk} D={D} {'pingpong' if PP else 'overlap'}"
+        for sched, PP, grid in (("overlap", False, None), ("pingpong", True, None), ("persist/1", True, 1),
+                                ("persist/3", True, 3)):
+            name = f"Tq={Tq} Tk={Tk} D={D} {sched}"
             try:
-                e = case(Tq, Tk, D, PP, seed=Tq * 7919 + Tk * 31 + D + PP, reps=3)
+                e = case(Tq, Tk, D, PP, seed=Tq * 7919 + Tk * 31 + D + PP, reps=2, nheads=3, grid=grid)
                 ok = e <= tol
                 print(f"{'ok  ' if ok else 'FAIL'} {name}: max abs err {e:.3g}")
                 bad += not ok

@@ -275,32 +275,49 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
 }
 
-/* ---- the overlapped schedules (FORGE_FLASH16_FWD_SCHED=overlap | pingpong; docs/flash-attention.md) ------------
+/* ---- the overlapped schedules (FORGE_FLASH16_FWD_SCHED=overlap | pingpong | persist; docs/flash-attention.md) --
  *
- * Same CTA, ring, producer, fragments and results contract as fw_fwd_kernel; only the consumer's order of
- * work differs. fw_fwd_kernel waits for S_t = Q.K_t^T, does the softmax of S_t and then waits for
- * O += P_t.V_t, so within a warpgroup the tensor cores idle during every softmax. Here a consumer:
+ * fw_fwd_ov_kernel: same CTA, ring, fragments and results contract as fw_fwd_kernel; the consumer's order of
+ * work differs, and a CTA may walk several work items. fw_fwd_kernel waits for S_t = Q.K_t^T, does the
+ * softmax of S_t and then waits for O += P_t.V_t, so within a warpgroup the tensor cores idle during every
+ * softmax. Here a consumer, per work item (query tile, head, batch):
  *   prologue:  S_0 = Q.K_0^T; wait; softmax(S_0) -> P_0 (bf16 A fragments)
  *   tile t>0:  issue S_t = Q.K_t^T (group 1) and O += P_{t-1}.V_{t-1} (group 2); wait for group 1 only;
  *              softmax(S_t) (m, l, alpha_t, the exps) WHILE O += P_{t-1}.V_{t-1} runs; wait for group 2;
  *              release stage t-1 (its V was the last reader); O *= alpha_t; pack P_t
- *   epilogue:  O += P_{nt-1}.V_{nt-1}; wait; release its stage
+ *   then:      arrive on qempty (every S of the item is done: the producer may load the next item's Q)
+ *   epilogue:  O += P_{nt-1}.V_{nt-1}; wait; release its stage; store out / lse
  * so O is rescaled by alpha_t after P_{t-1}.V_{t-1} (which is at the scale of m_{t-1}) and before
  * P_t.V_t (scale m_t): the same algebra as fw_fwd_kernel. Live per thread: O (D/2) + S (BN/2) + P (BN/4)
  * fp32/b32 registers, no more than fw_fwd_kernel holds at its peak. A stage is held for two tiles (K_t read at
  * t, V_t at t+1); STAGES >= 2 keeps the producer ahead.
  *
+ * Persistence: the grid is one CTA per item (overlap, pingpong) or one per SM (persist), CTA i taking items
+ * i, i + grid, ... (fw_item). The ring's stage / phase run on across items; Q has one buffer with qbar
+ * (loaded, parity = the count of items with tiles) and qempty (8 consumer warps arrive once per item with
+ * tiles, after their last S); the producer loads the next item's K/V tile 0 first, then waits for qempty
+ * and loads Q, so the next item's loads run under the current item's last P.V and store. Every consumer
+ * waits for every qbar phase, used or not, for the reason every warpgroup waits for every ring stage.
+ *
  * PP (pingpong): the two consumer warpgroups also take turns ISSUING their MMAs, FA3's inter-warpgroup
  * schedule, so one warpgroup's softmax runs under the other's GEMMs instead of both softmaxes
  * coinciding. Named barriers FW_PP_BAR + c (256 threads: warpgroup c syncs, the other arrives): a "phase"
  * is sync(own) ; issue this step's wgmmas ; arrive(other's). Warpgroup 1 arrives on warpgroup 0's barrier
- * once at the start, so warpgroup 0 issues first. Both warpgroups run exactly ntiles + 1 phases (the
+ * once at the start, so warpgroup 0 issues first. Both warpgroups run exactly ntiles + 1 phases per item (the
  * prologue, tiles 1..nt-1, the epilogue, one empty phase per tile they skip under the causal mask, and one
- * more if they see no tile at all), so every sync has its arrive; warpgroup 1 leaves out its last arrive,
- * which nobody would wait for. The empty phases of skipped tiles sit inside the ring loop (wait full,
- * phase, release), never after it: a warpgroup that is done must keep releasing stages while it pads its
- * phases, else the other could wait on a stage that its padding phases never free.
+ * more if they see no tile at all), so every sync has its arrive; warpgroup 1 leaves out the arrive of its
+ * last phase of the CTA's last item, which nobody would wait for. The empty phases of skipped tiles sit
+ * inside the ring loop (wait full, phase, release), never after it: a warpgroup that is done must keep
+ * releasing stages while it pads its phases, else the other could wait on a stage that its padding phases
+ * never free. scripts/emulate_flash16_wgmma_fwd_sched.py checks all of this (ring, Q buffer, barriers,
+ * masks) on the CPU under random interleavings.
  */
+/* The producer's item loop needs more than 24 registers (ptxas spilled it at 24): 32 for the producer, 232 for
+ * the consumers; the setmaxnreg.inc of the consumers takes what the producer's dec released (plus nothing
+ * else), so 128 * producer + 256 * consumer must stay within the 384 * 168 the CTA launches with. */
+#define FW_OV_PRODUCER_REGS 32
+#define FW_OV_CONSUMER_REGS 232
+static_assert(128 * FW_OV_PRODUCER_REGS + 256 * FW_OV_CONSUMER_REGS <= 384 * 168, "setmaxnreg budget");
 #define FW_PP_BAR 1 /* named barriers 1 (warpgroup c = 0) and 2 (c = 1); 0 is __syncthreads */
 
 /* immediate barrier ids (a register id makes ptxas reserve all 16) */
@@ -324,7 +341,8 @@ template <int D, int BN> struct fw_ov_cfg {
     static constexpr uint32_t Q_BYTES = FW_BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
-    static constexpr size_t SMEM = Q_BYTES + (size_t)STAGES * STAGE_BYTES + 8 * (1 + 2 * STAGES) + 1024;
+    /* Q, the ring, then qbar, qempty, full[STAGES], empty[STAGES]; 1 KiB slack to align the base */
+    static constexpr size_t SMEM = Q_BYTES + (size_t)STAGES * STAGE_BYTES + 8 * (2 + 2 * STAGES) + 1024;
     static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(STAGES >= 2, "a consumer holds two stages at once");
     static_assert(D == 64 || D == 128, "compiled head dims");
@@ -399,6 +417,53 @@ __device__ __forceinline__ void fw_issue_pv(float (&o)[D / 2], const uint32_t (&
         fw_pv<D>(o, pa[kk], wgmma_desc_mn(vt + (kk / 4) * ((D / 64) * 8192) + (kk % 4) * 2048));
 }
 
+/* The producer of fw_fwd_ov_kernel for one work item (ntiles > 0; its nq-th such item): K/V tile 0, then Q
+ * once the consumers have finished every S = Q.K^T of the previous item (qempty, parity as the ring's empty
+ * barriers), then tiles 1..ntiles-1; the ring's stage / phase carry over from item to item. Tile 0 goes first
+ * so it loads while the consumers finish the previous item; both are needed for the first S. */
+template <int D, int BN, int STAGES>
+__device__ __forceinline__ void fw_produce_ov(const CUtensorMap *tm_q, const CUtensorMap *tm_k,
+                                              const CUtensorMap *tm_v, uint32_t sq, uint32_t sring, uint32_t qbar,
+                                              uint32_t qempty, uint32_t bars, int q0, int h, int hk, int b,
+                                              int ntiles, int nq, int &stage, uint32_t &phase) {
+    constexpr int DH = D / 64;
+    constexpr uint32_t KV_BYTES = BN * D * 2, STAGE_BYTES = 2 * KV_BYTES;
+    for (int t = 0; t < ntiles; t++) {
+        const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+        mbar_wait(empty, phase ^ 1);
+        mbar_arrive_expect_tx(full, STAGE_BYTES);
+        const uint32_t dk = sring + stage * STAGE_BYTES, dv = dk + KV_BYTES;
+        const int k0 = t * BN;
+#pragma unroll
+        for (int j = 0; j < DH; j++) fw_tma_load_3d(dk + j * (BN * 128), tm_k, hk * D + 64 * j, k0, b, full);
+#pragma unroll
+        for (int i = 0; i < BN / 64; i++)
+#pragma unroll
+            for (int j = 0; j < DH; j++)
+                fw_tma_load_3d(dv + (i * DH + j) * 8192, tm_v, hk * D + 64 * j, k0 + 64 * i, b, full);
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+        if (t == 0) {
+            mbar_wait(qempty, (nq & 1) ^ 1);
+            mbar_arrive_expect_tx(qbar, FW_BM * D * 2);
+#pragma unroll
+            for (int j = 0; j < DH; j++) fw_tma_load_3d(sq + j * (FW_BM * 128), tm_q, h * D + 64 * j, q0, b, qbar);
+        }
+    }
+}
+
+/* Work item w -> (first query row q0, head h, batch b) in fw_fwd_kernel's block order: query tiles fastest,
+ * the last (longest) first, then heads, then batches, so the CTAs running at once share few heads' K / V in L2
+ * and a persistent CTA's items (w, w + grid, ...) mix long and short tiles. */
+__device__ __forceinline__ void fw_item(int w, int nqt, int H, int &q0, int &h, int &b) {
+    const int hb = w / nqt;
+    q0 = (nqt - 1 - (w - hb * nqt)) * FW_BM;
+    h = hb % H;
+    b = hb / H;
+}
+
 template <int D, int BN, bool PP>
 __global__ void __launch_bounds__(FW_THREADS, 1)
     fw_fwd_ov_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -411,17 +476,19 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const uint32_t sq = base;
     const uint32_t sring = base + cfg::Q_BYTES; /* stage st: K at +st*STAGE_BYTES, V KV_BYTES further */
     const uint32_t qbar = sring + STAGES * cfg::STAGE_BYTES;
-    const uint32_t bars = qbar + 8; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
+    const uint32_t qempty = qbar + 8;
+    const uint32_t bars = qbar + 16; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
 
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * FW_BM, h = blockIdx.y, b = blockIdx.z;
-    const int hk = h / (s.H / s.Hkv);
+    /* work items w (fw_item); a CTA takes blockIdx.x, blockIdx.x + gridDim.x, ... (one item when the grid
+     * covers them all, persistent otherwise) */
+    const int nqt = (s.Tq + FW_BM - 1) / FW_BM;
+    const int nitems = nqt * s.H * s.B;
     const int diag = s.Tk - s.Tq;
-    const int kv_end = min(s.Tk, q0 + FW_BM + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);
+        mbar_init(qempty, FW_CONSUMER_WARPS);
 #pragma unroll
         for (int st = 0; st < STAGES; st++) {
             mbar_init(bars + 8 * st, 1);
@@ -433,37 +500,32 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     __syncthreads();
 
     if (wg == 0) {
-        wgmma_setmaxnreg_dec<FW_PRODUCER_REGS>();
-        if (threadIdx.x == 0 && ntiles > 0)
-            fw_produce<D, BN, STAGES>(&tm_q, &tm_k, &tm_v, sq, sring, qbar, bars, q0, h, hk, b, ntiles);
+        wgmma_setmaxnreg_dec<FW_OV_PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            int stage = 0, nq = 0;
+            uint32_t phase = 0;
+            for (int w = blockIdx.x; w < nitems; w += gridDim.x) {
+                int q0, h, b;
+                fw_item(w, nqt, s.H, q0, h, b);
+                const int hk = h / (s.H / s.Hkv);
+                const int kv_end = min(s.Tk, q0 + FW_BM + diag);
+                const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+                if (ntiles == 0) continue; /* the consumers skip it too: no Q, no tiles */
+                fw_produce_ov<D, BN, STAGES>(&tm_q, &tm_k, &tm_v, sq, sring, qbar, qempty, bars, q0, h, hk, b,
+                                             ntiles, nq, stage, phase);
+                nq++;
+            }
+        }
         return;
     }
 
-    wgmma_setmaxnreg_inc<FW_CONSUMER_REGS>();
+    wgmma_setmaxnreg_inc<FW_OV_CONSUMER_REGS>();
     const int c = wg - 1;
     const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-    const int wrow0 = q0 + c * 64;            /* this warpgroup's first query row */
-    const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
-    const uint32_t qa = sq + c * (64 * 128);  /* rows c*64.. of each 128-row Q box */
-    /* the warpgroup's last row sees keys <= vis: tiles 0..nt-1 (a prefix: tiles run in key order) */
-    const int vis = wrow0 + 63 + diag;
-    const int nt = vis < 0 ? 0 : min(ntiles, vis / BN + 1);
-    /* the first tile that needs the mask: the first whose last key passes the warpgroup's first row's
-     * diagonal or Tk; tiles before it run without mask code */
-    const int first_masked = min((wrow0 + diag + 1) / BN, s.Tk / BN); /* wrow0 + diag + 1 >= 0 when nt > 0 */
-
-    float o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
-    float sc[BN / 2];
-    uint32_t pa[BN / 16][4];
-
-    if (PP && c == 1) fw_bar_arrive(0); /* warpgroup 0 issues first */
-    int phases = 0;                                   /* PP phases run so far */
+    const uint32_t qa = sq + c * (64 * 128); /* rows c*64.. of each 128-row Q box */
 
     int stage = 0;
-    uint32_t phase = 0;
+    uint32_t phase = 0, qphase = 0; /* the ring's round parity; the parity of the next Q load (qbar) */
     auto advance = [&]() {
         if (++stage == STAGES) {
             stage = 0;
@@ -474,87 +536,126 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(bars + 8 * (STAGES + st));
     };
-    auto pp_begin = [&]() {
-        if (PP) fw_bar_sync(c);
-    };
-    auto pp_end = [&]() {
-        if (PP) {
-            /* warpgroup 1's last phase (phase ntiles) has no reader of its arrive */
-            if (c == 0 || phases != ntiles) fw_bar_arrive(c ^ 1);
-            phases++;
-        }
-    };
 
-    if (nt > 0) {
-        mbar_wait(qbar, 0);
-        /* prologue: S_0, softmax, P_0 */
-        mbar_wait(bars + 8 * stage, phase);
-        pp_begin();
-        wgmma_fence();
-        fw_issue_qk<D, BN>(sc, qa, sring + stage * cfg::STAGE_BYTES);
-        wgmma_commit();
-        pp_end();
-        wgmma_wait<0>();
-        wgmma_fence_operands(sc);
-        if (0 >= first_masked) fw_mask<BN>(sc, 0, row_lo, diag, s.Tk, tq);
-        fw_softmax<BN>(sc, m, l, alpha, sl2); /* O is 0: no rescale */
-        fw_pack_p<BN>(pa, sc);
-        int pstage = stage;
-        advance();
+    if (PP && c == 1) fw_bar_arrive(0); /* warpgroup 0 issues first */
 
-        for (int t = 1; t < nt; t++) {
+    for (int w = blockIdx.x; w < nitems; w += gridDim.x) {
+        int q0, h, b;
+        fw_item(w, nqt, s.H, q0, h, b);
+        const int kv_end = min(s.Tk, q0 + FW_BM + diag);
+        const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+        const int wrow0 = q0 + c * 64;            /* this warpgroup's first query row */
+        const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
+        /* the warpgroup's last row sees keys <= vis: tiles 0..nt-1 (a prefix: tiles run in key order) */
+        const int vis = wrow0 + 63 + diag;
+        const int nt = vis < 0 ? 0 : min(ntiles, vis / BN + 1);
+        /* the first tile that needs the mask: the first whose last key passes the warpgroup's first row's
+         * diagonal or Tk; tiles before it run without mask code (wrow0 + diag + 1 >= 0 when nt > 0) */
+        const int first_masked = min((wrow0 + diag + 1) / BN, s.Tk / BN);
+
+        float o[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+        float sc[BN / 2];
+        uint32_t pa[BN / 16][4];
+
+        /* PP phases of this item left to run (ntiles + 1 in all); the CTA's very last phase of warpgroup 1
+         * has no reader of its arrive (no_arrive_at = 1 then), every other one starts the other warpgroup's
+         * next phase (in this item or the next) */
+        int phases_left = ntiles + 1;
+        const int no_arrive_at = (c == 1 && w + (int)gridDim.x >= nitems) ? 1 : 0;
+        auto pp_begin = [&]() {
+            if (PP) fw_bar_sync(c);
+        };
+        auto pp_end = [&]() {
+            if (PP) {
+                if (phases_left != no_arrive_at) fw_bar_arrive(c ^ 1);
+                phases_left--;
+            }
+        };
+
+        /* every consumer waits for every Q phase, used or not (a warpgroup that skipped one could otherwise
+         * take the previous, still pending phase for the next item's, as with the ring) */
+        if (ntiles > 0) mbar_wait(qbar, qphase);
+        if (nt > 0) {
+            /* prologue: S_0, softmax, P_0 */
             mbar_wait(bars + 8 * stage, phase);
             pp_begin();
-            wgmma_fence(); /* sc, o and pa were written by ordinary instructions */
+            wgmma_fence();
             fw_issue_qk<D, BN>(sc, qa, sring + stage * cfg::STAGE_BYTES);
             wgmma_commit();
+            pp_end();
+            wgmma_wait<0>();
+            wgmma_fence_operands(sc);
+            if (0 >= first_masked) fw_mask<BN>(sc, 0, row_lo, diag, s.Tk, tq);
+            fw_softmax<BN>(sc, m, l, alpha, sl2); /* O is 0: no rescale */
+            fw_pack_p<BN>(pa, sc);
+            int pstage = stage;
+            advance();
+
+            for (int t = 1; t < nt; t++) {
+                mbar_wait(bars + 8 * stage, phase);
+                pp_begin();
+                wgmma_fence(); /* sc, o and pa were written by ordinary instructions */
+                fw_issue_qk<D, BN>(sc, qa, sring + stage * cfg::STAGE_BYTES);
+                wgmma_commit();
+                fw_issue_pv<D, BN>(o, pa, sring + pstage * cfg::STAGE_BYTES + cfg::KV_BYTES);
+                wgmma_commit();
+                pp_end();
+                wgmma_wait<1>(); /* S_t is in; P_{t-1}.V_{t-1} may still run */
+                wgmma_fence_operands(sc);
+                if (t >= first_masked) fw_mask<BN>(sc, t * BN, row_lo, diag, s.Tk, tq);
+                fw_softmax<BN>(sc, m, l, alpha, sl2);
+                wgmma_wait<0>();
+                wgmma_fence_operands(o);
+                release(pstage);
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) {
+                    o[4 * n + 0] *= alpha[0];
+                    o[4 * n + 1] *= alpha[0];
+                    o[4 * n + 2] *= alpha[1];
+                    o[4 * n + 3] *= alpha[1];
+                }
+                fw_pack_p<BN>(pa, sc);
+                pstage = stage;
+                advance();
+            }
+        }
+        /* every S = Q.K^T of this item has completed: the producer may load the next item's Q */
+        if (ntiles > 0) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(qempty);
+            qphase ^= 1;
+        }
+        if (nt > 0) {
+            /* the last P.V */
+            const int pstage = stage == 0 ? STAGES - 1 : stage - 1;
+            pp_begin();
+            wgmma_fence();
             fw_issue_pv<D, BN>(o, pa, sring + pstage * cfg::STAGE_BYTES + cfg::KV_BYTES);
             wgmma_commit();
             pp_end();
-            wgmma_wait<1>(); /* S_t is in; P_{t-1}.V_{t-1} may still run */
-            wgmma_fence_operands(sc);
-            if (t >= first_masked) fw_mask<BN>(sc, t * BN, row_lo, diag, s.Tk, tq);
-            fw_softmax<BN>(sc, m, l, alpha, sl2);
             wgmma_wait<0>();
             wgmma_fence_operands(o);
             release(pstage);
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[4 * n + 0] *= alpha[0];
-                o[4 * n + 1] *= alpha[0];
-                o[4 * n + 2] *= alpha[1];
-                o[4 * n + 3] *= alpha[1];
-            }
-            fw_pack_p<BN>(pa, sc);
-            pstage = stage;
+        }
+        /* tiles this warpgroup's rows do not see: wait for each (so no warp runs a ring round ahead and
+         * arrives on an empty barrier's next phase early), release it, and run the PP phase it owes */
+        for (int t = nt; t < ntiles; t++) {
+            mbar_wait(bars + 8 * stage, phase);
+            pp_begin();
+            pp_end();
+            release(stage);
             advance();
         }
+        if (PP && nt == 0) { /* the phase a warpgroup with tiles spends on the last P.V */
+            pp_begin();
+            pp_end();
+        }
 
-        /* epilogue: the last P.V */
-        pp_begin();
-        wgmma_fence();
-        fw_issue_pv<D, BN>(o, pa, sring + pstage * cfg::STAGE_BYTES + cfg::KV_BYTES);
-        wgmma_commit();
-        pp_end();
-        wgmma_wait<0>();
-        wgmma_fence_operands(o);
-        release(pstage);
+        fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
     }
-    /* tiles this warpgroup's rows do not see: wait for each (so no warp runs a ring round ahead and arrives
-     * on an empty barrier's next phase early), release it, and run the PP phase it owes */
-    for (int t = nt; t < ntiles; t++) {
-        mbar_wait(bars + 8 * stage, phase);
-        pp_begin();
-        pp_end();
-        release(stage);
-        advance();
-    }
-    if (PP && nt == 0) { /* the phase a warpgroup with tiles spends on the epilogue */
-        pp_begin();
-        pp_end();
-    }
-
-    fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
 }
 
 /* ---- host ----------------------------------------------------------------------------- */
@@ -598,9 +699,23 @@ static forge_status fw_forward_t(const forge_flash_shape *s, const void *q, cons
     return FORGE_OK;
 }
 
+/* persist: a grid of one CTA per SM walking the work items (fw_fwd_ov_kernel's loop), else one CTA per item */
 template <int D, int BN, bool PP>
 static forge_status fw_forward_ov_t(const forge_flash_shape *s, const void *q, const void *k, const void *v,
-                                    void *out, float *lse, cudaStream_t st) {
+                                    void *out, float *lse, bool persist, cudaStream_t st) {
+    const long long nitems = (long long)((s->Tq + FW_BM - 1) / FW_BM) * s->H * s->B;
+    if (nitems > 0x7fffffffLL)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge_flash_bf16_forward_wgmma: %lld work items (B=%d H=%d Tq=%d) exceed one grid "
+                           "dimension; use the base schedule",
+                           nitems, s->B, s->H, s->Tq);
+    unsigned grid = (unsigned)nitems;
+    if (persist) {
+        int dev = 0, sms = 0;
+        CUDA_TRY(cudaGetDevice(&dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        if (sms > 0 && (long long)sms < nitems) grid = (unsigned)sms;
+    }
     CUtensorMap tq, tk, tv;
     FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, FW_BM, "Q"));
     FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * D, s->k_stride, BN, "K"));
@@ -609,14 +724,14 @@ static forge_status fw_forward_ov_t(const forge_flash_shape *s, const void *q, c
     auto kern = fw_fwd_ov_kernel<D, BN, PP>;
     constexpr size_t smem = fw_ov_cfg<D, BN>::SMEM;
     CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)((s->Tq + FW_BM - 1) / FW_BM), (unsigned)s->H, (unsigned)s->B);
     kern<<<grid, FW_THREADS, smem, st>>>(tq, tk, tv, (fw_bf16 *)out, lse, *s, sl2);
     CUDA_LAUNCH_CHECK(PP ? "fw_fwd_ov_kernel<pingpong>" : "fw_fwd_ov_kernel<overlap>");
     return FORGE_OK;
 }
 
-/* FORGE_FLASH16_FWD_SCHED, read once: base (the default until the others are measured), overlap or pingpong. Concurrent first callers read the same environment and store the same value; an unknown
- * value is reported by the call that reads it. */
+/* FORGE_FLASH16_FWD_SCHED, read once: base (the default until the others are measured), overlap, pingpong or
+ * persist. Concurrent first callers read the same environment and store the same value; an unknown value is
+ * reported by the call that reads it. */
 static int fw_sched_choice = -1;
 
 static forge_status fw_sched_from_env(int *sched) {
@@ -629,9 +744,11 @@ static forge_status fw_sched_from_env(int *sched) {
             v = FORGE_FLASH16_SCHED_OVERLAP;
         else if (strcmp(e, "pingpong") == 0)
             v = FORGE_FLASH16_SCHED_PINGPONG;
+        else if (strcmp(e, "persist") == 0)
+            v = FORGE_FLASH16_SCHED_PERSIST;
         else
             return forge_error(FORGE_ERR_ARG,
-                               "FORGE_FLASH16_FWD_SCHED=%s: expected base, overlap or pingpong", e);
+                               "FORGE_FLASH16_FWD_SCHED=%s: expected base, overlap, pingpong or persist", e);
         fw_sched_choice = v;
     }
     *sched = fw_sched_choice;
@@ -644,7 +761,7 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_sched(const forge_flash_s
     const char *what = "forge_flash_bf16_forward_wgmma";
     const void *ptrs[5] = {q, k, v, out_bf16, lse};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 5));
-    if (sched < FORGE_FLASH16_SCHED_BASE || sched > FORGE_FLASH16_SCHED_PINGPONG)
+    if (sched < FORGE_FLASH16_SCHED_BASE || sched > FORGE_FLASH16_SCHED_PERSIST)
         return forge_error(FORGE_ERR_ARG, "%s: unknown schedule %d", what, sched);
     if (s->B == 0 || s->Tq == 0) return FORGE_OK;
     if (s->Tk == 0) return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
@@ -659,11 +776,14 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_sched(const forge_flash_s
     cudaStream_t st = (cudaStream_t)stream;
     switch (sched) {
     case FORGE_FLASH16_SCHED_OVERLAP:
-        return s->D == 64 ? fw_forward_ov_t<64, 128, false>(s, q, k, v, out_bf16, lse, st)
-                          : fw_forward_ov_t<128, 64, false>(s, q, k, v, out_bf16, lse, st);
+        return s->D == 64 ? fw_forward_ov_t<64, 128, false>(s, q, k, v, out_bf16, lse, false, st)
+                          : fw_forward_ov_t<128, 64, false>(s, q, k, v, out_bf16, lse, false, st);
     case FORGE_FLASH16_SCHED_PINGPONG:
-        return s->D == 64 ? fw_forward_ov_t<64, 128, true>(s, q, k, v, out_bf16, lse, st)
-                          : fw_forward_ov_t<128, 64, true>(s, q, k, v, out_bf16, lse, st);
+    case FORGE_FLASH16_SCHED_PERSIST: {
+        const bool persist = sched == FORGE_FLASH16_SCHED_PERSIST;
+        return s->D == 64 ? fw_forward_ov_t<64, 128, true>(s, q, k, v, out_bf16, lse, persist, st)
+                          : fw_forward_ov_t<128, 64, true>(s, q, k, v, out_bf16, lse, persist, st);
+    }
     default:
         return s->D == 64 ? fw_forward_t<64>(s, q, k, v, out_bf16, lse, st)
                           : fw_forward_t<128>(s, q, k, v, out_bf16, lse, st);

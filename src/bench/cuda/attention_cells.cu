@@ -9,8 +9,8 @@
  *   (128 rows = 8 warps sharing each K/V tile), flash_bf16_fwd_wgmma (the
  *   Hopper TMA + wgmma forward, flash_attention_bf16_wgmma.cu; the default of
  *   forge_flash_bf16_forward since it measured 1.07-1.96x the mma.sync one),
- *   flash_bf16_fwd_wgmma_ov / _pp (the same kernel's overlap / pingpong
- *   consumer schedules; flash_bf16_fwd_wgmma is its base schedule). Each cell
+ *   flash_bf16_fwd_wgmma_ov / _pp / _ps (the same forward's overlap /
+ *   pingpong / persist schedules; flash_bf16_fwd_wgmma is its base one). Each cell
  *   names its kernel and schedule explicitly, so FORGE_FLASH16_FWD and
  *   FORGE_FLASH16_FWD_SCHED change none.
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
@@ -18,8 +18,8 @@
  *   three backward kernels), flash_bf16_fwdbwd_wgmma (the wgmma forward + the
  *   same backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the wgmma
  *   backward, flash_attention_bf16_wgmma_bwd.cu, called directly so the cell
- *   does not depend on FORGE_FLASH16_BWD), flash_bf16_fwdbwd_wgmma2_pp (the
- *   same with the pingpong forward).
+ *   does not depend on FORGE_FLASH16_BWD), flash_bf16_fwdbwd_wgmma2_pp / _ps
+ *   (the same with the pingpong / persist forward).
  * FLOPs: forward 2*B*H*T^2*D (causal), backward 2.5x that (the issue's
  * convention), so fwd+bwd counts 3.5x.
  *
@@ -255,17 +255,20 @@ typedef enum {
     AB_FLASH_FWDBWD_WGMMA2,
     AB_FLASH_FWD_WGMMA_OV,
     AB_FLASH_FWD_WGMMA_PP,
-    AB_FLASH_FWDBWD_WGMMA2_PP
+    AB_FLASH_FWDBWD_WGMMA2_PP,
+    AB_FLASH_FWD_WGMMA_PS,
+    AB_FLASH_FWDBWD_WGMMA2_PS
 } ab_kind;
 
 static int ab_is_flash(ab_kind k) {
     return k == AB_FLASH_FWD || k == AB_FLASH_FWDBWD || k == AB_FLASH_FWD_Q128 || k == AB_FLASH_FWD_WGMMA ||
            k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWD_WGMMA_OV ||
-           k == AB_FLASH_FWD_WGMMA_PP || k == AB_FLASH_FWDBWD_WGMMA2_PP;
+           k == AB_FLASH_FWD_WGMMA_PP || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWD_WGMMA_PS ||
+           k == AB_FLASH_FWDBWD_WGMMA2_PS;
 }
 static int ab_is_bwd(ab_kind k) {
     return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 ||
-           k == AB_FLASH_FWDBWD_WGMMA2_PP;
+           k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS;
 }
 
 typedef struct {
@@ -387,7 +390,7 @@ static forge_status ab_poison(void *ctx) {
     ab_shape *sh = c->sh;
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
     if (c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWDBWD_WGMMA || c->kind == AB_FLASH_FWDBWD_WGMMA2 ||
-        c->kind == AB_FLASH_FWDBWD_WGMMA2_PP) {
+        c->kind == AB_FLASH_FWDBWD_WGMMA2_PP || c->kind == AB_FLASH_FWDBWD_WGMMA2_PS) {
         AB_TRY(cudaMemsetAsync(sh->dq, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dk, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dv, 0xFF, n * 4, sh->stream));
@@ -403,6 +406,7 @@ static forge_status ab_poison(void *ctx) {
 #define FW_BASE FORGE_FLASH16_SCHED_BASE
 #define FW_OV FORGE_FLASH16_SCHED_OVERLAP
 #define FW_PP FORGE_FLASH16_SCHED_PINGPONG
+#define FW_PS FORGE_FLASH16_SCHED_PERSIST
 
 static forge_status ab_run(void *ctx, int set) {
     (void)set;
@@ -422,15 +426,19 @@ static forge_status ab_run(void *ctx, int set) {
         return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_OV, sh->stream);
     case AB_FLASH_FWD_WGMMA_PP:
         return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PP, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PS:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA:
         FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream));
         return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
                                          sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA2:
     case AB_FLASH_FWDBWD_WGMMA2_PP:
-        FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse,
-                                                       c->kind == AB_FLASH_FWDBWD_WGMMA2 ? FW_BASE : FW_PP,
-                                                       sh->stream));
+    case AB_FLASH_FWDBWD_WGMMA2_PS:
+        FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(
+            &fs, sh->q, sh->k, sh->v, sh->out, sh->lse,
+            c->kind == AB_FLASH_FWDBWD_WGMMA2 ? FW_BASE : c->kind == AB_FLASH_FWDBWD_WGMMA2_PP ? FW_PP : FW_PS,
+            sh->stream));
         return forge_flash_bf16_backward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta,
                                                sh->dq, sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD:
@@ -522,9 +530,9 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd_mma,flash_bf16_fwd_q128,"
-                       "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,unfused_fp32_fwdbwd,"
-                       "flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
-                       "flash_bf16_fwdbwd_wgmma2_pp; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
+                       "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,flash_bf16_fwd_wgmma_ps,"
+                       "unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
+                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
                         AB_SHAPES[i][2], AB_SHAPES[i][3]);
@@ -576,7 +584,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             int baseline;
             forge_precision prec;
             double tol, flops, bytes;
-        } cells[11] = {
+        } cells[13] = {
             /* unfused fp32: 1e-4, justified at the top of the file */
             {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
             {AB_FLASH_FWD, "flash_bf16_fwd_mma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
@@ -584,6 +592,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             {AB_FLASH_FWD_WGMMA, "flash_bf16_fwd_wgmma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_FLASH_FWD_WGMMA_OV, "flash_bf16_fwd_wgmma_ov", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_FLASH_FWD_WGMMA_PP, "flash_bf16_fwd_wgmma_pp", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PS, "flash_bf16_fwd_wgmma_ps", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_UNFUSED_FWDBWD, "unfused_fp32_fwdbwd", gb, 1, FORGE_PREC_FP32, 1e-4, 3.5 * fwd, 4.0 * 10 * nb},
             {AB_FLASH_FWDBWD, "flash_bf16_fwdbwd_mma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd, 2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA, "flash_bf16_fwdbwd_wgmma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
@@ -591,6 +600,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             {AB_FLASH_FWDBWD_WGMMA2, "flash_bf16_fwdbwd_wgmma2", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA2_PP, "flash_bf16_fwdbwd_wgmma2_pp", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
+             2.0 * 9 * nb + 4.0 * 3 * nb},
+            {AB_FLASH_FWDBWD_WGMMA2_PS, "flash_bf16_fwdbwd_wgmma2_ps", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
         };
         for (int c = 0; c < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; c++) {
