@@ -6,11 +6,14 @@
 # with phase parities, empty counting the 8 consumer warps as 2 x 4 arrivals), the two consumer warpgroups
 # (nt, first_masked, prologue / loop / epilogue, the stage each wgmma reads, release after the last reader,
 # the skipped-tile loop) and the pingpong named barriers (256 = one warpgroup's bar.sync + the other's
-# bar.arrive; the initial arrive; warpgroup 1's dropped last arrive). A random interleaving of the three
+# bar.arrive; the initial arrive; warpgroup 1's dropped last arrive), and persistent CTAs (FORGE_FLASH16_FWD_SCHED=
+# persist: paired units of fw_unit_items, the ring running on across items, the Q buffer with qbar / qempty,
+# the producer's tile 0 before the next Q). A random interleaving of the three
 # agents runs each case many times: a state where no agent can move is reported as a deadlock, a stage the
 # producer overwrites while a warpgroup still reads it as a race, a tile whose keys need the mask but skip it
 # (t < first_masked) as a mask error, and out / lse are compared with float64 (P rounded to bf16 with --bf16).
 # Not modelled: the fragment / descriptor layouts (the same as fw_fwd_kernel's, which passed GPU parity), timing.
+# Also prints the causal load balance of persist's paired units on 132 SMs at the bench shapes.
 # usage: python3 scripts/emulate_flash16_wgmma_fwd_sched.py [--bf16]   (one line per case, exit 1 on a failure)
 import math
 import random
@@ -273,6 +276,40 @@ def reference(q, k, v, Tq, Tk):
     return out, lse
 
 
+def unit_items(u, np_, nqt, paired):
+    """fw_unit_items / fw_unit_item: the (q0, head) items of unit u"""
+    p, hb = u % np_, u // np_
+    its = [((nqt - 1 - p) * BM, hb)]
+    if paired and 2 * p != nqt - 1:
+        its.append((p * BM, hb))
+    return its
+
+
+def cta_items(Tq, nheads, grid):
+    """grid None: one CTA per query tile (unpaired units); else `grid` persistent CTAs striding paired units"""
+    nqt = (Tq + BM - 1) // BM
+    paired = grid is not None
+    np_ = (nqt + 1) // 2 if paired else nqt
+    nunits = np_ * nheads
+    g = nunits if grid is None else min(grid, nunits)
+    return [[it for u in range(i, nunits, g) for it in unit_items(u, np_, nqt, paired)] for i in range(g)]
+
+
+def balance(B, H, T, D, sms=132):
+    """max / mean causal tiles per CTA of persist (paired units) vs plain striding of single query tiles"""
+    BN = 128 if D == 64 else 64
+
+    def tiles(q0):
+        return (min(T, q0 + BM) + BN - 1) // BN
+
+    nqt = (T + BM - 1) // BM
+    paired = [sum(tiles(q0) for q0, _ in items) for items in cta_items(T, B * H, sms)]
+    single = [0] * sms
+    for w in range(nqt * B * H):
+        single[w % sms] += tiles((nqt - 1 - w % nqt) * BM)
+    return max(paired) / (sum(paired) / sms), max(single) / (sum(single) / sms)
+
+
 def case(Tq, Tk, D, PP, seed, reps, nheads, grid):
     """grid None: one CTA per item (overlap / pingpong); else `grid` persistent CTAs striding the items"""
     BN = 128 if D == 64 else 64
@@ -281,9 +318,7 @@ def case(Tq, Tk, D, PP, seed, reps, nheads, grid):
     g = np.random.default_rng(seed)
     heads = [tuple(bf(g.uniform(-1, 1, (T, D))) for T in (Tq, Tk, Tk)) for _ in range(nheads)]
     refs = [reference(q, k, v, Tq, Tk) for q, k, v in heads]
-    nqt = (Tq + BM - 1) // BM
-    allitems = [((nqt - 1 - w % nqt) * BM, w // nqt) for w in range(nqt * nheads)]  # fw_item's order
-    ctas = [[x] for x in allitems] if grid is None else [allitems[i::grid] for i in range(min(grid, len(allitems)))]
+    ctas = cta_items(Tq, nheads, grid)
     err = 0.0
     for _ in range(reps):
         out = np.zeros((nheads, Tq, D))
@@ -326,6 +361,10 @@ def main():
             except Fail as ex:
                 print(f"FAIL {name}: {ex}")
                 bad += 1
+    for shp in ((64, 6, 512, 64), (64, 8, 1024, 64), (16, 16, 2048, 128), (8, 16, 4096, 128)):
+        p, q = balance(*shp)
+        print(f"balance (B,H,T,D)={shp}, 132 CTAs: max/mean tiles per CTA {p:.3f} paired units "
+              f"(single-tile striding would be {q:.3f})")
     print(f"{'all ok' if bad == 0 else f'{bad} failed'}")
     return 1 if bad else 0
 

@@ -292,8 +292,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
  * fp32/b32 registers, no more than fw_fwd_kernel holds at its peak. A stage is held for two tiles (K_t read at
  * t, V_t at t+1); STAGES >= 2 keeps the producer ahead.
  *
- * Persistence: the grid is one CTA per item (overlap, pingpong) or one per SM (persist), CTA i taking items
- * i, i + grid, ... (fw_item). The ring's stage / phase run on across items; Q has one buffer with qbar
+ * Persistence: the grid is one CTA per query tile (overlap, pingpong) or one per SM (persist), CTA i taking
+ * units i, i + grid, ... (fw_unit_items: under persist a unit is a long and a short query tile of one head). The ring's stage / phase run on across items; Q has one buffer with qbar
  * (loaded, parity = the count of items with tiles) and qempty (8 consumer warps arrive once per item with
  * tiles, after their last S); the producer loads the next item's K/V tile 0 first, then waits for qempty
  * and loads Q, so the next item's loads run under the current item's last P.V and store. Every consumer
@@ -454,12 +454,20 @@ __device__ __forceinline__ void fw_produce_ov(const CUtensorMap *tm_q, const CUt
     }
 }
 
-/* Work item w -> (first query row q0, head h, batch b) in fw_fwd_kernel's block order: query tiles fastest,
- * the last (longest) first, then heads, then batches, so the CTAs running at once share few heads' K / V in L2
- * and a persistent CTA's items (w, w + grid, ...) mix long and short tiles. */
-__device__ __forceinline__ void fw_item(int w, int nqt, int H, int &q0, int &h, int &b) {
-    const int hb = w / nqt;
-    q0 = (nqt - 1 - (w - hb * nqt)) * FW_BM;
+/* A CTA's work (fw_fwd_ov_kernel): units u = blockIdx.x, blockIdx.x + gridDim.x, ... of np per (head, batch),
+ * u -> (p = u % np, hb = u / np), query tiles fastest so the CTAs running at once share few heads' K / V in L2.
+ * Unpaired (np = nqt, one CTA per unit): unit p is query tile nqt-1-p, fw_fwd_kernel's block order (longest
+ * first). Paired (np = ceil(nqt/2), persistent CTAs): unit p is query tile nqt-1-p and then, unless it is the
+ * same, tile p: every unit but the middle one of an odd nqt has nqt + 1 tiles' worth of causal work, so
+ * static striding balances (plain striding of single tiles did not: with grid 132 and nqt = 4 a CTA would
+ * always get the same tile, 4x the work of another). fw_unit_items: 1 or 2 items in unit u. */
+__device__ __forceinline__ int fw_unit_items(int u, int np, int nqt, int paired) {
+    const int p = u % np;
+    return (paired && 2 * p != nqt - 1) ? 2 : 1;
+}
+__device__ __forceinline__ void fw_unit_item(int u, int j, int np, int nqt, int H, int &q0, int &h, int &b) {
+    const int p = u % np, hb = u / np;
+    q0 = (j == 0 ? nqt - 1 - p : p) * FW_BM;
     h = hb % H;
     b = hb / H;
 }
@@ -468,7 +476,7 @@ template <int D, int BN, bool PP>
 __global__ void __launch_bounds__(FW_THREADS, 1)
     fw_fwd_ov_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, fw_bf16 *__restrict__ out, float *__restrict__ lse,
-                     forge_flash_shape s, float sl2) {
+                     forge_flash_shape s, float sl2, int paired) {
     typedef fw_ov_cfg<D, BN> cfg;
     constexpr int STAGES = cfg::STAGES;
     extern __shared__ __align__(1024) unsigned char fw_smem[];
@@ -479,10 +487,10 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const uint32_t qempty = qbar + 8;
     const uint32_t bars = qbar + 16; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
 
-    /* work items w (fw_item); a CTA takes blockIdx.x, blockIdx.x + gridDim.x, ... (one item when the grid
-     * covers them all, persistent otherwise) */
+    /* work units (fw_unit_items); a CTA takes u = blockIdx.x, blockIdx.x + gridDim.x, ... */
     const int nqt = (s.Tq + FW_BM - 1) / FW_BM;
-    const int nitems = nqt * s.H * s.B;
+    const int np = paired ? (nqt + 1) / 2 : nqt;
+    const int nunits = np * s.H * s.B;
     const int diag = s.Tk - s.Tq;
     const int wg = threadIdx.x / 128;
 
@@ -504,9 +512,13 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         if (threadIdx.x == 0) {
             int stage = 0, nq = 0;
             uint32_t phase = 0;
-            for (int w = blockIdx.x; w < nitems; w += gridDim.x) {
+            for (int u = blockIdx.x, j = 0; u < nunits;) {
                 int q0, h, b;
-                fw_item(w, nqt, s.H, q0, h, b);
+                fw_unit_item(u, j, np, nqt, s.H, q0, h, b);
+                if (++j == fw_unit_items(u, np, nqt, paired)) {
+                    j = 0;
+                    u += gridDim.x;
+                }
                 const int hk = h / (s.H / s.Hkv);
                 const int kv_end = min(s.Tk, q0 + FW_BM + diag);
                 const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
@@ -539,9 +551,15 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 
     if (PP && c == 1) fw_bar_arrive(0); /* warpgroup 0 issues first */
 
-    for (int w = blockIdx.x; w < nitems; w += gridDim.x) {
+    for (int u = blockIdx.x, j = 0; u < nunits;) {
         int q0, h, b;
-        fw_item(w, nqt, s.H, q0, h, b);
+        fw_unit_item(u, j, np, nqt, s.H, q0, h, b);
+        const int nsub = fw_unit_items(u, np, nqt, paired);
+        const bool last_item = u + (int)gridDim.x >= nunits && j == nsub - 1;
+        if (++j == nsub) {
+            j = 0;
+            u += gridDim.x;
+        }
         const int kv_end = min(s.Tk, q0 + FW_BM + diag);
         const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
         const int wrow0 = q0 + c * 64;            /* this warpgroup's first query row */
@@ -564,7 +582,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
          * has no reader of its arrive (no_arrive_at = 1 then), every other one starts the other warpgroup's
          * next phase (in this item or the next) */
         int phases_left = ntiles + 1;
-        const int no_arrive_at = (c == 1 && w + (int)gridDim.x >= nitems) ? 1 : 0;
+        const int no_arrive_at = (c == 1 && last_item) ? 1 : 0;
         auto pp_begin = [&]() {
             if (PP) fw_bar_sync(c);
         };
@@ -699,22 +717,23 @@ static forge_status fw_forward_t(const forge_flash_shape *s, const void *q, cons
     return FORGE_OK;
 }
 
-/* persist: a grid of one CTA per SM walking the work items (fw_fwd_ov_kernel's loop), else one CTA per item */
+/* persist: a grid of at most one CTA per SM walking paired units (fw_unit_items), else one CTA per query tile */
 template <int D, int BN, bool PP>
 static forge_status fw_forward_ov_t(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                     void *out, float *lse, bool persist, cudaStream_t st) {
-    const long long nitems = (long long)((s->Tq + FW_BM - 1) / FW_BM) * s->H * s->B;
-    if (nitems > 0x7fffffffLL)
+    const long long nqt = (s->Tq + FW_BM - 1) / FW_BM;
+    const long long nunits = (persist ? (nqt + 1) / 2 : nqt) * s->H * s->B;
+    if (nunits > (1LL << 30)) /* u + gridDim.x stays within int */
         return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "forge_flash_bf16_forward_wgmma: %lld work items (B=%d H=%d Tq=%d) exceed one grid "
+                           "forge_flash_bf16_forward_wgmma: %lld work units (B=%d H=%d Tq=%d) exceed one grid "
                            "dimension; use the base schedule",
-                           nitems, s->B, s->H, s->Tq);
-    unsigned grid = (unsigned)nitems;
+                           nunits, s->B, s->H, s->Tq);
+    unsigned grid = (unsigned)nunits;
     if (persist) {
         int dev = 0, sms = 0;
         CUDA_TRY(cudaGetDevice(&dev));
         CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        if (sms > 0 && (long long)sms < nitems) grid = (unsigned)sms;
+        if (sms > 0 && (long long)sms < nunits) grid = (unsigned)sms;
     }
     CUtensorMap tq, tk, tv;
     FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, FW_BM, "Q"));
@@ -724,7 +743,7 @@ static forge_status fw_forward_ov_t(const forge_flash_shape *s, const void *q, c
     auto kern = fw_fwd_ov_kernel<D, BN, PP>;
     constexpr size_t smem = fw_ov_cfg<D, BN>::SMEM;
     CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kern<<<grid, FW_THREADS, smem, st>>>(tq, tk, tv, (fw_bf16 *)out, lse, *s, sl2);
+    kern<<<grid, FW_THREADS, smem, st>>>(tq, tk, tv, (fw_bf16 *)out, lse, *s, sl2, persist ? 1 : 0);
     CUDA_LAUNCH_CHECK(PP ? "fw_fwd_ov_kernel<pingpong>" : "fw_fwd_ov_kernel<overlap>");
     return FORGE_OK;
 }
