@@ -351,7 +351,7 @@ def main():
     bad = 0
     for Tq, Tk, D in shapes:
         for sched, PP, grid in (("overlap", False, None), ("pingpong", True, None), ("persist/1", True, 1),
-                                ("persist/3", True, 3)):
+                                ("persist/3", True, 3), ("persist_ov/2", False, 2)):
             name = f"Tq={Tq} Tk={Tk} D={D} {sched}"
             try:
                 e = case(Tq, Tk, D, PP, seed=Tq * 7919 + Tk * 31 + D + PP, reps=2, nheads=3, grid=grid)

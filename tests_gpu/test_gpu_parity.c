@@ -53,8 +53,8 @@
  * the Hopper wgmma backward called directly (flash16_backward_wgmma.*);
  * the wgmma forward runs in each consumer schedule (flash16_forward_wgmma.*
  * base, flash16_forward_wgmma_ov.* overlap, flash16_forward_wgmma_pp.*
- * pingpong, flash16_forward_wgmma_ps.* persist; FORGE_FLASH16_FWD_SCHED
- * changes none of them).
+ * pingpong, flash16_forward_wgmma_ps.* persist, flash16_forward_wgmma_pso.*
+ * persist_ov; FORGE_FLASH16_FWD_SCHED changes none of them).
  * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
@@ -1671,14 +1671,18 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
     /* the forward variants on the same inputs: the 8-warp mma.sync one (q_rows = 128) and the Hopper wgmma
      * one (TMA + wgmma, FA3-style) in each consumer schedule, named explicitly so FORGE_FLASH16_FWD_SCHED
      * changes none: base (flash16_forward_wgmma), overlap (_ov: softmax under the previous tile's P.V),
-     * pingpong (_pp: overlap + the two consumer warpgroups taking turns to issue) and persist (_ps: pingpong
-     * on one CTA per SM walking the work items) */
-    static const char *const fwd_variants[5] = {"flash16_forward_q128", "flash16_forward_wgmma",
+     * pingpong (_pp: overlap + the two consumer warpgroups taking turns to issue), persist (_ps: pingpong
+     * on one CTA per SM walking the work items) and persist_ov (_pso: overlap the same way) */
+    static const char *const fwd_variants[6] = {"flash16_forward_q128",     "flash16_forward_wgmma",
                                                 "flash16_forward_wgmma_ov", "flash16_forward_wgmma_pp",
-                                                "flash16_forward_wgmma_ps"};
-    static const int fwd_sched[5] = {0, FORGE_FLASH16_SCHED_BASE, FORGE_FLASH16_SCHED_OVERLAP,
-                                     FORGE_FLASH16_SCHED_PINGPONG, FORGE_FLASH16_SCHED_PERSIST};
-    for (int var = 0; var < 5; var++) {
+                                                "flash16_forward_wgmma_ps", "flash16_forward_wgmma_pso"};
+    static const int fwd_sched[6] = {0,
+                                     FORGE_FLASH16_SCHED_BASE,
+                                     FORGE_FLASH16_SCHED_OVERLAP,
+                                     FORGE_FLASH16_SCHED_PINGPONG,
+                                     FORGE_FLASH16_SCHED_PERSIST,
+                                     FORGE_FLASH16_SCHED_PERSIST_OV};
+    for (int var = 0; var < 6; var++) {
         const char *vname = fwd_variants[var];
         char nout[64], nlse[64];
         snprintf(nout, sizeof nout, "%s.out", vname);

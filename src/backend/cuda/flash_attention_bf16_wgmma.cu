@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
 }
 
-/* ---- the overlapped schedules (FORGE_FLASH16_FWD_SCHED=overlap | pingpong | persist; docs/flash-attention.md) --
+/* ---- the overlapped schedules (FORGE_FLASH16_FWD_SCHED=overlap | pingpong | persist | persist_ov; docs) ------
  *
  * fw_fwd_ov_kernel: same CTA, ring, fragments and results contract as fw_fwd_kernel; the consumer's order of
  * work differs, and a CTA may walk several work items. fw_fwd_kernel waits for S_t = Q.K_t^T, does the
@@ -292,7 +292,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
  * fp32/b32 registers, no more than fw_fwd_kernel holds at its peak. A stage is held for two tiles (K_t read at
  * t, V_t at t+1); STAGES >= 2 keeps the producer ahead.
  *
- * Persistence: the grid is one CTA per query tile (overlap, pingpong) or one per SM (persist), CTA i taking
+ * Persistence: the grid is one CTA per query tile (overlap, pingpong) or one per SM (persist = pingpong,
+ * persist_ov = overlap), CTA i taking
  * units i, i + grid, ... (fw_unit_items: under persist a unit is a long and a short query tile of one head). The ring's stage / phase run on across items; Q has one buffer with qbar
  * (loaded, parity = the count of items with tiles) and qempty (8 consumer warps arrive once per item with
  * tiles, after their last S); the producer loads the next item's K/V tile 0 first, then waits for qempty
@@ -748,8 +749,8 @@ static forge_status fw_forward_ov_t(const forge_flash_shape *s, const void *q, c
     return FORGE_OK;
 }
 
-/* FORGE_FLASH16_FWD_SCHED, read once: base (the default until the others are measured), overlap, pingpong or
- * persist. Concurrent first callers read the same environment and store the same value; an unknown value is
+/* FORGE_FLASH16_FWD_SCHED, read once: base (the default until the others are measured), overlap, pingpong,
+ * persist or persist_ov. Concurrent first callers read the same environment and store the same value; an unknown value is
  * reported by the call that reads it. */
 static int fw_sched_choice = -1;
 
@@ -765,9 +766,11 @@ static forge_status fw_sched_from_env(int *sched) {
             v = FORGE_FLASH16_SCHED_PINGPONG;
         else if (strcmp(e, "persist") == 0)
             v = FORGE_FLASH16_SCHED_PERSIST;
+        else if (strcmp(e, "persist_ov") == 0)
+            v = FORGE_FLASH16_SCHED_PERSIST_OV;
         else
             return forge_error(FORGE_ERR_ARG,
-                               "FORGE_FLASH16_FWD_SCHED=%s: expected base, overlap, pingpong or persist", e);
+                               "FORGE_FLASH16_FWD_SCHED=%s: expected base, overlap, pingpong, persist or persist_ov", e);
         fw_sched_choice = v;
     }
     *sched = fw_sched_choice;
@@ -780,7 +783,7 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_sched(const forge_flash_s
     const char *what = "forge_flash_bf16_forward_wgmma";
     const void *ptrs[5] = {q, k, v, out_bf16, lse};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 5));
-    if (sched < FORGE_FLASH16_SCHED_BASE || sched > FORGE_FLASH16_SCHED_PERSIST)
+    if (sched < FORGE_FLASH16_SCHED_BASE || sched > FORGE_FLASH16_SCHED_PERSIST_OV)
         return forge_error(FORGE_ERR_ARG, "%s: unknown schedule %d", what, sched);
     if (s->B == 0 || s->Tq == 0) return FORGE_OK;
     if (s->Tk == 0) return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
@@ -795,8 +798,11 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_sched(const forge_flash_s
     cudaStream_t st = (cudaStream_t)stream;
     switch (sched) {
     case FORGE_FLASH16_SCHED_OVERLAP:
-        return s->D == 64 ? fw_forward_ov_t<64, 128, false>(s, q, k, v, out_bf16, lse, false, st)
-                          : fw_forward_ov_t<128, 64, false>(s, q, k, v, out_bf16, lse, false, st);
+    case FORGE_FLASH16_SCHED_PERSIST_OV: {
+        const bool persist = sched == FORGE_FLASH16_SCHED_PERSIST_OV;
+        return s->D == 64 ? fw_forward_ov_t<64, 128, false>(s, q, k, v, out_bf16, lse, persist, st)
+                          : fw_forward_ov_t<128, 64, false>(s, q, k, v, out_bf16, lse, persist, st);
+    }
     case FORGE_FLASH16_SCHED_PINGPONG:
     case FORGE_FLASH16_SCHED_PERSIST: {
         const bool persist = sched == FORGE_FLASH16_SCHED_PERSIST;
