@@ -310,10 +310,11 @@ def balance(B, H, T, D, sms=132):
     return max(paired) / (sum(paired) / sms), max(single) / (sum(single) / sms)
 
 
-def case(Tq, Tk, D, PP, seed, reps, nheads, grid):
-    """grid None: one CTA per item (overlap / pingpong); else `grid` persistent CTAs striding the items"""
-    BN = 128 if D == 64 else 64
-    STAGES = 4
+def case(Tq, Tk, D, PP, seed, reps, nheads, grid, n128=False):
+    """grid None: one CTA per query tile (overlap / pingpong); else `grid` persistent CTAs striding paired units;
+    n128: 128-key tiles at D = 128 too, 3 stages (the *_n128 schedules)"""
+    BN = 128 if (D == 64 or n128) else 64
+    STAGES = 3 if (D == 128 and BN == 128) else 4
     rng = random.Random(seed)
     g = np.random.default_rng(seed)
     heads = [tuple(bf(g.uniform(-1, 1, (T, D))) for T in (Tq, Tk, Tk)) for _ in range(nheads)]
@@ -350,11 +351,15 @@ def main():
               (300, 40, 128), (40, 700, 64), (640, 640, 128), (383, 1100, 128), (200, 100, 64), (330, 250, 128)]
     bad = 0
     for Tq, Tk, D in shapes:
-        for sched, PP, grid in (("overlap", False, None), ("pingpong", True, None), ("persist/1", True, 1),
-                                ("persist/3", True, 3), ("persist_ov/2", False, 2)):
+        for sched, PP, grid, n128 in (("overlap", False, None, False), ("pingpong", True, None, False),
+                                      ("persist/1", True, 1, False), ("persist/3", True, 3, False),
+                                      ("persist_ov/2", False, 2, False), ("pingpong_n128", True, None, True),
+                                      ("persist_n128/2", True, 2, True)):
+            if n128 and D == 64:
+                continue  # the same kernels as pingpong / persist
             name = f"Tq={Tq} Tk={Tk} D={D} {sched}"
             try:
-                e = case(Tq, Tk, D, PP, seed=Tq * 7919 + Tk * 31 + D + PP, reps=2, nheads=3, grid=grid)
+                e = case(Tq, Tk, D, PP, seed=Tq * 7919 + Tk * 31 + D + PP, reps=2, nheads=3, grid=grid, n128=n128)
                 ok = e <= tol
                 print(f"{'ok  ' if ok else 'FAIL'} {name}: max abs err {e:.3g}")
                 bad += not ok

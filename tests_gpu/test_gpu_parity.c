@@ -54,7 +54,8 @@
  * the wgmma forward runs in each consumer schedule (flash16_forward_wgmma.*
  * base, flash16_forward_wgmma_ov.* overlap, flash16_forward_wgmma_pp.*
  * pingpong, flash16_forward_wgmma_ps.* persist, flash16_forward_wgmma_pso.*
- * persist_ov; FORGE_FLASH16_FWD_SCHED changes none of them).
+ * persist_ov, flash16_forward_wgmma_{pp,ps}128.* pingpong / persist with
+ * 128-key tiles at D=128; FORGE_FLASH16_FWD_SCHED changes none of them).
  * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
@@ -1672,17 +1673,21 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
      * one (TMA + wgmma, FA3-style) in each consumer schedule, named explicitly so FORGE_FLASH16_FWD_SCHED
      * changes none: base (flash16_forward_wgmma), overlap (_ov: softmax under the previous tile's P.V),
      * pingpong (_pp: overlap + the two consumer warpgroups taking turns to issue), persist (_ps: pingpong
-     * on one CTA per SM walking the work items) and persist_ov (_pso: overlap the same way) */
-    static const char *const fwd_variants[6] = {"flash16_forward_q128",     "flash16_forward_wgmma",
-                                                "flash16_forward_wgmma_ov", "flash16_forward_wgmma_pp",
-                                                "flash16_forward_wgmma_ps", "flash16_forward_wgmma_pso"};
-    static const int fwd_sched[6] = {0,
+     * on one CTA per SM walking the work items), persist_ov (_pso: overlap the same way) and pingpong /
+     * persist with 128-key tiles at D = 128 (_pp128, _ps128; the same kernels as _pp, _ps at D = 64) */
+    static const char *const fwd_variants[8] = {
+        "flash16_forward_q128",     "flash16_forward_wgmma",     "flash16_forward_wgmma_ov",
+        "flash16_forward_wgmma_pp", "flash16_forward_wgmma_ps",  "flash16_forward_wgmma_pso",
+        "flash16_forward_wgmma_pp128", "flash16_forward_wgmma_ps128"};
+    static const int fwd_sched[8] = {0,
                                      FORGE_FLASH16_SCHED_BASE,
                                      FORGE_FLASH16_SCHED_OVERLAP,
                                      FORGE_FLASH16_SCHED_PINGPONG,
                                      FORGE_FLASH16_SCHED_PERSIST,
-                                     FORGE_FLASH16_SCHED_PERSIST_OV};
-    for (int var = 0; var < 6; var++) {
+                                     FORGE_FLASH16_SCHED_PERSIST_OV,
+                                     FORGE_FLASH16_SCHED_PINGPONG_N128,
+                                     FORGE_FLASH16_SCHED_PERSIST_N128};
+    for (int var = 0; var < 8; var++) {
         const char *vname = fwd_variants[var];
         char nout[64], nlse[64];
         snprintf(nout, sizeof nout, "%s.out", vname);

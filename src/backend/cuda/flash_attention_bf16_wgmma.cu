@@ -336,8 +336,9 @@ __device__ __forceinline__ void fw_bar_arrive(int c) {
 }
 
 template <int D, int BN> struct fw_ov_cfg {
-    /* 4 stages where they fit, 3 at D = 128 with BN = 128 (64 KiB per stage; not instantiated: at the
-     * 168-register cap of 384 threads per CTA, O 64 + S 64 + P 32 spilled 284 bytes in ptxas) */
+    /* 4 stages where they fit, 3 at D = 128 with BN = 128 (64 KiB per stage, 225 KiB in all; *_n128
+     * schedules). O 64 + S 64 + P 32 fit the consumers' 232 registers; with base's producer limit of 24
+     * this instance spilled (284 bytes, in the producer), hence FW_OV_PRODUCER_REGS 32. */
     static constexpr int STAGES = (D == 128 && BN == 128) ? 3 : 4;
     static constexpr uint32_t Q_BYTES = FW_BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
@@ -750,7 +751,7 @@ static forge_status fw_forward_ov_t(const forge_flash_shape *s, const void *q, c
 }
 
 /* FORGE_FLASH16_FWD_SCHED, read once: base (the default until the others are measured), overlap, pingpong,
- * persist or persist_ov. Concurrent first callers read the same environment and store the same value; an unknown value is
+ * persist, persist_ov, pingpong_n128 or persist_n128. Concurrent first callers read the same environment and store the same value; an unknown value is
  * reported by the call that reads it. */
 static int fw_sched_choice = -1;
 
@@ -768,9 +769,15 @@ static forge_status fw_sched_from_env(int *sched) {
             v = FORGE_FLASH16_SCHED_PERSIST;
         else if (strcmp(e, "persist_ov") == 0)
             v = FORGE_FLASH16_SCHED_PERSIST_OV;
+        else if (strcmp(e, "pingpong_n128") == 0)
+            v = FORGE_FLASH16_SCHED_PINGPONG_N128;
+        else if (strcmp(e, "persist_n128") == 0)
+            v = FORGE_FLASH16_SCHED_PERSIST_N128;
         else
             return forge_error(FORGE_ERR_ARG,
-                               "FORGE_FLASH16_FWD_SCHED=%s: expected base, overlap, pingpong, persist or persist_ov", e);
+                               "FORGE_FLASH16_FWD_SCHED=%s: expected base, overlap, pingpong, persist, persist_ov, "
+                               "pingpong_n128 or persist_n128",
+                               e);
         fw_sched_choice = v;
     }
     *sched = fw_sched_choice;
@@ -783,7 +790,7 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_sched(const forge_flash_s
     const char *what = "forge_flash_bf16_forward_wgmma";
     const void *ptrs[5] = {q, k, v, out_bf16, lse};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 5));
-    if (sched < FORGE_FLASH16_SCHED_BASE || sched > FORGE_FLASH16_SCHED_PERSIST_OV)
+    if (sched < FORGE_FLASH16_SCHED_BASE || sched > FORGE_FLASH16_SCHED_PERSIST_N128)
         return forge_error(FORGE_ERR_ARG, "%s: unknown schedule %d", what, sched);
     if (s->B == 0 || s->Tq == 0) return FORGE_OK;
     if (s->Tk == 0) return forge_flash_bf16_forward_rows(s, q, k, v, out_bf16, lse, 64, stream);
@@ -808,6 +815,12 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_sched(const forge_flash_s
         const bool persist = sched == FORGE_FLASH16_SCHED_PERSIST;
         return s->D == 64 ? fw_forward_ov_t<64, 128, true>(s, q, k, v, out_bf16, lse, persist, st)
                           : fw_forward_ov_t<128, 64, true>(s, q, k, v, out_bf16, lse, persist, st);
+    }
+    case FORGE_FLASH16_SCHED_PINGPONG_N128:
+    case FORGE_FLASH16_SCHED_PERSIST_N128: { /* 128-key tiles at D = 128 too (3 stages) */
+        const bool persist = sched == FORGE_FLASH16_SCHED_PERSIST_N128;
+        return s->D == 64 ? fw_forward_ov_t<64, 128, true>(s, q, k, v, out_bf16, lse, persist, st)
+                          : fw_forward_ov_t<128, 128, true>(s, q, k, v, out_bf16, lse, persist, st);
     }
     default:
         return s->D == 64 ? fw_forward_t<64>(s, q, k, v, out_bf16, lse, st)

@@ -9,9 +9,9 @@
  *   (128 rows = 8 warps sharing each K/V tile), flash_bf16_fwd_wgmma (the
  *   Hopper TMA + wgmma forward, flash_attention_bf16_wgmma.cu; the default of
  *   forge_flash_bf16_forward since it measured 1.07-1.96x the mma.sync one),
- *   flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso (the same forward's overlap /
- *   pingpong / persist / persist_ov schedules; flash_bf16_fwd_wgmma is its
- *   base one). Each cell
+ *   flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 / _ps128 (the same
+ *   forward's overlap / pingpong / persist / persist_ov / pingpong_n128 /
+ *   persist_n128 schedules; flash_bf16_fwd_wgmma is its base one). Each cell
  *   names its kernel and schedule explicitly, so FORGE_FLASH16_FWD and
  *   FORGE_FLASH16_FWD_SCHED change none.
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
@@ -259,14 +259,17 @@ typedef enum {
     AB_FLASH_FWDBWD_WGMMA2_PP,
     AB_FLASH_FWD_WGMMA_PS,
     AB_FLASH_FWDBWD_WGMMA2_PS,
-    AB_FLASH_FWD_WGMMA_PSO
+    AB_FLASH_FWD_WGMMA_PSO,
+    AB_FLASH_FWD_WGMMA_PP128,
+    AB_FLASH_FWD_WGMMA_PS128
 } ab_kind;
 
 static int ab_is_flash(ab_kind k) {
     return k == AB_FLASH_FWD || k == AB_FLASH_FWDBWD || k == AB_FLASH_FWD_Q128 || k == AB_FLASH_FWD_WGMMA ||
            k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWD_WGMMA_OV ||
            k == AB_FLASH_FWD_WGMMA_PP || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWD_WGMMA_PS ||
-           k == AB_FLASH_FWDBWD_WGMMA2_PS || k == AB_FLASH_FWD_WGMMA_PSO;
+           k == AB_FLASH_FWDBWD_WGMMA2_PS || k == AB_FLASH_FWD_WGMMA_PSO || k == AB_FLASH_FWD_WGMMA_PP128 ||
+           k == AB_FLASH_FWD_WGMMA_PS128;
 }
 static int ab_is_bwd(ab_kind k) {
     return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 ||
@@ -410,6 +413,8 @@ static forge_status ab_poison(void *ctx) {
 #define FW_PP FORGE_FLASH16_SCHED_PINGPONG
 #define FW_PS FORGE_FLASH16_SCHED_PERSIST
 #define FW_PSO FORGE_FLASH16_SCHED_PERSIST_OV
+#define FW_PP128 FORGE_FLASH16_SCHED_PINGPONG_N128
+#define FW_PS128 FORGE_FLASH16_SCHED_PERSIST_N128
 
 static forge_status ab_run(void *ctx, int set) {
     (void)set;
@@ -433,6 +438,10 @@ static forge_status ab_run(void *ctx, int set) {
         return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS, sh->stream);
     case AB_FLASH_FWD_WGMMA_PSO:
         return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PSO, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PP128:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PP128, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PS128:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS128, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA:
         FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream));
         return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
@@ -536,7 +545,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     int len = snprintf(config, sizeof config,
                        "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd_mma,flash_bf16_fwd_q128,"
                        "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,flash_bf16_fwd_wgmma_ps,"
-                       "flash_bf16_fwd_wgmma_pso,"
+                       "flash_bf16_fwd_wgmma_pso,flash_bf16_fwd_wgmma_pp128,flash_bf16_fwd_wgmma_ps128,"
                        "unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
                        "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
@@ -590,7 +599,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             int baseline;
             forge_precision prec;
             double tol, flops, bytes;
-        } cells[14] = {
+        } cells[16] = {
             /* unfused fp32: 1e-4, justified at the top of the file */
             {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
             {AB_FLASH_FWD, "flash_bf16_fwd_mma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
@@ -600,6 +609,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             {AB_FLASH_FWD_WGMMA_PP, "flash_bf16_fwd_wgmma_pp", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_FLASH_FWD_WGMMA_PS, "flash_bf16_fwd_wgmma_ps", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_FLASH_FWD_WGMMA_PSO, "flash_bf16_fwd_wgmma_pso", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PP128, "flash_bf16_fwd_wgmma_pp128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PS128, "flash_bf16_fwd_wgmma_ps128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_UNFUSED_FWDBWD, "unfused_fp32_fwdbwd", gb, 1, FORGE_PREC_FP32, 1e-4, 3.5 * fwd, 4.0 * 10 * nb},
             {AB_FLASH_FWDBWD, "flash_bf16_fwdbwd_mma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd, 2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA, "flash_bf16_fwdbwd_wgmma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
