@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
 }
 
-/* ---- the overlapped schedules (FORGE_FLASH16_FWD_SCHED=overlap | pingpong | persist | persist_ov; docs) ------
+/* ---- the overlapped schedules (FORGE_FLASH16_FWD_SCHED other than base; docs/flash-attention.md) ------------
  *
  * fw_fwd_ov_kernel: same CTA, ring, fragments and results contract as fw_fwd_kernel; the consumer's order of
  * work differs, and a CTA may walk several work items. fw_fwd_kernel waits for S_t = Q.K_t^T, does the
@@ -292,13 +292,14 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
  * fp32/b32 registers, no more than fw_fwd_kernel holds at its peak. A stage is held for two tiles (K_t read at
  * t, V_t at t+1); STAGES >= 2 keeps the producer ahead.
  *
- * Persistence: the grid is one CTA per query tile (overlap, pingpong) or one per SM (persist = pingpong,
- * persist_ov = overlap), CTA i taking
- * units i, i + grid, ... (fw_unit_items: under persist a unit is a long and a short query tile of one head). The ring's stage / phase run on across items; Q has one buffer with qbar
- * (loaded, parity = the count of items with tiles) and qempty (8 consumer warps arrive once per item with
- * tiles, after their last S); the producer loads the next item's K/V tile 0 first, then waits for qempty
- * and loads Q, so the next item's loads run under the current item's last P.V and store. Every consumer
- * waits for every qbar phase, used or not, for the reason every warpgroup waits for every ring stage.
+ * Persistence: the grid is one CTA per query tile (overlap, pingpong, pingpong_n128) or one per SM (persist
+ * and persist_n128 = pingpong, persist_ov = overlap), CTA i taking units i, i + grid, ... (fw_unit_items:
+ * under persistence a unit is a long and a short query tile of one head). The ring's stage / phase run on
+ * across items; Q has one buffer with qbar (loaded, parity = the count of items with tiles) and qempty (8
+ * consumer warps arrive once per item with tiles, after their last S); the producer loads the next item's
+ * K/V tile 0 first, then waits for qempty and loads Q, so the next item's loads run under the current item's
+ * last P.V and store. Every consumer waits for every qbar phase, used or not, for the reason every
+ * warpgroup waits for every ring stage. BN: 128 at D = 64, 64 at D = 128 (128, 3 stages, for *_n128).
  *
  * PP (pingpong): the two consumer warpgroups also take turns ISSUING their MMAs, FA3's inter-warpgroup
  * schedule, so one warpgroup's softmax runs under the other's GEMMs instead of both softmaxes
@@ -751,8 +752,8 @@ static forge_status fw_forward_ov_t(const forge_flash_shape *s, const void *q, c
 }
 
 /* FORGE_FLASH16_FWD_SCHED, read once: base (the default until the others are measured), overlap, pingpong,
- * persist, persist_ov, pingpong_n128 or persist_n128. Concurrent first callers read the same environment and store the same value; an unknown value is
- * reported by the call that reads it. */
+ * persist, persist_ov, pingpong_n128 or persist_n128. Concurrent first callers read the same environment and
+ * store the same value; an unknown value is reported by the call that reads it. */
 static int fw_sched_choice = -1;
 
 static forge_status fw_sched_from_env(int *sched) {

@@ -272,8 +272,8 @@ static int ab_is_flash(ab_kind k) {
            k == AB_FLASH_FWD_WGMMA_PS128;
 }
 static int ab_is_bwd(ab_kind k) {
-    return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 ||
-           k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS;
+    return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA ||
+           k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS;
 }
 
 typedef struct {
@@ -443,7 +443,8 @@ static forge_status ab_run(void *ctx, int set) {
     case AB_FLASH_FWD_WGMMA_PS128:
         return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS128, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA:
-        FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream));
+        FORGE_TRY(
+            forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream));
         return forge_flash_bf16_backward(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
                                          sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA2:
@@ -547,7 +548,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
                        "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,flash_bf16_fwd_wgmma_ps,"
                        "flash_bf16_fwd_wgmma_pso,flash_bf16_fwd_wgmma_pp128,flash_bf16_fwd_wgmma_ps128,"
                        "unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
-                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
+                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; "
+                       "shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
                         AB_SHAPES[i][2], AB_SHAPES[i][3]);
