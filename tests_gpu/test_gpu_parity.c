@@ -50,7 +50,12 @@
  * FORGE_GPU_TESTS_ONLY=flash16 runs only the bf16 flash attention cases;
  * each shape checks the mma.sync kernels by name (flash16_forward.*,
  * flash16_backward.*), the Hopper wgmma ones by name (flash16_forward_wgmma.*,
- * flash16_backward_wgmma.*) and the default entries (flash16_default.*).
+ * flash16_backward_wgmma.*) and the default entries (flash16_default.*);
+ * the wgmma forward also runs in each consumer schedule
+ * (flash16_forward_wgmma_ov.* overlap, flash16_forward_wgmma_pp.* pingpong,
+ * flash16_forward_wgmma_ps.* persist, flash16_forward_wgmma_pso.* persist_ov,
+ * flash16_forward_wgmma_{pp,ps}128.* pingpong / persist with 128-key tiles at
+ * D=128; FORGE_FLASH16_FWD_SCHED changes none of the named ones).
  * forge_gemm_fp8_nt / forge_gemm_tf32_nt (called directly, not backend ops)
  * are checked against a double reference of exactly representable values
  * (case_gemm_fp8: tolerances there) and for their FORGE_ERR_UNSUPPORTED
@@ -1717,9 +1722,25 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
     for (int i = 0; i < 5; i++) free(got[i]);
 
     /* the forward variants on the same inputs: the 8-warp mma.sync one (q_rows = 128) and the Hopper wgmma
-     * one (TMA + wgmma, FA3-style) */
-    for (int var = 0; var < 2; var++) {
-        const char *vname = var == 0 ? "flash16_forward_q128" : "flash16_forward_wgmma";
+     * one (TMA + wgmma, FA3-style) in each consumer schedule, named explicitly so FORGE_FLASH16_FWD_SCHED
+     * changes none: base (flash16_forward_wgmma), overlap (_ov: softmax under the previous tile's P.V),
+     * pingpong (_pp: overlap + the two consumer warpgroups taking turns to issue), persist (_ps: pingpong
+     * on one CTA per SM walking the work items), persist_ov (_pso: overlap the same way) and pingpong /
+     * persist with 128-key tiles at D = 128 (_pp128, _ps128; the same kernels as _pp, _ps at D = 64) */
+    static const char *const fwd_variants[8] = {
+        "flash16_forward_q128",     "flash16_forward_wgmma",     "flash16_forward_wgmma_ov",
+        "flash16_forward_wgmma_pp", "flash16_forward_wgmma_ps",  "flash16_forward_wgmma_pso",
+        "flash16_forward_wgmma_pp128", "flash16_forward_wgmma_ps128"};
+    static const int fwd_sched[8] = {0,
+                                     FORGE_FLASH16_SCHED_BASE,
+                                     FORGE_FLASH16_SCHED_OVERLAP,
+                                     FORGE_FLASH16_SCHED_PINGPONG,
+                                     FORGE_FLASH16_SCHED_PERSIST,
+                                     FORGE_FLASH16_SCHED_PERSIST_OV,
+                                     FORGE_FLASH16_SCHED_PINGPONG_N128,
+                                     FORGE_FLASH16_SCHED_PERSIST_N128};
+    for (int var = 0; var < 8; var++) {
+        const char *vname = fwd_variants[var];
         char nout[64], nlse[64];
         snprintf(nout, sizeof nout, "%s.out", vname);
         snprintf(nlse, sizeof nlse, "%s.lse", vname);
@@ -1729,7 +1750,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         else if (var == 0)
             st = forge_flash_bf16_forward_rows(&fs, gq, dk_, dv_, gout2, glse2, 128, stream);
         else
-            st = forge_flash_bf16_forward_wgmma(&fs, gq, dk_, dv_, gout2, glse2, stream);
+            st = forge_flash_bf16_forward_wgmma_sched(&fs, gq, dk_, dv_, gout2, glse2, fwd_sched[var], stream);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st != FORGE_OK) {
             report(P, 0, vname, shape, INFINITY, 0, forge_error_message());
@@ -1807,6 +1828,10 @@ static void case_flash16_refuse(parity *P) {
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
     st = forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, (float *)dummy, NULL);
     report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_wgmma.refuse", "D=96", 0, 0,
+           st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+    st = forge_flash_bf16_forward_wgmma_sched(&fs, dummy, dummy, dummy, dummy, (float *)dummy,
+                                              FORGE_FLASH16_SCHED_PINGPONG, NULL);
+    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_wgmma_pp.refuse", "D=96", 0, 0,
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
     float *fd = (float *)dummy;
     st = forge_flash_bf16_backward_wgmma(&fs, dummy, dummy, dummy, dummy, dummy, fd, fd, fd, fd, fd, NULL);

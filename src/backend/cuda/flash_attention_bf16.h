@@ -60,6 +60,27 @@ forge_status forge_flash_bf16_forward_rows(const forge_flash_shape *s, const voi
 forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                             void *out_bf16, float *lse, void *stream);
 
+/* Consumer schedules of the wgmma forward (docs/flash-attention.md, "Overlapped schedules"): BASE waits for
+ * S = Q.K^T, does the softmax, then O += P.V (the measured kernel); OVERLAP issues S_{t+1} with P_t.V_t and
+ * runs the softmax of S_{t+1} while P_t.V_t is on the tensor cores; PINGPONG adds named-barrier turns so the
+ * two consumer warpgroups' softmaxes run under each other's GEMMs; PERSIST is PINGPONG on a grid of one CTA
+ * per SM walking the (query tile, head, batch) items, the next item's K/V and Q loading under the current
+ * one's tail; PERSIST_OV is OVERLAP made persistent the same way; PINGPONG_N128 / PERSIST_N128 are
+ * PINGPONG / PERSIST with 128-key tiles at D = 128 too (3 stages; D = 64 unchanged).
+ * forge_flash_bf16_forward_wgmma uses FORGE_FLASH16_FWD_SCHED (read once: base | overlap | pingpong |
+ * persist | persist_ov | pingpong_n128 | persist_n128; default base); this entry takes the schedule explicitly
+ * (FORGE_ERR_ARG for another value). Same contract and refusals as forge_flash_bf16_forward_wgmma. */
+#define FORGE_FLASH16_SCHED_BASE 0
+#define FORGE_FLASH16_SCHED_OVERLAP 1
+#define FORGE_FLASH16_SCHED_PINGPONG 2
+#define FORGE_FLASH16_SCHED_PERSIST 3
+#define FORGE_FLASH16_SCHED_PERSIST_OV 4
+#define FORGE_FLASH16_SCHED_PINGPONG_N128 5
+#define FORGE_FLASH16_SCHED_PERSIST_N128 6
+forge_status forge_flash_bf16_forward_wgmma_sched(const forge_flash_shape *s, const void *q, const void *k,
+                                                  const void *v, void *out_bf16, float *lse, int sched,
+                                                  void *stream);
+
 /* The argument check every entry above runs (shared by the mma.sync and wgmma files). */
 forge_status forge_flash_check_shape(const char *what, const forge_flash_shape *s, const void *const *ptrs,
                                      int nptrs);

@@ -8,15 +8,20 @@
  *   mma.sync forward, 64 query rows = 4 warps per CTA), flash_bf16_fwd_q128
  *   (128 rows = 8 warps sharing each K/V tile), flash_bf16_fwd_wgmma (the
  *   Hopper TMA + wgmma forward, flash_attention_bf16_wgmma.cu; the default of
- *   forge_flash_bf16_forward since it measured 1.07-1.96x the mma.sync one).
- *   Each cell names its kernel explicitly, so FORGE_FLASH16_FWD changes none.
+ *   forge_flash_bf16_forward since it measured 1.07-1.96x the mma.sync one),
+ *   flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 / _ps128 (the same
+ *   forward's overlap / pingpong / persist / persist_ov / pingpong_n128 /
+ *   persist_n128 schedules; flash_bf16_fwd_wgmma is its base one). Each cell
+ *   names its kernel and schedule explicitly, so FORGE_FLASH16_FWD and
+ *   FORGE_FLASH16_FWD_SCHED change none.
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
  *   attention_backward) and flash_bf16_fwdbwd_mma (mma.sync forward + the
  *   three backward kernels), flash_bf16_fwdbwd_wgmma (the wgmma forward + the
  *   same mma.sync backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the
- *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults).
- *   Every cell calls its kernels by name, so FORGE_FLASH16_FWD / _BWD change
- *   none.
+ *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults),
+ *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
+ *   forward). Every cell calls its kernels by name, so FORGE_FLASH16_FWD /
+ *   _BWD / _FWD_SCHED change none.
  * FLOPs: forward 2*B*H*T^2*D (causal), backward 2.5x that (the issue's
  * convention), so fwd+bwd counts 3.5x.
  *
@@ -249,15 +254,27 @@ typedef enum {
     AB_FLASH_FWD_Q128,
     AB_FLASH_FWD_WGMMA,
     AB_FLASH_FWDBWD_WGMMA,
-    AB_FLASH_FWDBWD_WGMMA2
+    AB_FLASH_FWDBWD_WGMMA2,
+    AB_FLASH_FWD_WGMMA_OV,
+    AB_FLASH_FWD_WGMMA_PP,
+    AB_FLASH_FWDBWD_WGMMA2_PP,
+    AB_FLASH_FWD_WGMMA_PS,
+    AB_FLASH_FWDBWD_WGMMA2_PS,
+    AB_FLASH_FWD_WGMMA_PSO,
+    AB_FLASH_FWD_WGMMA_PP128,
+    AB_FLASH_FWD_WGMMA_PS128
 } ab_kind;
 
 static int ab_is_flash(ab_kind k) {
     return k == AB_FLASH_FWD || k == AB_FLASH_FWDBWD || k == AB_FLASH_FWD_Q128 || k == AB_FLASH_FWD_WGMMA ||
-           k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2;
+           k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWD_WGMMA_OV ||
+           k == AB_FLASH_FWD_WGMMA_PP || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWD_WGMMA_PS ||
+           k == AB_FLASH_FWDBWD_WGMMA2_PS || k == AB_FLASH_FWD_WGMMA_PSO || k == AB_FLASH_FWD_WGMMA_PP128 ||
+           k == AB_FLASH_FWD_WGMMA_PS128;
 }
 static int ab_is_bwd(ab_kind k) {
-    return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2;
+    return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA ||
+           k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS;
 }
 
 typedef struct {
@@ -378,7 +395,8 @@ static forge_status ab_poison(void *ctx) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
-    if (c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWDBWD_WGMMA || c->kind == AB_FLASH_FWDBWD_WGMMA2) {
+    if (c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWDBWD_WGMMA || c->kind == AB_FLASH_FWDBWD_WGMMA2 ||
+        c->kind == AB_FLASH_FWDBWD_WGMMA2_PP || c->kind == AB_FLASH_FWDBWD_WGMMA2_PS) {
         AB_TRY(cudaMemsetAsync(sh->dq, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dk, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dv, 0xFF, n * 4, sh->stream));
@@ -389,6 +407,15 @@ static forge_status ab_poison(void *ctx) {
         AB_TRY(cudaMemsetAsync(sh->out32, 0xFF, n * 4, sh->stream));
     return FORGE_OK;
 }
+
+/* the wgmma forward's consumer schedules, named per cell so FORGE_FLASH16_FWD_SCHED changes no cell */
+#define FW_BASE FORGE_FLASH16_SCHED_BASE
+#define FW_OV FORGE_FLASH16_SCHED_OVERLAP
+#define FW_PP FORGE_FLASH16_SCHED_PINGPONG
+#define FW_PS FORGE_FLASH16_SCHED_PERSIST
+#define FW_PSO FORGE_FLASH16_SCHED_PERSIST_OV
+#define FW_PP128 FORGE_FLASH16_SCHED_PINGPONG_N128
+#define FW_PS128 FORGE_FLASH16_SCHED_PERSIST_N128
 
 static forge_status ab_run(void *ctx, int set) {
     (void)set;
@@ -403,13 +430,31 @@ static forge_status ab_run(void *ctx, int set) {
     case AB_FLASH_FWD_Q128:
         return forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 128, sh->stream);
     case AB_FLASH_FWD_WGMMA:
-        return forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream);
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream);
+    case AB_FLASH_FWD_WGMMA_OV:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_OV, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PP:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PP, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PS:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PSO:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PSO, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PP128:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PP128, sh->stream);
+    case AB_FLASH_FWD_WGMMA_PS128:
+        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS128, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA:
-        FORGE_TRY(forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
+        FORGE_TRY(
+            forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream));
         return forge_flash_bf16_backward_mma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
                                              sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD_WGMMA2:
-        FORGE_TRY(forge_flash_bf16_forward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, sh->stream));
+    case AB_FLASH_FWDBWD_WGMMA2_PP:
+    case AB_FLASH_FWDBWD_WGMMA2_PS:
+        FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(
+            &fs, sh->q, sh->k, sh->v, sh->out, sh->lse,
+            c->kind == AB_FLASH_FWDBWD_WGMMA2 ? FW_BASE : c->kind == AB_FLASH_FWDBWD_WGMMA2_PP ? FW_PP : FW_PS,
+            sh->stream));
         return forge_flash_bf16_backward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta,
                                                sh->dq, sh->dk, sh->dv, sh->stream);
     case AB_FLASH_FWDBWD:
@@ -501,8 +546,11 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd_mma,flash_bf16_fwd_q128,"
-                       "flash_bf16_fwd_wgmma,unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,"
-                       "flash_bf16_fwdbwd_wgmma2; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
+                       "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,flash_bf16_fwd_wgmma_ps,"
+                       "flash_bf16_fwd_wgmma_pso,flash_bf16_fwd_wgmma_pp128,flash_bf16_fwd_wgmma_ps128,"
+                       "unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
+                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; "
+                       "shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
                         AB_SHAPES[i][2], AB_SHAPES[i][3]);
@@ -554,17 +602,27 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             int baseline;
             forge_precision prec;
             double tol, flops, bytes;
-        } cells[8] = {
+        } cells[16] = {
             /* unfused fp32: 1e-4, justified at the top of the file */
             {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
             {AB_FLASH_FWD, "flash_bf16_fwd_mma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_FLASH_FWD_Q128, "flash_bf16_fwd_q128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_FLASH_FWD_WGMMA, "flash_bf16_fwd_wgmma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_OV, "flash_bf16_fwd_wgmma_ov", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PP, "flash_bf16_fwd_wgmma_pp", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PS, "flash_bf16_fwd_wgmma_ps", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PSO, "flash_bf16_fwd_wgmma_pso", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PP128, "flash_bf16_fwd_wgmma_pp128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
+            {AB_FLASH_FWD_WGMMA_PS128, "flash_bf16_fwd_wgmma_ps128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
             {AB_UNFUSED_FWDBWD, "unfused_fp32_fwdbwd", gb, 1, FORGE_PREC_FP32, 1e-4, 3.5 * fwd, 4.0 * 10 * nb},
             {AB_FLASH_FWDBWD, "flash_bf16_fwdbwd_mma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd, 2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA, "flash_bf16_fwdbwd_wgmma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA2, "flash_bf16_fwdbwd_wgmma2", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
+             2.0 * 9 * nb + 4.0 * 3 * nb},
+            {AB_FLASH_FWDBWD_WGMMA2_PP, "flash_bf16_fwdbwd_wgmma2_pp", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
+             2.0 * 9 * nb + 4.0 * 3 * nb},
+            {AB_FLASH_FWDBWD_WGMMA2_PS, "flash_bf16_fwdbwd_wgmma2_ps", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
         };
         for (int c = 0; c < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; c++) {
