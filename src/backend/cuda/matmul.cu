@@ -27,9 +27,10 @@
  * FORGE_MATMUL=cublas sends the three matmul ops to cublasSgemm in
  * CUBLAS_PEDANTIC_MATH (true fp32, no TF32), the reference path;
  * FORGE_MATMUL=auto picks SIMT or cuBLAS per (layout, M, N, K) from a table
- * measured once (matmul_table.cu); FORGE_MATMUL=tf32 sends all three layouts
- * to forge's mma.sync tf32 kernel (gemm_mma.cu; dbias stays the exact fp32
- * column sum below).
+ * measured once (matmul_table.cu); FORGE_MATMUL=tf32 sends the forward to
+ * forge's wgmma tf32 kernel on Hopper (gemm_wgmma_fp8.cu) and dX / dW (and
+ * the forward elsewhere) to its mma.sync tf32 kernel (gemm_mma.cu; dbias stays
+ * the exact fp32 column sum below).
  * Every result is deterministic: one thread owns each output element and
  * sums K in a fixed order; dbias uses the ordered two-pass column sum.
  */
@@ -39,6 +40,9 @@
 
 extern "C" {
 #include "gemm_mma.h"
+extern "C" {
+#include "gemm_fp8.h"
+}
 }
 
 #define GEMM_BK 8
@@ -188,6 +192,13 @@ __global__ void bias_broadcast_kernel(float *__restrict__ out, const float *__re
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = bias[i % OC];
+}
+
+/* out (N,OC) += bias broadcast, after a GEMM without a bias epilogue (the tf32 wgmma forward) */
+__global__ void bias_add_kernel(float *__restrict__ out, const float *__restrict__ bias, int OC, size_t total) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % OC];
 }
 
 /* partial[r][oc] = sum of dout[n][oc] over the rows n of chunk r; grid
@@ -343,6 +354,23 @@ static forge_status simt_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, 
  * serialised on the stream, and dbias uses ws only after this GEMM). */
 static forge_status tf32_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
                                 const float *bias, int M, int N, int K) {
+    /* The forward on Hopper: the wgmma tf32 kernel (gemm_wgmma_fp8.cu; H200: 1.02-1.11x cuBLAS tf32 at the
+     * square bench shapes, where the mma.sync kernel is 0.35-0.39x), then the bias in a second pass. tf32 wgmma
+     * takes K-major operands only, so dX and dW (an MN-major operand each) stay on mma.sync. Refused (not
+     * Hopper, K % 4, alignment): the mma.sync kernel below. */
+    if (layout == CUDA_MM_NT && K > 0) {
+        const forge_status s = forge_gemm_tf32_nt(A, B, C, M, N, K, (void *)ctx->stream);
+        if (s == FORGE_OK) {
+            if (bias) {
+                const size_t total = (size_t)M * N;
+                bias_add_kernel<<<cuda_grid_for(ctx, total, 256), 256, 0, ctx->stream>>>(C, bias, N, total);
+                CUDA_LAUNCH_CHECK("bias_add_kernel");
+            }
+            return FORGE_OK;
+        }
+        if (s != FORGE_ERR_UNSUPPORTED) return s;
+        forge_error_clear();
+    }
     const int a_mn = layout == CUDA_MM_TN, b_mn = layout != CUDA_MM_NT, acc = layout != CUDA_MM_NT;
     const int splits = forge_gemm_mma_tf32_splits(M, N, K, ctx->num_sms, CUDA_WS_FLOATS);
     return forge_gemm_mma_tf32(A, a_mn, B, b_mn, C, bias, M, N, K, acc, splits, ctx->ws, CUDA_WS_FLOATS,
