@@ -465,7 +465,9 @@ static const char *BENCH_HELP =
     "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
     "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
     "          (--device cuda only; --reps N, default 100)\n"
-    "  --results DIR  where every suite writes its <date>_<commit>/ folder (default results)\n";
+    "  --results DIR  where every suite writes its <date>_<commit>/ folder (default results)\n"
+    "  FORGE_BENCH_ONLY=\"pat1|pat2\"  run only the cells whose \"name@group\" contains a pattern\n"
+    "          (one shape for a profiler: FORGE_BENCH_ONLY=\"(gpt2 dW mlp fc)\" forge bench gemm)\n";
 
 static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {

@@ -368,6 +368,49 @@ void suite_harness(void) {
         }
     }
 
+    TEST_CASE("FORGE_BENCH_ONLY: only matching cells run and are recorded");
+    {
+        const char *root = test_tmpdir();
+        fake_timer ft = {1, 0, 0};
+        forge_bench_timer timer = {&ft, fake_start, fake_stop};
+        forge_harness_config cfg = {.suite = "only", .results_root = root, .config_text = "c",
+                                    .input_recipe = "r", .seed = 1, .reps = 30, .warmup = 1};
+        forge_provenance p = good_prov();
+        forge_harness *h = NULL;
+        CHECK_OK(forge_harness_open(&h, &cfg, &p, &timer));
+        if (!h) return;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", forge_harness_dir(h));
+        setenv("FORGE_BENCH_ONLY", "nomatch|keep@g1|in g2", 1);
+        const char *names[4] = {"keep", "drop", "any", "keep"};
+        const char *groups[4] = {"g1", "g1", "cells in g2", "g3"};
+        const int want_runs[4] = {1 + 1 + 30, 0, 1 + 1 + 30, 0};
+        for (int i = 0; i < 4; i++) {
+            fake_cell c = {1e-7, 1, 0, 0, 0};
+            forge_harness_cell cell = {.name = names[i], .group = groups[i], .is_baseline = 1,
+                                       .precision = FORGE_PREC_FP32, .flops = 1e9, .n_input_sets = 1, .ctx = &c,
+                                       .poison = fc_poison, .run = fc_run, .check = fc_check};
+            forge_cell_result r;
+            memset(&r, 0, sizeof r);
+            CHECK_OK(forge_harness_run(h, &cell, &r));
+            CHECK_MSG(c.runs == want_runs[i], "%s@%s: %d runs, expected %d", names[i], groups[i], c.runs,
+                      want_runs[i]);
+            CHECK(want_runs[i] ? r.status == FORGE_CELL_OK : (r.status == FORGE_CELL_FAILED && isnan(r.median_ms)));
+        }
+        unsetenv("FORGE_BENCH_ONLY");
+        CHECK_OK(forge_harness_close(h));
+        char path[1200], line[4096];
+        snprintf(path, sizeof path, "%s/only.csv", dir);
+        FILE *f = fopen(path, "r");
+        CHECK_MSG(f != NULL, "cannot open %s", path);
+        if (f) {
+            int rows = -1; /* the header */
+            while (fgets(line, sizeof line, f)) rows++;
+            fclose(f);
+            CHECK_MSG(rows == 2, "%d rows in %s, expected the 2 selected cells", rows, path);
+        }
+    }
+
     TEST_CASE("CPU timer measures a monotonic, non-negative interval");
     {
         forge_bench_timer t = forge_cpu_bench_timer();

@@ -276,6 +276,29 @@ static harness_cell *find_cell(forge_harness *h, const char *name, const char *g
     return NULL;
 }
 
+/* FORGE_BENCH_ONLY: '|'-separated substrings; a cell runs only if one of them occurs in "name@group" (so
+ * "forge_wgmma_bf16@" selects a cell by name, "K=32768 (gpt2 dW mlp fc)" a group, "cublas_bf16@bf16 tn" both).
+ * Meant for profilers (ncu over one shape instead of a whole suite); unset or empty: every cell runs. */
+static int cell_selected(const char *name, const char *group) {
+    const char *only = getenv("FORGE_BENCH_ONLY");
+    if (!only || !only[0]) return 1;
+    char key[512];
+    snprintf(key, sizeof key, "%s@%s", name, group);
+    for (const char *p = only; *p;) {
+        const char *bar = strchr(p, '|');
+        const size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        char pat[256];
+        if (n > 0 && n < sizeof pat) {
+            memcpy(pat, p, n);
+            pat[n] = '\0';
+            if (strstr(key, pat)) return 1;
+        }
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
 forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result) {
     if (!h || !cell) return forge_error(FORGE_ERR_ARG, "harness: run needs a harness and a cell");
     const char *missing = !cell->name || !cell->name[0] ? "name"
@@ -293,6 +316,15 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
     if (cell->tolerance < 0)
         return forge_error(FORGE_ERR_ARG, "harness: cell %s: tolerance %g must be >= 0", cell->name,
                            cell->tolerance);
+    if (!cell_selected(cell->name, cell->group)) {
+        if (result) {
+            memset(result, 0, sizeof *result);
+            result->status = FORGE_CELL_FAILED;
+            result->rel_err = result->median_ms = result->ci_lo_ms = result->ci_hi_ms = NAN;
+            result->min_ms = result->max_ms = result->tflops = result->gbps = NAN;
+        }
+        return FORGE_OK; /* not selected by FORGE_BENCH_ONLY: not run, not recorded */
+    }
     if (find_cell(h, cell->name, cell->group))
         return forge_error(FORGE_ERR_ARG, "harness: cell %s appears twice in group \"%s\"", cell->name,
                            cell->group);

@@ -119,7 +119,9 @@ typedef struct forge_harness forge_harness;
 /* Checks provenance (refuses a run missing any field) and prepares the CSVs. */
 forge_status forge_harness_open(forge_harness **out, const forge_harness_config *cfg,
                                 const forge_provenance *prov, const forge_bench_timer *timer);
-/* Checks, then times one cell; the result is also kept for the verdicts. */
+/* Checks, then times one cell; the result is also kept for the verdicts. With FORGE_BENCH_ONLY set (substrings
+ * separated by '|', matched against "name@group") a cell matching none of them is neither run nor recorded:
+ * FORGE_OK with result->status FORGE_CELL_FAILED and NaN timings. */
 forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result);
 /* Computes verdicts (ratio vs strongest baseline, win / accelerated), prints
  * the summary table, writes <suite>.csv and <suite>_samples.csv. */

@@ -51,10 +51,11 @@
  * in shared memory and stores it with TMA (the consumers go on to the next
  * tile while the stores drain); otherwise, and always for the 2-CTA cluster
  * modes, it stores from the registers ("direct"). forge_gemm_fp8_nt_store /
- * forge_gemm_tf32_nt_store with FORGE_GEMM_STORE_DIRECT force the direct
- * store; FORGE_FP8_STORE=direct (read once per process) does the same for
- * every FORGE_GEMM_STORE_AUTO call (auto / tma / unset: the default; anything
- * else fails those calls, FORGE_ERR_ARG). Both write the same values.
+ * forge_gemm_tf32_nt_store with FORGE_GEMM_STORE_DIRECT / _TMA force the
+ * direct / TMA store; FORGE_FP8_STORE=direct / tma (read once per process)
+ * does the same for every FORGE_GEMM_STORE_AUTO call (auto / unset: the
+ * measured choice, forge_gemm_store below; anything else fails those calls,
+ * FORGE_ERR_ARG). All write the same values.
  *
  * Needs: a compute-capability 9.x device, M, N >= 1, K >= 16 and K % 16 == 0
  * (TMA's 16-byte row strides), A and B 16-byte aligned, C aligned to its
@@ -85,9 +86,13 @@ typedef enum {
     FORGE_FP8_FAST_ACCUM_C2 = 6
 } forge_fp8_accum;
 
-/* How C is stored: AUTO = the TMA-store epilogue where C allows it (above), else direct; DIRECT = from the
- * registers always. */
-typedef enum { FORGE_GEMM_STORE_AUTO = 0, FORGE_GEMM_STORE_DIRECT = 1 } forge_gemm_store;
+/* How C is stored: AUTO = the measured choice below, TMA = the TMA-store epilogue wherever C allows it, DIRECT =
+ * from the registers always. AUTO takes the TMA store where C allows it, except for fp8 with fp32 C at
+ * K > FORGE_FP8_TMA_STORE_MAX_K: measured on the H200 (session 4), fp32-out fp8 through TMA 692 / 1092 / 1175
+ * TFLOP/s at 2048^3 / 4096^3 / 8192^3 against 723 / 1209 / 1278 direct, but 631 against 517 at 65536x1408x512;
+ * bf16-out fp8 and tf32 are as fast or faster through TMA at every measured shape. */
+typedef enum { FORGE_GEMM_STORE_AUTO = 0, FORGE_GEMM_STORE_DIRECT = 1, FORGE_GEMM_STORE_TMA = 2 } forge_gemm_store;
+#define FORGE_FP8_TMA_STORE_MAX_K 1024
 
 forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt, void *C,
                                forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,

@@ -1036,36 +1036,42 @@ static int fp8_auto_promote(int M, int N, int sm_count) {
     return 2 * t256 >= sm_count ? (int)FORGE_FP8_PROMOTE_CHUNK64 : FP8_PROMOTE_SERIAL;
 }
 
-/* FORGE_FP8_STORE (read once): how FORGE_GEMM_STORE_AUTO calls of the fp8 and tf32 GEMMs store C: unset, "",
- * "auto" or "tma": the TMA-store epilogue where C allows it (fp8_c_tma_ok; not the 2-CTA cluster kernels), the
- * direct store elsewhere; "direct": the direct store always (the pre-rung-4e epilogue, for A/B runs). Any
+/* FORGE_FP8_STORE (read once): how FORGE_GEMM_STORE_AUTO calls of the fp8 and tf32 GEMMs store C: unset, "" or
+ * "auto": the measured choice (fp8_resolve_store); "tma": the TMA-store epilogue wherever C allows it (fp8_c_tma_ok;
+ * not the 2-CTA cluster kernels); "direct": the direct store always (the pre-rung-4e epilogue). For A/B runs. Any
  * other value: -1 (AUTO calls fail with FORGE_ERR_ARG naming the variable). */
 static int fp8_env_store(void) {
     static int cached = -2; /* racing first callers compute and store the same value */
     if (cached != -2) return cached;
     const char *v = getenv("FORGE_FP8_STORE");
     int r;
-    if (v == nullptr || v[0] == '\0' || strcmp(v, "auto") == 0 || strcmp(v, "tma") == 0) r = FORGE_GEMM_STORE_AUTO;
+    if (v == nullptr || v[0] == '\0' || strcmp(v, "auto") == 0) r = FORGE_GEMM_STORE_AUTO;
+    else if (strcmp(v, "tma") == 0) r = FORGE_GEMM_STORE_TMA;
     else if (strcmp(v, "direct") == 0) r = FORGE_GEMM_STORE_DIRECT;
     else r = -1;
     cached = r;
     return r;
 }
 
-/* The epilogue a call resolves to: *tma_c = 1 the TMA-store epilogue, 0 the direct store. FORGE_ERR_ARG for an
- * unknown mode or a bad FORGE_FP8_STORE (AUTO only). */
-static forge_status fp8_resolve_store(forge_gemm_store store, const void *C, int N, int out_bf16, const char *what,
-                                      int *tma_c) {
+/* The epilogue a call resolves to: *tma_c = 1 the TMA-store epilogue, 0 the direct store. AUTO (the caller's mode
+ * and FORGE_FP8_STORE both auto): TMA where C allows it, except fp8 with fp32 C at K > FORGE_FP8_TMA_STORE_MAX_K
+ * (gemm_fp8.h has the measurements). FORGE_ERR_ARG for an unknown mode or a bad FORGE_FP8_STORE. */
+static forge_status fp8_resolve_store(forge_gemm_store store, const void *C, int N, int K, int out_bf16, int is_fp8,
+                                      const char *what, int *tma_c) {
     *tma_c = 0;
-    if (store != FORGE_GEMM_STORE_AUTO && store != FORGE_GEMM_STORE_DIRECT)
-        return forge_error(FORGE_ERR_ARG, "%s: unknown store mode %d (expected FORGE_GEMM_STORE_AUTO or _DIRECT)",
-                           what, (int)store);
-    if (store == FORGE_GEMM_STORE_DIRECT) return FORGE_OK;
-    const int env = fp8_env_store();
-    if (env < 0)
-        return forge_error(FORGE_ERR_ARG, "%s: FORGE_FP8_STORE=%s (expected auto, tma or direct)", what,
-                           getenv("FORGE_FP8_STORE"));
-    *tma_c = env == FORGE_GEMM_STORE_AUTO && fp8_c_tma_ok(C, N, out_bf16);
+    if (store != FORGE_GEMM_STORE_AUTO && store != FORGE_GEMM_STORE_DIRECT && store != FORGE_GEMM_STORE_TMA)
+        return forge_error(FORGE_ERR_ARG,
+                           "%s: unknown store mode %d (expected FORGE_GEMM_STORE_AUTO, _DIRECT or _TMA)", what,
+                           (int)store);
+    if (store == FORGE_GEMM_STORE_AUTO) {
+        const int env = fp8_env_store();
+        if (env < 0)
+            return forge_error(FORGE_ERR_ARG, "%s: FORGE_FP8_STORE=%s (expected auto, tma or direct)", what,
+                               getenv("FORGE_FP8_STORE"));
+        store = (forge_gemm_store)env;
+    }
+    if (store == FORGE_GEMM_STORE_DIRECT || !fp8_c_tma_ok(C, N, out_bf16)) return FORGE_OK;
+    *tma_c = store == FORGE_GEMM_STORE_TMA || !is_fp8 || out_bf16 || K <= FORGE_FP8_TMA_STORE_MAX_K;
     return FORGE_OK;
 }
 
@@ -1111,7 +1117,7 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
     int tc = 0;
-    FORGE_TRY(fp8_resolve_store(store, C, N, c_type == FORGE_GEMM_OUT_BF16, "gemm_fp8", &tc));
+    FORGE_TRY(fp8_resolve_store(store, C, N, K, c_type == FORGE_GEMM_OUT_BF16, 1, "gemm_fp8", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     if (accum == FORGE_FP8_PROMOTE) {
@@ -1177,7 +1183,7 @@ extern "C" forge_status forge_gemm_tf32_nt_store(const float *A, const float *B,
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32 nt (M=%d N=%d K=%d): %s", M, N, K, why);
     int tc = 0;
-    FORGE_TRY(fp8_resolve_store(store, C, N, 0, "gemm_tf32", &tc));
+    FORGE_TRY(fp8_resolve_store(store, C, N, K, 0, 0, "gemm_tf32", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;

@@ -39,15 +39,16 @@
  * - cuBLASLt needs 16-byte-aligned leading dimensions for fp8; the odd shapes
  *   (N = 999) have no cuBLASLt cell, and forge's e4m3 cell is their baseline.
  * - Epilogue A/B (rung 4e): every forge fp8 / tf32 cell takes the default
- *   store (FORGE_GEMM_STORE_AUTO: the TMA-store epilogue where C allows it,
- *   i.e. here every shape but N = 999, which falls back to the direct store;
- *   the _c2 cells always store directly); the "_direct" cells
- *   (forge_fp8_e4m3_direct, forge_fp8_e4m3_bf16out_direct,
- *   forge_wgmma_tf32_direct) force the direct store through
- *   forge_gemm_fp8_nt_store / forge_gemm_tf32_nt_store(FORGE_GEMM_STORE_DIRECT)
- *   on the same kernel choice, so one run compares the two epilogues.
- *   FORGE_FP8_STORE=direct in the environment turns the default cells direct
- *   too (then both columns measure the same kernel).
+ *   store (FORGE_GEMM_STORE_AUTO: the TMA-store epilogue where C allows it --
+ *   here every shape but N = 999 -- except fp32-out fp8 at K > 1024, which
+ *   stores directly, gemm_fp8.h's measured rule; the _c2 cells always store
+ *   directly); the "_direct" cells (forge_fp8_e4m3_direct,
+ *   forge_fp8_e4m3_bf16out_direct, forge_wgmma_tf32_direct) force the direct
+ *   store and forge_fp8_e4m3_tma the TMA store, through
+ *   forge_gemm_fp8_nt_store / forge_gemm_tf32_nt_store, on the same kernel
+ *   choice, so one run compares the two epilogues and the rule.
+ *   FORGE_FP8_STORE=direct / tma in the environment turns the default cells
+ *   too (then the columns measure the same kernel).
  */
 #include <math.h>
 #include <stdint.h>
@@ -494,7 +495,8 @@ typedef enum {
     F8_TF32,
     F8_E4M3_DIRECT,         /* F8_E4M3 with the direct store (FORGE_GEMM_STORE_DIRECT) */
     F8_E4M3_BF16OUT_DIRECT, /* F8_E4M3_BF16OUT, direct store */
-    F8_TF32_DIRECT          /* F8_TF32, direct store */
+    F8_TF32_DIRECT,         /* F8_TF32, direct store */
+    F8_E4M3_TMA             /* F8_E4M3 with the TMA store (FORGE_GEMM_STORE_TMA) wherever C allows it */
 } f8_kind;
 
 typedef struct {
@@ -543,10 +545,12 @@ static forge_status f8_run(void *ctx, int set) {
                                  c->kind == F8_E4M3_FAST ? FORGE_FP8_FAST_ACCUM : FORGE_FP8_PROMOTE, sh->stream);
     case F8_E4M3_DIRECT:
     case F8_E4M3_BF16OUT_DIRECT:
+    case F8_E4M3_TMA:
         return forge_gemm_fp8_nt_store(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C,
                                        c->kind == F8_E4M3_BF16OUT_DIRECT ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32,
                                        F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE,
-                                       FORGE_GEMM_STORE_DIRECT, sh->stream);
+                                       c->kind == F8_E4M3_TMA ? FORGE_GEMM_STORE_TMA : FORGE_GEMM_STORE_DIRECT,
+                                       sh->stream);
     case F8_TF32_DIRECT:
         return forge_gemm_tf32_nt_store(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
                                         FORGE_GEMM_STORE_DIRECT, sh->stream);
@@ -638,7 +642,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                        "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,"
                        "forge_fp8_e4m3_fastacc_c2,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16,"
-                       "forge_fp8_e4m3_direct,forge_fp8_e4m3_bf16out_direct; tf32 nt "
+                       "forge_fp8_e4m3_direct,forge_fp8_e4m3_tma,forge_fp8_e4m3_bf16out_direct; tf32 nt "
                        "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", F8_SHAPES[i].M, F8_SHAPES[i].N,
@@ -650,8 +654,9 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         "accumulation promoted every 128 of K (pipe: the same promotion, two alternating temporaries, "
         "wait_group 1; chunk64 / chunk128: the same promotion at BN 256, a stage's MMAs per 64-column chunk into "
         "two alternating temporaries / per 128-column chunk into one; _c2: 2-CTA clusters, B multicast; fastacc: not "
-        "promoted), fp32 out (bf16out: bf16); C stored by the TMA-store epilogue where N allows it (_direct cells: "
-        "from the registers, the pre-rung-4e epilogue); baseline "
+        "promoted), fp32 out (bf16out: bf16); C stored by the TMA-store epilogue where N allows it, except fp32-out "
+        "fp8 at K > 1024 (direct; _direct cells: always from the registers, the pre-rung-4e epilogue; _tma: always "
+        "TMA); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
         "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
@@ -704,6 +709,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
                      {F8_BF16, "forge_wgmma_bf16", FORGE_PREC_BF16, 2, 4},
                      {F8_E4M3_DIRECT, "forge_fp8_e4m3_direct", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_TMA, "forge_fp8_e4m3_tma", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT_DIRECT, "forge_fp8_e4m3_bf16out_direct", FORGE_PREC_FP8, 1, 2},
                      {F8_CUBLAS_TF32, "cublas_tf32", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32, "forge_wgmma_tf32", FORGE_PREC_TF32, 4, 4},
