@@ -395,7 +395,8 @@ void suite_harness(void) {
             CHECK_OK(forge_harness_run(h, &cell, &r));
             CHECK_MSG(c.runs == want_runs[i], "%s@%s: %d runs, expected %d", names[i], groups[i], c.runs,
                       want_runs[i]);
-            CHECK(want_runs[i] ? r.status == FORGE_CELL_OK : (r.status == FORGE_CELL_FAILED && isnan(r.median_ms)));
+            CHECK(want_runs[i] ? r.status == FORGE_CELL_OK : (r.status == FORGE_CELL_SKIPPED && isnan(r.median_ms)));
+            CHECK(!forge_cell_bad(&r));
         }
         unsetenv("FORGE_BENCH_ONLY");
         CHECK_OK(forge_harness_close(h));

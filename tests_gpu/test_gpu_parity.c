@@ -1764,24 +1764,33 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
 
     /* the Hopper wgmma backward (flash_attention_bf16_wgmma_bwd.cu) on the same inputs, out and lse of the
      * forward above; same tolerances as the mma.sync backward. A refusal (FORGE_ERR_UNSUPPORTED) is a failure:
-     * every shape here (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one it must take on sm_90. */
-    {
+     * every shape here (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one it must take on sm_90. Each dK/dV
+     * variant by name (FORGE_FLASH16_BWD_DKDV changes neither): the split kernel (flash16_backward_wgmma.*) and,
+     * at D = 128 (D = 64 has one dK/dV kernel), the pipelined one (flash16_backward_wgmma_dkp.*). */
+    for (int var = 0; var < 2; var++) {
+        if (var == 1 && D != 128) break;
+        const char *vname = var == 0 ? "flash16_backward_wgmma" : "flash16_backward_wgmma_dkp";
+        char ndq[64], ndk[64], ndv[64];
+        snprintf(ndq, sizeof ndq, "%s.dq", vname);
+        snprintf(ndk, sizeof ndk, "%s.dk", vname);
+        snprintf(ndv, sizeof ndv, "%s.dv", vname);
         void *gdq2 = fa_dev(P, no * 4, NULL, 0xff), *gdk2 = fa_dev(P, nkv * 4, NULL, 0xff),
              *gdv2 = fa_dev(P, nkv * 4, NULL, 0xff), *gdelta2 = fa_dev(P, nl * 4, NULL, 0xff);
         if (!gdq2 || !gdk2 || !gdv2 || !gdelta2)
             st = FORGE_ERR_OOM;
         else
-            st = forge_flash_bf16_backward_wgmma(&fs, gq, dk_, dv_, gout, gdo, glse, gdelta2, gdq2, gdk2, gdv2,
-                                                 stream);
+            st = forge_flash_bf16_backward_wgmma_dkdv(&fs, gq, dk_, dv_, gout, gdo, glse, gdelta2, gdq2, gdk2, gdv2,
+                                                      var == 0 ? FORGE_FLASH16_DKDV_SPLIT : FORGE_FLASH16_DKDV_PIPE,
+                                                      stream);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st != FORGE_OK) {
             char why[512];
             snprintf(why, sizeof why, "(%s: %s)", forge_status_name(st), forge_error_message());
-            report(P, 0, "flash16_backward_wgmma", shape, INFINITY, 0, why);
+            report(P, 0, vname, shape, INFINITY, 0, why);
         } else {
-            fa_check_dev(P, "flash16_backward_wgmma.dq", shape, gdq2, no, 0, rdq, 3e-2, 1);
-            fa_check_dev(P, "flash16_backward_wgmma.dk", shape, gdk2, nkv, 0, rdk, 3e-2, 1);
-            fa_check_dev(P, "flash16_backward_wgmma.dv", shape, gdv2, nkv, 0, rdv, 3e-2, 1);
+            fa_check_dev(P, ndq, shape, gdq2, no, 0, rdq, 3e-2, 1);
+            fa_check_dev(P, ndk, shape, gdk2, nkv, 0, rdk, 3e-2, 1);
+            fa_check_dev(P, ndv, shape, gdv2, nkv, 0, rdv, 3e-2, 1);
         }
         void *gw[4] = {gdq2, gdk2, gdv2, gdelta2};
         for (int i = 0; i < 4; i++)

@@ -428,7 +428,7 @@ forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C,
                                    .ctx = &c, .poison = ops_poison, .run = ops_run, .check = ops_check};
         forge_cell_result r;
         if (s == FORGE_OK) s = forge_harness_run(h, &cell, &r);
-        if (s == FORGE_OK && r.status != FORGE_CELL_OK) bad++;
+        if (s == FORGE_OK && forge_cell_bad(&r)) bad++;
         ops_cell_free(&c);
     }
     s = forge_bench_session_end(&bs, h, s);

@@ -203,7 +203,7 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
         forge_cell_result r;
         if (s == FORGE_OK) s = forge_harness_run(h, &cell, &r);
         if (s == FORGE_OK) {
-            if (r.status != FORGE_CELL_OK) bad++;
+            if (forge_cell_bad(&r)) bad++;
             tok_s[i] = tokens / (r.median_ms / 1000);
             mfu[i] = peak > 0 ? flops / (r.median_ms / 1000) / peak : 0;
             peak_mib[i] = forge_pool_get_stats(c.pool).peak_reserved / 1048576.0;

@@ -146,7 +146,10 @@ static forge_char_finding *char_finding_add(char_state *st) {
 }
 
 static const char *char_cell_status(forge_cell_status s) {
-    return s == FORGE_CELL_OK ? "ok" : s == FORGE_CELL_GARBAGE ? "garbage" : "failed";
+    return s == FORGE_CELL_OK        ? "ok"
+           : s == FORGE_CELL_GARBAGE ? "garbage"
+           : s == FORGE_CELL_SKIPPED ? "skipped"
+                                     : "failed";
 }
 
 /* Prepares, checks and times one GEMM cell; keeps its result and samples. */
@@ -419,6 +422,8 @@ static void char_print_summary(const char_state *st, FILE *out) {
         char verdict[160];
         if (e->res.status == FORGE_CELL_GARBAGE) {
             snprintf(verdict, sizeof verdict, "garbage (rel_err %.2e > %.0e)", e->res.rel_err, e->res.tolerance);
+        } else if (e->res.status == FORGE_CELL_SKIPPED) {
+            snprintf(verdict, sizeof verdict, "skipped (FORGE_BENCH_ONLY)");
         } else if (e->res.status != FORGE_CELL_OK) {
             snprintf(verdict, sizeof verdict, "failed (see the harness table)");
         } else if (strcmp(e->suite, "characterize_clock") == 0) {

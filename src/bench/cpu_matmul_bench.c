@@ -312,7 +312,7 @@ forge_status forge_bench_cpu_matmul(FILE *out, int reps) {
     int bad = 0;
     for (int i = 0; i < N_SHAPES; i++)
         for (int op = 0; op < OP_COUNT; op++)
-            for (int v = 0; v < 2; v++) bad += res[i][op][v].status != FORGE_CELL_OK;
+            for (int v = 0; v < 2; v++) bad += forge_cell_bad(&res[i][op][v]);
     if (s == FORGE_OK && bad)
         s = forge_error(FORGE_ERR_NUMERIC, "bench matmul: %d cells failed the check (garbage or failed above)", bad);
     if (s == FORGE_OK) {

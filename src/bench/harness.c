@@ -319,7 +319,7 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
     if (!cell_selected(cell->name, cell->group)) {
         if (result) {
             memset(result, 0, sizeof *result);
-            result->status = FORGE_CELL_FAILED;
+            result->status = FORGE_CELL_SKIPPED;
             result->rel_err = result->median_ms = result->ci_lo_ms = result->ci_hi_ms = NAN;
             result->min_ms = result->max_ms = result->tflops = result->gbps = NAN;
         }

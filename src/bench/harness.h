@@ -104,7 +104,8 @@ typedef struct {
     double tolerance;
 } forge_harness_cell;
 
-typedef enum { FORGE_CELL_OK = 0, FORGE_CELL_GARBAGE, FORGE_CELL_FAILED } forge_cell_status;
+/* SKIPPED: not selected by FORGE_BENCH_ONLY (not run, not recorded, not a failure) */
+typedef enum { FORGE_CELL_OK = 0, FORGE_CELL_GARBAGE, FORGE_CELL_FAILED, FORGE_CELL_SKIPPED } forge_cell_status;
 
 typedef struct {
     forge_cell_status status;
@@ -114,6 +115,11 @@ typedef struct {
     double tflops, gbps;
 } forge_cell_result;
 
+/* A cell that counts against its suite: garbage or failed (OK and SKIPPED do not). */
+static inline int forge_cell_bad(const forge_cell_result *r) {
+    return r->status == FORGE_CELL_GARBAGE || r->status == FORGE_CELL_FAILED;
+}
+
 typedef struct forge_harness forge_harness;
 
 /* Checks provenance (refuses a run missing any field) and prepares the CSVs. */
@@ -121,7 +127,7 @@ forge_status forge_harness_open(forge_harness **out, const forge_harness_config 
                                 const forge_provenance *prov, const forge_bench_timer *timer);
 /* Checks, then times one cell; the result is also kept for the verdicts. With FORGE_BENCH_ONLY set (substrings
  * separated by '|', matched against "name@group") a cell matching none of them is neither run nor recorded:
- * FORGE_OK with result->status FORGE_CELL_FAILED and NaN timings. */
+ * FORGE_OK with result->status FORGE_CELL_SKIPPED and NaN timings. */
 forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result);
 /* Computes verdicts (ratio vs strongest baseline, win / accelerated), prints
  * the summary table, writes <suite>.csv and <suite>_samples.csv. */

@@ -108,7 +108,9 @@ template <int D> struct fb_cfg {
     /* fb_dkdv_split_kernel: K and V as 64-row tensors, the ring, lse/delta, the P^T handoff, the barriers */
     static constexpr size_t SPLIT_SMEM = 2 * (size_t)TILE_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) +
                                          FB_SP_BYTES + 8 * (1 + 2 * STAGES) + 1024;
-    static_assert(SMEM <= 232448 && SPLIT_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+    /* fb_dkdv_split_pipe_kernel: the same with a second P^T buffer */
+    static constexpr size_t SPLIT_PIPE_SMEM = SPLIT_SMEM + FB_SP_BYTES;
+    static_assert(SMEM <= 232448 && SPLIT_PIPE_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(D == 64 || D == 128, "compiled head dims");
 };
 
@@ -667,6 +669,191 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     }
 }
 
+/* ---- D = 128 dK/dV, pipelined (FORGE_FLASH16_BWD_DKDV=pipe) --------------------------------------------- */
+
+/* Named barriers of the pipelined split kernel: P^T of tile it sits in buffer it & 1 of sp. */
+#define FB_BAR_PP_FULL 1  /* + b: P^T of a tile is in buffer b */
+#define FB_BAR_PP_EMPTY 3 /* + b: the dK warpgroup has read buffer b */
+
+/* Tile it's elementwise step of fb_dkdv_pipe_consumer on sacc (its S-like product): P^T into buffer it & 1 of sp
+ * (ROLE 0) or dS^T from it (ROLE 1); the arithmetic of fb_dkdv_split_kernel. */
+template <int ROLE>
+__device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const forge_flash_shape &s, int it,
+                                                    const float *ls, float *sp, int key_lo, int tq, int tid,
+                                                    float sl2, float (&sacc)[32]) {
+    const float *dl = ls + FB_BS;
+    const int b = it & 1;
+    float *spb = sp + b * (FB_SP_BYTES / 4);
+    if (ROLE == 0) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        const bool edge = kb.k0 + 63 > qt0 + kb.diag || qt0 + FB_BS > s.Tq;
+        const int vis0 = edge ? key_lo - kb.diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - kb.diag - qt0 : -FB_BIG;
+        const int lim = edge ? s.Tq - qt0 : FB_BIG;
+        fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
+        fb_bar_sync(FB_BAR_PP_EMPTY + b);
+#pragma unroll
+        for (int i = 0; i < 32; i++) spb[i * 128 + tid] = sacc[i];
+        __threadfence_block();
+        fb_bar_arrive(FB_BAR_PP_FULL + b);
+    } else {
+        fb_bar_sync(FB_BAR_PP_FULL + b);
+#pragma unroll
+        for (int n = 0; n < FB_BS / 8; n++) {
+            const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+            for (int e = 0; e < 4; e++) /* dS^T / scale */
+                sacc[4 * n + e] = spb[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
+        }
+        fb_bar_arrive(FB_BAR_PP_EMPTY + b);
+    }
+}
+
+__device__ __forceinline__ void fb_ring_advance(int &stage, uint32_t &phase, int &prev, int stages) {
+    prev = stage;
+    if (++stage == stages) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
+/* One consumer warpgroup of fb_dkdv_split_pipe_kernel; ROLE 0: S^T -> P^T -> dV (and P^T into sp), ROLE 1:
+ * dP^T -> dS^T -> dK. Same products and the same fp32 arithmetic per element as fb_dkdv_split_kernel, in a
+ * software pipeline: tile it's S-like product is issued, then tile it-1's accumulate product (dV += P^T.dO or
+ * dK += dS^T.Q, register A from the previous iteration), and wait_group 1 retires the first only, so the
+ * elementwise work of tile it (exp2 for P^T; the dS^T arithmetic) runs while the tensor pipe does tile it-1's
+ * accumulation. The first tile is peeled and the last accumulation drained after the loop, so the loop body has
+ * no branch between an issue and its wait and the same group in flight at every entry (ptxas serialises every
+ * wgmma otherwise, C7518). The P^T handoff is double-buffered, so the P^T warpgroup can run a tile ahead:
+ * the dK warpgroup pre-arrives EMPTY on both buffers, the P^T warpgroup syncs EMPTY before every write and twice
+ * after its loop, so each barrier id alternates one arrive with one sync (neither side can get two phases
+ * ahead: a write needs the EMPTY of the read two tiles back, a read the FULL of its write). */
+template <int D, int ROLE>
+__device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, const forge_flash_shape &s,
+                                                      uint32_t res, uint32_t sring, const float *ld_gen, float *sp,
+                                                      uint32_t resbar, uint32_t bars, int tid, float sl2,
+                                                      float (&acc)[D / 2]) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    /* the accumulate product's B operand within a stage: dO (ROLE 0) or Q (ROLE 1) */
+    constexpr uint32_t B_OFF = ROLE == 0 ? cfg::TILE_BYTES : 0u;
+    const int key_lo = kb.k0 + warp * 16 + g;
+    if (kb.total == 0) return; /* CTA-uniform: neither warpgroup touches a barrier */
+    mbar_wait(resbar, 0);
+    if (ROLE == 1) {
+        fb_bar_arrive(FB_BAR_PP_EMPTY + 0);
+        fb_bar_arrive(FB_BAR_PP_EMPTY + 1);
+    }
+    int stage = 0, prev = 0;
+    uint32_t phase = 0;
+    uint32_t a[4][4]; /* the previous tile's P^T / dS^T as the register A operand */
+
+    { /* tile 0: nothing in flight yet */
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
+        float sacc[32];
+        wgmma_fence();
+        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(sacc);
+        fb_pipe_elementwise<ROLE>(kb, s, 0, ld_gen + stage * (2 * FB_BS), sp, key_lo, tq, tid, sl2, sacc);
+        fb_to_a<64>(a, sacc);
+        fb_ring_advance(stage, phase, prev, STAGES);
+    }
+#pragma unroll 1
+    for (int it = 1; it < kb.total; it++) {
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
+        float sacc[32];
+        wgmma_fence(); /* a was written by ordinary instructions */
+        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        wgmma_commit();
+        fb_rs<D>(acc, a, B_OFF + sring + prev * cfg::STAGE_BYTES); /* tile it-1's dV += P^T.dO or dK += dS^T.Q */
+        wgmma_commit();
+        wgmma_wait<1>(); /* the S-like product of tile it */
+        wgmma_fence_operands(sacc);
+        fb_pipe_elementwise<ROLE>(kb, s, it, ld_gen + stage * (2 * FB_BS), sp, key_lo, tq, tid, sl2, sacc);
+        wgmma_wait<0>(); /* tile it-1's accumulation: its stage and a are free */
+        wgmma_fence_operands(acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+        fb_to_a<64>(a, sacc);
+        fb_ring_advance(stage, phase, prev, STAGES);
+    }
+    wgmma_fence();
+    fb_rs<D>(acc, a, B_OFF + sring + prev * cfg::STAGE_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+    if (ROLE == 0) { /* the dK warpgroup's last arrival on each buffer */
+        fb_bar_sync(FB_BAR_PP_EMPTY + 0);
+        fb_bar_sync(FB_BAR_PP_EMPTY + 1);
+    }
+}
+
+/* D = 128 dK/dV with the consumers software-pipelined (fb_dkdv_pipe_consumer); otherwise fb_dkdv_split_kernel:
+ * the same producer, ring, 64 keys per CTA, role split and outputs; one more 16 KiB P^T buffer. */
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fb_dkdv_split_pipe_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                              const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                              const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
+                              float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    constexpr uint32_t KV_BYTES = FB_BS * D * 2;
+    extern __shared__ __align__(1024) unsigned char fb_smem[];
+    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
+    const uint32_t sk = base, sv = base + KV_BYTES;
+    const uint32_t sring = sv + KV_BYTES;
+    const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES;
+    const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* two P^T buffers: 2 x 32 x 128 fp32 */
+    const uint32_t resbar = ssp + 2 * FB_SP_BYTES;
+    const uint32_t bars = resbar + 8;
+    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
+    float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
+
+    const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
+        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
+                                bars);
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    float acc[D / 2]; /* dV (c = 0) or dK (c = 1) */
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
+    if (c == 0)
+        fb_dkdv_pipe_consumer<D, 0>(kb, s, sk, sring, ld_gen, sp, resbar, bars, tid, sl2, acc);
+    else
+        fb_dkdv_pipe_consumer<D, 1>(kb, s, sv, sring, ld_gen, sp, resbar, bars, tid, sl2, acc);
+
+    const int key_lo = kb.k0 + warp * 16 + g;
+    float *out = c == 0 ? dv : dk;
+    const float f = c == 0 ? 1.0f : scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= s.Tk) continue;
+        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(out + off + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * f, acc[4 * n + 2 * r + 1] * f);
+    }
+}
+
 /* ---- host ----------------------------------------------------------------------------------- */
 
 /* the shared 3D token map (wgmma_tmap.cu), naming this entry and its fallback in a refusal */
@@ -678,7 +865,7 @@ static forge_status fb_encode(CUtensorMap *map, const void *ptr, int B, int T, i
 template <int D>
 static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                   const void *o, const void *dout, const float *lse, float *delta, float *dq,
-                                  float *dk, float *dv, cudaStream_t st) {
+                                  float *dk, float *dv, int dkdv, cudaStream_t st) {
     /* every map before the first launch: a refused layout must leave nothing half-written. 128-row boxes for
      * what a CTA keeps resident (Q, dO in dQ; K, V in the D = 64 dK/dV kernel), 64-row boxes for streamed tiles
      * and the D = 128 dK/dV kernel's resident K, V. */
@@ -712,6 +899,13 @@ static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, con
         dim3 gk((unsigned)((s->Tk + FB_BR - 1) / FB_BR), (unsigned)s->Hkv, (unsigned)s->B);
         kkv<<<gk, FB_THREADS, smem, st>>>(k_res, v_res, q_str, do_str, lse, delta, dk, dv, *s, sl2, scale);
         CUDA_LAUNCH_CHECK("fb_dkdv_kernel<64>");
+    } else if (dkdv == FORGE_FLASH16_DKDV_PIPE) {
+        constexpr size_t psmem = fb_cfg<D>::SPLIT_PIPE_SMEM;
+        auto kkv = fb_dkdv_split_pipe_kernel<D>;
+        CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psmem));
+        dim3 gk((unsigned)((s->Tk + FB_BS - 1) / FB_BS), (unsigned)s->Hkv, (unsigned)s->B);
+        kkv<<<gk, FB_THREADS, psmem, st>>>(k_str, v_str, q_str, do_str, lse, delta, dk, dv, *s, sl2, scale);
+        CUDA_LAUNCH_CHECK("fb_dkdv_split_pipe_kernel<128>");
     } else {
         constexpr size_t ssmem = fb_cfg<D>::SPLIT_SMEM;
         auto kkv = fb_dkdv_split_kernel<D>;
@@ -723,13 +917,28 @@ static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, con
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
-                                                        const void *v, const void *out_bf16, const void *dout_bf16,
-                                                        const float *lse, float *delta, float *dq, float *dk,
-                                                        float *dv, void *stream) {
+/* FORGE_FLASH16_BWD_DKDV, read once: "pipe" = the pipelined D = 128 dK/dV kernel, anything else (unset, "split")
+ * the split kernel (FORGE_FLASH16_DKDV_SPLIT). */
+static int fb_env_dkdv(void) {
+    static int cached = -1; /* racing first callers compute and store the same value */
+    if (cached < 0) {
+        const char *e = getenv("FORGE_FLASH16_BWD_DKDV");
+        cached = e != nullptr && strcmp(e, "pipe") == 0 ? FORGE_FLASH16_DKDV_PIPE : FORGE_FLASH16_DKDV_SPLIT;
+    }
+    return cached;
+}
+
+extern "C" forge_status forge_flash_bf16_backward_wgmma_dkdv(const forge_flash_shape *s, const void *q, const void *k,
+                                                             const void *v, const void *out_bf16,
+                                                             const void *dout_bf16, const float *lse, float *delta,
+                                                             float *dq, float *dk, float *dv, int dkdv,
+                                                             void *stream) {
     const char *what = "forge_flash_bf16_backward_wgmma";
     const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 10));
+    if (dkdv != FORGE_FLASH16_DKDV_SPLIT && dkdv != FORGE_FLASH16_DKDV_PIPE)
+        return forge_error(FORGE_ERR_ARG, "%s: dK/dV variant %d (expected FORGE_FLASH16_DKDV_SPLIT or _PIPE)", what,
+                           dkdv);
     if (s->B == 0) return FORGE_OK;
     if (s->Tq == 0 || s->Tk == 0)
         return forge_error(FORGE_ERR_UNSUPPORTED,
@@ -745,6 +954,14 @@ extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape 
                            "the mma.sync backward",
                            what, major);
     cudaStream_t st = (cudaStream_t)stream;
-    return s->D == 64 ? fb_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st)
-                      : fb_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st);
+    return s->D == 64 ? fb_backward_t<64>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, dkdv, st)
+                      : fb_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, dkdv, st);
+}
+
+extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
+                                                        const void *v, const void *out_bf16, const void *dout_bf16,
+                                                        const float *lse, float *delta, float *dq, float *dk,
+                                                        float *dv, void *stream) {
+    return forge_flash_bf16_backward_wgmma_dkdv(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv,
+                                                fb_env_dkdv(), stream);
 }

@@ -19,9 +19,11 @@
  *   three backward kernels), flash_bf16_fwdbwd_wgmma (the wgmma forward + the
  *   same mma.sync backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the
  *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults),
+ *   flash_bf16_fwdbwd_wgmma2_dkp (the wgmma backward's pipelined D = 128
+ *   dK/dV kernel; the split one in every other wgmma2 cell),
  *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
  *   forward). Every cell calls its kernels by name, so FORGE_FLASH16_FWD /
- *   _BWD / _FWD_SCHED change none.
+ *   _BWD / _FWD_SCHED / _BWD_DKDV change none.
  * FLOPs: forward 2*B*H*T^2*D (causal), backward 2.5x that (the issue's
  * convention), so fwd+bwd counts 3.5x.
  *
@@ -262,7 +264,8 @@ typedef enum {
     AB_FLASH_FWDBWD_WGMMA2_PS,
     AB_FLASH_FWD_WGMMA_PSO,
     AB_FLASH_FWD_WGMMA_PP128,
-    AB_FLASH_FWD_WGMMA_PS128
+    AB_FLASH_FWD_WGMMA_PS128,
+    AB_FLASH_FWDBWD_WGMMA2_DKP
 } ab_kind;
 
 static int ab_is_flash(ab_kind k) {
@@ -270,11 +273,12 @@ static int ab_is_flash(ab_kind k) {
            k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWD_WGMMA_OV ||
            k == AB_FLASH_FWD_WGMMA_PP || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWD_WGMMA_PS ||
            k == AB_FLASH_FWDBWD_WGMMA2_PS || k == AB_FLASH_FWD_WGMMA_PSO || k == AB_FLASH_FWD_WGMMA_PP128 ||
-           k == AB_FLASH_FWD_WGMMA_PS128;
+           k == AB_FLASH_FWD_WGMMA_PS128 || k == AB_FLASH_FWDBWD_WGMMA2_DKP;
 }
 static int ab_is_bwd(ab_kind k) {
     return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA ||
-           k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS;
+           k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS ||
+           k == AB_FLASH_FWDBWD_WGMMA2_DKP;
 }
 
 typedef struct {
@@ -395,8 +399,7 @@ static forge_status ab_poison(void *ctx) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
-    if (c->kind == AB_FLASH_FWDBWD || c->kind == AB_FLASH_FWDBWD_WGMMA || c->kind == AB_FLASH_FWDBWD_WGMMA2 ||
-        c->kind == AB_FLASH_FWDBWD_WGMMA2_PP || c->kind == AB_FLASH_FWDBWD_WGMMA2_PS) {
+    if (ab_is_bwd(c->kind) && c->kind != AB_UNFUSED_FWDBWD) {
         AB_TRY(cudaMemsetAsync(sh->dq, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dk, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dv, 0xFF, n * 4, sh->stream));
@@ -451,12 +454,14 @@ static forge_status ab_run(void *ctx, int set) {
     case AB_FLASH_FWDBWD_WGMMA2:
     case AB_FLASH_FWDBWD_WGMMA2_PP:
     case AB_FLASH_FWDBWD_WGMMA2_PS:
+    case AB_FLASH_FWDBWD_WGMMA2_DKP:
         FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(
             &fs, sh->q, sh->k, sh->v, sh->out, sh->lse,
-            c->kind == AB_FLASH_FWDBWD_WGMMA2 ? FW_BASE : c->kind == AB_FLASH_FWDBWD_WGMMA2_PP ? FW_PP : FW_PS,
+            c->kind == AB_FLASH_FWDBWD_WGMMA2_PP ? FW_PP : c->kind == AB_FLASH_FWDBWD_WGMMA2_PS ? FW_PS : FW_BASE,
             sh->stream));
-        return forge_flash_bf16_backward_wgmma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta,
-                                               sh->dq, sh->dk, sh->dv, sh->stream);
+        return forge_flash_bf16_backward_wgmma_dkdv(
+            &fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq, sh->dk, sh->dv,
+            c->kind == AB_FLASH_FWDBWD_WGMMA2_DKP ? FORGE_FLASH16_DKDV_PIPE : FORGE_FLASH16_DKDV_SPLIT, sh->stream);
     case AB_FLASH_FWDBWD:
         FORGE_TRY(forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 64, sh->stream));
         return forge_flash_bf16_backward_mma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
@@ -549,7 +554,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
                        "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,flash_bf16_fwd_wgmma_ps,"
                        "flash_bf16_fwd_wgmma_pso,flash_bf16_fwd_wgmma_pp128,flash_bf16_fwd_wgmma_ps128,"
                        "unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
-                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; "
+                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps,flash_bf16_fwdbwd_wgmma2_dkp; "
+                       "flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; "
                        "shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
@@ -602,7 +608,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             int baseline;
             forge_precision prec;
             double tol, flops, bytes;
-        } cells[16] = {
+        } cells[] = {
             /* unfused fp32: 1e-4, justified at the top of the file */
             {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
             {AB_FLASH_FWD, "flash_bf16_fwd_mma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
@@ -624,8 +630,11 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
              2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA2_PS, "flash_bf16_fwdbwd_wgmma2_ps", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
+            {AB_FLASH_FWDBWD_WGMMA2_DKP, "flash_bf16_fwdbwd_wgmma2_dkp", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
+             2.0 * 9 * nb + 4.0 * 3 * nb},
         };
         for (int c = 0; c < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; c++) {
+            if (cells[c].kind == AB_FLASH_FWDBWD_WGMMA2_DKP && D != 128) continue; /* one dK/dV kernel at D = 64 */
             ab_cell ctx = {&sh, cells[c].kind};
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
@@ -644,7 +653,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             forge_cell_result res;
             memset(&res, 0, sizeof res);
             s = forge_harness_run(h, &cell, &res);
-            if (s == FORGE_OK && res.status != FORGE_CELL_OK) bad++;
+            if (s == FORGE_OK && forge_cell_bad(&res)) bad++;
         }
         ab_shape_free(&sh);
     }

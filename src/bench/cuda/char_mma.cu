@@ -1348,7 +1348,8 @@ static forge_status char_run_impl(forge_harness *h, FILE *out, cudaStream_t user
         memset(&r, 0, sizeof r);
         s = forge_harness_run(h, &hc, &r);
         if (s != FORGE_OK) break;
-        const char *st_name = r.status == FORGE_CELL_OK ? "ok" : r.status == FORGE_CELL_GARBAGE ? "GARBAGE" : "FAILED";
+        const char *st_name = r.status == FORGE_CELL_OK ? "ok" : r.status == FORGE_CELL_GARBAGE ? "GARBAGE"
+                                : r.status == FORGE_CELL_SKIPPED ? "skipped" : "FAILED";
         fprintf(out, "char_mma: %s: %s, rel_err %.3g, median %.4f ms, %.1f TFLOP/s\n", c->info->name, st_name,
                 r.rel_err, r.median_ms, r.tflops);
         if (r.status == FORGE_CELL_OK && r.tflops > c->info->ceiling_tflops) {

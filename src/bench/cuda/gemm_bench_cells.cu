@@ -703,7 +703,7 @@ static forge_status ge_epi_groups(gc_session *ss) {
             forge_cell_result res;
             memset(&res, 0, sizeof res);
             s = forge_harness_run(ss->h, &cell, &res);
-            if (s == FORGE_OK && res.status != FORGE_CELL_OK) ss->bad++;
+            if (s == FORGE_OK && forge_cell_bad(&res)) ss->bad++;
         }
         ge_bufs_free(&b);
         gc_shape_free(sh);

@@ -375,7 +375,7 @@ extern "C" forge_status gc_session_run_cell(gc_session *ss, gc_cell *c,
     forge_cell_result res;
     memset(&res, 0, sizeof res);
     const forge_status s = forge_harness_run(ss->h, &cell, &res);
-    if (s == FORGE_OK && res.status != FORGE_CELL_OK) ss->bad++;
+    if (s == FORGE_OK && forge_cell_bad(&res)) ss->bad++;
     return s;
 }
 

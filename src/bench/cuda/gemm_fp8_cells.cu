@@ -752,7 +752,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             forge_cell_result res;
             memset(&res, 0, sizeof res);
             s = forge_harness_run(ss.h, &cell, &res);
-            if (s == FORGE_OK && res.status != FORGE_CELL_OK) ss.bad++;
+            if (s == FORGE_OK && forge_cell_bad(&res)) ss.bad++;
         }
         f8_shape_free(&sh);
     }
