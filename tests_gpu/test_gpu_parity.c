@@ -1764,12 +1764,16 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
 
     /* the Hopper wgmma backward (flash_attention_bf16_wgmma_bwd.cu) on the same inputs, out and lse of the
      * forward above; same tolerances as the mma.sync backward. A refusal (FORGE_ERR_UNSUPPORTED) is a failure:
-     * every shape here (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one it must take on sm_90. Each dK/dV
-     * variant by name (FORGE_FLASH16_BWD_DKDV changes neither): the split kernel (flash16_backward_wgmma.*) and,
-     * at D = 128 (D = 64 has one dK/dV kernel), the pipelined one (flash16_backward_wgmma_dkp.*). */
-    for (int var = 0; var < 2; var++) {
-        if (var == 1 && D != 128) break;
-        const char *vname = var == 0 ? "flash16_backward_wgmma" : "flash16_backward_wgmma_dkp";
+     * every shape here (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one it must take on sm_90. Each variant
+     * by name (FORGE_FLASH16_BWD_DKDV changes none): the unpipelined kernels (flash16_backward_wgmma.*), at
+     * D = 128 (D = 64 has one dK/dV kernel) the pipelined dK/dV (flash16_backward_wgmma_dkp.*), and PIPE_DQ
+     * (flash16_backward_wgmma_pq.*: that and, at D = 64, the pipelined dQ kernel). */
+    static const int bwd_var[3] = {FORGE_FLASH16_DKDV_SPLIT, FORGE_FLASH16_DKDV_PIPE, FORGE_FLASH16_DKDV_PIPE_DQ};
+    static const char *const bwd_name[3] = {"flash16_backward_wgmma", "flash16_backward_wgmma_dkp",
+                                            "flash16_backward_wgmma_pq"};
+    for (int var = 0; var < 3; var++) {
+        if (var == 1 && D != 128) continue;
+        const char *vname = bwd_name[var];
         char ndq[64], ndk[64], ndv[64];
         snprintf(ndq, sizeof ndq, "%s.dq", vname);
         snprintf(ndk, sizeof ndk, "%s.dk", vname);
@@ -1780,8 +1784,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
             st = FORGE_ERR_OOM;
         else
             st = forge_flash_bf16_backward_wgmma_dkdv(&fs, gq, dk_, dv_, gout, gdo, glse, gdelta2, gdq2, gdk2, gdv2,
-                                                      var == 0 ? FORGE_FLASH16_DKDV_SPLIT : FORGE_FLASH16_DKDV_PIPE,
-                                                      stream);
+                                                      bwd_var[var], stream);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st != FORGE_OK) {
             char why[512];

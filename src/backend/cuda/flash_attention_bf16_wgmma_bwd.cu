@@ -187,7 +187,53 @@ __device__ __forceinline__ void fb_barriers_init(uint32_t bars, int stages, uint
 
 /* ---- dQ over query blocks ---------------------------------------------------------------- */
 
+__device__ __forceinline__ void fb_ring_advance(int &stage, uint32_t &phase, int &prev, int stages) {
+    prev = stage;
+    if (++stage == stages) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
+/* dQ kernel, one tile: issue S = Q.K^T and dP = dO.V^T (K, V of the stage at kt) as two commit groups */
 template <int D>
+__device__ __forceinline__ void fb_dq_tile_sdp(float (&sc)[32], float (&dp)[32], uint32_t qa, uint32_t doa,
+                                               uint32_t kt) {
+    wgmma_fence();
+    fb_ss<D>(sc, fb_opaque(qa), FB_BR * 128, kt, 8192);
+    wgmma_commit();
+    fb_ss<D>(dp, fb_opaque(doa), FB_BR * 128, kt + fb_cfg<D>::TILE_BYTES, 8192);
+    wgmma_commit();
+}
+
+/* dQ kernel: P = exp2(S sl2 - lse2) with the branch-free causal / key-bound mask of the tile at key k0
+ * (column j = key - k0 is visible to row r iff j <= vis[r] and j < lim; FB_BIG bounds on interior tiles) */
+__device__ __forceinline__ void fb_dq_p(float (&sc)[32], int k0, int wrow0, int row_lo, int diag, int Tk, int tq,
+                                        float sl2, const float (&lse2)[2]) {
+    const bool edge = k0 + FB_BS - 1 > wrow0 + diag || k0 + FB_BS > Tk;
+    const int vis0 = edge ? row_lo + diag - k0 : FB_BIG, vis1 = edge ? row_lo + 8 + diag - k0 : FB_BIG;
+    const int lim = edge ? Tk - k0 : FB_BIG;
+#pragma unroll
+    for (int n = 0; n < FB_BS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = n * 8 + 2 * tq + (e & 1);
+            const float p = exp2f(fmaf(sc[4 * n + e], sl2, -lse2[e >> 1]));
+            sc[4 * n + e] = (j > ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
+        }
+}
+
+
+
+/* PIPE = 0: per tile S, dP, then dS and dQ += dS.K, each product waited before the next step. PIPE = 1
+ * (FORGE_FLASH16_BWD_DKDV=pipe+dq): software-pipelined like fb_dkdv_pipe_consumer: tile t's S and dP are issued,
+ * then tile t-1's dQ += dS.K (register A kept from the previous iteration); wait_group 2 retires S (P computed
+ * while dP and the dQ product run), wait_group 1 dP (dS computed while dQ runs), wait_group 0 the dQ product,
+ * then that tile's stage is released. A consumer runs its visible tiles (0 .. nvis-1; every tile after its last
+ * visible one is above the diagonal for all of its rows) with the first peeled and the last dQ product drained
+ * after the loop, so no branch sits between an issue and its wait; then it releases the CTA's remaining tiles
+ * without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element. */
+template <int D, int PIPE>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                  const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -266,33 +312,72 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const uint32_t qa = sq + c * 8192, doa = sdo + c * 8192; /* rows 64c.. of each 128-row box */
     int stage = 0;
     uint32_t phase = 0;
+    if constexpr (PIPE) {
+        const int last_vis = wrow0 + 63 + diag; /* the last key any of this consumer's rows sees */
+        const int nvis = last_vis < 0 ? 0 : min(ntiles, last_vis / FB_BS + 1);
+        uint32_t a[4][4]; /* the previous tile's dS as the register A operand */
+        int prev = 0;
+        if (nvis > 0) {
+            mbar_wait(bars + 8 * stage, phase);
+            float sc[32], dp[32];
+            fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES);
+            wgmma_wait<1>();
+            wgmma_fence_operands(sc);
+            fb_dq_p(sc, 0, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2);
+            wgmma_wait<0>();
+            wgmma_fence_operands(dp);
+#pragma unroll
+            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]); /* dS / scale */
+            fb_to_a<64>(a, dp);
+            fb_ring_advance(stage, phase, prev, STAGES);
+        }
+#pragma unroll 1
+        for (int t = 1; t < nvis; t++) {
+            mbar_wait(bars + 8 * stage, phase);
+            float sc[32], dp[32];
+            fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES); /* fences a */
+            fb_rs<D>(acc, a, sring + prev * cfg::STAGE_BYTES); /* tile t-1's dQ += dS.K */
+            wgmma_commit();
+            wgmma_wait<2>(); /* S of tile t */
+            wgmma_fence_operands(sc);
+            fb_dq_p(sc, t * FB_BS, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2);
+            wgmma_wait<1>(); /* dP of tile t */
+            wgmma_fence_operands(dp);
+#pragma unroll
+            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]);
+            wgmma_wait<0>(); /* tile t-1's dQ product: its stage and a are free */
+            wgmma_fence_operands(acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+            fb_to_a<64>(a, dp);
+            fb_ring_advance(stage, phase, prev, STAGES);
+        }
+        if (nvis > 0) {
+            wgmma_fence();
+            fb_rs<D>(acc, a, sring + prev * cfg::STAGE_BYTES);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+        }
+        for (int t = nvis; t < ntiles; t++) { /* above the diagonal for all 64 rows: keep the ring in step */
+            mbar_wait(bars + 8 * stage, phase);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+            fb_ring_advance(stage, phase, prev, STAGES);
+        }
+    } else {
     for (int t = 0; t < ntiles; t++) {
         const int k0 = t * FB_BS;
         mbar_wait(bars + 8 * stage, phase);
         if (k0 <= wrow0 + 63 + diag) {
-            const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::TILE_BYTES;
+            const uint32_t kt = sring + stage * cfg::STAGE_BYTES;
             float sc[32], dp[32];
-            wgmma_fence();
-            fb_ss<D>(sc, fb_opaque(qa), FB_BR * 128, kt, 8192);
-            wgmma_commit();
-            fb_ss<D>(dp, fb_opaque(doa), FB_BR * 128, vt, 8192);
-            wgmma_commit();
+            fb_dq_tile_sdp<D>(sc, dp, qa, doa, kt);
             wgmma_wait<1>();
             wgmma_fence_operands(sc);
-
-            /* branch-free mask (dP is in flight here; see FB_BIG): column j = key - k0 is visible to
-             * row r iff j <= vis[r] and j < lim */
-            const bool edge = k0 + FB_BS - 1 > wrow0 + diag || k0 + FB_BS > s.Tk;
-            const int vis0 = edge ? row_lo + diag - k0 : FB_BIG, vis1 = edge ? row_lo + 8 + diag - k0 : FB_BIG;
-            const int lim = edge ? s.Tk - k0 : FB_BIG;
-#pragma unroll
-            for (int n = 0; n < FB_BS / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = n * 8 + 2 * tq + (e & 1);
-                    const float p = exp2f(fmaf(sc[4 * n + e], sl2, -lse2[e >> 1]));
-                    sc[4 * n + e] = (j > ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
-                }
+            fb_dq_p(sc, k0, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2); /* branch-free: dP is in flight */
 
             wgmma_wait<0>();
             wgmma_fence_operands(dp);
@@ -312,6 +397,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             stage = 0;
             phase ^= 1;
         }
+    }
     }
 
 #pragma unroll
@@ -708,14 +794,6 @@ __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const
     }
 }
 
-__device__ __forceinline__ void fb_ring_advance(int &stage, uint32_t &phase, int &prev, int stages) {
-    prev = stage;
-    if (++stage == stages) {
-        stage = 0;
-        phase ^= 1;
-    }
-}
-
 /* One consumer warpgroup of fb_dkdv_split_pipe_kernel; ROLE 0: S^T -> P^T -> dV (and P^T into sp), ROLE 1:
  * dP^T -> dS^T -> dK. Same products and the same fp32 arithmetic per element as fb_dkdv_split_kernel, in a
  * software pipeline: tile it's S-like product is issued, then tile it-1's accumulate product (dV += P^T.dO or
@@ -887,7 +965,11 @@ static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, con
     FORGE_TRY(forge_flash_bf16_backward_delta(s, o, dout, delta, st));
 
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    auto kq = fb_dq_kernel<D>;
+    /* the pipelined dQ kernel at D = 64 only: at D = 128 (dQ 64 + S 32 + dP 32 + the previous dS 16 registers per
+     * thread) ptxas spilled 40 B */
+    auto kq = fb_dq_kernel<D, 0>;
+    if constexpr (D == 64)
+        if (dkdv == FORGE_FLASH16_DKDV_PIPE_DQ) kq = fb_dq_kernel<D, 1>;
     CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gq((unsigned)((s->Tq + FB_BR - 1) / FB_BR), (unsigned)s->H, (unsigned)s->B);
     kq<<<gq, FB_THREADS, smem, st>>>(q_res, do_res, k_str, v_str, lse, delta, dq, *s, sl2, scale);
@@ -899,7 +981,7 @@ static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, con
         dim3 gk((unsigned)((s->Tk + FB_BR - 1) / FB_BR), (unsigned)s->Hkv, (unsigned)s->B);
         kkv<<<gk, FB_THREADS, smem, st>>>(k_res, v_res, q_str, do_str, lse, delta, dk, dv, *s, sl2, scale);
         CUDA_LAUNCH_CHECK("fb_dkdv_kernel<64>");
-    } else if (dkdv == FORGE_FLASH16_DKDV_PIPE) {
+    } else if (dkdv != FORGE_FLASH16_DKDV_SPLIT) {
         constexpr size_t psmem = fb_cfg<D>::SPLIT_PIPE_SMEM;
         auto kkv = fb_dkdv_split_pipe_kernel<D>;
         CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psmem));
@@ -917,13 +999,16 @@ static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, con
     return FORGE_OK;
 }
 
-/* FORGE_FLASH16_BWD_DKDV, read once: "pipe" = the pipelined D = 128 dK/dV kernel, anything else (unset, "split")
- * the split kernel (FORGE_FLASH16_DKDV_SPLIT). */
+/* FORGE_FLASH16_BWD_DKDV, read once: "pipe" = the pipelined D = 128 dK/dV kernel, "pipe+dq" = that and the
+ * pipelined dQ kernel, anything else (unset, "split") the unpipelined kernels (FORGE_FLASH16_DKDV_SPLIT). */
 static int fb_env_dkdv(void) {
     static int cached = -1; /* racing first callers compute and store the same value */
     if (cached < 0) {
         const char *e = getenv("FORGE_FLASH16_BWD_DKDV");
-        cached = e != nullptr && strcmp(e, "pipe") == 0 ? FORGE_FLASH16_DKDV_PIPE : FORGE_FLASH16_DKDV_SPLIT;
+        cached = e == nullptr                   ? FORGE_FLASH16_DKDV_SPLIT
+                 : strcmp(e, "pipe") == 0       ? FORGE_FLASH16_DKDV_PIPE
+                 : strcmp(e, "pipe+dq") == 0    ? FORGE_FLASH16_DKDV_PIPE_DQ
+                                                : FORGE_FLASH16_DKDV_SPLIT;
     }
     return cached;
 }
@@ -936,8 +1021,9 @@ extern "C" forge_status forge_flash_bf16_backward_wgmma_dkdv(const forge_flash_s
     const char *what = "forge_flash_bf16_backward_wgmma";
     const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 10));
-    if (dkdv != FORGE_FLASH16_DKDV_SPLIT && dkdv != FORGE_FLASH16_DKDV_PIPE)
-        return forge_error(FORGE_ERR_ARG, "%s: dK/dV variant %d (expected FORGE_FLASH16_DKDV_SPLIT or _PIPE)", what,
+    if (dkdv != FORGE_FLASH16_DKDV_SPLIT && dkdv != FORGE_FLASH16_DKDV_PIPE && dkdv != FORGE_FLASH16_DKDV_PIPE_DQ)
+        return forge_error(FORGE_ERR_ARG,
+                           "%s: backward variant %d (expected FORGE_FLASH16_DKDV_SPLIT, _PIPE or _PIPE_DQ)", what,
                            dkdv);
     if (s->B == 0) return FORGE_OK;
     if (s->Tq == 0 || s->Tk == 0)

@@ -20,7 +20,8 @@
  *   same mma.sync backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the
  *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults),
  *   flash_bf16_fwdbwd_wgmma2_dkp (the wgmma backward's pipelined D = 128
- *   dK/dV kernel; the split one in every other wgmma2 cell),
+ *   dK/dV kernel; the split one in every other wgmma2 cell), _pq (that and,
+ *   at D = 64, the pipelined dQ kernel: FORGE_FLASH16_DKDV_PIPE_DQ),
  *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
  *   forward). Every cell calls its kernels by name, so FORGE_FLASH16_FWD /
  *   _BWD / _FWD_SCHED / _BWD_DKDV change none.
@@ -265,7 +266,8 @@ typedef enum {
     AB_FLASH_FWD_WGMMA_PSO,
     AB_FLASH_FWD_WGMMA_PP128,
     AB_FLASH_FWD_WGMMA_PS128,
-    AB_FLASH_FWDBWD_WGMMA2_DKP
+    AB_FLASH_FWDBWD_WGMMA2_DKP,
+    AB_FLASH_FWDBWD_WGMMA2_PQ
 } ab_kind;
 
 static int ab_is_flash(ab_kind k) {
@@ -273,12 +275,13 @@ static int ab_is_flash(ab_kind k) {
            k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWD_WGMMA_OV ||
            k == AB_FLASH_FWD_WGMMA_PP || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWD_WGMMA_PS ||
            k == AB_FLASH_FWDBWD_WGMMA2_PS || k == AB_FLASH_FWD_WGMMA_PSO || k == AB_FLASH_FWD_WGMMA_PP128 ||
-           k == AB_FLASH_FWD_WGMMA_PS128 || k == AB_FLASH_FWDBWD_WGMMA2_DKP;
+           k == AB_FLASH_FWD_WGMMA_PS128 || k == AB_FLASH_FWDBWD_WGMMA2_DKP ||
+           k == AB_FLASH_FWDBWD_WGMMA2_PQ;
 }
 static int ab_is_bwd(ab_kind k) {
     return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA ||
            k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS ||
-           k == AB_FLASH_FWDBWD_WGMMA2_DKP;
+           k == AB_FLASH_FWDBWD_WGMMA2_DKP || k == AB_FLASH_FWDBWD_WGMMA2_PQ;
 }
 
 typedef struct {
@@ -455,13 +458,17 @@ static forge_status ab_run(void *ctx, int set) {
     case AB_FLASH_FWDBWD_WGMMA2_PP:
     case AB_FLASH_FWDBWD_WGMMA2_PS:
     case AB_FLASH_FWDBWD_WGMMA2_DKP:
+    case AB_FLASH_FWDBWD_WGMMA2_PQ:
         FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(
             &fs, sh->q, sh->k, sh->v, sh->out, sh->lse,
             c->kind == AB_FLASH_FWDBWD_WGMMA2_PP ? FW_PP : c->kind == AB_FLASH_FWDBWD_WGMMA2_PS ? FW_PS : FW_BASE,
             sh->stream));
         return forge_flash_bf16_backward_wgmma_dkdv(
             &fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq, sh->dk, sh->dv,
-            c->kind == AB_FLASH_FWDBWD_WGMMA2_DKP ? FORGE_FLASH16_DKDV_PIPE : FORGE_FLASH16_DKDV_SPLIT, sh->stream);
+            c->kind == AB_FLASH_FWDBWD_WGMMA2_DKP  ? FORGE_FLASH16_DKDV_PIPE
+            : c->kind == AB_FLASH_FWDBWD_WGMMA2_PQ ? FORGE_FLASH16_DKDV_PIPE_DQ
+                                                   : FORGE_FLASH16_DKDV_SPLIT,
+            sh->stream);
     case AB_FLASH_FWDBWD:
         FORGE_TRY(forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 64, sh->stream));
         return forge_flash_bf16_backward_mma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
@@ -554,7 +561,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
                        "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,flash_bf16_fwd_wgmma_ps,"
                        "flash_bf16_fwd_wgmma_pso,flash_bf16_fwd_wgmma_pp128,flash_bf16_fwd_wgmma_ps128,"
                        "unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
-                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps,flash_bf16_fwdbwd_wgmma2_dkp; "
+                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps,flash_bf16_fwdbwd_wgmma2_dkp,"
+                       "flash_bf16_fwdbwd_wgmma2_pq; "
                        "flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; "
                        "shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
@@ -631,6 +639,8 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
             {AB_FLASH_FWDBWD_WGMMA2_PS, "flash_bf16_fwdbwd_wgmma2_ps", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
             {AB_FLASH_FWDBWD_WGMMA2_DKP, "flash_bf16_fwdbwd_wgmma2_dkp", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
+             2.0 * 9 * nb + 4.0 * 3 * nb},
+            {AB_FLASH_FWDBWD_WGMMA2_PQ, "flash_bf16_fwdbwd_wgmma2_pq", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
              2.0 * 9 * nb + 4.0 * 3 * nb},
         };
         for (int c = 0; c < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; c++) {
