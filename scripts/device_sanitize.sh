@@ -10,8 +10,9 @@ SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/co
 LOGS=${OUT:-/tmp} # full sanitizer logs (they come back with $OUT)
 mkdir -p "$LOGS"
 fails=0
-# racecheck instruments only the wgmma backward kernels fb_dq*, fb_dkdv* (the dK/dV P^T handoff through shared memory between the two
-# consumer warpgroups; racecheck over every flash kernel, persistent forward grids included, overran 90 s)
+# racecheck instruments only the wgmma backward kernels fb_dq*, fb_dkdv* (the dK/dV P^T handoff through shared
+# memory between the two consumer warpgroups; racecheck over every flash kernel, persistent forward grids
+# included, overran 90 s)
 for spec in "memcheck flash16" "memcheck gemm_fp8" "synccheck flash16" "racecheck flash16 --kernel-name kns=fb_d"; do
     set -- $spec
     tool=$1 only=$2

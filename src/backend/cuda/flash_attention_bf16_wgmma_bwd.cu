@@ -107,9 +107,9 @@ template <int D> struct fb_cfg {
         2 * (size_t)RES_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) + 8 * (1 + 2 * STAGES) + 1024;
     /* fb_dkdv_split_kernel: K and V as 64-row tensors, the ring, lse/delta, the P^T handoff, the barriers */
     static constexpr size_t SPLIT_SMEM = 2 * (size_t)TILE_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) +
-                                         FB_SP_BYTES + 8 * (1 + 2 * STAGES) + 1024;
+                                         FB_SP_BYTES + 8 * (1 + 2 * STAGES + 2) + 1024; /* + full, empty of P^T */
     /* fb_dkdv_split_pipe_kernel: the same with a second P^T buffer */
-    static constexpr size_t SPLIT_PIPE_SMEM = SPLIT_SMEM + FB_SP_BYTES;
+    static constexpr size_t SPLIT_PIPE_SMEM = SPLIT_SMEM + FB_SP_BYTES + 16; /* + its full, empty */
     static_assert(SMEM <= 232448 && SPLIT_PIPE_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(D == 64 || D == 128, "compiled head dims");
 };
@@ -625,16 +625,14 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     }
 }
 
-/* Named barriers between the two consumer warpgroups of fb_dkdv_split_kernel (0 is __syncthreads). */
-#define FB_BAR_P_FULL 1  /* P^T of the current tile is in sp */
-#define FB_BAR_P_EMPTY 2 /* the dK warpgroup has read sp */
-#define FB_BAR_CONSUMERS 256
-
-__device__ __forceinline__ void fb_bar_sync(int id) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(FB_BAR_CONSUMERS) : "memory");
-}
-__device__ __forceinline__ void fb_bar_arrive(int id) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(FB_BAR_CONSUMERS) : "memory");
+/* The P^T handoff between the two consumer warpgroups of the D = 128 dK/dV kernels goes through mbarriers of
+ * count 128 (every thread of the sending warpgroup arrives: mbarrier.arrive releases its shared-memory writes,
+ * try_wait acquires them). Per buffer, "full" (P^T written) and "empty" (read); the dK warpgroup arrives on each
+ * empty barrier once before its first tile, so the n-th use of a buffer waits for phase n of both barriers
+ * (parity n & 1) with no first-tile special case. An earlier version used named barriers (bar.arrive /
+ * bar.sync); compute-sanitizer's racecheck reported the handoff as a race under those. */
+__device__ __forceinline__ void fb_handoff_init(uint32_t hb, int n) {
+    for (int i = 0; i < n; i++) mbar_init(hb + 8 * i, 128);
 }
 
 /* D = 128: 64 keys per CTA, split by role between the two consumer warpgroups, which own the same 64 keys:
@@ -643,8 +641,8 @@ __device__ __forceinline__ void fb_bar_arrive(int id) {
  * warpgroup 2 computes dP^T, dS^T = P^T (dP^T - delta) and dK += dS^T.Q. Each thread holds ONE 64-register
  * accumulator: with dK and dV in one warpgroup (the D = 64 kernel) ptxas spilled 150-280 B and serialised
  * every wgmma at D = 128 however the query tile was cut. Same 4 products per tile, two per warpgroup.
- * The handoff is single-buffered: warpgroup 1 syncs on P_EMPTY before overwriting sp (not on its first tile;
- * once more after its last, so the arrivals balance), warpgroup 2 syncs on P_FULL before reading. With 64 keys
+ * The handoff is single-buffered: warpgroup 1 waits for "empty" before overwriting sp, warpgroup 2 for "full"
+ * before reading (mbarriers, fb_handoff_init). With 64 keys
  * per CTA every streamed tile holds a visible key (t_first comes from k0), so there is no skip test and both
  * warpgroups run the same barrier sequence. */
 template <int D>
@@ -664,13 +662,17 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* P^T handoff: 32 x 128 fp32 */
     const uint32_t resbar = ssp + FB_SP_BYTES;
     const uint32_t bars = resbar + 8;
+    const uint32_t hfull = bars + 16 * STAGES, hempty = hfull + 8; /* the P^T handoff (fb_handoff_init) */
     float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
     float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
 
     const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
     const int wg = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
+    if (threadIdx.x == 0) {
+        fb_handoff_init(hfull, 2);
+        fb_barriers_init(resbar, STAGES, 1 + 32); /* its fence covers the handoff barriers too */
+    }
     __syncthreads();
 
     if (wg == 0) {
@@ -691,6 +693,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
 
     if (kb.total > 0) mbar_wait(resbar, 0);
+    if (c == 1) mbar_arrive(hempty); /* sp starts empty */
     const uint32_t res = c == 0 ? sk : sv; /* the A operand of this warpgroup's S-like product */
     int stage = 0;
     uint32_t phase = 0;
@@ -710,13 +713,12 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
             const int lim = edge ? s.Tq - qt0 : FB_BIG;
             fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
-            if (it > 0) fb_bar_sync(FB_BAR_P_EMPTY);
+            mbar_wait(hempty, it & 1);
 #pragma unroll
             for (int i = 0; i < 32; i++) sp[i * 128 + tid] = sacc[i];
-            __threadfence_block();
-            fb_bar_arrive(FB_BAR_P_FULL);
+            mbar_arrive(hfull);
         } else {
-            fb_bar_sync(FB_BAR_P_FULL);
+            mbar_wait(hfull, it & 1);
 #pragma unroll
             for (int n = 0; n < FB_BS / 8; n++) {
                 const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
@@ -724,7 +726,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                 for (int e = 0; e < 4; e++) /* dS^T / scale */
                     sacc[4 * n + e] = sp[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
             }
-            fb_bar_arrive(FB_BAR_P_EMPTY);
+            mbar_arrive(hempty);
         }
         uint32_t a[4][4];
         fb_to_a<64>(a, sacc);
@@ -740,7 +742,6 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             phase ^= 1;
         }
     }
-    if (c == 0 && kb.total > 0) fb_bar_sync(FB_BAR_P_EMPTY); /* the dK warpgroup's last arrival */
 
     float *out = c == 0 ? dv : dk;
     const float f = c == 0 ? 1.0f : scale;
@@ -757,18 +758,15 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
 /* ---- D = 128 dK/dV, pipelined (FORGE_FLASH16_BWD_DKDV=pipe) --------------------------------------------- */
 
-/* Named barriers of the pipelined split kernel: P^T of tile it sits in buffer it & 1 of sp. */
-#define FB_BAR_PP_FULL 1  /* + b: P^T of a tile is in buffer b */
-#define FB_BAR_PP_EMPTY 3 /* + b: the dK warpgroup has read buffer b */
-
 /* Tile it's elementwise step of fb_dkdv_pipe_consumer on sacc (its S-like product): P^T into buffer it & 1 of sp
  * (ROLE 0) or dS^T from it (ROLE 1); the arithmetic of fb_dkdv_split_kernel. */
 template <int ROLE>
 __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const forge_flash_shape &s, int it,
-                                                    const float *ls, float *sp, int key_lo, int tq, int tid,
-                                                    float sl2, float (&sacc)[32]) {
+                                                    const float *ls, float *sp, uint32_t hb, int key_lo, int tq,
+                                                    int tid, float sl2, float (&sacc)[32]) {
     const float *dl = ls + FB_BS;
     const int b = it & 1;
+    const uint32_t use = (it >> 1) & 1, full = hb + 8 * b, empty = hb + 16 + 8 * b;
     float *spb = sp + b * (FB_SP_BYTES / 4);
     if (ROLE == 0) {
         const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
@@ -776,13 +774,12 @@ __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const
         const int vis0 = edge ? key_lo - kb.diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - kb.diag - qt0 : -FB_BIG;
         const int lim = edge ? s.Tq - qt0 : FB_BIG;
         fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
-        fb_bar_sync(FB_BAR_PP_EMPTY + b);
+        mbar_wait(empty, use);
 #pragma unroll
         for (int i = 0; i < 32; i++) spb[i * 128 + tid] = sacc[i];
-        __threadfence_block();
-        fb_bar_arrive(FB_BAR_PP_FULL + b);
+        mbar_arrive(full);
     } else {
-        fb_bar_sync(FB_BAR_PP_FULL + b);
+        mbar_wait(full, use);
 #pragma unroll
         for (int n = 0; n < FB_BS / 8; n++) {
             const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
@@ -790,7 +787,7 @@ __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const
             for (int e = 0; e < 4; e++) /* dS^T / scale */
                 sacc[4 * n + e] = spb[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
         }
-        fb_bar_arrive(FB_BAR_PP_EMPTY + b);
+        mbar_arrive(empty);
     }
 }
 
@@ -801,14 +798,12 @@ __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const
  * elementwise work of tile it (exp2 for P^T; the dS^T arithmetic) runs while the tensor pipe does tile it-1's
  * accumulation. The first tile is peeled and the last accumulation drained after the loop, so the loop body has
  * no branch between an issue and its wait and the same group in flight at every entry (ptxas serialises every
- * wgmma otherwise, C7518). The P^T handoff is double-buffered, so the P^T warpgroup can run a tile ahead:
- * the dK warpgroup pre-arrives EMPTY on both buffers, the P^T warpgroup syncs EMPTY before every write and twice
- * after its loop, so each barrier id alternates one arrive with one sync (neither side can get two phases
- * ahead: a write needs the EMPTY of the read two tiles back, a read the FULL of its write). */
+ * wgmma otherwise, C7518). The P^T handoff is double-buffered (tile it in buffer it & 1; fb_handoff_init's
+ * mbarriers, two per buffer), so the P^T warpgroup can run a tile ahead. */
 template <int D, int ROLE>
 __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, const forge_flash_shape &s,
                                                       uint32_t res, uint32_t sring, const float *ld_gen, float *sp,
-                                                      uint32_t resbar, uint32_t bars, int tid, float sl2,
+                                                      uint32_t hb, uint32_t resbar, uint32_t bars, int tid, float sl2,
                                                       float (&acc)[D / 2]) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
@@ -818,9 +813,9 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
     const int key_lo = kb.k0 + warp * 16 + g;
     if (kb.total == 0) return; /* CTA-uniform: neither warpgroup touches a barrier */
     mbar_wait(resbar, 0);
-    if (ROLE == 1) {
-        fb_bar_arrive(FB_BAR_PP_EMPTY + 0);
-        fb_bar_arrive(FB_BAR_PP_EMPTY + 1);
+    if (ROLE == 1) { /* both buffers start empty */
+        mbar_arrive(hb + 16);
+        mbar_arrive(hb + 24);
     }
     int stage = 0, prev = 0;
     uint32_t phase = 0;
@@ -835,7 +830,7 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(sacc);
-        fb_pipe_elementwise<ROLE>(kb, s, 0, ld_gen + stage * (2 * FB_BS), sp, key_lo, tq, tid, sl2, sacc);
+        fb_pipe_elementwise<ROLE>(kb, s, 0, ld_gen + stage * (2 * FB_BS), sp, hb, key_lo, tq, tid, sl2, sacc);
         fb_to_a<64>(a, sacc);
         fb_ring_advance(stage, phase, prev, STAGES);
     }
@@ -851,7 +846,7 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
         wgmma_commit();
         wgmma_wait<1>(); /* the S-like product of tile it */
         wgmma_fence_operands(sacc);
-        fb_pipe_elementwise<ROLE>(kb, s, it, ld_gen + stage * (2 * FB_BS), sp, key_lo, tq, tid, sl2, sacc);
+        fb_pipe_elementwise<ROLE>(kb, s, it, ld_gen + stage * (2 * FB_BS), sp, hb, key_lo, tq, tid, sl2, sacc);
         wgmma_wait<0>(); /* tile it-1's accumulation: its stage and a are free */
         wgmma_fence_operands(acc);
         __syncwarp();
@@ -866,10 +861,6 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
     wgmma_fence_operands(acc);
     __syncwarp();
     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-    if (ROLE == 0) { /* the dK warpgroup's last arrival on each buffer */
-        fb_bar_sync(FB_BAR_PP_EMPTY + 0);
-        fb_bar_sync(FB_BAR_PP_EMPTY + 1);
-    }
 }
 
 /* D = 128 dK/dV with the consumers software-pipelined (fb_dkdv_pipe_consumer); otherwise fb_dkdv_split_kernel:
@@ -891,13 +882,17 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* two P^T buffers: 2 x 32 x 128 fp32 */
     const uint32_t resbar = ssp + 2 * FB_SP_BYTES;
     const uint32_t bars = resbar + 8;
+    const uint32_t hb = bars + 16 * STAGES; /* full[b] at hb + 8b, empty[b] at hb + 16 + 8b (fb_handoff_init) */
     float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
     float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
 
     const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
     const int wg = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
+    if (threadIdx.x == 0) {
+        fb_handoff_init(hb, 4);
+        fb_barriers_init(resbar, STAGES, 1 + 32);
+    }
     __syncthreads();
 
     if (wg == 0) {
@@ -914,9 +909,9 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
     if (c == 0)
-        fb_dkdv_pipe_consumer<D, 0>(kb, s, sk, sring, ld_gen, sp, resbar, bars, tid, sl2, acc);
+        fb_dkdv_pipe_consumer<D, 0>(kb, s, sk, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
     else
-        fb_dkdv_pipe_consumer<D, 1>(kb, s, sv, sring, ld_gen, sp, resbar, bars, tid, sl2, acc);
+        fb_dkdv_pipe_consumer<D, 1>(kb, s, sv, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
 
     const int key_lo = kb.k0 + warp * 16 + g;
     float *out = c == 0 ? dv : dk;
