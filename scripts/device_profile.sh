@@ -36,6 +36,8 @@ PROFILES=(
     "flash_fwd_pp|attention|flash_bf16_fwd_wgmma_pp@fwd B=8 H=16 T=4096|fw_fwd|1|1"
     "flash_bwd|attention|flash_bf16_fwdbwd_wgmma2@fwd+bwd B=8 H=16 T=4096|fb_d|2|2"
     "flash_bwd_dkp|attention|flash_bf16_fwdbwd_wgmma2_dkp@fwd+bwd B=8 H=16 T=4096|fb_d|2|2"
+    "flash_bwd_2048|attention|flash_bf16_fwdbwd_wgmma2@fwd+bwd B=16 H=16 T=2048|fb_d|2|2"
+    "flash_bwd_dkp_2048|attention|flash_bf16_fwdbwd_wgmma2_dkp@fwd+bwd B=16 H=16 T=2048|fb_d|2|2"
 )
 # tensor-pipe utilisation, where this ncu knows the metric (an unknown --metrics name would fail every run)
 "$NCU" --query-metrics --chip gh100 >"$OUT/ncu_query_metrics.log" 2>&1
