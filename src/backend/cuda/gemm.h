@@ -106,13 +106,19 @@ forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
  * - STREAMK: not split-K at all: the tiles x K-tiles iterations are cut into one contiguous range per SM, so every
  *   SM does the same work; a tile shared by consecutive CTAs is reduced as in INKERNEL (fixed order of the CTAs,
  *   bit-reproducible on one device model; a different SM count cuts K differently). Needs the workspace.
- * - DEFAULT: PASS (the measured one), what forge_gemm_bf16_tn_wgmma uses.
+ * - PASS_TMA: PASS with each split's partial tile staged in shared memory and stored by TMA (the consumers go on
+ *   to their next unit while the store drains, as the NT / NN TMA-store epilogue); the same sums in the same
+ *   order (bit-identical to PASS). Needs M % 128 == 0 (a box never crosses into the next split's slice), N % 4
+ *   == 0 and a 16-byte aligned workspace; elsewhere it is PASS.
+ * - DEFAULT: PASS_TMA, or PASS with FORGE_GEMM_TN_STORE=direct (read once per process); what
+ *   forge_gemm_bf16_tn_wgmma uses.
  * forge_gemm_bf16_tn_workspace's size is enough for any of them. */
 typedef enum {
     FORGE_GEMM_TN_REDUCE_DEFAULT = 0,
     FORGE_GEMM_TN_REDUCE_PASS = 1,
     FORGE_GEMM_TN_REDUCE_INKERNEL = 2,
-    FORGE_GEMM_TN_REDUCE_STREAMK = 3
+    FORGE_GEMM_TN_REDUCE_STREAMK = 3,
+    FORGE_GEMM_TN_REDUCE_PASS_TMA = 4
 } forge_gemm_tn_reduce;
 forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                              int accumulate, void *workspace, size_t workspace_bytes,

@@ -794,9 +794,17 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                                               gemm_smem + (bars + 16 * STAGES - smem_u32(gemm_smem))));
             } else { /* a split-K partial: plain fp32 into this split's slice of the workspace */
                 gemm_epi_dev part = {};
-                part.C = ep.work + (size_t)wk.part * M * N;
                 part.vec2 = ep.vec2;
-                gemm_epilogue<BN, 0>(d, part, row0, col0, M, N);
+                if constexpr (TMA_STORE && TA && TB) {
+                    /* TN PASS_TMA: tm_c maps the workspace as (splits x M) rows of N; slice s starts at row s*M
+                     * (M % 128 == 0, so no box crosses into the next slice) */
+                    part.C = ep.work;
+                    gemm_epilogue<BN, GEMM_EPI_TMA_STORE>(d, part, row0 + wk.part * M, col0, splits * M, N, &tm_c,
+                                                          sout);
+                } else {
+                    part.C = ep.work + (size_t)wk.part * M * N;
+                    gemm_epilogue<BN, 0>(d, part, row0, col0, M, N);
+                }
             }
         }
         /* the staging boxes must not be released (CTA exit) while a TMA store still reads them */
@@ -828,13 +836,15 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_body<BN, 0, 1, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
-/* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. */
-template <int BN>
+/* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. EPI 0,
+ * or TMA_STORE (PASS_TMA: split-K partials through the TMA store, tm_c = the workspace; launched only with
+ * splits > 1, so no unit takes the whole-tile epilogue). */
+template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_tn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                               const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
                               int splits, int kps) {
-    gemm_wgmma_body<BN, 1, 1, 0>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+    gemm_wgmma_body<BN, 1, 1, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
 /* The split-K second pass: C[i] (+)= sum over s = 0, 1, ..., splits-1 of work[s*mn + i], always in that
@@ -1030,7 +1040,7 @@ template <int BN, int LAYOUT, int EPI> static gemm_kernel_fn gemm_kernel_for(voi
     if constexpr (LAYOUT == GEMM_NN)
         return gemm_wgmma_bf16_nn_kernel<BN, EPI>;
     else
-        return gemm_wgmma_bf16_tn_kernel<BN>;
+        return gemm_wgmma_bf16_tn_kernel<BN, EPI>;
 }
 
 /* ep.vec2 is set here. accumulate only matters for splits > 1 (the reduction adds C); with splits == 1 the
@@ -1039,7 +1049,8 @@ template <int BN, int LAYOUT, int EPI>
 static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
                                       int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
                                       long long sk_iters = 0) {
-    static_assert(LAYOUT != GEMM_TN || EPI == 0, "dW (TN) has only the plain epilogue");
+    static_assert(LAYOUT != GEMM_TN || EPI == 0 || EPI == GEMM_EPI_TMA_STORE,
+                  "dW (TN) has the plain epilogue, or TMA-stored split partials");
     typedef gemm_cfg<BN> cfg;
     static int smem_set[GEMM_MAX_DEVICES]; /* one per instantiation: the kernel's smem limit was raised */
     gemm_kernel_fn kernel = nullptr;
@@ -1063,8 +1074,13 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     CUtensorMap tm_c, tm_pre;
     memset(&tm_c, 0, sizeof tm_c);
     memset(&tm_pre, 0, sizeof tm_pre);
-    if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0)
+    if constexpr (LAYOUT == GEMM_TN && (EPI & GEMM_EPI_TMA_STORE) != 0) {
+        if (splits < 2 || ep.work == nullptr || ep.tile_cnt != nullptr || ep.streamk)
+            return forge_error(FORGE_ERR_ARG, "gemm_wgmma tn: TMA-stored partials need a plain split-K launch");
+        FORGE_TRY(gemm_encode_c(&tm_c, encode, ep.work, splits * M, N, 0)); /* the splits' slices, stacked */
+    } else if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0) {
         FORGE_TRY(gemm_encode_c(&tm_c, encode, ep.C, M, N, (EPI & GEMM_EPI_BF16) != 0));
+    }
     if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0 && (EPI & GEMM_EPI_GELU) != 0)
         if (ep.pre != nullptr) FORGE_TRY(gemm_encode_c(&tm_pre, encode, ep.pre, M, N, (EPI & GEMM_EPI_BF16) != 0));
     const size_t smem = (EPI & GEMM_EPI_TMA_STORE) ? cfg::SMEM_TMA_STORE : cfg::SMEM;
@@ -1342,6 +1358,17 @@ static size_t gemm_tn_streamk_bytes(int M, int N, int K, int sm_count) {
     return gemm_tn_fixup_cnt_bytes(tiles) + (size_t)(2 * grid) * GEMM_BM * bn * sizeof(float);
 }
 
+/* FORGE_GEMM_TN_STORE, read once: "direct" makes FORGE_GEMM_TN_REDUCE_DEFAULT store the split partials from the
+ * registers (PASS) instead of through TMA (PASS_TMA); for A/B runs. */
+static int gemm_tn_store_direct(void) {
+    static int cached = -1; /* racing first callers compute and store the same value */
+    if (cached < 0) {
+        const char *e = getenv("FORGE_GEMM_TN_STORE");
+        cached = e != nullptr && strcmp(e, "direct") == 0;
+    }
+    return cached;
+}
+
 extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
     *bytes = 0;
     if (M <= 0 || N <= 0 || K <= 0) return FORGE_OK;
@@ -1371,8 +1398,9 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
         why = "the split-K workspace must be 16-byte aligned";
     if (why == nullptr && reduce != FORGE_GEMM_TN_REDUCE_DEFAULT && reduce != FORGE_GEMM_TN_REDUCE_PASS &&
-        reduce != FORGE_GEMM_TN_REDUCE_INKERNEL && reduce != FORGE_GEMM_TN_REDUCE_STREAMK)
-        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL or _STREAMK";
+        reduce != FORGE_GEMM_TN_REDUCE_INKERNEL && reduce != FORGE_GEMM_TN_REDUCE_STREAMK &&
+        reduce != FORGE_GEMM_TN_REDUCE_PASS_TMA)
+        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL, _STREAMK or _PASS_TMA";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
     const int fixup = reduce == FORGE_GEMM_TN_REDUCE_INKERNEL;
@@ -1431,6 +1459,17 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     } else {
         ep.work = splits > 1 ? (float *)workspace : nullptr;
         ep.res = splits == 1 && accumulate ? C : nullptr;
+    }
+    /* PASS_TMA (and DEFAULT unless FORGE_GEMM_TN_STORE=direct): the partials through the TMA store where the
+     * slices allow it (gemm.h) */
+    const int want_tma = reduce == FORGE_GEMM_TN_REDUCE_PASS_TMA ||
+                         (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && !gemm_tn_store_direct());
+    if (want_tma && splits > 1 && !fixup && M % GEMM_BM == 0 && N % 4 == 0 && (uintptr_t)workspace % 16 == 0) {
+        if (bn == 128)
+            return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0,
+                                                                       splits, (cudaStream_t)stream, dev, sm_count);
+        return gemm_wgmma_launch<256, GEMM_TN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0,
+                                                                   splits, (cudaStream_t)stream, dev, sm_count);
     }
     if (bn == 128)
         return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
