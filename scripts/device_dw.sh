@@ -2,8 +2,9 @@
 # device_dw.sh: the dW (TN, split-K) GEMM A/B of the partials' store, on the GPU machine, from the repo root with
 # OUT set (binaries prebuilt: make cuda ARCH=x86-64-v3). Stage "dw" of device_run.sh (FORGE_T_DW=200).
 #   1. FORGE_GPU_TESTS_ONLY=gemm_tn: every split-K reduction exact / bit-identical (PASS_TMA lines included)
-#   2. forge bench gemm over the TN groups only (FORGE_BENCH_ONLY), default store (PASS_TMA where it applies)
-#   3. the same with FORGE_GEMM_TN_STORE=direct (PASS: the partials stored from the registers)
+#   2. forge bench gemm over the TN groups only (FORGE_BENCH_ONLY) with FORGE_GEMM_TN_STORE=tma (PASS_TMA where
+#      it applies: the partials through the TMA store)
+#   3. the same with FORGE_GEMM_TN_STORE=direct (PASS, the default: the partials stored from the registers)
 # Each bench run measures cuBLAS in the same process, so each forge/cuBLAS ratio is a same-run ratio; the two
 # runs' forge timings are compared with that in mind. Logs and CSVs under $OUT; summary printed last.
 set -u -o pipefail
@@ -14,9 +15,7 @@ export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_
 fails=0
 FORGE_GPU_TESTS_ONLY=gemm_tn timeout 60 build/cuda/forge_gpu_tests 2>&1 | tee "$OUT/dw_parity.txt" || fails=1
 for mode in tma direct; do
-    env_store=()
-    [ "$mode" = direct ] && env_store=(FORGE_GEMM_TN_STORE=direct)
-    env FORGE_BENCH_ONLY="bf16 tn M=" ${env_store[@]+"${env_store[@]}"} timeout 120 build/cuda/forge bench gemm \
+    env FORGE_BENCH_ONLY="bf16 tn M=" FORGE_GEMM_TN_STORE=$mode timeout 120 build/cuda/forge bench gemm \
         --device cuda --reps 30 --results "$OUT/dw_results_$mode" 2>&1 | tee "$OUT/dw_bench_$mode.txt" || fails=1
 done
 echo

@@ -110,8 +110,8 @@ forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
  *   to their next unit while the store drains, as the NT / NN TMA-store epilogue); the same sums in the same
  *   order (bit-identical to PASS). Needs M % 128 == 0 (a box never crosses into the next split's slice), N % 4
  *   == 0 and a 16-byte aligned workspace; elsewhere it is PASS.
- * - DEFAULT: PASS_TMA, or PASS with FORGE_GEMM_TN_STORE=direct (read once per process); what
- *   forge_gemm_bf16_tn_wgmma uses.
+ * - DEFAULT: PASS, or PASS_TMA with FORGE_GEMM_TN_STORE=tma (read once per process); what
+ *   forge_gemm_bf16_tn_wgmma uses. PASS_TMA measured no faster (within 1% at the GPT-2 dW shapes, H200).
  * forge_gemm_bf16_tn_workspace's size is enough for any of them. */
 typedef enum {
     FORGE_GEMM_TN_REDUCE_DEFAULT = 0,
