@@ -110,15 +110,21 @@ forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
  *   to their next unit while the store drains, as the NT / NN TMA-store epilogue); the same sums in the same
  *   order (bit-identical to PASS). Needs M % 128 == 0 (a box never crosses into the next split's slice), N % 4
  *   == 0 and a 16-byte aligned workspace; elsewhere it is PASS.
- * - DEFAULT: PASS, or PASS_TMA with FORGE_GEMM_TN_STORE=tma (read once per process); what
- *   forge_gemm_bf16_tn_wgmma uses. PASS_TMA measured no faster (within 1% at the GPT-2 dW shapes, H200).
+ * - PASS_T192: PASS on 192 x 192 tiles (three consumer warpgroups, 512 threads) at the splits that fill one wave
+ *   (the GPT-2 MLP dW: 64 tiles x 2 splits = 128 units on 132 SMs, where 128 x 256 tiles need 72 x 5 = 360).
+ *   Sums split at other K boundaries than PASS: equal within fp32 rounding, not bit for bit.
+ * - DEFAULT: PASS with the tile (128 x 256, 128 x 128 or 192 x 192) and splits of the cost model; FORGE_GEMM_TN_TILE
+ *   =128 keeps it off the 192 tile, FORGE_GEMM_TN_STORE=tma takes PASS_TMA where the plan's tile is 128 rows (both
+ *   read once per process); what forge_gemm_bf16_tn_wgmma uses. PASS_TMA measured no faster (within 1% at the
+ *   GPT-2 dW shapes, H200).
  * forge_gemm_bf16_tn_workspace's size is enough for any of them. */
 typedef enum {
     FORGE_GEMM_TN_REDUCE_DEFAULT = 0,
     FORGE_GEMM_TN_REDUCE_PASS = 1,
     FORGE_GEMM_TN_REDUCE_INKERNEL = 2,
     FORGE_GEMM_TN_REDUCE_STREAMK = 3,
-    FORGE_GEMM_TN_REDUCE_PASS_TMA = 4
+    FORGE_GEMM_TN_REDUCE_PASS_TMA = 4,
+    FORGE_GEMM_TN_REDUCE_PASS_T192 = 5
 } forge_gemm_tn_reduce;
 forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                              int accumulate, void *workspace, size_t workspace_bytes,

@@ -69,15 +69,18 @@ extern "C" {
 #define GEMM_GROUP_M 8         /* row-blocks per tile group (L2 order) */
 #define GEMM_PRODUCER_REGS 40
 #define GEMM_CONSUMER_REGS 232
+#define GEMM_PRODUCER_REGS_3C 40  /* TN 192-row tile: 512 threads, 128 x 40 + 384 x 152 <= 64 Ki registers */
+#define GEMM_CONSUMER_REGS_3C 152
 #define GEMM_MN_BOX_BYTES 8192u /* 64 MN x 64 K bf16: one MN-major TMA box */
 #define GEMM_MAX_SPLITS 32
 #define GEMM_SIMT_TILE 64
 #define GEMM_SIMT_BK 16
 
-/* Per block-tile width: stage count chosen to fill ~192 KiB of the 227 KiB. */
-template <int BN> struct gemm_cfg {
-    static constexpr int STAGES = BN == 256 ? 4 : 6;
-    static constexpr uint32_t A_BYTES = GEMM_BM * GEMM_BK * 2;
+/* Per block tile (BM rows: 128, or 192 for the TN kernel's three-consumer tile; BN columns): stage count chosen
+ * to fill ~192 KiB of the 227 KiB. */
+template <int BN, int BM = GEMM_BM> struct gemm_cfg {
+    static constexpr int STAGES = BN == 128 ? 6 : 4;
+    static constexpr uint32_t A_BYTES = BM * GEMM_BK * 2;
     static constexpr uint32_t B_BYTES = BN * GEMM_BK * 2;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
     /* tiles, then full[STAGES] and empty[STAGES] barriers, plus 1 KiB of
@@ -90,7 +93,8 @@ template <int BN> struct gemm_cfg {
     static constexpr uint32_t BIAS_OFF = OUT_STAGE_BYTES + 2 * STAGES * 8; /* from the staging base */
     static constexpr size_t SMEM_TMA_STORE = SMEM + OUT_STAGE_BYTES + BN * 4;
     static_assert(SMEM_TMA_STORE <= 232448, "fits the 227 KiB of dynamic shared memory");
-    static_assert(BN == 128 || BN == 256, "wgmma N is 128 or 256 here");
+    static_assert(BN == 128 || BN == 192 || BN == 256, "wgmma N is 128, 192 (the TN 192 x 192 tile) or 256");
+    static_assert(BM == 128 || BM == 192, "64-row consumer warpgroups: 2 or 3");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
 };
 
@@ -116,12 +120,23 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
+/* d (64 x 192 fp32, 96 registers per thread) += A (64x16, smem desc) . B (192x16, smem desc)^T */
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" WG_REGS96 "}, %96, %97, p, 1, 1, %99, %100;\n}\n"
+                 : WG_ACC96
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
 /* one k16 step of the 64 x BN warpgroup tile; TA / TB are wgmma's imm-trans-a / imm-trans-b (0: the operand
  * is K-major in shared memory, 1: MN-major) */
 template <int BN, int TA, int TB>
 __device__ __forceinline__ void wgmma_tile_k16(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc) {
     if constexpr (BN == 128)
         wgmma_m64n128k16<TA, TB>(d, da, db, sc);
+    else if constexpr (BN == 192)
+        wgmma_m64n192k16<TA, TB>(d, da, db, sc);
     else
         wgmma_m64n256k16<TA, TB>(d, da, db, sc);
 }
@@ -276,7 +291,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */
-    constexpr int CH = TMA ? (BF16 ? 8 : 4) : DGELU ? 4 : 8;
+    constexpr int CH = TMA ? (BF16 ? 8 : 4) : (DGELU || BN == 192) ? 4 : 8; /* 192: 96 accumulators in 152 */
     static_assert((BN / 8) % CH == 0 && (!TMA || (BN / 8 / CH) % 2 == 0),
                   "chunks tile the BN/8 column groups (TMA: an even number of boxes per tile)");
     /* TMA staging (recomputed here from threadIdx rather than kept live through the mainloop: registers are
@@ -622,11 +637,14 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
  * ep.tile_cnt, the fixup reduces in the kernel). TN stream-K (ep.streamk) replaces the units by contiguous
  * iteration ranges (gemm_work_next); a tile done by one CTA gets the normal epilogue, one split between CTAs the
  * fixup. */
-template <int BN, int TA, int TB, int EPI>
+template <int BN, int TA, int TB, int EPI, int BM = GEMM_BM>
 __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
                                                 const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
                                                 int splits, int kps, const CUtensorMap *tm_pre = nullptr) {
-    typedef gemm_cfg<BN> cfg;
+    typedef gemm_cfg<BN, BM> cfg;
+    /* BM = 192 (TN only): three consumer warpgroups of 64 rows, the plain epilogue, split-K by the pass */
+    static_assert(BM == GEMM_BM || (TA && TB && EPI == 0), "the 192-row tile is the TN kernel's, plain epilogue");
+    constexpr int CONSUMER_WARPS = 4 * (BM / 64);
     constexpr int STAGES = cfg::STAGES;
     constexpr uint32_t BOX = GEMM_MN_BOX_BYTES; /* one 64 x 64 bf16 MN-major box */
     extern __shared__ __align__(1024) unsigned char gemm_smem[];
@@ -638,7 +656,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
     /* full[s] at +8s, empty[s] at +8(STAGES+s) */
     const uint32_t bars = sout + (TMA_STORE ? cfg::OUT_STAGE_BYTES : 0);
 
-    const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM, tiles_n = (N + BN - 1) / BN;
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int num_tiles = tiles_m * tiles_n;
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int wg = threadIdx.x / 128;
@@ -647,7 +665,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), GEMM_CONSUMER_WARPS);
+            mbar_init(bars + 8 * (STAGES + s), CONSUMER_WARPS);
         }
         /* make the initialised barriers visible to the async (TMA) proxy */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -660,7 +678,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 
     if (wg == 0) {
         /* ---- producer warpgroup: one thread drives the TMA ring ---- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(GEMM_PRODUCER_REGS));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(BM == 192 ? GEMM_PRODUCER_REGS_3C
+                                                                            : GEMM_PRODUCER_REGS));
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
@@ -670,12 +689,12 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                 int tm, tn;
                 gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
                 const int kt0 = wk.kt0, kt1 = wk.kt1;
-                const int m0 = tm * GEMM_BM, n0 = tn * BN;
+                const int m0 = tm * BM, n0 = tn * BN;
                 /* MN-major boxes entirely past M or N are not loaded: their stale shared memory only feeds
                  * output rows / columns the epilogue discards (TMA counts a partly-outside box in full) */
                 uint32_t bytes = 0;
                 if constexpr (TA) {
-                    for (int h = 0; h < GEMM_BM / 64; h++)
+                    for (int h = 0; h < BM / 64; h++)
                         if (m0 + 64 * h < M) bytes += BOX;
                 } else {
                     bytes += cfg::A_BYTES;
@@ -692,7 +711,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                     mbar_arrive_expect_tx(full, bytes);
                     const uint32_t da = sa + stage * cfg::A_BYTES, db = sb + stage * cfg::B_BYTES;
                     if constexpr (TA) {
-                        for (int h = 0; h < GEMM_BM / 64; h++)
+                        for (int h = 0; h < BM / 64; h++)
                             if (m0 + 64 * h < M) tma_load_2d(da + h * BOX, &tm_a, m0 + 64 * h, kt * GEMM_BK, full);
                     } else {
                         tma_load_2d(da, &tm_a, kt * GEMM_BK, m0, full);
@@ -712,8 +731,9 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
         }
     } else {
         /* ---- consumer warpgroups: wgmma from the ring, then the epilogue ---- */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(GEMM_CONSUMER_REGS));
-        const int c = wg - 1;                 /* which 64-row half of the block tile */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(BM == 192 ? GEMM_CONSUMER_REGS_3C
+                                                                            : GEMM_CONSUMER_REGS));
+        const int c = wg - 1;                 /* which 64-row block of the block tile */
         const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
         int stage = 0;
         uint32_t phase = 0;
@@ -727,7 +747,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
             int tm, tn;
             gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
             const int kt0 = wk.kt0, kt1 = wk.kt1;
-            const int row0 = tm * GEMM_BM + c * 64 + warp * 16 + lane / 4;
+            const int row0 = tm * BM + c * 64 + warp * 16 + lane / 4;
             const int col0 = tn * BN + 2 * (lane % 4);
             /* the epilogue's inputs travel to L2 while the mainloop runs */
             if (wk.parts == 1 && ep.res != nullptr) gemm_prefetch_rows<BN>(ep.res, row0, tn * BN, lane, M, N);
@@ -785,9 +805,9 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 
             if (wk.parts == 1) {
                 gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout, tm_pre);
-            } else if (TA && TB && ep.tile_cnt != nullptr) { /* TN only: the in-kernel fixed-order reduction */
+            } else if (TA && TB && BM == GEMM_BM && ep.tile_cnt != nullptr) { /* TN: the in-kernel reduction */
                 /* "last" flag: the 16 bytes after the barriers, inside the 1 KiB alignment slack of cfg::SMEM */
-                if constexpr (TA && TB)
+                if constexpr (TA && TB && BM == GEMM_BM)
                     gemm_splitk_fixup<BN>(d, ep, wk.tile, wk.part, wk.parts, splits, ktiles, num_tiles, row0,
                                           col0, M, N,
                                           reinterpret_cast<volatile int *>(
@@ -839,12 +859,12 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
 /* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. EPI 0,
  * or TMA_STORE (PASS_TMA: split-K partials through the TMA store, tm_c = the workspace; launched only with
  * splits > 1, so no unit takes the whole-tile epilogue). */
-template <int BN, int EPI>
-__global__ void __launch_bounds__(GEMM_THREADS, 1)
+template <int BN, int EPI, int BM>
+__global__ void __launch_bounds__(128 * (1 + BM / 64), 1)
     gemm_wgmma_bf16_tn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                               const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
                               int splits, int kps) {
-    gemm_wgmma_body<BN, 1, 1, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+    gemm_wgmma_body<BN, 1, 1, EPI, BM>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
 /* The split-K second pass: C[i] (+)= sum over s = 0, 1, ..., splits-1 of work[s*mn + i], always in that
@@ -1035,30 +1055,32 @@ typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUten
 typedef void (*gemm_nt_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int,
                                   int, int, int, int, const CUtensorMap);
 
-/* The NN / TN kernel of (BN, layout, EPI); if constexpr so that only the requested instantiation exists. */
-template <int BN, int LAYOUT, int EPI> static gemm_kernel_fn gemm_kernel_for(void) {
+/* The NN / TN kernel of (BN, layout, EPI, BM); if constexpr so that only the requested instantiation exists. */
+template <int BN, int LAYOUT, int EPI, int BM> static gemm_kernel_fn gemm_kernel_for(void) {
     if constexpr (LAYOUT == GEMM_NN)
         return gemm_wgmma_bf16_nn_kernel<BN, EPI>;
     else
-        return gemm_wgmma_bf16_tn_kernel<BN, EPI>;
+        return gemm_wgmma_bf16_tn_kernel<BN, EPI, BM>;
 }
 
 /* ep.vec2 is set here. accumulate only matters for splits > 1 (the reduction adds C); with splits == 1 the
  * caller expresses C += as ep.res = C. */
-template <int BN, int LAYOUT, int EPI>
+template <int BN, int LAYOUT, int EPI, int BM = GEMM_BM>
 static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
                                       int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
                                       long long sk_iters = 0) {
+    static_assert(BM == GEMM_BM || (LAYOUT == GEMM_TN && EPI == 0), "the 192-row tile is TN's, plain epilogue");
+    constexpr int threads = 128 * (1 + BM / 64);
     static_assert(LAYOUT != GEMM_TN || EPI == 0 || EPI == GEMM_EPI_TMA_STORE,
                   "dW (TN) has the plain epilogue, or TMA-stored split partials");
-    typedef gemm_cfg<BN> cfg;
+    typedef gemm_cfg<BN, BM> cfg;
     static int smem_set[GEMM_MAX_DEVICES]; /* one per instantiation: the kernel's smem limit was raised */
     gemm_kernel_fn kernel = nullptr;
     gemm_nt_kernel_fn kernel_nt = nullptr;
     if constexpr (LAYOUT == GEMM_NT)
         kernel_nt = gemm_wgmma_bf16_kernel<BN, EPI>;
     else
-        kernel = gemm_kernel_for<BN, LAYOUT, EPI>();
+        kernel = gemm_kernel_for<BN, LAYOUT, EPI, BM>();
     const void *kernel_sym = kernel_nt != nullptr ? (const void *)kernel_nt : (const void *)kernel;
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
@@ -1090,7 +1112,7 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     }
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int kps = (ktiles + splits - 1) / splits;
-    const long long units = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + BN - 1) / BN) * splits;
+    const long long units = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN) * splits;
     if (units > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
     /* stream-K (sk_iters = tiles x ktiles): every SM, but never more CTAs than iterations (each range >= 1) */
     const long long want = sk_iters > 0 ? sk_iters : units;
@@ -1101,9 +1123,9 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % c_align == 0 && (uintptr_t)ep.pre % c_align == 0 &&
               (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.dpre % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
     if (kernel_nt != nullptr)
-        kernel_nt<<<grid, GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, tm_pre);
+        kernel_nt<<<grid, threads, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, tm_pre);
     else
-        kernel<<<grid, GEMM_THREADS, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+        kernel<<<grid, threads, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
     CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
                       : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
                                           : "gemm_wgmma_bf16_tn_kernel");
@@ -1156,28 +1178,60 @@ static int gemm_tn_splits_override(void) {
     return v;
 }
 
+/* FORGE_GEMM_TN_TILE, read once: "128" keeps the default plan to the 128-row tiles (the plan before the 192 x 192
+ * tile, for A/B runs); anything else lets the cost model choose the 192 x 192 tile too. */
+static int gemm_tn_no192(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FORGE_GEMM_TN_TILE");
+        v = e != nullptr && strcmp(e, "128") == 0;
+    }
+    return v;
+}
+
+/* PASS_T192 where the cost model prefers a 128-row tile: the 192 x 192 tile at one wave of units (splits =
+ * SMs / tiles, capped like the model's and renormalised so that no split is empty) */
+static int gemm_tn_t192_splits(int M, int N, int K, int sm_count, long long max_slices) {
+    const long long tiles = (long long)((M + 191) / 192) * ((N + 191) / 192);
+    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    long long s = sm_count / (tiles > 0 ? tiles : 1);
+    if (s > GEMM_MAX_SPLITS) s = GEMM_MAX_SPLITS;
+    if (s > max_slices) s = max_slices;
+    if (s > ktiles) s = ktiles;
+    if (s < 1) s = 1;
+    const long long kps = (ktiles + s - 1) / s;
+    return (int)((ktiles + kps - 1) / kps);
+}
+
+/* tiles: 128 x 256 (bn 256, cost 1 per slice), 128 x 128 (0.55) and, with allow192, 192 x 192 (*bm_out = 192;
+ * 1.125 = its 36864 MACs per k-element against 32768: three consumer warpgroups, so a wave of one unit per SM
+ * can cover the 64 tiles of the GPT-2 MLP dW at 2 splits where 128 x 256 needs 72 x 5 = 2.7 waves); the 192
+ * tile only in plans of one wave (ncu on the H200: cuBLAS's dW kernel there, 192 x 192 at 2 splits, keeps the
+ * tensor pipe 96.6% busy; forge's 2.7 waves of 128 x 256 units 84%, with 14% of the SM time idle in the tail) */
 static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long max_slices, int *bn_out,
-                         int *splits_out) {
-    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK, tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+                         int *splits_out, int *bm_out = nullptr, int allow192 = 0) {
+    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const double mn_bytes = 4.0 * (double)M * (double)N;
     const double slice_us = 0.6, bw_bytes_per_us = 3.5e6;
     long long cap = ktiles < GEMM_MAX_SPLITS ? ktiles : GEMM_MAX_SPLITS;
     if (max_slices < cap) cap = max_slices < 1 ? 1 : max_slices;
     double best = -1.0;
-    int best_bn = 256, best_s = 1;
-    for (int bi = 0; bi < 2; bi++) {
-        const int bn = bi == 0 ? 256 : 128;
-        const double slice_cost = bn == 256 ? 1.0 : 0.55;
-        const long long tiles = tiles_m * ((N + bn - 1) / bn);
+    int best_bn = 256, best_s = 1, best_bm = GEMM_BM;
+    for (int bi = 0; bi < (allow192 ? 3 : 2); bi++) {
+        const int bn = bi == 0 ? 256 : bi == 1 ? 128 : 192, bm = bi == 2 ? 192 : GEMM_BM;
+        const double slice_cost = bn == 256 ? 1.0 : bn == 128 ? 0.55 : 1.125;
+        const long long tiles = (long long)((M + bm - 1) / bm) * ((N + bn - 1) / bn);
         for (long long s = 1; s <= cap; s++) {
             const long long kps = (ktiles + s - 1) / s;
             if ((ktiles + kps - 1) / kps != s) continue; /* an empty split: the same as a smaller s */
             const long long units = tiles * s, waves = (units + sm_count - 1) / sm_count;
+            if (bm == 192 && waves > 1) continue; /* the 192 tile is for one wave of long units */
             double t = (double)waves * (double)kps * slice_cost;
             if (s > 1) t += (2.0 * s + 1.0 + accumulate) * mn_bytes / bw_bytes_per_us / slice_us;
             if (best < 0.0 || t < best) {
                 best = t;
                 best_bn = bn;
+                best_bm = bm;
                 best_s = (int)s;
             }
         }
@@ -1190,6 +1244,7 @@ static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long
     }
     *bn_out = best_bn;
     *splits_out = best_s;
+    if (bm_out != nullptr) *bm_out = best_bm;
 }
 
 /* Why a fused epilogue cannot be used with these arguments (layout GEMM_NT or GEMM_NN), or NULL. */
@@ -1381,6 +1436,11 @@ extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t
     size_t need = 0;
     for (int acc = 0; acc < 2; acc++) {
         gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, &bn, &splits);
+        int bn192 = 0, s192 = 1, bm192 = GEMM_BM; /* DEFAULT's plan with the 192 tile, and PASS_T192's */
+        gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, &bn192, &s192, &bm192, 1);
+        if (s192 > splits) splits = s192;
+        s192 = gemm_tn_t192_splits(M, N, K, sm_count, GEMM_MAX_SPLITS);
+        if (s192 > splits) splits = s192;
         size_t b = splits > 1 ? (size_t)splits * M * N * sizeof(float) : 0;
         const size_t f = splits > 1 ? gemm_tn_fixup_bytes(M, N, bn, splits) : 0;
         if (f > b) b = f;
@@ -1400,8 +1460,8 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
         why = "the split-K workspace must be 16-byte aligned";
     if (why == nullptr && reduce != FORGE_GEMM_TN_REDUCE_DEFAULT && reduce != FORGE_GEMM_TN_REDUCE_PASS &&
         reduce != FORGE_GEMM_TN_REDUCE_INKERNEL && reduce != FORGE_GEMM_TN_REDUCE_STREAMK &&
-        reduce != FORGE_GEMM_TN_REDUCE_PASS_TMA)
-        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL, _STREAMK or _PASS_TMA";
+        reduce != FORGE_GEMM_TN_REDUCE_PASS_TMA && reduce != FORGE_GEMM_TN_REDUCE_PASS_T192)
+        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL, _STREAMK, _PASS_TMA or _PASS_T192";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
     const int fixup = reduce == FORGE_GEMM_TN_REDUCE_INKERNEL;
@@ -1432,8 +1492,15 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     }
     const long long max_slices =
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
-    int bn = 256, splits = 1;
-    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits);
+    int bn = 256, splits = 1, bm = GEMM_BM;
+    /* the 192 x 192 tile: in DEFAULT's plan (unless FORGE_GEMM_TN_TILE=128), the only tile of PASS_T192 */
+    const int t192 = reduce == FORGE_GEMM_TN_REDUCE_PASS_T192;
+    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits, &bm,
+                 t192 || (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && !gemm_tn_no192()));
+    if (t192 && bm != 192) { /* forced where the model prefers another tile */
+        splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
+        bm = bn = 192;
+    }
     if (fixup && splits > 1) {
         /* the same plan as the pass (a clean A/B of the two reductions), cut to what the padded slots fit;
          * splits then renormalised so that no split is empty (an empty unit would publish stale registers) */
@@ -1465,13 +1532,17 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
      * allow it (gemm.h) */
     const int want_tma = reduce == FORGE_GEMM_TN_REDUCE_PASS_TMA ||
                          (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_store_tma());
-    if (want_tma && splits > 1 && !fixup && M % GEMM_BM == 0 && N % 4 == 0 && (uintptr_t)workspace % 16 == 0) {
+    if (want_tma && bm == GEMM_BM && splits > 1 && !fixup && M % GEMM_BM == 0 && N % 4 == 0 &&
+        (uintptr_t)workspace % 16 == 0) {
         if (bn == 128)
             return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0,
                                                                        splits, (cudaStream_t)stream, dev, sm_count);
         return gemm_wgmma_launch<256, GEMM_TN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0,
                                                                    splits, (cudaStream_t)stream, dev, sm_count);
     }
+    if (bm == 192)
+        return gemm_wgmma_launch<192, GEMM_TN, 0, 192>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
+                                                       (cudaStream_t)stream, dev, sm_count);
     if (bn == 128)
         return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
                                                   (cudaStream_t)stream, dev, sm_count);
