@@ -113,10 +113,10 @@ forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
  * - PASS_T192: PASS on 192 x 192 tiles (three consumer warpgroups, 512 threads) at the splits that fill one wave
  *   (the GPT-2 MLP dW: 64 tiles x 2 splits = 128 units on 132 SMs, where 128 x 256 tiles need 72 x 5 = 360).
  *   Sums split at other K boundaries than PASS: equal within fp32 rounding, not bit for bit.
- * - DEFAULT: PASS with the tile (128 x 256, 128 x 128 or 192 x 192) and splits of the cost model; FORGE_GEMM_TN_TILE
- *   =128 keeps it off the 192 tile, FORGE_GEMM_TN_STORE=tma takes PASS_TMA where the plan's tile is 128 rows (both
- *   read once per process); what forge_gemm_bf16_tn_wgmma uses. PASS_TMA measured no faster (within 1% at the
- *   GPT-2 dW shapes, H200).
+ * - DEFAULT: PASS with the tile (128 x 256 or 128 x 128) and splits of the cost model; FORGE_GEMM_TN_TILE=192 lets
+ *   the model take the 192 x 192 tile too, FORGE_GEMM_TN_STORE=tma takes PASS_TMA where the plan's tile is 128
+ *   rows (both read once per process); what forge_gemm_bf16_tn_wgmma uses. Neither measured faster on the H200
+ *   (within 1% at the GPT-2 dW shapes), so neither is the default.
  * forge_gemm_bf16_tn_workspace's size is enough for any of them. */
 typedef enum {
     FORGE_GEMM_TN_REDUCE_DEFAULT = 0,

@@ -1178,13 +1178,15 @@ static int gemm_tn_splits_override(void) {
     return v;
 }
 
-/* FORGE_GEMM_TN_TILE, read once: "128" keeps the default plan to the 128-row tiles (the plan before the 192 x 192
- * tile, for A/B runs); anything else lets the cost model choose the 192 x 192 tile too. */
-static int gemm_tn_no192(void) {
+/* FORGE_GEMM_TN_TILE, read once: "192" lets the default plan's cost model choose the 192 x 192 tile too; anything
+ * else keeps it to the 128-row tiles. Measured on the H200 (session 4, device_dw.sh): the one-wave 192 plan
+ * (64 tiles x 2 splits) 0.2504 / 0.2496 ms at the MLP dW shapes against 0.2509 / 0.2482 for 2.7 waves of 128 x 256
+ * units: the balance it gains is lost in its mainloop (3 consumer warpgroups at 152 registers), so it is opt-in. */
+static int gemm_tn_allow192(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("FORGE_GEMM_TN_TILE");
-        v = e != nullptr && strcmp(e, "128") == 0;
+        v = e != nullptr && strcmp(e, "192") == 0;
     }
     return v;
 }
@@ -1493,10 +1495,10 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     const long long max_slices =
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
     int bn = 256, splits = 1, bm = GEMM_BM;
-    /* the 192 x 192 tile: in DEFAULT's plan (unless FORGE_GEMM_TN_TILE=128), the only tile of PASS_T192 */
+    /* the 192 x 192 tile: in DEFAULT's plan with FORGE_GEMM_TN_TILE=192, the only tile of PASS_T192 */
     const int t192 = reduce == FORGE_GEMM_TN_REDUCE_PASS_T192;
     gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits, &bm,
-                 t192 || (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && !gemm_tn_no192()));
+                 t192 || (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_allow192()));
     if (t192 && bm != 192) { /* forced where the model prefers another tile */
         splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
         bm = bn = 192;
