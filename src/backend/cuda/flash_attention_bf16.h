@@ -98,12 +98,12 @@ forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const v
                                              const void *out_bf16, const void *dout_bf16, const float *lse,
                                              float *delta, float *dq, float *dk, float *dv, void *stream);
 
-/* forge_flash_bf16_backward_wgmma with its D = 128 dK/dV kernel named: FORGE_FLASH16_DKDV_SPLIT (the split
- * kernel: the default) or FORGE_FLASH16_DKDV_PIPE (the same roles software-pipelined: each consumer issues tile
- * it's S-like product, then tile it-1's accumulation, and does tile it's exp / dS arithmetic while that runs;
- * P^T handed over through two buffers). forge_flash_bf16_backward_wgmma takes the variant from
- * FORGE_FLASH16_BWD_DKDV (read once: "pipe", "pipe+dq", else split). D = 64 has one dK/dV kernel (PIPE is SPLIT
- * there; PIPE_DQ pipelines its dQ kernel, which at D = 128 would spill). All give the same values (the same products and fp32 arithmetic per
+/* forge_flash_bf16_backward_wgmma with its D = 128 dK/dV kernel named: FORGE_FLASH16_DKDV_PIPE (the default:
+ * each consumer issues tile it's S-like product, then tile it-1's accumulation, and does tile it's exp / dS
+ * arithmetic while that runs; P^T handed over through two buffers) or FORGE_FLASH16_DKDV_SPLIT (the same roles
+ * unpipelined). forge_flash_bf16_backward_wgmma takes the variant from FORGE_FLASH16_BWD_DKDV (read once: unset /
+ * "pipe", "split", "pipe+dq"). D = 64 has one dK/dV kernel (PIPE is SPLIT there; PIPE_DQ pipelines its dQ
+ * kernel, which at D = 128 would spill). All give the same values (the same products and fp32 arithmetic per
  * element). */
 #define FORGE_FLASH16_DKDV_SPLIT 0
 #define FORGE_FLASH16_DKDV_PIPE 1

@@ -932,7 +932,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 /* the shared 3D token map (wgmma_tmap.cu), naming this entry and its fallback in a refusal */
 static forge_status fb_encode(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride, int box_rows,
                               const char *what) {
-    return wgmma_encode_tokens(map, ptr, B, T, cols, stride, box_rows, what, "forge_flash_bf16_backward_wgmma", "mma.sync backward");
+    return wgmma_encode_tokens(map, ptr, B, T, cols, stride, box_rows, what, "forge_flash_bf16_backward_wgmma",
+                               "mma.sync backward");
 }
 
 template <int D>
@@ -994,16 +995,17 @@ static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, con
     return FORGE_OK;
 }
 
-/* FORGE_FLASH16_BWD_DKDV, read once: "pipe" = the pipelined D = 128 dK/dV kernel, "pipe+dq" = that and the
- * pipelined dQ kernel, anything else (unset, "split") the unpipelined kernels (FORGE_FLASH16_DKDV_SPLIT). */
+/* FORGE_FLASH16_BWD_DKDV, read once: unset or "pipe" = the pipelined D = 128 dK/dV kernel (the default), "split" =
+ * the unpipelined one, "pipe+dq" = pipe and the pipelined dQ kernel (D = 64). Measured on the H200 (session 4):
+ * the pipelined dK/dV kernel 11-14% faster alone (ncu), fwd+bwd +1.7% at (16,16,2048,128) and +3.4% at
+ * (8,16,4096,128) over three isolated runs each (scripts/device_ab.sh); the pipelined dQ 1-3% slower. */
 static int fb_env_dkdv(void) {
     static int cached = -1; /* racing first callers compute and store the same value */
     if (cached < 0) {
         const char *e = getenv("FORGE_FLASH16_BWD_DKDV");
-        cached = e == nullptr                   ? FORGE_FLASH16_DKDV_SPLIT
-                 : strcmp(e, "pipe") == 0       ? FORGE_FLASH16_DKDV_PIPE
-                 : strcmp(e, "pipe+dq") == 0    ? FORGE_FLASH16_DKDV_PIPE_DQ
-                                                : FORGE_FLASH16_DKDV_SPLIT;
+        cached = e != nullptr && strcmp(e, "split") == 0     ? FORGE_FLASH16_DKDV_SPLIT
+                 : e != nullptr && strcmp(e, "pipe+dq") == 0 ? FORGE_FLASH16_DKDV_PIPE_DQ
+                                                             : FORGE_FLASH16_DKDV_PIPE;
     }
     return cached;
 }

@@ -20,8 +20,9 @@
  *   same mma.sync backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the
  *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults),
  *   flash_bf16_fwdbwd_wgmma2_dkp (the wgmma backward's pipelined D = 128
- *   dK/dV kernel; the split one in every other wgmma2 cell), _pq (that and,
- *   at D = 64, the pipelined dQ kernel: FORGE_FLASH16_DKDV_PIPE_DQ),
+ *   dK/dV kernel, the default since session 4; the split one in every other
+ *   wgmma2 cell), _pq (that and, at D = 64, the pipelined dQ kernel:
+ *   FORGE_FLASH16_DKDV_PIPE_DQ),
  *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
  *   forward). Every cell calls its kernels by name, so FORGE_FLASH16_FWD /
  *   _BWD / _FWD_SCHED / _BWD_DKDV change none.
