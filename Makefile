@@ -27,7 +27,7 @@ CFLAGS   := -std=c11 $(OPT) -march=$(ARCH) -fopenmp -Wall -Wextra -D_GNU_SOURCE 
 LDLIBS   := -lcjson -lpcre2-8 -lm
 CUDA_HOME ?= /usr/local/cuda
 NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=c++17 \
-            -Xcompiler -fopenmp,-Wall,-Wextra
+            -Xcompiler -fopenmp,-Wall,-Wextra $(EXTRA_NVFLAGS)
 BUILD    := build
 CUBLAS   ?= 1
 ifeq ($(CUBLAS),0)

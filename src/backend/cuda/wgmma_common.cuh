@@ -21,8 +21,12 @@
 #include <cuda_runtime.h>
 
 /* An mbarrier wait that has not completed after this long traps: a protocol bug or a failed TMA becomes an
- * "unspecified launch failure" at the host's next synchronising call instead of a hung process. */
+ * "unspecified launch failure" at the host's next synchronising call instead of a hung process. Overridable at
+ * build time (make cuda EXTRA_NVFLAGS=-DWGMMA_WAIT_TIMEOUT_NS=...) for sanitizer runs, where racecheck's
+ * serialisation of warps can keep a spinning consumer waiting on a producer warp for longer. */
+#ifndef WGMMA_WAIT_TIMEOUT_NS
 #define WGMMA_WAIT_TIMEOUT_NS 10000000000ull /* 10 s */
+#endif
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
