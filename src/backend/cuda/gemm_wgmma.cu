@@ -1535,7 +1535,7 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     const int want_tma = reduce == FORGE_GEMM_TN_REDUCE_PASS_TMA ||
                          (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_store_tma());
     if (want_tma && bm == GEMM_BM && splits > 1 && !fixup && M % GEMM_BM == 0 && N % 4 == 0 &&
-        (uintptr_t)workspace % 16 == 0) {
+        (uintptr_t)workspace % 16 == 0 && (long long)splits * M <= 0x7fffffffLL) { /* the stacked map's rows: int */
         if (bn == 128)
             return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0,
                                                                        splits, (cudaStream_t)stream, dev, sm_count);
