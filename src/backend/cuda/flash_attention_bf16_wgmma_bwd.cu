@@ -108,7 +108,7 @@ template <int D> struct fb_cfg {
     /* fb_dkdv_split_kernel: K and V as 64-row tensors, the ring, lse/delta, the P^T handoff, the barriers */
     static constexpr size_t SPLIT_SMEM = 2 * (size_t)TILE_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) +
                                          FB_SP_BYTES + 8 * (1 + 2 * STAGES + 2) + 1024; /* + full, empty of P^T */
-    /* fb_dkdv_split_pipe_kernel: the same with a second P^T buffer */
+    /* fb_dkdv_split_kernel<D, 1> (pipelined): the same with a second P^T buffer */
     static constexpr size_t SPLIT_PIPE_SMEM = SPLIT_SMEM + FB_SP_BYTES + 16; /* + its full, empty */
     static_assert(SMEM <= 232448 && SPLIT_PIPE_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(D == 64 || D == 128, "compiled head dims");
@@ -645,117 +645,6 @@ __device__ __forceinline__ void fb_handoff_init(uint32_t hb, int n) {
  * before reading (mbarriers, fb_handoff_init). With 64 keys
  * per CTA every streamed tile holds a visible key (t_first comes from k0), so there is no skip test and both
  * warpgroups run the same barrier sequence. */
-template <int D>
-__global__ void __launch_bounds__(FB_THREADS, 1)
-    fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                         const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                         const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
-                         float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
-    typedef fb_cfg<D> cfg;
-    constexpr int STAGES = cfg::STAGES;
-    constexpr uint32_t KV_BYTES = FB_BS * D * 2; /* one resident 64-row tensor */
-    extern __shared__ __align__(1024) unsigned char fb_smem[];
-    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
-    const uint32_t sk = base, sv = base + KV_BYTES;
-    const uint32_t sring = sv + KV_BYTES;
-    const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES;
-    const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* P^T handoff: 32 x 128 fp32 */
-    const uint32_t resbar = ssp + FB_SP_BYTES;
-    const uint32_t bars = resbar + 8;
-    const uint32_t hfull = bars + 16 * STAGES, hempty = hfull + 8; /* the P^T handoff (fb_handoff_init) */
-    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
-    float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
-
-    const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
-    const int wg = threadIdx.x / 128;
-
-    if (threadIdx.x == 0) {
-        fb_handoff_init(hfull, 2);
-        fb_barriers_init(resbar, STAGES, 1 + 32); /* its fence covers the handoff barriers too */
-    }
-    __syncthreads();
-
-    if (wg == 0) {
-        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
-        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
-                                bars);
-        return;
-    }
-
-    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
-    const int c = wg - 1; /* 0: S^T, P^T, dV; 1: dP^T, dS^T, dK */
-    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-    const int key_lo = kb.k0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
-    const int diag = kb.diag;
-
-    float acc[D / 2]; /* dV (c = 0) or dK (c = 1) */
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
-
-    if (kb.total > 0) mbar_wait(resbar, 0);
-    if (c == 1) mbar_arrive(hempty); /* sp starts empty */
-    const uint32_t res = c == 0 ? sk : sv; /* the A operand of this warpgroup's S-like product */
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int it = 0; it < kb.total; it++) {
-        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
-        mbar_wait(bars + 8 * stage, phase);
-        const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
-        const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
-        float sacc[32]; /* S^T (c = 0) or dP^T (c = 1) */
-        wgmma_fence();
-        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, c == 0 ? qt : dt, 8192); /* K.Q^T or V.dO^T */
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(sacc);
-        if (c == 0) {
-            const bool edge = kb.k0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
-            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
-            const int lim = edge ? s.Tq - qt0 : FB_BIG;
-            fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
-            mbar_wait(hempty, it & 1);
-#pragma unroll
-            for (int i = 0; i < 32; i++) sp[i * 128 + tid] = sacc[i];
-            mbar_arrive(hfull);
-        } else {
-            mbar_wait(hfull, it & 1);
-#pragma unroll
-            for (int n = 0; n < FB_BS / 8; n++) {
-                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
-#pragma unroll
-                for (int e = 0; e < 4; e++) /* dS^T / scale */
-                    sacc[4 * n + e] = sp[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
-            }
-            mbar_arrive(hempty);
-        }
-        uint32_t a[4][4];
-        fb_to_a<64>(a, sacc);
-        wgmma_fence(); /* acc and a were written by ordinary instructions */
-        fb_rs<D>(acc, a, c == 0 ? dt : qt); /* dV += P^T.dO or dK += dS^T.Q */
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
-
-    float *out = c == 0 ? dv : dk;
-    const float f = c == 0 ? 1.0f : scale;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key_lo + r * 8;
-        if (key >= s.Tk) continue;
-        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *(float2 *)(out + off + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * f, acc[4 * n + 2 * r + 1] * f);
-    }
-}
-
 /* ---- D = 128 dK/dV, pipelined (FORGE_FLASH16_BWD_DKDV=pipe) --------------------------------------------- */
 
 /* Tile it's elementwise step of fb_dkdv_pipe_consumer on sacc (its S-like product): P^T into buffer it & 1 of sp
@@ -791,7 +680,7 @@ __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const
     }
 }
 
-/* One consumer warpgroup of fb_dkdv_split_pipe_kernel; ROLE 0: S^T -> P^T -> dV (and P^T into sp), ROLE 1:
+/* One consumer warpgroup of fb_dkdv_split_kernel<D, 1>; ROLE 0: S^T -> P^T -> dV (and P^T into sp), ROLE 1:
  * dP^T -> dS^T -> dK. Same products and the same fp32 arithmetic per element as fb_dkdv_split_kernel, in a
  * software pipeline: tile it's S-like product is issued, then tile it-1's accumulate product (dV += P^T.dO or
  * dK += dS^T.Q, register A from the previous iteration), and wait_group 1 retires the first only, so the
@@ -863,26 +752,28 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 }
 
-/* D = 128 dK/dV with the consumers software-pipelined (fb_dkdv_pipe_consumer); otherwise fb_dkdv_split_kernel:
- * the same producer, ring, 64 keys per CTA, role split and outputs; one more 16 KiB P^T buffer. */
-template <int D>
+/* PIPE = 0: the consumers as above; PIPE = 1 (FORGE_FLASH16_BWD_DKDV=pipe, the default): each consumer runs
+ * fb_dkdv_pipe_consumer, with a second 16 KiB P^T buffer. Same producer, ring, 64 keys per CTA, roles, outputs. */
+template <int D, int PIPE>
 __global__ void __launch_bounds__(FB_THREADS, 1)
-    fb_dkdv_split_pipe_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                              const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                              const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
-                              float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+    fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                         const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                         const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
+                         float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
-    constexpr uint32_t KV_BYTES = FB_BS * D * 2;
+    constexpr uint32_t KV_BYTES = FB_BS * D * 2; /* one resident 64-row tensor */
     extern __shared__ __align__(1024) unsigned char fb_smem[];
     const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
     const uint32_t sk = base, sv = base + KV_BYTES;
     const uint32_t sring = sv + KV_BYTES;
     const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES;
-    const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* two P^T buffers: 2 x 32 x 128 fp32 */
-    const uint32_t resbar = ssp + 2 * FB_SP_BYTES;
+    constexpr int NB = 1 + PIPE;                       /* P^T buffers */
+    const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* P^T handoff: NB x 32 x 128 fp32 */
+    const uint32_t resbar = ssp + NB * FB_SP_BYTES;
     const uint32_t bars = resbar + 8;
-    const uint32_t hb = bars + 16 * STAGES; /* full[b] at hb + 8b, empty[b] at hb + 16 + 8b (fb_handoff_init) */
+    /* the P^T handoff (fb_handoff_init): full[b] at hb + 8b, empty[b] at hb + 8 NB + 8b */
+    const uint32_t hb = bars + 16 * STAGES, hfull = hb, hempty = hb + 8 * NB;
     float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
     float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
 
@@ -890,8 +781,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
-        fb_handoff_init(hb, 4);
-        fb_barriers_init(resbar, STAGES, 1 + 32);
+        fb_handoff_init(hb, 2 * NB);
+        fb_barriers_init(resbar, STAGES, 1 + 32); /* its fence covers the handoff barriers too */
     }
     __syncthreads();
 
@@ -903,17 +794,76 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     }
 
     wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
-    const int c = wg - 1;
+    const int c = wg - 1; /* 0: S^T, P^T, dV; 1: dP^T, dS^T, dK */
     const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    /* this thread's keys: key_lo, key_lo + 8 (computed where each variant's measured build had it) */
+    int key_lo = 0;
+    if constexpr (!PIPE) key_lo = kb.k0 + warp * 16 + g;
+    const int diag = kb.diag;
+
     float acc[D / 2]; /* dV (c = 0) or dK (c = 1) */
 #pragma unroll
     for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
-    if (c == 0)
-        fb_dkdv_pipe_consumer<D, 0>(kb, s, sk, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
-    else
-        fb_dkdv_pipe_consumer<D, 1>(kb, s, sv, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
 
-    const int key_lo = kb.k0 + warp * 16 + g;
+    if constexpr (PIPE) {
+        if (c == 0)
+            fb_dkdv_pipe_consumer<D, 0>(kb, s, sk, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
+        else
+            fb_dkdv_pipe_consumer<D, 1>(kb, s, sv, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
+        key_lo = kb.k0 + warp * 16 + g;
+    } else {
+    if (kb.total > 0) mbar_wait(resbar, 0);
+    if (c == 1) mbar_arrive(hempty); /* sp starts empty */
+    const uint32_t res = c == 0 ? sk : sv; /* the A operand of this warpgroup's S-like product */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < kb.total; it++) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
+        const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
+        float sacc[32]; /* S^T (c = 0) or dP^T (c = 1) */
+        wgmma_fence();
+        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, c == 0 ? qt : dt, 8192); /* K.Q^T or V.dO^T */
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(sacc);
+        if (c == 0) {
+            const bool edge = kb.k0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
+            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
+            const int lim = edge ? s.Tq - qt0 : FB_BIG;
+            fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
+            mbar_wait(hempty, it & 1);
+#pragma unroll
+            for (int i = 0; i < 32; i++) sp[i * 128 + tid] = sacc[i];
+            mbar_arrive(hfull);
+        } else {
+            mbar_wait(hfull, it & 1);
+#pragma unroll
+            for (int n = 0; n < FB_BS / 8; n++) {
+                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+                for (int e = 0; e < 4; e++) /* dS^T / scale */
+                    sacc[4 * n + e] = sp[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
+            }
+            mbar_arrive(hempty);
+        }
+        uint32_t a[4][4];
+        fb_to_a<64>(a, sacc);
+        wgmma_fence(); /* acc and a were written by ordinary instructions */
+        fb_rs<D>(acc, a, c == 0 ? dt : qt); /* dV += P^T.dO or dK += dS^T.Q */
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    }
+
     float *out = c == 0 ? dv : dk;
     const float f = c == 0 ? 1.0f : scale;
 #pragma unroll
@@ -979,14 +929,14 @@ static forge_status fb_backward_t(const forge_flash_shape *s, const void *q, con
         CUDA_LAUNCH_CHECK("fb_dkdv_kernel<64>");
     } else if (dkdv != FORGE_FLASH16_DKDV_SPLIT) {
         constexpr size_t psmem = fb_cfg<D>::SPLIT_PIPE_SMEM;
-        auto kkv = fb_dkdv_split_pipe_kernel<D>;
+        auto kkv = fb_dkdv_split_kernel<D, 1>;
         CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psmem));
         dim3 gk((unsigned)((s->Tk + FB_BS - 1) / FB_BS), (unsigned)s->Hkv, (unsigned)s->B);
         kkv<<<gk, FB_THREADS, psmem, st>>>(k_str, v_str, q_str, do_str, lse, delta, dk, dv, *s, sl2, scale);
-        CUDA_LAUNCH_CHECK("fb_dkdv_split_pipe_kernel<128>");
+        CUDA_LAUNCH_CHECK("fb_dkdv_split_kernel<128, pipelined>");
     } else {
         constexpr size_t ssmem = fb_cfg<D>::SPLIT_SMEM;
-        auto kkv = fb_dkdv_split_kernel<D>;
+        auto kkv = fb_dkdv_split_kernel<D, 0>;
         CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ssmem));
         dim3 gk((unsigned)((s->Tk + FB_BS - 1) / FB_BS), (unsigned)s->Hkv, (unsigned)s->B);
         kkv<<<gk, FB_THREADS, ssmem, st>>>(k_str, v_str, q_str, do_str, lse, delta, dk, dv, *s, sl2, scale);
