@@ -71,6 +71,17 @@ static forge_provenance good_prov(void) {
     return p;
 }
 
+/* Opens a harness with complete host provenance; dir receives its results folder. NULL (a failed check) if the
+ * harness refused. */
+static forge_harness *open_with_good_prov(const forge_harness_config *cfg, const forge_bench_timer *timer,
+                                          char *dir, size_t dir_size) {
+    forge_provenance p = good_prov();
+    forge_harness *h = NULL;
+    CHECK_OK(forge_harness_open(&h, cfg, &p, timer));
+    if (h) snprintf(dir, dir_size, "%s", forge_harness_dir(h));
+    return h;
+}
+
 /* Runs one synthetic cell whose timed runs take ~ms each (spread 0 = exactly). */
 static forge_cell_result run_cell(forge_harness *h, fake_timer *t, const char *name, const char *group,
                                   int baseline, forge_precision prec, double ms, double spread, double rel_err,
@@ -210,12 +221,9 @@ void suite_harness(void) {
         forge_harness_config cfg = {.suite = "unit", .results_root = root, .config_text = "shapes: 1",
                                     .input_recipe = "uniform(-1,1) pcg32", .seed = 1234, .reps = 5,
                                     .warmup = 2, .out = NULL};
-        forge_provenance p = good_prov();
-        forge_harness *h = NULL;
-        CHECK_OK(forge_harness_open(&h, &cfg, &p, &timer));
-        if (!h) return;
         char dir[1024];
-        snprintf(dir, sizeof dir, "%s", forge_harness_dir(h));
+        forge_harness *h = open_with_good_prov(&cfg, &timer, dir, sizeof dir);
+        if (!h) return;
 
         /* group g: two baselines (best = 8 ms), a garbage "baseline" that would
          * be fastest, a win at exactly 1.10x, a no-win just below, an
@@ -375,12 +383,9 @@ void suite_harness(void) {
         forge_bench_timer timer = {&ft, fake_start, fake_stop};
         forge_harness_config cfg = {.suite = "only", .results_root = root, .config_text = "c",
                                     .input_recipe = "r", .seed = 1, .reps = 30, .warmup = 1};
-        forge_provenance p = good_prov();
-        forge_harness *h = NULL;
-        CHECK_OK(forge_harness_open(&h, &cfg, &p, &timer));
-        if (!h) return;
         char dir[1024];
-        snprintf(dir, sizeof dir, "%s", forge_harness_dir(h));
+        forge_harness *h = open_with_good_prov(&cfg, &timer, dir, sizeof dir);
+        if (!h) return;
         setenv("FORGE_BENCH_ONLY", "nomatch|keep@g1|in g2", 1);
         const char *names[4] = {"keep", "drop", "any", "keep"};
         const char *groups[4] = {"g1", "g1", "cells in g2", "g3"};
