@@ -387,6 +387,8 @@ void suite_harness(void) {
         forge_harness *h = open_with_good_prov(&cfg, &timer, dir, sizeof dir);
         if (!h) return;
         setenv("FORGE_BENCH_ONLY", "nomatch|keep@g1|in g2", 1);
+        CHECK(forge_harness_cell_selected("keep", "g1") && forge_harness_cell_selected("x", "cells in g2"));
+        CHECK(!forge_harness_cell_selected("keep", "g3") && !forge_harness_cell_selected("drop", "g1"));
         const char *names[4] = {"keep", "drop", "any", "keep"};
         const char *groups[4] = {"g1", "g1", "cells in g2", "g3"};
         const int want_runs[4] = {1 + 1 + 30, 0, 1 + 1 + 30, 0};
@@ -404,6 +406,7 @@ void suite_harness(void) {
             CHECK(!forge_cell_bad(&r));
         }
         unsetenv("FORGE_BENCH_ONLY");
+        CHECK(forge_harness_cell_selected("drop", "g1")); /* unset: everything runs */
         CHECK_OK(forge_harness_close(h));
         char path[1200], line[4096];
         snprintf(path, sizeof path, "%s/only.csv", dir);

@@ -279,7 +279,7 @@ static harness_cell *find_cell(forge_harness *h, const char *name, const char *g
 /* FORGE_BENCH_ONLY: '|'-separated substrings; a cell runs only if one of them occurs in "name@group" (so
  * "forge_wgmma_bf16@" selects a cell by name, "K=32768 (gpt2 dW mlp fc)" a group, "cublas_bf16@bf16 tn" both).
  * Meant for profilers (ncu over one shape instead of a whole suite); unset or empty: every cell runs. */
-static int cell_selected(const char *name, const char *group) {
+int forge_harness_cell_selected(const char *name, const char *group) {
     const char *only = getenv("FORGE_BENCH_ONLY");
     if (!only || !only[0]) return 1;
     char key[512];
@@ -316,7 +316,7 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
     if (cell->tolerance < 0)
         return forge_error(FORGE_ERR_ARG, "harness: cell %s: tolerance %g must be >= 0", cell->name,
                            cell->tolerance);
-    if (!cell_selected(cell->name, cell->group)) {
+    if (!forge_harness_cell_selected(cell->name, cell->group)) {
         if (result) {
             memset(result, 0, sizeof *result);
             result->status = FORGE_CELL_SKIPPED;

@@ -129,6 +129,10 @@ forge_status forge_harness_open(forge_harness **out, const forge_harness_config 
  * separated by '|', matched against "name@group") a cell matching none of them is neither run nor recorded:
  * FORGE_OK with result->status FORGE_CELL_SKIPPED and NaN timings. */
 forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result);
+/* Whether FORGE_BENCH_ONLY selects the cell (always 1 when it is unset or empty): for a suite to skip set-up
+ * that only unselected cells need (e.g. a baseline library's plan, whose probe launches would also show up in a
+ * profiler's kernel count). */
+int forge_harness_cell_selected(const char *name, const char *group);
 /* Computes verdicts (ratio vs strongest baseline, win / accelerated), prints
  * the summary table, writes <suite>.csv and <suite>_samples.csv. */
 forge_status forge_harness_close(forge_harness *h);
