@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 
+from bf16_round import round_bf16
+
 BM = BN = 64
 NW = 4  # warps
 ROUND = False  # --bf16: round inputs, the P/dS packs and out to bf16 as the kernel does
@@ -21,10 +23,7 @@ def bf(x):
     """round to bf16, nearest even (as fa_pack / __floats2bfloat162_rn), returned as float64"""
     if not ROUND:
         return x
-    a = np.asarray(x, dtype=np.float32)
-    u = a.view(np.uint32).astype(np.uint64)
-    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    return round_bf16(x)
 
 
 class Smem:

@@ -17,6 +17,8 @@ import sys
 
 import numpy as np
 
+from bf16_round import round_bf16
+
 BR, BS, STAGES = 128, 64, 4
 BIG = 1 << 30
 LOG2E = 1.4426950408889634
@@ -26,10 +28,7 @@ ROUND = False
 def bf(x):
     if not ROUND:
         return np.asarray(x, dtype=np.float64)
-    a = np.asarray(x, dtype=np.float32)
-    u = a.view(np.uint32).astype(np.uint64)
-    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    return round_bf16(x)
 
 
 def sw(addr):

@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from bf16_round import round_bf16
+
 BM = 128
 LOG2E = 1.4426950408889634
 ROUND = "--bf16" in sys.argv
@@ -29,10 +31,7 @@ ROUND = "--bf16" in sys.argv
 def bf(x):
     if not ROUND:
         return np.asarray(x, dtype=np.float64)
-    a = np.asarray(x, dtype=np.float32)
-    u = a.view(np.uint32).astype(np.uint64)
-    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    return round_bf16(x)
 
 
 class Fail(Exception):
