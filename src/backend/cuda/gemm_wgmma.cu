@@ -1165,6 +1165,16 @@ static int gemm_pick_bn(int M, int N, int sm_count) {
  * accumulating and written) at 3.5 TB/s, in units of one 128x256x64 slice (~0.6 us on an H200 SM).
  * splits is capped by GEMM_MAX_SPLITS and by max_slices (what the workspace holds; <2 means no split).
  * Every split is non-empty: splits = ceil(ktiles / kps). Deterministic in its arguments. */
+/* 1 if environment variable var equals value, read once into *cache (-1: not yet; racing first callers compute
+ * and store the same value) */
+static int gemm_env_is(const char *var, const char *value, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(var);
+        *cache = e != nullptr && strcmp(e, value) == 0;
+    }
+    return *cache;
+}
+
 /* FORGE_GEMM_TN_SPLITS (1..GEMM_MAX_SPLITS; unset, 0 or anything else: the cost model), read once per process
  * (a racing first read stores the same value). For sweeping S on the device without a rebuild, e.g. the
  * wave-exact S = 11 of the 72-tile dW shapes (792 units = 6 x 132) against the model's S = 5. */
@@ -1183,12 +1193,8 @@ static int gemm_tn_splits_override(void) {
  * (64 tiles x 2 splits) 0.2504 / 0.2496 ms at the MLP dW shapes against 0.2509 / 0.2482 for 2.7 waves of 128 x 256
  * units: the balance it gains is lost in its mainloop (3 consumer warpgroups at 152 registers), so it is opt-in. */
 static int gemm_tn_allow192(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("FORGE_GEMM_TN_TILE");
-        v = e != nullptr && strcmp(e, "192") == 0;
-    }
-    return v;
+    static int cached = -1;
+    return gemm_env_is("FORGE_GEMM_TN_TILE", "192", &cached);
 }
 
 /* PASS_T192 where the cost model prefers a 128-row tile: the 192 x 192 tile at one wave of units (splits =
@@ -1419,12 +1425,8 @@ static size_t gemm_tn_streamk_bytes(int M, int N, int K, int sm_count) {
  * (PASS_TMA) instead of from the registers (PASS); for A/B runs. Measured on the H200 (session 4, device_dw.sh):
  * the same time within 1% at every dW shape (the dW gap is in the mainloop), so PASS stays the default. */
 static int gemm_tn_store_tma(void) {
-    static int cached = -1; /* racing first callers compute and store the same value */
-    if (cached < 0) {
-        const char *e = getenv("FORGE_GEMM_TN_STORE");
-        cached = e != nullptr && strcmp(e, "tma") == 0;
-    }
-    return cached;
+    static int cached = -1;
+    return gemm_env_is("FORGE_GEMM_TN_STORE", "tma", &cached);
 }
 
 extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
