@@ -21,8 +21,8 @@
  *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults),
  *   flash_bf16_fwdbwd_wgmma2_dkp (the wgmma backward's pipelined D = 128
  *   dK/dV kernel, the default since session 4; the split one in every other
- *   wgmma2 cell), _pq (that and, at D = 64, the pipelined dQ kernel:
- *   FORGE_FLASH16_DKDV_PIPE_DQ),
+ *   wgmma2 cell), _pq (D = 64 only: the pipelined dQ kernel,
+ *   FORGE_FLASH16_DKDV_PIPE_DQ; at D = 128 it would run _dkp's kernels),
  *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
  *   forward). Every cell calls its kernels by name, so FORGE_FLASH16_FWD /
  *   _BWD / _FWD_SCHED / _BWD_DKDV change none.
@@ -646,6 +646,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
         };
         for (int c = 0; c < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; c++) {
             if (cells[c].kind == AB_FLASH_FWDBWD_WGMMA2_DKP && D != 128) continue; /* one dK/dV kernel at D = 64 */
+            if (cells[c].kind == AB_FLASH_FWDBWD_WGMMA2_PQ && D != 64) continue; /* at D = 128 the _dkp kernels */
             ab_cell ctx = {&sh, cells[c].kind};
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
