@@ -400,6 +400,45 @@ template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar
     if constexpr (CL == 2) fp8_mbar_arrive_remote(fp8_mapa(empty_bar, rank ^ 1u));
 }
 
+/* The unpromoted mainloop (tf32, fast accum) of one tile: NW = BN, or BN / 2 for a tile whose columns past BN/2
+ * all lie past N. The narrow MMA accumulates into d's first NW/2 registers, which hold the same columns in the
+ * m64nNW fragment as in the m64nBN one (d[4i + 2h + j] is column 8i + ...); the rest of d is stale and feeds only
+ * columns past N, which the epilogue never stores. One stage's MMAs stay in flight across iterations (wait_group
+ * 1 retires the previous stage's, which is released then); the loop drains (wait_group 0) before it returns, so
+ * the caller's two instantiations never leave different groups in flight (ptxas C7518). */
+template <int NW, int BN, int AT, int CL, int STAGES>
+__device__ __forceinline__ void fp8_plain_tile(float (&d)[BN / 2], uint32_t bars, uint32_t sa, uint32_t sb, int c,
+                                               int lane, int ktiles, int &stage, uint32_t &phase, uint32_t rank) {
+    typedef fp8_cfg<BN> cfg; /* A_BYTES / B_BYTES (not STAGES: that one depends on TMA_C) */
+    static_assert(NW == BN || (NW == BN / 2 && NW >= 128), "full width, or the half of a 256-wide tile");
+    float(&dw)[NW / 2] = *reinterpret_cast<float(*)[NW / 2]>(&d[0]);
+    int prev = 0;
+    for (int kt = 0; kt < ktiles; kt++) {
+        mbar_wait(bars + 8 * stage, phase);
+        /* this warpgroup's 64 rows of the 128-row A box (64 rows x 128 B) */
+        const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * FP8_BK);
+        const uint32_t b0 = sb + stage * cfg::B_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < FP8_BK / 32; k++)
+            /* the k-th 32-wide K step is 32 bytes into each swizzled row */
+            wgmma_fp8_k32<NW, AT>(dw, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), (kt != 0 || k != 0) ? 1 : 0);
+        wgmma_commit();
+        if (kt > 0) {
+            wgmma_wait<1>(); /* the previous stage's MMAs are done: release it */
+            if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+        }
+        prev = stage;
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(d);
+    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+}
+
 /* ---- TMA-store epilogue (TMA_C = 1) ------------------------------------------------------------------------
  * The pattern of gemm_wgmma.cu's GEMM_EPI_TMA_STORE, without its fused operations: the warpgroup's 64 x BN tile
  * goes out in boxes of 64 rows x 128 bytes (fp32: 32 columns = 4 fragment column groups; bf16: 64 columns = 8),
@@ -716,13 +755,12 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                         phase ^= 1;
                     }
                 }
-            } else
-            for (int kt = 0; kt < ktiles; kt++) {
-                mbar_wait(bars + 8 * stage, phase);
-                /* this warpgroup's 64 rows of the 128-row A box (64 rows x 128 B) */
-                const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * FP8_BK);
-                const uint32_t b0 = sb + stage * cfg::B_BYTES;
-                if constexpr (PROMOTE) {
+            } else if constexpr (PROMOTE == 1) {
+                for (int kt = 0; kt < ktiles; kt++) {
+                    mbar_wait(bars + 8 * stage, phase);
+                    /* this warpgroup's 64 rows of the 128-row A box (64 rows x 128 B) */
+                    const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * FP8_BK);
+                    const uint32_t b0 = sb + stage * cfg::B_BYTES;
                     wgmma_fence();
 #pragma unroll
                     for (int k = 0; k < FP8_BK / 32; k++)
@@ -734,28 +772,20 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + stage), rank); /* the stage is read: release it */
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t[i];
-                } else {
-                    wgmma_fence();
-#pragma unroll
-                    for (int k = 0; k < FP8_BK / 32; k++)
-                        wgmma_fp8_k32<BN, AT>(d, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k),
-                                              (kt != 0 || k != 0) ? 1 : 0);
-                    wgmma_commit();
-                    if (kt > 0) {
-                        wgmma_wait<1>(); /* the previous stage's MMAs are done: release it */
-                        if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
                     }
-                    prev = stage;
                 }
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
-            }
-            if constexpr (!PROMOTE) {
-                wgmma_wait<0>();
-                wgmma_fence_operands(d);
-                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+            } else if constexpr (BN == 256 && CL == 1) {
+                /* a last column tile with at most BN/2 columns left in N (N = 1408 = 5 x 256 + 128: the tall
+                 * shape) runs the half-width MMA: the full width would compute 128 columns of TMA zero-fill */
+                if (tn * BN + BN / 2 >= N)
+                    fp8_plain_tile<BN / 2, BN, AT, CL, STAGES>(d, bars, sa, sb, c, lane, ktiles, stage, phase, rank);
+                else
+                    fp8_plain_tile<BN, BN, AT, CL, STAGES>(d, bars, sa, sb, c, lane, ktiles, stage, phase, rank);
+            } else {
+                fp8_plain_tile<BN, BN, AT, CL, STAGES>(d, bars, sa, sb, c, lane, ktiles, stage, phase, rank);
             }
 
             if constexpr (TMA_C) {
