@@ -30,6 +30,7 @@ char_ffma             FFMA
 gemm_wgmma_bf16_kernel HGMMA
 gemm_wgmma_fp8_kernel  QGMMA
 gemm_wgmma_tf32_kernel HGMMA
+gemm_wgmma_tf32_pp_kernel HGMMA
 gemm_wgmma_bf16_nn_kernel HGMMA
 gemm_wgmma_bf16_tn_kernel HGMMA
 gemm_simt_bf16_kernel  FFMA

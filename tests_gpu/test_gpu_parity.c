@@ -983,7 +983,7 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
 
 /* case_gemm_fp8's modes: 0 .. N_MODES_C1-1 and N_MODES_C2 .. N_MODES-1 single-CTA, N_MODES_C1 .. N_MODES_C2-1 the
  * 2-CTA cluster ones (run last) */
-enum { N_MODES_C1 = 12, N_MODES_C2 = 15, N_MODES = 21 };
+enum { N_MODES_C1 = 12, N_MODES_C2 = 15, N_MODES = 22 };
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
@@ -1005,12 +1005,13 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_fp8[e4m3,bf16out,chunk64]", "gemm_fp8[e4m3,chunk128]", "gemm_fp8[e5m2xe4m3,chunk128]",
         "gemm_fp8[e4m3,chunk64c2]", "gemm_fp8[e5m2xe4m3,chunk64c2]", "gemm_fp8[e4m3,fastacc,c2]",
         "gemm_fp8[e4m3,direct]",    "gemm_fp8[e4m3,bf16out,direct]", "gemm_tf32[direct]",
-        "gemm_fp8[e4m3,chunk64,direct]", "gemm_fp8[e4m3,C+4B]",   "gemm_tf32[C+4B]"};
+        "gemm_fp8[e4m3,chunk64,direct]", "gemm_fp8[e4m3,C+4B]",   "gemm_tf32[C+4B]",
+        "gemm_tf32[pp]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
-                                         1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5};
+                                         1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5, 1e-5};
     const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13;
     const int out_bf16 = mode == 2 || mode == 9 || mode == 16;
-    const int tf32 = mode == 4 || mode == 17 || mode == 20;
+    const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21;
     const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT : FORGE_GEMM_STORE_AUTO;
     const size_t c_off = mode == 19 || mode == 20 ? 4 : 0; /* bytes: C 4 bytes past cudaMalloc's 256-byte alignment */
     const forge_fp8_accum accum = mode == 3                ? FORGE_FP8_FAST_ACCUM
@@ -1055,11 +1056,17 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     forge_status s;
     void *dCv = (char *)dC + c_off;
     if (tf32)
-        s = forge_gemm_tf32_nt_store(dA, dB, (float *)dCv, M, N, K, store, NULL);
+        s = forge_gemm_tf32_nt_sched(dA, dB, (float *)dCv, M, N, K, store,
+                                     mode == 21 ? FORGE_GEMM_SCHED_PINGPONG : FORGE_GEMM_SCHED_AUTO, NULL);
     else
         s = forge_gemm_fp8_nt_store(dA, a_e5m2 ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3, dCv,
                                     out_bf16 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K, accum, store,
                                     NULL);
+    if (mode == 21 && N % 4 != 0) { /* ping-pong stores through TMA only: a refusal, not a fallback */
+        report(P, s == FORGE_ERR_UNSUPPORTED, names[mode], shape, s == FORGE_ERR_UNSUPPORTED ? 0.0 : INFINITY,
+               tols[mode], "(expects FORGE_ERR_UNSUPPORTED: N % 4 != 0)");
+        goto done;
+    }
     if (s != FORGE_OK) {
         char why[512];
         snprintf(why, sizeof why, "(returned %s: %s)", forge_status_name(s), forge_error_message());
@@ -1295,6 +1302,11 @@ static void run_gemm_fp8_cases(parity *P) {
      * run FORGE_FP8_PROMOTE_VARIANT=serial FORGE_GPU_TESTS_ONLY=gemm_fp8 to cover the BN 192 kernels, whose TMA
      * epilogue has 4 stages and, with bf16 out, an odd box count per tile (3). Both epilogues, fp32 and bf16
      * out. */
+    /* tf32 ping-pong with several 128 x 128 tiles per warpgroup (512 / 520 tiles on 132 SMs) and ktiles = 4 (not a
+     * multiple of the 6 stages): the ring slots and parities each warpgroup computes for its alternate tiles, and the
+     * order barriers, over many turns; 4100 rows leave a partial last row-block */
+    case_gemm_fp8(P, 4096, 1024, 100, 21);
+    if (!P->quick) case_gemm_fp8(P, 4100, 1040, 128, 21);
     if (!P->quick) {
         static const int modes192[] = {0, 2, 15, 16};
         for (size_t j = 0; j < sizeof modes192 / sizeof modes192[0]; j++) case_gemm_fp8(P, 5760, 384, 128, modes192[j]);

@@ -116,6 +116,16 @@ forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M,
 forge_status forge_gemm_tf32_nt_store(const float *A, const float *B, float *C, int M, int N, int K,
                                       forge_gemm_store store, void *stream);
 
+/* How the two consumer warpgroups share the work. COOP: both on one 128 x 256 (or 128 x 128) tile, the measured
+ * default. PINGPONG: each warpgroup owns whole 128 x 128 tiles and they take turns, one's epilogue under the
+ * other's MMAs (gemm_wgmma_tf32_pp_kernel; needs the TMA store: FORGE_ERR_UNSUPPORTED with the direct store).
+ * AUTO: FORGE_TF32_SCHED=pp|coop if set, else COOP. */
+typedef enum { FORGE_GEMM_SCHED_AUTO = 0, FORGE_GEMM_SCHED_COOP = 1, FORGE_GEMM_SCHED_PINGPONG = 2 } forge_gemm_sched;
+
+/* forge_gemm_tf32_nt_store with an explicit schedule (forge_gemm_tf32_nt_store = FORGE_GEMM_SCHED_AUTO). */
+forge_status forge_gemm_tf32_nt_sched(const float *A, const float *B, float *C, int M, int N, int K,
+                                      forge_gemm_store store, forge_gemm_sched sched, void *stream);
+
 /* The block-tile width (128, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device
  * (FORGE_FP8_PROMOTE_VARIANT applied), for benchmark labels; 0 with the error set if the device query fails. */
 int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum);

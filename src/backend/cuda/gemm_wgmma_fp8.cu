@@ -439,6 +439,58 @@ __device__ __forceinline__ void fp8_plain_tile(float (&d)[BN / 2], uint32_t bars
     if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 }
 
+/* Ping-pong (PP = 1; tf32, BN = 128, TMA store): each consumer warpgroup owns whole 128 x 128 tiles, the CTA's
+ * tiles j = 0, 1, 2, ... alternating between warpgroups 0 and 1, so one warpgroup's epilogue (64 KiB of fp32 through
+ * its staging boxes) runs while the other's MMAs keep the tensor pipe busy. The cooperative schedule (both
+ * warpgroups on one 128 x 256 tile) leaves the pipe idle in every epilogue, and at the tall shape (K = 512: 16
+ * stages per tile) all 132 CTAs reach their epilogues together and wait on the same HBM writes (ncu: 70% tensor
+ * busy; cuBLAS's tf32 kernel for that shape is a ping-pong one, 128 x 128 per warpgroup, 86%).
+ * The producer is unchanged: it loads the CTA's tiles in order, ktiles stages each, so tile j occupies ring slots
+ * [j*ktiles, (j+1)*ktiles) and a warpgroup starts tile j at slot j*ktiles (stage slot % STAGES, parity
+ * (slot / STAGES) % 2). A parity wait is only unambiguous if the stage's previous use (slot - STAGES) has
+ * completed its phase, which a warpgroup that skipped the other's tile cannot know by itself: an order barrier
+ * (named barrier 3 + warpgroup, 256 threads) makes warpgroup c start tile j only after warpgroup 1 - c has
+ * waited on the last stage of tile j - 1 (bar.arrive there, bar.sync here), which also keeps the two mainloops
+ * in turn. A warpgroup arrives only if the CTA has a tile j + 1, so every arrive meets a sync. Each stage is
+ * released by the 4 warps of one warpgroup (empty barriers count 4). The two m64n128 halves of the tile (rows
+ * 0-63, 64-127 of the A stage) share each B descriptor; both drain (wait_group 0) before the function returns. */
+#define FP8_PP_ORDER_BAR 3 /* named barriers 3, 4: the ping-pong order (1, 2: the staging boxes of the epilogue) */
+template <int AT, int STAGES>
+__device__ __forceinline__ void fp8_pp_tile(float (&dlo)[64], float (&dhi)[64], uint32_t bars, uint32_t sa,
+                                            uint32_t sb, int lane, int ktiles, int stage, uint32_t phase,
+                                            int signal_bar) {
+    typedef fp8_cfg<128> cfg;
+    int prev = 0;
+    for (int kt = 0; kt < ktiles; kt++) {
+        mbar_wait(bars + 8 * stage, phase);
+        /* the other warpgroup may start its tile: every stage of this one has completed its phase */
+        if (kt == ktiles - 1 && signal_bar >= 0) asm volatile("bar.arrive %0, 256;" ::"r"(signal_bar) : "memory");
+        const uint32_t a0 = sa + stage * cfg::A_BYTES;
+        const uint32_t b0 = sb + stage * cfg::B_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < FP8_BK / 32; k++) {
+            const int sc = (kt != 0 || k != 0) ? 1 : 0;
+            wgmma_fp8_k32<128, AT>(dlo, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), sc);
+            wgmma_fp8_k32<128, AT>(dhi, wgmma_desc(a0 + 64 * FP8_BK + 32 * k), wgmma_desc(b0 + 32 * k), sc);
+        }
+        wgmma_commit();
+        if (kt > 0) {
+            wgmma_wait<1>();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+        }
+        prev = stage;
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(dlo);
+    wgmma_fence_operands(dhi);
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+}
+
 /* ---- TMA-store epilogue (TMA_C = 1) ------------------------------------------------------------------------
  * The pattern of gemm_wgmma.cu's GEMM_EPI_TMA_STORE, without its fused operations: the warpgroup's 64 x BN tile
  * goes out in boxes of 64 rows x 128 bytes (fp32: 32 columns = 4 fragment column groups; bf16: 64 columns = 8),
@@ -512,7 +564,7 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
  * (128 fp8 or 32 tf32 elements, BKE), so only the element count per stage and the MMA differ. TMA_C: the
  * epilogue stages C in shared memory and stores it with TMA through tm_c (fp8_store_tile_tma; CL = 1 only);
  * otherwise it stores from the registers (tm_c unused, may be null). */
-template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0>
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2,
                                               const CUtensorMap *tm_c = nullptr) {
@@ -533,6 +585,8 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 
     static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
     static_assert(!TMA_C || CL == 1, "the 2-CTA cluster kernels keep the direct store");
+    static_assert(!PP || (AT == WG_TF32 && BN == 128 && TMA_C && CL == 1 && !PROMOTE),
+                  "ping-pong: tf32, 128 x 128 tiles per warpgroup, TMA store");
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
     /* CL = 2: the unit of work is a pair of row-blocks (2p + rank); a rank-1 row-block past M (odd tiles_m) is a
      * phantom tile: its producer loads the last real row-block's A (a fully out-of-bounds TMA box is avoided),
@@ -550,7 +604,8 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), FP8_CONSUMER_WARPS * CL);
+            /* PP: a stage is consumed by one warpgroup's 4 warps */
+            mbar_init(bars + 8 * (STAGES + s), PP ? FP8_CONSUMER_WARPS / 2 : FP8_CONSUMER_WARPS * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -597,8 +652,22 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     } else {
         /* ---- consumers: wgmma from the ring (promoted or not), then the epilogue ---- */
         wgmma_setmaxnreg_inc<PROMOTE == 2 ? FP8_PIPE_CONSUMER_REGS : FP8_CONSUMER_REGS>();
-        const int c = wg - 1; /* which 64-row half of the block tile */
+        const int c = wg - 1; /* which 64-row half of the block tile (PP: which warpgroup of the pair) */
         const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
+        if constexpr (PP) {
+            float dlo[64], dhi[64];
+            for (int j = c, t = unit0 + c * unit_step; t < num_tiles; j += 2, t += 2 * unit_step) {
+                int tm, tn;
+                fp8_tile_coords(t, units_m, tiles_n, &tm, &tn);
+                const long long s0 = (long long)j * ktiles;
+                if (j > 0) asm volatile("bar.sync %0, 256;" ::"r"(FP8_PP_ORDER_BAR + c) : "memory");
+                const int signal = t + unit_step < num_tiles ? FP8_PP_ORDER_BAR + (1 - c) : -1;
+                fp8_pp_tile<AT, STAGES>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
+                                        (uint32_t)((s0 / STAGES) & 1), signal);
+                fp8_store_tile_tma<BN, OUT_BF16>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN, M, N);
+                fp8_store_tile_tma<BN, OUT_BF16>(dhi, scale, tm_c, sout, c, tid, tm * FP8_BM + 64, tn * BN, M, N);
+            }
+        } else {
         int stage = 0;
         uint32_t phase = 0;
         float d[BN / 2];
@@ -826,6 +895,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 }
             }
         }
+        } /* PP */
     }
     /* TMA_C: the staging boxes must not be released (CTA exit) while a TMA store may still read them: every thread
      * waits for all of its bulk groups (only consumer thread tid 0 has any; a no-op for the others). Here, after
@@ -864,6 +934,14 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
                            const __grid_constant__ CUtensorMap tm_c, float *__restrict__ C, int M, int N, int K,
                            int vec2) {
     wgmma_nt_body<BN, WG_TF32, 0, 0, 1, TMA_C>(tm_a, tm_b, C, 1.0f, M, N, K, vec2, &tm_c);
+}
+
+/* tf32 ping-pong (PP = 1): 128 x 128 tiles, one per consumer warpgroup, alternating; TMA store only */
+__global__ void __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_tf32_pp_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                              const __grid_constant__ CUtensorMap tm_c, float *__restrict__ C, int M, int N, int K,
+                              int vec2) {
+    wgmma_nt_body<128, WG_TF32, 0, 0, 1, 1, 1>(tm_a, tm_b, C, 1.0f, M, N, K, vec2, &tm_c);
 }
 
 /* ---- host ------------------------------------------------------------------ */
@@ -1176,13 +1254,15 @@ extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt,
 
 /* ---- tf32 (the same body; no promotion: the tensor core accumulates tf32 products in fp32) ---- */
 
-template <int BN, int TMA_C>
+/* PP = 1: the ping-pong kernel (BN 128, TMA store) */
+template <int BN, int TMA_C, int PP = 0>
 static forge_status tf32_launch(const float *A, const float *B, float *C, int M, int N, int K, int vec2, int dev,
                                 int sm_count, cudaStream_t stream) {
+    static_assert(!PP || (BN == 128 && TMA_C), "ping-pong: BN 128, TMA store");
     typedef fp8_cfg<BN, TMA_C> cfg;
     static int smem_set[FP8_MAX_DEVICES];
     void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, float *, int, int, int, int) =
-        gemm_wgmma_tf32_kernel<BN, TMA_C>;
+        PP ? gemm_wgmma_tf32_pp_kernel : gemm_wgmma_tf32_kernel<BN, TMA_C>;
     CUtensorMap tm_a, tm_b, tm_c;
     memset(&tm_c, 0, sizeof tm_c); /* direct store: passed, never read */
     if constexpr (TMA_C) FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 0));
@@ -1199,12 +1279,31 @@ static forge_status tf32_launch(const float *A, const float *B, float *C, int M,
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
     kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, M, N, K, vec2);
-    CUDA_LAUNCH_CHECK("gemm_wgmma_tf32_kernel");
+    CUDA_LAUNCH_CHECK(PP ? "gemm_wgmma_tf32_pp_kernel" : "gemm_wgmma_tf32_kernel");
     return FORGE_OK;
+}
+
+/* FORGE_TF32_SCHED, read once: "pp" / "coop" make FORGE_GEMM_SCHED_AUTO take that schedule (anything else: the
+ * rule in forge_gemm_tf32_nt_sched) */
+static forge_gemm_sched tf32_sched_env(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("FORGE_TF32_SCHED");
+        cached = v == nullptr                ? (int)FORGE_GEMM_SCHED_AUTO
+                 : strcmp(v, "pp") == 0      ? (int)FORGE_GEMM_SCHED_PINGPONG
+                 : strcmp(v, "coop") == 0    ? (int)FORGE_GEMM_SCHED_COOP
+                                             : (int)FORGE_GEMM_SCHED_AUTO;
+    }
+    return (forge_gemm_sched)cached;
 }
 
 extern "C" forge_status forge_gemm_tf32_nt_store(const float *A, const float *B, float *C, int M, int N, int K,
                                                  forge_gemm_store store, void *stream) {
+    return forge_gemm_tf32_nt_sched(A, B, C, M, N, K, store, FORGE_GEMM_SCHED_AUTO, stream);
+}
+
+extern "C" forge_status forge_gemm_tf32_nt_sched(const float *A, const float *B, float *C, int M, int N, int K,
+                                                 forge_gemm_store store, forge_gemm_sched sched, void *stream) {
     const char *why = nullptr;
     if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
     else if (K % 4 != 0) why = "K must be a multiple of 4 (TMA needs 16-byte row strides: K*4 bytes)";
@@ -1218,6 +1317,15 @@ extern "C" forge_status forge_gemm_tf32_nt_store(const float *A, const float *B,
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;
     const cudaStream_t st = (cudaStream_t)stream;
+    if (sched == FORGE_GEMM_SCHED_AUTO) sched = tf32_sched_env();
+    if (sched == FORGE_GEMM_SCHED_PINGPONG) {
+        if (!tc)
+            return forge_error(FORGE_ERR_UNSUPPORTED,
+                               "gemm_tf32 nt (M=%d N=%d K=%d): the ping-pong schedule stores C through TMA, which "
+                               "needs N %% 4 == 0 and C 16-byte aligned (and a store mode other than direct)",
+                               M, N, K);
+        return tf32_launch<128, 1, 1>(A, B, C, M, N, K, vec2, dev, sms, st);
+    }
     if (fp8_pick_bn(M, N, FORGE_FP8_FAST_ACCUM, sms) == 128)
         return tc ? tf32_launch<128, 1>(A, B, C, M, N, K, vec2, dev, sms, st)
                   : tf32_launch<128, 0>(A, B, C, M, N, K, vec2, dev, sms, st);

@@ -49,6 +49,9 @@
  *   choice, so one run compares the two epilogues and the rule.
  *   FORGE_FP8_STORE=direct / tma in the environment turns the default cells
  *   too (then the columns measure the same kernel).
+ * - forge_wgmma_tf32_pp: tf32 on the ping-pong schedule (128 x 128 tiles,
+ *   one per consumer warpgroup, taking turns; forge_gemm_tf32_nt_sched),
+ *   on the shapes whose N allows its TMA store (N % 4 == 0).
  */
 #include <math.h>
 #include <stdint.h>
@@ -501,7 +504,8 @@ typedef enum {
     F8_E4M3_DIRECT,         /* F8_E4M3 with the direct store (FORGE_GEMM_STORE_DIRECT) */
     F8_E4M3_BF16OUT_DIRECT, /* F8_E4M3_BF16OUT, direct store */
     F8_TF32_DIRECT,         /* F8_TF32, direct store */
-    F8_E4M3_TMA             /* F8_E4M3 with the TMA store (FORGE_GEMM_STORE_TMA) wherever C allows it */
+    F8_E4M3_TMA,            /* F8_E4M3 with the TMA store (FORGE_GEMM_STORE_TMA) wherever C allows it */
+    F8_TF32_PP              /* F8_TF32 on the ping-pong schedule (FORGE_GEMM_SCHED_PINGPONG; N % 4 == 0 only) */
 } f8_kind;
 
 typedef struct {
@@ -510,7 +514,8 @@ typedef struct {
 } f8_cell;
 
 static double f8_cell_scale(const f8_cell *c) {
-    return (c->kind == F8_BF16 || c->kind == F8_CUBLAS_TF32 || c->kind == F8_TF32 || c->kind == F8_TF32_DIRECT)
+    return (c->kind == F8_BF16 || c->kind == F8_CUBLAS_TF32 || c->kind == F8_TF32 || c->kind == F8_TF32_DIRECT ||
+            c->kind == F8_TF32_PP)
                ? 1.0
                : (double)F8_A_SCALE * (double)F8_B_SCALE;
 }
@@ -559,6 +564,9 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_TF32_DIRECT:
         return forge_gemm_tf32_nt_store(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
                                         FORGE_GEMM_STORE_DIRECT, sh->stream);
+    case F8_TF32_PP:
+        return forge_gemm_tf32_nt_sched(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
+                                        FORGE_GEMM_STORE_AUTO, FORGE_GEMM_SCHED_PINGPONG, sh->stream);
     case F8_E5M2:
         return forge_gemm_fp8_nt(sh->A5[s], FORGE_FP8_E5M2, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE, sh->stream);
@@ -648,7 +656,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                        "forge_fp8_e4m3_fastacc_c2,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16,"
                        "forge_fp8_e4m3_direct,forge_fp8_e4m3_tma,forge_fp8_e4m3_bf16out_direct; tf32 nt "
-                       "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct; shapes=");
+                       "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct,forge_wgmma_tf32_pp; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", F8_SHAPES[i].M, F8_SHAPES[i].N,
                         F8_SHAPES[i].K);
@@ -721,10 +729,12 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_BF16OUT_DIRECT, "forge_fp8_e4m3_bf16out_direct", FORGE_PREC_FP8, 1, 2},
                      {F8_CUBLAS_TF32, "cublas_tf32", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32, "forge_wgmma_tf32", FORGE_PREC_TF32, 4, 4},
-                     {F8_TF32_DIRECT, "forge_wgmma_tf32_direct", FORGE_PREC_TF32, 4, 4}};
+                     {F8_TF32_DIRECT, "forge_wgmma_tf32_direct", FORGE_PREC_TF32, 4, 4},
+                     {F8_TF32_PP, "forge_wgmma_tf32_pp", FORGE_PREC_TF32, 4, 4}};
         for (int v = 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
             const f8_kind k = cells[v].kind;
             if (k == F8_LT && sp->odd) continue;
+            if (k == F8_TF32_PP && sp->N % 4 != 0) continue; /* ping-pong stores through TMA only */
             /* FORGE_BENCH_FP8_C2=0: no 2-CTA cluster cells; =only: those, the baseline and forge_wgmma_bf16 (their
              * counterpart) only. A trap in a cluster kernel (mbarrier timeout) would take the CUDA context and
              * fail every later cell, so a first GPU run can do =0 then =only. Unset: all cells. */
@@ -740,7 +750,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
             cell.name = cells[v].name;
-            const int tf32 = k == F8_CUBLAS_TF32 || k == F8_TF32 || k == F8_TF32_DIRECT;
+            const int tf32 = k == F8_CUBLAS_TF32 || k == F8_TF32 || k == F8_TF32_DIRECT || k == F8_TF32_PP;
             /* tf32 cells in their own group, against cuBLAS tf32 */
             cell.group = tf32 ? group32 : group;
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
