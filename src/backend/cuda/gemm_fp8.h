@@ -40,7 +40,11 @@
  *   one column-block and each multicasts half of the shared B tile into both
  *   (a third less L2 -> SM traffic). Candidates, unmeasured (bench cells
  *   forge_fp8_e4m3_chunk64_c2, forge_fp8_e4m3_fastacc_c2).
- * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2
+ * - FORGE_FP8_PROMOTE_CHUNK64_RA: chunk64 with the warpgroup's A read into
+ *   registers once per stage (ldmatrix) instead of from shared memory by each
+ *   of the four chunks (same adds, same order: the same numbers). Candidate
+ *   (session 5; bench cell forge_fp8_e4m3_chunk64_ra).
+ * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2|chunk64ra
  *   makes FORGE_FP8_PROMOTE (only that mode) run the named variant (read once
  *   per process; unset = auto; anything else fails the call, FORGE_ERR_ARG).
  *   Measured (session 3): pipe 745 / 1157 / 1178, chunk128 719 / 1150 / 1190,
@@ -83,7 +87,8 @@ typedef enum {
     FORGE_FP8_PROMOTE_CHUNK64 = 3,
     FORGE_FP8_PROMOTE_CHUNK128 = 4,
     FORGE_FP8_PROMOTE_CHUNK64_C2 = 5,
-    FORGE_FP8_FAST_ACCUM_C2 = 6
+    FORGE_FP8_FAST_ACCUM_C2 = 6,
+    FORGE_FP8_PROMOTE_CHUNK64_RA = 7
 } forge_fp8_accum;
 
 /* How C is stored: AUTO = the measured choice below, TMA = the TMA-store epilogue wherever C allows it, DIRECT =
@@ -116,10 +121,12 @@ forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M,
 forge_status forge_gemm_tf32_nt_store(const float *A, const float *B, float *C, int M, int N, int K,
                                       forge_gemm_store store, void *stream);
 
-/* How the two consumer warpgroups share the work. COOP: both on one 128 x 256 (or 128 x 128) tile, the measured
- * default. PINGPONG: each warpgroup owns whole 128 x 128 tiles and they take turns, one's epilogue under the
+/* How the two consumer warpgroups share the work. COOP: both on one 128 x 256 (or 128 x 128) tile (the only schedule
+ * before session 5). PINGPONG: each warpgroup owns whole 128 x 128 tiles and they take turns, one's epilogue under the
  * other's MMAs (gemm_wgmma_tf32_pp_kernel; needs the TMA store: FORGE_ERR_UNSUPPORTED with the direct store).
- * AUTO: FORGE_TF32_SCHED=pp|coop if set, else COOP. */
+ * AUTO: FORGE_TF32_SCHED=pp|coop if set, else PINGPONG at K <= 1024 where C takes the TMA store, COOP otherwise
+ * (measured: ping-pong 1.05x cuBLAS tf32 at 65536 x 1408 x 512, where COOP is at 0.87x; equal at 2048^3; COOP
+ * 3-7% ahead at K = 4096 and 8192). */
 typedef enum { FORGE_GEMM_SCHED_AUTO = 0, FORGE_GEMM_SCHED_COOP = 1, FORGE_GEMM_SCHED_PINGPONG = 2 } forge_gemm_sched;
 
 /* forge_gemm_tf32_nt_store with an explicit schedule (forge_gemm_tf32_nt_store = FORGE_GEMM_SCHED_AUTO). */

@@ -49,9 +49,10 @@
  *   choice, so one run compares the two epilogues and the rule.
  *   FORGE_FP8_STORE=direct / tma in the environment turns the default cells
  *   too (then the columns measure the same kernel).
- * - forge_wgmma_tf32_pp: tf32 on the ping-pong schedule (128 x 128 tiles,
- *   one per consumer warpgroup, taking turns; forge_gemm_tf32_nt_sched),
- *   on the shapes whose N allows its TMA store (N % 4 == 0).
+ * - forge_wgmma_tf32_pp / _coop: tf32 forced onto the ping-pong schedule
+ *   (128 x 128 tiles, one per consumer warpgroup, taking turns; only where N
+ *   allows its TMA store, N % 4 == 0) / the cooperative one
+ *   (forge_gemm_tf32_nt_sched); forge_wgmma_tf32 takes the AUTO rule.
  */
 #include <math.h>
 #include <stdint.h>
@@ -494,6 +495,7 @@ typedef enum {
     F8_E4M3_CHUNK64,
     F8_E4M3_CHUNK128,
     F8_E4M3_CHUNK64_C2,
+    F8_E4M3_CHUNK64_RA,
     F8_E4M3_FAST_C2,
     F8_E5M2,
     F8_E4M3_FAST,
@@ -505,7 +507,8 @@ typedef enum {
     F8_E4M3_BF16OUT_DIRECT, /* F8_E4M3_BF16OUT, direct store */
     F8_TF32_DIRECT,         /* F8_TF32, direct store */
     F8_E4M3_TMA,            /* F8_E4M3 with the TMA store (FORGE_GEMM_STORE_TMA) wherever C allows it */
-    F8_TF32_PP              /* F8_TF32 on the ping-pong schedule (FORGE_GEMM_SCHED_PINGPONG; N % 4 == 0 only) */
+    F8_TF32_PP,             /* F8_TF32 on the ping-pong schedule (FORGE_GEMM_SCHED_PINGPONG; N % 4 == 0 only) */
+    F8_TF32_COOP            /* F8_TF32 on the cooperative schedule (FORGE_GEMM_SCHED_COOP) */
 } f8_kind;
 
 typedef struct {
@@ -515,7 +518,7 @@ typedef struct {
 
 static double f8_cell_scale(const f8_cell *c) {
     return (c->kind == F8_BF16 || c->kind == F8_CUBLAS_TF32 || c->kind == F8_TF32 || c->kind == F8_TF32_DIRECT ||
-            c->kind == F8_TF32_PP)
+            c->kind == F8_TF32_PP || c->kind == F8_TF32_COOP)
                ? 1.0
                : (double)F8_A_SCALE * (double)F8_B_SCALE;
 }
@@ -537,6 +540,9 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_E4M3_CHUNK64:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64, sh->stream);
+    case F8_E4M3_CHUNK64_RA:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64_RA, sh->stream);
     case F8_E4M3_CHUNK128:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK128, sh->stream);
@@ -565,8 +571,11 @@ static forge_status f8_run(void *ctx, int set) {
         return forge_gemm_tf32_nt_store(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
                                         FORGE_GEMM_STORE_DIRECT, sh->stream);
     case F8_TF32_PP:
+    case F8_TF32_COOP:
         return forge_gemm_tf32_nt_sched(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
-                                        FORGE_GEMM_STORE_AUTO, FORGE_GEMM_SCHED_PINGPONG, sh->stream);
+                                        FORGE_GEMM_STORE_AUTO,
+                                        c->kind == F8_TF32_PP ? FORGE_GEMM_SCHED_PINGPONG : FORGE_GEMM_SCHED_COOP,
+                                        sh->stream);
     case F8_E5M2:
         return forge_gemm_fp8_nt(sh->A5[s], FORGE_FP8_E5M2, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE, sh->stream);
@@ -652,11 +661,11 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
-                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,"
+                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,forge_fp8_e4m3_chunk64_ra,"
                        "forge_fp8_e4m3_fastacc_c2,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16,"
                        "forge_fp8_e4m3_direct,forge_fp8_e4m3_tma,forge_fp8_e4m3_bf16out_direct; tf32 nt "
-                       "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct,forge_wgmma_tf32_pp; shapes=");
+                       "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct,forge_wgmma_tf32_pp,forge_wgmma_tf32_coop; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", F8_SHAPES[i].M, F8_SHAPES[i].N,
                         F8_SHAPES[i].K);
@@ -719,6 +728,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_CHUNK64, "forge_fp8_e4m3_chunk64", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_CHUNK128, "forge_fp8_e4m3_chunk128", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_CHUNK64_C2, "forge_fp8_e4m3_chunk64_c2", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK64_RA, "forge_fp8_e4m3_chunk64_ra", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST_C2, "forge_fp8_e4m3_fastacc_c2", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
@@ -730,7 +740,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_CUBLAS_TF32, "cublas_tf32", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32, "forge_wgmma_tf32", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32_DIRECT, "forge_wgmma_tf32_direct", FORGE_PREC_TF32, 4, 4},
-                     {F8_TF32_PP, "forge_wgmma_tf32_pp", FORGE_PREC_TF32, 4, 4}};
+                     {F8_TF32_PP, "forge_wgmma_tf32_pp", FORGE_PREC_TF32, 4, 4},
+                     {F8_TF32_COOP, "forge_wgmma_tf32_coop", FORGE_PREC_TF32, 4, 4}};
         for (int v = 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
             const f8_kind k = cells[v].kind;
             if (k == F8_LT && sp->odd) continue;
@@ -750,13 +761,15 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
             cell.name = cells[v].name;
-            const int tf32 = k == F8_CUBLAS_TF32 || k == F8_TF32 || k == F8_TF32_DIRECT || k == F8_TF32_PP;
+            const int tf32 = k == F8_CUBLAS_TF32 || k == F8_TF32 || k == F8_TF32_DIRECT || k == F8_TF32_PP ||
+                             k == F8_TF32_COOP;
             /* tf32 cells in their own group, against cuBLAS tf32 */
             cell.group = tf32 ? group32 : group;
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
             cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
-                                k == F8_E4M3_CHUNK64_C2 || k == F8_E5M2 || k == F8_E4M3_DIRECT)
+                                k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_CHUNK64_RA || k == F8_E5M2 ||
+                                k == F8_E4M3_DIRECT)
                                    ? "forge_wgmma_bf16"
                                    : NULL;
             cell.precision = cells[v].prec;
