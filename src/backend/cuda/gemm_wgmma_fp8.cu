@@ -36,6 +36,18 @@
  *   B tile into both (protocol at fp8_cluster_rank below): a third less L2 -> SM traffic at BN 256.
  * - FORGE_FP8_FAST_ACCUM: the bf16 kernel's loop (one wgmma group in flight,
  *   the accumulator is d itself) at BN = 256; labelled, for comparison only.
+ *   That loop (fp8_plain_tile) is also tf32's; at BN = 256 a last column tile
+ *   with at most 128 columns left in N runs the m64n128 MMA (N = 1408 =
+ *   5 x 256 + 128: 8% of the MMAs were on TMA zero-fill).
+ * - FORGE_FP8_PROMOTE_CHUNK64_RA (PROMOTE 5): chunk64 with A read into
+ *   registers once per stage by ldmatrix (the chunks of PROMOTE 3 each read A
+ *   from shared memory). Measured slower (1270 vs 1313 TFLOP/s at 8192^3):
+ *   the single A buffer forces a wait_group 0 per stage. Opt-in only.
+ * - tf32 ping-pong (gemm_wgmma_tf32_pp_kernel, PP = 1; fp8_pp_tile): each
+ *   consumer warpgroup owns whole 128 x 128 tiles and the two take turns, so
+ *   one's epilogue runs under the other's MMAs; the default for K <= 1024
+ *   (1.05x cuBLAS tf32 at 65536 x 1408 x 512, where the cooperative kernel is
+ *   at 0.87x).
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out or bf16 out
  *   (round to nearest even). TMA_C = 1 (rung 4e; the default where C allows
  *   it: fp32 N % 4 == 0, bf16 N % 8 == 0, C 16-byte aligned): the tile is
