@@ -39,10 +39,10 @@
  *   That loop (fp8_plain_tile) is also tf32's; at BN = 256 a last column tile
  *   with at most 128 columns left in N runs the m64n128 MMA (N = 1408 =
  *   5 x 256 + 128: 8% of the MMAs were on TMA zero-fill).
- * - FORGE_FP8_PROMOTE_CHUNK64_RA (PROMOTE 5): chunk64 with A read into
- *   registers once per stage by ldmatrix (the chunks of PROMOTE 3 each read A
- *   from shared memory). Measured slower (1270 vs 1313 TFLOP/s at 8192^3):
- *   the single A buffer forces a wait_group 0 per stage. Opt-in only.
+ * - chunk64 with A read into registers once per stage (ldmatrix) instead of
+ *   by each chunk was measured 3% slower (session 5: 1270 vs 1313 TFLOP/s at
+ *   8192^3; the single A buffer forces a wait_group 0 per stage) and removed
+ *   (commit 7b0da55 has it).
  * - tf32 ping-pong (gemm_wgmma_tf32_pp_kernel, PP = 1; fp8_pp_tile): each
  *   consumer warpgroup owns whole 128 x 128 tiles and the two take turns, so
  *   one's epilogue runs under the other's MMAs; the default for K <= 1024
@@ -100,7 +100,6 @@ extern "C" {
  * temporaries / 128-column chunks with one). */
 #define FP8_CHUNK64 3
 #define FP8_CHUNK128 4
-#define FP8_CHUNK64_RA 5 /* FP8_CHUNK64 with A read into registers once per stage (ldmatrix), not by each chunk */
 
 /* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
 enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
@@ -323,64 +322,6 @@ __device__ __forceinline__ void fp8_issue_chunk64(float (&u)[32], uint64_t da, u
     } else {
 #pragma unroll
         for (int k = 0; k < FP8_BK / 32; k++) wgmma_m64n64k32_e5m2_e4m3(u, da + 2 * k, db + 2 * k, k != 0 ? 1 : 0);
-    }
-    wgmma_commit();
-}
-
-/* ---- PROMOTE == 5 (chunk64 with A from registers) ----
- * d (64 x 64 fp32) (+)= A (64x32 fp8, registers: 4 x b32 per thread) . B (64x32 e4m3, smem desc)^T. The A fragment
- * of a k32 step (PTX: wgmma register fragments for 8-bit A) is per warp the 16 x 32-byte slab of rows 16w..16w+15:
- * a0 (row lane/4, bytes 4(lane%4)..+3), a1 (row + 8), a2 and a3 the same 16 bytes further, i.e. the four 8 x 16-byte
- * matrices of one ldmatrix.x4 (fp8_lda_stage). */
-__device__ __forceinline__ void wgmma_m64n64k32_e4m3_e4m3_ra(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
-                                                             int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-        WG_REGS32
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : WG_ACC32
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-__device__ __forceinline__ void wgmma_m64n64k32_e5m2_e4m3_ra(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
-                                                             int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3 {"
-        WG_REGS32
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : WG_ACC32
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-/* This warpgroup's 64 rows x 128 bytes of A (one stage) into registers: a[kk] is k32 step kk's fragment. The
- * stage is 128-byte swizzled (16-byte chunk j of row r at chunk j ^ (r % 8), the stage 1024-byte aligned); thread t
- * of warp w addresses row 16w + t%8 + 8((t/8)%2) of its warpgroup's half, chunk 2kk + t/16. */
-__device__ __forceinline__ void fp8_lda_stage(uint32_t (&a)[FP8_BK / 32][4], uint32_t a_half, int warp, int lane) {
-    const uint32_t r = (uint32_t)(warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2));
-    const uint32_t row = a_half + r * 128u;
-#pragma unroll
-    for (int kk = 0; kk < FP8_BK / 32; kk++) {
-        const uint32_t chunk = (uint32_t)(2 * kk + lane / 16);
-        const uint32_t addr = row + ((chunk ^ (r % 8u)) << 4);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
-                     : "r"(addr)
-                     : "memory");
-    }
-}
-
-/* one 64-column chunk (B rows from db) of a stage with A from registers, as one commit group into u */
-template <int AT>
-__device__ __forceinline__ void fp8_issue_chunk64_ra(float (&u)[32], const uint32_t (&a)[FP8_BK / 32][4],
-                                                     uint64_t db) {
-    static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < FP8_BK / 32; k++) {
-        if constexpr (AT == WG_E4M3) wgmma_m64n64k32_e4m3_e4m3_ra(u, a[k], db + 2 * k, k != 0 ? 1 : 0);
-        else wgmma_m64n64k32_e5m2_e4m3_ra(u, a[k], db + 2 * k, k != 0 ? 1 : 0);
     }
     wgmma_commit();
 }
@@ -644,7 +585,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
     static_assert(PROMOTE != 2 || BN == 128, "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128");
-    static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK128 && PROMOTE != FP8_CHUNK64_RA) || BN == 256,
+    static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK128) || BN == 256,
                   "chunked promotion splits a 256-wide tile: d is 128 registers, the chunk temporaries 64");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
     const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
@@ -870,52 +811,6 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 wgmma_fence_operands(p1);
                 if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                 fp8_promote_chunk<96>(d, p1);
-            } else if constexpr (PROMOTE == FP8_CHUNK64_RA) {
-                /* chunk64 with A in registers: the chunks of PROMOTE == 3 each read the warpgroup's 64 x 128 bytes
-                 * of A from shared memory again (4x per stage; ncu: L1/TEX 94% busy at 8192^3), here one
-                 * ldmatrix.x4 per k32 step per stage (A's shared-memory reads / 4, the fast-accum kernel's
-                 * traffic). The 16 A registers are one buffer, so the previous stage's last chunk must retire
-                 * (wait_group 0) before they are reloaded; its add then overlaps chunk 0 of this stage. Same
-                 * adds in the same order per element as PROMOTE == 3. */
-                float p0[32], p1[32];
-                uint32_t a[FP8_BK / 32][4];
-#pragma unroll
-                for (int i = 0; i < 32; i++) {
-                    p0[i] = 0.0f;
-                    p1[i] = 0.0f;
-                }
-#pragma unroll 1
-                for (int kt = 0; kt < ktiles; kt++) {
-                    mbar_wait(bars + 8 * stage, phase);
-                    wgmma_wait<0>(); /* the previous stage's chunk 3 (p1): done, and A's registers free */
-                    wgmma_fence_operands(p1);
-                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-                    fp8_lda_stage(a, sa + stage * cfg::A_BYTES + c * (64 * FP8_BK), warp, lane);
-                    const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
-                    fp8_issue_chunk64_ra<AT>(p0, a, db);
-                    fp8_promote_chunk<96>(d, p1);
-                    fp8_issue_chunk64_ra<AT>(p1, a, db + 512);
-                    wgmma_wait<1>(); /* chunk 0 */
-                    wgmma_fence_operands(p0);
-                    fp8_promote_chunk<0>(d, p0);
-                    fp8_issue_chunk64_ra<AT>(p0, a, db + 1024);
-                    wgmma_wait<1>(); /* chunk 1 */
-                    wgmma_fence_operands(p1);
-                    fp8_promote_chunk<32>(d, p1);
-                    fp8_issue_chunk64_ra<AT>(p1, a, db + 1536);
-                    wgmma_wait<1>(); /* chunk 2 */
-                    wgmma_fence_operands(p0);
-                    fp8_promote_chunk<64>(d, p0);
-                    prev = stage;
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
-                }
-                wgmma_wait<0>(); /* the last stage's chunk 3 */
-                wgmma_fence_operands(p1);
-                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-                fp8_promote_chunk<96>(d, p1);
             } else if constexpr (PROMOTE == FP8_CHUNK128) {
                 /* chunked promotion at BN = 256, serial: two 128-column chunks per stage into one 64-register
                  * temporary pt (d 128 + pt 64: a second temporary would need 256 registers), each retired with
@@ -1094,8 +989,7 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
     const long long t128 = tiles_m * ((N + 127) / 128);
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) return 128;
     if (accum == FORGE_FP8_PROMOTE_CHUNK64 || accum == FORGE_FP8_PROMOTE_CHUNK128 ||
-        accum == FORGE_FP8_PROMOTE_CHUNK64_C2 || accum == FORGE_FP8_FAST_ACCUM_C2 ||
-        accum == FORGE_FP8_PROMOTE_CHUNK64_RA)
+        accum == FORGE_FP8_PROMOTE_CHUNK64_C2 || accum == FORGE_FP8_FAST_ACCUM_C2)
         return 256; /* by construction */
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
@@ -1216,8 +1110,6 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
         return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64) /* 256 only: the chunks split a 256-wide tile */
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-    if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA)
-        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64_RA>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
@@ -1233,7 +1125,7 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
 
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
  * unset, "" or "auto": fp8_auto_promote's choice per shape; "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" /
- * "chunk64c2" / "chunk64ra": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA. All do the same fp32 adds in the same K order per element (expected
+ * "chunk64c2": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2. All do the same fp32 adds in the same K order per element (expected
  * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
  * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
  * remapped. */
@@ -1248,7 +1140,6 @@ static int fp8_env_promote(void) {
     else if (strcmp(v, "chunk64") == 0) r = FORGE_FP8_PROMOTE_CHUNK64;
     else if (strcmp(v, "chunk128") == 0) r = FORGE_FP8_PROMOTE_CHUNK128;
     else if (strcmp(v, "chunk64c2") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_C2;
-    else if (strcmp(v, "chunk64ra") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_RA;
     else r = -1;
     cached = r;
     return r;
@@ -1330,8 +1221,7 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
     else if ((uintptr_t)C % c_elem != 0) why = "C must be aligned to its element size";
     else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED &&
              accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128 &&
-             accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2 &&
-             accum != FORGE_FP8_PROMOTE_CHUNK64_RA)
+             accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2)
         why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
@@ -1343,7 +1233,7 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
         if (v < 0)
             return forge_error(FORGE_ERR_ARG,
                                "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected auto, serial, pipe, chunk64, chunk128 "
-                               "chunk64c2 or chunk64ra)",
+                               "or chunk64c2)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
     int tc = 0;
