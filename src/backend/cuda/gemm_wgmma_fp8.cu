@@ -418,6 +418,17 @@ template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar
  * columns past N, which the epilogue never stores. One stage's MMAs stay in flight across iterations (wait_group
  * 1 retires the previous stage's, which is released then); the loop drains (wait_group 0) before it returns, so
  * the caller's two instantiations never leave different groups in flight (ptxas C7518). */
+/* One stage's 4 k32 MMAs of this warpgroup (A rows from a0, B rows from b0: the k-th 32-byte K step is 32 bytes
+ * into each swizzled row) into acc, NW columns, as one commit group; zero_first: scale-d 0 on the first (acc = 0 +) */
+template <int NW, int AT>
+__device__ __forceinline__ void fp8_mma_stage(float (&acc)[NW / 2], uint32_t a0, uint32_t b0, bool zero_first) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < FP8_BK / 32; k++)
+        wgmma_fp8_k32<NW, AT>(acc, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), (!zero_first || k != 0) ? 1 : 0);
+    wgmma_commit();
+}
+
 template <int NW, int BN, int AT, int CL, int STAGES>
 __device__ __forceinline__ void fp8_plain_tile(float (&d)[BN / 2], uint32_t bars, uint32_t sa, uint32_t sb, int c,
                                                int lane, int ktiles, int &stage, uint32_t &phase, uint32_t rank) {
@@ -429,13 +440,7 @@ __device__ __forceinline__ void fp8_plain_tile(float (&d)[BN / 2], uint32_t bars
         mbar_wait(bars + 8 * stage, phase);
         /* this warpgroup's 64 rows of the 128-row A box (64 rows x 128 B) */
         const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * FP8_BK);
-        const uint32_t b0 = sb + stage * cfg::B_BYTES;
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < FP8_BK / 32; k++)
-            /* the k-th 32-wide K step is 32 bytes into each swizzled row */
-            wgmma_fp8_k32<NW, AT>(dw, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), (kt != 0 || k != 0) ? 1 : 0);
-        wgmma_commit();
+        fp8_mma_stage<NW, AT>(dw, a0, sb + stage * cfg::B_BYTES, kt == 0);
         if (kt > 0) {
             wgmma_wait<1>(); /* the previous stage's MMAs are done: release it */
             if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
@@ -841,13 +846,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     mbar_wait(bars + 8 * stage, phase);
                     /* this warpgroup's 64 rows of the 128-row A box (64 rows x 128 B) */
                     const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * FP8_BK);
-                    const uint32_t b0 = sb + stage * cfg::B_BYTES;
-                    wgmma_fence();
-#pragma unroll
-                    for (int k = 0; k < FP8_BK / 32; k++)
-                        /* the k-th 32-wide K step is 32 bytes into each swizzled row; scale-d 0 first: t = 0 + */
-                        wgmma_fp8_k32<BN, AT>(t, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), k != 0 ? 1 : 0);
-                    wgmma_commit();
+                    fp8_mma_stage<BN, AT>(t, a0, sb + stage * cfg::B_BYTES, true); /* t = 0 + this stage */
                     wgmma_wait<0>();
                     wgmma_fence_operands(t);
                     if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + stage), rank); /* the stage is read: release it */
