@@ -33,6 +33,7 @@ gemm_wgmma_tf32_kernel HGMMA
 gemm_wgmma_tf32_pp_kernel HGMMA
 gemm_wgmma_bf16_nn_kernel HGMMA
 gemm_wgmma_bf16_tn_kernel HGMMA
+gemm_wgmma_bf16_tn_c192_kernel HGMMA
 gemm_simt_bf16_kernel  FFMA
 gemm_mma_kernel        HMMA
 '

@@ -113,6 +113,9 @@ forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
  * - PASS_T192: PASS on 192 x 192 tiles (three consumer warpgroups, 512 threads) at the splits that fill one wave
  *   (the GPT-2 MLP dW: 64 tiles x 2 splits = 128 units on 132 SMs, where 128 x 256 tiles need 72 x 5 = 360).
  *   Sums split at other K boundaries than PASS: equal within fp32 rounding, not bit for bit.
+ * - PASS_C192: PASS_T192's plan on a kernel with two consumer warpgroups that split the tile's N (each 192 rows
+ *   x 96 columns, three wgmma m64n96k16 per k16 step; B staged as 32-wide boxes with the 64-byte swizzle), the
+ *   layout of cuBLAS's dW kernel. Same K split as PASS_T192. FORGE_GEMM_TN_TILE=c192 makes DEFAULT take it.
  * - DEFAULT: PASS with the tile (128 x 256 or 128 x 128) and splits of the cost model; FORGE_GEMM_TN_TILE=192 lets
  *   the model take the 192 x 192 tile too, FORGE_GEMM_TN_STORE=tma takes PASS_TMA where the plan's tile is 128
  *   rows (both read once per process); what forge_gemm_bf16_tn_wgmma uses. Neither measured faster on the H200
@@ -124,7 +127,8 @@ typedef enum {
     FORGE_GEMM_TN_REDUCE_INKERNEL = 2,
     FORGE_GEMM_TN_REDUCE_STREAMK = 3,
     FORGE_GEMM_TN_REDUCE_PASS_TMA = 4,
-    FORGE_GEMM_TN_REDUCE_PASS_T192 = 5
+    FORGE_GEMM_TN_REDUCE_PASS_T192 = 5,
+    FORGE_GEMM_TN_REDUCE_PASS_C192 = 6
 } forge_gemm_tn_reduce;
 forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                              int accumulate, void *workspace, size_t workspace_bytes,

@@ -93,7 +93,8 @@ template <int BN, int BM = GEMM_BM> struct gemm_cfg {
     static constexpr uint32_t BIAS_OFF = OUT_STAGE_BYTES + 2 * STAGES * 8; /* from the staging base */
     static constexpr size_t SMEM_TMA_STORE = SMEM + OUT_STAGE_BYTES + BN * 4;
     static_assert(SMEM_TMA_STORE <= 232448, "fits the 227 KiB of dynamic shared memory");
-    static_assert(BN == 128 || BN == 192 || BN == 256, "wgmma N is 128, 192 (the TN 192 x 192 tile) or 256");
+    static_assert(BN == 96 || BN == 128 || BN == 192 || BN == 256,
+                  "wgmma N is 128, 192 (the TN 192 x 192 tile) or 256; 96 only for the C192 kernel's epilogue");
     static_assert(BM == 128 || BM == 192, "64-row consumer warpgroups: 2 or 3");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
 };
@@ -291,7 +292,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */
-    constexpr int CH = TMA ? (BF16 ? 8 : 4) : (DGELU || BN == 192) ? 4 : 8; /* 192: 96 accumulators in 152 */
+    constexpr int CH = TMA ? (BF16 ? 8 : 4) : (DGELU || BN == 192 || BN == 96) ? 4 : 8; /* 192: 96 accumulators in 152; 96: 12 column groups */
     static_assert((BN / 8) % CH == 0 && (!TMA || (BN / 8 / CH) % 2 == 0),
                   "chunks tile the BN/8 column groups (TMA: an even number of boxes per tile)");
     /* TMA staging (recomputed here from threadIdx rather than kept live through the mainloop: registers are
@@ -867,6 +868,152 @@ __global__ void __launch_bounds__(128 * (1 + BM / 64), 1)
     gemm_wgmma_body<BN, 1, 1, EPI, BM>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
 }
 
+/* ---- TN on 192 x 192 tiles, two consumer warpgroups splitting N (FORGE_GEMM_TN_REDUCE_PASS_C192) ----------
+ * The tile and split-K plan of cuBLAS's dW kernel at the GPT-2 MLP shapes (ncu, H200: 192 x 192, two consumer
+ * warpgroups, 2 splits = 128 units in one wave, 96.6% tensor-busy), where forge's 128 x 256 plan takes 2.7
+ * waves and the three-warpgroup 192 tile (PASS_T192) lost in its mainloop. Warpgroup w computes all 192 rows x
+ * columns 96w..96w+95: per k16 step three wgmma m64n96k16 (A row-blocks 0-2, the same B half), 3 x 48
+ * accumulators. A 96-column half must start on an MN block of the swizzled layout, so B is staged as six 32-wide
+ * MN-major boxes with the 64-byte swizzle (wgmma_desc_mn64), A as the usual three 64-wide boxes (128-byte
+ * swizzle). Work units as in the 128-row kernel (unit u = split u / tiles of tile u % tiles, kps K slices each);
+ * splits == 1 writes C (C += through ep.res), splits > 1 writes plain partials to ep.work's slice and the pass
+ * reduces them (gemm_splitk_reduce_launch). */
+#define GEMM_C192_BM 192
+#define GEMM_C192_BN 192
+#define GEMM_C192_STAGES 4
+#define GEMM_C192_B_BOX 32                                   /* N columns per B box (64-byte swizzle) */
+#define GEMM_C192_B_BOX_BYTES (GEMM_C192_B_BOX * GEMM_BK * 2) /* 4096 */
+#define GEMM_C192_A_BYTES (GEMM_C192_BM * GEMM_BK * 2)       /* 24576: three 64-wide boxes */
+#define GEMM_C192_B_BYTES (GEMM_C192_BN * GEMM_BK * 2)       /* 24576: six 32-wide boxes */
+#define GEMM_C192_SMEM ((size_t)GEMM_C192_STAGES * (GEMM_C192_A_BYTES + GEMM_C192_B_BYTES) + 2 * GEMM_C192_STAGES * 8 + 1024)
+
+/* d (64 x 96 fp32, 48 registers per thread) += A (64x16, smem desc) . B (96x16, smem desc)^T, both MN-major */
+__device__ __forceinline__ void wgmma_m64n96k16_tt(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {" WG_REGS48 "}, %48, %49, p, 1, 1, 1, 1;\n}\n"
+                 : WG_ACC48
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    gemm_wgmma_bf16_tn_c192_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                                   const gemm_epi_dev ep, int M, int N, int K, int splits, int kps) {
+    constexpr int STAGES = GEMM_C192_STAGES;
+    extern __shared__ __align__(1024) unsigned char gemm_smem[];
+    const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
+    const uint32_t sa = base, sb = base + STAGES * GEMM_C192_A_BYTES;
+    const uint32_t bars = sb + STAGES * GEMM_C192_B_BYTES; /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    const int tiles_m = (M + GEMM_C192_BM - 1) / GEMM_C192_BM, tiles_n = (N + GEMM_C192_BN - 1) / GEMM_C192_BN;
+    const int num_tiles = tiles_m * tiles_n;
+    const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bars + 8 * s, 1);
+            mbar_init(bars + 8 * (STAGES + s), GEMM_CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        tma_prefetch_desc(&tm_a);
+        tma_prefetch_desc(&tm_b);
+    }
+    __syncthreads();
+    gemm_epi_dev noep = {}; /* gemm_work_next's split-K path reads only ep.streamk */
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(GEMM_PRODUCER_REGS));
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            uint32_t phase = 0;
+            gemm_work wk;
+            for (long long cur = blockIdx.x; gemm_work_next(noep, cur, num_tiles, ktiles, splits, kps, wk);) {
+                int tm, tn;
+                gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
+                const int m0 = tm * GEMM_C192_BM, n0 = tn * GEMM_C192_BN;
+                /* boxes wholly past M or N are not loaded (they feed only discarded rows / columns) */
+                uint32_t bytes = 0;
+                for (int h = 0; h < 3; h++)
+                    if (m0 + 64 * h < M) bytes += GEMM_MN_BOX_BYTES;
+                for (int j = 0; j < GEMM_C192_BN / GEMM_C192_B_BOX; j++)
+                    if (n0 + GEMM_C192_B_BOX * j < N) bytes += GEMM_C192_B_BOX_BYTES;
+                for (int kt = wk.kt0; kt < wk.kt1; kt++) {
+                    const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                    mbar_wait(empty, phase ^ 1);
+                    mbar_arrive_expect_tx(full, bytes);
+                    const uint32_t da = sa + stage * GEMM_C192_A_BYTES, db = sb + stage * GEMM_C192_B_BYTES;
+                    for (int h = 0; h < 3; h++)
+                        if (m0 + 64 * h < M) tma_load_2d(da + h * GEMM_MN_BOX_BYTES, &tm_a, m0 + 64 * h, kt * GEMM_BK, full);
+                    for (int j = 0; j < GEMM_C192_BN / GEMM_C192_B_BOX; j++)
+                        if (n0 + GEMM_C192_B_BOX * j < N)
+                            tma_load_2d(db + j * GEMM_C192_B_BOX_BYTES, &tm_b, n0 + GEMM_C192_B_BOX * j, kt * GEMM_BK,
+                                        full);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(GEMM_CONSUMER_REGS));
+        const int w = wg - 1; /* which 96-column half of the tile */
+        const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
+        int stage = 0;
+        uint32_t phase = 0;
+        float d0[48], d1[48], d2[48];
+#pragma unroll
+        for (int i = 0; i < 48; i++) d0[i] = d1[i] = d2[i] = 0.0f;
+        gemm_work wk;
+        for (long long cur = blockIdx.x; gemm_work_next(noep, cur, num_tiles, ktiles, splits, kps, wk);) {
+            int tm, tn;
+            gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
+            int prev = 0;
+            for (int kt = wk.kt0; kt < wk.kt1; kt++) {
+                mbar_wait(bars + 8 * stage, phase);
+                const uint32_t a0 = sa + stage * GEMM_C192_A_BYTES;
+                const uint32_t b0 = sb + stage * GEMM_C192_B_BYTES + (uint32_t)w * 3u * GEMM_C192_B_BOX_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int k = 0; k < GEMM_BK / 16; k++) {
+                    /* MN-major: a k16 step is 16 K rows further (128-byte rows for A, 64-byte rows for B) */
+                    const uint64_t db = wgmma_desc_mn64(b0 + 1024 * k);
+                    const int sc = (kt != wk.kt0 || k != 0) ? 1 : 0;
+                    wgmma_m64n96k16_tt(d0, wgmma_desc_mn(a0 + 2048 * k), db, sc);
+                    wgmma_m64n96k16_tt(d1, wgmma_desc_mn(a0 + GEMM_MN_BOX_BYTES + 2048 * k), db, sc);
+                    wgmma_m64n96k16_tt(d2, wgmma_desc_mn(a0 + 2 * GEMM_MN_BOX_BYTES + 2048 * k), db, sc);
+                }
+                wgmma_commit();
+                if (kt > wk.kt0) {
+                    wgmma_wait<1>();
+                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                }
+                prev = stage;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            wgmma_wait<0>();
+            wgmma_fence_operands(d0);
+            wgmma_fence_operands(d1);
+            wgmma_fence_operands(d2);
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+            /* fragment of m64n96: d[4i + 2h + j] is row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j */
+            gemm_epi_dev out = ep;
+            if (wk.parts > 1) {
+                out = gemm_epi_dev{};
+                out.C = ep.work + (size_t)wk.part * M * N;
+                out.vec2 = ep.vec2;
+            }
+            const int row0 = tm * GEMM_C192_BM + warp * 16 + lane / 4;
+            const int col0 = tn * GEMM_C192_BN + 96 * w + 2 * (lane % 4);
+            gemm_epilogue<96, 0>(d0, out, row0, col0, M, N);
+            gemm_epilogue<96, 0>(d1, out, row0 + 64, col0, M, N);
+            gemm_epilogue<96, 0>(d2, out, row0 + 128, col0, M, N);
+        }
+    }
+}
+
 /* The split-K second pass: C[i] (+)= sum over s = 0, 1, ..., splits-1 of work[s*mn + i], always in that
  * order, so the result does not depend on which CTA finished first (no atomics). float4 when vec4. */
 __global__ void __launch_bounds__(256)
@@ -1007,21 +1154,23 @@ static forge_status gemm_encode_kmajor(CUtensorMap *map, gemm_encode_tiled_fn en
 }
 
 /* MN-major operand stored (K, mn) row-major, mn contiguous: TMA dims {mn, K}, row stride mn*2 bytes, boxes
- * of 64 (mn) x 64 (K) with the 128-byte swizzle (64 bf16 = 128 bytes, the swizzle's limit on the inner box). */
+ * of 64 (mn) x 64 (K) with the 128-byte swizzle (64 bf16 = 128 bytes, the swizzle's limit on the inner box), or
+ * with box_mn = 32, 32 x 64 boxes with the 64-byte swizzle (the C192 kernel's B, wgmma_desc_mn64). */
 static forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, const void *ptr, int mn,
-                                        int K, const char *what) {
+                                        int K, const char *what, int box_mn = 64) {
     const cuuint64_t dims[2] = {(cuuint64_t)mn, (cuuint64_t)K};
     const cuuint64_t strides[1] = {(cuuint64_t)mn * 2};
-    const cuuint32_t box[2] = {64, GEMM_BK};
+    const cuuint32_t box[2] = {(cuuint32_t)box_mn, GEMM_BK};
     const cuuint32_t elem_strides[2] = {1, 1};
     CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(ptr), dims, strides, box,
-                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        box_mn == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return forge_error(FORGE_ERR_DEVICE,
-                           "gemm_wgmma: cuTensorMapEncodeTiled for %s (%d x %d bf16 MN-major, box 64 x %d, 128B "
+                           "gemm_wgmma: cuTensorMapEncodeTiled for %s (%d x %d bf16 MN-major, box %d x %d, %s "
                            "swizzle) failed with CUresult %d",
-                           what, K, mn, GEMM_BK, (int)r);
+                           what, K, mn, box_mn, GEMM_BK, box_mn == 32 ? "64B" : "128B", (int)r);
     return FORGE_OK;
 }
 
@@ -1061,6 +1210,20 @@ template <int BN, int LAYOUT, int EPI, int BM> static gemm_kernel_fn gemm_kernel
         return gemm_wgmma_bf16_nn_kernel<BN, EPI>;
     else
         return gemm_wgmma_bf16_tn_kernel<BN, EPI, BM>;
+}
+
+/* The split-K second pass over ep.work's splits slices into ep.C (C += when accumulate). */
+static forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int splits, int accumulate,
+                                              cudaStream_t stream, int sm_count) {
+    float *C = (float *)ep.C, *work = ep.work;
+    const size_t mn = (size_t)M * N;
+    const int vec4 = mn % 4 == 0 && (uintptr_t)C % 16 == 0 && (uintptr_t)work % 16 == 0;
+    const size_t n = vec4 ? mn / 4 : mn;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > (size_t)sm_count * 8) blocks = (size_t)sm_count * 8;
+    gemm_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, stream>>>(C, work, mn, splits, accumulate, vec4);
+    CUDA_LAUNCH_CHECK("gemm_splitk_reduce_kernel");
+    return FORGE_OK;
 }
 
 /* ep.vec2 is set here. accumulate only matters for splits > 1 (the reduction adds C); with splits == 1 the
@@ -1129,16 +1292,36 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
                       : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
                                           : "gemm_wgmma_bf16_tn_kernel");
-    if (splits > 1 && ep.tile_cnt == nullptr) { /* with tile_cnt the kernel reduced in place (TN fixup) */
-        float *C = (float *)ep.C, *work = ep.work;
-        const size_t mn = (size_t)M * N;
-        const int vec4 = mn % 4 == 0 && (uintptr_t)C % 16 == 0 && (uintptr_t)work % 16 == 0;
-        const size_t n = vec4 ? mn / 4 : mn;
-        size_t blocks = (n + 255) / 256;
-        if (blocks > (size_t)sm_count * 8) blocks = (size_t)sm_count * 8;
-        gemm_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, stream>>>(C, work, mn, splits, accumulate, vec4);
-        CUDA_LAUNCH_CHECK("gemm_splitk_reduce_kernel");
+    /* with tile_cnt the kernel reduced in place (TN fixup) */
+    if (splits > 1 && ep.tile_cnt == nullptr) return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, sm_count);
+    return FORGE_OK;
+}
+
+/* TN on the C192 kernel (192 x 192 tiles, two consumer warpgroups splitting N), splits as given, then the pass */
+static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
+                                        int accumulate, int splits, cudaStream_t stream, int dev, int sm_count) {
+    static int smem_set[GEMM_MAX_DEVICES];
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    CUtensorMap tm_a, tm_b;
+    FORGE_TRY(gemm_encode_mnmajor(&tm_a, encode, A, M, K, "A"));
+    FORGE_TRY(gemm_encode_mnmajor(&tm_b, encode, B, N, K, "B (32-wide boxes)", GEMM_C192_B_BOX));
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_tn_c192_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)GEMM_C192_SMEM));
+        smem_set[dev] = 1;
     }
+    const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const int kps = (ktiles + splits - 1) / splits;
+    const long long units = (long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) *
+                            ((N + GEMM_C192_BN - 1) / GEMM_C192_BN) * splits;
+    if (units > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
+    const int grid = (int)(units < sm_count ? units : sm_count);
+    ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % 8 == 0 && (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
+    gemm_wgmma_bf16_tn_c192_kernel<<<grid, GEMM_THREADS, GEMM_C192_SMEM, stream>>>(tm_a, tm_b, ep, M, N, K, splits,
+                                                                                 kps);
+    CUDA_LAUNCH_CHECK("gemm_wgmma_bf16_tn_c192_kernel");
+    if (splits > 1) return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, sm_count);
     return FORGE_OK;
 }
 
@@ -1195,6 +1378,13 @@ static int gemm_tn_splits_override(void) {
 static int gemm_tn_allow192(void) {
     static int cached = -1;
     return gemm_env_is("FORGE_GEMM_TN_TILE", "192", &cached);
+}
+
+/* FORGE_GEMM_TN_TILE=c192: DEFAULT takes the C192 kernel (measurement aid until a rule is measured) */
+static int gemm_tn_c192_default(int M, int N, int K, int sm_count) {
+    static int cached = -1;
+    (void)M, (void)N, (void)K, (void)sm_count;
+    return gemm_env_is("FORGE_GEMM_TN_TILE", "c192", &cached);
 }
 
 /* PASS_T192 where the cost model prefers a 128-row tile: the 192 x 192 tile at one wave of units (splits =
@@ -1464,8 +1654,10 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
         why = "the split-K workspace must be 16-byte aligned";
     if (why == nullptr && reduce != FORGE_GEMM_TN_REDUCE_DEFAULT && reduce != FORGE_GEMM_TN_REDUCE_PASS &&
         reduce != FORGE_GEMM_TN_REDUCE_INKERNEL && reduce != FORGE_GEMM_TN_REDUCE_STREAMK &&
-        reduce != FORGE_GEMM_TN_REDUCE_PASS_TMA && reduce != FORGE_GEMM_TN_REDUCE_PASS_T192)
-        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL, _STREAMK, _PASS_TMA or _PASS_T192";
+        reduce != FORGE_GEMM_TN_REDUCE_PASS_TMA && reduce != FORGE_GEMM_TN_REDUCE_PASS_T192 &&
+        reduce != FORGE_GEMM_TN_REDUCE_PASS_C192)
+        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL, _STREAMK, _PASS_TMA, _PASS_T192 or "
+              "_PASS_C192";
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
     const int fixup = reduce == FORGE_GEMM_TN_REDUCE_INKERNEL;
@@ -1496,6 +1688,17 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     }
     const long long max_slices =
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
+    if (reduce == FORGE_GEMM_TN_REDUCE_PASS_C192 ||
+        (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_c192_default(M, N, K, sm_count))) {
+        /* the 192 x 192 tile at one wave of units, as PASS_T192 */
+        const int splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
+        gemm_epi_dev ep = {};
+        ep.C = C;
+        ep.work = splits > 1 ? (float *)workspace : nullptr;
+        ep.res = splits == 1 && accumulate ? C : nullptr;
+        return gemm_tn_c192_launch(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits, (cudaStream_t)stream, dev,
+                                   sm_count);
+    }
     int bn = 256, splits = 1, bm = GEMM_BM;
     /* the 192 x 192 tile: in DEFAULT's plan with FORGE_GEMM_TN_TILE=192, the only tile of PASS_T192 */
     const int t192 = reduce == FORGE_GEMM_TN_REDUCE_PASS_T192;

@@ -120,6 +120,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t smem_addr) {
            ((uint64_t)1 << 62);
 }
 
+/* The same for 32-wide MN boxes with the 64-byte swizzle (32 MN x 64 K bf16 = 4096 bytes per box): each K row
+ * is 32 MN elements = 64 bytes, 8 K rows = 512 bytes (SBO), the next 32-wide MN block 4096 bytes further (LBO),
+ * layout type 2 (64B swizzle). Canonical MN-major SWIZZLE_64B: ((8,4,m),(8,k)) : ((1,8,LBO),(32,SBO)) in
+ * elements. A k16 step starts 16 rows = 1024 bytes further. */
+__device__ __forceinline__ uint64_t wgmma_desc_mn64(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)(4096 >> 4) << 16) | ((uint64_t)(512 >> 4) << 32) |
+           ((uint64_t)2 << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait(void) {
@@ -151,10 +160,12 @@ template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
     C(d[(i)]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), C(d[(i) + 6]),       \
         C(d[(i) + 7])
 #define WG_D32(C) WG_D8(C, 0), WG_D8(C, 8), WG_D8(C, 16), WG_D8(C, 24)
+#define WG_D48(C) WG_D32(C), WG_D8(C, 32), WG_D8(C, 40)
 #define WG_D64(C) WG_D32(C), WG_D8(C, 32), WG_D8(C, 40), WG_D8(C, 48), WG_D8(C, 56)
 #define WG_D96(C) WG_D64(C), WG_D8(C, 64), WG_D8(C, 72), WG_D8(C, 80), WG_D8(C, 88)
 #define WG_D128(C) WG_D96(C), WG_D8(C, 96), WG_D8(C, 104), WG_D8(C, 112), WG_D8(C, 120)
 #define WG_ACC32 WG_D32("+f")
+#define WG_ACC48 WG_D48("+f")
 #define WG_ACC64 WG_D64("+f")
 #define WG_ACC96 WG_D96("+f")
 #define WG_ACC128 WG_D128("+f")
@@ -163,6 +174,8 @@ template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
 #define WG_REGS32 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_REGS48 WG_REGS32 "," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 #define WG_REGS64 WG_REGS32 "," \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
