@@ -53,9 +53,22 @@ extern "C" {
  * b_mn = (NN or TN); a TN shape carries the split-K workspace (forge_gemm_bf16_tn_workspace) as its work. */
 typedef enum { GB_NT = 0, GB_NN, GB_TN } gb_layout;
 
-/* GB_WGMMA_FIXUP: TN with the in-kernel fixed-order split-K reduction (FORGE_GEMM_TN_REDUCE_INKERNEL);
- * GB_WGMMA_STREAMK: TN stream-K (FORGE_GEMM_TN_REDUCE_STREAMK) */
-typedef enum { GB_CUBLAS = 0, GB_WGMMA, GB_AUTO, GB_WGMMA_FIXUP, GB_WGMMA_STREAMK } gb_kind; /* gc_cell.kind */
+/* TN cells: GB_WGMMA = FORGE_GEMM_TN_REDUCE_DEFAULT (what forge_gemm_bf16_tn_wgmma runs: the cost model's plan,
+ * FORGE_GEMM_TN_TILE / FORGE_GEMM_TN_STORE apply), the others force one reduction / kernel:
+ * GB_WGMMA_FIXUP the in-kernel fixed-order reduction (INKERNEL), GB_WGMMA_STREAMK stream-K, GB_WGMMA_PASS_TMA the
+ * TMA-stored partials, GB_WGMMA_T192 the three-warpgroup 192 x 192 tile, GB_WGMMA_C192 the two-warpgroup one.
+ * (Until session 5 the TN forge_wgmma_bf16 cell forced PASS, so the environment switches did not reach it: the
+ * session-4 A/Bs of FORGE_GEMM_TN_STORE=tma and FORGE_GEMM_TN_TILE=192 timed the same kernel twice.) */
+typedef enum {
+    GB_CUBLAS = 0,
+    GB_WGMMA,
+    GB_AUTO,
+    GB_WGMMA_FIXUP,
+    GB_WGMMA_STREAMK,
+    GB_WGMMA_PASS_TMA,
+    GB_WGMMA_T192,
+    GB_WGMMA_C192
+} gb_kind; /* gc_cell.kind */
 
 /* ---- cell run -------------------------------------------------------------- */
 
@@ -68,11 +81,14 @@ static forge_status gb_run(void *ctx, int set) {
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
     const float *bias = c->use_bias ? sh->bias : NULL;
     if (sh->b_mn) { /* NN or TN */
-        if (sh->a_mn) /* TN: the split-K reduction as a separate pass (default) or in the kernel */
+        if (sh->a_mn) /* TN: the default plan, or one reduction / kernel forced */
             return forge_gemm_bf16_tn_wgmma_reduce(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->work, sh->work_bytes,
-                                                   c->kind == GB_WGMMA_FIXUP    ? FORGE_GEMM_TN_REDUCE_INKERNEL
-                                                   : c->kind == GB_WGMMA_STREAMK ? FORGE_GEMM_TN_REDUCE_STREAMK
-                                                                                 : FORGE_GEMM_TN_REDUCE_PASS,
+                                                   c->kind == GB_WGMMA_FIXUP      ? FORGE_GEMM_TN_REDUCE_INKERNEL
+                                                   : c->kind == GB_WGMMA_STREAMK  ? FORGE_GEMM_TN_REDUCE_STREAMK
+                                                   : c->kind == GB_WGMMA_PASS_TMA ? FORGE_GEMM_TN_REDUCE_PASS_TMA
+                                                   : c->kind == GB_WGMMA_T192     ? FORGE_GEMM_TN_REDUCE_PASS_T192
+                                                   : c->kind == GB_WGMMA_C192     ? FORGE_GEMM_TN_REDUCE_PASS_C192
+                                                                                  : FORGE_GEMM_TN_REDUCE_DEFAULT,
                                                    sh->stream);
         return forge_gemm_bf16_nn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->stream);
     }
@@ -145,11 +161,18 @@ static forge_status gb_plain_groups(gc_session *ss) {
         snprintf(group, sizeof group, "bf16 %s M=%d N=%d K=%d (%s)", lay[sp->layout], sp->M, sp->N, sp->K, sp->what);
         const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
         const double bytes = 2.0 * ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
-        gc_cell cells[4] = {{sh, GB_CUBLAS, 0, 0}, {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
-                            {sh, GB_WGMMA_FIXUP, 0, 0}, {sh, GB_WGMMA_STREAMK, 0, 0}};
-        const char *names[4] = {"cublas_bf16", sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
-                                "forge_wgmma_bf16_fixup", "forge_wgmma_bf16_streamk"};
-        const int n_cells = sp->layout == GB_TN ? 4 : 2; /* TN: both split-K reductions and stream-K */
+        gc_cell cells[7] = {{sh, GB_CUBLAS, 0, 0},         {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
+                            {sh, GB_WGMMA_FIXUP, 0, 0},    {sh, GB_WGMMA_STREAMK, 0, 0},
+                            {sh, GB_WGMMA_PASS_TMA, 0, 0}, {sh, GB_WGMMA_T192, 0, 0},
+                            {sh, GB_WGMMA_C192, 0, 0}};
+        const char *names[7] = {"cublas_bf16",
+                                sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
+                                "forge_wgmma_bf16_fixup",
+                                "forge_wgmma_bf16_streamk",
+                                "forge_wgmma_bf16_pass_tma",
+                                "forge_wgmma_bf16_t192",
+                                "forge_wgmma_bf16_c192"};
+        const int n_cells = sp->layout == GB_TN ? 7 : 2; /* TN: every split-K reduction and tile */
         for (int v = 0; v < n_cells && s == FORGE_OK; v++)
             s = gc_session_run_cell(ss, &cells[v], gb_run, names[v], group, v == 0, FORGE_PREC_BF16, flops, bytes);
         gc_shape_free(sh);
