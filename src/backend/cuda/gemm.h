@@ -115,11 +115,14 @@ forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
  *   Sums split at other K boundaries than PASS: equal within fp32 rounding, not bit for bit.
  * - PASS_C192: PASS_T192's plan on a kernel with two consumer warpgroups that split the tile's N (each 192 rows
  *   x 96 columns, three wgmma m64n96k16 per k16 step; B staged as 32-wide boxes with the 64-byte swizzle), the
- *   layout of cuBLAS's dW kernel. Same K split as PASS_T192. FORGE_GEMM_TN_TILE=c192 makes DEFAULT take it.
- * - DEFAULT: PASS with the tile (128 x 256 or 128 x 128) and splits of the cost model; FORGE_GEMM_TN_TILE=192 lets
- *   the model take the 192 x 192 tile too, FORGE_GEMM_TN_STORE=tma takes PASS_TMA where the plan's tile is 128
- *   rows (both read once per process); what forge_gemm_bf16_tn_wgmma uses. Neither measured faster on the H200
- *   (within 1% at the GPT-2 dW shapes), so neither is the default.
+ *   layout of cuBLAS's dW kernel. Same K split as PASS_T192 (measured bit-identical to it).
+ * - DEFAULT (what forge_gemm_bf16_tn_wgmma uses): PASS_C192 where its one-wave plan keeps >= 90% of the SMs busy
+ *   with units of >= 32 K slices (the GPT-2 MLP and attention-projection dW), otherwise the cost model's tile
+ *   (128 x 256 or 128 x 128) and splits with the partials through the TMA store where allowed (PASS_TMA), else
+ *   PASS. Measured on the H200 (session 5) against cuBLAS: 0.98x / 1.00x (MLP fc / proj), 0.98x (qkv), 1.00x
+ *   (attn proj). FORGE_GEMM_TN_TILE=c192 / 128 forces / rules out C192, =192 lets the cost model take the
+ *   192 x 192 three-warpgroup tile; FORGE_GEMM_TN_STORE=direct stores the partials from the registers (read once
+ *   per process).
  * forge_gemm_bf16_tn_workspace's size is enough for any of them. */
 typedef enum {
     FORGE_GEMM_TN_REDUCE_DEFAULT = 0,

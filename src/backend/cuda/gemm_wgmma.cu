@@ -1380,11 +1380,22 @@ static int gemm_tn_allow192(void) {
     return gemm_env_is("FORGE_GEMM_TN_TILE", "192", &cached);
 }
 
-/* FORGE_GEMM_TN_TILE=c192: DEFAULT takes the C192 kernel (measurement aid until a rule is measured) */
-static int gemm_tn_c192_default(int M, int N, int K, int sm_count) {
-    static int cached = -1;
-    (void)M, (void)N, (void)K, (void)sm_count;
-    return gemm_env_is("FORGE_GEMM_TN_TILE", "c192", &cached);
+static int gemm_tn_t192_splits(int M, int N, int K, int sm_count, long long max_slices);
+
+/* Whether DEFAULT runs the C192 kernel: where its one-wave plan (192 x 192 tiles x the splits that fill the SMs)
+ * keeps >= 90% of the SMs busy with units of >= 32 K slices. Measured (H200, session 5, same runs as cuBLAS):
+ * C192 0.98x / 1.00x at the GPT-2 MLP dW (64 tiles x 2 splits = 128 units; the 128 x 256 plan's 2.7 waves 0.82x /
+ * 0.84x), 1.00x at 768 x 768 (16 x 8 = 128 units), but 0.94x at 2304 x 768 (48 x 2 = 96 units: 73% of the SMs)
+ * and 0.80x at 776 x 1000 x 1001 (4 slices per unit). FORGE_GEMM_TN_TILE=c192 forces it, =128 rules it out. */
+static int gemm_tn_c192_default(int M, int N, int K, int sm_count, long long max_slices) {
+    static int forced = -1, never = -1;
+    if (gemm_env_is("FORGE_GEMM_TN_TILE", "c192", &forced)) return 1;
+    if (gemm_env_is("FORGE_GEMM_TN_TILE", "128", &never)) return 0;
+    const long long tiles = (long long)((M + 191) / 192) * ((N + 191) / 192);
+    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const int splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
+    const long long kps = (ktiles + splits - 1) / splits;
+    return tiles * splits * 10 >= (long long)sm_count * 9 && tiles * splits <= sm_count && kps >= 32;
 }
 
 /* PASS_T192 where the cost model prefers a 128-row tile: the 192 x 192 tile at one wave of units (splits =
@@ -1611,12 +1622,14 @@ static size_t gemm_tn_streamk_bytes(int M, int N, int K, int sm_count) {
     return gemm_tn_fixup_cnt_bytes(tiles) + (size_t)(2 * grid) * GEMM_BM * bn * sizeof(float);
 }
 
-/* FORGE_GEMM_TN_STORE, read once: "tma" makes FORGE_GEMM_TN_REDUCE_DEFAULT store the split partials through TMA
- * (PASS_TMA) instead of from the registers (PASS); for A/B runs. Measured on the H200 (session 4, device_dw.sh):
- * the same time within 1% at every dW shape (the dW gap is in the mainloop), so PASS stays the default. */
-static int gemm_tn_store_tma(void) {
+/* FORGE_GEMM_TN_STORE, read once: "direct" makes FORGE_GEMM_TN_REDUCE_DEFAULT store the split partials from the
+ * registers (PASS) instead of through TMA (PASS_TMA, the default where the slices allow it). Measured on the H200
+ * (session 5, the bench's explicit cells): PASS_TMA 0.85x / 0.87x / 0.98x / 1.01x cuBLAS at the MLP fc / MLP
+ * proj / qkv / attn proj dW against PASS's 0.82x / 0.84x / 0.95x / 0.99x. (Session 4's A/B of this switch had
+ * found no difference because the bench cell forced PASS: it timed the same kernel twice.) */
+static int gemm_tn_store_direct(void) {
     static int cached = -1;
-    return gemm_env_is("FORGE_GEMM_TN_STORE", "tma", &cached);
+    return gemm_env_is("FORGE_GEMM_TN_STORE", "direct", &cached);
 }
 
 extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
@@ -1689,7 +1702,7 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     const long long max_slices =
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
     if (reduce == FORGE_GEMM_TN_REDUCE_PASS_C192 ||
-        (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_c192_default(M, N, K, sm_count))) {
+        (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_c192_default(M, N, K, sm_count, max_slices))) {
         /* the 192 x 192 tile at one wave of units, as PASS_T192 */
         const int splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
         gemm_epi_dev ep = {};
@@ -1738,7 +1751,7 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     /* PASS_TMA (and DEFAULT with FORGE_GEMM_TN_STORE=tma): the partials through the TMA store where the slices
      * allow it (gemm.h) */
     const int want_tma = reduce == FORGE_GEMM_TN_REDUCE_PASS_TMA ||
-                         (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_store_tma());
+                         (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && !gemm_tn_store_direct());
     if (want_tma && bm == GEMM_BM && splits > 1 && !fixup && M % GEMM_BM == 0 && N % 4 == 0 &&
         (uintptr_t)workspace % 16 == 0 && (long long)splits * M <= 0x7fffffffLL) { /* the stacked map's rows: int */
         if (bn == 128)
