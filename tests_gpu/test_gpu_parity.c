@@ -983,7 +983,7 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
 
 /* case_gemm_fp8's modes: 0 .. N_MODES_C1-1 and N_MODES_C2 .. N_MODES-1 single-CTA, N_MODES_C1 .. N_MODES_C2-1 the
  * 2-CTA cluster ones (run last) */
-enum { N_MODES_C1 = 12, N_MODES_C2 = 15, N_MODES = 23 };
+enum { N_MODES_C1 = 12, N_MODES_C2 = 15, N_MODES = 25 };
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
@@ -998,7 +998,9 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * FORGE_GEMM_STORE_DIRECT (the direct store on the TMA-capable shapes too); 19, 20: modes 0 and 4 with C at
      * a 4-byte offset from a 16-byte boundary (fp32 N % 4 == 0 but C not 16-byte aligned: the default must fall
      * back to the direct store, and write exactly C's M x N elements); 21, 22: tf32 on the ping-pong schedule (refused
-     * where N % 4 != 0) and on the cooperative one (mode 4 takes ping-pong at K <= 1024 where C allows the TMA store). */
+     * where N % 4 != 0) and on the cooperative one (mode 4 takes ping-pong at K <= 1024 where C allows the TMA store); 23, 24: modes 0, 1 with
+     * chunk64 and A from registers (ldmatrix of the swizzled stage, two buffers: a wrong address or a buffer read
+     * before its load shows as a wrong result; K/128 = 1, 3, 5, 8 cover the odd tail and the unrolled pair). */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
@@ -1007,10 +1009,11 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_fp8[e4m3,chunk64c2]", "gemm_fp8[e5m2xe4m3,chunk64c2]", "gemm_fp8[e4m3,fastacc,c2]",
         "gemm_fp8[e4m3,direct]",    "gemm_fp8[e4m3,bf16out,direct]", "gemm_tf32[direct]",
         "gemm_fp8[e4m3,chunk64,direct]", "gemm_fp8[e4m3,C+4B]",   "gemm_tf32[C+4B]",
-        "gemm_tf32[pp]",            "gemm_tf32[coop]"};
+        "gemm_tf32[pp]",            "gemm_tf32[coop]",             "gemm_fp8[e4m3,chunk64ra]",
+        "gemm_fp8[e5m2xe4m3,chunk64ra]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
-                                         1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5, 1e-5, 1e-5};
-    const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13;
+                                         1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5, 1e-5, 1e-5, 1e-3, 1e-3};
+    const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24;
     const int out_bf16 = mode == 2 || mode == 9 || mode == 16;
     const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21 || mode == 22;
     const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT : FORGE_GEMM_STORE_AUTO;
@@ -1021,6 +1024,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
                                   : mode == 10 || mode == 11 ? FORGE_FP8_PROMOTE_CHUNK128
                                   : mode == 12 || mode == 13 ? FORGE_FP8_PROMOTE_CHUNK64_C2
                                   : mode == 14               ? FORGE_FP8_FAST_ACCUM_C2
+                                  : mode == 23 || mode == 24 ? FORGE_FP8_PROMOTE_CHUNK64_RA
                                                              : FORGE_FP8_PROMOTE;
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);

@@ -40,7 +40,11 @@
  *   one column-block and each multicasts half of the shared B tile into both
  *   (a third less L2 -> SM traffic). Candidates, unmeasured (bench cells
  *   forge_fp8_e4m3_chunk64_c2, forge_fp8_e4m3_fastacc_c2).
- * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2
+ * - FORGE_FP8_PROMOTE_CHUNK64_RA: chunk64 with the warpgroup's A read into
+ *   registers once per stage (ldmatrix, two buffers: the next stage's A is
+ *   loaded while the current stage's chunks run) instead of from shared memory
+ *   by each of the four chunks (same adds, same order: the same numbers).
+ * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2|chunk64ra
  *   makes FORGE_FP8_PROMOTE (only that mode) run the named variant (read once
  *   per process; unset = auto; anything else fails the call, FORGE_ERR_ARG).
  *   Measured (session 3): pipe 745 / 1157 / 1178, chunk128 719 / 1150 / 1190,
@@ -83,7 +87,8 @@ typedef enum {
     FORGE_FP8_PROMOTE_CHUNK64 = 3,
     FORGE_FP8_PROMOTE_CHUNK128 = 4,
     FORGE_FP8_PROMOTE_CHUNK64_C2 = 5,
-    FORGE_FP8_FAST_ACCUM_C2 = 6
+    FORGE_FP8_FAST_ACCUM_C2 = 6,
+    FORGE_FP8_PROMOTE_CHUNK64_RA = 7
 } forge_fp8_accum;
 
 /* How C is stored: AUTO = the measured choice below, TMA = the TMA-store epilogue wherever C allows it, DIRECT =

@@ -100,6 +100,7 @@ extern "C" {
  * temporaries / 128-column chunks with one). */
 #define FP8_CHUNK64 3
 #define FP8_CHUNK128 4
+#define FP8_CHUNK64_RA 5 /* FP8_CHUNK64 with A read into registers once per stage (ldmatrix, double-buffered) */
 
 /* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
 enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
@@ -326,6 +327,64 @@ __device__ __forceinline__ void fp8_issue_chunk64(float (&u)[32], uint64_t da, u
     wgmma_commit();
 }
 
+/* ---- PROMOTE == 5 (chunk64 with A from registers, double-buffered) ----
+ * d (64 x 64 fp32) (+)= A (64x32 fp8, registers: 4 x b32 per thread) . B (64x32 e4m3, smem desc)^T. The A fragment
+ * of a k32 step (PTX: wgmma register fragments for 8-bit A) is per warp the 16 x 32-byte slab of rows 16w..16w+15:
+ * a0 (row lane/4, bytes 4(lane%4)..+3), a1 (row + 8), a2 and a3 the same 16 bytes further, i.e. the four 8 x 16-byte
+ * matrices of one ldmatrix.x4 (fp8_lda_stage). */
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_e4m3_ra(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                             int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+        WG_REGS32
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : WG_ACC32
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n64k32_e5m2_e4m3_ra(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                             int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3 {"
+        WG_REGS32
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : WG_ACC32
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+/* This warpgroup's 64 rows x 128 bytes of A (one stage) into registers: a[kk] is k32 step kk's fragment. The
+ * stage is 128-byte swizzled (16-byte chunk j of row r at chunk j ^ (r % 8), the stage 1024-byte aligned); thread t
+ * of warp w addresses row 16w + t%8 + 8((t/8)%2) of its warpgroup's half, chunk 2kk + t/16. */
+__device__ __forceinline__ void fp8_lda_stage(uint32_t (&a)[FP8_BK / 32][4], uint32_t a_half, int warp, int lane) {
+    const uint32_t r = (uint32_t)(warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2));
+    const uint32_t row = a_half + r * 128u;
+#pragma unroll
+    for (int kk = 0; kk < FP8_BK / 32; kk++) {
+        const uint32_t chunk = (uint32_t)(2 * kk + lane / 16);
+        const uint32_t addr = row + ((chunk ^ (r % 8u)) << 4);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
+                     : "r"(addr)
+                     : "memory");
+    }
+}
+
+/* one 64-column chunk (B rows from db) of a stage with A from registers, as one commit group into u */
+template <int AT>
+__device__ __forceinline__ void fp8_issue_chunk64_ra(float (&u)[32], const uint32_t (&a)[FP8_BK / 32][4],
+                                                     uint64_t db) {
+    static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < FP8_BK / 32; k++) {
+        if constexpr (AT == WG_E4M3) wgmma_m64n64k32_e4m3_e4m3_ra(u, a[k], db + 2 * k, k != 0 ? 1 : 0);
+        else wgmma_m64n64k32_e5m2_e4m3_ra(u, a[k], db + 2 * k, k != 0 ? 1 : 0);
+    }
+    wgmma_commit();
+}
+
 template <int AT>
 __device__ __forceinline__ void fp8_issue_chunk128(float (&u)[64], uint64_t da, uint64_t db) {
     static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
@@ -345,11 +404,13 @@ __device__ __forceinline__ void fp8_issue_chunk128(float (&u)[64], uint64_t da, 
 /* d[OFF + i] += u[i]: promote one retired chunk temporary into its columns of the fp32 accumulator. A chunk of
  * 64 (128) columns is fragment elements 32q..32q+31 (64q..64q+63) of d: element 4i + 2h + j is column
  * 8i + 2(lane%4) + j, so 64 columns are 8 consecutive i, i.e. 32 consecutive elements. */
-template <int OFF, int R>
-__device__ __forceinline__ void fp8_promote_chunk(float (&d)[128], const float (&u)[R]) {
+template <int OFF, int R, int ND>
+__device__ __forceinline__ void fp8_promote_chunk(float (&d)[ND], const float (&u)[R]) {
+    static_assert(OFF + R <= ND, "the chunk lies inside the accumulator");
 #pragma unroll
     for (int i = 0; i < R; i++) d[OFF + i] += u[i];
 }
+
 
 /* tile index -> (row-block, column-block): groups of FP8_GROUP_M row-blocks, all column-blocks of a group before
  * the next, so the tiles in flight share a few A row-blocks (the bf16 kernel's order) */
@@ -508,6 +569,45 @@ __device__ __forceinline__ void fp8_pp_tile(float (&dlo)[64], float (&dhi)[64], 
     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 }
 
+/* One stage of PROMOTE == 5 (BN = 192: three 64-column chunks) with A from a[CUR], loaded before: chunk 0 into
+ * pX, 1 into pY, 2 into pX (pX = p0 on even stages, p1 on odd ones, so a stage's first chunk never lands on the
+ * temporary that still holds the previous stage's last chunk); each chunk's adds run under the next chunk's MMAs;
+ * the previous stage's chunk 2 (in pY) is retired, released and added after this stage's chunk 0 is issued, which
+ * also frees a[1 - CUR] for the next stage's full-barrier wait and ldmatrix (has_next). No branch around a wgmma:
+ * the caller unrolls by two so CUR is a compile-time index. */
+template <int CUR, int AT, int CL, int STAGES>
+__device__ __forceinline__ void fp8_ra_stage(float (&d)[96], float (&p0)[32], float (&p1)[32],
+                                             uint32_t (&a)[2][FP8_BK / 32][4], uint32_t bars, uint32_t sa,
+                                             uint32_t sb, int c, int warp, int lane, int &stage, uint32_t &phase,
+                                             int &prev, bool first, bool has_next, uint32_t rank) {
+    typedef fp8_cfg<192> cfg;
+    float(&px)[32] = CUR ? p1 : p0;
+    float(&py)[32] = CUR ? p0 : p1;
+    const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
+    fp8_issue_chunk64_ra<AT>(px, a[CUR], db);
+    wgmma_wait<1>(); /* the previous stage's chunk 2 (py): done, and a[1 - CUR] free */
+    wgmma_fence_operands(py);
+    if (!first && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+    fp8_promote_chunk<64>(d, py);
+    fp8_issue_chunk64_ra<AT>(py, a[CUR], db + 512);
+    wgmma_wait<1>(); /* chunk 0 */
+    wgmma_fence_operands(px);
+    fp8_promote_chunk<0>(d, px);
+    prev = stage;
+    if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+    }
+    if (has_next) {
+        mbar_wait(bars + 8 * stage, phase);
+        fp8_lda_stage(a[1 - CUR], sa + stage * cfg::A_BYTES + c * (64 * FP8_BK), warp, lane);
+    }
+    fp8_issue_chunk64_ra<AT>(px, a[CUR], db + 1024);
+    wgmma_wait<1>(); /* chunk 1 */
+    wgmma_fence_operands(py);
+    fp8_promote_chunk<32>(d, py);
+}
+
 /* ---- TMA-store epilogue (TMA_C = 1) ------------------------------------------------------------------------
  * The pattern of gemm_wgmma.cu's GEMM_EPI_TMA_STORE, without its fused operations: the warpgroup's 64 x BN tile
  * goes out in boxes of 64 rows x 128 bytes (fp32: 32 columns = 4 fragment column groups; bf16: 64 columns = 8),
@@ -590,6 +690,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
     static_assert(PROMOTE != 2 || BN == 128, "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128");
+    static_assert(PROMOTE != FP8_CHUNK64_RA || BN == 192, "A-in-registers chunking: d 96 + 64 + 32 registers at BN 192");
     static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK128) || BN == 256,
                   "chunked promotion splits a 256-wide tile: d is 128 registers, the chunk temporaries 64");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
@@ -635,7 +736,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 
     if (wg == 0) {
         /* ---- producer: one thread drives the TMA ring ---- */
-        wgmma_setmaxnreg_dec<PROMOTE == 2 ? FP8_PIPE_PRODUCER_REGS : FP8_PRODUCER_REGS>();
+        wgmma_setmaxnreg_dec<PROMOTE == 2 || PROMOTE == FP8_CHUNK64_RA ? FP8_PIPE_PRODUCER_REGS : FP8_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
@@ -668,7 +769,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         }
     } else {
         /* ---- consumers: wgmma from the ring (promoted or not), then the epilogue ---- */
-        wgmma_setmaxnreg_inc<PROMOTE == 2 ? FP8_PIPE_CONSUMER_REGS : FP8_CONSUMER_REGS>();
+        wgmma_setmaxnreg_inc<PROMOTE == 2 || PROMOTE == FP8_CHUNK64_RA ? FP8_PIPE_CONSUMER_REGS : FP8_CONSUMER_REGS>();
         const int c = wg - 1; /* which 64-row half of the block tile (PP: which warpgroup of the pair) */
         const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
         if constexpr (PP) {
@@ -816,6 +917,44 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 wgmma_fence_operands(p1);
                 if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                 fp8_promote_chunk<96>(d, p1);
+            } else if constexpr (PROMOTE == FP8_CHUNK64_RA) {
+                /* chunked promotion at BN = 192 with A in registers: PROMOTE == 3's chunks each read the warpgroup's
+                 * 64 x 128 bytes of A from shared memory (4x per stage; ncu: L1/TEX 94% busy at 8192^3); here one
+                 * ldmatrix.x4 per k32 step per stage, into the other of two register buffers while the current
+                 * stage's chunks run. 192 columns, not 256: d 96 + two 32-register temporaries + 2 x 16 A registers
+                 * fit the consumers' 240 (at 256, 224 of them: 116-byte spills); a single A buffer at 256 forced a
+                 * wait_group 0 per stage and measured 3% slower than PROMOTE == 3. The same adds in the same order
+                 * per element as the other promoted kernels. */
+                float p0[32], p1[32];
+                uint32_t a[2][FP8_BK / 32][4];
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    p0[i] = 0.0f;
+                    p1[i] = 0.0f; /* the first stage's retire of a "previous chunk 2" adds +0 */
+                }
+                mbar_wait(bars + 8 * stage, phase);
+                fp8_lda_stage(a[0], sa + stage * cfg::A_BYTES + c * (64 * FP8_BK), warp, lane);
+                int kt = 0;
+#pragma unroll 1
+                for (; kt + 1 < ktiles; kt += 2) {
+                    fp8_ra_stage<0, AT, CL, STAGES>(d, p0, p1, a, bars, sa, sb, c, warp, lane, stage, phase, prev,
+                                                    kt == 0, true, rank);
+                    fp8_ra_stage<1, AT, CL, STAGES>(d, p0, p1, a, bars, sa, sb, c, warp, lane, stage, phase, prev,
+                                                    false, kt + 2 < ktiles, rank);
+                }
+                if (kt < ktiles) { /* odd ktiles: an even last stage, its chunk 2 in p0 (one group in flight) */
+                    fp8_ra_stage<0, AT, CL, STAGES>(d, p0, p1, a, bars, sa, sb, c, warp, lane, stage, phase, prev,
+                                                    kt == 0, false, rank);
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(p0);
+#pragma unroll
+                    for (int i = 0; i < 32; i++) p1[i] = p0[i]; /* one copy of the final add below */
+                } else {
+                    wgmma_wait<0>(); /* an odd last stage: its chunk 2 in p1 */
+                    wgmma_fence_operands(p1);
+                }
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+                fp8_promote_chunk<64>(d, p1);
             } else if constexpr (PROMOTE == FP8_CHUNK128) {
                 /* chunked promotion at BN = 256, serial: two 128-column chunks per stage into one 64-register
                  * temporary pt (d 128 + pt 64: a second temporary would need 256 registers), each retired with
@@ -990,6 +1129,7 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
     if (accum == FORGE_FP8_PROMOTE_CHUNK64 || accum == FORGE_FP8_PROMOTE_CHUNK128 ||
         accum == FORGE_FP8_PROMOTE_CHUNK64_C2 || accum == FORGE_FP8_FAST_ACCUM_C2)
         return 256; /* by construction */
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA) return 192;
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
         return (t256 < sm_count && t128 > t256) ? 128 : 256;
@@ -1109,6 +1249,8 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
         return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64) /* 256 only: the chunks split a 256-wide tile */
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA) /* 192 only: the registers (see the kernel body) */
+        return fp8_launch<192, AT, OUT_BF16, FP8_CHUNK64_RA>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
@@ -1124,7 +1266,7 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
 
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
  * unset, "" or "auto": fp8_auto_promote's choice per shape; "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" /
- * "chunk64c2": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2. All do the same fp32 adds in the same K order per element (expected
+ * "chunk64c2" / "chunk64ra": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA. All do the same fp32 adds in the same K order per element (expected
  * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
  * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
  * remapped. */
@@ -1139,6 +1281,7 @@ static int fp8_env_promote(void) {
     else if (strcmp(v, "chunk64") == 0) r = FORGE_FP8_PROMOTE_CHUNK64;
     else if (strcmp(v, "chunk128") == 0) r = FORGE_FP8_PROMOTE_CHUNK128;
     else if (strcmp(v, "chunk64c2") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_C2;
+    else if (strcmp(v, "chunk64ra") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_RA;
     else r = -1;
     cached = r;
     return r;
@@ -1220,7 +1363,8 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
     else if ((uintptr_t)C % c_elem != 0) why = "C must be aligned to its element size";
     else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED &&
              accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128 &&
-             accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2)
+             accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2 &&
+             accum != FORGE_FP8_PROMOTE_CHUNK64_RA)
         why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
@@ -1232,7 +1376,7 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
         if (v < 0)
             return forge_error(FORGE_ERR_ARG,
                                "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected auto, serial, pipe, chunk64, chunk128 "
-                               "or chunk64c2)",
+                               "chunk64c2 or chunk64ra)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
     int tc = 0;

@@ -495,6 +495,7 @@ typedef enum {
     F8_E4M3_CHUNK64,
     F8_E4M3_CHUNK128,
     F8_E4M3_CHUNK64_C2,
+    F8_E4M3_CHUNK64_RA,
     F8_E4M3_FAST_C2,
     F8_E5M2,
     F8_E4M3_FAST,
@@ -539,6 +540,9 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_E4M3_CHUNK64:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64, sh->stream);
+    case F8_E4M3_CHUNK64_RA:
+        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK64_RA, sh->stream);
     case F8_E4M3_CHUNK128:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE_CHUNK128, sh->stream);
@@ -657,7 +661,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
-                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,"
+                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,forge_fp8_e4m3_chunk64_ra,"
                        "forge_fp8_e4m3_fastacc_c2,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16,"
                        "forge_fp8_e4m3_direct,forge_fp8_e4m3_tma,forge_fp8_e4m3_bf16out_direct; tf32 nt "
@@ -724,6 +728,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_CHUNK64, "forge_fp8_e4m3_chunk64", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_CHUNK128, "forge_fp8_e4m3_chunk128", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_CHUNK64_C2, "forge_fp8_e4m3_chunk64_c2", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_CHUNK64_RA, "forge_fp8_e4m3_chunk64_ra", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST_C2, "forge_fp8_e4m3_fastacc_c2", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
@@ -763,7 +768,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
             cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
-                                k == F8_E4M3_CHUNK64_C2 || k == F8_E5M2 || k == F8_E4M3_DIRECT)
+                                k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_CHUNK64_RA || k == F8_E5M2 ||
+                                k == F8_E4M3_DIRECT)
                                    ? "forge_wgmma_bf16"
                                    : NULL;
             cell.precision = cells[v].prec;
