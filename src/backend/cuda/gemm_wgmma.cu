@@ -42,6 +42,10 @@
  * - The epilogue stores straight from the accumulators (each quad of lanes
  *   writes 32 contiguous bytes of a row); while it runs the producer is
  *   already filling the ring for the CTA's next tile.
+ * - dW (TN) at the GPT-2 MLP / attention-projection shapes runs a separate
+ *   kernel, gemm_wgmma_bf16_tn_c192_kernel: 192 x 192 tiles at one wave of
+ *   split-K units, its two consumer warpgroups splitting N (192 rows x 96
+ *   columns each); see its comment and gemm.h's forge_gemm_tn_reduce.
  * Tensor maps are encoded on the host per call (cuTensorMapEncodeTiled via
  * cudaGetDriverEntryPointByVersion, so the binary needs no -lcuda link) and
  * passed as __grid_constant__ parameters.

@@ -39,10 +39,12 @@
  *   That loop (fp8_plain_tile) is also tf32's; at BN = 256 a last column tile
  *   with at most 128 columns left in N runs the m64n128 MMA (N = 1408 =
  *   5 x 256 + 128: 8% of the MMAs were on TMA zero-fill).
- * - chunk64 with A read into registers once per stage (ldmatrix) instead of
- *   by each chunk was measured 3% slower (session 5: 1270 vs 1313 TFLOP/s at
- *   8192^3; the single A buffer forces a wait_group 0 per stage) and removed
- *   (commit 7b0da55 has it).
+ * - FORGE_FP8_PROMOTE_CHUNK64_RA (PROMOTE 5, BN 192): chunked promotion with
+ *   A read into registers once per stage by ldmatrix into one of two buffers
+ *   (the chunks of PROMOTE 3 each read A from shared memory). Measured
+ *   (session 5): 1303 vs chunk64's 1312 TFLOP/s at 8192^3, 1070 vs 1178 at
+ *   4096^3, 666 vs 617 at 65536 x 1408 x 512. Opt-in. (A single A buffer at
+ *   BN 256 measured 3% slower; two buffers at 256 spill.)
  * - tf32 ping-pong (gemm_wgmma_tf32_pp_kernel, PP = 1; fp8_pp_tile): each
  *   consumer warpgroup owns whole 128 x 128 tiles and the two take turns, so
  *   one's epilogue runs under the other's MMAs; the default for K <= 1024
