@@ -1156,6 +1156,16 @@ static uint16_t tn_bf16_bits(float f) { /* exact values only (m/8 or already-rou
     return (uint16_t)(u >> 16);
 }
 
+/* max over i of |x[i] - ref[i]| / scale (scale 0: 1); a NaN sticks */
+static double tn_max_rel_diff(const float *x, const float *ref, size_t n, double scale) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)x[i] - (double)ref[i]) / (scale > 0.0 ? scale : 1.0);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
 static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) {
     char shape[96];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s", M, N, K, accumulate ? " C+=" : "");
@@ -1264,46 +1274,30 @@ static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) 
                 if (memcmp(&cs[i], &cs2[i], 4) != 0) sk_runs++;
                 if (fabs(cp[i]) > scale) scale = fabs(cp[i]);
             }
-            for (size_t i = 0; i < cn; i++) {
-                const double e = fabs((double)cs[i] - (double)cp[i]) / (scale > 0.0 ? scale : 1.0);
-                if (!(e <= sk_err)) sk_err = e;
-            }
+            sk_err = tn_max_rel_diff(cs, cp, cn, scale);
             snprintf(sub, sizeof sub, "%s random: streamk run-to-run %zu bits differ, vs pass rel", shape, sk_runs);
             report(P, sk_runs == 0 && sk_err <= 1e-5, "gemm_tn_reduce", sub, sk_err, 1e-5, NULL);
-            /* the 192 x 192 tile splits K elsewhere too: within fp32 summation error of the pass */
-            double t192_err = 0.0;
-            for (size_t i = 0; i < cn; i++) {
-                const double e = fabs((double)c192[i] - (double)cp[i]) / (scale > 0.0 ? scale : 1.0);
-                if (!(e <= t192_err)) t192_err = e;
-            }
+            /* the 192 x 192 tiles (three warpgroups: T192; two splitting N: C192, the same K split) and DEFAULT (one
+             * of C192 / PASS_TMA / PASS by the shape) split K elsewhere too: within fp32 summation error of the pass;
+             * how many bits C192 differs from T192 is printed */
+            size_t c192_bits = 0;
+            for (size_t i = 0; i < cn; i++)
+                if (memcmp(&cc192[i], &c192[i], 4) != 0) c192_bits++;
+            const double t192_err = tn_max_rel_diff(c192, cp, cn, scale), c192_err = tn_max_rel_diff(cc192, cp, cn, scale),
+                         def_err = tn_max_rel_diff(cdef, cp, cn, scale);
             snprintf(sub, sizeof sub, "%s random: pass_t192 vs pass rel", shape);
             report(P, t192_err <= 1e-5, "gemm_tn_reduce", sub, t192_err, 1e-5, NULL);
-            /* the C192 kernel (two warpgroups splitting N) has PASS_T192's plan: within fp32 summation error of
-             * the pass; how many bits differ from PASS_T192 is printed (same K split, other MMA widths) */
-            double c192_err = 0.0;
-            size_t c192_bits = 0;
-            for (size_t i = 0; i < cn; i++) {
-                const double e = fabs((double)cc192[i] - (double)cp[i]) / (scale > 0.0 ? scale : 1.0);
-                if (!(e <= c192_err)) c192_err = e;
-                if (memcmp(&cc192[i], &c192[i], 4) != 0) c192_bits++;
-            }
             snprintf(sub, sizeof sub, "%s random: pass_c192 vs pass rel (%zu bits differ from pass_t192)", shape,
                      c192_bits);
             report(P, c192_err <= 1e-5, "gemm_tn_reduce", sub, c192_err, 1e-5, NULL);
-            /* DEFAULT is one of PASS_C192 / PASS_TMA / PASS by the shape: within fp32 summation error of the pass */
-            double def_err = 0.0;
-            for (size_t i = 0; i < cn; i++) {
-                const double e = fabs((double)cdef[i] - (double)cp[i]) / (scale > 0.0 ? scale : 1.0);
-                if (!(e <= def_err)) def_err = e;
-            }
             snprintf(sub, sizeof sub, "%s random: default vs pass rel", shape);
             report(P, def_err <= 1e-5, "gemm_tn_reduce", sub, def_err, 1e-5, NULL);
         }
     }
 done:
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dW);
-    free(a), free(b), free(c0), free(cp), free(cf), free(cf2), free(cs), free(cs2), free(ct), free(c192), free(cc192), free(cdef), free(a16),
-        free(b16);
+    free(a), free(b), free(c0), free(cp), free(cf), free(cf2), free(cs), free(cs2), free(ct), free(c192), free(cc192);
+    free(cdef), free(a16), free(b16);
 }
 
 static void run_gemm_tn_cases(parity *P) {

@@ -667,14 +667,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), CONSUMER_WARPS);
-        }
-        /* make the initialised barriers visible to the async (TMA) proxy */
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        wgmma_ring_init<STAGES>(bars, CONSUMER_WARPS);
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
         if constexpr (TMA_STORE) tma_prefetch_desc(&tm_c);
@@ -793,16 +786,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                     /* scale-d 0 on the unit's first MMA: overwrite, don't accumulate */
                     wgmma_tile_k16<BN, TA, TB>(d, da, db, (kt != kt0 || k != 0) ? 1 : 0);
                 }
-                wgmma_commit();
-                if (kt > kt0) {
-                    wgmma_wait<1>(); /* the previous slice's MMAs are done: release its stage */
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-                }
-                prev = stage;
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
+                /* the previous slice's MMAs done: release its stage */
+                wgmma_ring_step<STAGES>(bars, kt > kt0, lane, prev, stage, phase);
             }
             wgmma_wait<0>();
             wgmma_fence_operands(d);
@@ -912,13 +897,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), GEMM_CONSUMER_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        wgmma_ring_init<STAGES>(bars, GEMM_CONSUMER_WARPS);
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
     }
@@ -986,16 +965,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
                     wgmma_m64n96k16_tt(d1, wgmma_desc_mn(a0 + GEMM_MN_BOX_BYTES + 2048 * k), db, sc);
                     wgmma_m64n96k16_tt(d2, wgmma_desc_mn(a0 + 2 * GEMM_MN_BOX_BYTES + 2048 * k), db, sc);
                 }
-                wgmma_commit();
-                if (kt > wk.kt0) {
-                    wgmma_wait<1>();
-                    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-                }
-                prev = stage;
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
+                wgmma_ring_step<STAGES>(bars, kt > wk.kt0, lane, prev, stage, phase);
             }
             wgmma_wait<0>();
             wgmma_fence_operands(d0);

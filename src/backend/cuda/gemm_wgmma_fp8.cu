@@ -554,16 +554,7 @@ __device__ __forceinline__ void fp8_pp_tile(float (&dlo)[64], float (&dhi)[64], 
             wgmma_fp8_k32<128, AT>(dlo, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), sc);
             wgmma_fp8_k32<128, AT>(dhi, wgmma_desc(a0 + 64 * FP8_BK + 32 * k), wgmma_desc(b0 + 32 * k), sc);
         }
-        wgmma_commit();
-        if (kt > 0) {
-            wgmma_wait<1>();
-            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-        }
-        prev = stage;
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
+        wgmma_ring_step<STAGES>(bars, kt > 0, lane, prev, stage, phase);
     }
     wgmma_wait<0>();
     wgmma_fence_operands(dlo);
@@ -721,14 +712,8 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const int unit_step = CL == 2 ? (int)(gridDim.x / 2) : (int)gridDim.x;
 
     if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(bars + 8 * s, 1);
-            /* PP: a stage is consumed by one warpgroup's 4 warps */
-            mbar_init(bars + 8 * (STAGES + s), PP ? FP8_CONSUMER_WARPS / 2 : FP8_CONSUMER_WARPS * CL);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        /* PP: a stage is consumed by one warpgroup's 4 warps */
+        wgmma_ring_init<STAGES>(bars, PP ? FP8_CONSUMER_WARPS / 2 : FP8_CONSUMER_WARPS * CL);
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
         if constexpr (TMA_C) tma_prefetch_desc(tm_c);

@@ -135,6 +135,37 @@ template <int N> __device__ __forceinline__ void wgmma_wait(void) {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+/* The full[s] (one arrival: the producer's expect_tx) and empty[s] (empty_arrivals) barriers of a STAGES ring at
+ * bars (full[s] at +8s, empty[s] at +8(STAGES+s)), by one thread, made visible to the async (TMA) proxy; the
+ * caller synchronises the CTA (or cluster) afterwards. */
+template <int STAGES> __device__ __forceinline__ void wgmma_ring_init(uint32_t bars, uint32_t empty_arrivals) {
+#pragma unroll
+    for (int s = 0; s < STAGES; s++) {
+        mbar_init(bars + 8 * s, 1);
+        mbar_init(bars + 8 * (STAGES + s), empty_arrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* A consumer's step after committing a stage's MMAs (one group in flight per stage): with release_prev, retire the
+ * previous stage's group (wait_group 1) and release that stage (lane 0 of each warp arrives on its empty barrier),
+ * then move to the next stage of the ring. */
+template <int STAGES>
+__device__ __forceinline__ void wgmma_ring_step(uint32_t bars, bool release_prev, int lane, int &prev, int &stage,
+                                                uint32_t &phase) {
+    wgmma_commit();
+    if (release_prev) {
+        wgmma_wait<1>();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+    }
+    prev = stage;
+    if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
 /* Keeps the compiler from moving reads of the accumulators above a
  * wgmma.wait_group: an empty asm that "modifies" each register. */
 template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
