@@ -160,13 +160,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);
-#pragma unroll
-        for (int st = 0; st < STAGES; st++) {
-            mbar_init(bars + 8 * st, 1);
-            mbar_init(bars + 8 * (STAGES + st), FW_CONSUMER_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        wgmma_ring_init<STAGES>(bars, FW_CONSUMER_WARPS);
     }
     __syncthreads();
 
@@ -500,13 +494,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);
         mbar_init(qempty, FW_CONSUMER_WARPS);
-#pragma unroll
-        for (int st = 0; st < STAGES; st++) {
-            mbar_init(bars + 8 * st, 1);
-            mbar_init(bars + 8 * (STAGES + st), FW_CONSUMER_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        wgmma_ring_init<STAGES>(bars, FW_CONSUMER_WARPS);
     }
     __syncthreads();
 
