@@ -80,37 +80,44 @@ template <int D> struct fw_cfg {
     static_assert(D == 64 || D == 128, "compiled head dims");
 };
 
+/* K/V tile t of BN keys into the ring's next stage (waits for it to be empty; K as D/64 boxes of BN rows x 128 B,
+ * V as (BN/64) x (D/64) boxes of 64 x 64), then steps the ring: the producers' shared per-tile step. */
+template <int D, int BN, int STAGES>
+__device__ __forceinline__ void fw_load_kv(const CUtensorMap *tm_k, const CUtensorMap *tm_v, uint32_t sring,
+                                           uint32_t bars, int t, int hk, int b, int &stage, uint32_t &phase) {
+    constexpr int DH = D / 64;
+    constexpr uint32_t KV_BYTES = BN * D * 2, STAGE_BYTES = 2 * KV_BYTES;
+    const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+    mbar_wait(empty, phase ^ 1);
+    mbar_arrive_expect_tx(full, STAGE_BYTES);
+    const uint32_t dk = sring + stage * STAGE_BYTES, dv = dk + KV_BYTES;
+    const int k0 = t * BN;
+#pragma unroll
+    for (int j = 0; j < DH; j++) fw_tma_load_3d(dk + j * (BN * 128), tm_k, hk * D + 64 * j, k0, b, full);
+#pragma unroll
+    for (int i = 0; i < BN / 64; i++)
+#pragma unroll
+        for (int j = 0; j < DH; j++)
+            fw_tma_load_3d(dv + (i * DH + j) * 8192, tm_v, hk * D + 64 * j, k0 + 64 * i, b, full);
+    if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
 /* The producer (one thread of warpgroup 0): Q once on qbar, then ntiles K/V tiles of BN keys into the ring
- * (stage = tile % STAGES; K as D/64 boxes of BN rows x 128 B, V as (BN/64) x (D/64) boxes of 64 x 64). */
+ * (stage = tile % STAGES). */
 template <int D, int BN, int STAGES>
 __device__ __forceinline__ void fw_produce(const CUtensorMap *tm_q, const CUtensorMap *tm_k, const CUtensorMap *tm_v,
                                            uint32_t sq, uint32_t sring, uint32_t qbar, uint32_t bars, int q0, int h,
                                            int hk, int b, int ntiles) {
     constexpr int DH = D / 64;
-    constexpr uint32_t KV_BYTES = BN * D * 2, STAGE_BYTES = 2 * KV_BYTES;
     mbar_arrive_expect_tx(qbar, FW_BM * D * 2);
 #pragma unroll
     for (int j = 0; j < DH; j++) fw_tma_load_3d(sq + j * (FW_BM * 128), tm_q, h * D + 64 * j, q0, b, qbar);
     int stage = 0;
     uint32_t phase = 0;
-    for (int t = 0; t < ntiles; t++) {
-        const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
-        mbar_wait(empty, phase ^ 1);
-        mbar_arrive_expect_tx(full, STAGE_BYTES);
-        const uint32_t dk = sring + stage * STAGE_BYTES, dv = dk + KV_BYTES;
-        const int k0 = t * BN;
-#pragma unroll
-        for (int j = 0; j < DH; j++) fw_tma_load_3d(dk + j * (BN * 128), tm_k, hk * D + 64 * j, k0, b, full);
-#pragma unroll
-        for (int i = 0; i < BN / 64; i++)
-#pragma unroll
-            for (int j = 0; j < DH; j++)
-                fw_tma_load_3d(dv + (i * DH + j) * 8192, tm_v, hk * D + 64 * j, k0 + 64 * i, b, full);
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
+    for (int t = 0; t < ntiles; t++) fw_load_kv<D, BN, STAGES>(tm_k, tm_v, sring, bars, t, hk, b, stage, phase);
 }
 
 /* Epilogue of a consumer thread: rows row_lo, row_lo + 8 (quad-reduced l), out = o / l in bf16, lse natural
@@ -424,24 +431,8 @@ __device__ __forceinline__ void fw_produce_ov(const CUtensorMap *tm_q, const CUt
                                               uint32_t qempty, uint32_t bars, int q0, int h, int hk, int b,
                                               int ntiles, int nq, int &stage, uint32_t &phase) {
     constexpr int DH = D / 64;
-    constexpr uint32_t KV_BYTES = BN * D * 2, STAGE_BYTES = 2 * KV_BYTES;
     for (int t = 0; t < ntiles; t++) {
-        const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
-        mbar_wait(empty, phase ^ 1);
-        mbar_arrive_expect_tx(full, STAGE_BYTES);
-        const uint32_t dk = sring + stage * STAGE_BYTES, dv = dk + KV_BYTES;
-        const int k0 = t * BN;
-#pragma unroll
-        for (int j = 0; j < DH; j++) fw_tma_load_3d(dk + j * (BN * 128), tm_k, hk * D + 64 * j, k0, b, full);
-#pragma unroll
-        for (int i = 0; i < BN / 64; i++)
-#pragma unroll
-            for (int j = 0; j < DH; j++)
-                fw_tma_load_3d(dv + (i * DH + j) * 8192, tm_v, hk * D + 64 * j, k0 + 64 * i, b, full);
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
+        fw_load_kv<D, BN, STAGES>(tm_k, tm_v, sring, bars, t, hk, b, stage, phase);
         if (t == 0) {
             mbar_wait(qempty, (nq & 1) ^ 1);
             mbar_arrive_expect_tx(qbar, FW_BM * D * 2);
