@@ -997,10 +997,11 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * wholly outside skipped: M = 1, 130, N = 8, 200) and the direct store at N = 999; 15-18: modes 0, 2, 4, 7 with
      * FORGE_GEMM_STORE_DIRECT (the direct store on the TMA-capable shapes too); 19, 20: modes 0 and 4 with C at
      * a 4-byte offset from a 16-byte boundary (fp32 N % 4 == 0 but C not 16-byte aligned: the default must fall
-     * back to the direct store, and write exactly C's M x N elements); 21, 22: tf32 on the ping-pong schedule (refused
-     * where N % 4 != 0) and on the cooperative one (mode 4 takes ping-pong at K <= 1024 where C allows the TMA store); 23, 24: modes 0, 1 with
-     * chunk64 and A from registers (ldmatrix of the swizzled stage, two buffers: a wrong address or a buffer read
-     * before its load shows as a wrong result; K/128 = 1, 3, 5, 8 cover the odd tail and the unrolled pair). */
+     * back to the direct store, and write exactly C's M x N elements); 21, 22: tf32 on the ping-pong schedule
+     * (refused where N % 4 != 0) and on the cooperative one (mode 4 takes ping-pong at K <= 1024 where C allows
+     * the TMA store); 23, 24: modes 0, 1 with chunk64 and A from registers (ldmatrix of the swizzled stage, two
+     * buffers: a wrong address or a buffer read before its load shows as a wrong result; K/128 = 1, 3, 5, 8 cover
+     * the odd tail and the unrolled pair). */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
@@ -1012,7 +1013,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_tf32[pp]",            "gemm_tf32[coop]",             "gemm_fp8[e4m3,chunk64ra]",
         "gemm_fp8[e5m2xe4m3,chunk64ra]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
-                                         1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5, 1e-5, 1e-5, 1e-3, 1e-3};
+                                         1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5,
+                                         1e-5, 1e-5, 1e-3, 1e-3};
     const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24;
     const int out_bf16 = mode == 2 || mode == 9 || mode == 16;
     const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21 || mode == 22;
@@ -1142,10 +1144,10 @@ static void case_gemm_fp8_refusals(parity *P) {
 /* ---- forge_gemm_bf16_tn_wgmma_reduce: the split-K reductions (dW = A (K,M)^T . B (K,N)) ----
  * exact: values m/8 (|m| <= 8, exact in bf16), so every partial and every sum is a multiple of 2^-6 below 2^17:
  * exact in fp32 in any order; PASS, PASS_TMA (TMA-stored partials where M % 128 == 0, else PASS), PASS_T192
- * (192 x 192 tiles), PASS_C192 (the same tiles, two warpgroups splitting N), INKERNEL and STREAMK must all equal
- * the double reference exactly; random: PASS_TMA
- * bit-identical to PASS, PASS_T192 within fp32 summation error of it (a wrong slot, a
- * lost split or a read of an unwritten slot shows as a nonzero error). random: uniform bf16 values, INKERNEL run
+ * (192 x 192 tiles), PASS_C192 (the same tiles, two warpgroups splitting N), DEFAULT, INKERNEL and STREAMK must all
+ * equal the double reference exactly; random: PASS_TMA bit-identical to PASS, PASS_T192, PASS_C192 and DEFAULT
+ * within fp32 summation error of it (a wrong slot, a lost split or a read of an unwritten slot shows as a nonzero
+ * error). random: uniform bf16 values, INKERNEL run
  * twice must give the same bits, and equal PASS element for element (both sum splits 0..S-1 in order, then C).
  * accumulate: C starts as 1 + (i % 7) / 8 and the product is added. C is poisoned (NaN) otherwise. */
 #include "../src/backend/cuda/gemm.h"
@@ -1283,8 +1285,9 @@ static void case_gemm_tn_reduce(parity *P, int M, int N, int K, int accumulate) 
             size_t c192_bits = 0;
             for (size_t i = 0; i < cn; i++)
                 if (memcmp(&cc192[i], &c192[i], 4) != 0) c192_bits++;
-            const double t192_err = tn_max_rel_diff(c192, cp, cn, scale), c192_err = tn_max_rel_diff(cc192, cp, cn, scale),
-                         def_err = tn_max_rel_diff(cdef, cp, cn, scale);
+            const double t192_err = tn_max_rel_diff(c192, cp, cn, scale);
+            const double c192_err = tn_max_rel_diff(cc192, cp, cn, scale);
+            const double def_err = tn_max_rel_diff(cdef, cp, cn, scale);
             snprintf(sub, sizeof sub, "%s random: pass_t192 vs pass rel", shape);
             report(P, t192_err <= 1e-5, "gemm_tn_reduce", sub, t192_err, 1e-5, NULL);
             snprintf(sub, sizeof sub, "%s random: pass_c192 vs pass rel (%zu bits differ from pass_t192)", shape,

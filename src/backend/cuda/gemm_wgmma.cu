@@ -296,7 +296,8 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */
-    constexpr int CH = TMA ? (BF16 ? 8 : 4) : (DGELU || BN == 192 || BN == 96) ? 4 : 8; /* 192: 96 accumulators in 152; 96: 12 column groups */
+    /* 192: 96 accumulators in 152 registers; 96 (the C192 kernel): 12 column groups */
+    constexpr int CH = TMA ? (BF16 ? 8 : 4) : (DGELU || BN == 192 || BN == 96) ? 4 : 8;
     static_assert((BN / 8) % CH == 0 && (!TMA || (BN / 8 / CH) % 2 == 0),
                   "chunks tile the BN/8 column groups (TMA: an even number of boxes per tile)");
     /* TMA staging (recomputed here from threadIdx rather than kept live through the mainloop: registers are
@@ -874,7 +875,8 @@ __global__ void __launch_bounds__(128 * (1 + BM / 64), 1)
 #define GEMM_C192_B_BOX_BYTES (GEMM_C192_B_BOX * GEMM_BK * 2) /* 4096 */
 #define GEMM_C192_A_BYTES (GEMM_C192_BM * GEMM_BK * 2)       /* 24576: three 64-wide boxes */
 #define GEMM_C192_B_BYTES (GEMM_C192_BN * GEMM_BK * 2)       /* 24576: six 32-wide boxes */
-#define GEMM_C192_SMEM ((size_t)GEMM_C192_STAGES * (GEMM_C192_A_BYTES + GEMM_C192_B_BYTES) + 2 * GEMM_C192_STAGES * 8 + 1024)
+#define GEMM_C192_SMEM \
+    ((size_t)GEMM_C192_STAGES * (GEMM_C192_A_BYTES + GEMM_C192_B_BYTES) + 2 * GEMM_C192_STAGES * 8 + 1024)
 
 /* d (64 x 96 fp32, 48 registers per thread) += A (64x16, smem desc) . B (96x16, smem desc)^T, both MN-major */
 __device__ __forceinline__ void wgmma_m64n96k16_tt(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -925,7 +927,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
                     mbar_arrive_expect_tx(full, bytes);
                     const uint32_t da = sa + stage * GEMM_C192_A_BYTES, db = sb + stage * GEMM_C192_B_BYTES;
                     for (int h = 0; h < 3; h++)
-                        if (m0 + 64 * h < M) tma_load_2d(da + h * GEMM_MN_BOX_BYTES, &tm_a, m0 + 64 * h, kt * GEMM_BK, full);
+                        if (m0 + 64 * h < M)
+                            tma_load_2d(da + h * GEMM_MN_BOX_BYTES, &tm_a, m0 + 64 * h, kt * GEMM_BK, full);
                     for (int j = 0; j < GEMM_C192_BN / GEMM_C192_B_BOX; j++)
                         if (n0 + GEMM_C192_B_BOX * j < N)
                             tma_load_2d(db + j * GEMM_C192_B_BOX_BYTES, &tm_b, n0 + GEMM_C192_B_BOX * j, kt * GEMM_BK,
@@ -1267,7 +1270,8 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
                       : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
                                           : "gemm_wgmma_bf16_tn_kernel");
     /* with tile_cnt the kernel reduced in place (TN fixup) */
-    if (splits > 1 && ep.tile_cnt == nullptr) return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, sm_count);
+    if (splits > 1 && ep.tile_cnt == nullptr)
+        return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, sm_count);
     return FORGE_OK;
 }
 
@@ -1289,7 +1293,8 @@ static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_d
     const int kps = (ktiles + splits - 1) / splits;
     const long long units = (long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) *
                             ((N + GEMM_C192_BN - 1) / GEMM_C192_BN) * splits;
-    if (units > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
+    if (units > 0x7fffffffLL)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
     const int grid = (int)(units < sm_count ? units : sm_count);
     ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % 8 == 0 && (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
     gemm_wgmma_bf16_tn_c192_kernel<<<grid, GEMM_THREADS, GEMM_C192_SMEM, stream>>>(tm_a, tm_b, ep, M, N, K, splits,
@@ -1354,26 +1359,25 @@ static int gemm_tn_allow192(void) {
     return gemm_env_is("FORGE_GEMM_TN_TILE", "192", &cached);
 }
 
-static int gemm_tn_t192_splits(int M, int N, int K, int sm_count, long long max_slices);
-
-/* Whether DEFAULT runs the C192 kernel: where its one-wave plan (192 x 192 tiles x the splits that fill the SMs)
- * keeps >= 90% of the SMs busy with units of >= 32 K slices. Measured (H200, session 5, same runs as cuBLAS):
- * C192 0.98x / 1.00x at the GPT-2 MLP dW (64 tiles x 2 splits = 128 units; the 128 x 256 plan's 2.7 waves 0.82x /
- * 0.84x), 1.00x at 768 x 768 (16 x 8 = 128 units), but 0.94x at 2304 x 768 (48 x 2 = 96 units: 73% of the SMs)
- * and 0.80x at 776 x 1000 x 1001 (4 slices per unit). FORGE_GEMM_TN_TILE=c192 forces it, =128 rules it out. */
-static int gemm_tn_c192_default(int M, int N, int K, int sm_count, long long max_slices) {
+/* Whether DEFAULT runs the C192 kernel: where its one-wave plan (192 x 192 tiles x splits, from
+ * gemm_tn_t192_splits) keeps >= 90% of the SMs busy with units of >= 32 K slices. Measured (H200, session 5, same
+ * runs as cuBLAS): C192 0.98x / 1.00x at the GPT-2 MLP dW (64 tiles x 2 splits = 128 units; the 128 x 256
+ * plan's 2.7 waves 0.82x / 0.84x), 1.00x at 768 x 768 (16 x 8 = 128 units), but 0.94x at 2304 x 768 (48 x 2 = 96
+ * units: 73% of the SMs) and 0.80x at 776 x 1000 x 1001 (4 slices per unit). FORGE_GEMM_TN_TILE=c192 forces it,
+ * =128 rules it out. */
+static int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits) {
     static int forced = -1, never = -1;
     if (gemm_env_is("FORGE_GEMM_TN_TILE", "c192", &forced)) return 1;
     if (gemm_env_is("FORGE_GEMM_TN_TILE", "128", &never)) return 0;
-    const long long tiles = (long long)((M + 191) / 192) * ((N + 191) / 192);
+    const long long tiles =
+        (long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) * ((N + GEMM_C192_BN - 1) / GEMM_C192_BN);
     const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
-    const int splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
     const long long kps = (ktiles + splits - 1) / splits;
     return tiles * splits * 10 >= (long long)sm_count * 9 && tiles * splits <= sm_count && kps >= 32;
 }
 
-/* PASS_T192 where the cost model prefers a 128-row tile: the 192 x 192 tile at one wave of units (splits =
- * SMs / tiles, capped like the model's and renormalised so that no split is empty) */
+/* The splits that put 192 x 192 tiles on one wave of units (PASS_C192, and PASS_T192 where the cost model prefers a
+ * 128-row tile): SMs / tiles, capped like the model's and renormalised so that no split is empty */
 static int gemm_tn_t192_splits(int M, int N, int K, int sm_count, long long max_slices) {
     const long long tiles = (long long)((M + 191) / 192) * ((N + 191) / 192);
     const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
@@ -1675,10 +1679,11 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     }
     const long long max_slices =
         workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
+    /* the splits that put the 192 x 192 tiles (C192, T192) on one wave of units */
+    const int one_wave_splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
     if (reduce == FORGE_GEMM_TN_REDUCE_PASS_C192 ||
-        (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_c192_default(M, N, K, sm_count, max_slices))) {
-        /* the 192 x 192 tile at one wave of units, as PASS_T192 */
-        const int splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
+        (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_c192_default(M, N, K, sm_count, one_wave_splits))) {
+        const int splits = one_wave_splits;
         gemm_epi_dev ep = {};
         ep.C = C;
         ep.work = splits > 1 ? (float *)workspace : nullptr;
@@ -1692,7 +1697,7 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
     gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits, &bm,
                  t192 || (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_allow192()));
     if (t192 && bm != 192) { /* forced where the model prefers another tile */
-        splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
+        splits = one_wave_splits;
         bm = bn = 192;
     }
     if (fixup && splits > 1) {
@@ -1722,7 +1727,7 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, cons
         ep.work = splits > 1 ? (float *)workspace : nullptr;
         ep.res = splits == 1 && accumulate ? C : nullptr;
     }
-    /* PASS_TMA (and DEFAULT with FORGE_GEMM_TN_STORE=tma): the partials through the TMA store where the slices
+    /* PASS_TMA (and DEFAULT unless FORGE_GEMM_TN_STORE=direct): the partials through the TMA store where the slices
      * allow it (gemm.h) */
     const int want_tma = reduce == FORGE_GEMM_TN_REDUCE_PASS_TMA ||
                          (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && !gemm_tn_store_direct());

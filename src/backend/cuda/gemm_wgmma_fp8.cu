@@ -413,7 +413,6 @@ __device__ __forceinline__ void fp8_promote_chunk(float (&d)[ND], const float (&
     for (int i = 0; i < R; i++) d[OFF + i] += u[i];
 }
 
-
 /* tile index -> (row-block, column-block): groups of FP8_GROUP_M row-blocks, all column-blocks of a group before
  * the next, so the tiles in flight share a few A row-blocks (the bf16 kernel's order) */
 __device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n, int *tm, int *tn) {
@@ -475,12 +474,6 @@ template <int CL> __device__ __forceinline__ void fp8_release(uint32_t empty_bar
     if constexpr (CL == 2) fp8_mbar_arrive_remote(fp8_mapa(empty_bar, rank ^ 1u));
 }
 
-/* The unpromoted mainloop (tf32, fast accum) of one tile: NW = BN, or BN / 2 for a tile whose columns past BN/2
- * all lie past N. The narrow MMA accumulates into d's first NW/2 registers, which hold the same columns in the
- * m64nNW fragment as in the m64nBN one (d[4i + 2h + j] is column 8i + ...); the rest of d is stale and feeds only
- * columns past N, which the epilogue never stores. One stage's MMAs stay in flight across iterations (wait_group
- * 1 retires the previous stage's, which is released then); the loop drains (wait_group 0) before it returns, so
- * the caller's two instantiations never leave different groups in flight (ptxas C7518). */
 /* One stage's 4 k32 MMAs of this warpgroup (A rows from a0, B rows from b0: the k-th 32-byte K step is 32 bytes
  * into each swizzled row) into acc, NW columns, as one commit group; zero_first: scale-d 0 on the first (acc = 0 +) */
 template <int NW, int AT>
@@ -492,6 +485,12 @@ __device__ __forceinline__ void fp8_mma_stage(float (&acc)[NW / 2], uint32_t a0,
     wgmma_commit();
 }
 
+/* The unpromoted mainloop (tf32, fast accum) of one tile: NW = BN, or BN / 2 for a tile whose columns past BN/2
+ * all lie past N. The narrow MMA accumulates into d's first NW/2 registers, which hold the same columns in the
+ * m64nNW fragment as in the m64nBN one (d[4i + 2h + j] is column 8i + ...); the rest of d is stale and feeds only
+ * columns past N, which the epilogue never stores. One stage's MMAs stay in flight across iterations (wait_group
+ * 1 retires the previous stage's, which is released then); the loop drains (wait_group 0) before it returns, so
+ * the caller's two instantiations never leave different groups in flight (ptxas C7518). */
 template <int NW, int BN, int AT, int CL, int STAGES>
 __device__ __forceinline__ void fp8_plain_tile(float (&d)[BN / 2], uint32_t bars, uint32_t sa, uint32_t sb, int c,
                                                int lane, int ktiles, int &stage, uint32_t &phase, uint32_t rank) {
@@ -683,7 +682,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
     static_assert(PROMOTE != 2 || BN == 128, "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128");
-    static_assert(PROMOTE != FP8_CHUNK64_RA || BN == 192, "A-in-registers chunking: d 96 + 64 + 32 registers at BN 192");
+    static_assert(PROMOTE != FP8_CHUNK64_RA || BN == 192,
+                  "A-in-registers chunking: d 96 + 64 + 32 registers at BN 192");
+    /* the variants that hold more than d and one temporary take the producer's registers down to 24 */
+    constexpr bool WIDE_CONSUMERS = PROMOTE == 2 || PROMOTE == FP8_CHUNK64_RA;
     static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK128) || BN == 256,
                   "chunked promotion splits a 256-wide tile: d is 128 registers, the chunk temporaries 64");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
@@ -723,7 +725,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 
     if (wg == 0) {
         /* ---- producer: one thread drives the TMA ring ---- */
-        wgmma_setmaxnreg_dec<PROMOTE == 2 || PROMOTE == FP8_CHUNK64_RA ? FP8_PIPE_PRODUCER_REGS : FP8_PRODUCER_REGS>();
+        wgmma_setmaxnreg_dec<WIDE_CONSUMERS ? FP8_PIPE_PRODUCER_REGS : FP8_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
@@ -756,7 +758,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         }
     } else {
         /* ---- consumers: wgmma from the ring (promoted or not), then the epilogue ---- */
-        wgmma_setmaxnreg_inc<PROMOTE == 2 || PROMOTE == FP8_CHUNK64_RA ? FP8_PIPE_CONSUMER_REGS : FP8_CONSUMER_REGS>();
+        wgmma_setmaxnreg_inc<WIDE_CONSUMERS ? FP8_PIPE_CONSUMER_REGS : FP8_CONSUMER_REGS>();
         const int c = wg - 1; /* which 64-row half of the block tile (PP: which warpgroup of the pair) */
         const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
         if constexpr (PP) {
@@ -1252,8 +1254,9 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
 }
 
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
- * unset, "" or "auto": fp8_auto_promote's choice per shape; "serial": PROMOTE = 1 (BN 128/192); "pipe": FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" /
- * "chunk64c2" / "chunk64ra": FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA. All do the same fp32 adds in the same K order per element (expected
+ * unset, "" or "auto": fp8_auto_promote's choice per shape; "serial": PROMOTE = 1 (BN 128/192); "pipe":
+ * FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" / "chunk64c2" / "chunk64ra": FORGE_FP8_PROMOTE_CHUNK64 /
+ * _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA. All do the same fp32 adds in the same K order per element (expected
  * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
  * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
  * remapped. */
@@ -1362,8 +1365,8 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
         const int v = fp8_env_promote();
         if (v < 0)
             return forge_error(FORGE_ERR_ARG,
-                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected auto, serial, pipe, chunk64, chunk128 "
-                               "chunk64c2 or chunk64ra)",
+                               "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected auto, serial, pipe, chunk64, "
+                               "chunk128, chunk64c2 or chunk64ra)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
     int tc = 0;
@@ -1465,7 +1468,8 @@ extern "C" forge_status forge_gemm_tf32_nt_sched(const float *A, const float *B,
     if (sched == FORGE_GEMM_SCHED_AUTO) sched = tf32_sched_env();
     /* measured (H200, session 5): ping-pong 1.05x cuBLAS at 65536 x 1408 x 512 where the cooperative kernel is at
      * 0.87x, equal at 2048^3, 3-7% behind it at K = 4096 and 8192: short K is where the epilogue is a large share */
-    if (sched == FORGE_GEMM_SCHED_AUTO) sched = tc && K <= TF32_PP_MAX_K ? FORGE_GEMM_SCHED_PINGPONG : FORGE_GEMM_SCHED_COOP;
+    if (sched == FORGE_GEMM_SCHED_AUTO)
+        sched = tc && K <= TF32_PP_MAX_K ? FORGE_GEMM_SCHED_PINGPONG : FORGE_GEMM_SCHED_COOP;
     if (sched == FORGE_GEMM_SCHED_PINGPONG) {
         if (!tc)
             return forge_error(FORGE_ERR_UNSUPPORTED,

@@ -661,11 +661,13 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
-                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,forge_fp8_e4m3_chunk64_ra,"
+                       "forge_fp8_e4m3_pipe,forge_fp8_e4m3_chunk64,forge_fp8_e4m3_chunk128,forge_fp8_e4m3_chunk64_c2,"
+                       "forge_fp8_e4m3_chunk64_ra,"
                        "forge_fp8_e4m3_fastacc_c2,"
                        "forge_fp8_e5m2xe4m3,forge_fp8_e4m3_fastacc,forge_fp8_e4m3_bf16out,forge_wgmma_bf16,"
                        "forge_fp8_e4m3_direct,forge_fp8_e4m3_tma,forge_fp8_e4m3_bf16out_direct; tf32 nt "
-                       "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct,forge_wgmma_tf32_pp,forge_wgmma_tf32_coop; shapes=");
+                       "cells=cublas_tf32,forge_wgmma_tf32,forge_wgmma_tf32_direct,forge_wgmma_tf32_pp,"
+                       "forge_wgmma_tf32_coop; shapes=");
     for (int i = 0; i < F8_N_SHAPES && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%dx%dx%d;", F8_SHAPES[i].M, F8_SHAPES[i].N,
                         F8_SHAPES[i].K);
