@@ -981,9 +981,9 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
     return (uint8_t)(sign | ((exp + (e5m2 ? 15 : 7)) << mbits) | man);
 }
 
-/* case_gemm_fp8's modes: 0 .. N_MODES_C1-1 and N_MODES_C2 .. N_MODES-1 single-CTA, N_MODES_C1 .. N_MODES_C2-1 the
- * 2-CTA cluster ones (run last) */
-enum { N_MODES_C1 = 12, N_MODES_C2 = 15, N_MODES = 25 };
+/* case_gemm_fp8's modes: the 2-CTA cluster ones (fp8_mode_cluster) run last */
+enum { N_MODES = 30 };
+static int fp8_mode_cluster(int mode) { return (mode >= 12 && mode <= 14) || mode == 28 || mode == 29; }
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
@@ -1001,7 +1001,9 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * (refused where N % 4 != 0) and on the cooperative one (mode 4 takes ping-pong at K <= 1024 where C allows
      * the TMA store); 23, 24: modes 0, 1 with chunk64 and A from registers (ldmatrix of the swizzled stage, two
      * buffers: a wrong address or a buffer read before its load shows as a wrong result; K/128 = 1, 3, 5, 8 cover
-     * the odd tail and the unrolled pair). */
+     * the odd tail and the unrolled pair); 25, 26, 27: modes 0, 1, 2 with the pipelined promotion at BN 144 (a
+     * 144-column tile: N = 8, 200, 192 one or two partial column tiles, 999 = 6 x 144 + 135, 1408 = 9 x 144 + 112;
+     * the direct store always); 28, 29: modes 0, 1 with it on 2-CTA clusters (72-row B halves multicast). */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
@@ -1011,12 +1013,14 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_fp8[e4m3,direct]",    "gemm_fp8[e4m3,bf16out,direct]", "gemm_tf32[direct]",
         "gemm_fp8[e4m3,chunk64,direct]", "gemm_fp8[e4m3,C+4B]",   "gemm_tf32[C+4B]",
         "gemm_tf32[pp]",            "gemm_tf32[coop]",             "gemm_fp8[e4m3,chunk64ra]",
-        "gemm_fp8[e5m2xe4m3,chunk64ra]"};
+        "gemm_fp8[e5m2xe4m3,chunk64ra]", "gemm_fp8[e4m3,pipe144]", "gemm_fp8[e5m2xe4m3,pipe144]",
+        "gemm_fp8[e4m3,bf16out,pipe144]", "gemm_fp8[e4m3,pipe144c2]", "gemm_fp8[e5m2xe4m3,pipe144c2]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
                                          1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5,
-                                         1e-5, 1e-5, 1e-3, 1e-3};
-    const int a_e5m2 = mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24;
-    const int out_bf16 = mode == 2 || mode == 9 || mode == 16;
+                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3};
+    const int a_e5m2 =
+        mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24 || mode == 26 || mode == 29;
+    const int out_bf16 = mode == 2 || mode == 9 || mode == 16 || mode == 27;
     const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21 || mode == 22;
     const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT : FORGE_GEMM_STORE_AUTO;
     const size_t c_off = mode == 19 || mode == 20 ? 4 : 0; /* bytes: C 4 bytes past cudaMalloc's 256-byte alignment */
@@ -1027,6 +1031,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
                                   : mode == 12 || mode == 13 ? FORGE_FP8_PROMOTE_CHUNK64_C2
                                   : mode == 14               ? FORGE_FP8_FAST_ACCUM_C2
                                   : mode == 23 || mode == 24 ? FORGE_FP8_PROMOTE_CHUNK64_RA
+                                  : mode >= 25 && mode <= 27 ? FORGE_FP8_PROMOTE_PIPE144
+                                  : mode == 28 || mode == 29 ? FORGE_FP8_PROMOTE_PIPE144_C2
                                                              : FORGE_FP8_PROMOTE;
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
@@ -1325,7 +1331,7 @@ static void run_gemm_fp8_cases(parity *P) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
         for (int mode = 0; mode < N_MODES; mode++)
-            if (mode < N_MODES_C1 || mode >= N_MODES_C2) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+            if (!fp8_mode_cluster(mode)) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
     }
     /* BN 192 (serial promotion only): on a 132-SM H200 fp8_pick_bn takes 192 at M=5760 N=384 (135 tiles of 128
      * = 2 waves, 90 of 192 = 1), but FORGE_FP8_PROMOTE picks chunk64 there unless FORGE_FP8_PROMOTE_VARIANT=serial:
@@ -1337,6 +1343,10 @@ static void run_gemm_fp8_cases(parity *P) {
      * order barriers, over many turns; 4100 rows leave a partial last row-block */
     case_gemm_fp8(P, 4096, 1024, 100, 21);
     if (!P->quick) case_gemm_fp8(P, 4100, 1040, 128, 21);
+    /* the 144-wide pipelined promotion over many tiles per CTA: 17 x 11 = 187 tiles of 128 x 144 on 132 SMs, 9
+     * K-tiles (odd: the tail stage; K % 128 = 16) against 6 stages, so the ring's slots and parities carry across
+     * tiles; the last column tile is 60 wide */
+    if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 25);
     if (!P->quick) {
         static const int modes192[] = {0, 2, 15, 16};
         for (size_t j = 0; j < sizeof modes192 / sizeof modes192[0]; j++) case_gemm_fp8(P, 5760, 384, 128, modes192[j]);
@@ -1345,9 +1355,11 @@ static void run_gemm_fp8_cases(parity *P) {
      * so every case after it fails; this keeps the other modes' verdicts */
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 20000000LL) continue;
-        for (int mode = N_MODES_C1; mode < N_MODES_C2; mode++)
-            case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
+        for (int mode = 0; mode < N_MODES; mode++)
+            if (fp8_mode_cluster(mode)) case_gemm_fp8(P, shapes[i][0], shapes[i][1], shapes[i][2], mode);
     }
+    /* the same many-tile shape on 2-CTA clusters: 17 row-blocks, so the last pair's second CTA is a phantom */
+    if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 28);
 }
 
 static void run_matmul_cases(parity *P) {

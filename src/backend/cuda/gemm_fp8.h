@@ -44,7 +44,13 @@
  *   registers once per stage (ldmatrix, two buffers: the next stage's A is
  *   loaded while the current stage's chunks run) instead of from shared memory
  *   by each of the four chunks (same adds, same order: the same numbers).
- * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2|chunk64ra
+ * - FORGE_FP8_PROMOTE_PIPE144 / FORGE_FP8_PROMOTE_PIPE144_C2: the pipelined
+ *   promotion (two alternating stage temporaries) at 144-wide tiles, the
+ *   widest where d, t and t1 fit (3 x 72 of the consumers' 240 registers;
+ *   cuBLASLt's fp8 kernel at 8192^3 is a 144-wide tile too), 6 stages, the
+ *   direct store; _C2 on 2-CTA clusters with B multicast. Same adds, same
+ *   order: the same numbers.
+ * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2|chunk64ra|pipe144|pipe144c2
  *   makes FORGE_FP8_PROMOTE (only that mode) run the named variant (read once
  *   per process; unset = auto; anything else fails the call, FORGE_ERR_ARG).
  *   Measured (session 3): pipe 745 / 1157 / 1178, chunk128 719 / 1150 / 1190,
@@ -88,7 +94,9 @@ typedef enum {
     FORGE_FP8_PROMOTE_CHUNK128 = 4,
     FORGE_FP8_PROMOTE_CHUNK64_C2 = 5,
     FORGE_FP8_FAST_ACCUM_C2 = 6,
-    FORGE_FP8_PROMOTE_CHUNK64_RA = 7
+    FORGE_FP8_PROMOTE_CHUNK64_RA = 7,
+    FORGE_FP8_PROMOTE_PIPE144 = 8,
+    FORGE_FP8_PROMOTE_PIPE144_C2 = 9
 } forge_fp8_accum;
 
 /* How C is stored: AUTO = the measured choice below, TMA = the TMA-store epilogue wherever C allows it, DIRECT =
@@ -133,7 +141,7 @@ typedef enum { FORGE_GEMM_SCHED_AUTO = 0, FORGE_GEMM_SCHED_COOP = 1, FORGE_GEMM_
 forge_status forge_gemm_tf32_nt_sched(const float *A, const float *B, float *C, int M, int N, int K,
                                       forge_gemm_store store, forge_gemm_sched sched, void *stream);
 
-/* The block-tile width (128, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device
+/* The block-tile width (128, 144, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device
  * (FORGE_FP8_PROMOTE_VARIANT applied), for benchmark labels; 0 with the error set if the device query fails. */
 int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum);
 

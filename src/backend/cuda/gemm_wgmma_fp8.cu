@@ -116,15 +116,18 @@ enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
  * B stages, (TMA_C) the 32 KiB of staging boxes, then full[STAGES] and empty[STAGES] mbarriers; + 1 KiB of slack
  * to round the dynamic shared-memory base up to 1024 bytes. With TMA_C, BN 192 keeps 4 stages, not 5:
  * 5 x 40 KiB + 32 KiB + 80 B + 1 KiB = 238672 B would not fit (BN 128: 6 stages, 230496 B; BN 256: 4 stages,
- * 230464 B; BN 192: 4 stages, 197696 B; the limit is 232448). */
+ * 230464 B; BN 192: 4 stages, 197696 B; the limit is 232448). BN 144 (direct store only): 6 stages of 34 KiB,
+ * 210016 B. */
 template <int BN, int TMA_C = 0> struct fp8_cfg {
-    static constexpr int STAGES = BN == 128 ? 6 : BN == 192 ? (TMA_C ? 4 : 5) : 4;
+    static constexpr int STAGES = BN == 128 || BN == 144 ? 6 : BN == 192 ? (TMA_C ? 4 : 5) : 4;
     static constexpr uint32_t A_BYTES = FP8_BM * FP8_BK;
     static constexpr uint32_t B_BYTES = BN * FP8_BK;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr uint32_t OUT_BYTES = TMA_C ? FP8_OUT_BYTES : 0;
     static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8 + 1024;
-    static_assert(BN == 128 || BN == 192 || BN == 256, "fp8 wgmma tile N is 128, 192 or 256 here");
+    static_assert(BN == 128 || BN == 144 || BN == 192 || BN == 256, "fp8 wgmma tile N is 128, 144, 192 or 256 here");
+    static_assert(BN != 144 || !TMA_C, "BN 144 (the pipelined promotion's widest tile) stores C directly: the "
+                                       "staging boxes are 32 fp32 / 64 bf16 columns");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(OUT_BYTES % 1024 == 0, "staging boxes start 1024-byte aligned (the 128-byte swizzle's atom)");
     static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
@@ -244,6 +247,31 @@ __device__ __forceinline__ void wgmma_m64n128k32_e5m2_e4m3_first(float (&d)[64],
         : "l"(desc_a), "l"(desc_b), "r"(0));
 }
 
+/* ---- wgmma m64n144k32 fp8: the pipelined promotion at BN = 144 (PROMOTE == 2) ----
+ * d (64 x 144 fp32, 72 registers per thread) (+)= A (64x32, smem desc) . B (144x32 e4m3, smem desc)^T, A e4m3 or
+ * e5m2; the _first forms are scale-d 0 with write-only (=f) operands, as at n128 (a promotion temporary is dead
+ * between stages). One macro per A type: the four wrappers differ only in the type and the operand constraint. */
+#define FP8_WGMMA_N144(ATYPE)                                                                                       \
+    __device__ __forceinline__ void wgmma_m64n144k32_##ATYPE##_e4m3(float (&d)[72], uint64_t desc_a,             \
+                                                                    uint64_t desc_b, int scale_d) {               \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"                                                 \
+                     "wgmma.mma_async.sync.aligned.m64n144k32.f32." #ATYPE ".e4m3 {" WG_REGS72                    \
+                     "}, %72, %73, p, 1, 1;\n}\n"                                                                 \
+                     : WG_ACC72                                                                                   \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                   \
+    }                                                                                                             \
+    __device__ __forceinline__ void wgmma_m64n144k32_##ATYPE##_e4m3_first(float (&d)[72], uint64_t desc_a,       \
+                                                                          uint64_t desc_b) {                      \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"                                                 \
+                     "wgmma.mma_async.sync.aligned.m64n144k32.f32." #ATYPE ".e4m3 {" WG_REGS72                    \
+                     "}, %72, %73, p, 1, 1;\n}\n"                                                                 \
+                     : WG_OUT72                                                                                   \
+                     : "l"(desc_a), "l"(desc_b), "r"(0));                                                         \
+    }
+FP8_WGMMA_N144(e4m3)
+FP8_WGMMA_N144(e5m2)
+#undef FP8_WGMMA_N144
+
 /* ---- wgmma m64n64k32 fp8: the 64-column chunks of the chunked promotion (PROMOTE == 3) ----
  * d (64 x 64 fp32, 32 registers per thread) (+)= A (64x32 e4m3|e5m2, smem desc) . B (64x32 e4m3, smem desc)^T.
  * No write-only (=f) "first" form here, unlike n128: with one, ptxas gave the chunk64 loop a 224-byte stack
@@ -280,6 +308,9 @@ __device__ __forceinline__ void wgmma_fp8_k32(float (&d)[BN / 2], uint64_t da, u
     } else if constexpr (BN == 128) {
         if constexpr (AT == 0) wgmma_m64n128k32_e4m3_e4m3(d, da, db, sc);
         else wgmma_m64n128k32_e5m2_e4m3(d, da, db, sc);
+    } else if constexpr (BN == 144) {
+        if constexpr (AT == 0) wgmma_m64n144k32_e4m3_e4m3(d, da, db, sc);
+        else wgmma_m64n144k32_e5m2_e4m3(d, da, db, sc);
     } else if constexpr (BN == 192) {
         if constexpr (AT == 0) wgmma_m64n192k32_e4m3_e4m3(d, da, db, sc);
         else wgmma_m64n192k32_e5m2_e4m3(d, da, db, sc);
@@ -301,9 +332,14 @@ __device__ __forceinline__ void fp8_issue_stage(float (&t)[BN / 2], uint32_t bar
     const uint64_t da = wgmma_desc(sa + stage * cfg::A_BYTES + c * (64 * FP8_BK));
     const uint64_t db = wgmma_desc(sb + stage * cfg::B_BYTES);
     wgmma_fence();
-    static_assert(BN == 128 && AT != WG_TF32, "pipelined promotion: fp8 at BN = 128");
-    if constexpr (AT == WG_E4M3) wgmma_m64n128k32_e4m3_e4m3_first(t, da, db);
-    else wgmma_m64n128k32_e5m2_e4m3_first(t, da, db);
+    static_assert((BN == 128 || BN == 144) && AT != WG_TF32, "pipelined promotion: fp8 at BN = 128 or 144");
+    if constexpr (BN == 144) {
+        if constexpr (AT == WG_E4M3) wgmma_m64n144k32_e4m3_e4m3_first(t, da, db);
+        else wgmma_m64n144k32_e5m2_e4m3_first(t, da, db);
+    } else {
+        if constexpr (AT == WG_E4M3) wgmma_m64n128k32_e4m3_e4m3_first(t, da, db);
+        else wgmma_m64n128k32_e5m2_e4m3_first(t, da, db);
+    }
 #pragma unroll
     for (int k = 1; k < FP8_BK / 32; k++) wgmma_fp8_k32<BN, AT>(t, da + 2 * k, db + 2 * k, 1);
     wgmma_commit();
@@ -681,7 +717,8 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     constexpr int STAGES = cfg::STAGES;
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
     static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
-    static_assert(PROMOTE != 2 || BN == 128, "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128");
+    static_assert(PROMOTE != 2 || BN == 128 || BN == 144,
+                  "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128 or 144 (216 of 240)");
     static_assert(PROMOTE != FP8_CHUNK64_RA || BN == 192,
                   "A-in-registers chunking: d 96 + 64 + 32 registers at BN 192");
     /* the variants that hold more than d and one temporary take the producer's registers down to 24 */
@@ -1119,6 +1156,7 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
         accum == FORGE_FP8_PROMOTE_CHUNK64_C2 || accum == FORGE_FP8_FAST_ACCUM_C2)
         return 256; /* by construction */
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA) return 192;
+    if (accum == FORGE_FP8_PROMOTE_PIPE144 || accum == FORGE_FP8_PROMOTE_PIPE144_C2) return 144;
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
         return (t256 < sm_count && t128 > t256) ? 128 : 256;
@@ -1240,6 +1278,10 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA) /* 192 only: the registers (see the kernel body) */
         return fp8_launch<192, AT, OUT_BF16, FP8_CHUNK64_RA>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_PIPE144) /* direct store only: C's staging boxes do not tile 144 columns */
+        return fp8_launch_t<144, AT, OUT_BF16, 2, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_PIPE144_C2)
+        return fp8_launch_c2<144, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
@@ -1255,8 +1297,8 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
 
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
  * unset, "" or "auto": fp8_auto_promote's choice per shape; "serial": PROMOTE = 1 (BN 128/192); "pipe":
- * FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" / "chunk64c2" / "chunk64ra": FORGE_FP8_PROMOTE_CHUNK64 /
- * _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA. All do the same fp32 adds in the same K order per element (expected
+ * FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" / "chunk64c2" / "chunk64ra" / "pipe144" / "pipe144c2":
+ * FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA / _PIPE144 / _PIPE144_C2. All do the same fp32 adds in the same K order per element (expected
  * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
  * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
  * remapped. */
@@ -1272,6 +1314,8 @@ static int fp8_env_promote(void) {
     else if (strcmp(v, "chunk128") == 0) r = FORGE_FP8_PROMOTE_CHUNK128;
     else if (strcmp(v, "chunk64c2") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_C2;
     else if (strcmp(v, "chunk64ra") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_RA;
+    else if (strcmp(v, "pipe144") == 0) r = FORGE_FP8_PROMOTE_PIPE144;
+    else if (strcmp(v, "pipe144c2") == 0) r = FORGE_FP8_PROMOTE_PIPE144_C2;
     else r = -1;
     cached = r;
     return r;
@@ -1354,7 +1398,8 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
     else if (accum != FORGE_FP8_PROMOTE && accum != FORGE_FP8_FAST_ACCUM && accum != FORGE_FP8_PROMOTE_PIPELINED &&
              accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128 &&
              accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2 &&
-             accum != FORGE_FP8_PROMOTE_CHUNK64_RA)
+             accum != FORGE_FP8_PROMOTE_CHUNK64_RA && accum != FORGE_FP8_PROMOTE_PIPE144 &&
+             accum != FORGE_FP8_PROMOTE_PIPE144_C2)
         why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
@@ -1366,7 +1411,7 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
         if (v < 0)
             return forge_error(FORGE_ERR_ARG,
                                "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected auto, serial, pipe, chunk64, "
-                               "chunk128, chunk64c2 or chunk64ra)",
+                               "chunk128, chunk64c2, chunk64ra, pipe144 or pipe144c2)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
     int tc = 0;

@@ -193,15 +193,18 @@ template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
 #define WG_D32(C) WG_D8(C, 0), WG_D8(C, 8), WG_D8(C, 16), WG_D8(C, 24)
 #define WG_D48(C) WG_D32(C), WG_D8(C, 32), WG_D8(C, 40)
 #define WG_D64(C) WG_D32(C), WG_D8(C, 32), WG_D8(C, 40), WG_D8(C, 48), WG_D8(C, 56)
+#define WG_D72(C) WG_D64(C), WG_D8(C, 64)
 #define WG_D96(C) WG_D64(C), WG_D8(C, 64), WG_D8(C, 72), WG_D8(C, 80), WG_D8(C, 88)
 #define WG_D128(C) WG_D96(C), WG_D8(C, 96), WG_D8(C, 104), WG_D8(C, 112), WG_D8(C, 120)
 #define WG_ACC32 WG_D32("+f")
 #define WG_ACC48 WG_D48("+f")
 #define WG_ACC64 WG_D64("+f")
+#define WG_ACC72 WG_D72("+f")
 #define WG_ACC96 WG_D96("+f")
 #define WG_ACC128 WG_D128("+f")
 #define WG_OUT32 WG_D32("=f")
 #define WG_OUT64 WG_D64("=f")
+#define WG_OUT72 WG_D72("=f")
 #define WG_REGS32 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -210,6 +213,8 @@ template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
 #define WG_REGS64 WG_REGS32 "," \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REGS72 WG_REGS64 "," \
+    "%64, %65, %66, %67, %68, %69, %70, %71"
 #define WG_REGS96 WG_REGS64 "," \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
