@@ -19,6 +19,8 @@ NCU=$(command -v ncu || echo "$CUDA_HOME/bin/ncu")
 FORGE=build/cuda/forge
 SECTIONS=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
     --section WarpStateStats --section LaunchStats --section Occupancy)
+# FORGE_PROFILE_SOURCE=1: also SourceCounters (the top stall locations by SASS line; a few more replay passes)
+[ "${FORGE_PROFILE_SOURCE:-0}" = 1 ] && SECTIONS+=(--section SourceCounters)
 # cuBLAS / cuBLASLt kernel names on sm_90 (nvjet_*, sm90_xmma_*, cutlass*, their split-K reductions). The gemm-fp8
 # suite plans cuBLASLt (a probe launch) only for shapes whose cublaslt cell is selected, so skip 1 is its gate run
 # (the first profile of session 4 caught another shape's probe before this was so).
@@ -32,6 +34,9 @@ PROFILES=(
     "nt8192_cublas|gemm|cublas_bf16@bf16 nt M=8192 N=8192|$LIB_RE|1|1"
     "fp8_8192_forge|gemm-fp8|forge_fp8_e4m3@fp8 nt M=8192|gemm_wgmma_fp8|1|1"
     "fp8_8192_cublaslt|gemm-fp8|cublaslt_fp8_e4m3@fp8 nt M=8192|$LIB_RE|1|1"
+    "fp8_8192_pipe144|gemm-fp8|forge_fp8_e4m3_pipe144@fp8 nt M=8192|gemm_wgmma_fp8|1|1"
+    "fp8_8192_fastacc|gemm-fp8|forge_fp8_e4m3_fastacc@fp8 nt M=8192|gemm_wgmma_fp8|1|1"
+    "fp8_8192_pipe144_c2|gemm-fp8|forge_fp8_e4m3_pipe144_c2@fp8 nt M=8192|gemm_wgmma_fp8|1|1"
     "tf32_tall_forge|gemm-fp8|forge_wgmma_tf32@tf32 nt M=65536|gemm_wgmma_tf32|1|1"
     "tf32_tall_cublas|gemm-fp8|cublas_tf32@tf32 nt M=65536|$LIB_RE|1|1"
     "flash_fwd_base|attention|flash_bf16_fwd_wgmma@fwd B=8 H=16 T=4096|fw_fwd|1|1"

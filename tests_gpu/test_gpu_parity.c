@@ -982,8 +982,8 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
 }
 
 /* case_gemm_fp8's modes: the 2-CTA cluster ones (fp8_mode_cluster) run last */
-enum { N_MODES = 30 };
-static int fp8_mode_cluster(int mode) { return (mode >= 12 && mode <= 14) || mode == 28 || mode == 29; }
+enum { N_MODES = 33 };
+static int fp8_mode_cluster(int mode) { return (mode >= 12 && mode <= 14) || mode == 28 || mode == 29 || mode == 32; }
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     /* mode 0: e4m3 x e4m3 fp32 out; 1: e5m2 x e4m3; 2: bf16 out; 3: fast accum; 4: tf32; 5, 6: modes 0, 1 with
@@ -1003,7 +1003,9 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * buffers: a wrong address or a buffer read before its load shows as a wrong result; K/128 = 1, 3, 5, 8 cover
      * the odd tail and the unrolled pair); 25, 26, 27: modes 0, 1, 2 with the pipelined promotion at BN 144 (a
      * 144-column tile: N = 8, 200, 192 one or two partial column tiles, 999 = 6 x 144 + 135, 1408 = 9 x 144 + 112;
-     * the direct store always); 28, 29: modes 0, 1 with it on 2-CTA clusters (72-row B halves multicast). */
+     * the direct store always); 28, 29: modes 0, 1 with it on 2-CTA clusters (72-row B halves multicast); 30, 31:
+     * modes 0, 1 with the rotated serial promotion at BN 144 (K/128 = 1: no loop iteration); 32: mode 0 with it on
+     * 2-CTA clusters. */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
@@ -1014,12 +1016,13 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_fp8[e4m3,chunk64,direct]", "gemm_fp8[e4m3,C+4B]",   "gemm_tf32[C+4B]",
         "gemm_tf32[pp]",            "gemm_tf32[coop]",             "gemm_fp8[e4m3,chunk64ra]",
         "gemm_fp8[e5m2xe4m3,chunk64ra]", "gemm_fp8[e4m3,pipe144]", "gemm_fp8[e5m2xe4m3,pipe144]",
-        "gemm_fp8[e4m3,bf16out,pipe144]", "gemm_fp8[e4m3,pipe144c2]", "gemm_fp8[e5m2xe4m3,pipe144c2]"};
+        "gemm_fp8[e4m3,bf16out,pipe144]", "gemm_fp8[e4m3,pipe144c2]", "gemm_fp8[e5m2xe4m3,pipe144c2]",
+        "gemm_fp8[e4m3,serial144]", "gemm_fp8[e5m2xe4m3,serial144]", "gemm_fp8[e4m3,serial144c2]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
                                          1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5,
-                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3};
+                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3};
     const int a_e5m2 =
-        mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24 || mode == 26 || mode == 29;
+        mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24 || mode == 26 || mode == 29 || mode == 31;
     const int out_bf16 = mode == 2 || mode == 9 || mode == 16 || mode == 27;
     const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21 || mode == 22;
     const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT : FORGE_GEMM_STORE_AUTO;
@@ -1033,6 +1036,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
                                   : mode == 23 || mode == 24 ? FORGE_FP8_PROMOTE_CHUNK64_RA
                                   : mode >= 25 && mode <= 27 ? FORGE_FP8_PROMOTE_PIPE144
                                   : mode == 28 || mode == 29 ? FORGE_FP8_PROMOTE_PIPE144_C2
+                                  : mode == 30 || mode == 31 ? FORGE_FP8_PROMOTE_SERIAL144
+                                  : mode == 32               ? FORGE_FP8_PROMOTE_SERIAL144_C2
                                                              : FORGE_FP8_PROMOTE;
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
@@ -1347,6 +1352,7 @@ static void run_gemm_fp8_cases(parity *P) {
      * K-tiles (odd: the tail stage; K % 128 = 16) against 6 stages, so the ring's slots and parities carry across
      * tiles; the last column tile is 60 wide */
     if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 25);
+    if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 30);
     if (!P->quick) {
         static const int modes192[] = {0, 2, 15, 16};
         for (size_t j = 0; j < sizeof modes192 / sizeof modes192[0]; j++) case_gemm_fp8(P, 5760, 384, 128, modes192[j]);
@@ -1360,6 +1366,7 @@ static void run_gemm_fp8_cases(parity *P) {
     }
     /* the same many-tile shape on 2-CTA clusters: 17 row-blocks, so the last pair's second CTA is a phantom */
     if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 28);
+    if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 32);
 }
 
 static void run_matmul_cases(parity *P) {

@@ -50,7 +50,13 @@
  *   cuBLASLt's fp8 kernel at 8192^3 is a 144-wide tile too), 6 stages, the
  *   direct store; _C2 on 2-CTA clusters with B multicast. Same adds, same
  *   order: the same numbers.
- * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2|chunk64ra|pipe144|pipe144c2
+ * - FORGE_FP8_PROMOTE_SERIAL144 / FORGE_FP8_PROMOTE_SERIAL144_C2: the serial
+ *   promotion (one temporary: d + t = 144 registers) at 144-wide tiles with
+ *   the loop of cuBLASLt's fp8 kernel (ncu, session 6): the next stage's
+ *   full-barrier wait before the current stage's retire, descriptors stepped
+ *   per stage; _C2 on 2-CTA clusters. Same adds, same order.
+ * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2|chunk64ra|pipe144|pipe144c2|
+ *   serial144|serial144c2
  *   makes FORGE_FP8_PROMOTE (only that mode) run the named variant (read once
  *   per process; unset = auto; anything else fails the call, FORGE_ERR_ARG).
  *   Measured (session 3): pipe 745 / 1157 / 1178, chunk128 719 / 1150 / 1190,
@@ -96,7 +102,9 @@ typedef enum {
     FORGE_FP8_FAST_ACCUM_C2 = 6,
     FORGE_FP8_PROMOTE_CHUNK64_RA = 7,
     FORGE_FP8_PROMOTE_PIPE144 = 8,
-    FORGE_FP8_PROMOTE_PIPE144_C2 = 9
+    FORGE_FP8_PROMOTE_PIPE144_C2 = 9,
+    FORGE_FP8_PROMOTE_SERIAL144 = 10,
+    FORGE_FP8_PROMOTE_SERIAL144_C2 = 11
 } forge_fp8_accum;
 
 /* How C is stored: AUTO = the measured choice below, TMA = the TMA-store epilogue wherever C allows it, DIRECT =

@@ -103,6 +103,8 @@ extern "C" {
 #define FP8_CHUNK64 3
 #define FP8_CHUNK128 4
 #define FP8_CHUNK64_RA 5 /* FP8_CHUNK64 with A read into registers once per stage (ldmatrix, double-buffered) */
+#define FP8_SERIAL_ROT 6 /* serial promotion, loop rotated: a stage's full-barrier wait before the previous stage's
+                          * retire (the loop of cuBLASLt's fp8 kernel, ncu session 6), descriptors stepped per stage */
 
 /* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
 enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
@@ -518,6 +520,16 @@ __device__ __forceinline__ void fp8_mma_stage(float (&acc)[NW / 2], uint32_t a0,
 #pragma unroll
     for (int k = 0; k < FP8_BK / 32; k++)
         wgmma_fp8_k32<NW, AT>(acc, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), (!zero_first || k != 0) ? 1 : 0);
+    wgmma_commit();
+}
+
+/* One stage's 4 k32 MMAs into t with scale-d 0 on the first (t = 0 + the stage), from the stage's descriptors (the
+ * k-th step 32 bytes on: +2 in the address field, which never carries out of it in 227 KiB), as one commit group. */
+template <int NW, int AT>
+__device__ __forceinline__ void fp8_mma_stage_desc(float (&t)[NW / 2], uint64_t da, uint64_t db) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < FP8_BK / 32; k++) wgmma_fp8_k32<NW, AT>(t, da + 2 * k, db + 2 * k, k != 0 ? 1 : 0);
     wgmma_commit();
 }
 
@@ -1006,6 +1018,42 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                         phase ^= 1;
                     }
                 }
+            } else if constexpr (PROMOTE == FP8_SERIAL_ROT) {
+                /* serial promotion (one temporary t: d + t = 144 registers at BN 144), rotated: stage kt's MMAs are
+                 * issued, then the loop waits for stage kt+1 to be full (the barrier check runs under stage kt's
+                 * MMAs), retires stage kt (wait_group 0), releases it, adds t into d and issues stage kt+1 into t.
+                 * This warpgroup's tensor work stops during its adds; the other consumer warpgroup's stage fills
+                 * that gap. One group in flight at every loop entry and the same control flow on every path
+                 * (ptxas C7518). Same adds, same order as PROMOTE == 1. */
+                constexpr uint64_t A_STEP = cfg::A_BYTES >> 4, B_STEP = cfg::B_BYTES >> 4; /* descriptor units */
+                const uint64_t da0 = wgmma_desc(sa + c * (64 * FP8_BK)), db0 = wgmma_desc(sb);
+                mbar_wait(bars + 8 * stage, phase);
+                fp8_mma_stage_desc<BN, AT>(t, da0 + stage * A_STEP, db0 + stage * B_STEP);
+                prev = stage;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+#pragma unroll 1
+                for (int kt = 1; kt < ktiles; kt++) {
+                    mbar_wait(bars + 8 * stage, phase);
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t);
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t[i];
+                    fp8_mma_stage_desc<BN, AT>(t, da0 + stage * A_STEP, db0 + stage * B_STEP);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                wgmma_wait<0>();
+                wgmma_fence_operands(t);
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) d[i] += t[i];
             } else if constexpr (PROMOTE == 1) {
                 for (int kt = 0; kt < ktiles; kt++) {
                     mbar_wait(bars + 8 * stage, phase);
@@ -1156,7 +1204,9 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
         accum == FORGE_FP8_PROMOTE_CHUNK64_C2 || accum == FORGE_FP8_FAST_ACCUM_C2)
         return 256; /* by construction */
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA) return 192;
-    if (accum == FORGE_FP8_PROMOTE_PIPE144 || accum == FORGE_FP8_PROMOTE_PIPE144_C2) return 144;
+    if (accum == FORGE_FP8_PROMOTE_PIPE144 || accum == FORGE_FP8_PROMOTE_PIPE144_C2 ||
+        accum == FORGE_FP8_PROMOTE_SERIAL144 || accum == FORGE_FP8_PROMOTE_SERIAL144_C2)
+        return 144;
     if (accum == FORGE_FP8_FAST_ACCUM) {
         const long long t256 = tiles_m * ((N + 255) / 256);
         return (t256 < sm_count && t128 > t256) ? 128 : 256;
@@ -1282,6 +1332,10 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
         return fp8_launch_t<144, AT, OUT_BF16, 2, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_PIPE144_C2)
         return fp8_launch_c2<144, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_SERIAL144)
+        return fp8_launch_t<144, AT, OUT_BF16, FP8_SERIAL_ROT, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_SERIAL144_C2)
+        return fp8_launch_c2<144, AT, OUT_BF16, FP8_SERIAL_ROT>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
@@ -1298,7 +1352,8 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
 /* FORGE_FP8_PROMOTE_VARIANT (read once): which promoted kernel FORGE_FP8_PROMOTE (the default mode) runs:
  * unset, "" or "auto": fp8_auto_promote's choice per shape; "serial": PROMOTE = 1 (BN 128/192); "pipe":
  * FORGE_FP8_PROMOTE_PIPELINED; "chunk64" / "chunk128" / "chunk64c2" / "chunk64ra" / "pipe144" / "pipe144c2":
- * FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA / _PIPE144 / _PIPE144_C2. All do the same fp32 adds in the same K order per element (expected
+ * FORGE_FP8_PROMOTE_CHUNK64 / _CHUNK128 / _CHUNK64_C2 / _CHUNK64_RA / _PIPE144 / _PIPE144_C2; "serial144" /
+ * "serial144c2": _SERIAL144 / _SERIAL144_C2. All do the same fp32 adds in the same K order per element (expected
  * bit-identical, assuming QGMMA's per-element partial sums do not depend on the instruction's N: unverified).
  * Any other value: -1 (the call fails with FORGE_ERR_ARG naming the variable). Explicit modes are never
  * remapped. */
@@ -1316,6 +1371,8 @@ static int fp8_env_promote(void) {
     else if (strcmp(v, "chunk64ra") == 0) r = FORGE_FP8_PROMOTE_CHUNK64_RA;
     else if (strcmp(v, "pipe144") == 0) r = FORGE_FP8_PROMOTE_PIPE144;
     else if (strcmp(v, "pipe144c2") == 0) r = FORGE_FP8_PROMOTE_PIPE144_C2;
+    else if (strcmp(v, "serial144") == 0) r = FORGE_FP8_PROMOTE_SERIAL144;
+    else if (strcmp(v, "serial144c2") == 0) r = FORGE_FP8_PROMOTE_SERIAL144_C2;
     else r = -1;
     cached = r;
     return r;
@@ -1399,7 +1456,8 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
              accum != FORGE_FP8_PROMOTE_CHUNK64 && accum != FORGE_FP8_PROMOTE_CHUNK128 &&
              accum != FORGE_FP8_PROMOTE_CHUNK64_C2 && accum != FORGE_FP8_FAST_ACCUM_C2 &&
              accum != FORGE_FP8_PROMOTE_CHUNK64_RA && accum != FORGE_FP8_PROMOTE_PIPE144 &&
-             accum != FORGE_FP8_PROMOTE_PIPE144_C2)
+             accum != FORGE_FP8_PROMOTE_PIPE144_C2 && accum != FORGE_FP8_PROMOTE_SERIAL144 &&
+             accum != FORGE_FP8_PROMOTE_SERIAL144_C2)
         why = "unknown accumulation mode";
     else if (b_fmt != FORGE_FP8_E4M3 || (a_fmt != FORGE_FP8_E4M3 && a_fmt != FORGE_FP8_E5M2))
         why = "only e4m3 x e4m3 and e5m2 x e4m3 (A x B) are built";
@@ -1411,7 +1469,7 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
         if (v < 0)
             return forge_error(FORGE_ERR_ARG,
                                "gemm_fp8: FORGE_FP8_PROMOTE_VARIANT=%s (expected auto, serial, pipe, chunk64, "
-                               "chunk128, chunk64c2, chunk64ra, pipe144 or pipe144c2)",
+                               "chunk128, chunk64c2, chunk64ra, pipe144, pipe144c2, serial144 or serial144c2)",
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
     int tc = 0;

@@ -499,6 +499,8 @@ typedef enum {
     F8_E4M3_FAST_C2,
     F8_E4M3_PIPE144,    /* pipelined promotion at 144-wide tiles */
     F8_E4M3_PIPE144_C2, /* the same on 2-CTA clusters (B multicast) */
+    F8_E4M3_SERIAL144,    /* the rotated serial promotion at 144-wide tiles */
+    F8_E4M3_SERIAL144_C2, /* the same on 2-CTA clusters */
     F8_E5M2,
     F8_E4M3_FAST,
     F8_E4M3_BF16OUT,
@@ -537,6 +539,8 @@ static forge_fp8_accum f8_variant_accum(f8_kind k) {
     case F8_E4M3_FAST_C2: return FORGE_FP8_FAST_ACCUM_C2;
     case F8_E4M3_PIPE144: return FORGE_FP8_PROMOTE_PIPE144;
     case F8_E4M3_PIPE144_C2: return FORGE_FP8_PROMOTE_PIPE144_C2;
+    case F8_E4M3_SERIAL144: return FORGE_FP8_PROMOTE_SERIAL144;
+    case F8_E4M3_SERIAL144_C2: return FORGE_FP8_PROMOTE_SERIAL144_C2;
     default: return FORGE_FP8_PROMOTE;
     }
 }
@@ -560,6 +564,8 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_E4M3_FAST_C2:
     case F8_E4M3_PIPE144:
     case F8_E4M3_PIPE144_C2:
+    case F8_E4M3_SERIAL144:
+    case F8_E4M3_SERIAL144_C2:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, f8_variant_accum(c->kind), sh->stream);
     case F8_E4M3:
@@ -744,6 +750,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_FAST_C2, "forge_fp8_e4m3_fastacc_c2", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_PIPE144, "forge_fp8_e4m3_pipe144", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_PIPE144_C2, "forge_fp8_e4m3_pipe144_c2", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_SERIAL144, "forge_fp8_e4m3_serial144", FORGE_PREC_FP8, 1, 4},
+                     {F8_E4M3_SERIAL144_C2, "forge_fp8_e4m3_serial144_c2", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
@@ -763,7 +771,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             /* FORGE_BENCH_FP8_C2=0: no 2-CTA cluster cells; =only: those, the baseline and forge_wgmma_bf16 (their
              * counterpart) only. A trap in a cluster kernel (mbarrier timeout) would take the CUDA context and
              * fail every later cell, so a first GPU run can do =0 then =only. Unset: all cells. */
-            const int is_c2 = k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_FAST_C2 || k == F8_E4M3_PIPE144_C2;
+            const int is_c2 = k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_FAST_C2 || k == F8_E4M3_PIPE144_C2 ||
+                                 k == F8_E4M3_SERIAL144_C2;
             if (c2_sel == 0 && is_c2) continue;
             if (c2_sel == 2 && !is_c2 && k != F8_LT && k != F8_BF16 && !(sp->odd && k == F8_E4M3)) continue;
             if (!GC_HAVE_CUBLAS && gc_cell_needs_cublas(cells[v].name)) {
@@ -783,7 +792,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
             cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
                                 k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_CHUNK64_RA || k == F8_E4M3_PIPE144 ||
-                                k == F8_E4M3_PIPE144_C2 || k == F8_E5M2 || k == F8_E4M3_DIRECT)
+                                k == F8_E4M3_PIPE144_C2 || k == F8_E4M3_SERIAL144 || k == F8_E4M3_SERIAL144_C2 ||
+                                k == F8_E5M2 || k == F8_E4M3_DIRECT)
                                    ? "forge_wgmma_bf16"
                                    : NULL;
             cell.precision = cells[v].prec;

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# device_ncu_source.sh: one Nsight Compute report per named cell with the per-SASS-instruction view (where the
+# warps stall), on the GPU machine, from the repo root, with OUT set; binaries prebuilt (make cuda ARCH=x86-64-v3).
+#   FORGE_NCU_CELLS="name|suite|cell@group|kernel-regex|skip ..." (space-separated entries; names as in
+#   device_profile.sh's PROFILES). Per entry: $OUT/<name>.ncu-rep (sections WarpStateStats, SourceCounters,
+#   SpeedOfLight; --clock-control none), $OUT/<name>_source.csv (ncu --page source --print-source sass: stall
+#   samples per instruction) and $OUT/<name>_raw.csv (every metric, incl. the smsp__pcsamp stall reasons).
+# Read the CSVs off the device (e.g. sort the source page by its stall-sample column).
+set -u -o pipefail
+: "${OUT:?set OUT to the folder for logs}"
+: "${FORGE_NCU_CELLS:?set FORGE_NCU_CELLS}"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+NCU=$(command -v ncu || echo "$CUDA_HOME/bin/ncu")
+fails=0
+for e in $FORGE_NCU_CELLS; do
+    IFS='|' read -r name suite only kre skip <<<"${e//+/ }"
+    echo "==== $name: $suite, cell $only, kernels /$kre/ skip $skip"
+    FORGE_BENCH_ONLY="$only" timeout 150 "$NCU" --clock-control none --section WarpStateStats \
+        --section SourceCounters --section SpeedOfLight --import-source no -k "regex:$kre" --launch-skip "$skip" \
+        --launch-count 1 -f -o "$OUT/$name" build/cuda/forge bench "$suite" --device cuda --reps 5 \
+        --results /tmp/forge-ncu-results >"$OUT/$name.log" 2>&1 || { echo "   ncu failed"; fails=1; continue; }
+    "$NCU" -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass >"$OUT/${name}_source.csv" 2>&1 || fails=1
+    "$NCU" -i "$OUT/$name.ncu-rep" --page raw --csv >"$OUT/${name}_raw.csv" 2>&1 || fails=1
+    echo "   $(wc -l <"$OUT/${name}_source.csv") source lines"
+done
+exit $fails
