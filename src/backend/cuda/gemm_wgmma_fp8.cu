@@ -757,7 +757,8 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const int units_m = CL == 2 ? (tiles_m + 1) / 2 : tiles_m;
     const int num_tiles = units_m * tiles_n;
     const int ktiles = (K + BKE - 1) / BKE;
-    const int wg = threadIdx.x / 128;
+    /* warp-uniform (descriptors in uniform registers); not for chunk64ra, where it makes ptxas spill 4-40 bytes */
+    const int wg = PROMOTE == FP8_CHUNK64_RA ? (int)(threadIdx.x / 128) : wgmma_warpgroup_index();
     const uint32_t rank = CL == 2 ? fp8_cluster_rank() : 0;
     const int unit0 = CL == 2 ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
     const int unit_step = CL == 2 ? (int)(gridDim.x / 2) : (int)gridDim.x;

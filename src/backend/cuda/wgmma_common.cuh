@@ -173,6 +173,12 @@ template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/* This thread's warpgroup (threadIdx.x / 128), as a value the compiler knows is warp-uniform (a shuffle from lane
+ * 0): shared-memory addresses and wgmma descriptors derived from it then live in uniform registers, so a wgmma
+ * takes its descriptor without an R2UR move in front of it (fp8 ncu, session 6: that move's latency stalled the
+ * first wgmma of every stage). */
+__device__ __forceinline__ int wgmma_warpgroup_index(void) { return __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0); }
+
 /* Warp-specialised register split (PTX setmaxnreg): the producer warpgroup gives registers back, the
  * consumers take them; every warp of the warpgroup must execute the same one. */
 template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_dec(void) {
