@@ -873,102 +873,12 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 fp8_store_tile_tma<BN, OUT_BF16>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN, M, N);
                 fp8_store_tile_tma<BN, OUT_BF16>(dhi, scale, tm_c, sout, c, tid, tm * FP8_BM + 64, tn * BN, M, N);
             }
-        } else if constexpr (PROMOTE == 2) {
-            /* pipelined promotion: stage kt's wgmmas write t or t1 alternately; after issuing them, wait_group 1
-             * retires the previous stage's group only, so its FADDs into d overlap this stage's MMAs instead of
-             * stalling the tensor pipe. Unrolled by two so each temporary is named at compile time. Across tiles:
-             * the next tile's first stage is issued (into t) before this tile's epilogue, so the stores run under
-             * MMAs too (both consumer warpgroups reach a tile's end together: a bubble in the tensor pipe
-             * otherwise). The tile loop is entered with exactly that one group in flight, the pair loop with t in
-             * flight (stage kt-1) and no branch between an issue and its wait: ptxas serialises every wgmma of a
-             * kernel whose in-flight groups differ between control-flow paths (C7518). d starts each tile at 0 and
-             * takes the same adds in the same K order as the other promoted kernels (0 + t is exact). */
-            float d[BN / 2], t[BN / 2], t1[BN / 2];
-            int stage = 0, prev = 0;
-            uint32_t phase = 0;
-            int u = unit0;
-            if (u < num_tiles) {
-                fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase); /* the first tile's stage 0 */
-                for (;;) {
-                    int tm, tn;
-                    fp8_tile_coords(u, units_m, tiles_n, &tm, &tn);
-                    if constexpr (CL == 2) tm = 2 * tm + (int)rank;
-                    prev = stage;
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
-#pragma unroll
-                    for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-                    int kt = 1;
-#pragma unroll 1
-                    for (; kt + 1 < ktiles; kt += 2) {
-                        fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase); /* stage kt */
-                        wgmma_wait<1>();                                           /* stage kt-1 (t) */
-                        wgmma_fence_operands(t);
-                        if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-#pragma unroll
-                        for (int i = 0; i < BN / 2; i++) d[i] += t[i];
-                        prev = stage;
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1;
-                        }
-                        fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase); /* stage kt+1 */
-                        wgmma_wait<1>();                                          /* stage kt (t1) */
-                        wgmma_fence_operands(t1);
-                        if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-#pragma unroll
-                        for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
-                        prev = stage;
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1;
-                        }
-                    }
-                    if (kt < ktiles) {
-                        /* one stage left (ktiles even): into t1 while t (stage kt-1) is retired */
-                        fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
-                        wgmma_wait<1>();
-                        wgmma_fence_operands(t);
-                        if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-#pragma unroll
-                        for (int i = 0; i < BN / 2; i++) d[i] += t[i];
-                        prev = stage;
-                        if (++stage == STAGES) {
-                            stage = 0;
-                            phase ^= 1;
-                        }
-                        wgmma_wait<0>();
-                        wgmma_fence_operands(t1);
-                        /* t1 into t (BN/2 MOVs once per tile) so one copy of the final adds serves both tails: a
-                         * second copy of the adds made ptxas spill in an earlier version */
-#pragma unroll
-                        for (int i = 0; i < BN / 2; i++) t[i] = t1[i];
-                    } else {
-                        wgmma_wait<0>();
-                        wgmma_fence_operands(t);
-                    }
-                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-#pragma unroll
-                    for (int i = 0; i < BN / 2; i++) d[i] += t[i];
-                    const int next = u + unit_step;
-                    if (next >= num_tiles) {
-                        fp8_store_tile<BN, OUT_BF16, TMA_C>(d, scale, Cv, tm_c, sout, c, tid, tm * FP8_BM + c * 64,
-                                                            tn * BN, M, N, vec2);
-                        break;
-                    }
-                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase); /* the next tile's stage 0 */
-                    fp8_store_tile<BN, OUT_BF16, TMA_C>(d, scale, Cv, tm_c, sout, c, tid, tm * FP8_BM + c * 64,
-                                                        tn * BN, M, N, vec2);
-                    u = next;
-                }
-            }
         } else {
         int stage = 0;
         uint32_t phase = 0;
         float d[BN / 2];
         float t[BN / 2];  /* PROMOTE: one stage's partial sums (unused, and removed, otherwise) */
+        float t1[BN / 2]; /* PROMOTE == 2: the odd stages' partial sums (unused, and removed, otherwise) */
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
@@ -983,7 +893,70 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
             }
-            if constexpr (PROMOTE == FP8_CHUNK64) {
+            if constexpr (PROMOTE == 2) {
+                /* pipelined promotion: stage kt's wgmmas write t (kt even) or t1 (kt odd); after issuing them,
+                 * wait_group 1 retires the previous stage's group only, so its FADDs into d overlap this stage's
+                 * MMAs instead of stalling the tensor pipe. Unrolled by two so each temporary is named at compile
+                 * time. The loop body has no branch between an issue and its wait and leaves the same group (the
+                 * odd stage's, t1) in flight on every iteration: an earlier version issued the odd stage under
+                 * `if (kt + 1 < ktiles)` and drained under `if ((ktiles & 1) == 0)`, and ptxas serialised all its
+                 * wgmmas (info C7518). t1 is zeroed per tile so the first retire adds +0. An odd last stage is
+                 * the tail after the loop (a uniform branch, taken or not for the whole tile). */
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) t1[i] = 0.0f;
+                int kt = 0;
+#pragma unroll 1
+                for (; kt + 1 < ktiles; kt += 2) {
+                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>(); /* the previous odd stage (t1), if any */
+                    wgmma_fence_operands(t1);
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                    fp8_issue_stage<BN, AT>(t1, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>(); /* the even stage (t) */
+                    wgmma_fence_operands(t);
+                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t[i];
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                if (kt < ktiles) {
+                    /* odd ktiles: the last stage, into t; retire t1 (zeros when ktiles == 1) meanwhile */
+                    fp8_issue_stage<BN, AT>(t, bars, sa, sb, c, stage, phase);
+                    wgmma_wait<1>();
+                    wgmma_fence_operands(t1);
+                    if (kt > 0 && lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t);
+                    /* t into t1 (64 MOVs once per tile) so one copy of the final adds serves both tails: a
+                     * second copy of `d += t` made ptxas spill in an earlier version */
+#pragma unroll
+                    for (int i = 0; i < BN / 2; i++) t1[i] = t[i];
+                } else {
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(t1);
+                }
+                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
+            } else if constexpr (PROMOTE == FP8_CHUNK64) {
                 /* chunked promotion at BN = 256: a stage's 64 x 256 x 128 is four 64-column chunks q = 0..3, each
                  * 4 wgmma m64n64k32 as one commit group into p0 (q even) or p1 (q odd). After issuing chunk q the
                  * warpgroup retires chunk q-1 (wait_group 1) and adds its temporary into d while chunk q runs, so
