@@ -3,6 +3,8 @@
 # set. Run-to-run drift of the H200 (clocks under its power limit: cuBLASLt fp8 at 8192^3 measured 1393-1437
 # TFLOP/s in one session) is as large as the differences being judged, so the builds alternate, ROUNDS times:
 #   FORGE_AB_BINS="a:path/to/forge b:build/cuda/forge"   label:binary (a binary.gz is unpacked first)
+#   FORGE_AB_ENV_<label>="VAR=VALUE ..."                  environment of that label's runs (e.g. FORGE_FP8_STORE=tma:
+#                                                         one binary, two labels)
 #   FORGE_AB_CELLS="cublaslt_fp8_e4m3 forge_fp8_e4m3 ..."  cells (every cell of the suite if empty)
 #   FORGE_AB_GROUP="fp8 nt M=8192"                        the shape group (a substring of it)
 #   FORGE_AB_ROUNDS=3
@@ -26,7 +28,9 @@ for r in $(seq 1 "$ROUNDS"); do
     for b in $BINS; do
         label=${b%%:*} bin=${b#*:}
         bin=${bin%.gz}
-        FORGE_BENCH_ONLY="$only" timeout 120 "$bin" bench gemm-fp8 --reps 30 --results "$OUT/ab/${r}_$label" \
+        envv="FORGE_AB_ENV_$label"
+        # shellcheck disable=SC2086
+        env ${!envv:-} FORGE_BENCH_ONLY="$only" timeout 120 "$bin" bench gemm-fp8 --reps 30 --results "$OUT/ab/${r}_$label" \
             >"$OUT/ab_${r}_$label.log" 2>&1 || echo "round $r $label: rc=$?"
     done
 done

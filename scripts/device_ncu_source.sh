@@ -12,16 +12,19 @@ set -u -o pipefail
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NCU=$(command -v ncu || echo "$CUDA_HOME/bin/ncu")
+FORGE=${FORGE_BIN:-build/cuda/forge} # FORGE_BIN: another build (a .gz is unpacked first)
+if [ "${FORGE%.gz}" != "$FORGE" ]; then gunzip -c "$FORGE" >"${FORGE%.gz}" && chmod +x "${FORGE%.gz}"; FORGE=${FORGE%.gz}; fi
 fails=0
 for e in $FORGE_NCU_CELLS; do
     IFS='|' read -r name suite only kre skip <<<"${e//+/ }"
     echo "==== $name: $suite, cell $only, kernels /$kre/ skip $skip"
     FORGE_BENCH_ONLY="$only" timeout 150 "$NCU" --clock-control none --section WarpStateStats \
         --section SourceCounters --section SpeedOfLight --import-source no -k "regex:$kre" --launch-skip "$skip" \
-        --launch-count 1 -f -o "$OUT/$name" build/cuda/forge bench "$suite" --device cuda --reps 5 \
+        --launch-count 1 -f -o "$OUT/$name" "$FORGE" bench "$suite" --device cuda --reps 5 \
         --results /tmp/forge-ncu-results >"$OUT/$name.log" 2>&1 || { echo "   ncu failed"; fails=1; continue; }
     "$NCU" -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass >"$OUT/${name}_source.csv" 2>&1 || fails=1
     "$NCU" -i "$OUT/$name.ncu-rep" --page raw --csv >"$OUT/${name}_raw.csv" 2>&1 || fails=1
     echo "   $(wc -l <"$OUT/${name}_source.csv") source lines"
+    [ "${FORGE_NCU_KEEP:-0}" = 1 ] || rm -f "$OUT/$name.ncu-rep" # 9 MB each; FORGE_NCU_KEEP=1 keeps them
 done
 exit $fails

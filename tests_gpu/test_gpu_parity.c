@@ -982,7 +982,7 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
 }
 
 /* case_gemm_fp8's modes: the 2-CTA cluster ones (fp8_mode_cluster) run last */
-enum { N_MODES = 33 };
+enum { N_MODES = 34 };
 static int fp8_mode_cluster(int mode) { return (mode >= 12 && mode <= 14) || mode == 28 || mode == 29 || mode == 32; }
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
@@ -1005,7 +1005,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * 144-column tile: N = 8, 200, 192 one or two partial column tiles, 999 = 6 x 144 + 135, 1408 = 9 x 144 + 112;
      * the direct store always); 28, 29: modes 0, 1 with it on 2-CTA clusters (72-row B halves multicast); 30, 31:
      * modes 0, 1 with the rotated serial promotion at BN 144 (K/128 = 1: no loop iteration); 32: mode 0 with it on
-     * 2-CTA clusters. */
+     * 2-CTA clusters; 33: mode 25 with FORGE_GEMM_STORE_TMA (16-column unswizzled staging boxes, 9 per 144-wide
+     * tile; refused where C does not allow the TMA store: falls back to direct). */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
@@ -1017,15 +1018,18 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_tf32[pp]",            "gemm_tf32[coop]",             "gemm_fp8[e4m3,chunk64ra]",
         "gemm_fp8[e5m2xe4m3,chunk64ra]", "gemm_fp8[e4m3,pipe144]", "gemm_fp8[e5m2xe4m3,pipe144]",
         "gemm_fp8[e4m3,bf16out,pipe144]", "gemm_fp8[e4m3,pipe144c2]", "gemm_fp8[e5m2xe4m3,pipe144c2]",
-        "gemm_fp8[e4m3,serial144]", "gemm_fp8[e5m2xe4m3,serial144]", "gemm_fp8[e4m3,serial144c2]"};
+        "gemm_fp8[e4m3,serial144]", "gemm_fp8[e5m2xe4m3,serial144]", "gemm_fp8[e4m3,serial144c2]",
+        "gemm_fp8[e4m3,pipe144,tma]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
                                          1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5,
-                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3};
+                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3};
     const int a_e5m2 =
         mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24 || mode == 26 || mode == 29 || mode == 31;
     const int out_bf16 = mode == 2 || mode == 9 || mode == 16 || mode == 27;
     const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21 || mode == 22;
-    const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT : FORGE_GEMM_STORE_AUTO;
+    const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT
+                                   : mode == 33             ? FORGE_GEMM_STORE_TMA
+                                                            : FORGE_GEMM_STORE_AUTO;
     const size_t c_off = mode == 19 || mode == 20 ? 4 : 0; /* bytes: C 4 bytes past cudaMalloc's 256-byte alignment */
     const forge_fp8_accum accum = mode == 3                ? FORGE_FP8_FAST_ACCUM
                                   : mode == 5 || mode == 6 ? FORGE_FP8_PROMOTE_PIPELINED
@@ -1034,7 +1038,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
                                   : mode == 12 || mode == 13 ? FORGE_FP8_PROMOTE_CHUNK64_C2
                                   : mode == 14               ? FORGE_FP8_FAST_ACCUM_C2
                                   : mode == 23 || mode == 24 ? FORGE_FP8_PROMOTE_CHUNK64_RA
-                                  : mode >= 25 && mode <= 27 ? FORGE_FP8_PROMOTE_PIPE144
+                                  : (mode >= 25 && mode <= 27) || mode == 33 ? FORGE_FP8_PROMOTE_PIPE144
                                   : mode == 28 || mode == 29 ? FORGE_FP8_PROMOTE_PIPE144_C2
                                   : mode == 30 || mode == 31 ? FORGE_FP8_PROMOTE_SERIAL144
                                   : mode == 32               ? FORGE_FP8_PROMOTE_SERIAL144_C2
@@ -1353,6 +1357,7 @@ static void run_gemm_fp8_cases(parity *P) {
      * tiles; the last column tile is 60 wide */
     if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 25);
     if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 30);
+    if (!P->quick) case_gemm_fp8(P, 2176, 1500, 1040, 33);
     if (!P->quick) {
         static const int modes192[] = {0, 2, 15, 16};
         for (size_t j = 0; j < sizeof modes192 / sizeof modes192[0]; j++) case_gemm_fp8(P, 5760, 384, 128, modes192[j]);

@@ -113,23 +113,26 @@ enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
  * 128-byte swizzle's row limit), two per consumer warpgroup */
 #define FP8_OUT_BOX_BYTES (64u * 128u)
 #define FP8_OUT_BYTES (2u * 2u * FP8_OUT_BOX_BYTES) /* 32 KiB: 2 consumer warpgroups x 2 boxes */
+/* BN 144 (144 = 9 x 16 columns, not a multiple of the 32 fp32 columns of a 128-byte swizzled box): unswizzled boxes
+ * of 64 rows x FP8_OUT_PLAIN_COLS columns, 4 KiB fp32 (2 KiB bf16), two per consumer warpgroup */
+#define FP8_OUT_PLAIN_COLS 16
+#define FP8_OUT_PLAIN_BOX_BYTES (64u * FP8_OUT_PLAIN_COLS * 4u)
 
 /* Per block-tile width: stages fill ~192-200 KiB of the 227 KiB. Layout from the 1024-aligned base: A stages,
  * B stages, (TMA_C) the 32 KiB of staging boxes, then full[STAGES] and empty[STAGES] mbarriers; + 1 KiB of slack
  * to round the dynamic shared-memory base up to 1024 bytes. With TMA_C, BN 192 keeps 4 stages, not 5:
  * 5 x 40 KiB + 32 KiB + 80 B + 1 KiB = 238672 B would not fit (BN 128: 6 stages, 230496 B; BN 256: 4 stages,
- * 230464 B; BN 192: 4 stages, 197696 B; the limit is 232448). BN 144 (direct store only): 6 stages of 34 KiB,
- * 210016 B. */
+ * 230464 B; BN 192: 4 stages, 197696 B; the limit is 232448). BN 144: 6 stages of 34 KiB, 210016 B, with
+ * TMA_C 16 KiB of unswizzled staging boxes more, 226400 B. */
 template <int BN, int TMA_C = 0> struct fp8_cfg {
     static constexpr int STAGES = BN == 128 || BN == 144 ? 6 : BN == 192 ? (TMA_C ? 4 : 5) : 4;
     static constexpr uint32_t A_BYTES = FP8_BM * FP8_BK;
     static constexpr uint32_t B_BYTES = BN * FP8_BK;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr uint32_t OUT_BYTES = TMA_C ? FP8_OUT_BYTES : 0;
+    /* BN 144: 16-column unswizzled boxes (fp8_store_tile_tma_plain), 2 x 4 KiB per consumer warpgroup */
+    static constexpr uint32_t OUT_BYTES = TMA_C ? (BN == 144 ? 2u * 2u * FP8_OUT_PLAIN_BOX_BYTES : FP8_OUT_BYTES) : 0;
     static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8 + 1024;
     static_assert(BN == 128 || BN == 144 || BN == 192 || BN == 256, "fp8 wgmma tile N is 128, 144, 192 or 256 here");
-    static_assert(BN != 144 || !TMA_C, "BN 144 (the pipelined promotion's widest tile) stores C directly: the "
-                                       "staging boxes are 32 fp32 / 64 bf16 columns");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(OUT_BYTES % 1024 == 0, "staging boxes start 1024-byte aligned (the 128-byte swizzle's atom)");
     static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
@@ -755,12 +758,68 @@ __device__ __forceinline__ void fp8_store_tile_direct(const float (&d)[BN / 2], 
     }
 }
 
-/* A consumer warpgroup's tile epilogue: through the TMA store (TMA_C) or directly from the registers. */
+/* The TMA-store epilogue for a tile width that the 128-byte swizzled boxes do not divide (BN 144): the warpgroup's
+ * 64 x BN tile goes out as BN / FP8_OUT_PLAIN_COLS boxes of 64 rows x 16 columns, unswizzled (row pitch 64 bytes
+ * fp32, 32 bf16; tm_c encoded with that box and no swizzle), staged alternately in the warpgroup's two 4 KiB buffers
+ * at sout + c * 8 KiB, with fp8_store_tile_tma's waits and barriers. A warp's float2 writes of one column group
+ * cover 8 rows x 32 bytes: rows r and r + 2 share banks, so 4 wavefronts instead of 2 (4 KiB per box; the global
+ * stores are what the TMA store takes off the consumers). */
+template <int BN, int OUT_BF16>
+__device__ __forceinline__ void fp8_store_tile_tma_plain(const float (&d)[BN / 2], float scale,
+                                                         const CUtensorMap *tm_c, uint32_t sout, int c, int tid,
+                                                         int tile_row, int tile_col, int M, int N) {
+    constexpr int ES = OUT_BF16 ? 2 : 4;
+    constexpr uint32_t PITCH = FP8_OUT_PLAIN_COLS * ES;
+    constexpr int GPB = FP8_OUT_PLAIN_COLS / 8; /* fragment column groups (8 columns each) per box */
+    constexpr int NBOX = BN / FP8_OUT_PLAIN_COLS;
+    static_assert(BN % FP8_OUT_PLAIN_COLS == 0, "boxes tile the BN columns");
+    const int warp = tid / 32, lane = tid % 32;
+    const uint32_t srow = (uint32_t)(warp * 16 + lane / 4) * PITCH + (uint32_t)(2 * (lane % 4) * ES);
+    const uint32_t sbase = sout + (uint32_t)c * 2u * FP8_OUT_PLAIN_BOX_BYTES;
+#pragma unroll
+    for (int b = 0; b < NBOX; b++) {
+        if (tile_row >= M || tile_col + b * FP8_OUT_PLAIN_COLS >= N) break; /* wholly outside C */
+        const uint32_t box = sbase + (uint32_t)(b & 1) * FP8_OUT_PLAIN_BOX_BYTES;
+        if (tid == 0) {
+            if (b == 0) tma_store_wait_read<0>(); /* the previous tile's stores have read their boxes */
+            else tma_store_wait_read<1>();        /* box b-2's store (this buffer) has read it */
+        }
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+#pragma unroll
+        for (int ii = 0; ii < GPB; ii++) {
+            const int i = b * GPB + ii;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t a = box + srow + 8u * PITCH * (uint32_t)h + (uint32_t)(8 * ii * ES);
+                const float v0 = d[4 * i + 2 * h] * scale, v1 = d[4 * i + 2 * h + 1] * scale;
+                if constexpr (OUT_BF16) {
+                    const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1);
+                    const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
+                } else {
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1) : "memory");
+                }
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+        if (tid == 0) {
+            tma_store_2d(tm_c, tile_col + b * FP8_OUT_PLAIN_COLS, tile_row, box);
+            tma_store_commit();
+        }
+    }
+}
+
+/* A consumer warpgroup's tile epilogue: through the TMA store (TMA_C; unswizzled 16-column boxes at BN 144) or
+ * directly from the registers. */
 template <int BN, int OUT_BF16, int TMA_C>
 __device__ __forceinline__ void fp8_store_tile(const float (&d)[BN / 2], float scale, void *__restrict__ Cv,
                                                const CUtensorMap *tm_c, uint32_t sout, int c, int tid, int tile_row,
                                                int tile_col, int M, int N, int vec2) {
-    if constexpr (TMA_C) fp8_store_tile_tma<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tile_row, tile_col, M, N);
+    if constexpr (TMA_C && BN == 144)
+        fp8_store_tile_tma_plain<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tile_row, tile_col, M, N);
+    else if constexpr (TMA_C)
+        fp8_store_tile_tma<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tile_row, tile_col, M, N);
     else fp8_store_tile_direct<BN, OUT_BF16>(d, scale, Cv, tid, tile_row, tile_col, M, N, vec2);
 }
 
@@ -1235,21 +1294,24 @@ static int fp8_pick_bn(int M, int N, int accum, int sm_count) {
 /* C (M,N) row-major for the TMA-store epilogue: dims {N, M}, row stride N*4 bytes fp32 (the caller ensures
  * N % 4 == 0) or N*2 bf16 (N % 8 == 0), base 16-byte aligned; boxes of 64 rows x 128 bytes (32 fp32 / 64 bf16
  * columns), 128-byte swizzle: the staging layout of fp8_store_tile_tma (gemm_wgmma.cu's gemm_encode_c). */
-static forge_status fp8_encode_c(CUtensorMap *map, void *C, int M, int N, int bf16) {
+static forge_status fp8_encode_c(CUtensorMap *map, void *C, int M, int N, int bf16, int plain = 0) {
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
     const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
     const cuuint64_t strides[1] = {(cuuint64_t)N * (bf16 ? 2 : 4)};
-    const cuuint32_t box[2] = {bf16 ? 64u : 32u, 64u};
+    /* plain (BN 144, fp8_store_tile_tma_plain): 64 rows x FP8_OUT_PLAIN_COLS columns, no swizzle */
+    const cuuint32_t box[2] = {plain ? (cuuint32_t)FP8_OUT_PLAIN_COLS : bf16 ? 64u : 32u, 64u};
     const cuuint32_t elem_strides[2] = {1, 1};
     CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, C, dims,
-                        strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        plain ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return forge_error(FORGE_ERR_DEVICE,
-                           "gemm_fp8: cuTensorMapEncodeTiled for C (%d x %d %s, box 64 rows x 128 bytes, 128B "
-                           "swizzle, TMA store) failed with CUresult %d",
-                           M, N, bf16 ? "bf16" : "fp32", (int)r);
+                           "gemm_fp8: cuTensorMapEncodeTiled for C (%d x %d %s, box 64 rows x %u columns, %s, TMA "
+                           "store) failed with CUresult %d",
+                           M, N, bf16 ? "bf16" : "fp32", (unsigned)box[0], plain ? "no swizzle" : "128B swizzle",
+                           (int)r);
     return FORGE_OK;
 }
 
@@ -1272,7 +1334,7 @@ static forge_status fp8_launch_t(const void *A, const void *B, void *C, float sc
                               "gemm_fp8 A (fp8, K-major)"));
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, B, N, K, (unsigned long long)K, BN, FP8_BK,
                               "gemm_fp8 B (fp8, K-major)"));
-    if constexpr (TMA_C) FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, OUT_BF16));
+    if constexpr (TMA_C) FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, OUT_BF16, BN == 144));
     if (!smem_set[dev]) {
         CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
         smem_set[dev] = 1;
@@ -1343,12 +1405,12 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA) /* 192 only: the registers (see the kernel body) */
         return fp8_launch<192, AT, OUT_BF16, FP8_CHUNK64_RA>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-    if (accum == FORGE_FP8_PROMOTE_PIPE144) /* direct store only: C's staging boxes do not tile 144 columns */
-        return fp8_launch_t<144, AT, OUT_BF16, 2, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_PIPE144)
+        return fp8_launch<144, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_PIPE144_C2)
         return fp8_launch_c2<144, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_SERIAL144)
-        return fp8_launch_t<144, AT, OUT_BF16, FP8_SERIAL_ROT, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch<144, AT, OUT_BF16, FP8_SERIAL_ROT>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_SERIAL144_C2)
         return fp8_launch_c2<144, AT, OUT_BF16, FP8_SERIAL_ROT>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
