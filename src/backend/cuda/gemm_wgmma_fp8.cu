@@ -854,7 +854,6 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     (void)sout;
 
     static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
-    static_assert(!TMA_C || CL == 1, "the 2-CTA cluster kernels keep the direct store");
     static_assert(!PP || (AT == WG_TF32 && BN == 128 && TMA_C && CL == 1 && !PROMOTE),
                   "ping-pong: tf32, 128 x 128 tiles per warpgroup, TMA store");
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
@@ -1217,11 +1216,12 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
 }
 
 /* fp8 on 2-CTA clusters (B multicast): same template arguments; `_c2` keeps the name matched by check_sass.sh */
-template <int BN, int AT, int OUT_BF16, int PROMOTE>
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_fp8_kernel_c2(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                             void *__restrict__ Cv, float scale, int M, int N, int K, int vec2) {
-    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 2>(tm_a, tm_b, Cv, scale, M, N, K, vec2);
+                             const __grid_constant__ CUtensorMap tm_c, void *__restrict__ Cv, float scale, int M, int N,
+                             int K, int vec2) {
+    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 2, TMA_C>(tm_a, tm_b, Cv, scale, M, N, K, vec2, &tm_c);
 }
 
 /* tf32: fp32 inputs read as tf32 by wgmma (the low 13 mantissa bits are ignored), fp32 out, no promotion;
@@ -1359,15 +1359,17 @@ static forge_status fp8_launch(const void *A, const void *B, void *C, float scal
  * is 2 x min(row-block pairs x column-blocks, the clusters that fit at once: cudaOccupancyMaxActiveClusters, as
  * an SM left over in a GPC cannot host half a cluster; a grid past that would run the extra clusters after the
  * others, not persistently). */
-template <int BN, int AT, int OUT_BF16, int PROMOTE>
-static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
-                                  int dev, int sm_count, cudaStream_t stream) {
-    typedef fp8_cfg<BN> cfg;
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
+static forge_status fp8_launch_c2_t(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
+                                    int dev, int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<BN, TMA_C> cfg;
     static int smem_set[FP8_MAX_DEVICES];
     static int max_clusters[FP8_MAX_DEVICES];
-    void (*kernel)(const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
-        gemm_wgmma_fp8_kernel_c2<BN, AT, OUT_BF16, PROMOTE>;
-    CUtensorMap tm_a, tm_b;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
+        gemm_wgmma_fp8_kernel_c2<BN, AT, OUT_BF16, PROMOTE, TMA_C>;
+    CUtensorMap tm_a, tm_b, tm_c;
+    memset(&tm_c, 0, sizeof tm_c); /* direct store: passed, never read */
+    if constexpr (TMA_C) FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, OUT_BF16, BN == 144));
     FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, A, M, K, (unsigned long long)K, FP8_BM, FP8_BK,
                               "gemm_fp8 A (fp8, K-major)"));
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, B, N, K, (unsigned long long)K, BN / 2, FP8_BK,
@@ -1390,12 +1392,21 @@ static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float s
     const long long units = (long long)((M + 2 * FP8_BM - 1) / (2 * FP8_BM)) * ((N + BN - 1) / BN);
     if (units > 0x3fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: %lld tile pairs overflow", units);
     const int clusters = (int)(units < max_clusters[dev] ? units : max_clusters[dev]);
-    kernel<<<2 * clusters, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, C, scale, M, N, K, vec2);
+    kernel<<<2 * clusters, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, scale, M, N, K, vec2);
     CUDA_LAUNCH_CHECK("gemm_wgmma_fp8_kernel_c2");
     return FORGE_OK;
 }
 
-/* tc: the TMA-store epilogue (ignored by the 2-CTA cluster kernels: they store directly) */
+/* tma_c: the TMA-store epilogue (the caller checked fp8_c_tma_ok), else the direct store */
+template <int BN, int AT, int OUT_BF16, int PROMOTE>
+static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
+                                  int tma_c, int dev, int sm_count, cudaStream_t stream) {
+    if (tma_c)
+        return fp8_launch_c2_t<BN, AT, OUT_BF16, PROMOTE, 1>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream);
+    return fp8_launch_c2_t<BN, AT, OUT_BF16, PROMOTE, 0>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream);
+}
+
+/* tc: the TMA-store epilogue, else the direct store */
 template <int AT, int OUT_BF16>
 static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B, void *C, float scale, int M, int N,
                                  int K, int vec2, int tc, int dev, int sms, cudaStream_t st) {
@@ -1408,17 +1419,17 @@ static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B
     if (accum == FORGE_FP8_PROMOTE_PIPE144)
         return fp8_launch<144, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_PIPE144_C2)
-        return fp8_launch_c2<144, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch_c2<144, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_SERIAL144)
         return fp8_launch<144, AT, OUT_BF16, FP8_SERIAL_ROT>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_SERIAL144_C2)
-        return fp8_launch_c2<144, AT, OUT_BF16, FP8_SERIAL_ROT>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch_c2<144, AT, OUT_BF16, FP8_SERIAL_ROT>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK128)
         return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK128>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_C2)
-        return fp8_launch_c2<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch_c2<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM_C2)
-        return fp8_launch_c2<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, dev, sms, st);
+        return fp8_launch_c2<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_FAST_ACCUM)
         return bn == 128 ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
                          : fp8_launch<256, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
