@@ -84,8 +84,6 @@
 #ifndef FORGE_GEMM_FP8_H
 #define FORGE_GEMM_FP8_H
 
-#include <stddef.h>
-
 #include "../../core/status.h"
 
 #ifdef __cplusplus
@@ -125,22 +123,6 @@ forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void
 forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt,
                                      void *C, forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,
                                      forge_fp8_accum accum, forge_gemm_store store, void *stream);
-
-/* forge_gemm_fp8_nt_store with a workspace (NULL: none). With one, the chunk64 kernel splits the tiles of the
- * persistent grid's last, partial round in 3 ranges of K (the last range's CTA adds the others' fp32 partials from
- * the workspace in a fixed order, then stores): at 8192^3, 2048 tiles of 128 x 256 on 132 SMs are 15.5 rounds
- * that otherwise take 16. The split tiles' sums differ from the unsplit ones in rounding only (three promoted
- * partials added in fp32). workspace_bytes must be at least forge_gemm_fp8_nt_workspace's answer for the same
- * M, N, K and accum (0 where no split applies: then the workspace is unused), the workspace 256-byte aligned;
- * else FORGE_ERR_ARG. The kernel clears its flags first (cudaMemsetAsync on `stream`), so a workspace needs no
- * initialisation, but two calls running at once must not share one. */
-forge_status forge_gemm_fp8_nt_ws(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt,
-                                  void *C, forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,
-                                  forge_fp8_accum accum, forge_gemm_store store, void *workspace,
-                                  size_t workspace_bytes, void *stream);
-
-/* The workspace forge_gemm_fp8_nt_ws uses for these arguments on the current device (0: none). */
-forge_status forge_gemm_fp8_nt_workspace(int M, int N, int K, forge_fp8_accum accum, size_t *bytes);
 
 /*
  * tf32 on the same kernel body (gemm_wgmma_tf32_kernel): C (M,N) fp32 = A (M,K) . B (N,K)^T with A, B fp32

@@ -103,8 +103,6 @@ extern "C" {
 #define FP8_CHUNK64 3
 #define FP8_CHUNK128 4
 #define FP8_CHUNK64_RA 5 /* FP8_CHUNK64 with A read into registers once per stage (ldmatrix, double-buffered) */
-#define FP8_CHUNK64_SPLIT 7 /* FP8_CHUNK64 with the split tail (fp8_split): its own instantiation, so the plain
-                             * chunk64 kernel keeps its registers */
 #define FP8_SERIAL_ROT 6 /* serial promotion, loop rotated: a stage's full-barrier wait before the previous stage's
                           * retire (the loop of cuBLASLt's fp8 kernel, ncu session 6), descriptors stepped per stage */
 
@@ -825,86 +823,6 @@ __device__ __forceinline__ void fp8_store_tile(const float (&d)[BN / 2], float s
     else fp8_store_tile_direct<BN, OUT_BF16>(d, scale, Cv, tid, tile_row, tile_col, M, N, vec2);
 }
 
-/* ---- the split tail (chunk64 with a workspace) --------------------------------
- * A persistent grid of G CTAs over T tiles runs ceil(T / G) rounds, the last one only (T mod G) / G full: at 8192^3
- * (2048 tiles of 128 x 256 on 132 SMs) 15.5 rounds take 16, 3% of the run idle. With a workspace
- * (forge_gemm_fp8_nt_ws), the last R = T mod G tiles are each split in FP8_SPLIT_PARTS ranges of K, 3R units over G
- * CTAs (two rounds of a third of a tile when 3R <= 2G). Parts 0 .. P-2 publish their fp32 partial sums (unscaled) to
- * the workspace and count up a per-(tile, warpgroup) flag; the last part waits for the flag, adds the partials in
- * part order, (p0 + p1) + p2, and stores the tile. A part waits only for lower-numbered units, which every CTA of
- * the (co-resident) persistent grid reaches first, so the waits cannot deadlock. Unit u < T - R is whole tile u. */
-#define FP8_SPLIT_PARTS 3
-struct fp8_split {
-    float *ws;  /* (R x (P - 1) x 2 warpgroups) slots of 64 x BN fp32, thread-major in float4s */
-    int *flags; /* R x 2 published-part counts, zeroed before the launch */
-    int tail;   /* R: the split tiles (0: no split) */
-};
-
-/* unit u -> tile, its K-tile range [kb, ke) and part (-1 for a whole tile) */
-__device__ __forceinline__ void fp8_unit(int u, int full_units, int ktiles, int *tile, int *kb, int *ke, int *part) {
-    if (u < full_units) {
-        *tile = u, *kb = 0, *ke = ktiles, *part = -1;
-        return;
-    }
-    const int s = u - full_units, p = s % FP8_SPLIT_PARTS;
-    *tile = full_units + s / FP8_SPLIT_PARTS, *part = p;
-    *kb = p * ktiles / FP8_SPLIT_PARTS, *ke = (p + 1) * ktiles / FP8_SPLIT_PARTS;
-}
-
-/* This warpgroup's 64 x BN partial of split part `part` of tail tile `slot`: float4 i of thread tid at
- * [i][tid], so each store instruction of the warpgroup writes 2 KiB contiguously. */
-template <int BN> __device__ __forceinline__ float4 *fp8_split_slot(const fp8_split &sp, int slot, int part, int c) {
-    return reinterpret_cast<float4 *>(sp.ws) + ((size_t)(slot * (FP8_SPLIT_PARTS - 1) + part) * 2 + c) * (16 * BN);
-}
-
-/* parts 0 .. P-2: publish d, then count up the flag (the warpgroup's stores, ordered before thread 0's release by
- * the named barrier; the release at gpu scope makes them visible to the acquiring waiter) */
-template <int BN>
-__device__ __forceinline__ void fp8_split_publish(const float (&d)[BN / 2], const fp8_split &sp, int slot, int part,
-                                                  int c, int tid) {
-    float4 *w = fp8_split_slot<BN>(sp, slot, part, c);
-#pragma unroll
-    for (int i = 0; i < BN / 8; i++) w[i * 128 + tid] = make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-    if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sp.flags + 2 * slot + c) : "memory");
-}
-
-/* the last part: wait until parts 0 .. P-2 are published, then d = (p0 + p1) + d (fixed order) */
-template <int BN>
-__device__ __forceinline__ void fp8_split_collect(float (&d)[BN / 2], const fp8_split &sp, int slot, int c, int tid) {
-    if (tid == 0) {
-        const int *f = sp.flags + 2 * slot + c;
-        int v;
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-        if (v < FP8_SPLIT_PARTS - 1) {
-            const uint64_t t0 = gemm_globaltimer();
-            do {
-                if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS) __trap();
-                asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-            } while (v < FP8_SPLIT_PARTS - 1);
-        }
-    }
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-    static_assert(FP8_SPLIT_PARTS == 3, "the collect adds two published parts");
-    const float4 *p0 = fp8_split_slot<BN>(sp, slot, 0, c), *p1 = fp8_split_slot<BN>(sp, slot, 1, c);
-    /* in groups of 4 float4 pairs, a named barrier between groups: ptxas hoisted all 64 loads ahead of the adds
-     * otherwise (a load may not move across the barrier) and spilled 36-96 bytes to make room */
-    constexpr int G = 4;
-    static_assert((BN / 8) % G == 0, "whole groups");
-#pragma unroll
-    for (int g = 0; g < BN / 8; g += G) {
-        if (g > 0) asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-#pragma unroll
-        for (int i = g; i < g + G; i++) {
-            const float4 a = __ldcg(p0 + i * 128 + tid), b = __ldcg(p1 + i * 128 + tid);
-            d[4 * i] = (a.x + b.x) + d[4 * i];
-            d[4 * i + 1] = (a.y + b.y) + d[4 * i + 1];
-            d[4 * i + 2] = (a.z + b.z) + d[4 * i + 2];
-            d[4 * i + 3] = (a.w + b.w) + d[4 * i + 3];
-        }
-    }
-}
-
 /* ---- the kernel ------------------------------------------------------------ */
 
 /* The mainloop + epilogue shared by the fp8 and tf32 kernels: a stage row is FP8_BK = 128 bytes of K either way
@@ -914,7 +832,7 @@ __device__ __forceinline__ void fp8_split_collect(float (&d)[BN / 2], const fp8_
 template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2,
-                                              const CUtensorMap *tm_c = nullptr, fp8_split sp = fp8_split{}) {
+                                              const CUtensorMap *tm_c = nullptr) {
     typedef fp8_cfg<BN, TMA_C> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
@@ -925,7 +843,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                   "A-in-registers chunking: d 96 + 64 + 32 registers at BN 192");
     /* the variants that hold more than d and one temporary take the producer's registers down to 24 */
     constexpr bool WIDE_CONSUMERS = PROMOTE == 2 || PROMOTE == FP8_CHUNK64_RA;
-    static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK64_SPLIT && PROMOTE != FP8_CHUNK128) || BN == 256,
+    static_assert((PROMOTE != FP8_CHUNK64 && PROMOTE != FP8_CHUNK128) || BN == 256,
                   "chunked promotion splits a 256-wide tile: d is 128 registers, the chunk temporaries 64");
     extern __shared__ __align__(1024) unsigned char fp8_smem[];
     const uint32_t base = (smem_u32(fp8_smem) + 1023u) & ~1023u;
@@ -951,11 +869,6 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const uint32_t rank = CL == 2 ? fp8_cluster_rank() : 0;
     const int unit0 = CL == 2 ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
     const int unit_step = CL == 2 ? (int)(gridDim.x / 2) : (int)gridDim.x;
-    /* the split tail (chunk64 on one CTA only; the host sets sp.tail only then): units past full_units are parts */
-    constexpr bool CAN_SPLIT = PROMOTE == FP8_CHUNK64_SPLIT;
-    static_assert(!CAN_SPLIT || CL == 1, "the split tail runs on one-CTA kernels");
-    const int tail = CAN_SPLIT ? sp.tail : 0;
-    const int full_units = num_tiles - tail, total_units = full_units + FP8_SPLIT_PARTS * tail;
 
     if (threadIdx.x == 0) {
         /* PP: a stage is consumed by one warpgroup's 4 warps */
@@ -973,13 +886,12 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int t = unit0; t < total_units; t += unit_step) {
-                int tile, kb, ke, part, tm, tn;
-                fp8_unit(t, full_units, ktiles, &tile, &kb, &ke, &part);
-                fp8_tile_coords(tile, units_m, tiles_n, &tm, &tn);
+            for (int t = unit0; t < num_tiles; t += unit_step) {
+                int tm, tn;
+                fp8_tile_coords(t, units_m, tiles_n, &tm, &tn);
                 if constexpr (CL == 2) tm = min(2 * tm + (int)rank, tiles_m - 1); /* a phantom loads real rows */
                 const int m0 = tm * FP8_BM, n0 = tn * BN;
-                for (int kt = kb; kt < ke; kt++) {
+                for (int kt = 0; kt < ktiles; kt++) {
                     const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
                     /* CL = 2: the partner's consumers arrive here too; a plain (cta-scope acquire) wait, as
                      * with .acquire.cluster ptxas adds a CCTL.IVALL (L1 invalidate) after every wait, and the
@@ -1028,14 +940,9 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
 
-        for (int u = unit0; u < total_units; u += unit_step) {
-            int tm, tn, kn; /* kn: K-tiles of this unit (ktiles unless it is a part of a split tile) */
-            {
-                int tile, kb, ke, part;
-                fp8_unit(u, full_units, ktiles, &tile, &kb, &ke, &part);
-                fp8_tile_coords(tile, units_m, tiles_n, &tm, &tn);
-                kn = ke - kb;
-            }
+        for (int u = unit0; u < num_tiles; u += unit_step) {
+            int tm, tn;
+            fp8_tile_coords(u, units_m, tiles_n, &tm, &tn);
             if constexpr (CL == 2) tm = 2 * tm + (int)rank;
             int prev = 0;
             if constexpr (PROMOTE) {
@@ -1107,7 +1014,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) d[i] += t1[i];
-            } else if constexpr (PROMOTE == FP8_CHUNK64 || PROMOTE == FP8_CHUNK64_SPLIT) {
+            } else if constexpr (PROMOTE == FP8_CHUNK64) {
                 /* chunked promotion at BN = 256: a stage's 64 x 256 x 128 is four 64-column chunks q = 0..3, each
                  * 4 wgmma m64n64k32 as one commit group into p0 (q even) or p1 (q odd). After issuing chunk q the
                  * warpgroup retires chunk q-1 (wait_group 1) and adds its temporary into d while chunk q runs, so
@@ -1123,7 +1030,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     p1[i] = 0.0f;
                 }
 #pragma unroll 1
-                for (int kt = 0; kt < kn; kt++) {
+                for (int kt = 0; kt < ktiles; kt++) {
                     mbar_wait(bars + 8 * stage, phase);
                     /* one descriptor per operand; +2 per 32-byte k-step, +512 per 64-row B chunk (8192 B >> 4):
                      * the start-address field (address >> 4 < 2^14 in 227 KiB) never carries */
@@ -1282,19 +1189,6 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 fp8_plain_tile<BN, BN, AT, CL, STAGES>(d, bars, sa, sb, c, lane, ktiles, stage, phase, rank);
             }
 
-            if constexpr (CAN_SPLIT) {
-                /* recomputed from u and the kernel parameters here rather than kept live through the mainloop
-                 * (registers: kept, they made ptxas spill 80 bytes in every chunk64 instantiation) */
-                const int full = num_tiles - sp.tail;
-                if (u >= full) { /* a part of a split tail tile (uniform per warpgroup) */
-                    const int slot = (u - full) / FP8_SPLIT_PARTS, part = (u - full) % FP8_SPLIT_PARTS;
-                    if (part < FP8_SPLIT_PARTS - 1) {
-                        fp8_split_publish<BN>(d, sp, slot, part, c, tid);
-                        continue;
-                    }
-                    fp8_split_collect<BN>(d, sp, slot, c, tid);
-                }
-            }
             fp8_store_tile<BN, OUT_BF16, TMA_C>(d, scale, Cv, tm_c, sout, c, tid, tm * FP8_BM + c * 64, tn * BN, M, N,
                                                 vec2);
         }
@@ -1317,8 +1211,8 @@ template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
 __global__ void __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                           const __grid_constant__ CUtensorMap tm_c, void *__restrict__ Cv, float scale, int M, int N,
-                          int K, int vec2, fp8_split sp) {
-    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 1, TMA_C>(tm_a, tm_b, Cv, scale, M, N, K, vec2, &tm_c, sp);
+                          int K, int vec2) {
+    wgmma_nt_body<BN, AT, OUT_BF16, PROMOTE, 1, TMA_C>(tm_a, tm_b, Cv, scale, M, N, K, vec2, &tm_c);
 }
 
 /* fp8 on 2-CTA clusters (B multicast): same template arguments; `_c2` keeps the name matched by check_sass.sh */
@@ -1429,11 +1323,11 @@ static int fp8_c_tma_ok(const void *C, int N, int out_bf16) {
 
 template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
 static forge_status fp8_launch_t(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
-                                 int dev, int sm_count, cudaStream_t stream, fp8_split sp = fp8_split{}) {
+                                 int dev, int sm_count, cudaStream_t stream) {
     typedef fp8_cfg<BN, TMA_C> cfg;
     static int smem_set[FP8_MAX_DEVICES]; /* per instantiation: racing writers store the same 1 */
-    void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int,
-                   fp8_split) = gemm_wgmma_fp8_kernel<BN, AT, OUT_BF16, PROMOTE, TMA_C>;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
+        gemm_wgmma_fp8_kernel<BN, AT, OUT_BF16, PROMOTE, TMA_C>;
     CUtensorMap tm_a, tm_b, tm_c;
     memset(&tm_c, 0, sizeof tm_c); /* direct store: passed, never read */
     FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, A, M, K, (unsigned long long)K, FP8_BM, FP8_BK,
@@ -1448,7 +1342,7 @@ static forge_status fp8_launch_t(const void *A, const void *B, void *C, float sc
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + BN - 1) / BN);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
-    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, scale, M, N, K, vec2, sp);
+    kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, scale, M, N, K, vec2);
     CUDA_LAUNCH_CHECK("gemm_wgmma_fp8_kernel");
     return FORGE_OK;
 }
@@ -1456,27 +1350,9 @@ static forge_status fp8_launch_t(const void *A, const void *B, void *C, float sc
 /* tma_c: the TMA-store epilogue (the caller checked fp8_c_tma_ok), else the direct store */
 template <int BN, int AT, int OUT_BF16, int PROMOTE>
 static forge_status fp8_launch(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
-                               int tma_c, int dev, int sm_count, cudaStream_t stream, fp8_split sp = fp8_split{}) {
-    if (tma_c)
-        return fp8_launch_t<BN, AT, OUT_BF16, PROMOTE, 1>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream, sp);
-    return fp8_launch_t<BN, AT, OUT_BF16, PROMOTE, 0>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream, sp);
-}
-
-/* The split tail (see fp8_split): R = the tiles of the last, partial round of the persistent grid when splitting
- * them in FP8_SPLIT_PARTS ranges of K shortens that round (3R units fit two rounds of G CTAs: 3R <= 2G) and every
- * part has a K-tile; 0 otherwise. Chunk64 (BN 256) only. */
-static int fp8_split_tail(int M, int N, int K, int sm_count) {
-    const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 255) / 256);
-    const long long grid = tiles < sm_count ? tiles : sm_count, ktiles = (K + FP8_BK - 1) / FP8_BK;
-    const long long r = tiles % grid;
-    if (tiles <= grid || r == 0 || ktiles < FP8_SPLIT_PARTS || FP8_SPLIT_PARTS * r > 2 * grid) return 0;
-    return (int)r;
-}
-
-/* workspace layout: the flags (R x 2 ints, rounded up to 256 bytes), then the partial slots */
-static size_t fp8_split_flag_bytes(int r) { return ((size_t)r * 2 * sizeof(int) + 255) / 256 * 256; }
-static size_t fp8_split_bytes(int r) {
-    return r == 0 ? 0 : fp8_split_flag_bytes(r) + (size_t)r * (FP8_SPLIT_PARTS - 1) * 2 * 64 * 256 * sizeof(float);
+                               int tma_c, int dev, int sm_count, cudaStream_t stream) {
+    if (tma_c) return fp8_launch_t<BN, AT, OUT_BF16, PROMOTE, 1>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream);
+    return fp8_launch_t<BN, AT, OUT_BF16, PROMOTE, 0>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream);
 }
 
 /* CL = 2 (gemm_wgmma_fp8_kernel_c2): B's tensor map has BN/2-row boxes (each CTA multicasts one half); the grid
@@ -1533,13 +1409,11 @@ static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float s
 /* tc: the TMA-store epilogue, else the direct store */
 template <int AT, int OUT_BF16>
 static forge_status fp8_dispatch(int bn, int accum, const void *A, const void *B, void *C, float scale, int M, int N,
-                                 int K, int vec2, int tc, int dev, int sms, cudaStream_t st, fp8_split sp) {
+                                 int K, int vec2, int tc, int dev, int sms, cudaStream_t st) {
     if (accum == FORGE_FP8_PROMOTE_PIPELINED) /* 128 only (fp8_pick_bn): d, t and t1 must fit 240 registers */
         return fp8_launch<128, AT, OUT_BF16, 2>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-    if (accum == FORGE_FP8_PROMOTE_CHUNK64) /* 256 only: the chunks split a 256-wide tile; sp: the split tail */
-        return sp.tail > 0
-                   ? fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64_SPLIT>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st, sp)
-                   : fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    if (accum == FORGE_FP8_PROMOTE_CHUNK64) /* 256 only: the chunks split a 256-wide tile */
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_CHUNK64_RA) /* 192 only: the registers (see the kernel body) */
         return fp8_launch<192, AT, OUT_BF16, FP8_CHUNK64_RA>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
     if (accum == FORGE_FP8_PROMOTE_PIPE144)
@@ -1655,43 +1529,10 @@ extern "C" int forge_gemm_fp8_tile_n(int M, int N, forge_fp8_accum accum) {
     return fp8_pick_bn(M, N, (int)accum, sms);
 }
 
-/* The accumulation mode a FORGE_FP8_PROMOTE call resolves to (FORGE_FP8_PROMOTE_VARIANT, then the per-shape
- * choice); FP8_PROMOTE_SERIAL maps back to FORGE_FP8_PROMOTE (the serial kernel). Explicit modes are kept. */
-static forge_fp8_accum fp8_resolve_accum(forge_fp8_accum accum, int M, int N, int sms) {
-    if (accum != FORGE_FP8_PROMOTE) return accum;
-    const int v = fp8_env_promote();
-    accum = (forge_fp8_accum)(v == FORGE_FP8_PROMOTE ? fp8_auto_promote(M, N, sms) : v);
-    return accum == (forge_fp8_accum)FP8_PROMOTE_SERIAL ? FORGE_FP8_PROMOTE : accum;
-}
-
-extern "C" forge_status forge_gemm_fp8_nt_workspace(int M, int N, int K, forge_fp8_accum accum, size_t *bytes) {
-    *bytes = 0;
-    if (M <= 0 || N <= 0 || K <= 0)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8 workspace (M=%d N=%d K=%d): M, N and K must be >= 1", M,
-                           N, K);
-    if (accum == FORGE_FP8_PROMOTE && fp8_env_promote() < 0)
-        return forge_error(FORGE_ERR_ARG, "gemm_fp8 workspace: FORGE_FP8_PROMOTE_VARIANT=%s is not a variant",
-                           getenv("FORGE_FP8_PROMOTE_VARIANT"));
-    int dev = 0, sms = 0;
-    FORGE_TRY(fp8_device_info(&dev, &sms));
-    if (fp8_resolve_accum(accum, M, N, sms) == FORGE_FP8_PROMOTE_CHUNK64)
-        *bytes = fp8_split_bytes(fp8_split_tail(M, N, K, sms));
-    return FORGE_OK;
-}
-
 extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format a_fmt, const void *B,
                                                 forge_fp8_format b_fmt, void *C, forge_gemm_out c_type, float a_scale,
                                                 float b_scale, int M, int N, int K, forge_fp8_accum accum,
                                                 forge_gemm_store store, void *stream) {
-    return forge_gemm_fp8_nt_ws(A, a_fmt, B, b_fmt, C, c_type, a_scale, b_scale, M, N, K, accum, store, nullptr, 0,
-                                stream);
-}
-
-extern "C" forge_status forge_gemm_fp8_nt_ws(const void *A, forge_fp8_format a_fmt, const void *B,
-                                             forge_fp8_format b_fmt, void *C, forge_gemm_out c_type, float a_scale,
-                                             float b_scale, int M, int N, int K, forge_fp8_accum accum,
-                                             forge_gemm_store store, void *workspace, size_t workspace_bytes,
-                                             void *stream) {
     const char *why = nullptr;
     const size_t c_elem = c_type == FORGE_GEMM_OUT_BF16 ? 2 : 4;
     if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
@@ -1723,34 +1564,21 @@ extern "C" forge_status forge_gemm_fp8_nt_ws(const void *A, forge_fp8_format a_f
     FORGE_TRY(fp8_resolve_store(store, C, N, K, c_type == FORGE_GEMM_OUT_BF16, 1, "gemm_fp8", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
-    accum = fp8_resolve_accum(accum, M, N, sms);
+    if (accum == FORGE_FP8_PROMOTE) {
+        const int v = fp8_env_promote();
+        accum = (forge_fp8_accum)(v == FORGE_FP8_PROMOTE ? fp8_auto_promote(M, N, sms) : v);
+        if (accum == (forge_fp8_accum)FP8_PROMOTE_SERIAL) accum = FORGE_FP8_PROMOTE; /* the serial kernel */
+    }
     const int bn = fp8_pick_bn(M, N, (int)accum, sms);
     const float scale = a_scale * b_scale;
     const int vec2 = N % 2 == 0 && (uintptr_t)C % (2 * c_elem) == 0;
     cudaStream_t st = (cudaStream_t)stream;
-    fp8_split sp = fp8_split{};
-    if (workspace != nullptr && accum == FORGE_FP8_PROMOTE_CHUNK64) {
-        const int r = fp8_split_tail(M, N, K, sms);
-        const size_t need = fp8_split_bytes(r);
-        if (workspace_bytes < need || (uintptr_t)workspace % 256 != 0)
-            return forge_error(FORGE_ERR_ARG,
-                               "gemm_fp8 nt (M=%d N=%d K=%d): workspace of %zu bytes at %p, needs %zu bytes, 256-byte "
-                               "aligned (forge_gemm_fp8_nt_workspace)",
-                               M, N, K, workspace_bytes, workspace, need);
-        if (r > 0) {
-            sp.flags = (int *)workspace;
-            sp.ws = (float *)((char *)workspace + fp8_split_flag_bytes(r));
-            sp.tail = r;
-            CUDA_TRY(cudaMemsetAsync(sp.flags, 0, (size_t)r * 2 * sizeof(int), st));
-        }
-    }
     if (a_fmt == FORGE_FP8_E4M3)
         return c_type == FORGE_GEMM_OUT_BF16
-                   ? fp8_dispatch<0, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st, sp)
-                   : fp8_dispatch<0, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st, sp);
-    return c_type == FORGE_GEMM_OUT_BF16
-               ? fp8_dispatch<1, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st, sp)
-               : fp8_dispatch<1, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st, sp);
+                   ? fp8_dispatch<0, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
+                   : fp8_dispatch<0, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    return c_type == FORGE_GEMM_OUT_BF16 ? fp8_dispatch<1, 1>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
+                                         : fp8_dispatch<1, 0>(bn, accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
 }
 
 extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,

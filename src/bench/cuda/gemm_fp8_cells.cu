@@ -236,8 +236,6 @@ typedef struct {
     uint16_t *A16[GC_MAX_SETS], *B16[GC_MAX_SETS];               /* the same values in bf16 */
     float *A32[GC_MAX_SETS], *B32[GC_MAX_SETS];                  /* and in fp32 (exact in tf32) */
     void *C;                                                     /* M*N*4 bytes (fp32, or bf16 in its first half) */
-    void *ws;       /* forge_gemm_fp8_nt_ws's workspace for the default mode (NULL where it needs none) */
-    size_t ws_bytes;
     double *ref;                                                 /* (ceil(M/step), N) */
     f8_sums *sums;
     cudaStream_t stream;
@@ -282,9 +280,6 @@ static void f8_shape_free(f8_shape *sh) {
         sh->A32[i] = sh->B32[i] = NULL;
     }
     cudaFree(sh->C);
-    cudaFree(sh->ws);
-    sh->ws = NULL;
-    sh->ws_bytes = 0;
     cudaFree(sh->ref);
     cudaFree(sh->sums);
     sh->C = NULL;
@@ -487,18 +482,6 @@ static forge_status f8_shape_init(f8_shape *sh, int M, int N, int K, int with_lt
         return forge_error(FORGE_ERR_DEVICE, "gemm-fp8 bench: float64 reference (M=%d N=%d K=%d): %s", M, N, K,
                            cudaGetErrorString(e));
     }
-    /* the workspace of forge_fp8_e4m3_ws (none where the default mode has no split tail) */
-    forge_status ws = forge_gemm_fp8_nt_workspace(M, N, K, FORGE_FP8_PROMOTE, &sh->ws_bytes);
-    if (ws != FORGE_OK) {
-        f8_shape_free(sh);
-        return ws;
-    }
-    if (sh->ws_bytes > 0 && (e = cudaMalloc(&sh->ws, sh->ws_bytes)) != cudaSuccess) {
-        f8_shape_free(sh);
-        return forge_error(e == cudaErrorMemoryAllocation ? FORGE_ERR_OOM : FORGE_ERR_DEVICE,
-                           "gemm-fp8 bench: workspace of %zu bytes (M=%d N=%d K=%d): %s", sh->ws_bytes, M, N, K,
-                           cudaGetErrorString(e));
-    }
     if (with_lt) f8_lt_prepare(sh);
     return FORGE_OK;
 }
@@ -518,7 +501,6 @@ typedef enum {
     F8_E4M3_PIPE144_C2, /* the same on 2-CTA clusters (B multicast) */
     F8_E4M3_SERIAL144,    /* the rotated serial promotion at 144-wide tiles */
     F8_E4M3_SERIAL144_C2, /* the same on 2-CTA clusters */
-    F8_E4M3_WS,           /* F8_E4M3 with a workspace (forge_gemm_fp8_nt_ws: the split tail) */
     F8_E5M2,
     F8_E4M3_FAST,
     F8_E4M3_BF16OUT,
@@ -610,10 +592,6 @@ static forge_status f8_run(void *ctx, int set) {
                                         FORGE_GEMM_STORE_AUTO,
                                         c->kind == F8_TF32_PP ? FORGE_GEMM_SCHED_PINGPONG : FORGE_GEMM_SCHED_COOP,
                                         sh->stream);
-    case F8_E4M3_WS:
-        return forge_gemm_fp8_nt_ws(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
-                                    F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE,
-                                    FORGE_GEMM_STORE_AUTO, sh->ws, sh->ws_bytes, sh->stream);
     case F8_E5M2:
         return forge_gemm_fp8_nt(sh->A5[s], FORGE_FP8_E5M2, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
                                  F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE, sh->stream);
@@ -774,7 +752,6 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_E4M3_PIPE144_C2, "forge_fp8_e4m3_pipe144_c2", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_SERIAL144, "forge_fp8_e4m3_serial144", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_SERIAL144_C2, "forge_fp8_e4m3_serial144_c2", FORGE_PREC_FP8, 1, 4},
-                     {F8_E4M3_WS, "forge_fp8_e4m3_ws", FORGE_PREC_FP8, 1, 4},
                      {F8_E5M2, "forge_fp8_e5m2xe4m3", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_FAST, "forge_fp8_e4m3_fastacc", FORGE_PREC_FP8, 1, 4},
                      {F8_E4M3_BF16OUT, "forge_fp8_e4m3_bf16out", FORGE_PREC_FP8, 1, 2},
@@ -816,7 +793,6 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
                                 k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_CHUNK64_RA || k == F8_E4M3_PIPE144 ||
                                 k == F8_E4M3_PIPE144_C2 || k == F8_E4M3_SERIAL144 || k == F8_E4M3_SERIAL144_C2 ||
-                                k == F8_E4M3_WS ||
                                 k == F8_E5M2 || k == F8_E4M3_DIRECT)
                                    ? "forge_wgmma_bf16"
                                    : NULL;
