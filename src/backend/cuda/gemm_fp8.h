@@ -107,13 +107,14 @@ typedef enum {
     FORGE_FP8_PROMOTE_SERIAL144_C2 = 11
 } forge_fp8_accum;
 
-/* How C is stored: AUTO = the measured choice below, TMA = the TMA-store epilogue wherever C allows it, DIRECT =
- * from the registers always. AUTO takes the TMA store where C allows it, except for fp8 with fp32 C at
- * K > FORGE_FP8_TMA_STORE_MAX_K: measured on the H200 (session 4), fp32-out fp8 through TMA 692 / 1092 / 1175
- * TFLOP/s at 2048^3 / 4096^3 / 8192^3 against 723 / 1209 / 1278 direct, but 631 against 517 at 65536x1408x512;
- * bf16-out fp8 and tf32 are as fast or faster through TMA at every measured shape. */
+/* How C is stored: AUTO = the measured choice, TMA = the TMA-store epilogue wherever C allows it, DIRECT = from the
+ * registers always. AUTO is TMA wherever C allows it. Session 6 (H200, alternating A/B, 3 rounds, chunk64 fp32 out):
+ * TMA 741-759 / 1294-1308 / 1413-1417 TFLOP/s at 2048^3 / 4096^3 / 8192^3 against 708-743 / 1252-1268 / 1349-1386
+ * direct (0.99x cuBLASLt fp8 at 8192^3 instead of 0.96x). Session 4 had measured the opposite at K > 1024 (1175
+ * against 1278 at 8192^3), before the warp-uniform warpgroup index (fcab692) and the other session-5/6 changes of
+ * the kernel; so until session 6 AUTO took the direct store for fp32-out fp8 at K > 1024. bf16-out fp8 and tf32 were
+ * as fast or faster through TMA at every measured shape in both. */
 typedef enum { FORGE_GEMM_STORE_AUTO = 0, FORGE_GEMM_STORE_DIRECT = 1, FORGE_GEMM_STORE_TMA = 2 } forge_gemm_store;
-#define FORGE_FP8_TMA_STORE_MAX_K 1024
 
 forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt, void *C,
                                forge_gemm_out c_type, float a_scale, float b_scale, int M, int N, int K,

@@ -1495,10 +1495,10 @@ static int fp8_env_store(void) {
 }
 
 /* The epilogue a call resolves to: *tma_c = 1 the TMA-store epilogue, 0 the direct store. AUTO (the caller's mode
- * and FORGE_FP8_STORE both auto): TMA where C allows it, except fp8 with fp32 C at K > FORGE_FP8_TMA_STORE_MAX_K
- * (gemm_fp8.h has the measurements). FORGE_ERR_ARG for an unknown mode or a bad FORGE_FP8_STORE. */
-static forge_status fp8_resolve_store(forge_gemm_store store, const void *C, int N, int K, int out_bf16, int is_fp8,
-                                      const char *what, int *tma_c) {
+ * and FORGE_FP8_STORE both auto) and TMA: TMA where C allows it (gemm_fp8.h has the measurements). FORGE_ERR_ARG
+ * for an unknown mode or a bad FORGE_FP8_STORE. */
+static forge_status fp8_resolve_store(forge_gemm_store store, const void *C, int N, int out_bf16, const char *what,
+                                      int *tma_c) {
     *tma_c = 0;
     if (store != FORGE_GEMM_STORE_AUTO && store != FORGE_GEMM_STORE_DIRECT && store != FORGE_GEMM_STORE_TMA)
         return forge_error(FORGE_ERR_ARG,
@@ -1511,8 +1511,7 @@ static forge_status fp8_resolve_store(forge_gemm_store store, const void *C, int
                                getenv("FORGE_FP8_STORE"));
         store = (forge_gemm_store)env;
     }
-    if (store == FORGE_GEMM_STORE_DIRECT || !fp8_c_tma_ok(C, N, out_bf16)) return FORGE_OK;
-    *tma_c = store == FORGE_GEMM_STORE_TMA || !is_fp8 || out_bf16 || K <= FORGE_FP8_TMA_STORE_MAX_K;
+    *tma_c = store != FORGE_GEMM_STORE_DIRECT && fp8_c_tma_ok(C, N, out_bf16);
     return FORGE_OK;
 }
 
@@ -1561,7 +1560,7 @@ extern "C" forge_status forge_gemm_fp8_nt_store(const void *A, forge_fp8_format 
                                getenv("FORGE_FP8_PROMOTE_VARIANT"));
     }
     int tc = 0;
-    FORGE_TRY(fp8_resolve_store(store, C, N, K, c_type == FORGE_GEMM_OUT_BF16, 1, "gemm_fp8", &tc));
+    FORGE_TRY(fp8_resolve_store(store, C, N, c_type == FORGE_GEMM_OUT_BF16, "gemm_fp8", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     if (accum == FORGE_FP8_PROMOTE) {
@@ -1651,7 +1650,7 @@ extern "C" forge_status forge_gemm_tf32_nt_sched(const float *A, const float *B,
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32 nt (M=%d N=%d K=%d): %s", M, N, K, why);
     int tc = 0;
-    FORGE_TRY(fp8_resolve_store(store, C, N, K, 0, 0, "gemm_tf32", &tc));
+    FORGE_TRY(fp8_resolve_store(store, C, N, 0, "gemm_tf32", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;

@@ -40,9 +40,9 @@
  *   (N = 999) have no cuBLASLt cell, and forge's e4m3 cell is their baseline.
  * - Epilogue A/B (rung 4e): every forge fp8 / tf32 cell takes the default
  *   store (FORGE_GEMM_STORE_AUTO: the TMA-store epilogue where C allows it --
- *   here every shape but N = 999 -- except fp32-out fp8 at K > 1024, which
- *   stores directly, gemm_fp8.h's measured rule; the _c2 cells always store
- *   directly); the "_direct" cells (forge_fp8_e4m3_direct,
+ *   here every shape but N = 999; until session 6 fp32-out fp8 at K > 1024
+ *   stored directly, gemm_fp8.h has the measurements; the _c2 cells too since
+ *   session 6); the "_direct" cells (forge_fp8_e4m3_direct,
  *   forge_fp8_e4m3_bf16out_direct, forge_wgmma_tf32_direct) force the direct
  *   store and forge_fp8_e4m3_tma the TMA store, through
  *   forge_gemm_fp8_nt_store / forge_gemm_tf32_nt_store, on the same kernel
@@ -694,9 +694,9 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
         "accumulation promoted every 128 of K (pipe: the same promotion, two alternating temporaries, "
         "wait_group 1; chunk64 / chunk128: the same promotion at BN 256, a stage's MMAs per 64-column chunk into "
         "two alternating temporaries / per 128-column chunk into one; _c2: 2-CTA clusters, B multicast; fastacc: not "
-        "promoted), fp32 out (bf16out: bf16); C stored by the TMA-store epilogue where N allows it, except fp32-out "
-        "fp8 at K > 1024 (direct; _direct cells: always from the registers, the pre-rung-4e epilogue; _tma: always "
-        "TMA); baseline "
+        "promoted; pipe144 / serial144: pipelined / serial promotion at 144-wide tiles), fp32 out (bf16out: bf16); C "
+        "stored by the TMA-store epilogue where N allows it (_direct cells: always from the registers, the pre-rung-4e "
+        "epilogue; _tma: always TMA); baseline "
         "cuBLASLt fp8 e4m3 (FAST_ACCUM off); forge_wgmma_bf16 = forge's bf16 kernel on the same values (the "
         "1.5x 'accelerated' counterpart); tf32 groups: forge_wgmma_tf32 vs cublas_tf32 on the same values; gate: relative Frobenius error vs float64 on sampled rows + poison count");
     f8_shape sh;
