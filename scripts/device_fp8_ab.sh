@@ -8,8 +8,9 @@
 #   FORGE_AB_CELLS="cublaslt_fp8_e4m3 forge_fp8_e4m3 ..."  cells (every cell of the suite if empty)
 #   FORGE_AB_GROUP="fp8 nt M=8192"                        the shape group (a substring of it)
 #   FORGE_AB_ROUNDS=3
-# Each bench run writes its own results folder under $OUT/ab/<round>_<label>/; the table printed last has one row
-# per (cell, label) with the TFLOP/s of every round and the ratio to the suite's baseline in that run.
+# Each bench run writes its own results root $OUT/ab_<round>_<label>/ (its CSVs two levels down, so they come back
+# from the device) and log $OUT/ab_<round>_<label>.log; the table printed last has one row per (cell, shape, label)
+# with the TFLOP/s of every round and the ratio to the suite's baseline in that run.
 set -u -o pipefail
 : "${OUT:?set OUT}"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -30,14 +31,15 @@ for r in $(seq 1 "$ROUNDS"); do
         bin=${bin%.gz}
         envv="FORGE_AB_ENV_$label"
         # shellcheck disable=SC2086
-        env ${!envv:-} FORGE_BENCH_ONLY="$only" timeout 120 "$bin" bench gemm-fp8 --reps 30 --results "$OUT/ab/${r}_$label" \
+        env ${!envv:-} FORGE_BENCH_ONLY="$only" timeout 120 "$bin" bench gemm-fp8 --reps 30 --results "$OUT/ab_${r}_$label" \
             >"$OUT/ab_${r}_$label.log" 2>&1 || echo "round $r $label: rc=$?"
     done
 done
-for f in "$OUT"/ab/*/*/gemm_fp8.csv; do
-    run=$(basename "$(dirname "$(dirname "$f")")")
-    awk -F, -v run="$run" '$1 == "gemm_fp8" { printf "%s,%s,%s,%.1f,%.3f\n", $2, run, $8, $19, $21 }' "$f"
-done | sort -t, -k1,1 -k2,2 | awk -F, '{ split($2, p, "_"); key = $1 " [" p[2] "]"
-    if (key != last) { if (last != "") print line; line = sprintf("%-34s", key); last = key }
-    line = line sprintf("  r%s %s %7.1f (%5.3fx)", p[1], $3 == "ok" ? "" : $3, $4, $5) }
+for f in "$OUT"/ab_*_*/*/gemm_fp8.csv; do
+    run=$(basename "$(dirname "$(dirname "$f")")") # ab_<round>_<label>
+    # edge groups (quoted: their names hold commas) are left out of the table
+    awk -F, -v run="${run#ab_}" '$1 == "gemm_fp8" && $3 !~ /^"/ { split($3, g, " [(]"); printf "%s,%s,%s,%s,%.1f,%.3f\n", $2, g[1], run, $8, $19, $21 }' "$f"
+done | sort -t, -k1,1 -k2,2 -k3,3 | awk -F, '{ split($3, p, "_"); key = $1 " | " $2 " [" p[2] "]"
+    if (key != last) { if (last != "") print line; line = sprintf("%-60s", key); last = key }
+    line = line sprintf("  r%s %s %7.1f (%5.3fx)", p[1], $4 == "ok" ? "" : $4, $5, $6) }
     END { if (last != "") print line }'

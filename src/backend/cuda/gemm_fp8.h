@@ -16,8 +16,9 @@
  *   added in fp32 to a separate accumulator, so the error does not grow with K.
  *   The kernel is picked per shape: chunk64 (below) where 256-wide tiles cover
  *   at least half the SMs, else the serial promotion at 128/192-wide tiles
- *   (H200, session 3: 1215 / 1322 TFLOP/s at 4096^3 / 8192^3 = 1.55x / 1.68x
- *   forge bf16 and 0.98x / 0.92x cuBLASLt fp8; serial 1058 / 1288).
+ *   (H200, session 6, with the TMA-store epilogue: 1287 / 1418 TFLOP/s at
+ *   4096^3 / 8192^3 = 1.65x / 1.82x forge bf16 and 1.09x / 1.01x cuBLASLt fp8
+ *   in one run; 0.97-1.01x at 8192^3 over the session's runs).
  * - FORGE_FP8_FAST_ACCUM: one wgmma accumulator over all of K (cuBLASLt's
  *   "fast accum"). Faster, less accurate at large K; for comparison only.
  * - FORGE_FP8_PROMOTE_PIPELINED: the same promotion (the same adds in the
@@ -48,13 +49,17 @@
  *   promotion (two alternating stage temporaries) at 144-wide tiles, the
  *   widest where d, t and t1 fit (3 x 72 of the consumers' 240 registers;
  *   cuBLASLt's fp8 kernel at 8192^3 is a 144-wide tile too), 6 stages, the
- *   direct store; _C2 on 2-CTA clusters with B multicast. Same adds, same
- *   order: the same numbers.
+ *   TMA store through 16-column boxes; _C2 on 2-CTA clusters with B
+ *   multicast. Same adds, same order: the same numbers. Measured (session 6,
+ *   H200): 0.96-0.98x cuBLASLt fp8 at 8192^3, 0.93-0.96x at 4096^3, below
+ *   chunk64 at every shape: opt-in.
  * - FORGE_FP8_PROMOTE_SERIAL144 / FORGE_FP8_PROMOTE_SERIAL144_C2: the serial
  *   promotion (one temporary: d + t = 144 registers) at 144-wide tiles with
  *   the loop of cuBLASLt's fp8 kernel (ncu, session 6): the next stage's
  *   full-barrier wait before the current stage's retire, descriptors stepped
- *   per stage; _C2 on 2-CTA clusters. Same adds, same order.
+ *   per stage; _C2 on 2-CTA clusters. Same adds, same order. Measured 0.72-
+ *   0.84x cuBLASLt fp8 at 8192^3: this warpgroup's tensor work stops during
+ *   its adds and the other's does not fill the gap here. Opt-in.
  * - Environment: FORGE_FP8_PROMOTE_VARIANT=auto|serial|pipe|chunk64|chunk128|chunk64c2|chunk64ra|pipe144|pipe144c2|
  *   serial144|serial144c2
  *   makes FORGE_FP8_PROMOTE (only that mode) run the named variant (read once
@@ -65,8 +70,8 @@
  * Epilogue (rung 4e, docs/gemm-ladder.md): where C allows it -- fp32 C with
  * N % 4 == 0, bf16 C with N % 8 == 0, C 16-byte aligned -- the kernel stages C
  * in shared memory and stores it with TMA (the consumers go on to the next
- * tile while the stores drain); otherwise, and always for the 2-CTA cluster
- * modes, it stores from the registers ("direct"). forge_gemm_fp8_nt_store /
+ * tile while the stores drain); otherwise it stores from the registers
+ * ("direct"). The 2-CTA cluster modes stored directly always until session 6. forge_gemm_fp8_nt_store /
  * forge_gemm_tf32_nt_store with FORGE_GEMM_STORE_DIRECT / _TMA force the
  * direct / TMA store; FORGE_FP8_STORE=direct / tma (read once per process)
  * does the same for every FORGE_GEMM_STORE_AUTO call (auto / unset: the

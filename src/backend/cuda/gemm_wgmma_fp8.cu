@@ -56,10 +56,23 @@
  *   staged in shared memory in 64-row x 128-byte boxes (two per consumer
  *   warpgroup, 32 KiB in all) and stored by TMA, so the consumers go on to the
  *   next tile's MMAs while the stores drain (fp8_store_tile_tma; the pattern of
- *   gemm_wgmma.cu's GEMM_EPI_TMA_STORE). TMA_C = 0 ("direct", the fallback,
- *   FORGE_GEMM_STORE_DIRECT / FORGE_FP8_STORE=direct, and the 2-CTA cluster
- *   kernels): float2 / bf16x2 stores from the registers when N is even and C
- *   8- / 4-byte aligned, scalar otherwise.
+ *   gemm_wgmma.cu's GEMM_EPI_TMA_STORE); at BN 144, which 32-column boxes do
+ *   not divide, unswizzled 16-column boxes (fp8_store_tile_tma_plain). The
+ *   2-CTA cluster kernels take it too (session 6). TMA_C = 0 ("direct", the
+ *   fallback, FORGE_GEMM_STORE_DIRECT / FORGE_FP8_STORE=direct): float2 /
+ *   bf16x2 stores from the registers when N is even and C 8- / 4-byte aligned,
+ *   scalar otherwise (fp8_store_tile_direct).
+ * - 144-wide tiles (session 6; FORGE_FP8_PROMOTE_PIPE144 / _SERIAL144 and
+ *   their _C2): the tile of cuBLASLt's fp8 kernel at 8192^3 (ncu:
+ *   nvjet_sm90_qqsss_144x128_128x6_1x2_h_bz_coopA). The pipelined promotion
+ *   fits at 144 (d, t, t1 = 3 x 72 registers), and the serial one with the
+ *   loop rotated as cuBLASLt's (the next stage's full-barrier wait before the
+ *   current stage's retire). Measured below chunk64 (0.96-0.98x and 0.75-0.84x
+ *   cuBLASLt at 8192^3): opt-in.
+ * - The warpgroup index is a lane-0 shuffle (wgmma_warpgroup_index): warp-
+ *   uniform to the compiler, so shared-memory addresses and descriptors stay
+ *   in uniform registers (ncu had the first wgmma of every stage waiting on
+ *   an R2UR move and an S2UR chain).
  * - Edges: K % 16 == 0 (TMA row stride K bytes, a multiple of 16); the K tail
  *   of the last stage, rows past M and columns past N are zero-filled by TMA
  *   (the transaction count is still the full box); the TMA store clips its
