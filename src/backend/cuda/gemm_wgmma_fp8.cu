@@ -57,7 +57,7 @@
  *   warpgroup, 32 KiB in all) and stored by TMA, so the consumers go on to the
  *   next tile's MMAs while the stores drain (fp8_store_tile_tma; the pattern of
  *   gemm_wgmma.cu's GEMM_EPI_TMA_STORE); at BN 144, which 32-column boxes do
- *   not divide, unswizzled 16-column boxes (fp8_store_tile_tma_plain). The
+ *   not divide, unswizzled 16-column boxes (fp8_store_tile_tma, PLAIN = 1). The
  *   2-CTA cluster kernels take it too (session 6). TMA_C = 0 ("direct", the
  *   fallback, FORGE_GEMM_STORE_DIRECT / FORGE_FP8_STORE=direct): float2 /
  *   bf16x2 stores from the registers when N is even and C 8- / 4-byte aligned,
@@ -142,7 +142,7 @@ template <int BN, int TMA_C = 0> struct fp8_cfg {
     static constexpr uint32_t A_BYTES = FP8_BM * FP8_BK;
     static constexpr uint32_t B_BYTES = BN * FP8_BK;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
-    /* BN 144: 16-column unswizzled boxes (fp8_store_tile_tma_plain), 2 x 4 KiB per consumer warpgroup */
+    /* BN 144: 16-column unswizzled boxes (fp8_store_tile_tma, PLAIN = 1), 2 x 4 KiB per consumer warpgroup */
     static constexpr uint32_t OUT_BYTES = TMA_C ? (BN == 144 ? 2u * 2u * FP8_OUT_PLAIN_BOX_BYTES : FP8_OUT_BYTES) : 0;
     static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8 + 1024;
     static_assert(BN == 128 || BN == 144 || BN == 192 || BN == 256, "fp8 wgmma tile N is 128, 144, 192 or 256 here");
@@ -539,6 +539,23 @@ __device__ __forceinline__ void fp8_mma_stage(float (&acc)[NW / 2], uint32_t a0,
     wgmma_commit();
 }
 
+/* Retire every wgmma group of this warpgroup (its results in t are then final) and release ring slot `slot`. */
+template <int CL, int STAGES, int R>
+__device__ __forceinline__ void fp8_retire_all(float (&t)[R], uint32_t bars, int slot, int lane, uint32_t rank) {
+    wgmma_wait<0>();
+    wgmma_fence_operands(t);
+    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + slot), rank);
+}
+
+/* The ring's next slot after `stage` (prev = the slot just issued), the phase flipping at the wrap. */
+template <int STAGES> __device__ __forceinline__ void fp8_ring_next(int &prev, int &stage, uint32_t &phase) {
+    prev = stage;
+    if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
 /* One stage's 4 k32 MMAs into t with scale-d 0 on the first (t = 0 + the stage), from the stage's descriptors (the
  * k-th step 32 bytes on: +2 in the address field, which never carries out of it in 227 KiB), as one commit group. */
 template <int NW, int AT>
@@ -685,22 +702,32 @@ __device__ __forceinline__ void fp8_ra_stage(float (&d)[96], float (&p0)[32], fl
  * 128r + 16ii + 4(lane%4) (bf16): chunk 2ii + (lane%4)/2 or ii, and r % 8 = lane/4, so the swizzled chunk is
  * sx ^ 2ii (sx = ((lane/2)%2) ^ (lane/4)) or sx ^ ii (sx = lane/4); a warp's float2 / bf16x2 writes then take the
  * minimum 2 / 1 shared-memory wavefronts. */
-template <int BN, int OUT_BF16>
+/* PLAIN = 1 (BN 144, which the 32-column swizzled boxes do not divide): boxes of 64 rows x FP8_OUT_PLAIN_COLS = 16
+ * columns, unswizzled (row pitch 64 bytes fp32, 32 bf16; tm_c encoded with that box and no swizzle), 4 KiB per
+ * buffer. A warp's float2 writes of one column group cover 8 rows x 32 bytes: rows r and r + 2 share banks, so 4
+ * wavefronts instead of 2 (4 KiB per box; the global stores are what the TMA store takes off the consumers). */
+template <int BN, int OUT_BF16, int PLAIN = 0>
 __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], float scale, const CUtensorMap *tm_c,
                                                    uint32_t sout, int c, int tid, int tile_row, int tile_col, int M,
                                                    int N) {
-    constexpr int CH = OUT_BF16 ? 8 : 4; /* fragment column groups (8 columns each) per box */
+    constexpr int ES = OUT_BF16 ? 2 : 4;
+    /* fragment column groups (8 columns each) per box */
+    constexpr int CH = PLAIN ? FP8_OUT_PLAIN_COLS / 8 : OUT_BF16 ? 8 : 4;
     constexpr int NBOX = BN / 8 / CH;
+    constexpr uint32_t BOX_BYTES = PLAIN ? FP8_OUT_PLAIN_BOX_BYTES : FP8_OUT_BOX_BYTES;
+    constexpr uint32_t PITCH = PLAIN ? FP8_OUT_PLAIN_COLS * ES : 128u; /* bytes per staged row */
     static_assert((BN / 8) % CH == 0, "boxes tile the BN columns");
     const int warp = tid / 32, lane = tid % 32;
-    const uint32_t srow = (uint32_t)(warp * 16 + lane / 4) * 128u +
-                          (OUT_BF16 ? (uint32_t)(lane % 4) * 4u : (uint32_t)(lane % 2) * 8u);
+    const uint32_t srow = (uint32_t)(warp * 16 + lane / 4) * PITCH +
+                          (PLAIN      ? (uint32_t)(2 * (lane % 4) * ES)
+                           : OUT_BF16 ? (uint32_t)(lane % 4) * 4u
+                                      : (uint32_t)(lane % 2) * 8u);
     const uint32_t sx = OUT_BF16 ? (uint32_t)(lane / 4) : (uint32_t)(((lane / 2) % 2) ^ (lane / 4));
-    const uint32_t sbase = sout + (uint32_t)c * 2u * FP8_OUT_BOX_BYTES;
+    const uint32_t sbase = sout + (uint32_t)c * 2u * BOX_BYTES;
 #pragma unroll
     for (int b = 0; b < NBOX; b++) {
         if (tile_row >= M || tile_col + b * CH * 8 >= N) break; /* wholly outside C: nothing to store */
-        const uint32_t box = sbase + (uint32_t)(b & 1) * FP8_OUT_BOX_BYTES;
+        const uint32_t box = sbase + (uint32_t)(b & 1) * BOX_BYTES;
         if (tid == 0) {
             if (b == 0) tma_store_wait_read<0>(); /* the previous tile's stores have read their boxes */
             else tma_store_wait_read<1>();        /* box b-2's store (this box) has read it */
@@ -711,7 +738,9 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
             const int i = b * CH + ii;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const uint32_t a = box + srow + 1024u * (uint32_t)h + ((sx ^ (uint32_t)(OUT_BF16 ? ii : 2 * ii)) << 4);
+                const uint32_t a =
+                    PLAIN ? box + srow + 8u * PITCH * (uint32_t)h + (uint32_t)(8 * ii * ES)
+                          : box + srow + 1024u * (uint32_t)h + ((sx ^ (uint32_t)(OUT_BF16 ? ii : 2 * ii)) << 4);
                 const float v0 = d[4 * i + 2 * h] * scale, v1 = d[4 * i + 2 * h + 1] * scale;
                 if constexpr (OUT_BF16) {
                     const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1); /* v0 at the lower address */
@@ -771,57 +800,6 @@ __device__ __forceinline__ void fp8_store_tile_direct(const float (&d)[BN / 2], 
     }
 }
 
-/* The TMA-store epilogue for a tile width that the 128-byte swizzled boxes do not divide (BN 144): the warpgroup's
- * 64 x BN tile goes out as BN / FP8_OUT_PLAIN_COLS boxes of 64 rows x 16 columns, unswizzled (row pitch 64 bytes
- * fp32, 32 bf16; tm_c encoded with that box and no swizzle), staged alternately in the warpgroup's two 4 KiB buffers
- * at sout + c * 8 KiB, with fp8_store_tile_tma's waits and barriers. A warp's float2 writes of one column group
- * cover 8 rows x 32 bytes: rows r and r + 2 share banks, so 4 wavefronts instead of 2 (4 KiB per box; the global
- * stores are what the TMA store takes off the consumers). */
-template <int BN, int OUT_BF16>
-__device__ __forceinline__ void fp8_store_tile_tma_plain(const float (&d)[BN / 2], float scale,
-                                                         const CUtensorMap *tm_c, uint32_t sout, int c, int tid,
-                                                         int tile_row, int tile_col, int M, int N) {
-    constexpr int ES = OUT_BF16 ? 2 : 4;
-    constexpr uint32_t PITCH = FP8_OUT_PLAIN_COLS * ES;
-    constexpr int GPB = FP8_OUT_PLAIN_COLS / 8; /* fragment column groups (8 columns each) per box */
-    constexpr int NBOX = BN / FP8_OUT_PLAIN_COLS;
-    static_assert(BN % FP8_OUT_PLAIN_COLS == 0, "boxes tile the BN columns");
-    const int warp = tid / 32, lane = tid % 32;
-    const uint32_t srow = (uint32_t)(warp * 16 + lane / 4) * PITCH + (uint32_t)(2 * (lane % 4) * ES);
-    const uint32_t sbase = sout + (uint32_t)c * 2u * FP8_OUT_PLAIN_BOX_BYTES;
-#pragma unroll
-    for (int b = 0; b < NBOX; b++) {
-        if (tile_row >= M || tile_col + b * FP8_OUT_PLAIN_COLS >= N) break; /* wholly outside C */
-        const uint32_t box = sbase + (uint32_t)(b & 1) * FP8_OUT_PLAIN_BOX_BYTES;
-        if (tid == 0) {
-            if (b == 0) tma_store_wait_read<0>(); /* the previous tile's stores have read their boxes */
-            else tma_store_wait_read<1>();        /* box b-2's store (this buffer) has read it */
-        }
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-#pragma unroll
-        for (int ii = 0; ii < GPB; ii++) {
-            const int i = b * GPB + ii;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t a = box + srow + 8u * PITCH * (uint32_t)h + (uint32_t)(8 * ii * ES);
-                const float v0 = d[4 * i + 2 * h] * scale, v1 = d[4 * i + 2 * h + 1] * scale;
-                if constexpr (OUT_BF16) {
-                    const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1);
-                    const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
-                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
-                } else {
-                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1) : "memory");
-                }
-            }
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
-        if (tid == 0) {
-            tma_store_2d(tm_c, tile_col + b * FP8_OUT_PLAIN_COLS, tile_row, box);
-            tma_store_commit();
-        }
-    }
-}
 
 /* A consumer warpgroup's tile epilogue: through the TMA store (TMA_C; unswizzled 16-column boxes at BN 144) or
  * directly from the registers. */
@@ -830,7 +808,7 @@ __device__ __forceinline__ void fp8_store_tile(const float (&d)[BN / 2], float s
                                                const CUtensorMap *tm_c, uint32_t sout, int c, int tid, int tile_row,
                                                int tile_col, int M, int N, int vec2) {
     if constexpr (TMA_C && BN == 144)
-        fp8_store_tile_tma_plain<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tile_row, tile_col, M, N);
+        fp8_store_tile_tma<BN, OUT_BF16, 1>(d, scale, tm_c, sout, c, tid, tile_row, tile_col, M, N);
     else if constexpr (TMA_C)
         fp8_store_tile_tma<BN, OUT_BF16>(d, scale, tm_c, sout, c, tid, tile_row, tile_col, M, N);
     else fp8_store_tile_direct<BN, OUT_BF16>(d, scale, Cv, tid, tile_row, tile_col, M, N, vec2);
@@ -1150,29 +1128,17 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 const uint64_t da0 = wgmma_desc(sa + c * (64 * FP8_BK)), db0 = wgmma_desc(sb);
                 mbar_wait(bars + 8 * stage, phase);
                 fp8_mma_stage_desc<BN, AT>(t, da0 + stage * A_STEP, db0 + stage * B_STEP);
-                prev = stage;
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
+                fp8_ring_next<STAGES>(prev, stage, phase);
 #pragma unroll 1
                 for (int kt = 1; kt < ktiles; kt++) {
                     mbar_wait(bars + 8 * stage, phase);
-                    wgmma_wait<0>();
-                    wgmma_fence_operands(t);
-                    if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+                    fp8_retire_all<CL, STAGES>(t, bars, prev, lane, rank);
 #pragma unroll
                     for (int i = 0; i < BN / 2; i++) d[i] += t[i];
                     fp8_mma_stage_desc<BN, AT>(t, da0 + stage * A_STEP, db0 + stage * B_STEP);
-                    prev = stage;
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
+                    fp8_ring_next<STAGES>(prev, stage, phase);
                 }
-                wgmma_wait<0>();
-                wgmma_fence_operands(t);
-                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
+                fp8_retire_all<CL, STAGES>(t, bars, prev, lane, rank);
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) d[i] += t[i];
             } else if constexpr (PROMOTE == 1) {
@@ -1312,7 +1278,7 @@ static forge_status fp8_encode_c(CUtensorMap *map, void *C, int M, int N, int bf
     FORGE_TRY(gemm_get_encoder(&encode));
     const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
     const cuuint64_t strides[1] = {(cuuint64_t)N * (bf16 ? 2 : 4)};
-    /* plain (BN 144, fp8_store_tile_tma_plain): 64 rows x FP8_OUT_PLAIN_COLS columns, no swizzle */
+    /* plain (BN 144, fp8_store_tile_tma PLAIN): 64 rows x FP8_OUT_PLAIN_COLS columns, no swizzle */
     const cuuint32_t box[2] = {plain ? (cuuint32_t)FP8_OUT_PLAIN_COLS : bf16 ? 64u : 32u, 64u};
     const cuuint32_t elem_strides[2] = {1, 1};
     CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, C, dims,
