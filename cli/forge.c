@@ -466,6 +466,10 @@ static const char *BENCH_HELP =
     "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
     "          (--device cuda only; --reps N, default 100)\n"
     "  --results DIR  where every suite writes its <date>_<commit>/ folder (default results)\n"
+    "  --order sequential|interleaved  how the GEMM suites (gemm, gemm-epi, gemm-mma, gemm-fp8) time a\n"
+    "          group's cells: interleaved (their default) runs one rep of each cell per round, so all see\n"
+    "          the same clocks and the table adds a paired per-round ratio with its CI; sequential times\n"
+    "          each cell's reps back to back (the other suites always do)\n"
     "  FORGE_BENCH_ONLY=\"pat1|pat2\"  run only the cells whose \"name@group\" contains a pattern\n"
     "          (one shape for a profiler: FORGE_BENCH_ONLY=\"(gpt2 dW mlp fc)\" forge bench gemm)\n";
 
@@ -478,7 +482,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     long steps = 5, reps = 10;
     /* ops shapes: 0 = the gpt-10m default of the device (see BENCH_HELP) */
     long ops_b = 0, ops_t = 0, ops_c = 384, ops_nh = 6;
-    const char *results = NULL;
+    const char *results = NULL, *order = NULL;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
@@ -486,6 +490,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         INT_OPT("--steps", steps, 1, 100000)
         INT_OPT("--reps", reps, 1, 100000)
         STR_OPT("--results", results)
+        STR_OPT("--order", order)
         INT_OPT("--ops-batch", ops_b, 1, 4096)
         INT_OPT("--ops-seq", ops_t, 1, 65536)
         INT_OPT("--ops-embd", ops_c, 1, 65536)
@@ -499,6 +504,12 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     }
     if (s != FORGE_OK) return fail(s);
     forge_harness_set_default_root(results); /* every suite writes under --results DIR (default results/) */
+    if (order) {
+        forge_timing_order o;
+        s = forge_timing_order_parse(order, &o);
+        if (s != FORGE_OK) return fail(s);
+        forge_harness_set_default_order(o);
+    }
     if (strcmp(what, "gemm-fp8") == 0) {
         s = forge_bench_gemm_fp8(stdout, (int)reps);
         return s == FORGE_OK ? 0 : fail(s);

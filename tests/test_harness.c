@@ -6,6 +6,7 @@
  * advance. The last case runs tools/reverify.py on the CSVs the harness wrote
  * and requires it to agree (and to catch a tampered verdict).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -135,6 +136,100 @@ static int csv_col(const char *header, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(f[i], name) == 0) return i;
     return -1;
+}
+
+/* ---- a drifting device: every timed run is slower than the last by `drift` (a GPU heating up), and costs what
+ * the cell that ran last costs ---- */
+
+typedef struct {
+    double drift, next_ms;
+    long stops;
+} drift_timer;
+
+typedef struct {
+    drift_timer *t;
+    double cost_ms;
+    int runs;
+} drift_cell;
+
+static forge_status drift_stop(void *ctx, double *ms) {
+    drift_timer *t = ctx;
+    *ms = t->next_ms * (1 + t->drift * (double)t->stops++);
+    return FORGE_OK;
+}
+
+static forge_status dc_run(void *ctx, int set) {
+    drift_cell *c = ctx;
+    (void)set;
+    c->t->next_ms = c->cost_ms;
+    c->runs++;
+    return FORGE_OK;
+}
+
+static forge_status dc_noop(void *ctx) {
+    (void)ctx;
+    return FORGE_OK;
+}
+
+static forge_status dc_check(void *ctx, double *rel_err, int *written) {
+    (void)ctx;
+    *rel_err = 0;
+    *written = 1;
+    return FORGE_OK;
+}
+
+/* Runs cells a (baseline, 1.00 ms) and b (0.98 ms: 1.0204x faster) on a device drifting 0.2% per run, in the given
+ * order; returns b's ratio and (interleaved) its paired ratio and CI; dir receives the results folder. */
+static void drift_pair(forge_timing_order order, double *ratio, double *paired, double *lo, double *hi, char *dir,
+                       size_t dir_size) {
+    drift_timer dt = {0.002, 0, 0};
+    forge_bench_timer timer = {&dt, fake_start, drift_stop};
+    forge_harness_config cfg = {.suite = "drift", .results_root = test_tmpdir(), .config_text = "c",
+                                .input_recipe = "r", .seed = 7, .reps = 30, .warmup = 2, .order = order};
+    *ratio = *paired = *lo = *hi = NAN;
+    forge_harness *h = open_with_good_prov(&cfg, &timer, dir, dir_size);
+    if (!h) return;
+    CHECK(forge_harness_order(h) == order);
+    drift_cell a = {&dt, 1.00, 0}, b = {&dt, 0.98, 0};
+    forge_harness_cell ca = {.name = "a", .group = "g", .is_baseline = 1, .precision = FORGE_PREC_FP32,
+                             .flops = 1e9, .n_input_sets = 1, .ctx = &a, .poison = dc_noop, .run = dc_run,
+                             .check = dc_check};
+    forge_harness_cell cb = ca;
+    cb.name = "b";
+    cb.is_baseline = 0;
+    cb.ctx = &b;
+    forge_cell_result r;
+    CHECK_OK(forge_harness_run(h, &ca, &r));
+    CHECK(r.status == FORGE_CELL_OK);
+    CHECK_OK(forge_harness_run(h, &cb, &r));
+    CHECK(r.status == FORGE_CELL_OK);
+    if (order == FORGE_ORDER_INTERLEAVED) {
+        CHECK_MSG(isnan(r.median_ms) && b.runs == 1, "queued: checked only (%d runs)", b.runs);
+    }
+    int bad = -1;
+    CHECK_OK(forge_harness_flush(h, &bad));
+    CHECK(bad == 0);
+    CHECK_MSG(a.runs == 1 + 2 + 30 && b.runs == 1 + 2 + 30, "runs %d / %d, expected 33", a.runs, b.runs);
+    CHECK_OK(forge_harness_close(h));
+    char path[1200], header[4096], line[4096];
+    snprintf(path, sizeof path, "%s/drift.csv", dir);
+    FILE *f = fopen(path, "r");
+    CHECK_MSG(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    CHECK(fgets(header, sizeof header, f) != NULL);
+    const int ccell = csv_col(header, "cell"), crat = csv_col(header, "ratio_vs_best_baseline"),
+              ctim = csv_col(header, "timing"), cpr = csv_col(header, "paired_ratio"),
+              clo = csv_col(header, "paired_ci_lo"), chi = csv_col(header, "paired_ci_hi");
+    CHECK(ccell >= 0 && crat >= 0 && ctim >= 0 && cpr >= 0 && clo >= 0 && chi >= 0);
+    while (fgets(line, sizeof line, f)) {
+        char fl[64][128];
+        csv_split(line, fl, 64);
+        CHECK(strcmp(fl[ctim], order == FORGE_ORDER_INTERLEAVED ? "interleaved" : "sequential") == 0);
+        if (strcmp(fl[ccell], "b") != 0) continue;
+        *ratio = atof(fl[crat]);
+        if (fl[cpr][0]) *paired = atof(fl[cpr]), *lo = atof(fl[clo]), *hi = atof(fl[chi]);
+    }
+    fclose(f);
 }
 
 static int have_python3(void) {
@@ -418,6 +513,82 @@ void suite_harness(void) {
             fclose(f);
             CHECK_MSG(rows == 2, "%d rows in %s, expected the 2 selected cells", rows, path);
         }
+    }
+
+    TEST_CASE("interleaved order: a drifting device misleads sequential timing, not interleaved");
+    {
+        char dir[1024];
+        double ratio, paired, lo, hi;
+        drift_pair(FORGE_ORDER_SEQUENTIAL, &ratio, &paired, &lo, &hi, dir, sizeof dir);
+        /* b ran after a, 33 runs further into the drift: it looks slower though it is 2% faster */
+        CHECK_MSG(ratio < 1.0, "sequential ratio %.4f: the drift should have hidden b's 2%%", ratio);
+        CHECK(isnan(paired));
+        drift_pair(FORGE_ORDER_INTERLEAVED, &ratio, &paired, &lo, &hi, dir, sizeof dir);
+        CHECK_MSG(fabs(ratio - 1.0 / 0.98) < 0.003, "interleaved ratio %.4f, expected ~%.4f", ratio, 1.0 / 0.98);
+        CHECK_MSG(fabs(paired - 1.0 / 0.98) < 0.003 && lo <= paired && paired <= hi && lo > 1.0,
+                  "paired %.4f [%.4f, %.4f], expected ~%.4f with a CI above 1", paired, lo, hi, 1.0 / 0.98);
+        if (!have_python3()) {
+            test_case_skip("python3 or tools/reverify.py not found: re-verifier not run");
+        } else {
+            char cmd[3000];
+            snprintf(cmd, sizeof cmd, "python3 tools/reverify.py '%s' > /dev/null 2>&1", dir);
+            CHECK_MSG(system(cmd) == 0, "tools/reverify.py rejected the interleaved run %s", dir);
+            /* a paired ratio that does not follow from the samples is caught */
+            snprintf(cmd, sizeof cmd,
+                     "d='%s' && cp -r \"$d\" \"$d.t\" && python3 - \"$d.t/drift.csv\" <<'PY' && "
+                     "! python3 tools/reverify.py \"$d.t\" > /dev/null 2>&1\n"
+                     "import csv, sys\n"
+                     "rows = list(csv.DictReader(open(sys.argv[1])))\n"
+                     "for r in rows:\n"
+                     "    if r['cell'] == 'b': r['paired_ratio'] = '1.5'\n"
+                     "w = csv.DictWriter(open(sys.argv[1], 'w', newline=''), fieldnames=list(rows[0]))\n"
+                     "w.writeheader(); w.writerows(rows)\n"
+                     "PY",
+                     dir);
+            CHECK_MSG(system(cmd) == 0, "tools/reverify.py accepted a tampered paired_ratio");
+        }
+    }
+
+    TEST_CASE("interleaved order: parse, CLI override, unflushed cells fail the close");
+    {
+        forge_timing_order o = FORGE_ORDER_DEFAULT;
+        CHECK_OK(forge_timing_order_parse("interleaved", &o));
+        CHECK(o == FORGE_ORDER_INTERLEAVED);
+        CHECK_OK(forge_timing_order_parse("sequential", &o));
+        CHECK(o == FORGE_ORDER_SEQUENTIAL);
+        CHECK(forge_timing_order_parse("random", &o) == FORGE_ERR_ARG);
+        CHECK(strstr(forge_error_message(), "expected sequential or interleaved") != NULL);
+        forge_error_clear();
+        drift_timer dt = {0, 0, 0};
+        forge_bench_timer timer = {&dt, fake_start, drift_stop};
+        forge_harness_config cfg = {.suite = "order", .results_root = test_tmpdir(), .config_text = "c",
+                                    .input_recipe = "r", .seed = 1, .reps = 30, .warmup = 1,
+                                    .order = FORGE_ORDER_INTERLEAVED};
+        char dir[1024];
+        /* the CLI's choice wins over a suite's, but never makes a suite that cannot flush interleaved */
+        forge_harness_set_default_order(FORGE_ORDER_SEQUENTIAL);
+        forge_harness *h = open_with_good_prov(&cfg, &timer, dir, sizeof dir);
+        CHECK(h && forge_harness_order(h) == FORGE_ORDER_SEQUENTIAL);
+        forge_harness_free(h);
+        forge_harness_set_default_order(FORGE_ORDER_INTERLEAVED);
+        cfg.order = FORGE_ORDER_DEFAULT;
+        h = open_with_good_prov(&cfg, &timer, dir, sizeof dir);
+        CHECK(h && forge_harness_order(h) == FORGE_ORDER_SEQUENTIAL);
+        forge_harness_free(h);
+        forge_harness_set_default_order(FORGE_ORDER_DEFAULT);
+        cfg.order = FORGE_ORDER_INTERLEAVED;
+        h = open_with_good_prov(&cfg, &timer, dir, sizeof dir);
+        if (!h) return;
+        CHECK(forge_harness_order(h) == FORGE_ORDER_INTERLEAVED);
+        drift_cell a = {&dt, 1.0, 0};
+        forge_harness_cell ca = {.name = "a", .group = "g", .is_baseline = 1, .precision = FORGE_PREC_FP32,
+                                 .n_input_sets = 1, .ctx = &a, .poison = dc_noop, .run = dc_run, .check = dc_check};
+        forge_cell_result r;
+        CHECK_OK(forge_harness_run(h, &ca, &r));
+        CHECK(forge_harness_close(h) == FORGE_ERR_ARG); /* a was queued and never flushed */
+        CHECK(strstr(forge_error_message(), "never flushed") != NULL);
+        forge_error_clear();
+        CHECK_MSG(a.runs == 1, "an unflushed cell must not be run at close (%d runs)", a.runs);
     }
 
     TEST_CASE("CPU timer measures a monotonic, non-negative interval");

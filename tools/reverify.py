@@ -31,6 +31,12 @@ The rules, mirrored from src/bench/harness.c (its top comment states them):
     accel       accel_ratio = speedup(cell, counterpart): throughput ratio when both state
                 FLOPs, else counterpart median / cell median; verdict only
                 when the cell's format is narrower (bits below); >= 1.5
+    paired      (CSVs with a timing column) a cell timed "interleaved" in the same flush
+                (batch) as its group's best baseline, with as many samples: q_r = the
+                speedup of rep r alone (throughput ratio, else baseline ms / cell ms);
+                paired_ratio = median(q), [paired_ci_lo, paired_ci_hi] = bootstrap CI of q
+                by the rules above; otherwise the three fields are empty. "sequential"
+                cells have batch 0.
 """
 import csv
 import math
@@ -245,6 +251,7 @@ def verify_suite(csv_path, samples_path):
         if d is None or d["status"] is None:
             continue
         ratio, verdict, accel_ratio, accel_verdict = None, d["status"], None, ""
+        best_row = None
 
         def speedup(a_row, a, b_row, b):
             # the harness's speedup(): throughput ratio when both cells state FLOPs, else time ratio
@@ -277,6 +284,22 @@ def verify_suite(csv_path, samples_path):
                         accel_verdict = "accelerated" if accel_ratio >= ACCEL_RATIO else "not-accelerated"
         checks = [("ratio_vs_best_baseline", num(r["ratio_vs_best_baseline"]), ratio),
                   ("accel_ratio", num(r["accel_ratio"]), accel_ratio)]
+        if "timing" in r:  # harness CSVs since the interleaved order (older ones have no such columns)
+            batch = int(r["batch"] or 0)
+            if (r["timing"] == "interleaved") != (batch > 0) or r["timing"] not in ("interleaved", "sequential"):
+                bad(key, "timing %r with batch %d" % (r["timing"], batch))
+            pr = plo = phi = None
+            if d["status"] == "ok" and ratio is not None and batch > 0 and best_row is not None \
+                    and int(best_row["batch"] or 0) == batch:
+                mine = [ms for _, ms in sorted(samples.get(key, []))]
+                theirs = [ms for _, ms in sorted(samples.get((best_row["cell"], best_row["group"]), []))]
+                if mine and len(mine) == len(theirs):
+                    fa, fb = num(r["flops"]) or 0.0, num(best_row["flops"]) or 0.0
+                    q = [((fa / a) / (fb / b)) if fa > 0 and fb > 0 else b / a for a, b in zip(mine, theirs)]
+                    pr = median(q)
+                    plo, phi = bootstrap_ci(q, int(r["seed"]))
+            checks += [("paired_ratio", num(r["paired_ratio"]), pr), ("paired_ci_lo", num(r["paired_ci_lo"]), plo),
+                       ("paired_ci_hi", num(r["paired_ci_hi"]), phi)]
         for field, got, want in checks:
             if not same(got, want):
                 bad(key, "%s: csv %r, derived %r" % (field, got, want))

@@ -139,10 +139,21 @@ typedef struct {
     double *samples; /* res.reps of them, rep order; NULL unless OK */
     int fully_written; /* the check found no poison left (0 if never checked) */
     char note[256];  /* why a cell failed or is garbage */
+    int batch;       /* INTERLEAVED: which flush timed it (1, 2, ...); 0: timed sequentially */
     /* filled by close */
     double ratio, accel_ratio; /* NAN when not applicable */
+    double paired_ratio, paired_lo, paired_hi; /* per-round ratio vs the best baseline: NAN unless both interleaved
+                                                * in one flush */
     const char *verdict, *accel_verdict;
 } harness_cell;
+
+/* A checked cell waiting for forge_harness_flush (INTERLEAVED order). */
+typedef struct {
+    int cell; /* index into forge_harness.cells (the array may move; the index does not) */
+    void *ctx;
+    forge_status (*run)(void *ctx, int input_set);
+    int n_sets;
+} pending_cell;
 
 struct forge_harness {
     char *suite, *results_root, *dir;
@@ -155,6 +166,9 @@ struct forge_harness {
     forge_bench_timer timer;
     harness_cell *cells;
     int n_cells, cap_cells;
+    forge_timing_order order; /* SEQUENTIAL or INTERLEAVED (resolved at open) */
+    pending_cell *pending;
+    int n_pending, cap_pending, batches;
 };
 
 static uint64_t fnv1a64(const char *s) {
@@ -205,6 +219,7 @@ void forge_harness_free(forge_harness *h) {
         free(c->samples);
     }
     free(h->cells);
+    free(h->pending);
     free(h->suite);
     free(h->results_root);
     free(h->dir);
@@ -216,6 +231,29 @@ void forge_harness_free(forge_harness *h) {
 static const char *harness_default_root;
 
 void forge_harness_set_default_root(const char *dir) { harness_default_root = dir && dir[0] ? dir : NULL; }
+
+/* `forge bench --order`, same rules as the root */
+static forge_timing_order harness_default_order;
+
+void forge_harness_set_default_order(forge_timing_order order) { harness_default_order = order; }
+
+const char *forge_timing_order_name(forge_timing_order o) {
+    return o == FORGE_ORDER_INTERLEAVED ? "interleaved" : "sequential";
+}
+
+forge_status forge_timing_order_parse(const char *s, forge_timing_order *out) {
+    if (s && strcmp(s, "sequential") == 0) {
+        *out = FORGE_ORDER_SEQUENTIAL;
+        return FORGE_OK;
+    }
+    if (s && strcmp(s, "interleaved") == 0) {
+        *out = FORGE_ORDER_INTERLEAVED;
+        return FORGE_OK;
+    }
+    return forge_error(FORGE_ERR_ARG, "timing order \"%s\": expected sequential or interleaved", s ? s : "");
+}
+
+forge_timing_order forge_harness_order(const forge_harness *h) { return h ? h->order : FORGE_ORDER_SEQUENTIAL; }
 
 forge_status forge_harness_open(forge_harness **out, const forge_harness_config *cfg,
                                 const forge_provenance *prov, const forge_bench_timer *timer) {
@@ -240,6 +278,9 @@ forge_status forge_harness_open(forge_harness **out, const forge_harness_config 
     h->seed = cfg->seed;
     h->reps = cfg->reps <= 0 ? 100 : cfg->reps < 30 ? 30 : cfg->reps;
     h->warmup = cfg->warmup <= 0 ? 10 : cfg->warmup;
+    h->order = cfg->order == FORGE_ORDER_DEFAULT      ? FORGE_ORDER_SEQUENTIAL /* the suite never flushes */
+               : harness_default_order != FORGE_ORDER_DEFAULT ? harness_default_order
+                                                              : cfg->order;
     snprintf(h->config_hash, sizeof h->config_hash, "%016llx", (unsigned long long)fnv1a64(cfg->config_text));
     snprintf(h->recipe_hash, sizeof h->recipe_hash, "%016llx", (unsigned long long)fnv1a64(cfg->input_recipe));
     time_t now = time(NULL);
@@ -297,6 +338,49 @@ int forge_harness_cell_selected(const char *name, const char *group) {
         p = bar + 1;
     }
     return 0;
+}
+
+/* One timed run (warm-up: the time is dropped). */
+static forge_status time_run(forge_harness *h, void *ctx, forge_status (*run)(void *, int), int set, double *ms) {
+    forge_status s = h->timer.start(h->timer.ctx);
+    if (s == FORGE_OK) s = run(ctx, set);
+    if (s == FORGE_OK) s = h->timer.stop(h->timer.ctx, ms);
+    return s;
+}
+
+/* One timed run kept as sample rep; a time that is negative or not finite is the timer's failure. */
+static forge_status time_rep(forge_harness *h, void *ctx, forge_status (*run)(void *, int), int set, int rep,
+                             double *ms) {
+    forge_status s = time_run(h, ctx, run, set, ms);
+    if (s == FORGE_OK && !(*ms >= 0 && isfinite(*ms)))
+        s = forge_error(FORGE_ERR_DEVICE, "timer returned %g ms at rep %d", *ms, rep);
+    return s;
+}
+
+/* A cell whose timing failed: recorded as failed with the message, no samples kept. */
+static void fail_timing(harness_cell *hc, forge_status s) {
+    snprintf(hc->note, sizeof hc->note, "%s while timing: %s", forge_status_name(s), forge_error_message());
+    forge_error_clear();
+    hc->res.status = FORGE_CELL_FAILED;
+    free(hc->samples);
+    hc->samples = NULL;
+}
+
+/* 3. statistics of a cell's h->reps samples */
+static void finish_stats(const forge_harness *h, harness_cell *hc) {
+    forge_cell_result *r = &hc->res;
+    const int n = h->reps;
+    r->status = FORGE_CELL_OK;
+    r->reps = n;
+    r->median_ms = forge_harness_median(hc->samples, n);
+    forge_harness_bootstrap_ci(hc->samples, n, h->seed, HARNESS_RESAMPLES, &r->ci_lo_ms, &r->ci_hi_ms);
+    r->min_ms = r->max_ms = hc->samples[0];
+    for (int i = 1; i < n; i++) {
+        if (hc->samples[i] < r->min_ms) r->min_ms = hc->samples[i];
+        if (hc->samples[i] > r->max_ms) r->max_ms = hc->samples[i];
+    }
+    r->tflops = hc->flops > 0 ? hc->flops / (r->median_ms / 1000) / 1e12 : 0;
+    r->gbps = hc->bytes > 0 ? hc->bytes / (r->median_ms / 1000) / 1e9 : 0;
 }
 
 forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result) {
@@ -384,44 +468,91 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
         return FORGE_OK;
     }
 
-    /* 2. warm-up, then reps individually timed runs rotating over the input sets */
-    for (int w = 0; w < h->warmup && s == FORGE_OK; w++) {
-        s = h->timer.start(h->timer.ctx);
-        if (s == FORGE_OK) s = cell->run(cell->ctx, w % n_sets);
-        if (s == FORGE_OK) s = h->timer.stop(h->timer.ctx, &ms);
-    }
-    hc->samples = malloc((size_t)h->reps * sizeof *hc->samples);
-    if (!hc->samples) return forge_error(FORGE_ERR_OOM, "harness: out of memory for %d samples", h->reps);
-    for (int rep = 0; rep < h->reps && s == FORGE_OK; rep++) {
-        s = h->timer.start(h->timer.ctx);
-        if (s == FORGE_OK) s = cell->run(cell->ctx, rep % n_sets);
-        if (s == FORGE_OK) s = h->timer.stop(h->timer.ctx, &hc->samples[rep]);
-        if (s == FORGE_OK && !(hc->samples[rep] >= 0 && isfinite(hc->samples[rep])))
-            s = forge_error(FORGE_ERR_DEVICE, "timer returned %g ms at rep %d", hc->samples[rep], rep);
-    }
-    if (s != FORGE_OK) {
-        snprintf(hc->note, sizeof hc->note, "%s while timing: %s", forge_status_name(s), forge_error_message());
-        forge_error_clear();
-        free(hc->samples);
-        hc->samples = NULL;
-        if (result) *result = *r;
+    /* 2. INTERLEAVED: queue it for forge_harness_flush */
+    if (h->order == FORGE_ORDER_INTERLEAVED) {
+        if (h->n_pending == h->cap_pending) {
+            int cap = h->cap_pending ? 2 * h->cap_pending : 16;
+            pending_cell *q = realloc(h->pending, (size_t)cap * sizeof *q);
+            if (!q) return forge_error(FORGE_ERR_OOM, "harness: out of memory queueing cell %s", cell->name);
+            h->pending = q;
+            h->cap_pending = cap;
+        }
+        h->pending[h->n_pending++] = (pending_cell){(int)(hc - h->cells), cell->ctx, cell->run, n_sets};
+        if (result) {
+            *result = *r;
+            result->status = FORGE_CELL_OK; /* passed its gate; the timings come with the flush */
+        }
         return FORGE_OK;
     }
 
-    /* 3. statistics */
-    int n = h->reps;
-    r->status = FORGE_CELL_OK;
-    r->reps = n;
-    r->median_ms = forge_harness_median(hc->samples, n);
-    forge_harness_bootstrap_ci(hc->samples, n, h->seed, HARNESS_RESAMPLES, &r->ci_lo_ms, &r->ci_hi_ms);
-    r->min_ms = r->max_ms = hc->samples[0];
-    for (int i = 1; i < n; i++) {
-        if (hc->samples[i] < r->min_ms) r->min_ms = hc->samples[i];
-        if (hc->samples[i] > r->max_ms) r->max_ms = hc->samples[i];
+    /* 2. SEQUENTIAL: warm-up, then reps individually timed runs rotating over the input sets */
+    for (int w = 0; w < h->warmup && s == FORGE_OK; w++) s = time_run(h, cell->ctx, cell->run, w % n_sets, &ms);
+    hc->samples = malloc((size_t)h->reps * sizeof *hc->samples);
+    if (!hc->samples) return forge_error(FORGE_ERR_OOM, "harness: out of memory for %d samples", h->reps);
+    for (int rep = 0; rep < h->reps && s == FORGE_OK; rep++)
+        s = time_rep(h, cell->ctx, cell->run, rep % n_sets, rep, &hc->samples[rep]);
+    if (s != FORGE_OK) {
+        fail_timing(hc, s);
+        if (result) *result = *r;
+        return FORGE_OK;
     }
-    r->tflops = cell->flops > 0 ? cell->flops / (r->median_ms / 1000) / 1e12 : 0;
-    r->gbps = cell->bytes > 0 ? cell->bytes / (r->median_ms / 1000) / 1e9 : 0;
+    finish_stats(h, hc);
     if (result) *result = *r;
+    return FORGE_OK;
+}
+
+forge_status forge_harness_flush(forge_harness *h, int *n_bad) {
+    if (n_bad) *n_bad = 0;
+    if (!h) return forge_error(FORGE_ERR_ARG, "harness: flush needs a harness");
+    const int n = h->n_pending;
+    if (n <= 0) return FORGE_OK;
+    /* a cell that fails while being timed leaves the rounds (alive 0); the others go on */
+    int *alive = malloc((size_t)n * sizeof *alive);
+    if (!alive) return forge_error(FORGE_ERR_OOM, "harness: out of memory for %d queued cells", n);
+    for (int j = 0; j < n; j++) alive[j] = 1;
+    const int batch = ++h->batches;
+    for (int j = 0; j < n; j++) {
+        harness_cell *hc = &h->cells[h->pending[j].cell];
+        hc->samples = malloc((size_t)h->reps * sizeof *hc->samples);
+        if (!hc->samples) {
+            for (int k = 0; k < j; k++) {
+                free(h->cells[h->pending[k].cell].samples);
+                h->cells[h->pending[k].cell].samples = NULL;
+            }
+            free(alive);
+            return forge_error(FORGE_ERR_OOM, "harness: out of memory for %d x %d samples", n, h->reps);
+        }
+    }
+    double ms = 0;
+    for (int w = 0; w < h->warmup; w++)
+        for (int j = 0; j < n; j++) {
+            const pending_cell *p = &h->pending[j];
+            if (!alive[j]) continue;
+            const forge_status s = time_run(h, p->ctx, p->run, w % p->n_sets, &ms);
+            if (s != FORGE_OK) fail_timing(&h->cells[p->cell], s), alive[j] = 0;
+        }
+    for (int rep = 0; rep < h->reps; rep++)
+        for (int i = 0; i < n; i++) {
+            const int j = (i + rep) % n; /* rotate: no cell always follows the same one */
+            const pending_cell *p = &h->pending[j];
+            if (!alive[j]) continue;
+            harness_cell *hc = &h->cells[p->cell];
+            const forge_status s = time_rep(h, p->ctx, p->run, rep % p->n_sets, rep, &hc->samples[rep]);
+            if (s != FORGE_OK) fail_timing(hc, s), alive[j] = 0;
+        }
+    int bad = 0;
+    for (int j = 0; j < n; j++) {
+        harness_cell *hc = &h->cells[h->pending[j].cell];
+        if (alive[j]) {
+            hc->batch = batch;
+            finish_stats(h, hc);
+        } else {
+            bad++;
+        }
+    }
+    free(alive);
+    h->n_pending = 0;
+    if (n_bad) *n_bad = bad;
     return FORGE_OK;
 }
 
@@ -440,10 +571,27 @@ static double speedup(const harness_cell *a, const harness_cell *b) {
     return b->res.median_ms / a->res.median_ms;
 }
 
+/* The per-round ratio of c to b when one flush timed both (rep r of each from round r): median and bootstrap CI
+ * of speedup per round, by the same rules as a cell's time. NAN otherwise. */
+static void paired_ratio(const forge_harness *h, harness_cell *c, const harness_cell *b) {
+    c->paired_ratio = c->paired_lo = c->paired_hi = NAN;
+    if (c->batch == 0 || c->batch != b->batch || c->res.reps != b->res.reps || !c->samples || !b->samples) return;
+    const int n = c->res.reps;
+    double *q = malloc((size_t)n * sizeof *q);
+    if (!q) return; /* left empty: the CSV shows it was not computed, and reverify expects it */
+    const int by_flops = c->flops > 0 && b->flops > 0;
+    for (int r = 0; r < n; r++)
+        q[r] = by_flops ? (c->flops / c->samples[r]) / (b->flops / b->samples[r]) : b->samples[r] / c->samples[r];
+    c->paired_ratio = forge_harness_median(q, n);
+    forge_harness_bootstrap_ci(q, n, h->seed, HARNESS_RESAMPLES, &c->paired_lo, &c->paired_hi);
+    free(q);
+}
+
 static void compute_verdicts(forge_harness *h) {
     for (int i = 0; i < h->n_cells; i++) {
         harness_cell *c = &h->cells[i];
         c->ratio = c->accel_ratio = NAN;
+        c->paired_ratio = c->paired_lo = c->paired_hi = NAN;
         c->accel_verdict = "";
         if (c->res.status == FORGE_CELL_GARBAGE) {
             c->verdict = "garbage";
@@ -464,6 +612,7 @@ static void compute_verdicts(forge_harness *h) {
             c->verdict = "no-baseline";
         } else {
             c->ratio = speedup(c, best);
+            paired_ratio(h, c, best);
             c->verdict = c->is_baseline ? "baseline" : c->ratio >= HARNESS_WIN_RATIO ? "win" : "no-win";
         }
         if (c->counterpart) {
@@ -492,10 +641,17 @@ static void print_table(forge_harness *h) {
     }
     if (wn > 40) wn = 40;
     if (wg > 48) wg = 48;
-    fprintf(o, "== %s: %d cells, %d reps each after %d warm-up; median [95%% bootstrap CI]; results in %s/\n",
-            h->suite, h->n_cells, h->reps, h->warmup, h->dir);
-    fprintf(o, "%-*s  %-*s  %-4s  %-7s  %-19s  %-30s  %9s  %6s  %s\n", wn, "cell", wg, "group", "prec", "status",
-            "rel_err / tol", "median ms [CI]", "TFLOP/s", "ratio", "verdict");
+    int paired = 0;
+    for (int i = 0; i < h->n_cells; i++) paired |= h->cells[i].batch > 0;
+    fprintf(o, "== %s: %d cells, %d reps each after %d warm-up, %s; median [95%% bootstrap CI]; results in %s/\n",
+            h->suite, h->n_cells, h->reps, h->warmup,
+            h->order == FORGE_ORDER_INTERLEAVED ? "interleaved (one rep of each cell per round)" : "sequential",
+            h->dir);
+    if (paired)
+        fprintf(o, "   paired: the median per-round ratio to the group's best baseline [95%% bootstrap CI]\n");
+    fprintf(o, "%-*s  %-*s  %-4s  %-7s  %-19s  %-30s  %9s  %6s  %s%s\n", wn, "cell", wg, "group", "prec", "status",
+            "rel_err / tol", "median ms [CI]", "TFLOP/s", "ratio", paired ? "paired [CI]            " : "",
+            "verdict");
     for (int i = 0; i < h->n_cells; i++) {
         const harness_cell *c = &h->cells[i];
         char err[32], med[48], tf[16], ratio[16];
@@ -512,9 +668,14 @@ static void print_table(forge_harness *h) {
             snprintf(ratio, sizeof ratio, "%.2fx", c->ratio);
         else
             snprintf(ratio, sizeof ratio, "-");
-        fprintf(o, "%-*.*s  %-*.*s  %-4s  %-7s  %-19s  %-30s  %9s  %6s  %s", wn, wn, c->name, wg, wg, c->group,
+        char pr[48] = "";
+        if (paired && !isnan(c->paired_ratio))
+            snprintf(pr, sizeof pr, "%.3fx [%.3f, %.3f]", c->paired_ratio, c->paired_lo, c->paired_hi);
+        else if (paired)
+            snprintf(pr, sizeof pr, "-");
+        fprintf(o, "%-*.*s  %-*.*s  %-4s  %-7s  %-19s  %-30s  %9s  %6s  %-*s%s%s", wn, wn, c->name, wg, wg, c->group,
                 forge_precision_name(c->precision), cell_status_name(c->res.status), err, med, tf, ratio,
-                c->verdict);
+                paired ? 23 : 0, pr, paired ? "  " : "", c->verdict);
         if (c->counterpart) {
             if (!isnan(c->accel_ratio))
                 fprintf(o, "  (%.2fx vs %s%s%s)", c->accel_ratio, c->counterpart, c->accel_verdict[0] ? ": " : "",
@@ -566,7 +727,7 @@ static forge_status write_results_csv(forge_harness *h) {
     const forge_provenance *p = &h->prov;
     fputs("suite,cell,group,precision,is_baseline,counterpart,counterpart_group,status,rel_err,tolerance,reps,"
           "median_ms,ci_lo_ms,ci_hi_ms,min_ms,max_ms,flops,bytes,tflops,gbps,ratio_vs_best_baseline,verdict,"
-          "accel_ratio,accel_verdict,commit,dirty,config_hash,recipe_hash,seed,gpu,sm_count,driver,toolkit,"
+          "accel_ratio,accel_verdict,timing,batch,paired_ratio,paired_ci_lo,paired_ci_hi,commit,dirty,config_hash,recipe_hash,seed,gpu,sm_count,driver,toolkit,"
           "clock_sm_start,clock_sm_end,clock_mem_start,clock_mem_end,date,fully_written,note\n",
           f);
     for (int i = 0; i < h->n_cells; i++) {
@@ -596,6 +757,11 @@ static forge_status write_results_csv(forge_harness *h) {
         forge_csv_str(f, c->verdict), fputc(',', f);
         forge_csv_num(f, c->accel_ratio), fputc(',', f);
         forge_csv_str(f, c->accel_verdict), fputc(',', f);
+        forge_csv_str(f, c->batch > 0 ? "interleaved" : "sequential"), fputc(',', f);
+        fprintf(f, "%d,", c->batch);
+        forge_csv_num(f, c->paired_ratio), fputc(',', f);
+        forge_csv_num(f, c->paired_lo), fputc(',', f);
+        forge_csv_num(f, c->paired_hi), fputc(',', f);
         forge_csv_str(f, p->commit), fputc(',', f);
         fprintf(f, "%d,", p->dirty ? 1 : 0);
         fprintf(f, "%s,%s,%llu,", h->config_hash, h->recipe_hash, (unsigned long long)h->seed);
@@ -664,9 +830,9 @@ static forge_status write_provenance_json(forge_harness *h) {
     fprintf(f,
             ",\n  \"clock_sm_start\": %d,\n  \"clock_sm_end\": %d,\n  \"clock_mem_start\": %d,\n"
             "  \"clock_mem_end\": %d,\n  \"date\": \"%s\",\n  \"reps\": %d,\n  \"warmup\": %d,\n"
-            "  \"bootstrap_resamples\": %d",
+            "  \"bootstrap_resamples\": %d,\n  \"timing_order\": \"%s\"",
             p->clock_sm_mhz_start, p->clock_sm_mhz_end, p->clock_mem_mhz_start, p->clock_mem_mhz_end, h->date,
-            h->reps, h->warmup, HARNESS_RESAMPLES);
+            h->reps, h->warmup, HARNESS_RESAMPLES, forge_timing_order_name(h->order));
     /* the FORGE_* knobs in force (kernel choices such as FORGE_FLASH16_FWD or FORGE_GEMM_TN_SPLITS change what a
      * cell measures without changing its name), as one more key before the closing brace */
     fprintf(f, ",\n  \"forge_env\": {");
@@ -689,6 +855,14 @@ static forge_status write_provenance_json(forge_harness *h) {
 
 forge_status forge_harness_close(forge_harness *h) {
     if (!h) return FORGE_OK;
+    /* cells still queued: their contexts may be freed by now, so they are not timed but recorded as failed */
+    const int unflushed = h->n_pending;
+    for (int j = 0; j < unflushed; j++) {
+        harness_cell *hc = &h->cells[h->pending[j].cell];
+        hc->res.status = FORGE_CELL_FAILED;
+        snprintf(hc->note, sizeof hc->note, "queued for interleaved timing but never flushed (suite bug)");
+    }
+    h->n_pending = 0;
     /* provenance is checked again: a suite may have edited it (end clocks) */
     forge_status s = check_provenance(&h->prov);
     if (s == FORGE_OK) {
@@ -699,6 +873,9 @@ forge_status forge_harness_close(forge_harness *h) {
     if (s == FORGE_OK) s = write_samples_csv(h);
     if (s == FORGE_OK) s = write_provenance_json(h);
     forge_harness_free(h);
+    if (s == FORGE_OK && unflushed > 0)
+        s = forge_error(FORGE_ERR_ARG, "harness: %d cell(s) were queued for interleaved timing and never flushed",
+                        unflushed);
     return s;
 }
 

@@ -32,6 +32,20 @@
 
 #include "../core/status.h"
 
+/* How the harness orders the timed runs of the cells it is given.
+ * SEQUENTIAL: each cell is checked, warmed up and timed before the next cell starts (its reps back to back).
+ * INTERLEAVED: forge_harness_run checks the cell and queues it; forge_harness_flush then warms every queued cell
+ * up and times them round-robin, one run of each per round, the order rotated by one each round (round r starts
+ * at queued cell r mod n). Every cell then sees the same device state: the H200 slows by up to 16% within one
+ * cell's hundred 8192^3 reps as it heats (results/2026-12-01_d273e2fa3150), so back-to-back cells are timed at
+ * different clocks and their ratio measures the order as much as the kernels. Rep r of every cell in one flush
+ * comes from round r, which makes a per-round (paired) ratio meaningful; the harness reports it (see the CSV's
+ * paired_* columns). */
+typedef enum { FORGE_ORDER_DEFAULT = 0, FORGE_ORDER_SEQUENTIAL, FORGE_ORDER_INTERLEAVED } forge_timing_order;
+const char *forge_timing_order_name(forge_timing_order o);
+/* "sequential" / "interleaved" -> the order; anything else is a FORGE_ERR_ARG naming what was expected. */
+forge_status forge_timing_order_parse(const char *s, forge_timing_order *out);
+
 typedef enum {
     FORGE_PREC_FP32 = 0,
     FORGE_PREC_TF32,
@@ -77,6 +91,9 @@ typedef struct {
     int reps;                 /* default 100; values below 30 are raised to 30 */
     int warmup;               /* default 10 */
     FILE *out;                /* human-readable table (stdout) */
+    forge_timing_order order; /* DEFAULT: the suite never flushes, so it is timed SEQUENTIAL whatever the CLI
+                               * says; SEQUENTIAL or INTERLEAVED: the suite's choice, which `forge bench --order`
+                               * overrides (forge_harness_set_default_order) */
 } forge_harness_config;
 
 typedef struct {
@@ -127,8 +144,16 @@ forge_status forge_harness_open(forge_harness **out, const forge_harness_config 
                                 const forge_provenance *prov, const forge_bench_timer *timer);
 /* Checks, then times one cell; the result is also kept for the verdicts. With FORGE_BENCH_ONLY set (substrings
  * separated by '|', matched against "name@group") a cell matching none of them is neither run nor recorded:
- * FORGE_OK with result->status FORGE_CELL_SKIPPED and NaN timings. */
+ * FORGE_OK with result->status FORGE_CELL_SKIPPED and NaN timings.
+ * INTERLEAVED order: only the check runs here; a passing cell is queued (result: status OK, timings NaN) and its
+ * ctx must stay valid until forge_harness_flush. */
 forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell, forge_cell_result *result);
+/* Times the queued cells interleaved (see forge_timing_order) and empties the queue; a no-op when nothing is
+ * queued (so SEQUENTIAL suites may call it too). *n_bad (may be NULL) receives how many queued cells failed while
+ * being timed. A suite calls it before it frees what the queued cells' contexts point at; forge_harness_close
+ * records cells still queued as failed (their contexts may be gone) and returns an error. */
+forge_status forge_harness_flush(forge_harness *h, int *n_bad);
+forge_timing_order forge_harness_order(const forge_harness *h);
 /* Whether FORGE_BENCH_ONLY selects the cell (always 1 when it is unset or empty): for a suite to skip set-up
  * that only unselected cells need (e.g. a baseline library's plan, whose probe launches would also show up in a
  * profiler's kernel count). */
@@ -149,6 +174,8 @@ forge_provenance *forge_harness_provenance(forge_harness *h);
 /* The results root of suites whose config leaves results_root NULL (`forge bench --results DIR`); NULL or "" restores
  * "results". Not thread-safe: call before any harness opens. */
 void forge_harness_set_default_root(const char *dir);
+/* `forge bench --order`: overrides every suite's own order (DEFAULT restores the suites' choices). Same caveat. */
+void forge_harness_set_default_order(forge_timing_order order);
 
 /* The results folder: <results_root>/<YYYY-MM-DD>_<commit>[-dirty] (UTC date). */
 const char *forge_harness_dir(const forge_harness *h);

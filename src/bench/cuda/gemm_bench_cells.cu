@@ -175,6 +175,7 @@ static forge_status gb_plain_groups(gc_session *ss) {
         const int n_cells = sp->layout == GB_TN ? 7 : 2; /* TN: every split-K reduction and tile */
         for (int v = 0; v < n_cells && s == FORGE_OK; v++)
             s = gc_session_run_cell(ss, &cells[v], gb_run, names[v], group, v == 0, FORGE_PREC_BF16, flops, bytes);
+        if (s == FORGE_OK) s = gc_session_flush(ss); /* cells points into this iteration */
         gc_shape_free(sh);
     }
     return s;
@@ -728,6 +729,7 @@ static forge_status ge_epi_groups(gc_session *ss) {
             s = forge_harness_run(ss->h, &cell, &res);
             if (s == FORGE_OK && forge_cell_bad(&res)) ss->bad++;
         }
+        if (s == FORGE_OK) s = gc_session_flush(ss); /* before b and sh go */
         ge_bufs_free(&b);
         gc_shape_free(sh);
     }

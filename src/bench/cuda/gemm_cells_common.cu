@@ -346,6 +346,7 @@ extern "C" forge_status gc_session_open(gc_session *ss, FILE *out, const char *s
     cfg.reps = reps;
     cfg.warmup = 10;
     cfg.out = out;
+    cfg.order = FORGE_ORDER_INTERLEAVED;
     if (s == FORGE_OK) s = forge_harness_open(&ss->h, &cfg, &ss->prov, &ss->timer);
     if (s == FORGE_OK) fprintf(out, "%s\n", banner);
     return s;
@@ -376,6 +377,13 @@ extern "C" forge_status gc_session_run_cell(gc_session *ss, gc_cell *c,
     memset(&res, 0, sizeof res);
     const forge_status s = forge_harness_run(ss->h, &cell, &res);
     if (s == FORGE_OK && forge_cell_bad(&res)) ss->bad++;
+    return s;
+}
+
+extern "C" forge_status gc_session_flush(gc_session *ss) {
+    int bad = 0;
+    const forge_status s = forge_harness_flush(ss->h, &bad);
+    ss->bad += bad;
     return s;
 }
 

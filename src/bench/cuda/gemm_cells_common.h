@@ -137,7 +137,8 @@ typedef struct {
 
 /* Opens the session of `suite` (results/<date>_<commit>/<suite>*.csv, warmup 10) with its config text, input
  * recipe, seed and reps, and prints banner on out. who prefixes messages. Call gc_session_close whatever it
- * returns. */
+ * returns. The GEMM suites time INTERLEAVED by default (`forge bench --order` overrides): a cell is checked
+ * when it is run and timed at gc_session_flush, which a suite calls before freeing the group's inputs. */
 forge_status gc_session_open(gc_session *ss, FILE *out, const char *suite, const char *config_text,
                              const char *input_recipe, uint64_t seed, int reps, const char *who, const char *banner);
 /* Checks and times one cell of ss->sh in the given group; a failed or garbage cell counts in ss->bad. A "cublas"
@@ -145,6 +146,9 @@ forge_status gc_session_open(gc_session *ss, FILE *out, const char *suite, const
 forge_status gc_session_run_cell(gc_session *ss, gc_cell *c, forge_status (*run)(void *ctx, int input_set),
                                  const char *name, const char *group, int is_baseline, forge_precision precision,
                                  double flops, double bytes);
+/* Times the cells queued since the last flush (interleaved; nothing to do when sequential); cells that fail
+ * while being timed count in ss->bad. */
+forge_status gc_session_flush(gc_session *ss);
 /* Ends the session (provenance end clocks, CSVs, frees everything); returns s, or FORGE_ERR_NUMERIC when s is
  * FORGE_OK and a cell failed. */
 forge_status gc_session_close(gc_session *ss, forge_status s);

@@ -519,6 +519,7 @@ typedef struct {
     f8_shape *sh;
     f8_kind kind;
 } f8_cell;
+#define F8_MAX_CELLS 48 /* cells per shape (the table in forge_bench_gemm_fp8_cuda) */
 
 static double f8_cell_scale(const f8_cell *c) {
     return (c->kind == F8_BF16 || c->kind == F8_CUBLAS_TF32 || c->kind == F8_TF32 || c->kind == F8_TF32_DIRECT ||
@@ -764,7 +765,11 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_TF32_DIRECT, "forge_wgmma_tf32_direct", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32_PP, "forge_wgmma_tf32_pp", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32_COOP, "forge_wgmma_tf32_coop", FORGE_PREC_TF32, 4, 4}};
-        for (int v = 0; v < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; v++) {
+        /* live until the flush below times them (nvcc's host pass rejects sizeof(cells) in an array bound) */
+        f8_cell ctxs[F8_MAX_CELLS];
+        const int n_cells = (int)(sizeof cells / sizeof cells[0]);
+        if (n_cells > F8_MAX_CELLS) s = forge_error(FORGE_ERR_ARG, "gemm-fp8 bench: raise F8_MAX_CELLS to %d", n_cells);
+        for (int v = 0; v < n_cells && s == FORGE_OK; v++) {
             const f8_kind k = cells[v].kind;
             if (k == F8_LT && sp->odd) continue;
             if (k == F8_TF32_PP && sp->N % 4 != 0) continue; /* ping-pong stores through TMA only */
@@ -780,7 +785,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                         GC_NO_CUBLAS_REASON);
                 continue;
             }
-            f8_cell c = {&sh, k};
+            ctxs[v].sh = &sh;
+            ctxs[v].kind = k;
             forge_harness_cell cell;
             memset(&cell, 0, sizeof cell);
             cell.name = cells[v].name;
@@ -800,7 +806,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             cell.flops = flops;
             cell.bytes = cells[v].in_bytes * mk_nk + cells[v].out_bytes * mn;
             cell.n_input_sets = sh.n_sets;
-            cell.ctx = &c;
+            cell.ctx = &ctxs[v];
             cell.poison = f8_poison;
             cell.run = f8_run;
             cell.check = f8_check;
@@ -809,6 +815,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             s = forge_harness_run(ss.h, &cell, &res);
             if (s == FORGE_OK && forge_cell_bad(&res)) ss.bad++;
         }
+        if (s == FORGE_OK) s = gc_session_flush(&ss); /* before sh's buffers go */
         f8_shape_free(&sh);
     }
     f8_shape_free(&sh);

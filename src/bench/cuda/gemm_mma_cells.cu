@@ -165,6 +165,7 @@ extern "C" forge_status forge_bench_gemm_mma_cuda(FILE *out, int reps) {
             for (int v = 0; v < n_cells && s == FORGE_OK; v++)
                 s = gc_session_run_cell(&ss, &cells[v], gmm_run, names[tf32][v], group, v == 0,
                                         tf32 ? FORGE_PREC_TF32 : FORGE_PREC_BF16, flops, bytes);
+            if (s == FORGE_OK) s = gc_session_flush(&ss); /* cells and gmm_splits belong to this iteration */
             gc_shape_free(sh);
         }
     }
