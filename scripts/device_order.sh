@@ -7,7 +7,7 @@
 # group per round; this script runs
 #   gemm_i, fp8_i    both suites in full, interleaved (the numbers the bars are judged on)
 #   gemm_s, fp8_s    the square groups again, sequential (what the earlier sessions measured)
-#   gemm_i2, fp8_i2  the square groups interleaved once more, in fresh processes (reproducibility)
+#   gemm_i2, fp8_i2  both suites interleaved once more, in fresh processes (reproducibility)
 # then tools/reverify.py over every run, and a short table (square groups, main cells) LAST.
 # FORGE_ORDER_REPS (default 50) reps per cell; FORGE_ORDER_STAGES restricts the runs (labels as above).
 set -u -o pipefail
@@ -33,12 +33,12 @@ stage gemm_i "" interleaved gemm --device cuda
 stage fp8_i "" interleaved gemm-fp8
 stage gemm_s "$SQUARE" sequential gemm --device cuda
 stage fp8_s "$SQUARE" sequential gemm-fp8
-stage gemm_i2 "$SQUARE" interleaved gemm --device cuda
-stage fp8_i2 "$SQUARE" interleaved gemm-fp8
+stage gemm_i2 "" interleaved gemm --device cuda
+stage fp8_i2 "" interleaved gemm-fp8
 python3 tools/reverify.py "$OUT"/r_* > "$OUT/reverify.log" 2>&1 || fails=1
 echo "== reverify: $(tail -n 1 "$OUT/reverify.log")"
 python3 tools/ratio_table.py --group "M=(4096|8192) N=(4096|8192) K=(4096|8192)" \
-    --cell '^(cublas_bf16|cublaslt_fp8_e4m3|forge_wgmma_bf16|forge_fp8_e4m3|forge_fp8_e4m3_chunk64_c2|forge_fp8_e4m3_pipe144_c2|forge_fp8_e4m3_fastacc)$' \
+    --cell '^(cublas_bf16|cublaslt_fp8_e4m3|forge_wgmma_bf16|forge_fp8_e4m3|forge_fp8_e4m3_chunk64_c2|forge_fp8_e4m3_pipe144_c2|forge_fp8_e4m3_fastacc|.*_aa_control)$' \
     "$OUT"/r_* > "$OUT/table.txt" 2>&1
 (cd "$OUT" && tar czf /tmp/forge-order.tgz --exclude=./table.txt . && find . -mindepth 1 -maxdepth 1 ! -name table.txt -exec rm -rf {} + &&
     mv /tmp/forge-order.tgz order.tgz)

@@ -42,6 +42,20 @@
  *                 >= 1.5 else "not-accelerated", otherwise empty. A named
  *                 counterpart that is missing or did not pass gives
  *                 "no-counterpart"; no counterpart named gives empty fields.
+ *     order       SEQUENTIAL: a cell's warm-up and reps run back to back,
+ *                 then the next cell's. INTERLEAVED (forge_harness_flush):
+ *                 the queued cells' warm-ups in queue order, then round r =
+ *                 0..reps-1 runs every cell once in a Fisher-Yates order drawn
+ *                 from PCG32(seed + flush number, stream "ordr"); rep r of
+ *                 every cell is its run in round r. The CSV's timing column
+ *                 says which, batch which flush (0: sequential).
+ *     paired      a cell timed in the same flush as its group's best baseline:
+ *                 q_r = speedup of round r alone (throughput ratio when both
+ *                 state FLOPs, else baseline ms / cell ms); paired_ratio =
+ *                 median(q), its CI the bootstrap above applied to q. Empty
+ *                 otherwise. It answers "is this cell faster than the baseline
+ *                 under the same clocks", which two medians of a drifting
+ *                 device do not.
  */
 #include "harness.h"
 
@@ -125,6 +139,7 @@ void forge_harness_bootstrap_ci(const double *samples, int n, uint64_t seed, int
 }
 
 #define HARNESS_RESAMPLES 10000
+#define HARNESS_ORDER_STREAM 0x6f726472 /* "ordr": the interleaved rounds' shuffles */
 #define HARNESS_WIN_RATIO 1.10
 #define HARNESS_ACCEL_RATIO 1.5
 
@@ -531,15 +546,33 @@ forge_status forge_harness_flush(forge_harness *h, int *n_bad) {
             const forge_status s = time_run(h, p->ctx, p->run, w % p->n_sets, &ms);
             if (s != FORGE_OK) fail_timing(&h->cells[p->cell], s), alive[j] = 0;
         }
-    for (int rep = 0; rep < h->reps; rep++)
+    /* each round in its own random order (PCG32 from the seed, one stream per flush): a cell's time depends on
+     * the clocks the kernel before it left, so no cell may always follow the same one (a fixed rotation would
+     * keep every cell's predecessor fixed) */
+    int *order = malloc((size_t)n * sizeof *order);
+    if (!order) {
+        free(alive);
+        return forge_error(FORGE_ERR_OOM, "harness: out of memory for %d queued cells", n);
+    }
+    forge_rng rng;
+    forge_rng_seed(&rng, h->seed + (uint64_t)batch, HARNESS_ORDER_STREAM);
+    for (int rep = 0; rep < h->reps; rep++) {
+        for (int i = 0; i < n; i++) order[i] = i;
+        for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
+            const int k = (int)forge_rng_below(&rng, (uint64_t)i + 1), t = order[i];
+            order[i] = order[k];
+            order[k] = t;
+        }
         for (int i = 0; i < n; i++) {
-            const int j = (i + rep) % n; /* rotate: no cell always follows the same one */
+            const int j = order[i];
             const pending_cell *p = &h->pending[j];
             if (!alive[j]) continue;
             harness_cell *hc = &h->cells[p->cell];
             const forge_status s = time_rep(h, p->ctx, p->run, rep % p->n_sets, rep, &hc->samples[rep]);
             if (s != FORGE_OK) fail_timing(hc, s), alive[j] = 0;
         }
+    }
+    free(order);
     int bad = 0;
     for (int j = 0; j < n; j++) {
         harness_cell *hc = &h->cells[h->pending[j].cell];

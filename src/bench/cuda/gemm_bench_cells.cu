@@ -161,20 +161,27 @@ static forge_status gb_plain_groups(gc_session *ss) {
         snprintf(group, sizeof group, "bf16 %s M=%d N=%d K=%d (%s)", lay[sp->layout], sp->M, sp->N, sp->K, sp->what);
         const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
         const double bytes = 2.0 * ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
-        gc_cell cells[7] = {{sh, GB_CUBLAS, 0, 0},         {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
+        gc_cell cells[8] = {{sh, GB_CUBLAS, 0, 0},         {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
                             {sh, GB_WGMMA_FIXUP, 0, 0},    {sh, GB_WGMMA_STREAMK, 0, 0},
                             {sh, GB_WGMMA_PASS_TMA, 0, 0}, {sh, GB_WGMMA_T192, 0, 0},
-                            {sh, GB_WGMMA_C192, 0, 0}};
-        const char *names[7] = {"cublas_bf16",
+                            {sh, GB_WGMMA_C192, 0, 0},     {sh, GB_CUBLAS, 0, 0}};
+        const char *names[8] = {"cublas_bf16",
                                 sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
                                 "forge_wgmma_bf16_fixup",
                                 "forge_wgmma_bf16_streamk",
                                 "forge_wgmma_bf16_pass_tma",
                                 "forge_wgmma_bf16_t192",
-                                "forge_wgmma_bf16_c192"};
-        const int n_cells = sp->layout == GB_TN ? 7 : 2; /* TN: every split-K reduction and tile */
-        for (int v = 0; v < n_cells && s == FORGE_OK; v++)
-            s = gc_session_run_cell(ss, &cells[v], gb_run, names[v], group, v == 0, FORGE_PREC_BF16, flops, bytes);
+                                "forge_wgmma_bf16_c192",
+                                GC_AA_CONTROL("cublas_bf16")};
+        /* TN: every split-K reduction and tile; square NT: cuBLAS against itself (the A/A control) */
+        int run[8], n_run = 0;
+        run[n_run++] = 0, run[n_run++] = 1;
+        if (sp->layout == GB_TN)
+            for (int v = 2; v < 7; v++) run[n_run++] = v;
+        if (sp->layout == GB_NT && strcmp(sp->what, "square") == 0) run[n_run++] = 7;
+        for (int i = 0; i < n_run && s == FORGE_OK; i++)
+            s = gc_session_run_cell(ss, &cells[run[i]], gb_run, names[run[i]], group, run[i] == 0, FORGE_PREC_BF16,
+                                    flops, bytes);
         if (s == FORGE_OK) s = gc_session_flush(ss); /* cells points into this iteration */
         gc_shape_free(sh);
     }

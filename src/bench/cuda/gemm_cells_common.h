@@ -149,6 +149,10 @@ forge_status gc_session_run_cell(gc_session *ss, gc_cell *c, forge_status (*run)
 /* Times the cells queued since the last flush (interleaved; nothing to do when sequential); cells that fail
  * while being timed count in ss->bad. */
 forge_status gc_session_flush(gc_session *ss);
+/* The A/A control's name: the group's baseline timed again as an ordinary cell. Its ratio (and paired ratio) to
+ * the baseline is what the timing method reads for two identical kernels; a reader takes a forge cell's margin
+ * over the baseline seriously only where it clearly exceeds the control's distance from 1. */
+#define GC_AA_CONTROL(baseline) baseline "_aa_control"
 /* Ends the session (provenance end clocks, CSVs, frees everything); returns s, or FORGE_ERR_NUMERIC when s is
  * FORGE_OK and a cell failed. */
 forge_status gc_session_close(gc_session *ss, forge_status s);

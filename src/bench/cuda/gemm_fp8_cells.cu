@@ -764,7 +764,10 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                      {F8_TF32, "forge_wgmma_tf32", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32_DIRECT, "forge_wgmma_tf32_direct", FORGE_PREC_TF32, 4, 4},
                      {F8_TF32_PP, "forge_wgmma_tf32_pp", FORGE_PREC_TF32, 4, 4},
-                     {F8_TF32_COOP, "forge_wgmma_tf32_coop", FORGE_PREC_TF32, 4, 4}};
+                     {F8_TF32_COOP, "forge_wgmma_tf32_coop", FORGE_PREC_TF32, 4, 4},
+                     /* the A/A controls: each baseline again, as an ordinary cell of its group */
+                     {F8_LT, GC_AA_CONTROL("cublaslt_fp8_e4m3"), FORGE_PREC_FP8, 1, 4},
+                     {F8_CUBLAS_TF32, GC_AA_CONTROL("cublas_tf32"), FORGE_PREC_TF32, 4, 4}};
         /* live until the flush below times them (nvcc's host pass rejects sizeof(cells) in an array bound) */
         f8_cell ctxs[F8_MAX_CELLS];
         const int n_cells = (int)(sizeof cells / sizeof cells[0]);
@@ -794,7 +797,8 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
                              k == F8_TF32_COOP;
             /* tf32 cells in their own group, against cuBLAS tf32 */
             cell.group = tf32 ? group32 : group;
-            cell.is_baseline = k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT);
+            const int aa_control = strstr(cells[v].name, "_aa_control") != NULL;
+            cell.is_baseline = !aa_control && (k == F8_CUBLAS_TF32 || k == (sp->odd ? F8_E4M3 : F8_LT));
             /* the acceleration bar: forge's promoted fp8 cells against forge's bf16 kernel on the same values */
             cell.counterpart = (k == F8_E4M3 || k == F8_E4M3_PIPE || k == F8_E4M3_CHUNK64 || k == F8_E4M3_CHUNK128 ||
                                 k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_CHUNK64_RA || k == F8_E4M3_PIPE144 ||
