@@ -7,8 +7,9 @@
  *   is looked up on its first matmul call. A cached shape costs a host-side
  *   search; an unknown one is measured right there: scratch buffers of the
  *   shape (never the caller's, so nothing the model computes is touched),
- *   MM_WARMUP runs of each path, then MM_REPS runs each timed with CUDA
- *   events on the backend's stream, median. That synchronises the stream,
+ *   MM_WARMUP runs of each path, then MM_REPS runs of each, alternating
+ *   between the paths, each timed with CUDA events on the backend's stream;
+ *   median per path. That synchronises the stream,
  *   but only on the first use of a shape (the first training step); every
  *   later call is a table lookup, with no host sync.
  * - Each shape's row is printed (stderr) the first time it is used in this
@@ -234,46 +235,54 @@ static int mm_cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Median of MM_REPS event-timed runs after MM_WARMUP untimed ones. */
-static forge_status mm_time(cuda_ctx *ctx, cuda_mm_layout layout, int use_cublas, float *C, const float *A,
-                            const float *B, int M, int N, int K, double *ms) {
-    cudaEvent_t ev[MM_REPS + 1];
+/* Both paths' medians of MM_REPS event-timed runs, after MM_WARMUP untimed runs of each. The runs alternate
+ * (rep r: forge then cuBLAS when r is even, cuBLAS then forge when odd) so both see the same clocks: timed one
+ * path after the other, the second meets a warmer GPU (forge bench's A/A control measured one cuBLAS kernel
+ * 0.93x / 1.05x "against itself" that way at 8192^3). ms[0] forge, ms[1] cuBLAS. */
+static forge_status mm_time_pair(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
+                                 int M, int N, int K, double ms[2]) {
+    cudaEvent_t ev[2][MM_REPS][2]; /* [path][rep][start, stop] */
+    cudaEvent_t *flat = &ev[0][0][0];
+    const int n_ev = 4 * MM_REPS;
     int made = 0;
     forge_status s = FORGE_OK;
-    for (; made < MM_REPS + 1; made++) {
-        cudaError_t e = cudaEventCreate(&ev[made]);
+    for (; made < n_ev; made++) {
+        cudaError_t e = cudaEventCreate(&flat[made]);
         if (e != cudaSuccess) {
             s = forge_error(FORGE_ERR_DEVICE, "matmul auto: cudaEventCreate failed: %s", cudaGetErrorString(e));
             break;
         }
     }
     for (int r = 0; s == FORGE_OK && r < MM_WARMUP; r++)
-        s = cuda_matmul_run_layout(ctx, layout, use_cublas, C, A, B, M, N, K);
-    double t[MM_REPS];
-    if (s == FORGE_OK && cudaEventRecord(ev[0], ctx->stream) != cudaSuccess)
-        s = forge_error(FORGE_ERR_DEVICE, "matmul auto: cudaEventRecord failed");
-    for (int r = 0; s == FORGE_OK && r < MM_REPS; r++) {
-        s = cuda_matmul_run_layout(ctx, layout, use_cublas, C, A, B, M, N, K);
-        if (s == FORGE_OK && cudaEventRecord(ev[r + 1], ctx->stream) != cudaSuccess)
-            s = forge_error(FORGE_ERR_DEVICE, "matmul auto: cudaEventRecord failed");
-    }
+        for (int p = 0; s == FORGE_OK && p < 2; p++) s = cuda_matmul_run_layout(ctx, layout, p, C, A, B, M, N, K);
+    for (int r = 0; s == FORGE_OK && r < MM_REPS; r++)
+        for (int i = 0; s == FORGE_OK && i < 2; i++) {
+            const int p = (r & 1) ? 1 - i : i;
+            if (cudaEventRecord(ev[p][r][0], ctx->stream) != cudaSuccess)
+                s = forge_error(FORGE_ERR_DEVICE, "matmul auto: cudaEventRecord failed");
+            if (s == FORGE_OK) s = cuda_matmul_run_layout(ctx, layout, p, C, A, B, M, N, K);
+            if (s == FORGE_OK && cudaEventRecord(ev[p][r][1], ctx->stream) != cudaSuccess)
+                s = forge_error(FORGE_ERR_DEVICE, "matmul auto: cudaEventRecord failed");
+        }
     if (s == FORGE_OK) {
-        cudaError_t e = cudaEventSynchronize(ev[MM_REPS]);
+        cudaError_t e = cudaStreamSynchronize(ctx->stream);
         if (e != cudaSuccess)
-            s = forge_error(FORGE_ERR_DEVICE, "matmul auto: timing %s %dx%dx%d on %s: %s", mm_layout_name(layout), M,
-                            N, K, use_cublas ? "cuBLAS" : "forge", cudaGetErrorString(e));
+            s = forge_error(FORGE_ERR_DEVICE, "matmul auto: timing %s %dx%dx%d (forge and cuBLAS): %s",
+                            mm_layout_name(layout), M, N, K, cudaGetErrorString(e));
     }
-    for (int r = 0; s == FORGE_OK && r < MM_REPS; r++) {
-        float f = 0.0f;
-        cudaEventElapsedTime(&f, ev[r], ev[r + 1]);
-        t[r] = f;
+    for (int p = 0; s == FORGE_OK && p < 2; p++) {
+        double t[MM_REPS];
+        for (int r = 0; r < MM_REPS; r++) {
+            float f = 0.0f;
+            cudaEventElapsedTime(&f, ev[p][r][0], ev[p][r][1]);
+            t[r] = f;
+        }
+        qsort(t, MM_REPS, sizeof t[0], mm_cmp_double);
+        /* > 0 marks a measured row; cudaEventElapsedTime resolves ~0.5 us */
+        ms[p] = t[MM_REPS / 2] > 1e-6 ? t[MM_REPS / 2] : 1e-6;
     }
-    for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);
-    if (s != FORGE_OK) return s;
-    qsort(t, MM_REPS, sizeof t[0], mm_cmp_double);
-    /* > 0 marks a measured row; cudaEventElapsedTime resolves ~0.5 us */
-    *ms = t[MM_REPS / 2] > 1e-6 ? t[MM_REPS / 2] : 1e-6;
-    return FORGE_OK;
+    for (int i = 0; i < made; i++) cudaEventDestroy(flat[i]);
+    return s;
 }
 
 static void mm_print(const mm_row *r, const char *how) {
@@ -305,8 +314,9 @@ static forge_status mm_measure(cuda_ctx *ctx, mm_row *r) {
         s = forge_error(FORGE_ERR_DEVICE, "matmul auto: cudaMemsetAsync of the scratch buffers failed");
         goto done;
     }
-    s = mm_time(ctx, (cuda_mm_layout)r->layout, 0, C, A, B, r->M, r->N, r->K, &r->forge_ms);
-    if (s == FORGE_OK) s = mm_time(ctx, (cuda_mm_layout)r->layout, 1, C, A, B, r->M, r->N, r->K, &r->cublas_ms);
+    double ms[2];
+    s = mm_time_pair(ctx, (cuda_mm_layout)r->layout, C, A, B, r->M, r->N, r->K, ms);
+    if (s == FORGE_OK) r->forge_ms = ms[0], r->cublas_ms = ms[1];
     r->use_cublas = s == FORGE_OK && mm_choose_cublas(r->forge_ms, r->cublas_ms);
 done:
     /* cudaFree synchronises the device: fine, this is the once-per-shape path */
