@@ -40,8 +40,12 @@ echo "== reverify: $(tail -n 1 "$OUT/reverify.log")"
 python3 tools/ratio_table.py --group "M=(4096|8192) N=(4096|8192) K=(4096|8192)" \
     --cell '^(cublas_bf16|cublaslt_fp8_e4m3|forge_wgmma_bf16|forge_fp8_e4m3|forge_fp8_e4m3_chunk64_c2|forge_fp8_e4m3_pipe144_c2|forge_fp8_e4m3_fastacc|.*_aa_control)$' \
     "$OUT"/r_* > "$OUT/table.txt" 2>&1
-(cd "$OUT" && tar czf /tmp/forge-order.tgz --exclude=./table.txt . && find . -mindepth 1 -maxdepth 1 ! -name table.txt -exec rm -rf {} + &&
-    mv /tmp/forge-order.tgz order.tgz)
+# standalone, everything but the table goes into one archive (few files come back); FORGE_ORDER_PACK=0 when
+# scripts/device_run.sh runs this as its "order" stage and packs $OUT itself
+if [ "${FORGE_ORDER_PACK:-1}" = 1 ]; then
+    (cd "$OUT" && tar czf /tmp/forge-order.tgz --exclude=./table.txt . &&
+        find . -mindepth 1 -maxdepth 1 ! -name table.txt -exec rm -rf {} + && mv /tmp/forge-order.tgz order.tgz)
+fi
 cat "$OUT/table.txt"
 echo "== device_order: $([ $fails = 0 ] && echo PASS || echo FAIL)"
 exit $fails
