@@ -31,6 +31,7 @@ gemm_wgmma_bf16_kernel HGMMA
 gemm_wgmma_fp8_kernel  QGMMA
 gemm_wgmma_tf32_kernel HGMMA
 gemm_wgmma_tf32_pp_kernel HGMMA
+gemm_wgmma_bf16_pp_kernel HGMMA
 gemm_wgmma_bf16_nn_kernel HGMMA
 gemm_wgmma_bf16_tn_kernel HGMMA
 gemm_wgmma_bf16_tn_c192_kernel HGMMA

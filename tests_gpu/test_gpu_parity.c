@@ -982,7 +982,7 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
 }
 
 /* case_gemm_fp8's modes: the 2-CTA cluster ones (fp8_mode_cluster) run last */
-enum { N_MODES = 34 };
+enum { N_MODES = 35 };
 static int fp8_mode_cluster(int mode) { return (mode >= 12 && mode <= 14) || mode == 28 || mode == 29 || mode == 32; }
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
@@ -1006,7 +1006,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * the direct store always); 28, 29: modes 0, 1 with it on 2-CTA clusters (72-row B halves multicast); 30, 31:
      * modes 0, 1 with the rotated serial promotion at BN 144 (K/128 = 1: no loop iteration); 32: mode 0 with it on
      * 2-CTA clusters; 33: mode 25 with FORGE_GEMM_STORE_TMA (16-column unswizzled staging boxes, 9 per 144-wide
-     * tile; refused where C does not allow the TMA store: falls back to direct). */
+     * tile; refused where C does not allow the TMA store: falls back to direct); 34: bf16 A and B on the ping-pong
+     * kernel (forge_gemm_bf16_nt_pp; the same exact values, tolerance as tf32; refused where N % 4 != 0). */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
@@ -1019,14 +1020,15 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_fp8[e5m2xe4m3,chunk64ra]", "gemm_fp8[e4m3,pipe144]", "gemm_fp8[e5m2xe4m3,pipe144]",
         "gemm_fp8[e4m3,bf16out,pipe144]", "gemm_fp8[e4m3,pipe144c2]", "gemm_fp8[e5m2xe4m3,pipe144c2]",
         "gemm_fp8[e4m3,serial144]", "gemm_fp8[e5m2xe4m3,serial144]", "gemm_fp8[e4m3,serial144c2]",
-        "gemm_fp8[e4m3,pipe144,tma]"};
+        "gemm_fp8[e4m3,pipe144,tma]", "gemm_bf16[pp]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
                                          1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5,
-                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3};
+                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-5};
     const int a_e5m2 =
         mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24 || mode == 26 || mode == 29 || mode == 31;
     const int out_bf16 = mode == 2 || mode == 9 || mode == 16 || mode == 27;
     const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21 || mode == 22;
+    const int bf16in = mode == 34;
     const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT
                                    : mode == 33             ? FORGE_GEMM_STORE_TMA
                                                             : FORGE_GEMM_STORE_AUTO;
@@ -1049,26 +1051,35 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     double *a = malloc(an * sizeof *a), *b = malloc(bn * sizeof *b);
     uint8_t *a8 = malloc(an), *b8 = malloc(bn);
     float *a32 = malloc(an * 4), *b32 = malloc(bn * 4), *c = malloc(cn * 4);
+    uint16_t *a16 = malloc(an * 2), *b16 = malloc(bn * 2); /* bf16: the top half of the fp32 bits (exact here) */
     uint16_t *c16 = (uint16_t *)c;
     void *dA = NULL, *dB = NULL, *dC = NULL;
-    int ok = a && b && a8 && b8 && a32 && b32 && c;
+    int ok = a && b && a8 && b8 && a32 && b32 && c && a16 && b16;
     for (size_t i = 0; ok && i < an; i++) {
         a[i] = ((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0;
         a8[i] = fp8_encode(a[i], a_e5m2);
         a32[i] = (float)a[i];
+        uint32_t u;
+        memcpy(&u, &a32[i], 4);
+        a16[i] = (uint16_t)(u >> 16);
     }
     for (size_t i = 0; ok && i < bn; i++) {
         b[i] = ((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0;
         b8[i] = fp8_encode(b[i], 0);
         b32[i] = (float)b[i];
+        uint32_t u;
+        memcpy(&u, &b32[i], 4);
+        b16[i] = (uint16_t)(u >> 16);
     }
-    const size_t ea = tf32 ? 4 : 1;
+    const size_t ea = tf32 ? 4 : bf16in ? 2 : 1;
+    const void *ha = tf32 ? (const void *)a32 : bf16in ? (const void *)a16 : (const void *)a8;
+    const void *hb = tf32 ? (const void *)b32 : bf16in ? (const void *)b16 : (const void *)b8;
     /* C: cn * 4 bytes at c_off into the allocation, plus 16 guard bytes after it (poisoned like C: a write past
      * C's M x N elements shows as a guard byte changed) */
     if (ok) ok = cudaMalloc(&dA, an * ea) == cudaSuccess && cudaMalloc(&dB, bn * ea) == cudaSuccess &&
                  cudaMalloc(&dC, c_off + cn * 4 + 16) == cudaSuccess;
-    if (ok) ok = cudaMemcpy(dA, tf32 ? (void *)a32 : (void *)a8, an * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
-                 cudaMemcpy(dB, tf32 ? (void *)b32 : (void *)b8, bn * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
+    if (ok) ok = cudaMemcpy(dA, ha, an * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaMemcpy(dB, hb, bn * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
                  cudaMemset(dC, 0xFF, c_off + cn * 4 + 16) == cudaSuccess;
     if (!ok) {
         report(P, 0, names[mode], shape, INFINITY, tols[mode], "(host or device allocation failed)");
@@ -1077,7 +1088,9 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     const float sa = 0.5f, sb = 0.25f;
     forge_status s;
     void *dCv = (char *)dC + c_off;
-    if (tf32)
+    if (bf16in)
+        s = forge_gemm_bf16_nt_pp(dA, dB, (float *)dCv, M, N, K, NULL);
+    else if (tf32)
         s = forge_gemm_tf32_nt_sched(dA, dB, (float *)dCv, M, N, K, store,
                                      mode == 21   ? FORGE_GEMM_SCHED_PINGPONG
                                      : mode == 22 ? FORGE_GEMM_SCHED_COOP
@@ -1087,7 +1100,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         s = forge_gemm_fp8_nt_store(dA, a_e5m2 ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3, dCv,
                                     out_bf16 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K, accum, store,
                                     NULL);
-    if (mode == 21 && N % 4 != 0) { /* ping-pong stores through TMA only: a refusal, not a fallback */
+    if ((mode == 21 || mode == 34) && N % 4 != 0) { /* ping-pong stores through TMA only: a refusal, not a fallback */
         report(P, s == FORGE_ERR_UNSUPPORTED, names[mode], shape, s == FORGE_ERR_UNSUPPORTED ? 0.0 : INFINITY,
                tols[mode], "(expects FORGE_ERR_UNSUPPORTED: N % 4 != 0)");
         goto done;
@@ -1114,7 +1127,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
             goto done;
         }
     }
-    const double scale = tf32 ? 1.0 : (double)sa * sb;
+    const double scale = tf32 || bf16in ? 1.0 : (double)sa * sb;
     double d2 = 0.0, r2 = 0.0;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -1139,7 +1152,7 @@ done:
     cudaFree(dA);
     cudaFree(dB);
     cudaFree(dC);
-    free(a), free(b), free(a8), free(b8), free(a32), free(b32), free(c);
+    free(a), free(b), free(a8), free(b8), free(a32), free(b32), free(c), free(a16), free(b16);
 }
 
 /* Arguments the fp8 / tf32 paths must refuse with FORGE_ERR_UNSUPPORTED (checked before any device work). */
@@ -1352,6 +1365,9 @@ static void run_gemm_fp8_cases(parity *P) {
      * order barriers, over many turns; 4100 rows leave a partial last row-block */
     case_gemm_fp8(P, 4096, 1024, 100, 21);
     if (!P->quick) case_gemm_fp8(P, 4100, 1040, 128, 21);
+    /* the same for the bf16 ping-pong kernel (64 bf16 per stage: K = 200 is 4 K-tiles, the last 8 wide; 264 is 5) */
+    case_gemm_fp8(P, 4096, 1024, 200, 34);
+    if (!P->quick) case_gemm_fp8(P, 4100, 1040, 264, 34);
     /* the 144-wide pipelined promotion over many tiles per CTA: 17 x 11 = 187 tiles of 128 x 144 on 132 SMs, 9
      * K-tiles (odd: the tail stage; K % 128 = 16) against 6 stages, so the ring's slots and parities carry across
      * tiles; the last column tile is 60 wide */

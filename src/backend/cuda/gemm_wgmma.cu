@@ -106,14 +106,7 @@ template <int BN, int BM = GEMM_BM> struct gemm_cfg {
 /* The generic device helpers (shared-memory addresses, mbarriers with the timeout trap, TMA, wgmma
  * descriptors / fence / commit / wait) live in wgmma_common.cuh, shared with gemm_wgmma_fp8.cu. */
 
-/* d (64 x 128 fp32, 64 registers per thread) += A (64x16, smem desc) . B (128x16, smem desc)^T */
-template <int TA, int TB>
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_REGS64 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
-                 : WG_ACC64
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
-}
+/* wgmma_m64n128k16 (bf16, 64 x 128): wgmma_common.cuh, shared with gemm_wgmma_fp8.cu's bf16 ping-pong */
 
 /* d (64 x 256 fp32, 128 registers per thread) += A (64x16, smem desc) . B (256x16, smem desc)^T */
 template <int TA, int TB>

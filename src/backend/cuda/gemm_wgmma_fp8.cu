@@ -119,8 +119,9 @@ extern "C" {
 #define FP8_SERIAL_ROT 6 /* serial promotion, loop rotated: a stage's full-barrier wait before the previous stage's
                           * retire (the loop of cuBLASLt's fp8 kernel, ncu session 6), descriptors stepped per stage */
 
-/* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), or tf32 A and B. */
-enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2 };
+/* The input type of the shared body (template parameter AT): fp8 A e4m3 / e5m2 (B e4m3), tf32 A and B, or bf16 A and
+ * B (the ping-pong schedule only: the cooperative bf16 kernels are gemm_wgmma.cu's). */
+enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2, WG_BF16 = 3 };
 
 /* TMA-store epilogue (TMA_C = 1): one staging box is 64 rows x 128 bytes (32 fp32 or 64 bf16 columns: the
  * 128-byte swizzle's row limit), two per consumer warpgroup */
@@ -315,11 +316,14 @@ __device__ __forceinline__ void wgmma_m64n64k32_e5m2_e4m3(float (&d)[32], uint64
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-/* one k-step (32 bytes of K: k32 for fp8, k8 for tf32) of the 64 x BN warpgroup tile; AT: 0 = A e4m3,
- * 1 = A e5m2 (B is e4m3), 2 = A and B tf32 */
+/* one k-step (32 bytes of K: k32 for fp8, k8 for tf32, k16 for bf16) of the 64 x BN warpgroup tile; AT: 0 = A e4m3,
+ * 1 = A e5m2 (B is e4m3), 2 = A and B tf32, 3 = A and B bf16 (BN 128) */
 template <int BN, int AT>
 __device__ __forceinline__ void wgmma_fp8_k32(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc) {
-    if constexpr (AT == WG_TF32) {
+    if constexpr (AT == WG_BF16) {
+        static_assert(BN == 128, "bf16 here is the 128-wide ping-pong tile");
+        wgmma_m64n128k16<0, 0>(d, da, db, sc);
+    } else if constexpr (AT == WG_TF32) {
         static_assert(BN == 128 || BN == 256, "tf32 tiles are 128 or 256 wide");
         if constexpr (BN == 128) wgmma_m64n128k8_tf32(d, da, db, sc);
         else wgmma_m64n256k8_tf32(d, da, db, sc);
@@ -826,8 +830,9 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                                               const CUtensorMap *tm_c = nullptr) {
     typedef fp8_cfg<BN, TMA_C> cfg;
     constexpr int STAGES = cfg::STAGES;
-    constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : FP8_BK; /* K elements per stage */
-    static_assert(AT != WG_TF32 || !PROMOTE, "tf32 accumulates in fp32 in the tensor core: no promotion");
+    constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : AT == WG_BF16 ? FP8_BK / 2 : FP8_BK; /* K elements per stage */
+    static_assert((AT != WG_TF32 && AT != WG_BF16) || !PROMOTE,
+                  "tf32 and bf16 accumulate in fp32 in the tensor core: no promotion");
     static_assert(PROMOTE != 2 || BN == 128 || BN == 144,
                   "pipelined promotion holds d, t, t1: 3 x BN/2 registers, so BN = 128 or 144 (216 of 240)");
     static_assert(PROMOTE != FP8_CHUNK64_RA || BN == 192,
@@ -844,9 +849,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const uint32_t bars = sout + cfg::OUT_BYTES;            /* full[s] at +8s, empty[s] at +8(STAGES+s) */
     (void)sout;
 
-    static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
-    static_assert(!PP || (AT == WG_TF32 && BN == 128 && TMA_C && CL == 1 && !PROMOTE),
-                  "ping-pong: tf32, 128 x 128 tiles per warpgroup, TMA store");
+    static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && AT != WG_BF16 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
+    static_assert(!PP || ((AT == WG_TF32 || AT == WG_BF16) && BN == 128 && TMA_C && CL == 1 && !PROMOTE),
+                  "ping-pong: tf32 or bf16, 128 x 128 tiles per warpgroup, TMA store");
+    static_assert(AT != WG_BF16 || PP, "bf16: the ping-pong schedule only");
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
     /* CL = 2: the unit of work is a pair of row-blocks (2p + rank); a rank-1 row-block past M (odd tiles_m) is a
      * phantom tile: its producer loads the last real row-block's A (a fully out-of-bounds TMA box is avoided),
@@ -1219,6 +1225,16 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
                               const __grid_constant__ CUtensorMap tm_c, float *__restrict__ C, int M, int N, int K,
                               int vec2) {
     wgmma_nt_body<128, WG_TF32, 0, 0, 1, 1, 1>(tm_a, tm_b, C, 1.0f, M, N, K, vec2, &tm_c);
+}
+
+/* bf16 ping-pong: the tf32 ping-pong kernel on bf16 operands (a stage row is still 128 bytes of K: 64 bf16; each
+ * 32-byte k-step one wgmma m64n128k16), for the short-K bf16 NT shapes where the cooperative kernel's epilogue
+ * leaves the tensor pipe idle (forge_gemm_bf16_nt_pp) */
+__global__ void __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_bf16_pp_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                              const __grid_constant__ CUtensorMap tm_c, float *__restrict__ C, int M, int N, int K,
+                              int vec2) {
+    wgmma_nt_body<128, WG_BF16, 0, 0, 1, 1, 1>(tm_a, tm_b, C, 1.0f, M, N, K, vec2, &tm_c);
 }
 
 /* ---- host ------------------------------------------------------------------ */
@@ -1595,6 +1611,46 @@ static forge_status tf32_launch(const float *A, const float *B, float *C, int M,
     kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, M, N, K, vec2);
     CUDA_LAUNCH_CHECK(PP ? "gemm_wgmma_tf32_pp_kernel" : "gemm_wgmma_tf32_kernel");
     return FORGE_OK;
+}
+
+/* bf16 ping-pong launch: A (M,K) and B (N,K) bf16, K-major (64 bf16 = 128 bytes of K per box row, the 128-byte
+ * swizzle row as for fp8 and tf32); C fp32 through the TMA store */
+static forge_status bf16_pp_launch(const void *A, const void *B, float *C, int M, int N, int K, int vec2, int dev,
+                                   int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<128, 1> cfg;
+    static int smem_set[FP8_MAX_DEVICES];
+    CUtensorMap tm_a, tm_b, tm_c;
+    FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 0));
+    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, A, M, K, (unsigned long long)K * 2, FP8_BM,
+                              FP8_BK / 2, "gemm_bf16 pp A (bf16, K-major)"));
+    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, B, N, K, (unsigned long long)K * 2, 128,
+                              FP8_BK / 2, "gemm_bf16 pp B (bf16, K-major)"));
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)cfg::SMEM));
+        smem_set[dev] = 1;
+    }
+    const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
+    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
+    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    gemm_wgmma_bf16_pp_kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, M, N, K, vec2);
+    CUDA_LAUNCH_CHECK("gemm_wgmma_bf16_pp_kernel");
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, int M, int N, int K,
+                                              void *stream) {
+    const char *why = nullptr;
+    if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
+    else if (K % 8 != 0) why = "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
+    else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
+    else if (!fp8_c_tma_ok(C, N, 0))
+        why = "the ping-pong schedule stores C through TMA: N must be a multiple of 4 and C 16-byte aligned";
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 nt pp (M=%d N=%d K=%d): %s", M, N, K, why);
+    int dev = 0, sms = 0;
+    FORGE_TRY(fp8_device_info(&dev, &sms));
+    return bf16_pp_launch(A, B, C, M, N, K, N % 2 == 0 && (uintptr_t)C % 8 == 0, dev, sms, (cudaStream_t)stream);
 }
 
 /* the AUTO schedule: ping-pong up to this K (with the TMA store), cooperative above */

@@ -228,4 +228,15 @@ template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
+/* d (64 x 128 fp32, 64 registers per thread) (+)= A (64x16 bf16, smem desc) . B (128x16 bf16, smem desc)^T; TA / TB
+ * are wgmma's imm-trans-a / imm-trans-b (0: K-major in shared memory, 1: MN-major). Used by gemm_wgmma.cu's
+ * 128-wide tiles and gemm_wgmma_fp8.cu's bf16 ping-pong. */
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_REGS64 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+                 : WG_ACC64
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
 #endif

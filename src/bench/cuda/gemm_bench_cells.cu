@@ -45,6 +45,7 @@
 extern "C" {
 #include "../gemm_bench.h"
 #include "../../backend/cuda/gemm.h"
+#include "../../backend/cuda/gemm_fp8.h" /* forge_gemm_bf16_nt_pp */
 }
 #include "check_sums.cuh"
 
@@ -67,7 +68,8 @@ typedef enum {
     GB_WGMMA_STREAMK,
     GB_WGMMA_PASS_TMA,
     GB_WGMMA_T192,
-    GB_WGMMA_C192
+    GB_WGMMA_C192,
+    GB_WGMMA_PP /* NT: the ping-pong kernel (forge_gemm_bf16_nt_pp), no bias */
 } gb_kind; /* gc_cell.kind */
 
 /* ---- cell run -------------------------------------------------------------- */
@@ -95,6 +97,7 @@ static forge_status gb_run(void *ctx, int set) {
     switch (c->kind) {
     case GB_WGMMA: return forge_gemm_bf16_nt_wgmma(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
     case GB_AUTO: return forge_gemm_bf16_nt(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
+    case GB_WGMMA_PP: return forge_gemm_bf16_nt_pp(A, B, sh->C, sh->M, sh->N, sh->K, sh->stream);
     }
     return forge_error(FORGE_ERR_ARG, "gemm bench: unknown cell kind %d", (int)c->kind);
 }
@@ -161,24 +164,28 @@ static forge_status gb_plain_groups(gc_session *ss) {
         snprintf(group, sizeof group, "bf16 %s M=%d N=%d K=%d (%s)", lay[sp->layout], sp->M, sp->N, sp->K, sp->what);
         const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
         const double bytes = 2.0 * ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
-        gc_cell cells[8] = {{sh, GB_CUBLAS, 0, 0},         {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
+        gc_cell cells[9] = {{sh, GB_CUBLAS, 0, 0},         {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
                             {sh, GB_WGMMA_FIXUP, 0, 0},    {sh, GB_WGMMA_STREAMK, 0, 0},
                             {sh, GB_WGMMA_PASS_TMA, 0, 0}, {sh, GB_WGMMA_T192, 0, 0},
-                            {sh, GB_WGMMA_C192, 0, 0},     {sh, GB_CUBLAS, 0, 0}};
-        const char *names[8] = {"cublas_bf16",
+                            {sh, GB_WGMMA_C192, 0, 0},     {sh, GB_CUBLAS, 0, 0},
+                            {sh, GB_WGMMA_PP, 0, 0}};
+        const char *names[9] = {"cublas_bf16",
                                 sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
                                 "forge_wgmma_bf16_fixup",
                                 "forge_wgmma_bf16_streamk",
                                 "forge_wgmma_bf16_pass_tma",
                                 "forge_wgmma_bf16_t192",
                                 "forge_wgmma_bf16_c192",
-                                GC_AA_CONTROL("cublas_bf16")};
-        /* TN: every split-K reduction and tile; square NT: cuBLAS against itself (the A/A control) */
-        int run[8], n_run = 0;
+                                GC_AA_CONTROL("cublas_bf16"),
+                                "forge_wgmma_bf16_pp"};
+        /* TN: every split-K reduction and tile; square NT: cuBLAS against itself (the A/A control); NT without a
+         * bias where C takes the TMA store: the ping-pong kernel */
+        int run[9], n_run = 0;
         run[n_run++] = 0, run[n_run++] = 1;
         if (sp->layout == GB_TN)
             for (int v = 2; v < 7; v++) run[n_run++] = v;
         if (sp->layout == GB_NT && strcmp(sp->what, "square") == 0) run[n_run++] = 7;
+        if (sp->layout == GB_NT && !sp->bias && !sp->odd && sp->N % 4 == 0) run[n_run++] = 8;
         for (int i = 0; i < n_run && s == FORGE_OK; i++)
             s = gc_session_run_cell(ss, &cells[run[i]], gb_run, names[run[i]], group, run[i] == 0, FORGE_PREC_BF16,
                                     flops, bytes);
