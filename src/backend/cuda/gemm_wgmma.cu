@@ -64,6 +64,7 @@
 
 extern "C" {
 #include "gemm.h"
+#include "gemm_fp8.h" /* forge_gemm_bf16_nt_pp: the bf16 ping-pong kernel shares the fp8 / tf32 body */
 }
 
 #define GEMM_BM 128            /* block tile rows: 2 consumer warpgroups x 64 */
@@ -1507,12 +1508,26 @@ extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B
     }
 }
 
+/* FORGE_BF16_SCHED, read once: "coop" keeps plain NT products on the cooperative kernel, "pp" (or unset) lets them
+ * take the ping-pong one (forge_gemm_bf16_nt_wgmma). Racing first readers store the same value. */
+static int gemm_bf16_nt_coop_forced(void) {
+    static int cached = -1;
+    return gemm_env_is("FORGE_BF16_SCHED", "coop", &cached);
+}
+
 extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
                                                  int M, int N, int K, void *stream) {
     const char *why = gemm_wgmma_refusal(A_bf16, B_bf16, C, M, N, K);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma (M=%d N=%d K=%d): %s; forge_gemm_bf16_nt falls back "
                            "to the SIMT kernel for such arguments", M, N, K, why);
+    /* A plain product whose C takes the TMA store runs on the ping-pong kernel (128 x 128 per warpgroup, one's
+     * epilogue under the other's MMAs): measured on the H200 (results/2026-12-01_order_s7, interleaved, paired
+     * ratios vs cuBLAS) 1.14-1.29x at the GPT-2 K = 768 shapes where the cooperative kernel is 0.96-1.07x, 1.18-1.21x
+     * at 65536 x 1408 x 512 (0.97-0.99x), 1.035-1.04x at 4096^3 (1.01-1.02x) and 1.06x at 8192^3 (1.02-1.03x). Its
+     * epilogue has no bias yet, so a bias keeps the cooperative kernel. */
+    if (bias == nullptr && N % 4 == 0 && (uintptr_t)C % 16 == 0 && !gemm_bf16_nt_coop_forced())
+        return forge_gemm_bf16_nt_pp(A_bf16, B_bf16, C, M, N, K, stream);
     forge_gemm_epilogue e;
     memset(&e, 0, sizeof e);
     e.bias = bias;

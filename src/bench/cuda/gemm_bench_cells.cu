@@ -69,7 +69,8 @@ typedef enum {
     GB_WGMMA_PASS_TMA,
     GB_WGMMA_T192,
     GB_WGMMA_C192,
-    GB_WGMMA_PP /* NT: the ping-pong kernel (forge_gemm_bf16_nt_pp), no bias */
+    GB_WGMMA_COOP /* NT: the cooperative kernel (forge_gemm_bf16_nt_epi, TMA store), which GB_WGMMA runs only with a
+                   * bias since plain products take the ping-pong kernel */
 } gb_kind; /* gc_cell.kind */
 
 /* ---- cell run -------------------------------------------------------------- */
@@ -97,7 +98,12 @@ static forge_status gb_run(void *ctx, int set) {
     switch (c->kind) {
     case GB_WGMMA: return forge_gemm_bf16_nt_wgmma(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
     case GB_AUTO: return forge_gemm_bf16_nt(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
-    case GB_WGMMA_PP: return forge_gemm_bf16_nt_pp(A, B, sh->C, sh->M, sh->N, sh->K, sh->stream);
+    case GB_WGMMA_COOP: {
+        forge_gemm_epilogue e;
+        memset(&e, 0, sizeof e);
+        e.store_tma = 1;
+        return forge_gemm_bf16_nt_epi(A, B, sh->C, sh->M, sh->N, sh->K, &e, sh->stream);
+    }
     }
     return forge_error(FORGE_ERR_ARG, "gemm bench: unknown cell kind %d", (int)c->kind);
 }
@@ -168,7 +174,7 @@ static forge_status gb_plain_groups(gc_session *ss) {
                             {sh, GB_WGMMA_FIXUP, 0, 0},    {sh, GB_WGMMA_STREAMK, 0, 0},
                             {sh, GB_WGMMA_PASS_TMA, 0, 0}, {sh, GB_WGMMA_T192, 0, 0},
                             {sh, GB_WGMMA_C192, 0, 0},     {sh, GB_CUBLAS, 0, 0},
-                            {sh, GB_WGMMA_PP, 0, 0}};
+                            {sh, GB_WGMMA_COOP, 0, 0}};
         const char *names[9] = {"cublas_bf16",
                                 sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
                                 "forge_wgmma_bf16_fixup",
@@ -177,9 +183,9 @@ static forge_status gb_plain_groups(gc_session *ss) {
                                 "forge_wgmma_bf16_t192",
                                 "forge_wgmma_bf16_c192",
                                 GC_AA_CONTROL("cublas_bf16"),
-                                "forge_wgmma_bf16_pp"};
+                                "forge_wgmma_bf16_coop"};
         /* TN: every split-K reduction and tile; square NT: cuBLAS against itself (the A/A control); NT without a
-         * bias where C takes the TMA store: the ping-pong kernel */
+         * bias where C takes the TMA store: the cooperative kernel, which the default cell then no longer runs */
         int run[9], n_run = 0;
         run[n_run++] = 0, run[n_run++] = 1;
         if (sp->layout == GB_TN)
