@@ -50,6 +50,11 @@
  *   one's epilogue runs under the other's MMAs; the default for K <= 1024
  *   (1.05x cuBLAS tf32 at 65536 x 1408 x 512, where the cooperative kernel is
  *   at 0.87x).
+ * - bf16 ping-pong (gemm_wgmma_bf16_pp_kernel, AT = WG_BF16; session 7): the
+ *   same schedule on bf16 operands, forge_gemm_bf16_nt_wgmma's kernel for
+ *   plain products (1.07x cuBLAS at 4096^3 and 8192^3, 1.18-1.30x at the GPT-2
+ *   K = 768 shapes, interleaved timing; the cooperative bf16 kernel of
+ *   gemm_wgmma.cu: 1.04x / 0.96-1.10x).
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out or bf16 out
  *   (round to nearest even). TMA_C = 1 (rung 4e; the default where C allows
  *   it: fp32 N % 4 == 0, bf16 N % 8 == 0, C 16-byte aligned): the tile is
