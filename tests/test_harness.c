@@ -138,6 +138,20 @@ static int csv_col(const char *header, const char *name) {
     return -1;
 }
 
+/* Opens dir/name and reads its header line into header; NULL (after a failed check) if either fails. */
+static FILE *open_csv(const char *dir, const char *name, char *header, size_t header_size) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    CHECK_MSG(f != NULL, "cannot open %s", path);
+    if (f && fgets(header, (int)header_size, f) == NULL) {
+        CHECK_MSG(0, "%s has no header line", path);
+        fclose(f);
+        f = NULL;
+    }
+    return f;
+}
+
 /* ---- a drifting device: every timed run is slower than the last by `drift` (a GPU heating up), and costs what
  * the cell that ran last costs ---- */
 
@@ -211,12 +225,9 @@ static void drift_pair(forge_timing_order order, double *ratio, double *paired, 
     CHECK(bad == 0);
     CHECK_MSG(a.runs == 1 + 2 + 30 && b.runs == 1 + 2 + 30, "runs %d / %d, expected 33", a.runs, b.runs);
     CHECK_OK(forge_harness_close(h));
-    char path[1200], header[4096], line[4096];
-    snprintf(path, sizeof path, "%s/drift.csv", dir);
-    FILE *f = fopen(path, "r");
-    CHECK_MSG(f != NULL, "cannot open %s", path);
+    char header[4096], line[4096];
+    FILE *f = open_csv(dir, "drift.csv", header, sizeof header);
     if (!f) return;
-    CHECK(fgets(header, sizeof header, f) != NULL);
     const int ccell = csv_col(header, "cell"), crat = csv_col(header, "ratio_vs_best_baseline"),
               ctim = csv_col(header, "timing"), cpr = csv_col(header, "paired_ratio"),
               clo = csv_col(header, "paired_ci_lo"), chi = csv_col(header, "paired_ci_hi");
@@ -381,11 +392,8 @@ void suite_harness(void) {
 
         /* read back the results CSV and check each verdict */
         char path[1200], line[4096], header[4096];
-        snprintf(path, sizeof path, "%s/unit.csv", dir);
-        FILE *f = fopen(path, "r");
-        CHECK_MSG(f != NULL, "cannot open %s", path);
+        FILE *f = open_csv(dir, "unit.csv", header, sizeof header);
         if (!f) return;
-        CHECK(fgets(header, sizeof header, f) != NULL);
         int ccell = csv_col(header, "cell"), cverd = csv_col(header, "verdict"), cacc = csv_col(header, "accel_verdict");
         int cratio = csv_col(header, "ratio_vs_best_baseline"), cstat = csv_col(header, "status");
         CHECK(ccell == 1 && cverd >= 0 && cacc >= 0 && cratio >= 0 && cstat >= 0);

@@ -326,6 +326,16 @@ forge_status forge_harness_open(forge_harness **out, const forge_harness_config 
 
 /* ---- one cell ---------------------------------------------------------------- */
 
+/* Doubles *arr's capacity *cap (first: first elements); 0 when out of memory (*arr and *cap unchanged). */
+static int grow_array(void **arr, int *cap, int first, size_t elem) {
+    const int n = *cap ? 2 * *cap : first;
+    void *p = realloc(*arr, (size_t)n * elem);
+    if (!p) return 0;
+    *arr = p;
+    *cap = n;
+    return 1;
+}
+
 static harness_cell *find_cell(forge_harness *h, const char *name, const char *group) {
     for (int i = 0; i < h->n_cells; i++)
         if (strcmp(h->cells[i].name, name) == 0 && strcmp(h->cells[i].group, group) == 0) return &h->cells[i];
@@ -427,13 +437,8 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
     if (find_cell(h, cell->name, cell->group))
         return forge_error(FORGE_ERR_ARG, "harness: cell %s appears twice in group \"%s\"", cell->name,
                            cell->group);
-    if (h->n_cells == h->cap_cells) {
-        int cap = h->cap_cells ? 2 * h->cap_cells : 32;
-        harness_cell *c = realloc(h->cells, (size_t)cap * sizeof *c);
-        if (!c) return forge_error(FORGE_ERR_OOM, "harness: out of memory for cell %s", cell->name);
-        h->cells = c;
-        h->cap_cells = cap;
-    }
+    if (h->n_cells == h->cap_cells && !grow_array((void **)&h->cells, &h->cap_cells, 32, sizeof *h->cells))
+        return forge_error(FORGE_ERR_OOM, "harness: out of memory for cell %s", cell->name);
     harness_cell *hc = &h->cells[h->n_cells];
     memset(hc, 0, sizeof *hc);
     hc->name = dup_str(cell->name);
@@ -485,13 +490,9 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
 
     /* 2. INTERLEAVED: queue it for forge_harness_flush */
     if (h->order == FORGE_ORDER_INTERLEAVED) {
-        if (h->n_pending == h->cap_pending) {
-            int cap = h->cap_pending ? 2 * h->cap_pending : 16;
-            pending_cell *q = realloc(h->pending, (size_t)cap * sizeof *q);
-            if (!q) return forge_error(FORGE_ERR_OOM, "harness: out of memory queueing cell %s", cell->name);
-            h->pending = q;
-            h->cap_pending = cap;
-        }
+        if (h->n_pending == h->cap_pending &&
+            !grow_array((void **)&h->pending, &h->cap_pending, 16, sizeof *h->pending))
+            return forge_error(FORGE_ERR_OOM, "harness: out of memory queueing cell %s", cell->name);
         h->pending[h->n_pending++] = (pending_cell){(int)(hc - h->cells), cell->ctx, cell->run, n_sets};
         if (result) {
             *result = *r;
