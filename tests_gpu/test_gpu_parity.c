@@ -982,7 +982,7 @@ static uint8_t fp8_encode(double v, int e5m2) { /* v = m/8, |m| <= 8 */
 }
 
 /* case_gemm_fp8's modes: the 2-CTA cluster ones (fp8_mode_cluster) run last */
-enum { N_MODES = 35 };
+enum { N_MODES = 36 };
 static int fp8_mode_cluster(int mode) { return (mode >= 12 && mode <= 14) || mode == 28 || mode == 29 || mode == 32; }
 
 static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
@@ -1007,7 +1007,8 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
      * modes 0, 1 with the rotated serial promotion at BN 144 (K/128 = 1: no loop iteration); 32: mode 0 with it on
      * 2-CTA clusters; 33: mode 25 with FORGE_GEMM_STORE_TMA (16-column unswizzled staging boxes, 9 per 144-wide
      * tile; refused where C does not allow the TMA store: falls back to direct); 34: bf16 A and B on the ping-pong
-     * kernel (forge_gemm_bf16_nt_pp; the same exact values, tolerance as tf32; refused where N % 4 != 0). */
+     * kernel (forge_gemm_bf16_nt_pp; the same exact values, tolerance as tf32; refused where N % 4 != 0); 35: mode
+     * 34 with a bias (N exact values m/8, added in the epilogue; columns past N must not read it). */
     static const char *const names[N_MODES] = {
         "gemm_fp8[e4m3]",           "gemm_fp8[e5m2xe4m3]",         "gemm_fp8[e4m3,bf16out]",
         "gemm_fp8[e4m3,fastacc]",   "gemm_tf32",                   "gemm_fp8[e4m3,pipe]",
@@ -1020,15 +1021,15 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         "gemm_fp8[e5m2xe4m3,chunk64ra]", "gemm_fp8[e4m3,pipe144]", "gemm_fp8[e5m2xe4m3,pipe144]",
         "gemm_fp8[e4m3,bf16out,pipe144]", "gemm_fp8[e4m3,pipe144c2]", "gemm_fp8[e5m2xe4m3,pipe144c2]",
         "gemm_fp8[e4m3,serial144]", "gemm_fp8[e5m2xe4m3,serial144]", "gemm_fp8[e4m3,serial144c2]",
-        "gemm_fp8[e4m3,pipe144,tma]", "gemm_bf16[pp]"};
+        "gemm_fp8[e4m3,pipe144,tma]", "gemm_bf16[pp]", "gemm_bf16[pp,bias]"};
     static const double tols[N_MODES] = {1e-3, 1e-3, 1e-2, 1e-2, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3,
                                          1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-2, 1e-5, 1e-3, 1e-3, 1e-5,
-                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-5};
+                                         1e-5, 1e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-5, 1e-5};
     const int a_e5m2 =
         mode == 1 || mode == 6 || mode == 8 || mode == 11 || mode == 13 || mode == 24 || mode == 26 || mode == 29 || mode == 31;
     const int out_bf16 = mode == 2 || mode == 9 || mode == 16 || mode == 27;
     const int tf32 = mode == 4 || mode == 17 || mode == 20 || mode == 21 || mode == 22;
-    const int bf16in = mode == 34;
+    const int bf16in = mode == 34 || mode == 35, with_bias = mode == 35;
     const forge_gemm_store store = mode >= 15 && mode <= 18 ? FORGE_GEMM_STORE_DIRECT
                                    : mode == 33             ? FORGE_GEMM_STORE_TMA
                                                             : FORGE_GEMM_STORE_AUTO;
@@ -1052,9 +1053,12 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     uint8_t *a8 = malloc(an), *b8 = malloc(bn);
     float *a32 = malloc(an * 4), *b32 = malloc(bn * 4), *c = malloc(cn * 4);
     uint16_t *a16 = malloc(an * 2), *b16 = malloc(bn * 2); /* bf16: the top half of the fp32 bits (exact here) */
+    float *bias = malloc((size_t)N * 4);
+    void *dBias = NULL;
     uint16_t *c16 = (uint16_t *)c;
     void *dA = NULL, *dB = NULL, *dC = NULL;
-    int ok = a && b && a8 && b8 && a32 && b32 && c && a16 && b16;
+    int ok = a && b && a8 && b8 && a32 && b32 && c && a16 && b16 && bias;
+    for (int n = 0; ok && n < N; n++) bias[n] = (float)(((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0);
     for (size_t i = 0; ok && i < an; i++) {
         a[i] = ((int)(forge_rng_u32(&P->rng) % 17) - 8) / 8.0;
         a8[i] = fp8_encode(a[i], a_e5m2);
@@ -1081,6 +1085,9 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     if (ok) ok = cudaMemcpy(dA, ha, an * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
                  cudaMemcpy(dB, hb, bn * ea, cudaMemcpyHostToDevice) == cudaSuccess &&
                  cudaMemset(dC, 0xFF, c_off + cn * 4 + 16) == cudaSuccess;
+    if (ok && with_bias)
+        ok = cudaMalloc(&dBias, (size_t)N * 4) == cudaSuccess &&
+             cudaMemcpy(dBias, bias, (size_t)N * 4, cudaMemcpyHostToDevice) == cudaSuccess;
     if (!ok) {
         report(P, 0, names[mode], shape, INFINITY, tols[mode], "(host or device allocation failed)");
         goto done;
@@ -1089,7 +1096,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
     forge_status s;
     void *dCv = (char *)dC + c_off;
     if (bf16in)
-        s = forge_gemm_bf16_nt_pp(dA, dB, (float *)dCv, M, N, K, NULL);
+        s = forge_gemm_bf16_nt_pp(dA, dB, (float *)dCv, with_bias ? (const float *)dBias : NULL, M, N, K, NULL);
     else if (tf32)
         s = forge_gemm_tf32_nt_sched(dA, dB, (float *)dCv, M, N, K, store,
                                      mode == 21   ? FORGE_GEMM_SCHED_PINGPONG
@@ -1100,7 +1107,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
         s = forge_gemm_fp8_nt_store(dA, a_e5m2 ? FORGE_FP8_E5M2 : FORGE_FP8_E4M3, dB, FORGE_FP8_E4M3, dCv,
                                     out_bf16 ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, sa, sb, M, N, K, accum, store,
                                     NULL);
-    if ((mode == 21 || mode == 34) && N % 4 != 0) { /* ping-pong stores through TMA only: a refusal, not a fallback */
+    if ((mode == 21 || bf16in) && N % 4 != 0) { /* ping-pong stores through TMA only: a refusal, not a fallback */
         report(P, s == FORGE_ERR_UNSUPPORTED, names[mode], shape, s == FORGE_ERR_UNSUPPORTED ? 0.0 : INFINITY,
                tols[mode], "(expects FORGE_ERR_UNSUPPORTED: N % 4 != 0)");
         goto done;
@@ -1134,6 +1141,7 @@ static void case_gemm_fp8(parity *P, int M, int N, int K, int mode) {
             double r = 0.0;
             for (int k = 0; k < K; k++) r += a[(size_t)m * K + k] * b[(size_t)n * K + k];
             r *= scale;
+            if (with_bias) r += bias[n];
             double v;
             if (out_bf16) {
                 uint32_t u = (uint32_t)c16[(size_t)m * N + n] << 16;
@@ -1152,7 +1160,8 @@ done:
     cudaFree(dA);
     cudaFree(dB);
     cudaFree(dC);
-    free(a), free(b), free(a8), free(b8), free(a32), free(b32), free(c), free(a16), free(b16);
+    cudaFree(dBias);
+    free(a), free(b), free(a8), free(b8), free(a32), free(b32), free(c), free(a16), free(b16), free(bias);
 }
 
 /* Arguments the fp8 / tf32 paths must refuse with FORGE_ERR_UNSUPPORTED (checked before any device work). */
@@ -1368,6 +1377,7 @@ static void run_gemm_fp8_cases(parity *P) {
     /* the same for the bf16 ping-pong kernel (64 bf16 per stage: K = 200 is 4 K-tiles, the last 8 wide; 264 is 5) */
     case_gemm_fp8(P, 4096, 1024, 200, 34);
     if (!P->quick) case_gemm_fp8(P, 4100, 1040, 264, 34);
+    if (!P->quick) case_gemm_fp8(P, 4100, 1036, 264, 35); /* + bias; 1036 = 8 x 128 + 12: a partial column tile */
     /* the 144-wide pipelined promotion over many tiles per CTA: 17 x 11 = 187 tiles of 128 x 144 on 132 SMs, 9
      * K-tiles (odd: the tail stage; K % 128 = 16) against 6 stages, so the ring's slots and parities carry across
      * tiles; the last column tile is 60 wide */

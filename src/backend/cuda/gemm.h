@@ -17,10 +17,10 @@
  *   ring, persistent grid. Needs K % 8 == 0 (TMA's 16-byte row stride), A and
  *   B 16-byte aligned, C 8-byte aligned, a compute-capability 9.x device.
  *   Any M, N, K >= 1 otherwise (tails are zero-filled by TMA and bounds-checked
- *   in the epilogue). A plain product (no bias) whose C allows the TMA store
- *   (N % 4 == 0, C 16-byte aligned) runs on the ping-pong kernel
- *   (forge_gemm_bf16_nt_pp, gemm_fp8.h), the rest on the cooperative one;
- *   FORGE_BF16_SCHED=coop keeps every product on the cooperative kernel.
+ *   in the epilogue). forge_gemm_bf16_nt_wgmma runs a product (+ bias) whose
+ *   C allows the TMA store (N % 4 == 0, C 16-byte aligned) on the ping-pong
+ *   kernel (forge_gemm_bf16_nt_pp, gemm_fp8.h), the rest on the cooperative
+ *   one; FORGE_BF16_SCHED=coop keeps every product on the cooperative kernel.
  * - simt: a plain tiled fp32-FFMA kernel with scalar, bounds-checked loads;
  *   any shape and alignment. The explicit fallback for what wgmma refuses.
  * forge_gemm_bf16_nt picks wgmma when its conditions hold, else simt;

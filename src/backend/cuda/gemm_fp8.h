@@ -155,12 +155,14 @@ typedef enum { FORGE_GEMM_SCHED_AUTO = 0, FORGE_GEMM_SCHED_COOP = 1, FORGE_GEMM_
 forge_status forge_gemm_tf32_nt_sched(const float *A, const float *B, float *C, int M, int N, int K,
                                       forge_gemm_store store, forge_gemm_sched sched, void *stream);
 
-/* bf16 C (M,N) fp32 = A (M,K) . B (N,K)^T (A, B bf16, K-major) on the ping-pong schedule: 128 x 128 tiles, one per
- * consumer warpgroup, taking turns (the tf32 ping-pong kernel's body), C through the TMA store. What
- * forge_gemm_bf16_nt_wgmma (gemm.h) runs for a plain product whose C allows the TMA store (FORGE_BF16_SCHED=coop
- * keeps the cooperative kernel); the cooperative kernels keep the fused epilogues (bias, GELU, residual, bf16 out).
- * FORGE_ERR_UNSUPPORTED unless K % 8 == 0, A and B 16-byte aligned, N % 4 == 0 and C 16-byte aligned. */
-forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, int M, int N, int K, void *stream);
+/* bf16 C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)] (A, B bf16, K-major) on the ping-pong schedule: 128 x 128
+ * tiles, one per consumer warpgroup, taking turns (the tf32 ping-pong kernel's body), C through the TMA store. What
+ * forge_gemm_bf16_nt_wgmma (gemm.h) runs wherever C allows the TMA store (FORGE_BF16_SCHED=coop keeps the
+ * cooperative kernel); the cooperative kernels keep the other fused epilogues (GELU, pre-activation, residual, bf16
+ * out). bias NULL: none. FORGE_ERR_UNSUPPORTED unless K % 8 == 0, A and B 16-byte aligned, N % 4 == 0 and C 16-byte
+ * aligned. */
+forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
+                                   void *stream);
 
 /* The block-tile width (128, 144, 192 or 256) forge_gemm_fp8_nt picks for these arguments on the current device
  * (FORGE_FP8_PROMOTE_VARIANT applied), for benchmark labels; 0 with the error set if the device query fails. */

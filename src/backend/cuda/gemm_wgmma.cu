@@ -1524,10 +1524,10 @@ extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void 
     /* A plain product whose C takes the TMA store runs on the ping-pong kernel (128 x 128 per warpgroup, one's
      * epilogue under the other's MMAs): measured on the H200 (results/2026-12-01_order_s7, interleaved, paired
      * ratios vs cuBLAS) 1.14-1.29x at the GPT-2 K = 768 shapes where the cooperative kernel is 0.96-1.07x, 1.18-1.21x
-     * at 65536 x 1408 x 512 (0.97-0.99x), 1.035-1.04x at 4096^3 (1.01-1.02x) and 1.06x at 8192^3 (1.02-1.03x). Its
-     * epilogue has no bias yet, so a bias keeps the cooperative kernel. */
-    if (bias == nullptr && N % 4 == 0 && (uintptr_t)C % 16 == 0 && !gemm_bf16_nt_coop_forced())
-        return forge_gemm_bf16_nt_pp(A_bf16, B_bf16, C, M, N, K, stream);
+     * at 65536 x 1408 x 512 (0.97-0.99x), 1.035-1.04x at 4096^3 (1.01-1.02x) and 1.06x at 8192^3 (1.02-1.03x). A
+     * bias is added in its epilogue too. */
+    if (N % 4 == 0 && (uintptr_t)C % 16 == 0 && !gemm_bf16_nt_coop_forced())
+        return forge_gemm_bf16_nt_pp(A_bf16, B_bf16, C, bias, M, N, K, stream);
     forge_gemm_epilogue e;
     memset(&e, 0, sizeof e);
     e.bias = bias;

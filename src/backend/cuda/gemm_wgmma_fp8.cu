@@ -50,11 +50,12 @@
  *   one's epilogue runs under the other's MMAs; the default for K <= 1024
  *   (1.05x cuBLAS tf32 at 65536 x 1408 x 512, where the cooperative kernel is
  *   at 0.87x).
- * - bf16 ping-pong (gemm_wgmma_bf16_pp_kernel, AT = WG_BF16; session 7): the
- *   same schedule on bf16 operands, forge_gemm_bf16_nt_wgmma's kernel for
- *   plain products (1.07x cuBLAS at 4096^3 and 8192^3, 1.18-1.30x at the GPT-2
- *   K = 768 shapes, interleaved timing; the cooperative bf16 kernel of
- *   gemm_wgmma.cu: 1.04x / 0.96-1.10x).
+ * - bf16 ping-pong (gemm_wgmma_bf16_pp_kernel<BIAS>, AT = WG_BF16; session
+ *   7): the same schedule on bf16 operands, forge_gemm_bf16_nt_wgmma's kernel
+ *   wherever C takes the TMA store, + bias in the epilogue (1.07x cuBLAS at
+ *   4096^3 and 8192^3, 1.18-1.30x at the GPT-2 K = 768 shapes, interleaved
+ *   timing; the cooperative bf16 kernel of gemm_wgmma.cu: 1.04x /
+ *   0.96-1.10x).
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out or bf16 out
  *   (round to nearest even). TMA_C = 1 (rung 4e; the default where C allows
  *   it: fp32 N % 4 == 0, bf16 N % 8 == 0, C 16-byte aligned): the tile is
@@ -715,10 +716,13 @@ __device__ __forceinline__ void fp8_ra_stage(float (&d)[96], float (&p0)[32], fl
  * columns, unswizzled (row pitch 64 bytes fp32, 32 bf16; tm_c encoded with that box and no swizzle), 4 KiB per
  * buffer. A warp's float2 writes of one column group cover 8 rows x 32 bytes: rows r and r + 2 share banks, so 4
  * wavefronts instead of 2 (4 KiB per box; the global stores are what the TMA store takes off the consumers). */
-template <int BN, int OUT_BF16, int PLAIN = 0>
+/* BIAS = 1: bias[col] (fp32, N values) is added after the scale; read through the read-only cache per column pair,
+ * zero past N (the ping-pong kernel's epilogue runs under the other warpgroup's MMAs, so these loads are hidden). */
+template <int BN, int OUT_BF16, int PLAIN = 0, int BIAS = 0>
 __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], float scale, const CUtensorMap *tm_c,
                                                    uint32_t sout, int c, int tid, int tile_row, int tile_col, int M,
-                                                   int N) {
+                                                   int N, const float *__restrict__ bias = nullptr) {
+    static_assert(!BIAS || !PLAIN, "bias: the swizzled boxes only");
     constexpr int ES = OUT_BF16 ? 2 : 4;
     /* fragment column groups (8 columns each) per box */
     constexpr int CH = PLAIN ? FP8_OUT_PLAIN_COLS / 8 : OUT_BF16 ? 8 : 4;
@@ -745,12 +749,19 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
 #pragma unroll
         for (int ii = 0; ii < CH; ii++) {
             const int i = b * CH + ii;
+            float b0 = 0.0f, b1 = 0.0f; /* this thread's two columns of column group i */
+            if constexpr (BIAS) {
+                const int col = tile_col + 8 * i + 2 * (lane % 4);
+                if (col < N) b0 = __ldg(bias + col);
+                if (col + 1 < N) b1 = __ldg(bias + col + 1);
+            }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint32_t a =
                     PLAIN ? box + srow + 8u * PITCH * (uint32_t)h + (uint32_t)(8 * ii * ES)
                           : box + srow + 1024u * (uint32_t)h + ((sx ^ (uint32_t)(OUT_BF16 ? ii : 2 * ii)) << 4);
-                const float v0 = d[4 * i + 2 * h] * scale, v1 = d[4 * i + 2 * h + 1] * scale;
+                float v0 = d[4 * i + 2 * h] * scale, v1 = d[4 * i + 2 * h + 1] * scale;
+                if constexpr (BIAS) v0 += b0, v1 += b1;
                 if constexpr (OUT_BF16) {
                     const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1); /* v0 at the lower address */
                     const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
@@ -829,10 +840,12 @@ __device__ __forceinline__ void fp8_store_tile(const float (&d)[BN / 2], float s
  * (128 fp8 or 32 tf32 elements, BKE), so only the element count per stage and the MMA differ. TMA_C: the
  * epilogue stages C in shared memory and stores it with TMA through tm_c (fp8_store_tile_tma; CL = 1 only);
  * otherwise it stores from the registers (tm_c unused, may be null). */
-template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0>
+/* BIAS (ping-pong only): C = scale * A.B^T + bias (N fp32 values) */
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0, int BIAS = 0>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2,
-                                              const CUtensorMap *tm_c = nullptr) {
+                                              const CUtensorMap *tm_c = nullptr, const float *bias = nullptr) {
+    static_assert(!BIAS || PP, "bias: the ping-pong epilogue only");
     typedef fp8_cfg<BN, TMA_C> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : AT == WG_BF16 ? FP8_BK / 2 : FP8_BK; /* K elements per stage */
@@ -930,8 +943,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 const int signal = t + unit_step < num_tiles ? FP8_PP_ORDER_BAR + (1 - c) : -1;
                 fp8_pp_tile<AT, STAGES>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
                                         (uint32_t)((s0 / STAGES) & 1), signal);
-                fp8_store_tile_tma<BN, OUT_BF16>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN, M, N);
-                fp8_store_tile_tma<BN, OUT_BF16>(dhi, scale, tm_c, sout, c, tid, tm * FP8_BM + 64, tn * BN, M, N);
+                fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN, M, N,
+                                                          bias);
+                fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dhi, scale, tm_c, sout, c, tid, tm * FP8_BM + 64, tn * BN,
+                                                          M, N, bias);
             }
         } else {
         int stage = 0;
@@ -1235,11 +1250,12 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
 /* bf16 ping-pong: the tf32 ping-pong kernel on bf16 operands (a stage row is still 128 bytes of K: 64 bf16; each
  * 32-byte k-step one wgmma m64n128k16), for the short-K bf16 NT shapes where the cooperative kernel's epilogue
  * leaves the tensor pipe idle (forge_gemm_bf16_nt_pp) */
+template <int BIAS>
 __global__ void __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_bf16_pp_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                              const __grid_constant__ CUtensorMap tm_c, float *__restrict__ C, int M, int N, int K,
-                              int vec2) {
-    wgmma_nt_body<128, WG_BF16, 0, 0, 1, 1, 1>(tm_a, tm_b, C, 1.0f, M, N, K, vec2, &tm_c);
+                              const __grid_constant__ CUtensorMap tm_c, float *__restrict__ C,
+                              const float *__restrict__ bias, int M, int N, int K, int vec2) {
+    wgmma_nt_body<128, WG_BF16, 0, 0, 1, 1, 1, BIAS>(tm_a, tm_b, C, 1.0f, M, N, K, vec2, &tm_c, bias);
 }
 
 /* ---- host ------------------------------------------------------------------ */
@@ -1620,10 +1636,11 @@ static forge_status tf32_launch(const float *A, const float *B, float *C, int M,
 
 /* bf16 ping-pong launch: A (M,K) and B (N,K) bf16, K-major (64 bf16 = 128 bytes of K per box row, the 128-byte
  * swizzle row as for fp8 and tf32); C fp32 through the TMA store */
-static forge_status bf16_pp_launch(const void *A, const void *B, float *C, int M, int N, int K, int vec2, int dev,
-                                   int sm_count, cudaStream_t stream) {
+template <int BIAS>
+static forge_status bf16_pp_launch(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
+                                   int vec2, int dev, int sm_count, cudaStream_t stream) {
     typedef fp8_cfg<128, 1> cfg;
-    static int smem_set[FP8_MAX_DEVICES];
+    static int smem_set[FP8_MAX_DEVICES]; /* per instantiation */
     CUtensorMap tm_a, tm_b, tm_c;
     FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 0));
     FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, A, M, K, (unsigned long long)K * 2, FP8_BM,
@@ -1631,20 +1648,21 @@ static forge_status bf16_pp_launch(const void *A, const void *B, float *C, int M
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, B, N, K, (unsigned long long)K * 2, 128,
                               FP8_BK / 2, "gemm_bf16 pp B (bf16, K-major)"));
     if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_kernel<BIAS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)cfg::SMEM));
         smem_set[dev] = 1;
     }
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
-    gemm_wgmma_bf16_pp_kernel<<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, M, N, K, vec2);
+    gemm_wgmma_bf16_pp_kernel<BIAS><<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, bias, M, N, K,
+                                                                              vec2);
     CUDA_LAUNCH_CHECK("gemm_wgmma_bf16_pp_kernel");
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, int M, int N, int K,
-                                              void *stream) {
+extern "C" forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, const float *bias, int M,
+                                              int N, int K, void *stream) {
     const char *why = nullptr;
     if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
     else if (K % 8 != 0) why = "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
@@ -1655,7 +1673,9 @@ extern "C" forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, floa
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 nt pp (M=%d N=%d K=%d): %s", M, N, K, why);
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
-    return bf16_pp_launch(A, B, C, M, N, K, N % 2 == 0 && (uintptr_t)C % 8 == 0, dev, sms, (cudaStream_t)stream);
+    const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;
+    if (bias != nullptr) return bf16_pp_launch<1>(A, B, C, bias, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
+    return bf16_pp_launch<0>(A, B, C, nullptr, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
 }
 
 /* the AUTO schedule: ping-pong up to this K (with the TMA store), cooperative above */
