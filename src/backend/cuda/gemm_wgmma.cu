@@ -1521,11 +1521,11 @@ extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void 
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma (M=%d N=%d K=%d): %s; forge_gemm_bf16_nt falls back "
                            "to the SIMT kernel for such arguments", M, N, K, why);
-    /* A plain product whose C takes the TMA store runs on the ping-pong kernel (128 x 128 per warpgroup, one's
-     * epilogue under the other's MMAs): measured on the H200 (results/2026-12-01_order_s7, interleaved, paired
-     * ratios vs cuBLAS) 1.14-1.29x at the GPT-2 K = 768 shapes where the cooperative kernel is 0.96-1.07x, 1.18-1.21x
-     * at 65536 x 1408 x 512 (0.97-0.99x), 1.035-1.04x at 4096^3 (1.01-1.02x) and 1.06x at 8192^3 (1.02-1.03x). A
-     * bias is added in its epilogue too. */
+    /* A product (+ bias) whose C takes the TMA store runs on the ping-pong kernel (128 x 128 per warpgroup, one's
+     * epilogue, bias included, under the other's MMAs): measured on the H200 (results/2026-12-01_order_s7,
+     * interleaved, paired ratios vs cuBLAS) 1.14-1.30x at the GPT-2 K = 768 shapes where the cooperative kernel is
+     * 0.96-1.10x, 1.18-1.29x at 65536 x 1408 x 512 (0.98-1.06x), 1.04-1.07x at 4096^3 (1.01-1.04x) and 1.06-1.07x
+     * at 8192^3 (1.02-1.04x). */
     if (N % 4 == 0 && (uintptr_t)C % 16 == 0 && !gemm_bf16_nt_coop_forced())
         return forge_gemm_bf16_nt_pp(A_bf16, B_bf16, C, bias, M, N, K, stream);
     forge_gemm_epilogue e;
