@@ -294,8 +294,8 @@ def verify_suite(csv_path, samples_path):
                 mine = [ms for _, ms in sorted(samples.get(key, []))]
                 theirs = [ms for _, ms in sorted(samples.get((best_row["cell"], best_row["group"]), []))]
                 if mine and len(mine) == len(theirs):
-                    fa, fb = num(r["flops"]) or 0.0, num(best_row["flops"]) or 0.0
-                    q = [((fa / a) / (fb / b)) if fa > 0 and fb > 0 else b / a for a, b in zip(mine, theirs)]
+                    # speedup() of one round's two samples
+                    q = [speedup(r, {"median": a}, best_row, {"median": b}) for a, b in zip(mine, theirs)]
                     pr = median(q)
                     plo, phi = bootstrap_ci(q, int(r["seed"]))
             checks += [("paired_ratio", num(r["paired_ratio"]), pr), ("paired_ci_lo", num(r["paired_ci_lo"]), plo),

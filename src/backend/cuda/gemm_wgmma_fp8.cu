@@ -1248,8 +1248,9 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
 }
 
 /* bf16 ping-pong: the tf32 ping-pong kernel on bf16 operands (a stage row is still 128 bytes of K: 64 bf16; each
- * 32-byte k-step one wgmma m64n128k16), for the short-K bf16 NT shapes where the cooperative kernel's epilogue
- * leaves the tensor pipe idle (forge_gemm_bf16_nt_pp) */
+ * 32-byte k-step one wgmma m64n128k16); BIAS adds bias[col] in the epilogue. forge_gemm_bf16_nt_pp; what
+ * forge_gemm_bf16_nt_wgmma runs wherever C takes the TMA store (the cooperative kernel idles the tensor pipe in
+ * its epilogues, most at short K) */
 template <int BIAS>
 __global__ void __launch_bounds__(FP8_THREADS, 1)
     gemm_wgmma_bf16_pp_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,

@@ -69,8 +69,8 @@ typedef enum {
     GB_WGMMA_PASS_TMA,
     GB_WGMMA_T192,
     GB_WGMMA_C192,
-    GB_WGMMA_COOP /* NT: the cooperative kernel (forge_gemm_bf16_nt_epi, TMA store), which GB_WGMMA runs only with a
-                   * bias since plain products take the ping-pong kernel */
+    GB_WGMMA_COOP /* NT: the cooperative kernel (forge_gemm_bf16_nt_epi, TMA store, no bias), which GB_WGMMA no longer
+                   * runs where C takes the TMA store (forge_gemm_bf16_nt_wgmma picks the ping-pong kernel there) */
 } gb_kind; /* gc_cell.kind */
 
 /* ---- cell run -------------------------------------------------------------- */
@@ -184,8 +184,8 @@ static forge_status gb_plain_groups(gc_session *ss) {
                                 "forge_wgmma_bf16_c192",
                                 GC_AA_CONTROL("cublas_bf16"),
                                 "forge_wgmma_bf16_coop"};
-        /* TN: every split-K reduction and tile; square NT: cuBLAS against itself (the A/A control); NT without a
-         * bias where C takes the TMA store: the cooperative kernel, which the default cell then no longer runs */
+        /* TN: every split-K reduction and tile; square NT: cuBLAS against itself (the A/A control); plain NT groups
+         * where C takes the TMA store: the cooperative kernel, which the default cell then no longer runs */
         int run[9], n_run = 0;
         run[n_run++] = 0, run[n_run++] = 1;
         if (sp->layout == GB_TN)
