@@ -3,6 +3,7 @@
 #   cuda          build/cuda/forge with the CUDA backend (needs nvcc) + GPU test binary
 #   test-gpu      run the GPU parity suite (needs a GPU)  bench  CPU benchmarks
 #   asan          tests under AddressSanitizer + UBSan     ptxas   CUDA resource report check
+#   lab           build/cuda/forge-lab: the kernel laboratory (lab/), linked against the CUDA library
 #   clean
 #
 # CUBLAS=0 (with cuda / test-gpu / ptxas) builds without cuBLAS: -DFORGE_NO_CUBLAS,
@@ -44,13 +45,14 @@ NVFLAGS  += $(CUBLAS_DEF)
 CORE_SRC := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' -not -name 'backend_nocuda.c' | sort)
 CUDA_SRC := $(shell find src -name '*.cu' 2>/dev/null | sort)
 TEST_SRC := $(shell find tests -name '*.c' | sort)
-BENCH_SRC := $(shell find bench -name '*.c' 2>/dev/null | sort)
+LAB_C_SRC := $(shell find lab -name '*.c' 2>/dev/null | sort)
+LAB_CU_SRC := $(shell find lab -name '*.cu' 2>/dev/null | sort)
 
 CPU_OBJ  := $(CORE_SRC:%.c=$(BUILD)/cpu/%.o) $(BUILD)/cpu/src/backend/backend_nocuda.o
 CUDA_HOST_OBJ := $(CORE_SRC:%.c=$(CUDA_OUT)/%.o)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(CUDA_OUT)/%.o)
 
-.PHONY: all cpu cuda test test-gpu bench asan ptxas clean reproduce FORCE
+.PHONY: all cpu cuda lab test test-gpu bench asan ptxas clean reproduce FORCE
 all: cpu
 cpu: $(BUILD)/forge
 
@@ -97,6 +99,19 @@ $(CUDA_OUT)/forge_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(TEST_SRC:%.c=$(CUDA_OUT)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 # the GPU parity suite: every CUDA op against the CPU reference backend (needs a GPU to run)
 $(CUDA_OUT)/forge_gpu_tests: $(CUDA_HOST_OBJ) $(CUDA_OBJ) $(GPU_TEST_SRC:%.c=$(CUDA_OUT)/%.o)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+
+# The library the lab links against: every object of src/ in the CUDA build.
+$(CUDA_OUT)/libforge.a: $(CUDA_HOST_OBJ) $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The kernel laboratory (lab/README.md): variants, characterization and their tests, built once, against
+# the library above (and the GPU tests' shared helpers, tests_gpu/gpu_test.c, for the lab's variant tests);
+# nothing in src/ includes or links anything of lab/.
+lab: $(CUDA_OUT)/forge-lab
+$(CUDA_OUT)/forge-lab: $(LAB_C_SRC:%.c=$(CUDA_OUT)/%.o) $(LAB_CU_SRC:%.cu=$(CUDA_OUT)/%.o) $(CUDA_OUT)/tests_gpu/gpu_test.o \
+                      $(CUDA_OUT)/libforge.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
 test-gpu: $(CUDA_OUT)/forge_gpu_tests

@@ -29,14 +29,14 @@
 #include "../src/bench/gemm_fp8_bench.h"
 #include "../src/bench/gemm_mma_bench.h"
 #include "../src/bench/harness.h"
-#include "../src/core/status.h"
+#include "../src/base/status.h"
 #include "../src/data/corpus.h"
 #include "../src/data/tokenize.h"
 #include "../src/data/tokenizer.h"
 #include "../src/train/checkpoint.h"
 #include "../src/train/generate.h"
 #include "../src/train/trainer.h"
-#include "../src/util/fs.h"
+#include "../src/base/fs.h"
 
 /* ---- option parsing: --name value or --name=value -------------------------- */
 

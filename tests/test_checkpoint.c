@@ -9,10 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/core/status.h"
+#include "../src/base/status.h"
 #include "../src/model/safetensors.h"
 #include "../src/train/sampler.h"
-#include "../src/util/rng.h"
+#include "../src/base/rng.h"
 
 /* ------------------------------------------------------------ helpers */
 

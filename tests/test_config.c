@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/core/status.h"
+#include "../src/base/status.h"
 #include "../src/model/config.h"
 
 #define CONFIGS_DIR "configs"

@@ -2,8 +2,8 @@
 #include <string.h>
 
 #include "../src/backend/backend.h"
-#include "../src/core/pool.h"
-#include "../src/core/tape.h"
+#include "../src/runtime/pool.h"
+#include "../src/runtime/tape.h"
 #include "../src/ops/ops.h"
 #include "test.h"
 

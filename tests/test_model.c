@@ -7,7 +7,7 @@
 #include "../src/backend/backend.h"
 #include "../src/model/model.h"
 #include "../src/train/optimizer.h"
-#include "../src/util/rng.h"
+#include "../src/base/rng.h"
 #include "test.h"
 
 typedef struct {

@@ -14,7 +14,7 @@
 
 #include "../src/data/tokenizer.h"
 #include "../src/data/tokenizer_internal.h"
-#include "../src/util/rng.h"
+#include "../src/base/rng.h"
 #include "test.h"
 
 static forge_tokenizer *load_gpt2(void) {

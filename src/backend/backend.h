@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 typedef enum {
     FORGE_DEVICE_CPU = 0,

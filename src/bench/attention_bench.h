@@ -12,7 +12,7 @@
 
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 /* device must be "cuda" (anything else, or the CPU-only build, is
  * FORGE_ERR_UNSUPPORTED with a message). reps < 30 is raised to 30 by the

@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 /* Measures one core's peak FMA throughput, then runs the CPU backend's three
  * matmuls at a few GPT-2-sized shapes as harness cells (harness.h: 1-thread

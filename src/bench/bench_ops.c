@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "../backend/backend.h"
-#include "../util/rng.h"
+#include "../base/rng.h"
 #include "bench_check.h"
 #include "bench_session.h"
 #include "harness.h"

@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 /* Each op at (B, T, C, NH, V) as a harness cell (harness.h) on `device`
  * ("cpu" or "cuda"): checked, then timed (30 reps on cpu, 100 on cuda); the

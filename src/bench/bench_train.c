@@ -21,7 +21,7 @@
 #include "../backend/backend.h"
 #include "../model/model.h"
 #include "../train/optimizer.h"
-#include "../util/rng.h"
+#include "../base/rng.h"
 #include "bench.h"
 #include "bench_session.h"
 #include "harness.h"

@@ -12,7 +12,7 @@
 
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 forge_status forge_bench_train(FILE *out, const char *device, const char *configs_dir, int steps);
 

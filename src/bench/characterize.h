@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 /* Runs the suite on CUDA device 0 (device must be "cuda"; the CPU-only build
  * returns FORGE_ERR_UNSUPPORTED). reps <= 0 means the default, 100 (the

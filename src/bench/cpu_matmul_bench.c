@@ -26,8 +26,8 @@
 #include "bench_check.h"
 #include "harness.h"
 #include "../backend/backend.h"
-#include "../util/rng.h"
-#include "../util/clock.h"
+#include "../base/rng.h"
+#include "../base/clock.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 /* Runs the suite on `device` ("cuda" only; the CPU build and --device cpu
  * return FORGE_ERR_UNSUPPORTED with a message). reps < 30 is raised to 30 by

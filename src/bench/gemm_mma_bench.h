@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 /* Runs the suite on CUDA device 0 (the CPU-only build returns
  * FORGE_ERR_UNSUPPORTED with a message). reps < 30 is raised to 30 by the

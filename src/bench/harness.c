@@ -59,7 +59,7 @@
  */
 #include "harness.h"
 
-#include "../util/fs.h"
+#include "../base/fs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -69,7 +69,7 @@
 #include <time.h>
 #include <unistd.h> /* environ (_GNU_SOURCE) */
 
-#include "../util/rng.h"
+#include "../base/rng.h"
 
 /* ---- precision table --------------------------------------------------------- */
 

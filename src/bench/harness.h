@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 /* How the harness orders the timed runs of the cells it is given.
  * SEQUENTIAL: each cell is checked, warmed up and timed before the next cell starts (its reps back to back).

@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 #define FORGE_FORTUNES_DIR "/usr/share/games/fortunes"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../util/rng.h"
+#include "../base/rng.h"
 #include "shards.h"
 
 struct forge_loader {

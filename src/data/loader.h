@@ -34,7 +34,7 @@
 
 #include <stdint.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 typedef struct forge_loader forge_loader;
 

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 #define FORGE_SHARD_MAGIC 20240520
 #define FORGE_SHARD_HEADER_INTS 256

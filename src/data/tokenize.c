@@ -13,10 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../util/fs.h"
-#include "../util/rng.h"
+#include "../base/fs.h"
+#include "../base/rng.h"
 #include "shards.h"
-#include "../util/clock.h"
+#include "../base/clock.h"
 
 static const char EOT_TEXT[] = "<|endoftext|>";
 #define EOT_LEN (sizeof EOT_TEXT - 1)

@@ -40,7 +40,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 #include "tokenizer.h"
 
 #define FORGE_TOKENIZE_SHARD_TOKENS 100000000ULL

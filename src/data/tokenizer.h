@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 typedef struct forge_tokenizer forge_tokenizer;
 

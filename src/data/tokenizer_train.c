@@ -37,7 +37,7 @@
 #endif
 
 #include "tokenizer_internal.h"
-#include "../util/clock.h"
+#include "../base/clock.h"
 
 /* ---- 1. counting ---- */
 

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 typedef enum { FORGE_FAMILY_GPT2 = 0, FORGE_FAMILY_LLAMA, FORGE_FAMILY_COUNT } forge_family;
 typedef enum { FORGE_NORM_LAYERNORM = 0, FORGE_NORM_RMSNORM, FORGE_NORM_COUNT } forge_norm;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "../ops/ops.h"
-#include "../util/rng.h"
+#include "../base/rng.h"
 
 /* Parameter registration happens in two passes over the same code: the first
  * counts and names, the second (with blocks allocated) creates the views. */

@@ -19,8 +19,8 @@
 #ifndef FORGE_MODEL_H
 #define FORGE_MODEL_H
 
-#include "../core/pool.h"
-#include "../core/tape.h"
+#include "../runtime/pool.h"
+#include "../runtime/tape.h"
 #include "config.h"
 
 typedef enum {

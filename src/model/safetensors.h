@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 #define FORGE_ST_MAX_DIMS 4
 

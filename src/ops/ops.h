@@ -12,7 +12,7 @@
 #ifndef FORGE_OPS_H
 #define FORGE_OPS_H
 
-#include "../core/tape.h"
+#include "../runtime/tape.h"
 
 /* out (B,T,C) = table[ids]; ids (B,T) int32 */
 forge_status forge_op_embedding(forge_tape *tape, forge_tensor **out, const forge_tensor *ids,

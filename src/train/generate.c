@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../util/rng.h"
+#include "../base/rng.h"
 #include "sampler.h"
 
 static void write_token(const forge_tokenizer *tok, int32_t id, FILE *out) {

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "../util/rng.h"
+#include "../base/rng.h"
 
 /* Token ids are carried through scratch as floats, exact up to 2^24. */
 #define FORGE_SAMPLE_MAX_VOCAB (1 << 24)

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/tape.h"
+#include "../runtime/tape.h"
 #include "../data/loader.h"
 #include "../data/shards.h"
 #include "../data/tokenizer.h"
@@ -18,8 +18,8 @@
 #include "checkpoint.h"
 #include "optimizer.h"
 #include "schedule.h"
-#include "../util/clock.h"
-#include "../util/fs.h"
+#include "../base/clock.h"
+#include "../base/fs.h"
 
 static volatile sig_atomic_t stop_requested;
 

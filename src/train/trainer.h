@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../core/status.h"
+#include "../base/status.h"
 
 typedef struct {
     const char *config;     /* name in configs/ or a path */

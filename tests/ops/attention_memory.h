@@ -12,10 +12,10 @@
 
 #include <stdlib.h>
 
-#include "../../src/core/pool.h"
-#include "../../src/core/tape.h"
+#include "../../src/runtime/pool.h"
+#include "../../src/runtime/tape.h"
 #include "../../src/ops/ops.h"
-#include "../../src/util/rng.h"
+#include "../../src/base/rng.h"
 
 /* flash = 1: forge_op_flash_attention, else the materialised forge_op_attention.
  * *peak = peak bytes in use beyond the inputs. */

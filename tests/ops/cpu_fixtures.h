@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/util/rng.h"
+#include "../../src/base/rng.h"
 
 /* zeroed host array of n floats (never NULL for n = 0) */
 static inline float *fx_floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); }

@@ -4,7 +4,7 @@
  * forge_cuda_backend_create.
  *
  * The decisions a reader would otherwise get wrong:
- * - mem_alloc is a plain cudaMalloc: the caching allocator (core/pool.c)
+ * - mem_alloc is a plain cudaMalloc: the caching allocator (runtime/pool.c)
  *   sits on top, so after the first micro-batch no op allocates. cudaFree may
  *   synchronise the device; the pool calls it only when trimming.
  * - Every op runs on ctx->stream, created non-blocking, so nothing is ever

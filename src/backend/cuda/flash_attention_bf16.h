@@ -32,7 +32,7 @@
 #ifndef FORGE_FLASH_ATTENTION_BF16_H
 #define FORGE_FLASH_ATTENTION_BF16_H
 
-#include "../../core/status.h"
+#include "../../base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -31,7 +31,7 @@
 #ifndef FORGE_GEMM_H
 #define FORGE_GEMM_H
 
-#include "../../core/status.h"
+#include "../../base/status.h"
 
 /*
  * The backward layouts (wgmma only; same kernel template with wgmma's transpose flags, so the same device

@@ -89,7 +89,7 @@
 #ifndef FORGE_GEMM_FP8_H
 #define FORGE_GEMM_FP8_H
 
-#include "../../core/status.h"
+#include "../../base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -28,7 +28,7 @@
 
 #include <stddef.h>
 
-#include "../../core/status.h"
+#include "../../base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

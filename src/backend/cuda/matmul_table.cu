@@ -38,7 +38,7 @@
 #include "cuda_ops.h"
 
 extern "C" {
-#include "../../util/fs.h"
+#include "../../base/fs.h"
 }
 
 #define MM_KERNELS "simt-v1" /* forge's fp32 kernel version: bump when matmul.cu's kernel/tile rule changes */

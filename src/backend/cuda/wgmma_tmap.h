@@ -11,7 +11,7 @@
 #include <cuda.h>
 
 extern "C" {
-#include "../../core/status.h"
+#include "../../base/status.h"
 }
 
 /* cuTensorMapEncodeTiled's signature (cuda.h). */

@@ -65,7 +65,7 @@ extern "C" {
 #include "../harness_cuda.h"
 #include "../../backend/backend.h"
 #include "../../backend/cuda/flash_attention_bf16.h"
-#include "../../util/rng.h"
+#include "../../base/rng.h"
 }
 #include "check_sums.cuh"
 

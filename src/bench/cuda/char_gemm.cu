@@ -40,7 +40,7 @@
 #endif
 
 extern "C" {
-#include "../../util/rng.h"
+#include "../../base/rng.h"
 #include "char_gemm.h"
 }
 

@@ -17,7 +17,7 @@
 
 extern "C" {
 #include "../harness_cuda.h"
-#include "../../util/rng.h"
+#include "../../base/rng.h"
 }
 #include "check_sums.cuh"
 

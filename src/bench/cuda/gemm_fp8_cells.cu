@@ -71,7 +71,7 @@ extern "C" {
 #include "../gemm_fp8_bench.h"
 #include "../../backend/cuda/gemm.h"
 #include "../../backend/cuda/gemm_fp8.h"
-#include "../../util/rng.h"
+#include "../../base/rng.h"
 }
 #include "check_sums.cuh"
 

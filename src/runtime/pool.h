@@ -15,8 +15,8 @@
 #define FORGE_POOL_H
 
 #include "../backend/backend.h"
-#include "status.h"
-#include "tensor.h"
+#include "../base/status.h"
+#include "../base/tensor.h"
 
 typedef struct forge_pool forge_pool;
 

@@ -2,7 +2,7 @@
 #ifndef FORGE_FS_H
 #define FORGE_FS_H
 
-#include "../core/status.h"
+#include "status.h"
 
 /* mkdir -p: creates path and its missing parents. Fails with FORGE_ERR_IO naming
  * the component that could not be created, or a path that exists but is not a

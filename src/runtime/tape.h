@@ -21,7 +21,7 @@
 
 #include "../backend/backend.h"
 #include "pool.h"
-#include "tensor.h"
+#include "../base/tensor.h"
 
 typedef struct forge_tape forge_tape;
 typedef struct forge_tape_entry forge_tape_entry;

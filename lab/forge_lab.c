@@ -1,0 +1,45 @@
+/*
+ * forge_lab.c: `forge-lab COMMAND...`, the lab's driver: looks the command up
+ * in the table below and runs it. Every entry's code is in its own file.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "lab.h"
+
+static const lab_command COMMANDS[] = {
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *out) {
+    fputs("usage: forge-lab COMMAND [options]: the kernel laboratory (lab/README.md)\n", out);
+    for (const lab_command *c = COMMANDS; c->name; c++) fprintf(out, "  %-28s %s\n", c->name, c->help);
+}
+
+/* Matches argv's leading words against a command name of one or more words; returns how many it took. */
+static int match(const char *name, int argc, char **argv) {
+    int used = 0;
+    size_t pos = 0, len = strlen(name);
+    while (pos < len) {
+        size_t w = strcspn(name + pos, " ");
+        if (used >= argc || strlen(argv[used]) != w || strncmp(argv[used], name + pos, w) != 0) return 0;
+        used++;
+        pos += w;
+        while (name[pos] == ' ') pos++;
+    }
+    return used;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (const lab_command *c = COMMANDS; c->name; c++) {
+        int used = match(c->name, argc - 1, argv + 1);
+        if (used) return c->run(argc - 1 - used, argv + 1 + used);
+    }
+    fprintf(stderr, "forge-lab: unknown command \"%s\"\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

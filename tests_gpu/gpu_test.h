@@ -1,0 +1,64 @@
+/*
+ * gpu_test.h: what every GPU test file shares: the state of a run (the CPU
+ * reference backend, the CUDA backend, counters), one-line PASS/FAIL/SKIP
+ * reporting, and buffers mirrored on both backends (random inputs, NaN-poisoned
+ * outputs, guard floats after every device buffer) with their comparison.
+ */
+#ifndef FORGE_GPU_TEST_H
+#define FORGE_GPU_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../src/backend/backend.h"
+#include "../src/base/rng.h"
+#include "../src/base/status.h"
+
+
+#define GUARD 64
+#define GUARD_BITS 0x7fbadf0du /* a NaN no kernel produces */
+#define POISON_BITS 0xffffffffu
+#define TOL_DEFAULT 1e-4
+#define TOL_EXACT 1e-6
+#define IGNORE_INDEX (-100)
+
+typedef struct {
+    forge_backend *cpu, *gpu;
+    const char *impl; /* matmul impl of gpu, printed with matmul/attention cases */
+    forge_rng rng;
+    int quick;
+    int passed, failed, skipped;
+} parity;
+
+/* one float tensor on both backends: c (CPU reference memory), g (device) */
+typedef struct {
+    size_t n;
+    float *c, *g;
+} fbuf;
+
+typedef struct {
+    size_t n;
+    int32_t *c, *g;
+} ibuf;
+
+double tol_for_sum(double K);
+float bits_to_float(uint32_t u);
+float rand_range(parity *P, float lo, float hi);
+void report(parity *P, int ok, const char *op, const char *shape, double maxerr, double tol, const char *why);
+void report_skip(parity *P, const char *op, const char *shape, const char *why);
+int supported(parity *P, const char *op, const char *shape, const void *cpu_fn, const void *gpu_fn);
+int ran_ok(parity *P, const char *op, const char *shape, forge_status sc, forge_status sg);
+void fbuf_free(parity *P, fbuf *b);
+void ibuf_free(parity *P, ibuf *b);
+int fbuf_upload(parity *P, fbuf *b, size_t n, const float *host);
+int fbuf_rand(parity *P, fbuf *b, size_t n, float lo, float hi);
+int fbuf_poison(parity *P, fbuf *b, size_t n);
+int ibuf_rand(parity *P, ibuf *b, size_t n, int range, int special, int special_pct);
+void check(parity *P, const char *op, const char *shape, const fbuf *b, double tol, int rel);
+
+/* the kernel-level suites (each its own file), run by test_gpu_parity.c's main */
+void run_gemm_fp8_cases(parity *P);
+void run_gemm_tn_cases(parity *P);
+void run_flash16_cases(parity *P);
+
+#endif
