@@ -44,7 +44,8 @@ NVFLAGS  += $(CUBLAS_DEF)
 
 CORE_SRC := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' -not -name 'backend_nocuda.c' | sort)
 CUDA_SRC := $(shell find src -name '*.cu' 2>/dev/null | sort)
-TEST_SRC := $(shell find tests -name '*.c' | sort)
+# The CPU test binary also walks the op list (tests/test_op_walker.c) with the GPU suite's walker, which is plain C.
+TEST_SRC := $(shell find tests -name '*.c' | sort) tests_gpu/gpu_test.c tests_gpu/op_walker.c
 LAB_C_SRC := $(shell find lab -name '*.c' 2>/dev/null | sort)
 LAB_CU_SRC := $(shell find lab -name '*.cu' 2>/dev/null | sort)
 

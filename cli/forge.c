@@ -120,6 +120,65 @@ static int wants_help(int argc, char **argv) {
     return 0;
 }
 
+/* ---- runtime options: the flags every command that runs ops shares ------------------ */
+
+/* The flags' values as typed; runtime_options_build turns them into a forge_runtime_options. */
+typedef struct {
+    const char *device, *matmul, *attention, *precision, *matmul_cache;
+    long threads;
+} runtime_flags;
+
+#define RUNTIME_HELP                                                                                       \
+    "  --device cpu|cuda|cuda:N  where the ops run [cpu]\n"                                                 \
+    "  --matmul MODE        cuda GEMM path [fp32]: fp32 = forge's exact fp32 kernel; tf32 = forge's tf32\n"  \
+    "                       tensor-core kernels (not exact fp32); cublas = cuBLAS pedantic fp32; auto = per\n" \
+    "                       shape the faster of fp32 and cublas, measured once, cached, printed at start\n"   \
+    "  --attention flash|materialised  the fused op (default) or the reference with (B,NH,T,T) scores\n"    \
+    "  --precision fp32     the training step's precision [fp32]\n"                                         \
+    "  --threads N          CPU threads [all cores]\n"                                                      \
+    "  --matmul-cache FILE  the auto matmul table's file [$XDG_CACHE_HOME/forge or ~/.cache/forge]\n"
+
+/* Matches one runtime flag at a->argv[a->i]: 1 if it was one (its value or error recorded). */
+static int runtime_flag(args *a, runtime_flags *f, forge_status *s) {
+    const char *v = NULL;
+    if (opt_match(a, "--device", &v, s)) return f->device = v, 1;
+    if (opt_match(a, "--matmul-cache", &v, s)) return f->matmul_cache = v, 1;
+    if (opt_match(a, "--matmul", &v, s)) return f->matmul = v, 1;
+    if (opt_match(a, "--attention", &v, s)) return f->attention = v, 1;
+    if (opt_match(a, "--precision", &v, s)) return f->precision = v, 1;
+    if (opt_match(a, "--threads", &v, s)) {
+        if (*s == FORGE_OK) *s = parse_int("--threads", v, 0, 4096, &f->threads);
+        return 1;
+    }
+    return 0;
+}
+
+/* The cache directory of measured choices: $XDG_CACHE_HOME/forge, else $HOME/.cache/forge, else none. */
+static const char *default_cache_dir(void) {
+    static char buf[PATH_MAX];
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(buf, sizeof buf, "%s/forge", xdg);
+    else if (home && *home) snprintf(buf, sizeof buf, "%s/.cache/forge", home);
+    else return NULL;
+    return buf;
+}
+
+static forge_status runtime_options_build(const char *cmd, const runtime_flags *f, forge_runtime_options *o) {
+    forge_runtime_options_default(o);
+    if (f->device) FORGE_TRY(forge_device_parse("--device", f->device, &o->device, &o->device_index));
+    if (f->matmul) {
+        if (o->device != FORGE_DEVICE_CUDA)
+            return usage_error(cmd, "--matmul applies to --device cuda only", NULL);
+        FORGE_TRY(forge_matmul_mode_parse("--matmul", f->matmul, &o->matmul));
+    }
+    if (f->attention) FORGE_TRY(forge_attention_kind_parse("--attention", f->attention, &o->attention));
+    if (f->precision) FORGE_TRY(forge_train_precision_parse("--precision", f->precision, &o->precision));
+    o->threads = (int)f->threads;
+    o->cache_dir = default_cache_dir();
+    o->matmul_cache_path = f->matmul_cache;
+    return FORGE_OK;
+}
+
 /* configs/ next to the executable's parent (build/forge -> ./configs), else ./configs. */
 static const char *configs_dir(const char *argv0) {
     static char buf[PATH_MAX + 16];
@@ -226,12 +285,14 @@ static int cmd_tokenize(int argc, char **argv) {
 
 static const char *SAMPLE_HELP =
     "usage: forge sample --ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
-    "                    [--top-k K] [--top-p P] [--seed S] [--count N] [--device cpu|cuda]\n"
+    "                    [--top-k K] [--top-p P] [--seed S] [--count N] [runtime options]\n"
     "  DIR is a run directory (its newest checkpoint is used) or a checkpoint directory.\n"
-    "  Defaults: --tokens 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 --count 1\n";
+    "  Defaults: --tokens 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 --count 1\n"
+    "runtime options:\n" RUNTIME_HELP;
 
 typedef struct {
-    const char *ckpt, *prompt, *device;
+    const char *ckpt, *prompt;
+    forge_runtime_options runtime;
     long tokens, count, seed;
     float temperature, top_p;
     long top_k;
@@ -248,7 +309,7 @@ static forge_status sample_run(const sample_options *so) {
     forge_pool *pool = NULL;
     forge_tape *tape = NULL;
     forge_model *m = NULL;
-    forge_status s = forge_backend_create(&be, so->device);
+    forge_status s = forge_backend_create(&be, so->runtime.device, &so->runtime);
     if (s == FORGE_OK) s = forge_pool_create(&pool, be);
     if (s == FORGE_OK) s = forge_tape_create(&tape, pool);
     if (s == FORGE_OK) s = forge_model_create(&m, &cfg, pool, 0);
@@ -272,14 +333,16 @@ static int cmd_sample(int argc, char **argv) {
         fputs(SAMPLE_HELP, stdout);
         return 0;
     }
-    sample_options so = {NULL, "", "cpu", 200, 1, 1, 0.8f, 0.95f, 40};
+    sample_options so = {.prompt = "", .tokens = 200, .count = 1, .seed = 1, .temperature = 0.8f, .top_p = 0.95f,
+                         .top_k = 40};
+    runtime_flags rf = {0};
     args a = {argc, argv, 0, {0}, 0};
     const char *v;
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        if (runtime_flag(&a, &rf, &s)) continue;
         STR_OPT("--ckpt", so.ckpt)
         STR_OPT("--prompt", so.prompt)
-        STR_OPT("--device", so.device)
         INT_OPT("--tokens", so.tokens, 1, 1 << 20)
         INT_OPT("--count", so.count, 1, 1000)
         INT_OPT("--seed", so.seed, 0, LONG_MAX)
@@ -293,7 +356,8 @@ static int cmd_sample(int argc, char **argv) {
         fputs(SAMPLE_HELP, stderr);
         return 2;
     }
-    s = sample_run(&so);
+    s = runtime_options_build("sample", &rf, &so.runtime);
+    if (s == FORGE_OK) s = sample_run(&so);
     return s == FORGE_OK ? 0 : fail(s);
 }
 
@@ -307,11 +371,7 @@ static const char *TRAIN_HELP =
     "  --config NAME|PATH   configs/NAME.json or a JSON file [tiny]\n"
     "  --data DIR           train_*.bin / val_*.bin shards + tokenizer, from `forge tokenize`\n"
     "  --out DIR            checkpoints and log.jsonl [runs/<config>]\n"
-    "  --device cpu|cuda    [cpu]\n"
-    "  --matmul MODE        cuda GEMM path (sets FORGE_MATMUL) [fp32]: fp32 = forge's exact fp32\n"
-    "                       kernel; tf32 = forge's tf32 tensor-core kernels (not exact fp32);\n"
-    "                       cublas = cuBLAS pedantic fp32; auto = per shape the faster of fp32 and\n"
-    "                       cublas, measured once, cached, printed at start (README: Matmul modes)\n"
+
     "  --steps N            optimizer steps [500; 1000 for the demo]\n"
     "  --batch B            sequences per micro-batch [16]\n"
     "  --seq-len T          tokens per sequence [the config's context_length]\n"
@@ -323,9 +383,9 @@ static const char *TRAIN_HELP =
     "  --ckpt-every N       checkpoint every N steps [only at the end]\n"
     "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
     "  --stop-after N       stop after step N with a checkpoint (to resume later)\n"
-    "  --threads N          CPU threads [all cores]\n"
     "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
-    "  Ctrl-C saves a checkpoint at the end of the current step and exits.\n";
+    "  Ctrl-C saves a checkpoint at the end of the current step and exits.\n"
+    "runtime options:\n" RUNTIME_HELP;
 
 static forge_status prepare_demo_data(const char *data_dir, int vocab, FILE *out) {
     char corpus[1100], enc[1100], shard[1100];
@@ -358,18 +418,18 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     forge_train_options o;
     forge_train_options_default(&o);
     o.configs_dir = configs_dir(argv0);
-    const char *out_dir = NULL, *matmul = NULL, *v;
-    long samples = -1, threads = 0, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
+    const char *out_dir = NULL, *v;
+    runtime_flags rf = {0};
+    long samples = -1, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        if (runtime_flag(&a, &rf, &s)) continue;
         STR_OPT("--config", o.config)
         STR_OPT("--data", o.data_dir)
         STR_OPT("--out", out_dir)
-        STR_OPT("--device", o.device)
         STR_OPT("--resume", o.resume)
-        STR_OPT("--matmul", matmul)
         INT_OPT("--steps", steps, 1, 1L << 30)
         INT_OPT("--batch", batch, 1, 1 << 20)
         INT_OPT("--seq-len", seq, 1, 1 << 24)
@@ -379,7 +439,6 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         INT_OPT("--eval-batches", eval_batches, 1, 1 << 20)
         INT_OPT("--ckpt-every", ckpt_every, 0, 1L << 30)
         INT_OPT("--stop-after", stop_after, 0, 1L << 30)
-        INT_OPT("--threads", threads, 0, 4096)
         INT_OPT("--samples", samples, 0, 100)
         FLOAT_OPT("--lr", o.lr, 0.0, 10.0)
         FLOAT_OPT("--warmup-frac", o.warmup_frac, 0.0, 1.0)
@@ -395,13 +454,8 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         }
         return fail(usage_error("train", "unknown argument ", argv[a.i]));
     }
+    if (s == FORGE_OK) s = runtime_options_build("train", &rf, &o.runtime);
     if (s != FORGE_OK) return fail(s);
-    if (matmul) {
-        /* the CUDA backend reads (and validates) FORGE_MATMUL when it is created */
-        if (strcmp(o.device, "cuda") != 0)
-            return fail(usage_error("train", "--matmul applies to --device cuda only", NULL));
-        setenv("FORGE_MATMUL", matmul, 1);
-    }
     int steps_given = steps > 0;
     if (steps_given) o.steps = (int)steps;
     o.batch_size = (int)batch;
@@ -412,7 +466,6 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     o.eval_batches = (int)eval_batches;
     o.ckpt_every = (int)ckpt_every;
     o.stop_after = (int)stop_after;
-    o.threads = (int)threads;
     int demo = o.data_dir == NULL;
     char out_buf[1024], data_buf[1024];
     if (demo) {
@@ -438,7 +491,8 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     if (s != FORGE_OK) return fail(s);
     if (samples > 0) {
         printf("\n=== %ld samples from %s (temperature 0.8, top-k 40) ===\n", samples, res.last_checkpoint);
-        sample_options so = {res.last_checkpoint, "", o.device, 120, samples, 1, 0.8f, 0.95f, 40};
+        sample_options so = {.ckpt = res.last_checkpoint, .prompt = "", .runtime = o.runtime, .tokens = 120,
+                             .count = samples, .seed = 1, .temperature = 0.8f, .top_p = 0.95f, .top_k = 40};
         s = sample_run(&so);
         if (s != FORGE_OK) return fail(s);
     }
@@ -459,7 +513,7 @@ static const char *BENCH_HELP =
     "          C +=) vs separate passes, cuBLAS(Lt) (--device cuda only; also part of gemm)\n"
     "  gemm-mma  bf16/tf32 GEMM: forge's mma.sync kernels vs cuBLAS (CUDA build only)\n"
     "  attention  causal attention: forge's bf16 flash kernels vs forge's unfused fp32 path\n"
-    "          (--device cuda only; FORGE_ATTENTION_QUICK=1: the two smaller shapes;\n"
+    "          (--device cuda only; --quick: the two smaller shapes;\n"
     "          PyTorch SDPA baselines: tools/sdpa_bench.py)\n"
     "  gemm-fp8  fp8 GEMM: forge's wgmma e4m3/e5m2 kernels vs cuBLASLt fp8 and forge bf16 (CUDA build only)\n"
     "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
@@ -470,23 +524,32 @@ static const char *BENCH_HELP =
     "          group's cells: interleaved (their default) runs one rep of each cell per round, so all see\n"
     "          the same clocks and the table adds a paired per-round ratio with its CI; sequential times\n"
     "          each cell's reps back to back (the other suites always do)\n"
-    "  FORGE_BENCH_ONLY=\"pat1|pat2\"  run only the cells whose \"name@group\" contains a pattern\n"
-    "          (one shape for a profiler: FORGE_BENCH_ONLY=\"(gpt2 dW mlp fc)\" forge bench gemm)\n";
+    "  --only \"pat1|pat2\"  run only the cells whose \"name@group\" contains a pattern\n"
+    "          (one shape for a profiler: --only \"(gpt2 dW mlp fc)\" forge bench gemm)\n"
+    "  --quick  the smaller shapes only (attention, gemm-epi)\n"
+    "runtime options (train, ops):\n" RUNTIME_HELP;
 
 static int cmd_bench(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
         fputs(BENCH_HELP, stdout);
         return 0;
     }
-    const char *what = "all", *device = "cpu", *v;
+    const char *what = "all", *v;
+    runtime_flags rf = {0};
+    int quick = 0;
     long steps = 5, reps = 10;
     /* ops shapes: 0 = the gpt-10m default of the device (see BENCH_HELP) */
     long ops_b = 0, ops_t = 0, ops_c = 384, ops_nh = 6;
-    const char *results = NULL, *order = NULL;
+    const char *results = NULL, *order = NULL, *only = NULL;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
-        STR_OPT("--device", device)
+        if (runtime_flag(&a, &rf, &s)) continue;
+        STR_OPT("--only", only)
+        if (strcmp(argv[a.i], "--quick") == 0) {
+            quick = 1;
+            continue;
+        }
         INT_OPT("--steps", steps, 1, 100000)
         INT_OPT("--reps", reps, 1, 100000)
         STR_OPT("--results", results)
@@ -502,8 +565,12 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         }
         return fail(usage_error("bench", "unknown argument ", argv[a.i]));
     }
+    forge_runtime_options rt;
+    if (s == FORGE_OK) s = runtime_options_build("bench", &rf, &rt);
     if (s != FORGE_OK) return fail(s);
+    const char *device = forge_device_name(rt.device);
     forge_harness_set_default_root(results); /* every suite writes under --results DIR (default results/) */
+    forge_harness_set_cell_filter(only);
     if (order) {
         forge_timing_order o;
         s = forge_timing_order_parse(order, &o);
@@ -523,8 +590,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "attention") == 0) {
-        const char *q = getenv("FORGE_ATTENTION_QUICK");
-        s = forge_bench_attention(stdout, device, (int)reps, q && *q && strcmp(q, "0") != 0);
+        s = forge_bench_attention(stdout, device, (int)reps, quick);
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "characterize") == 0) {
@@ -534,7 +600,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return s == FORGE_OK ? 0 : fail(s);
     }
     int do_train = strcmp(what, "train") == 0 || strcmp(what, "all") == 0;
-    int do_matmul = strcmp(what, "matmul") == 0 || (strcmp(what, "all") == 0 && strcmp(device, "cpu") == 0);
+    int do_matmul = strcmp(what, "matmul") == 0 || (strcmp(what, "all") == 0 && rt.device == FORGE_DEVICE_CPU);
     int do_ops = strcmp(what, "ops") == 0;
     int do_gemm = strcmp(what, "gemm") == 0;
     if (!do_train && !do_matmul && !do_ops && !do_gemm) return fail(usage_error("bench", "unknown suite ", what));
@@ -542,13 +608,13 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return fail(forge_error(FORGE_ERR_ARG, "bench ops: --ops-embd %ld must be divisible by --ops-heads %ld",
                                 ops_c, ops_nh));
     if (do_ops) {
-        int gpu = strcmp(device, "cpu") != 0;
-        s = forge_bench_ops(stdout, device, ops_b ? (int)ops_b : gpu ? 8 : 2, ops_t ? (int)ops_t : gpu ? 512 : 128,
+        int gpu = rt.device != FORGE_DEVICE_CPU;
+        s = forge_bench_ops(stdout, &rt, ops_b ? (int)ops_b : gpu ? 8 : 2, ops_t ? (int)ops_t : gpu ? 512 : 128,
                             (int)ops_c, (int)ops_nh, 8192, NULL);
     }
     if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
     if (do_gemm) s = forge_bench_gemm(stdout, device, (int)reps);
-    if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, device, configs_dir(argv0), (int)steps);
+    if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, &rt, configs_dir(argv0), (int)steps);
     return s == FORGE_OK ? 0 : fail(s);
 }
 
@@ -584,7 +650,7 @@ static int cmd_init(int argc, char **argv, const char *argv0) {
     forge_pool *pool = NULL;
     forge_model *m = NULL;
     s = forge_config_resolve(&cfg, config, configs_dir(argv0));
-    if (s == FORGE_OK) s = forge_cpu_backend_create(&be, 0, 0);
+    if (s == FORGE_OK) s = forge_backend_create(&be, FORGE_DEVICE_CPU, NULL);
     if (s == FORGE_OK) s = forge_pool_create(&pool, be);
     if (s == FORGE_OK) s = forge_model_create(&m, &cfg, pool, (uint64_t)seed);
     if (s == FORGE_OK) s = forge_checkpoint_save(out, m, NULL, NULL, NULL);

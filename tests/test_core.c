@@ -21,7 +21,7 @@ static void test_status(void) {
 static void test_pool_recycles(void) {
     TEST_CASE("pool: memory recycled every micro-batch; peak independent of accumulation");
     forge_backend *be;
-    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
     size_t peaks[2];
     int accum[2] = {1, 8};
     for (int k = 0; k < 2; k++) {
@@ -48,7 +48,7 @@ static void test_pool_recycles(void) {
 static void test_pool_persistent(void) {
     TEST_CASE("pool: persistent tensors survive release_transient; zeros are zero");
     forge_backend *be;
-    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
     forge_pool *pool;
     CHECK_OK(forge_pool_create(&pool, be));
     int64_t shape[1] = {1000};
@@ -70,7 +70,7 @@ static void test_pool_persistent(void) {
 static void test_tape_composition(void) {
     TEST_CASE("tape: a tensor used twice accumulates both gradients (finite differences)");
     forge_backend *be;
-    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
     forge_pool *pool;
     forge_tape *tape;
     CHECK_OK(forge_pool_create(&pool, be));
@@ -135,7 +135,7 @@ static void test_tape_composition(void) {
 static void test_unsupported_op(void) {
     TEST_CASE("ops: a backend without an entry reports unsupported, naming it");
     forge_backend *be;
-    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
     forge_pool *pool;
     forge_tape *tape;
     CHECK_OK(forge_pool_create(&pool, be));

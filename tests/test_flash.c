@@ -192,7 +192,7 @@ static const flash_shape cases[] = {
 
 static void test_cases(int reference) {
     forge_backend *be = NULL;
-    CHECK_OK(forge_cpu_backend_create(&be, reference ? 1 : 2, reference));
+    CHECK_OK(forge_backend_create_cpu(&be, reference ? 1 : 2, reference));
     if (!be) return;
     forge_rng rng;
     forge_rng_seed(&rng, 1234, 5);
@@ -205,8 +205,8 @@ static void test_cases(int reference) {
 static void test_thread_invariance(void) {
     TEST_CASE("flash: 1 thread and 2 threads give identical bits");
     forge_backend *b1 = NULL, *b2 = NULL;
-    CHECK_OK(forge_cpu_backend_create(&b1, 1, 0));
-    CHECK_OK(forge_cpu_backend_create(&b2, 2, 0));
+    CHECK_OK(forge_backend_create_cpu(&b1, 1, 0));
+    CHECK_OK(forge_backend_create_cpu(&b2, 2, 0));
     if (!b1 || !b2) return;
     forge_rng rng;
     forge_rng_seed(&rng, 99, 1);
@@ -230,7 +230,7 @@ static void test_thread_invariance(void) {
 static void test_bad_args(void) {
     TEST_CASE("flash: bad head counts are refused");
     forge_backend *be = NULL;
-    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
     if (!be) return;
     float x[64] = {0}, o[64], l[8];
     CHECK(be->flash_attention_forward(be, o, l, x, 1, 2, 3, 2, 2) == FORGE_ERR_ARG);
@@ -243,7 +243,7 @@ static void test_bad_args(void) {
 static void test_memory(void) {
     TEST_CASE("flash: op-path peak memory is O(T), materialised O(T^2)");
     forge_backend *be = NULL;
-    CHECK_OK(forge_cpu_backend_create(&be, 2, 0));
+    CHECK_OK(forge_backend_create_cpu(&be, 2, 0));
     if (!be) return;
     int B = 1, T = 512, NH = 4, NKV = 4, HS = 16;
     size_t flash = 0, mat = 0, tt = (size_t)B * NH * T * T * sizeof(float);

@@ -66,10 +66,13 @@ static void golden_case(const char *name) {
     forge_tape *tape;
     forge_model *m;
     const char *device = getenv("FORGE_GOLDEN_DEVICE");
-    if (device && strcmp(device, "cpu") != 0)
-        CHECK_OK(forge_backend_create(&be, device));
-    else
-        CHECK_OK(forge_cpu_backend_create(&be, 0, 1));
+    forge_runtime_options rt;
+    forge_runtime_options_default(&rt);
+    if (device && strcmp(device, "cpu") != 0) {
+        CHECK_OK(forge_device_parse("FORGE_GOLDEN_DEVICE", device, &rt.device, &rt.device_index));
+        CHECK_OK(forge_backend_create(&be, rt.device, &rt));
+    } else
+        CHECK_OK(forge_backend_create_cpu(&be, 0, 1));
     if (test_case_failed()) {
         forge_safetensors_close(g);
         return;

@@ -72,7 +72,7 @@ static double objective(gc_ctx *g) {
     forge_backend *be = g->be;
     forge_status s = FORGE_OK;
     switch (g->op) {
-    case GC_EMBEDDING: s = be->embedding_forward(be, g->out, g->ids, g->in[0], g->N, g->C); break;
+    case GC_EMBEDDING: s = be->embedding_forward(be, g->out, g->ids, g->in[0], g->N, g->C, g->V); break;
     case GC_POSITION: s = be->position_forward(be, g->out, g->in[0], g->in[1], g->B, g->T, g->C); break;
     case GC_MATMUL:
         s = be->matmul_forward(be, g->out, g->in[0], g->in[1], g->in[2], g->N, g->C, g->OC);
@@ -148,7 +148,7 @@ static void fd_check(gc_ctx *g, const char *what, float *x, size_t n, const floa
 
 static forge_backend *ref_backend(void) {
     forge_backend *be = NULL;
-    CHECK_OK(forge_cpu_backend_create(&be, 1, 1));
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
     return be;
 }
 
@@ -158,12 +158,12 @@ static void test_embedding(forge_rng *rng) {
     if (!be) return;
     int N = 9, C = 13, V = 7;
     int32_t ids[9] = {3, 0, 3, 6, 1, 3, 0, 5, 6}; /* repeats, and id 2 and 4 unused */
-    gc_ctx g = {.be = be, .op = GC_EMBEDDING, .N = N, .C = C, .ids = ids, .n_out = (size_t)N * C};
+    gc_ctx g = {.be = be, .op = GC_EMBEDDING, .N = N, .C = C, .V = V, .ids = ids, .n_out = (size_t)N * C};
     g.in[0] = fx_random(rng, (size_t)V * C, -1, 1);
     g.out = fx_floats(g.n_out);
     float *R = fx_random(rng, g.n_out, -1, 1), *dtable = fx_floats((size_t)V * C);
     g.R = R;
-    CHECK_OK(be->embedding_backward(be, dtable, R, ids, N, C));
+    CHECK_OK(be->embedding_backward(be, dtable, R, ids, N, C, V));
     fd_check(&g, "dtable", g.in[0], (size_t)V * C, dtable, rng);
     free(g.in[0]), free(g.out), free(R), free(dtable);
     forge_backend_destroy(be);

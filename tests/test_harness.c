@@ -479,7 +479,7 @@ void suite_harness(void) {
         }
     }
 
-    TEST_CASE("FORGE_BENCH_ONLY: only matching cells run and are recorded");
+    TEST_CASE("cell filter (--only): only matching cells run and are recorded");
     {
         const char *root = test_tmpdir();
         fake_timer ft = {1, 0, 0};
@@ -489,7 +489,7 @@ void suite_harness(void) {
         char dir[1024];
         forge_harness *h = open_with_good_prov(&cfg, &timer, dir, sizeof dir);
         if (!h) return;
-        setenv("FORGE_BENCH_ONLY", "nomatch|keep@g1|in g2", 1);
+        forge_harness_set_cell_filter("nomatch|keep@g1|in g2");
         CHECK(forge_harness_cell_selected("keep", "g1") && forge_harness_cell_selected("x", "cells in g2"));
         CHECK(!forge_harness_cell_selected("keep", "g3") && !forge_harness_cell_selected("drop", "g1"));
         const char *names[4] = {"keep", "drop", "any", "keep"};
@@ -508,8 +508,8 @@ void suite_harness(void) {
             CHECK(want_runs[i] ? r.status == FORGE_CELL_OK : (r.status == FORGE_CELL_SKIPPED && isnan(r.median_ms)));
             CHECK(!forge_cell_bad(&r));
         }
-        unsetenv("FORGE_BENCH_ONLY");
-        CHECK(forge_harness_cell_selected("drop", "g1")); /* unset: everything runs */
+        forge_harness_set_cell_filter(NULL);
+        CHECK(forge_harness_cell_selected("drop", "g1")); /* no filter: everything runs */
         CHECK_OK(forge_harness_close(h));
         char path[1200], line[4096];
         snprintf(path, sizeof path, "%s/only.csv", dir);

@@ -19,7 +19,8 @@
     X(model)             \
     X(train)             \
     X(golden)            \
-    X(harness)
+    X(harness)           \
+    X(op_walker)
 
 /* Weak, so a partial build (one suite plus the code it tests) links and runs. */
 #define DECLARE(name) void suite_##name(void) __attribute__((weak));

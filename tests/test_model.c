@@ -20,7 +20,7 @@ typedef struct {
 
 static int fixture_init(fixture *f, const forge_model_config *cfg, int B, int T, int reference) {
     memset(f, 0, sizeof *f);
-    if (forge_cpu_backend_create(&f->be, 0, reference) != FORGE_OK) return 0;
+    if (forge_backend_create_cpu(&f->be, 0, reference) != FORGE_OK) return 0;
     if (forge_pool_create(&f->pool, f->be) != FORGE_OK) return 0;
     if (forge_tape_create(&f->tape, f->pool) != FORGE_OK) return 0;
     if (forge_model_create(&f->m, cfg, f->pool, 42) != FORGE_OK) return 0;

@@ -28,7 +28,7 @@
 static forge_backend *make_backend(int reference) {
     forge_backend *be = NULL;
     /* 2 threads even on a 1-core machine, so thread splits are exercised */
-    CHECK_OK(forge_cpu_backend_create(&be, reference ? 1 : 2, reference));
+    CHECK_OK(forge_backend_create_cpu(&be, reference ? 1 : 2, reference));
     return be;
 }
 
@@ -70,16 +70,35 @@ static void test_table(void) {
         forge_backend_destroy(be);
     }
 
-    TEST_CASE("forge_backend_create by name");
+    TEST_CASE("forge_backend_create by kind, from options");
     forge_backend *be = NULL;
-    CHECK_OK(forge_backend_create(&be, "cpu"));
-    CHECK(be && be->kind == FORGE_DEVICE_CPU);
+    forge_runtime_options rt;
+    forge_runtime_options_default(&rt);
+    rt.threads = 1;
+    CHECK_OK(forge_backend_create(&be, FORGE_DEVICE_CPU, &rt));
+    CHECK(be && be->kind == FORGE_DEVICE_CPU && be->options.threads == 1 && be->options.device == FORGE_DEVICE_CPU);
     forge_backend_destroy(be);
     be = NULL;
-    CHECK(forge_backend_create(&be, "tpu") == FORGE_ERR_ARG);
+    CHECK(forge_backend_create(&be, (forge_device_kind)7, &rt) == FORGE_ERR_ARG);
     CHECK(be == NULL);
+    forge_device_kind kind;
+    int index = -1;
+    CHECK(forge_device_parse("--device", "tpu", &kind, &index) == FORGE_ERR_ARG);
     CHECK_MSG(strstr(forge_error_message(), "\"cpu\"") && strstr(forge_error_message(), "\"cuda\""),
               "message should list the valid names: %s", forge_error_message());
+    CHECK_OK(forge_device_parse("--device", "cuda:3", &kind, &index));
+    CHECK(kind == FORGE_DEVICE_CUDA && index == 3);
+    CHECK(forge_device_parse("--device", "cuda:x", &kind, &index) == FORGE_ERR_ARG);
+    forge_matmul_mode mm;
+    CHECK_OK(forge_matmul_mode_parse("--matmul", "simt", &mm));
+    CHECK(mm == FORGE_MATMUL_FP32);
+    CHECK_OK(forge_matmul_mode_parse("--matmul", "tf32", &mm));
+    CHECK(mm == FORGE_MATMUL_TF32);
+    CHECK(forge_matmul_mode_parse("--matmul", "fp16", &mm) == FORGE_ERR_ARG);
+    forge_attention_kind ak;
+    CHECK_OK(forge_attention_kind_parse("--attention", "materialised", &ak));
+    CHECK(ak == FORGE_ATTENTION_MATERIALISED);
+    CHECK(forge_attention_kind_parse("--attention", "sparse", &ak) == FORGE_ERR_ARG);
     forge_backend_destroy(NULL);
 }
 
@@ -123,16 +142,19 @@ static void test_embedding_values(void) {
     float table[3 * 2] = {0, 1, 10, 11, 20, 21};
     int32_t ids[4] = {2, 0, 2, 1};
     float out[4 * 2];
-    CHECK_OK(be->embedding_forward(be, out, ids, table, 4, 2));
+    CHECK_OK(be->embedding_forward(be, out, ids, table, 4, 2, 3));
     CHECK(out[0] == 20 && out[1] == 21 && out[2] == 0 && out[3] == 1 && out[4] == 20 &&
           out[7] == 11);
     float dtable[6] = {0}, dout[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    CHECK_OK(be->embedding_backward(be, dtable, dout, ids, 4, 2));
+    CHECK_OK(be->embedding_backward(be, dtable, dout, ids, 4, 2, 3));
     /* row 2 collects ids[0] and ids[2] */
     CHECK(dtable[0] == 3 && dtable[1] == 4 && dtable[2] == 7 && dtable[3] == 8 &&
           dtable[4] == 6 && dtable[5] == 8);
     int32_t bad = -1;
-    CHECK(be->embedding_forward(be, out, &bad, table, 1, 2) == FORGE_ERR_ARG);
+    CHECK(be->embedding_forward(be, out, &bad, table, 1, 2, 3) == FORGE_ERR_ARG);
+    int32_t past = 3; /* one past the table's 3 rows */
+    CHECK(be->embedding_forward(be, out, &past, table, 1, 2, 3) == FORGE_ERR_ARG);
+    CHECK(be->embedding_backward(be, dtable, dout, &past, 1, 2, 3) == FORGE_ERR_ARG);
 
     /* B=2, T=2, C=1, wpe has maxT = 3 rows */
     float inp[4] = {1, 2, 3, 4}, wpe[3] = {10, 20, 30}, pos[4];
@@ -442,8 +464,8 @@ static void test_fast_embedding(void) {
     float *table = fx_random(&p.rng, (size_t)V * C, -1, 1), *wpe = fx_random(&p.rng, (size_t)maxT * C, -1, 1);
     float *o0 = fx_floats((size_t)N * C), *o1 = fx_floats((size_t)N * C);
     float *q0 = fx_floats((size_t)N * C), *q1 = fx_floats((size_t)N * C);
-    CHECK_OK(p.fast->embedding_forward(p.fast, o0, ids, table, N, C));
-    CHECK_OK(p.ref->embedding_forward(p.ref, o1, ids, table, N, C));
+    CHECK_OK(p.fast->embedding_forward(p.fast, o0, ids, table, N, C, V));
+    CHECK_OK(p.ref->embedding_forward(p.ref, o1, ids, table, N, C, V));
     CHECK_CLOSE(o0, o1, (size_t)N * C, 0);
     CHECK_OK(p.fast->position_forward(p.fast, q0, o0, wpe, B, T, C));
     CHECK_OK(p.ref->position_forward(p.ref, q1, o1, wpe, B, T, C));
@@ -451,8 +473,8 @@ static void test_fast_embedding(void) {
     float *dout = fx_random(&p.rng, (size_t)N * C, -1, 1);
     float *dt0 = fx_random(&p.rng, (size_t)V * C, -1, 1), *dt1 = fx_copy(dt0, (size_t)V * C);
     float *dw0 = fx_random(&p.rng, (size_t)maxT * C, -1, 1), *dw1 = fx_copy(dw0, (size_t)maxT * C);
-    CHECK_OK(p.fast->embedding_backward(p.fast, dt0, dout, ids, N, C));
-    CHECK_OK(p.ref->embedding_backward(p.ref, dt1, dout, ids, N, C));
+    CHECK_OK(p.fast->embedding_backward(p.fast, dt0, dout, ids, N, C, V));
+    CHECK_OK(p.ref->embedding_backward(p.ref, dt1, dout, ids, N, C, V));
     CHECK_CLOSE(dt0, dt1, (size_t)V * C, FAST_TOL);
     CHECK_OK(p.fast->position_backward(p.fast, q0, dw0, dout, B, T, C));
     CHECK_OK(p.ref->position_backward(p.ref, q1, dw1, dout, B, T, C));

@@ -76,7 +76,7 @@ static void base_options(forge_train_options *o, const char *config, const char 
     o->eval_every = 0;
     o->eval_batches = 2;
     o->quiet = 1;
-    o->threads = 2;
+    o->runtime.threads = 2;
     static FILE *devnull;
     if (!devnull) devnull = fopen("/dev/null", "w");
     o->progress = devnull;

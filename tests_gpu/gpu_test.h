@@ -27,6 +27,7 @@ typedef struct {
     const char *impl; /* matmul impl of gpu, printed with matmul/attention cases */
     forge_rng rng;
     int quick;
+    int quiet; /* print FAIL and SKIP lines only */
     int passed, failed, skipped;
 } parity;
 

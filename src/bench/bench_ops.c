@@ -6,7 +6,7 @@
  * - The gate compares the backend's output with a reference on the SAME
  *   inputs copied to the host: the matmul cells with a float64 loop
  *   (bench_check.h), every other op with the CPU reference backend
- *   (forge_cpu_backend_create(&ref, 1, 1): plain loops, one thread) in fp32,
+ *   (forge_backend_create_cpu(&ref, 1, 1): plain loops, one thread) in fp32,
  *   against the fp32 tolerance. The fp32 reference is accepted for those ops
  *   because they are short reductions or elementwise maps whose reference
  *   error (a few ulps) is far below the tolerance; the float64 requirement
@@ -377,19 +377,17 @@ static const char *OPS_RECIPE =
     "inputs and start values lo + (hi - lo) * forge_rng_uniform (ranges in bench_ops.c ops_table), ids "
     "forge_rng_below(V); overwritten outputs poisoned with NaN";
 
-forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C, int NH, int V,
+forge_status forge_bench_ops(FILE *out, const forge_runtime_options *rt, int B, int T, int C, int NH, int V,
                              const char *results_root) {
     forge_backend *be = NULL, *ref = NULL;
-    FORGE_TRY(forge_backend_create(&be, device));
-    forge_status s = forge_cpu_backend_create(&ref, 1, 1);
+    FORGE_TRY(forge_backend_create(&be, rt->device, rt));
+    forge_status s = forge_backend_create_cpu(&ref, 1, 1);
     ops_shape sh = {B, T, C, NH, C / NH, V, 4 * C, B * T};
     int cuda = be->kind == FORGE_DEVICE_CUDA;
     /* one results file per backend variant: a cuBLAS run and a forge-GEMM run
      * of the same commit land in the same folder */
     char suite[64] = "ops_cpu";
-#ifdef FORGE_WITH_CUDA
-    if (cuda) snprintf(suite, sizeof suite, "ops_cuda_%s", forge_cuda_matmul_impl(be));
-#endif
+    if (cuda) snprintf(suite, sizeof suite, "ops_cuda_%s", forge_matmul_mode_name(be->options.matmul));
     forge_bench_session bs = {0};
     if (s == FORGE_OK) s = forge_bench_session_begin(&bs, be);
     char config[256];
@@ -412,10 +410,8 @@ forge_status forge_bench_ops(FILE *out, const char *device, int B, int T, int C,
     forge_rng rng;
     forge_rng_seed(&rng, 11, 0);
     int bad = 0;
-    int tf32 = 0; /* FORGE_MATMUL=tf32: the matmul ops are gated at the tf32 tolerance */
-#ifdef FORGE_WITH_CUDA
-    tf32 = cuda && strcmp(forge_cuda_matmul_impl(be), "tf32") == 0;
-#endif
+    /* the tf32 matmul mode: the matmul ops are gated at the tf32 tolerance */
+    const int tf32 = cuda && be->options.matmul == FORGE_MATMUL_TF32;
     for (int k = 0; k < n_ops && s == FORGE_OK; k++) {
         ops_cell c;
         memset(&c, 0, sizeof c);

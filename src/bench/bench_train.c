@@ -154,12 +154,12 @@ static const char *TRAIN_RECIPE =
     "train: model init forge_model_create(seed 1); tokens PCG32 forge_rng_seed(7, 0), ids then targets, "
     "forge_rng_below(vocab); one batch; AdamW lr 1e-4 betas 0.9/0.95 wd 0.1 clip 1.0";
 
-forge_status forge_bench_train(FILE *out, const char *device, const char *configs_dir, int steps) {
+forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const char *configs_dir, int steps) {
     forge_backend *be = NULL, *ref = NULL;
-    FORGE_TRY(forge_backend_create(&be, device));
+    FORGE_TRY(forge_backend_create(&be, rt->device, rt));
     int cuda = be->kind == FORGE_DEVICE_CUDA;
     /* the CPU device checks against the plain reference loops; CUDA against the tiled CPU backend */
-    forge_status s = forge_cpu_backend_create(&ref, 0, cuda ? 0 : 1);
+    forge_status s = forge_backend_create_cpu(&ref, 0, cuda ? 0 : 1);
     double peak = cuda ? 67e12 : forge_bench_cpu_peak_flops();
     forge_bench_session bs = {0};
     if (s == FORGE_OK) s = forge_bench_session_begin(&bs, be);
@@ -168,10 +168,8 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
     const bench_case *cases = cuda ? cuda_cases : cpu_cases;
     char config[256], suite[64];
     snprintf(suite, sizeof suite, "train_cpu");
-#ifdef FORGE_WITH_CUDA
     /* one results file per matmul path: cuBLAS and forge runs of a commit share a folder */
-    if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_cuda_matmul_impl(be));
-#endif
+    if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_matmul_mode_name(be->options.matmul));
     snprintf(config, sizeof config, "train backend=%s cases=%s:%dx%d,%s:%dx%d", be->name, cases[0].config,
              cases[0].B, cases[0].T, cases[1].config, cases[1].B, cases[1].T);
     forge_harness_config hc = {.suite = suite, .results_root = NULL, .config_text = config,
@@ -183,12 +181,9 @@ forge_status forge_bench_train(FILE *out, const char *device, const char *config
                      "CPU reference on the same parameters\n", be->name);
     double mfu[2] = {0, 0}, peak_mib[2] = {0, 0}, tok_s[2] = {0, 0};
     int bad = 0;
-    /* FORGE_MATMUL=tf32 rounds the linear layers' operands to tf32: its losses are gated at the tf32
+    /* the tf32 matmul mode rounds the linear layers' operands to tf32: its losses are gated at the tf32
      * tolerance, every other path at fp32's */
-    forge_precision prec = FORGE_PREC_FP32;
-#ifdef FORGE_WITH_CUDA
-    if (cuda && strcmp(forge_cuda_matmul_impl(be), "tf32") == 0) prec = FORGE_PREC_TF32;
-#endif
+    const forge_precision prec = cuda && be->options.matmul == FORGE_MATMUL_TF32 ? FORGE_PREC_TF32 : FORGE_PREC_FP32;
     for (int i = 0; i < 2 && s == FORGE_OK; i++) {
         train_cell c;
         s = train_cell_init(&c, be, ref, configs_dir, &cases[i]);

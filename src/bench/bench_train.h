@@ -12,9 +12,10 @@
 
 #include <stdio.h>
 
+#include "../backend/options.h"
 #include "../base/status.h"
 
-forge_status forge_bench_train(FILE *out, const char *device, const char *configs_dir, int steps);
+forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const char *configs_dir, int steps);
 
 /* Model FLOPs per trained token: 6 * params + attention (12 * L * T * C, the
  * PaLM-paper accounting with the causal half not discounted). */

@@ -280,8 +280,8 @@ forge_status forge_bench_cpu_matmul(FILE *out, int reps) {
                                 .out = out};
     forge_backend *fast = NULL, *one = NULL;
     forge_harness *h = NULL;
-    FORGE_TRY(forge_cpu_backend_create(&fast, threads, 0));
-    forge_status s = forge_cpu_backend_create(&one, 1, 0);
+    FORGE_TRY(forge_backend_create_cpu(&fast, threads, 0));
+    forge_status s = forge_backend_create_cpu(&one, 1, 0);
     if (s == FORGE_OK) s = forge_harness_open(&h, &cfg, &prov, &timer);
     char names[N_SHAPES][OP_COUNT][2][40], groups[N_SHAPES][OP_COUNT][64];
     forge_cell_result res[N_SHAPES][OP_COUNT][2];

@@ -342,11 +342,12 @@ static harness_cell *find_cell(forge_harness *h, const char *name, const char *g
     return NULL;
 }
 
-/* FORGE_BENCH_ONLY: '|'-separated substrings; a cell runs only if one of them occurs in "name@group" (so
- * "forge_wgmma_bf16@" selects a cell by name, "K=32768 (gpt2 dW mlp fc)" a group, "cublas_bf16@bf16 tn" both).
- * Meant for profilers (ncu over one shape instead of a whole suite); unset or empty: every cell runs. */
+static const char *harness_cell_filter;
+
+void forge_harness_set_cell_filter(const char *patterns) { harness_cell_filter = patterns; }
+
 int forge_harness_cell_selected(const char *name, const char *group) {
-    const char *only = getenv("FORGE_BENCH_ONLY");
+    const char *only = harness_cell_filter;
     if (!only || !only[0]) return 1;
     char key[512];
     snprintf(key, sizeof key, "%s@%s", name, group);
@@ -432,7 +433,7 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
             result->rel_err = result->median_ms = result->ci_lo_ms = result->ci_hi_ms = NAN;
             result->min_ms = result->max_ms = result->tflops = result->gbps = NAN;
         }
-        return FORGE_OK; /* not selected by FORGE_BENCH_ONLY: not run, not recorded */
+        return FORGE_OK; /* not selected by the cell filter (--only): not run, not recorded */
     }
     if (find_cell(h, cell->name, cell->group))
         return forge_error(FORGE_ERR_ARG, "harness: cell %s appears twice in group \"%s\"", cell->name,

@@ -122,7 +122,7 @@ typedef struct {
     double tolerance;
 } forge_harness_cell;
 
-/* SKIPPED: not selected by FORGE_BENCH_ONLY (not run, not recorded, not a failure) */
+/* SKIPPED: not selected by the cell filter, --only (not run, not recorded, not a failure) */
 typedef enum { FORGE_CELL_OK = 0, FORGE_CELL_GARBAGE, FORGE_CELL_FAILED, FORGE_CELL_SKIPPED } forge_cell_status;
 
 typedef struct {
@@ -143,7 +143,7 @@ typedef struct forge_harness forge_harness;
 /* Checks provenance (refuses a run missing any field) and prepares the CSVs. */
 forge_status forge_harness_open(forge_harness **out, const forge_harness_config *cfg,
                                 const forge_provenance *prov, const forge_bench_timer *timer);
-/* Checks, then times one cell; the result is also kept for the verdicts. With FORGE_BENCH_ONLY set (substrings
+/* Checks, then times one cell; the result is also kept for the verdicts. With a cell filter set (--only: substrings
  * separated by '|', matched against "name@group") a cell matching none of them is neither run nor recorded:
  * FORGE_OK with result->status FORGE_CELL_SKIPPED and NaN timings.
  * INTERLEAVED order: only the check runs here; a passing cell is queued (result: status OK, timings NaN) and its
@@ -155,7 +155,7 @@ forge_status forge_harness_run(forge_harness *h, const forge_harness_cell *cell,
  * records cells still queued as failed (their contexts may be gone) and returns an error. */
 forge_status forge_harness_flush(forge_harness *h, int *n_bad);
 forge_timing_order forge_harness_order(const forge_harness *h);
-/* Whether FORGE_BENCH_ONLY selects the cell (always 1 when it is unset or empty): for a suite to skip set-up
+/* Whether the cell filter (forge_harness_set_cell_filter) selects the cell (always 1 without one): for a suite to skip set-up
  * that only unselected cells need (e.g. a baseline library's plan, whose probe launches would also show up in a
  * profiler's kernel count). */
 int forge_harness_cell_selected(const char *name, const char *group);
@@ -177,6 +177,10 @@ forge_provenance *forge_harness_provenance(forge_harness *h);
 void forge_harness_set_default_root(const char *dir);
 /* `forge bench --order`: overrides every suite's own order (DEFAULT restores the suites' choices). Same caveat. */
 void forge_harness_set_default_order(forge_timing_order order);
+/* `forge bench --only PATTERNS`: '|'-separated substrings; a cell runs only if one of them occurs in "name@group"
+ * (so "forge_wgmma_bf16@" selects a cell by name, "K=32768 (gpt2 dW mlp fc)" a group, "cublas_bf16@bf16 tn" both).
+ * Meant for profilers (ncu over one shape instead of a whole suite); NULL or "": every cell runs. Same caveat. */
+void forge_harness_set_cell_filter(const char *patterns);
 
 /* The results folder: <results_root>/<YYYY-MM-DD>_<commit>[-dirty] (UTC date). */
 const char *forge_harness_dir(const forge_harness *h);

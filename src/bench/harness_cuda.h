@@ -7,13 +7,12 @@
 #ifndef FORGE_HARNESS_CUDA_H
 #define FORGE_HARNESS_CUDA_H
 
+#include "../backend/cuda/cuda_backend.h"
 #include "harness.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-struct forge_backend;
 
 /* A timer recording CUDA events on cuda_stream (a cudaStream_t; NULL = the
  * default stream). stop() waits for the stop event, then reads
@@ -32,12 +31,6 @@ forge_status forge_cuda_provenance(forge_provenance *p, int device);
 /* Records the end clocks (call just before forge_harness_close, e.g. on
  * forge_harness_provenance(h)). */
 forge_status forge_cuda_provenance_end(forge_provenance *p, int device);
-
-/* The cudaStream_t the CUDA backend runs every op on (NULL if `be` is not a
- * CUDA backend), for a timer that must record on the same stream. */
-void *forge_cuda_backend_stream(struct forge_backend *be);
-/* The CUDA device index of a CUDA backend (-1 if `be` is not one). */
-int forge_cuda_backend_device(struct forge_backend *be);
 
 #ifdef __cplusplus
 }

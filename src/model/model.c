@@ -149,33 +149,18 @@ static forge_status init_params(forge_model *m, uint64_t seed) {
     return st;
 }
 
-/* FORGE_ATTENTION picks the attention op. The fused form is the default: it
- * saves (B,NH,T) floats per layer instead of (B,NH,T,T) and needs no T x T
- * scratch in the backward. The materialised form stays selectable as the
- * reference the fused one was checked against. */
-static forge_status parse_attention_env(int *flash) {
-    const char *v = getenv("FORGE_ATTENTION");
-    *flash = 1;
-    if (!v || !*v || strcmp(v, "flash") == 0) return FORGE_OK;
-    if (strcmp(v, "materialised") == 0) {
-        *flash = 0;
-        return FORGE_OK;
-    }
-    return forge_error(FORGE_ERR_ARG, "FORGE_ATTENTION='%s': expected \"flash\" (default) or \"materialised\"",
-                       v);
-}
-
 forge_status forge_model_create(forge_model **out, const forge_model_config *cfg, forge_pool *pool,
                                 uint64_t seed) {
     FORGE_TRY(forge_config_validate(cfg, cfg->name));
-    int flash;
-    FORGE_TRY(parse_attention_env(&flash));
     forge_model *m = calloc(1, sizeof *m);
     if (!m) return forge_error(FORGE_ERR_OOM, "model: out of host memory");
     m->cfg = *cfg;
-    m->flash_attention = flash;
     m->pool = pool;
     m->be = forge_pool_backend(pool);
+    /* The fused form is the default: it saves (B,NH,T) floats per layer instead of (B,NH,T,T) and needs no
+     * T x T scratch in the backward; the materialised form stays selectable as the reference the fused one
+     * was checked against. */
+    m->flash_attention = m->be->options.attention == FORGE_ATTENTION_FLASH;
     layout_builder lb = {.m = m};
     build_layout(&lb);
     m->n_params = lb.index;

@@ -58,7 +58,7 @@ typedef struct {
     size_t param_block_bytes, grad_block_bytes;
     forge_tensor *wte, *wpe, *normf_w, *normf_b, *lm_head; /* lm_head == wte when tied */
     forge_layer_params *layers;
-    int flash_attention; /* 1: fused attention (default); 0: FORGE_ATTENTION=materialised */
+    int flash_attention; /* 1: fused attention (default); 0: the materialised reference (runtime options) */
 } forge_model;
 
 /* Allocates the parameters on pool's backend and initialises them GPT-2 style

@@ -6,6 +6,16 @@
  */
 #include "op_common.h"
 
+typedef struct {
+    int B, T, n_heads, n_rot, HS;
+    float theta;
+} rope_params;
+
+/* Both attention forms' backward rules need the shape. */
+typedef struct {
+    int B, T, NH, NKV, HS;
+} attention_params;
+
 static forge_status check_qkv(const char *op, const forge_tensor *qkv, int NH, int NKV, int HS) {
     if (qkv->ndim != 3) return forge_error(FORGE_ERR_ARG, "%s: qkv must be (B, T, (NH+2*NKV)*HS)", op);
     if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
@@ -20,8 +30,10 @@ static forge_status rope_backward(forge_tape *tape, const forge_tape_entry *e) {
     FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
     if (!dx) return FORGE_OK;
     OP_REQUIRE(be, rope_backward);
-    return be->rope_backward(be, forge_f32(dx), forge_f32(e->out->grad), e->p.B, e->p.T, e->p.n_heads,
-                             e->p.n_rot, e->p.HS, e->p.theta);
+    rope_params p;
+    forge_tape_entry_params(e, &p, sizeof p);
+    return be->rope_backward(be, forge_f32(dx), forge_f32(e->out->grad), p.B, p.T, p.n_heads, p.n_rot, p.HS,
+                             p.theta);
 }
 
 forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV, int HS,
@@ -35,10 +47,9 @@ forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *q
     forge_tensor *o = *out;
     FORGE_TRY(be->rope_forward(be, forge_f32(o), forge_f32(qkv), B, T, NH + 2 * NKV, NH + NKV, HS, theta));
     o->requires_grad = qkv->requires_grad;
-    forge_tape_entry e = {.op = "rope", .backward = rope_backward, .out = o, .in = {qkv},
-                          .p = {.B = B, .T = T, .n_heads = NH + 2 * NKV, .n_rot = NH + NKV, .HS = HS,
-                                .theta = theta}};
-    return forge_tape_push(tape, &e);
+    forge_tape_entry e = {.op = "rope", .backward = rope_backward, .out = o, .in = {qkv}};
+    rope_params p = {B, T, NH + 2 * NKV, NH + NKV, HS, theta};
+    return forge_tape_push(tape, &e, &p, sizeof p);
 }
 
 static forge_status attention_backward(forge_tape *tape, const forge_tape_entry *e) {
@@ -47,13 +58,15 @@ static forge_status attention_backward(forge_tape *tape, const forge_tape_entry 
     FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
     if (!dqkv) return FORGE_OK;
     OP_REQUIRE(be, attention_backward);
+    attention_params p;
+    forge_tape_entry_params(e, &p, sizeof p);
     forge_pool *pool = forge_tape_pool(tape);
     size_t scratch_bytes;
     void *scratch;
     FORGE_TRY(forge_pool_block(pool, &scratch, forge_tensor_bytes(e->saved[0]), &scratch_bytes));
     forge_status s = be->attention_backward(be, forge_f32(dqkv), scratch, forge_f32(e->out->grad),
-                                            forge_f32(e->in[0]), forge_f32(e->saved[0]), e->p.B, e->p.T,
-                                            e->p.NH, e->p.NKV, e->p.HS);
+                                            forge_f32(e->in[0]), forge_f32(e->saved[0]), p.B, p.T, p.NH, p.NKV,
+                                            p.HS);
     /* The pool never syncs: the block is reused only by later work on the same stream. */
     forge_pool_block_release(pool, scratch, scratch_bytes);
     return s;
@@ -74,8 +87,9 @@ forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tens
     FORGE_TRY(be->attention_forward(be, forge_f32(o), forge_f32(att), forge_f32(qkv), B, T, NH, NKV, HS));
     o->requires_grad = qkv->requires_grad;
     forge_tape_entry e = {.op = "attention", .backward = attention_backward, .out = o, .in = {qkv},
-                          .saved = {att}, .p = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS}};
-    return forge_tape_push(tape, &e);
+                          .saved = {att}};
+    attention_params p = {B, T, NH, NKV, HS};
+    return forge_tape_push(tape, &e, &p, sizeof p);
 }
 
 static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_entry *e) {
@@ -84,15 +98,16 @@ static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_
     FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
     if (!dqkv) return FORGE_OK;
     OP_REQUIRE(be, flash_attention_backward);
+    attention_params p;
+    forge_tape_entry_params(e, &p, sizeof p);
     forge_pool *pool = forge_tape_pool(tape);
     size_t scratch_bytes;
     void *scratch;
     /* D = rowsum(dO * O): one float per (b, h, t), the size of the saved lse */
     FORGE_TRY(forge_pool_block(pool, &scratch, forge_tensor_bytes(e->saved[0]), &scratch_bytes));
     forge_status s = be->flash_attention_backward(be, forge_f32(dqkv), scratch, forge_f32(e->out->grad),
-                                                  forge_f32(e->in[0]), forge_f32(e->out),
-                                                  forge_f32(e->saved[0]), e->p.B, e->p.T, e->p.NH,
-                                                  e->p.NKV, e->p.HS);
+                                                  forge_f32(e->in[0]), forge_f32(e->out), forge_f32(e->saved[0]),
+                                                  p.B, p.T, p.NH, p.NKV, p.HS);
     forge_pool_block_release(pool, scratch, scratch_bytes);
     return s;
 }
@@ -114,6 +129,7 @@ forge_status forge_op_flash_attention(forge_tape *tape, forge_tensor **out, forg
     o->requires_grad = qkv->requires_grad;
     /* the output itself is read by the backward (D = rowsum(dO * O)) */
     forge_tape_entry e = {.op = "flash_attention", .backward = flash_attention_backward, .out = o,
-                          .in = {qkv}, .saved = {lse}, .p = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS}};
-    return forge_tape_push(tape, &e);
+                          .in = {qkv}, .saved = {lse}};
+    attention_params p = {B, T, NH, NKV, HS};
+    return forge_tape_push(tape, &e, &p, sizeof p);
 }

@@ -29,5 +29,5 @@ forge_status forge_op_classifier(forge_tape *tape, forge_tensor **losses, forge_
     logits->grad = logits;
     forge_tape_entry e = {.op = "classifier", .backward = classifier_backward, .out = *losses,
                           .in = {logits}};
-    return forge_tape_push(tape, &e);
+    return forge_tape_push(tape, &e, NULL, 0);
 }

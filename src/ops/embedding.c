@@ -1,14 +1,24 @@
 /* embedding.c: token and learned-position embeddings (GPT-2's wte and wpe). */
 #include "op_common.h"
 
+typedef struct {
+    int N, C, V;
+} embedding_params;
+
+typedef struct {
+    int B, T, C;
+} position_params;
+
 static forge_status embedding_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dtable;
     FORGE_TRY(forge_tape_grad(tape, e->in[1], &dtable));
     if (!dtable) return FORGE_OK;
     OP_REQUIRE(be, embedding_backward);
-    return be->embedding_backward(be, forge_f32(dtable), forge_f32(e->out->grad), forge_i32(e->in[0]),
-                                  e->p.N, e->p.C);
+    embedding_params p;
+    forge_tape_entry_params(e, &p, sizeof p);
+    return be->embedding_backward(be, forge_f32(dtable), forge_f32(e->out->grad), forge_i32(e->in[0]), p.N, p.C,
+                                  p.V);
 }
 
 forge_status forge_op_embedding(forge_tape *tape, forge_tensor **out, const forge_tensor *ids,
@@ -17,16 +27,18 @@ forge_status forge_op_embedding(forge_tape *tape, forge_tensor **out, const forg
     OP_REQUIRE(be, embedding_forward);
     if (ids->dtype != FORGE_I32 || ids->ndim != 2)
         return forge_error(FORGE_ERR_ARG, "embedding: ids must be (B, T) i32");
-    int C = op_cols(table);
+    if (table->ndim != 2) return forge_error(FORGE_ERR_ARG, "embedding: table must be (V, C)");
+    int C = op_cols(table), V = (int)table->shape[0];
     int64_t shape[3] = {ids->shape[0], ids->shape[1], C};
     FORGE_TRY(op_new(tape, out, 3, shape));
     forge_tensor *o = *out;
     int N = (int)ids->numel;
-    FORGE_TRY(be->embedding_forward(be, forge_f32(o), forge_i32(ids), forge_f32(table), N, C));
+    FORGE_TRY(be->embedding_forward(be, forge_f32(o), forge_i32(ids), forge_f32(table), N, C, V));
     o->requires_grad = table->requires_grad;
     forge_tape_entry e = {.op = "embedding", .backward = embedding_backward, .out = o,
-                          .in = {(forge_tensor *)ids, table}, .p = {.N = N, .C = C}};
-    return forge_tape_push(tape, &e);
+                          .in = {(forge_tensor *)ids, table}};
+    embedding_params p = {N, C, V};
+    return forge_tape_push(tape, &e, &p, sizeof p);
 }
 
 static forge_status position_backward(forge_tape *tape, const forge_tape_entry *e) {
@@ -37,8 +49,10 @@ static forge_status position_backward(forge_tape *tape, const forge_tape_entry *
     OP_REQUIRE(be, position_backward);
     OP_REQUIRE(be, accumulate);
     const float *dout = forge_f32(e->out->grad);
+    position_params p;
+    forge_tape_entry_params(e, &p, sizeof p);
     if (dwpe)
-        FORGE_TRY(be->position_backward(be, op_grad_data(dx), forge_f32(dwpe), dout, e->p.B, e->p.T, e->p.C));
+        FORGE_TRY(be->position_backward(be, op_grad_data(dx), forge_f32(dwpe), dout, p.B, p.T, p.C));
     else if (dx)
         FORGE_TRY(be->accumulate(be, forge_f32(dx), dout, dx->numel));
     return FORGE_OK;
@@ -57,7 +71,7 @@ forge_status forge_op_position(forge_tape *tape, forge_tensor **out, forge_tenso
     forge_tensor *o = *out;
     FORGE_TRY(be->position_forward(be, forge_f32(o), forge_f32(x), forge_f32(wpe), B, T, C));
     o->requires_grad = x->requires_grad || wpe->requires_grad;
-    forge_tape_entry e = {.op = "position", .backward = position_backward, .out = o, .in = {x, wpe},
-                          .p = {.B = B, .T = T, .C = C}};
-    return forge_tape_push(tape, &e);
+    forge_tape_entry e = {.op = "position", .backward = position_backward, .out = o, .in = {x, wpe}};
+    position_params p = {B, T, C};
+    return forge_tape_push(tape, &e, &p, sizeof p);
 }

@@ -12,6 +12,7 @@
 #ifndef FORGE_OPS_H
 #define FORGE_OPS_H
 
+#include "../backend/backend.h"
 #include "../runtime/tape.h"
 
 /* out (B,T,C) = table[ids]; ids (B,T) int32 */

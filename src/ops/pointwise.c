@@ -30,7 +30,7 @@ forge_status forge_op_add(forge_tape *tape, forge_tensor **out, forge_tensor *a,
     FORGE_TRY(be->add_forward(be, forge_f32(o), forge_f32(a), forge_f32(b), a->numel));
     o->requires_grad = a->requires_grad || b->requires_grad;
     forge_tape_entry e = {.op = "add", .backward = add_backward, .out = o, .in = {a, b}};
-    return forge_tape_push(tape, &e);
+    return forge_tape_push(tape, &e, NULL, 0);
 }
 
 static forge_status gelu_backward(forge_tape *tape, const forge_tape_entry *e) {
@@ -50,7 +50,7 @@ forge_status forge_op_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x
     FORGE_TRY(be->gelu_forward(be, forge_f32(o), forge_f32(x), x->numel));
     o->requires_grad = x->requires_grad;
     forge_tape_entry e = {.op = "gelu", .backward = gelu_backward, .out = o, .in = {x}};
-    return forge_tape_push(tape, &e);
+    return forge_tape_push(tape, &e, NULL, 0);
 }
 
 static forge_status swiglu_backward(forge_tape *tape, const forge_tape_entry *e) {
@@ -74,5 +74,5 @@ forge_status forge_op_swiglu(forge_tape *tape, forge_tensor **out, forge_tensor 
     FORGE_TRY(be->swiglu_forward(be, forge_f32(o), forge_f32(gate), forge_f32(up), o->numel));
     o->requires_grad = gate->requires_grad || up->requires_grad;
     forge_tape_entry e = {.op = "swiglu", .backward = swiglu_backward, .out = o, .in = {gate, up}};
-    return forge_tape_push(tape, &e);
+    return forge_tape_push(tape, &e, NULL, 0);
 }

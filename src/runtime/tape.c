@@ -32,7 +32,10 @@ void forge_tape_set_recording(forge_tape *tape, int on) { tape->recording = on; 
 int forge_tape_recording(const forge_tape *tape) { return tape->recording; }
 size_t forge_tape_size(const forge_tape *tape) { return tape->n; }
 
-forge_status forge_tape_push(forge_tape *tape, const forge_tape_entry *e) {
+forge_status forge_tape_push(forge_tape *tape, const forge_tape_entry *e, const void *params, size_t bytes) {
+    if (bytes > FORGE_TAPE_PARAM_BYTES)
+        return forge_error(FORGE_ERR_ARG, "tape: op %s has %zu bytes of parameters, more than the %d an entry holds",
+                           e->op, bytes, FORGE_TAPE_PARAM_BYTES);
     if (!tape->recording) return FORGE_OK;
     if (tape->n == tape->cap) {
         size_t cap = tape->cap ? 2 * tape->cap : 256;
@@ -41,8 +44,15 @@ forge_status forge_tape_push(forge_tape *tape, const forge_tape_entry *e) {
         tape->entries = ne;
         tape->cap = cap;
     }
-    tape->entries[tape->n++] = *e;
+    forge_tape_entry *dst = &tape->entries[tape->n++];
+    *dst = *e;
+    memset(dst->params, 0, sizeof dst->params);
+    if (bytes) memcpy(dst->params, params, bytes);
     return FORGE_OK;
+}
+
+void forge_tape_entry_params(const forge_tape_entry *e, void *params, size_t bytes) {
+    memcpy(params, e->params, bytes < sizeof e->params ? bytes : sizeof e->params);
 }
 
 forge_status forge_tape_grad(forge_tape *tape, forge_tensor *t, forge_tensor **grad) {

@@ -3,8 +3,8 @@
  *
  * Each op of src/ops/ computes its forward result through the backend and,
  * while recording is on, appends an entry: its backward rule, its output, its
- * inputs and whatever it saved (LayerNorm's mean and rstd, attention's
- * probabilities). forge_tape_backward() replays the entries in reverse; a rule
+ * inputs, whatever it saved (LayerNorm's mean and rstd, attention's
+ * probabilities) and its own parameter struct (sizes, constants). forge_tape_backward() replays the entries in reverse; a rule
  * runs only if its output received a gradient, and it accumulates (+=) into
  * its inputs' gradients, which the tape allocates zeroed on first use.
  *
@@ -19,7 +19,6 @@
 #ifndef FORGE_TAPE_H
 #define FORGE_TAPE_H
 
-#include "../backend/backend.h"
 #include "pool.h"
 #include "../base/tensor.h"
 
@@ -28,17 +27,10 @@ typedef struct forge_tape_entry forge_tape_entry;
 
 typedef forge_status (*forge_backward_fn)(forge_tape *tape, const forge_tape_entry *e);
 
-/* The sizes and constants an op's backward rule needs, by name. */
-typedef struct {
-    int N, C, OC;       /* rows, input channels, output channels */
-    int B, T;           /* batch, time */
-    int NH, NKV, HS;    /* heads, key/value heads, head size */
-    int n_heads, n_rot; /* rope: heads in the row, heads rotated */
-    float eps, theta;
-} forge_op_params;
-
 #define FORGE_TAPE_MAX_INPUTS 3
 #define FORGE_TAPE_MAX_SAVED 2
+/* Room for an op's parameter struct (the sizes and constants its backward rule needs). */
+#define FORGE_TAPE_PARAM_BYTES 32
 
 struct forge_tape_entry {
     const char *op;
@@ -46,7 +38,9 @@ struct forge_tape_entry {
     forge_tensor *out;
     forge_tensor *in[FORGE_TAPE_MAX_INPUTS];
     forge_tensor *saved[FORGE_TAPE_MAX_SAVED];
-    forge_op_params p;
+    /* The op's own parameter struct (each op in src/ops/ defines its type), stored by forge_tape_push and read
+     * back by forge_tape_entry_params: the tape carries it without knowing its fields. */
+    unsigned char params[FORGE_TAPE_PARAM_BYTES];
 };
 
 forge_status forge_tape_create(forge_tape **out, forge_pool *pool);
@@ -59,7 +53,11 @@ forge_backend *forge_tape_backend(const forge_tape *tape);
 void forge_tape_set_recording(forge_tape *tape, int on);
 int forge_tape_recording(const forge_tape *tape);
 
-forge_status forge_tape_push(forge_tape *tape, const forge_tape_entry *e);
+/* Appends e (when recording) with a copy of the op's parameter struct (params may be NULL with bytes 0);
+ * bytes over FORGE_TAPE_PARAM_BYTES is FORGE_ERR_ARG. */
+forge_status forge_tape_push(forge_tape *tape, const forge_tape_entry *e, const void *params, size_t bytes);
+/* Copies an entry's parameter struct out (bytes as given to forge_tape_push). */
+void forge_tape_entry_params(const forge_tape_entry *e, void *params, size_t bytes);
 
 /* The gradient of t, allocated zeroed if it does not exist yet; NULL (and
  * FORGE_OK) when t does not require a gradient. */

@@ -41,7 +41,7 @@ void forge_train_options_default(forge_train_options *o) {
     o->config = "tiny";
     o->configs_dir = "configs";
     o->out_dir = "runs/tiny";
-    o->device = "cpu";
+    forge_runtime_options_default(&o->runtime);
     o->batch_size = 16;
     o->steps = 500;
     o->lr = 3e-3f;
@@ -199,10 +199,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
                            per_micro);
     tr->accum = (int)(tps / per_micro);
 
-    if (strcmp(o->device, "cpu") == 0)
-        FORGE_TRY(forge_cpu_backend_create(&tr->be, o->threads, 0));
-    else
-        FORGE_TRY(forge_backend_create(&tr->be, o->device));
+    FORGE_TRY(forge_backend_create(&tr->be, o->runtime.device, &o->runtime));
     FORGE_TRY(forge_pool_create(&tr->pool, tr->be));
     FORGE_TRY(forge_tape_create(&tr->tape, tr->pool));
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../backend/options.h"
 #include "../base/status.h"
 
 typedef struct {
@@ -21,7 +22,6 @@ typedef struct {
     const char *configs_dir;/* where bare config names are looked up */
     const char *data_dir;   /* train_*.bin, val_*.bin, encoder.json, vocab.bpe */
     const char *out_dir;    /* checkpoints, log.jsonl */
-    const char *device;     /* "cpu" or "cuda" */
     const char *resume;     /* run or checkpoint directory, or NULL */
     int batch_size;         /* B */
     int seq_len;            /* T; 0 = the config's context length */
@@ -32,7 +32,7 @@ typedef struct {
     int eval_every, eval_batches; /* eval_every 0 = only at the end */
     int ckpt_every;               /* 0 = only at the end */
     int stop_after;               /* stop (with a checkpoint) after this step; 0 = run to the end */
-    int threads;                  /* CPU threads; 0 = default */
+    forge_runtime_options runtime; /* device, matmul mode, attention, precision, threads, cache paths */
     int quiet;                    /* no progress lines */
     float *loss_out;              /* if set, loss_out[step-1] = that step's loss */
     int loss_out_cap;

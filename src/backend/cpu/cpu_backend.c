@@ -1,12 +1,12 @@
 /*
- * cpu_backend.c: builds the CPU forge_backend table, and the by-name factory
- * forge_backend_create / forge_backend_destroy every caller goes through.
+ * cpu_backend.c: builds the CPU forge_backend table (called by
+ * forge_backend_create, backend.c); every op of op_list.h is bound.
  *
  * "Device memory" on the CPU is ordinary host memory, 64-byte aligned so that
  * vector loads in the kernels never split a cache line at a row start; the
  * copy entries are memcpy and synchronize has nothing to wait for.
  *
- * The decision a reader would get wrong: reference = 1 is not a debug flag
+ * The decision a reader would get wrong: cpu_reference is not a debug flag
  * but the oracle. It pins every op to one thread and matmul to its plain
  * triple loop, and the tests and the GPU parity checks compare against a
  * backend created that way. Every entry of the table is filled: a NULL here
@@ -65,9 +65,10 @@ static void cpu_destroy(forge_backend *be) {
     free(be);
 }
 
-forge_status forge_cpu_backend_create(forge_backend **out, int threads, int reference) {
-    if (!out) return forge_error(FORGE_ERR_ARG, "forge_cpu_backend_create: out is NULL");
+forge_status forge_cpu_backend_create(forge_backend **out, const forge_runtime_options *options) {
+    if (!out || !options) return forge_error(FORGE_ERR_ARG, "forge_cpu_backend_create: out or options is NULL");
     *out = NULL;
+    int threads = options->threads, reference = options->cpu_reference != 0;
     if (threads <= 0) {
 #ifdef _OPENMP
         threads = omp_get_max_threads();
@@ -91,11 +92,12 @@ forge_status forge_cpu_backend_create(forge_backend **out, int threads, int refe
                            pack_bytes, threads);
     }
     ctx->threads = threads;
-    ctx->reference = reference ? 1 : 0;
+    ctx->reference = reference;
     ctx->pack = pack;
 
     be->name = reference ? "cpu-reference" : "cpu";
     be->kind = FORGE_DEVICE_CPU;
+    be->options = *options;
     be->ctx = ctx;
 
     be->mem_alloc = cpu_mem_alloc;
@@ -107,55 +109,8 @@ forge_status forge_cpu_backend_create(forge_backend **out, int threads, int refe
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;
 
-    be->accumulate = cpu_accumulate;
-    be->add_forward = cpu_add_forward;
-    be->gelu_forward = cpu_gelu_forward;
-    be->gelu_backward = cpu_gelu_backward;
-    be->swiglu_forward = cpu_swiglu_forward;
-    be->swiglu_backward = cpu_swiglu_backward;
-
-    be->embedding_forward = cpu_embedding_forward;
-    be->embedding_backward = cpu_embedding_backward;
-    be->position_forward = cpu_position_forward;
-    be->position_backward = cpu_position_backward;
-
-    be->matmul_forward = cpu_matmul_forward;
-    be->matmul_backward_input = cpu_matmul_backward_input;
-    be->matmul_backward_weight = cpu_matmul_backward_weight;
-
-    be->layernorm_forward = cpu_layernorm_forward;
-    be->layernorm_backward = cpu_layernorm_backward;
-    be->rmsnorm_forward = cpu_rmsnorm_forward;
-    be->rmsnorm_backward = cpu_rmsnorm_backward;
-
-    be->rope_forward = cpu_rope_forward;
-    be->rope_backward = cpu_rope_backward;
-
-    be->attention_forward = cpu_attention_forward;
-    be->attention_backward = cpu_attention_backward;
-    be->flash_attention_forward = cpu_flash_attention_forward;
-    be->flash_attention_backward = cpu_flash_attention_backward;
-    be->flash_attention_forward_ext = cpu_flash_attention_forward_ext;
-    be->flash_attention_backward_ext = cpu_flash_attention_backward_ext;
-
-    be->classifier_forward_backward = cpu_classifier_forward_backward;
-
-    be->sumsq_accumulate = cpu_sumsq_accumulate;
-    be->adamw_update = cpu_adamw_update;
+    FORGE_OP_LIST(FORGE_OP_BIND_CPU, FORGE_OP_NOTHING, FORGE_OP_NOTHING)
 
     *out = be;
     return FORGE_OK;
-}
-
-forge_status forge_backend_create(forge_backend **out, const char *name) {
-    if (!out) return forge_error(FORGE_ERR_ARG, "forge_backend_create: out is NULL");
-    *out = NULL;
-    if (name && strcmp(name, "cpu") == 0) return forge_cpu_backend_create(out, 0, 0);
-    if (name && strcmp(name, "cuda") == 0) return forge_cuda_backend_create(out, 0);
-    return forge_error(FORGE_ERR_ARG, "unknown backend '%s': valid backends are \"cpu\" and \"cuda\"",
-                       name ? name : "(null)");
-}
-
-void forge_backend_destroy(forge_backend *be) {
-    if (be && be->destroy) be->destroy(be);
 }

@@ -12,12 +12,18 @@
  */
 #include "cpu_ops.h"
 
-forge_status cpu_embedding_forward(forge_backend *be, float *out, const int32_t *ids,
-                                   const float *table, int N, int C) {
+/* Every id in [0, V): a token id outside the table is an error naming it, never a read past the table. */
+static forge_status check_ids(const char *op, const int32_t *ids, int N, int V) {
     for (int n = 0; n < N; n++)
-        if (ids[n] < 0)
-            return forge_error(FORGE_ERR_ARG, "cpu embedding_forward: ids[%d] = %d is negative", n,
-                               (int)ids[n]);
+        if (ids[n] < 0 || ids[n] >= V)
+            return forge_error(FORGE_ERR_ARG, "cpu %s: ids[%d] = %d is outside the table's [0, %d)", op, n,
+                               (int)ids[n], V);
+    return FORGE_OK;
+}
+
+forge_status cpu_embedding_forward(forge_backend *be, float *out, const int32_t *ids,
+                                   const float *table, int N, int C, int V) {
+    FORGE_TRY(check_ids("embedding_forward", ids, N, V));
     int nt = cpu_threads(be);
     /* out (N,C) ; table (V,C) */
 #pragma omp parallel for num_threads(nt)
@@ -30,11 +36,8 @@ forge_status cpu_embedding_forward(forge_backend *be, float *out, const int32_t 
 }
 
 forge_status cpu_embedding_backward(forge_backend *be, float *dtable, const float *dout,
-                                    const int32_t *ids, int N, int C) {
-    for (int n = 0; n < N; n++)
-        if (ids[n] < 0)
-            return forge_error(FORGE_ERR_ARG, "cpu embedding_backward: ids[%d] = %d is negative", n,
-                               (int)ids[n]);
+                                    const int32_t *ids, int N, int C, int V) {
+    FORGE_TRY(check_ids("embedding_backward", ids, N, V));
     int nt = cpu_threads(be);
     enum { SLICE = 64 };
     int slices = (C + SLICE - 1) / SLICE;

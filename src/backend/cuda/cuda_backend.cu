@@ -1,7 +1,7 @@
 /*
- * cuda_backend.cu: builds the CUDA forge_backend table: memory, copies, the
- * stream, the matmul path choice, and the entry point
- * forge_cuda_backend_create.
+ * cuda_backend.cu: builds the CUDA forge_backend table (called by
+ * forge_backend_create, backend.c): memory, copies, the stream, the matmul
+ * path of the runtime options, and every op of op_list.h bound.
  *
  * The decisions a reader would otherwise get wrong:
  * - mem_alloc is a plain cudaMalloc: the caching allocator (runtime/pool.c)
@@ -11,18 +11,16 @@
  *   issued on the legacy default stream and no op waits on the host.
  *   copy_to_host is the one op that synchronises (it must: the caller reads
  *   the buffer when it returns).
- * - FORGE_MATMUL is read once, here. An unknown value is an error, never a
- *   silent fallback to the default path. Values: fp32 = simt (default:
- *   forge's exact fp32 SIMT kernel, deterministic, the same kernels as
- *   before the integration), simt64 / simt128 (tile forced, tests), cublas
- *   (pedantic fp32), tf32 (forge's mma.sync tf32 kernels, explicit opt-in:
+ * - The matmul mode comes from the runtime options (options.h), checked
+ *   here: fp32 = forge's exact fp32 SIMT kernel (the default: deterministic,
+ *   the same bits everywhere), simt64 / simt128 (tile forced, tests), cublas
+ *   (pedantic fp32), tf32 (forge's tf32 tensor-core kernels, explicit opt-in:
  *   not exact fp32), auto (per shape, the faster of simt and cuBLAS, both
  *   exact fp32; matmul_table.cu). auto is not the default: its choice comes
  *   from a timing, so two machines (or a first run and a cached one) may
- *   pick different kernels and sum in different orders, and the default
- *   must give the same bits everywhere.
+ *   pick different kernels and sum in different orders.
  * - A build without cuBLAS (make cuda CUBLAS=0, FORGE_NO_CUBLAS): cublas is
- *   refused with FORGE_ERR_UNSUPPORTED; auto prints a note and runs simt.
+ *   refused with FORGE_ERR_UNSUPPORTED; auto prints a note and runs fp32.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,49 +105,36 @@ static void cuda_destroy(forge_backend *be) {
     free(be);
 }
 
-static const char *cuda_matmul_impl_name(cuda_matmul_impl impl) {
-    switch (impl) {
-    case CUDA_MATMUL_SIMT: return "simt";
-    case CUDA_MATMUL_SIMT64: return "simt64";
-    case CUDA_MATMUL_SIMT128: return "simt128";
-    case CUDA_MATMUL_CUBLAS: return "cublas";
-    case CUDA_MATMUL_TF32: return "tf32";
-    case CUDA_MATMUL_AUTO: return "auto";
-    }
-    return "?";
-}
-
-extern "C" const char *forge_cuda_matmul_impl(forge_backend *be) {
-    if (!be || be->kind != FORGE_DEVICE_CUDA || !be->ctx) return NULL;
-    return cuda_matmul_impl_name(cuda_get_ctx(be)->matmul_impl);
-}
-
-static forge_status cuda_parse_matmul_env(cuda_matmul_impl *out) {
-    const char *v = getenv("FORGE_MATMUL");
-    *out = CUDA_MATMUL_SIMT;
-    if (!v || !*v || strcmp(v, "simt") == 0 || strcmp(v, "fp32") == 0) return FORGE_OK;
-    if (strcmp(v, "simt64") == 0) *out = CUDA_MATMUL_SIMT64;
-    else if (strcmp(v, "simt128") == 0) *out = CUDA_MATMUL_SIMT128;
-    else if (strcmp(v, "cublas") == 0) *out = CUDA_MATMUL_CUBLAS;
-    else if (strcmp(v, "tf32") == 0) *out = CUDA_MATMUL_TF32;
-    else if (strcmp(v, "auto") == 0) *out = CUDA_MATMUL_AUTO;
-    else
-        return forge_error(FORGE_ERR_ARG,
-                           "FORGE_MATMUL (or --matmul) '%s': expected \"fp32\" = \"simt\" (default), \"tf32\", "
-                           "\"cublas\", \"auto\", \"simt64\" or \"simt128\"",
-                           v);
+/* A matmul mode this build can run, or the error saying why not; auto without cuBLAS degrades to fp32. */
+static forge_status cuda_check_matmul_mode(forge_matmul_mode *m) {
+    if ((unsigned)*m >= FORGE_MATMUL_COUNT)
+        return forge_error(FORGE_ERR_ARG, "cuda backend: matmul mode %d is not one of options.h's", (int)*m);
 #ifdef FORGE_NO_CUBLAS
-    if (*out == CUDA_MATMUL_CUBLAS)
+    if (*m == FORGE_MATMUL_CUBLAS)
         return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "FORGE_MATMUL (or --matmul) 'cublas': this forge was built without cuBLAS (make cuda "
-                           "CUBLAS=0); expected \"fp32\", \"tf32\" or \"auto\", or rebuild with cuBLAS");
-    if (*out == CUDA_MATMUL_AUTO) {
+                           "--matmul cublas: this forge was built without cuBLAS (make cuda CUBLAS=0); expected "
+                           "\"fp32\", \"tf32\" or \"auto\", or rebuild with cuBLAS");
+    if (*m == FORGE_MATMUL_AUTO) {
         fprintf(stderr, "matmul auto: this forge was built without cuBLAS (CUBLAS=0): every shape runs forge's "
                         "fp32 SIMT kernel\n");
-        *out = CUDA_MATMUL_SIMT;
+        *m = FORGE_MATMUL_FP32;
     }
 #endif
     return FORGE_OK;
+}
+
+/* The backend's name says which GEMM runs, so every log line that names the backend does (cuBLAS is never chosen
+ * silently). */
+static const char *cuda_backend_name(forge_matmul_mode m) {
+    switch (m) {
+    case FORGE_MATMUL_FP32: return "cuda (matmul: forge simt)";
+    case FORGE_MATMUL_FP32_TILE64: return "cuda (matmul: forge simt64)";
+    case FORGE_MATMUL_FP32_TILE128: return "cuda (matmul: forge simt128)";
+    case FORGE_MATMUL_CUBLAS: return "cuda (matmul: cuBLAS fp32)";
+    case FORGE_MATMUL_TF32: return "cuda (matmul: forge tf32 mma.sync)";
+    case FORGE_MATMUL_AUTO: return "cuda (matmul: auto = forge simt or cuBLAS fp32 per shape)";
+    default: return "cuda";
+    }
 }
 
 /* Everything that can fail once the context exists; the caller destroys on error. */
@@ -172,7 +157,7 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
     CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaMalloc((void **)&ctx->ws, CUDA_WS_FLOATS * sizeof(float)));
 #ifndef FORGE_NO_CUBLAS
-    if (ctx->matmul_impl == CUDA_MATMUL_CUBLAS || ctx->matmul_impl == CUDA_MATMUL_AUTO) {
+    if (ctx->matmul == FORGE_MATMUL_CUBLAS || ctx->matmul == FORGE_MATMUL_AUTO) {
         cublasStatus_t cs = cublasCreate(&ctx->cublas);
         if (cs != CUBLAS_STATUS_SUCCESS) {
             ctx->cublas = NULL;
@@ -186,15 +171,15 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
                                cublasGetStatusString(cs));
     }
 #endif
-    if (ctx->matmul_impl == CUDA_MATMUL_AUTO) FORGE_TRY(cuda_mm_table_open(ctx));
+    if (ctx->matmul == FORGE_MATMUL_AUTO) FORGE_TRY(cuda_mm_table_open(ctx));
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_cuda_backend_create(forge_backend **out, int device_index) {
-    if (!out) return forge_error(FORGE_ERR_ARG, "forge_cuda_backend_create: out is NULL");
+extern "C" forge_status forge_cuda_backend_create(forge_backend **out, const forge_runtime_options *options) {
+    if (!out || !options) return forge_error(FORGE_ERR_ARG, "forge_cuda_backend_create: out or options is NULL");
     *out = NULL;
-    cuda_matmul_impl impl;
-    FORGE_TRY(cuda_parse_matmul_env(&impl));
+    forge_matmul_mode mode = options->matmul;
+    FORGE_TRY(cuda_check_matmul_mode(&mode));
 
     forge_backend *be = (forge_backend *)calloc(1, sizeof *be);
     cuda_ctx *ctx = (cuda_ctx *)calloc(1, sizeof *ctx);
@@ -203,23 +188,18 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, int devic
         free(ctx);
         return forge_error(FORGE_ERR_OOM, "forge_cuda_backend_create: out of host memory");
     }
-    ctx->matmul_impl = impl;
-    /* The matmul path is part of the name, so every log line that names the
-     * backend says which GEMM ran (cuBLAS is never chosen silently). */
-    switch (impl) {
-    case CUDA_MATMUL_SIMT: be->name = "cuda (matmul: forge simt)"; break;
-    case CUDA_MATMUL_SIMT64: be->name = "cuda (matmul: forge simt64)"; break;
-    case CUDA_MATMUL_SIMT128: be->name = "cuda (matmul: forge simt128)"; break;
-    case CUDA_MATMUL_CUBLAS: be->name = "cuda (matmul: cuBLAS fp32)"; break;
-    case CUDA_MATMUL_TF32: be->name = "cuda (matmul: forge tf32 mma.sync)"; break;
-    case CUDA_MATMUL_AUTO: be->name = "cuda (matmul: auto = forge simt or cuBLAS fp32 per shape)"; break;
-    }
+    ctx->matmul = mode;
+    ctx->cache_dir = options->cache_dir;
+    ctx->matmul_cache_path = options->matmul_cache_path;
+    be->name = cuda_backend_name(mode);
     be->kind = FORGE_DEVICE_CUDA;
+    be->options = *options;
+    be->options.matmul = mode; /* what runs */
     be->ctx = ctx;
-    forge_status s = cuda_ctx_init(ctx, device_index);
+    forge_status s = cuda_ctx_init(ctx, options->device_index);
     if (s != FORGE_OK) {
         cuda_destroy(be);
-        return forge_error_context(s, "creating the cuda backend on device %d: ", device_index);
+        return forge_error_context(s, "creating the cuda backend on device %d: ", options->device_index);
     }
 
     be->mem_alloc = cuda_mem_alloc;
@@ -231,41 +211,7 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, int devic
     be->synchronize = cuda_synchronize;
     be->destroy = cuda_destroy;
 
-    be->accumulate = cuda_accumulate;
-    be->add_forward = cuda_add_forward;
-    be->gelu_forward = cuda_gelu_forward;
-    be->gelu_backward = cuda_gelu_backward;
-    be->swiglu_forward = cuda_swiglu_forward;
-    be->swiglu_backward = cuda_swiglu_backward;
-
-    be->embedding_forward = cuda_embedding_forward;
-    be->embedding_backward = cuda_embedding_backward;
-    be->position_forward = cuda_position_forward;
-    be->position_backward = cuda_position_backward;
-
-    be->matmul_forward = cuda_matmul_forward;
-    be->matmul_backward_input = cuda_matmul_backward_input;
-    be->matmul_backward_weight = cuda_matmul_backward_weight;
-
-    be->layernorm_forward = cuda_layernorm_forward;
-    be->layernorm_backward = cuda_layernorm_backward;
-    be->rmsnorm_forward = cuda_rmsnorm_forward;
-    be->rmsnorm_backward = cuda_rmsnorm_backward;
-
-    be->rope_forward = cuda_rope_forward;
-    be->rope_backward = cuda_rope_backward;
-
-    be->attention_forward = cuda_attention_forward;
-    be->attention_backward = cuda_attention_backward;
-    be->flash_attention_forward = cuda_flash_attention_forward;
-    be->flash_attention_backward = cuda_flash_attention_backward;
-    be->flash_attention_forward_ext = cuda_flash_attention_forward_ext;
-    be->flash_attention_backward_ext = cuda_flash_attention_backward_ext;
-
-    be->classifier_forward_backward = cuda_classifier_forward_backward;
-
-    be->sumsq_accumulate = cuda_sumsq_accumulate;
-    be->adamw_update = cuda_adamw_update;
+    FORGE_OP_LIST(FORGE_OP_BIND_CUDA, FORGE_OP_NOTHING, FORGE_OP_NOTHING)
 
     *out = be;
     return FORGE_OK;

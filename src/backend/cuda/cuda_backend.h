@@ -1,6 +1,6 @@
 /*
- * cuda_backend.h: the CUDA backend's public extras, callable from C.
- * forge_cuda_backend_create itself is declared in backend.h.
+ * cuda_backend.h: the CUDA backend's public extras, callable from C (its
+ * constructor is reached through forge_backend_create, backend.h).
  */
 #ifndef FORGE_CUDA_BACKEND_H
 #define FORGE_CUDA_BACKEND_H
@@ -11,15 +11,11 @@ extern "C" {
 
 #include "../backend.h"
 
-/* Which matmul path this CUDA backend uses, as chosen by the environment
- * variable FORGE_MATMUL (or `forge train --matmul`) when it was created:
- * "simt" (default, also spelled "fp32": hand-written exact fp32 kernel, tile
- * per shape), "simt64" / "simt128" (tile forced, for tests), "cublas"
- * (cublasSgemm in pedantic fp32, the reference path), "tf32" (forge's
- * mma.sync tf32 kernels) or "auto" (per shape the faster of simt and
- * cublas, from a measured, cached table). Returns NULL if be is not a CUDA
- * backend. */
-const char *forge_cuda_matmul_impl(forge_backend *be);
+/* The backend's cudaStream_t (every op runs on it), for code that must order its own work with the ops'
+ * (the benchmark harness's timing events); NULL if be is not a CUDA backend. */
+void *forge_cuda_backend_stream(forge_backend *be);
+/* The CUDA device index the backend was created on; -1 if be is not a CUDA backend. */
+int forge_cuda_backend_device(forge_backend *be);
 
 #ifdef __cplusplus
 }

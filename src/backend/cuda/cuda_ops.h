@@ -27,16 +27,6 @@
 
 #include "cuda_check.h"
 
-/* How matmul_* ops are computed (FORGE_MATMUL, read once at creation). */
-typedef enum {
-    CUDA_MATMUL_SIMT = 0, /* hand-written tiled fp32 kernel, tile chosen per shape ("fp32", the default) */
-    CUDA_MATMUL_SIMT64,   /* same kernel, 64x64 tiles forced (tests) */
-    CUDA_MATMUL_SIMT128,  /* same kernel, 128x128 tiles forced (tests) */
-    CUDA_MATMUL_CUBLAS,   /* cublasSgemm, pedantic fp32 (no TF32): the reference path */
-    CUDA_MATMUL_TF32,     /* forge's mma.sync tf32 kernels (gemm_mma.cu), all three layouts */
-    CUDA_MATMUL_AUTO      /* per shape, the faster of SIMT fp32 and cuBLAS pedantic fp32 (matmul_table.cu) */
-} cuda_matmul_impl;
-
 /* cuBLAS is optional: `make cuda CUBLAS=0` defines FORGE_NO_CUBLAS and links
  * no cuBLAS library. The handle type stays so the context layout is the same
  * in both builds; without cuBLAS it is always NULL. */
@@ -62,8 +52,9 @@ typedef struct {
     int device;
     int num_sms;
     cudaStream_t stream;
-    cuda_matmul_impl matmul_impl;
-    cublasHandle_t cublas; /* NULL unless matmul_impl is CUBLAS or AUTO */
+    forge_matmul_mode matmul;  /* how the matmul ops run (the runtime options'; AUTO without cuBLAS runs FP32) */
+    const char *cache_dir, *matmul_cache_path; /* AUTO's table (runtime options; the caller's strings) */
+    cublasHandle_t cublas; /* NULL unless matmul is CUBLAS or AUTO */
     struct cuda_mm_table *mm_table; /* AUTO only: the per-shape choices */
     float *ws;             /* (CUDA_WS_FLOATS) device workspace for partial sums */
 } cuda_ctx;
@@ -156,27 +147,6 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
 }
 #endif
 
-/* ---- elementwise.cu ---------------------------------------------------- */
-forge_status cuda_accumulate(forge_backend *be, float *dst, const float *src, size_t n);
-forge_status cuda_add_forward(forge_backend *be, float *out, const float *a, const float *b, size_t n);
-forge_status cuda_gelu_forward(forge_backend *be, float *out, const float *inp, size_t n);
-forge_status cuda_gelu_backward(forge_backend *be, float *dinp, const float *inp, const float *dout,
-                                size_t n);
-forge_status cuda_swiglu_forward(forge_backend *be, float *out, const float *gate, const float *up,
-                                 size_t n);
-forge_status cuda_swiglu_backward(forge_backend *be, float *dgate, float *dup, const float *dout,
-                                  const float *gate, const float *up, size_t n);
-
-/* ---- embedding.cu ------------------------------------------------------ */
-forge_status cuda_embedding_forward(forge_backend *be, float *out, const int32_t *ids,
-                                    const float *table, int N, int C);
-forge_status cuda_embedding_backward(forge_backend *be, float *dtable, const float *dout,
-                                     const int32_t *ids, int N, int C);
-forge_status cuda_position_forward(forge_backend *be, float *out, const float *inp, const float *wpe,
-                                   int B, int T, int C);
-forge_status cuda_position_backward(forge_backend *be, float *dinp, float *dwpe, const float *dout,
-                                    int B, int T, int C);
-
 /* ---- matmul.cu --------------------------------------------------------- */
 /* One training-layout GEMM (no bias, no dbias) on the given path: SIMT (tile
  * per shape) or cuBLAS pedantic fp32. A, B, C as the layout's op takes them:
@@ -194,61 +164,9 @@ forge_status cuda_mm_table_open(cuda_ctx *ctx);
 void cuda_mm_table_close(cuda_ctx *ctx);
 forge_status cuda_mm_choose(cuda_ctx *ctx, cuda_mm_layout layout, int M, int N, int K, int *use_cublas);
 
-forge_status cuda_matmul_forward(forge_backend *be, float *out, const float *inp, const float *weight,
-                                 const float *bias, int N, int C, int OC);
-forge_status cuda_matmul_backward_input(forge_backend *be, float *dinp, const float *dout,
-                                        const float *weight, int N, int C, int OC);
-forge_status cuda_matmul_backward_weight(forge_backend *be, float *dweight, float *dbias,
-                                         const float *dout, const float *inp, int N, int C, int OC);
 
-/* ---- layernorm.cu / rmsnorm.cu ----------------------------------------- */
-forge_status cuda_layernorm_forward(forge_backend *be, float *out, float *mean, float *rstd,
-                                    const float *inp, const float *weight, const float *bias, int N,
-                                    int C, float eps);
-forge_status cuda_layernorm_backward(forge_backend *be, float *dinp, float *dweight, float *dbias,
-                                     const float *dout, const float *inp, const float *weight,
-                                     const float *mean, const float *rstd, int N, int C);
-forge_status cuda_rmsnorm_forward(forge_backend *be, float *out, float *rstd, const float *inp,
-                                  const float *weight, int N, int C, float eps);
-forge_status cuda_rmsnorm_backward(forge_backend *be, float *dinp, float *dweight, const float *dout,
-                                   const float *inp, const float *weight, const float *rstd, int N,
-                                   int C);
-
-/* ---- rope.cu ----------------------------------------------------------- */
-forge_status cuda_rope_forward(forge_backend *be, float *out, const float *inp, int B, int T,
-                               int n_heads, int n_rot, int HS, float theta);
-forge_status cuda_rope_backward(forge_backend *be, float *dinp, const float *dout, int B, int T,
-                                int n_heads, int n_rot, int HS, float theta);
-
-/* ---- attention.cu ------------------------------------------------------ */
-forge_status cuda_attention_forward(forge_backend *be, float *out, float *att, const float *qkv,
-                                    int B, int T, int NH, int NKV, int HS);
-forge_status cuda_attention_backward(forge_backend *be, float *dqkv, float *scratch,
-                                     const float *dout, const float *qkv, const float *att, int B,
-                                     int T, int NH, int NKV, int HS);
-
-/* ---- flash_attention.cu ------------------------------------------------- */
-forge_status cuda_flash_attention_forward(forge_backend *be, float *out, float *lse, const float *qkv,
-                                          int B, int T, int NH, int NKV, int HS);
-forge_status cuda_flash_attention_backward(forge_backend *be, float *dqkv, float *scratch,
-                                           const float *dout, const float *qkv, const float *out,
-                                           const float *lse, int B, int T, int NH, int NKV, int HS);
-forge_status cuda_flash_attention_forward_ext(forge_backend *be, float *out, float *lse,
-                                              const float *qkv_q, const float *qkv_kv, int B, int Tq,
-                                              int Tk, int NH, int NKV, int HS);
-forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, float *dqkv_kv,
-                                               float *scratch, const float *dout, const float *qkv_q,
-                                               const float *qkv_kv, const float *out, const float *lse,
-                                               int B, int Tq, int Tk, int NH, int NKV, int HS);
-
-/* ---- classifier.cu ----------------------------------------------------- */
-forge_status cuda_classifier_forward_backward(forge_backend *be, float *losses, float *logits,
-                                              const int32_t *targets, int N, int V,
-                                              int ignore_index, float grad_scale);
-
-/* ---- adamw.cu ---------------------------------------------------------- */
-forge_status cuda_sumsq_accumulate(forge_backend *be, float *out_sumsq, const float *x, size_t n);
-forge_status cuda_adamw_update(forge_backend *be, float *param, const float *grad, float *m,
-                               float *v, size_t n, const float *grad_sumsq, forge_adamw_params hp);
+/* ---- every op of op_list.h: cuda_NAME(forge_backend *be, ...), one .cu file per family (elementwise,
+ * embedding, matmul, layernorm, rmsnorm, rope, attention, flash_attention, classifier, adamw) ---------- */
+FORGE_OP_LIST(FORGE_OP_PROTOTYPE_CUDA, FORGE_ARG_DECL, FORGE_OP_NOTHING)
 
 #endif

@@ -120,7 +120,8 @@ __global__ void position_backward_kernel(float *__restrict__ dinp, float *__rest
 /* ---- launchers ---------------------------------------------------------- */
 
 forge_status cuda_embedding_forward(forge_backend *be, float *out, const int32_t *ids,
-                                    const float *table, int N, int C) {
+                                    const float *table, int N, int C, int V) {
+    (void)V; /* the table's rows; ids are not range-checked on the device yet */
     if (N <= 0 || C <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
     /* rows on grid.y (limit 65535): fold very tall N into several launches */
@@ -135,7 +136,8 @@ forge_status cuda_embedding_forward(forge_backend *be, float *out, const int32_t
 }
 
 forge_status cuda_embedding_backward(forge_backend *be, float *dtable, const float *dout,
-                                     const int32_t *ids, int N, int C) {
+                                     const int32_t *ids, int N, int C, int V) {
+    (void)V;
     if (N <= 0 || C <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
     embedding_backward_kernel<<<N, EMB_THREADS, 0, ctx->stream>>>(dtable, dout, ids, N, C);

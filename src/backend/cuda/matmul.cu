@@ -23,13 +23,13 @@
  * tile per SM and both M and N exceed 64, else 64x64 (small GEMMs, and
  * attention's HS-wide outputs). The choice never changes a result: each
  * output element is summed over K in the same order by one thread.
- * FORGE_MATMUL=simt64 / simt128 pin it (the parity suite tests both), and
- * FORGE_MATMUL=cublas sends the three matmul ops to cublasSgemm in
- * CUBLAS_PEDANTIC_MATH (true fp32, no TF32), the reference path;
- * FORGE_MATMUL=auto picks SIMT or cuBLAS per (layout, M, N, K) from a table
- * measured once (matmul_table.cu); FORGE_MATMUL=tf32 sends the forward to
- * forge's wgmma tf32 kernel on Hopper (gemm_wgmma_fp8.cu) and dX / dW (and
- * the forward elsewhere) to its mma.sync tf32 kernel (gemm_mma.cu; dbias stays
+ * The runtime options' matmul mode picks the path (options.h): simt64 /
+ * simt128 pin the tile (the parity suite tests both); cublas sends the three
+ * matmul ops to cublasSgemm in CUBLAS_PEDANTIC_MATH (true fp32, no TF32), the
+ * reference path; auto picks SIMT or cuBLAS per (layout, M, N, K) from a
+ * table measured once (matmul_table.cu); tf32 sends the forward to forge's
+ * wgmma tf32 kernel on Hopper (gemm_wgmma_fp8.cu) and dX / dW (and the
+ * forward elsewhere) to its mma.sync tf32 kernel (gemm_mma.cu; dbias stays
  * the exact fp32 column sum below).
  * Every result is deterministic: one thread owns each output element and
  * sums K in a fixed order; dbias uses the ordered two-pass column sum.
@@ -275,8 +275,8 @@ forge_status cuda_gemm(cuda_ctx *ctx, float *C, const float *A, const float *B,
                        const cuda_gemm_params *p, const char *what) {
     if (p->M <= 0 || p->N <= 0 || p->batch <= 0) return FORGE_OK;
     int big;
-    if (ctx->matmul_impl == CUDA_MATMUL_SIMT64) big = 0;
-    else if (ctx->matmul_impl == CUDA_MATMUL_SIMT128) big = 1;
+    if (ctx->matmul == FORGE_MATMUL_FP32_TILE64) big = 0;
+    else if (ctx->matmul == FORGE_MATMUL_FP32_TILE128) big = 1;
     else {
         /* 128x128 only when it still fills every SM and neither side is so
          * narrow (attention's HS = 64 outputs) that half of each tile idles */
@@ -291,8 +291,8 @@ forge_status cuda_gemm(cuda_ctx *ctx, float *C, const float *A, const float *B,
  * cuBLAS is column-major: a row-major (R, Ccols) matrix is its transpose
  * (Ccols x R, ld Ccols). So row-major Y = X W^T is column-major
  * Y^T = W X^T, and so on for the other two layouts. A build with CUBLAS=0
- * (FORGE_NO_CUBLAS) has no such path: the backend refuses FORGE_MATMUL=cublas
- * at creation, so reaching it here is a bug, reported as one. */
+ * (FORGE_NO_CUBLAS) has no such path: the backend refuses the cublas matmul
+ * mode at creation, so reaching it here is a bug, reported as one. */
 
 #ifndef FORGE_NO_CUBLAS
 #define CUBLAS_TRY(call, what)                                                                  \
@@ -383,12 +383,12 @@ forge_status cuda_matmul_run_layout(cuda_ctx *ctx, cuda_mm_layout layout, int us
     return simt_layout(ctx, layout, C, A, B, NULL, M, N, K);
 }
 
-/* One layout through the path FORGE_MATMUL chose (auto: through the per-shape table). */
+/* One layout through the path of the runtime options' matmul mode (auto: through the per-shape table). */
 static forge_status matmul_dispatch(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
                                     const float *bias, int M, int N, int K) {
-    if (ctx->matmul_impl == CUDA_MATMUL_TF32) return tf32_layout(ctx, layout, C, A, B, bias, M, N, K);
-    int use_cublas = ctx->matmul_impl == CUDA_MATMUL_CUBLAS;
-    if (ctx->matmul_impl == CUDA_MATMUL_AUTO && K > 0) FORGE_TRY(cuda_mm_choose(ctx, layout, M, N, K, &use_cublas));
+    if (ctx->matmul == FORGE_MATMUL_TF32) return tf32_layout(ctx, layout, C, A, B, bias, M, N, K);
+    int use_cublas = ctx->matmul == FORGE_MATMUL_CUBLAS;
+    if (ctx->matmul == FORGE_MATMUL_AUTO && K > 0) FORGE_TRY(cuda_mm_choose(ctx, layout, M, N, K, &use_cublas));
     if (!use_cublas) return simt_layout(ctx, layout, C, A, B, bias, M, N, K);
     float beta = layout == CUDA_MM_NT ? 0.0f : 1.0f;
     if (layout == CUDA_MM_NT && bias) {

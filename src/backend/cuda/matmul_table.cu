@@ -1,5 +1,5 @@
 /*
- * matmul_table.cu: FORGE_MATMUL=auto, the per-shape choice between forge's
+ * matmul_table.cu: the auto matmul mode, the per-shape choice between forge's
  * exact fp32 SIMT GEMM and cuBLAS pedantic fp32 (both exact fp32, no TF32).
  *
  * The decisions a reader would otherwise get wrong:
@@ -16,9 +16,9 @@
  *   process, measured or cached, so a run's log says which GEMM ran where.
  * - cuBLAS is chosen only when it is at least MM_MARGIN faster: on a tie
  *   forge's own kernel wins, and timing noise does not flip a near-tie.
- * - The cache file: $FORGE_MATMUL_CACHE if set, else
- *   $XDG_CACHE_HOME/forge/ (or ~/.cache/forge/) matmul-<gpu>-drv<driver>-
- *   <MM_KERNELS>.tsv. Its first line is a key (GPU name, driver, cuBLAS
+ * - The cache file: the runtime options' matmul_cache_path if set, else
+ *   cache_dir/matmul-<gpu>-drv<driver>-<MM_KERNELS>.tsv (the CLI passes
+ *   $XDG_CACHE_HOME/forge or ~/.cache/forge), else none. Its first line is a key (GPU name, driver, cuBLAS
  *   version, forge kernel version MM_KERNELS, which is bumped by hand when
  *   matmul.cu's SIMT kernel or tile rule changes, never per commit); a
  *   different key, or any malformed row, discards the file's rows with a
@@ -203,23 +203,16 @@ forge_status cuda_mm_table_open(cuda_ctx *ctx) {
     snprintf(t->key, sizeof t->key, "# forge matmul table v1 gpu=%s driver=%d cublas=%d kernels=%s", gpu, driver,
              cublas_v, MM_KERNELS);
 
-    const char *explicit_path = getenv("FORGE_MATMUL_CACHE");
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    char base[4000] = "";
-    if (explicit_path && *explicit_path) snprintf(t->path, sizeof t->path, "%s", explicit_path);
-    else {
-        if (xdg && *xdg) snprintf(base, sizeof base, "%s/forge", xdg);
-        else if (home && *home) snprintf(base, sizeof base, "%s/.cache/forge", home);
-        if (base[0])
-            snprintf(t->path, sizeof t->path, "%s/matmul-%s-drv%d-%s.tsv", base, gpu, driver, MM_KERNELS);
-    }
+    if (ctx->matmul_cache_path && *ctx->matmul_cache_path)
+        snprintf(t->path, sizeof t->path, "%s", ctx->matmul_cache_path);
+    else if (ctx->cache_dir && *ctx->cache_dir)
+        snprintf(t->path, sizeof t->path, "%s/matmul-%s-drv%d-%s.tsv", ctx->cache_dir, gpu, driver, MM_KERNELS);
     if (t->path[0]) mm_load(t);
     fprintf(stderr,
             "matmul auto: per-shape choice forge simt fp32 vs cuBLAS pedantic fp32 (cuBLAS only if <= %.0f%% of "
             "forge's time); cache %s (%d shapes); each shape is printed at its first use:\n"
             "matmul auto: layout      M      N      K   forge_ms  cublas_ms  choice\n",
-            100.0 * MM_MARGIN, t->path[0] ? t->path : "(none: neither HOME nor XDG_CACHE_HOME is set)", t->n);
+            100.0 * MM_MARGIN, t->path[0] ? t->path : "(none: no cache directory given)", t->n);
     return FORGE_OK;
 }
 

@@ -1,0 +1,329 @@
+/*
+ * op_list.h: the one list of backend ops. Everything that has to name every
+ * op is generated from it: the fields of the forge_backend table
+ * (backend.h), the prototypes of each backend's kernels (cpu_ops.h,
+ * cuda_ops.h), the bindings that fill the table (cpu_backend.c,
+ * cuda_backend.cu), the op enum and name table below, and the generic
+ * GPU-vs-CPU parity test (tests_gpu/test_gpu_parity.c), which walks the list
+ * and needs nothing per op beyond what an entry says.
+ *
+ * Adding an op: one entry here, its CPU kernel cpu_NAME, its CUDA kernel
+ * cuda_NAME (or none: a NULL entry is "unsupported"), and, if the model
+ * differentiates through it, its rule in src/ops/. Nothing else.
+ *
+ * An entry is X(NAME, DTYPE, FLAGS, ARGS, CASES):
+ * - NAME: the table field and the suffix of the kernels (cpu_NAME, cuda_NAME).
+ * - DTYPE: the element type the entry computes in (FORGE_F32 today; a bf16
+ *   entry is a separate NAME_bf16 with FORGE_BF16), for the coverage listing.
+ * - FLAGS: FORGE_OPF_GEMM if the op runs on the backend's matmul path (the
+ *   parity test repeats those under every matmul mode).
+ * - ARGS: the arguments after `forge_backend *be`, in order, each one
+ *   A(KIND, ...). Lengths and tolerances are C expressions in the entry's
+ *   SIZE / SCALAR / DIM names.
+ *     A(IN, T, name, len, lo, hi)      read-only T[len]; the test fills it uniform in [lo, hi)
+ *     A(IN_OPT, T, name, len, lo, hi)  the same, and NULL is allowed
+ *     A(OUT, T, name, len, tol)        written (=) in full; the test poisons it with NaN first
+ *     A(ACC, T, name, len, tol)        accumulated (+=); the test pre-fills it with random values
+ *     A(ACC_OPT, T, name, len, tol)    the same, and NULL is allowed (nothing accumulated)
+ *     A(INOUT, T, name, len, lo, hi, tol)  read, then overwritten
+ *     A(IDS, name, len, range, special, pct)  const int32_t[len] in [0, range); pct % of them `special`
+ *     A(SCRATCH, name, len)            float workspace of len, contents undefined before and after
+ *     A(SIZE, T, name)                 a size (int or size_t) taken from the case
+ *     A(SCALAR, T, name)               a value taken from the case
+ *     A(PARAMS, T, name)               a struct passed by value, taken from the case
+ *     A(DIM, name)                     a test-only size (not passed) that lengths may use
+ *   Tolerances (max abs error of the GPU against the CPU reference, unless REL):
+ *     EXACT (1e-6), ABS(x), SUM(K) (a K-long fp32 reduction summed in another
+ *     order: 1e-4 * max(1, sqrt(K)/8)), SUMS(f, K) (f * SUM(K)), GEMM(K) (SUM(K)
+ *     under fp32 GEMMs; under tf32 the bound of tf32 operand rounding), REL(x)
+ *     (relative).
+ * - CASES: the shapes the parity test runs, K(designated initializers of the
+ *   entry's SIZE / SCALAR / PARAMS / DIM fields). Shapes are chosen to miss
+ *   every tile size; the test's quick mode skips cases over 1e6 elements.
+ *
+ * Conventions every op follows: backend.h (top of file).
+ * Shape legend: N rows (= B*T), B batch, T time, C channels, OC output
+ * channels, V vocabulary, NH query heads, NKV key/value heads, HS head size.
+ */
+#ifndef FORGE_OP_LIST_H
+#define FORGE_OP_LIST_H
+
+#define FORGE_OPF_GEMM 1u
+
+/* A training qkv row: NH query heads, NKV key heads, NKV value heads, HS each. */
+#define FORGE_QKV(NH, NKV, HS) ((size_t)((NH) + 2 * (NKV)) * (HS))
+
+#define FORGE_OP_LIST(X, A, K)                                                                                   \
+    /* ---- elementwise --------------------------------------------------------------------------------- */     \
+    /* dst[i] += src[i] */                                                                                       \
+    X(accumulate, FORGE_F32, 0,                                                                                  \
+      A(ACC, float, dst, n, EXACT) A(IN, float, src, n, -3, 3) A(SIZE, size_t, n),                               \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* out[i] = a[i] + b[i] (residual add) */                                                                    \
+    X(add_forward, FORGE_F32, 0,                                                                                 \
+      A(OUT, float, out, n, EXACT) A(IN, float, a, n, -3, 3) A(IN, float, b, n, -3, 3) A(SIZE, size_t, n),       \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */                                                  \
+    X(gelu_forward, FORGE_F32, 0,                                                                                \
+      A(OUT, float, out, n, ABS(1e-4)) A(IN, float, inp, n, -3, 3) A(SIZE, size_t, n),                           \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    X(gelu_backward, FORGE_F32, 0,                                                                               \
+      A(ACC, float, dinp, n, ABS(1e-4)) A(IN, float, inp, n, -3, 3) A(IN, float, dout, n, -1, 1)                 \
+          A(SIZE, size_t, n),                                                                                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* out = silu(gate) * up, silu(x) = x / (1 + exp(-x)) */                                                     \
+    X(swiglu_forward, FORGE_F32, 0,                                                                              \
+      A(OUT, float, out, n, ABS(1e-4)) A(IN, float, gate, n, -3, 3) A(IN, float, up, n, -3, 3)                   \
+          A(SIZE, size_t, n),                                                                                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    X(swiglu_backward, FORGE_F32, 0,                                                                             \
+      A(ACC, float, dgate, n, ABS(1e-4)) A(ACC, float, dup, n, ABS(1e-4)) A(IN, float, dout, n, -1, 1)           \
+          A(IN, float, gate, n, -3, 3) A(IN, float, up, n, -3, 3) A(SIZE, size_t, n),                            \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+                                                                                                                 \
+    /* ---- embeddings ---------------------------------------------------------------------------------- */     \
+    /* out (N,C) = table[ids[n]]; table (V,C); an id outside [0, V) is an error */                               \
+    X(embedding_forward, FORGE_F32, 0,                                                                           \
+      A(OUT, float, out, (size_t)N * C, EXACT) A(IDS, ids, N, V, 0, 0) A(IN, float, table, (size_t)V * C, -1, 1) \
+          A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, V),                                                       \
+      K(.N = 1, .C = 45, .V = 1000) K(.N = 37, .C = 768, .V = 1000) K(.N = 257, .C = 45, .V = 50)                \
+          K(.N = 257, .C = 1031, .V = 1000) K(.N = 4099, .C = 64, .V = 7))                                       \
+    /* dtable[ids[n]] += dout[n]; rows of ids not in the batch are untouched */                                  \
+    X(embedding_backward, FORGE_F32, 0,                                                                          \
+      A(ACC, float, dtable, (size_t)V * C, EXACT) A(IN, float, dout, (size_t)N * C, -1, 1) A(IDS, ids, N, V, 0, 0) \
+          A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, V),                                                       \
+      K(.N = 1, .C = 45, .V = 1000) K(.N = 37, .C = 768, .V = 1000) K(.N = 257, .C = 45, .V = 50)                \
+          K(.N = 257, .C = 1031, .V = 1000) K(.N = 4099, .C = 64, .V = 7))                                       \
+    /* out (B,T,C) = inp + wpe[t]; wpe (maxT, C), rows [0, T) read */                                            \
+    X(position_forward, FORGE_F32, 0,                                                                            \
+      A(OUT, float, out, (size_t)B * T * C, EXACT) A(IN, float, inp, (size_t)B * T * C, -1, 1)                   \
+          A(IN, float, wpe, (size_t)maxT * C, -1, 1) A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, C) A(DIM, maxT), \
+      K(.B = 2, .T = 67, .C = 45, .maxT = 80) K(.B = 2, .T = 67, .C = 768, .maxT = 67)                           \
+          K(.B = 1, .T = 1, .C = 45, .maxT = 1))                                                                 \
+    /* dinp += dout; dwpe[t] += sum_b dout[b,t] (rows t >= T untouched) */                                       \
+    X(position_backward, FORGE_F32, 0,                                                                           \
+      A(ACC, float, dinp, (size_t)B * T * C, EXACT) A(ACC, float, dwpe, (size_t)maxT * C, EXACT)                 \
+          A(IN, float, dout, (size_t)B * T * C, -1, 1) A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, C)           \
+              A(DIM, maxT),                                                                                      \
+      K(.B = 2, .T = 67, .C = 45, .maxT = 80) K(.B = 2, .T = 67, .C = 768, .maxT = 67)                           \
+          K(.B = 1, .T = 1, .C = 45, .maxT = 1))                                                                 \
+                                                                                                                 \
+    /* ---- matmul: the three training layouts ---------------------------------------------------------- */     \
+    /* out (N,OC) = inp (N,C) . weight (OC,C)^T + bias (OC); bias may be NULL */                                 \
+    X(matmul_forward, FORGE_F32, FORGE_OPF_GEMM,                                                                 \
+      A(OUT, float, out, (size_t)N * OC, GEMM(C)) A(IN, float, inp, (size_t)N * C, -1, 1)                        \
+          A(IN, float, weight, (size_t)OC * C, -1, 1) A(IN_OPT, float, bias, OC, -1, 1) A(SIZE, int, N)          \
+              A(SIZE, int, C) A(SIZE, int, OC),                                                                  \
+      FORGE_MATMUL_CASES(K))                                                                                     \
+    /* dinp (N,C) += dout (N,OC) . weight (OC,C) */                                                              \
+    X(matmul_backward_input, FORGE_F32, FORGE_OPF_GEMM,                                                          \
+      A(ACC, float, dinp, (size_t)N * C, GEMM(OC)) A(IN, float, dout, (size_t)N * OC, -1, 1)                     \
+          A(IN, float, weight, (size_t)OC * C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),          \
+      FORGE_MATMUL_CASES(K))                                                                                     \
+    /* dweight (OC,C) += dout^T . inp; dbias (OC) += sum_n dout (dbias may be NULL) */                           \
+    X(matmul_backward_weight, FORGE_F32, FORGE_OPF_GEMM,                                                         \
+      A(ACC, float, dweight, (size_t)OC * C, GEMM(N)) A(ACC_OPT, float, dbias, OC, SUM(N))                       \
+          A(IN, float, dout, (size_t)N * OC, -1, 1) A(IN, float, inp, (size_t)N * C, -1, 1) A(SIZE, int, N)      \
+              A(SIZE, int, C) A(SIZE, int, OC),                                                                  \
+      FORGE_MATMUL_CASES(K))                                                                                     \
+                                                                                                                 \
+    /* ---- normalisation ------------------------------------------------------------------------------- */     \
+    /* LayerNorm over C: out = (x - mean) * rstd * weight + bias; saves mean, rstd (N) */                        \
+    X(layernorm_forward, FORGE_F32, 0,                                                                           \
+      A(OUT, float, out, (size_t)N * C, ABS(1e-4)) A(OUT, float, mean, N, ABS(1e-4))                             \
+          A(OUT, float, rstd, N, ABS(1e-4)) A(IN, float, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1) \
+              A(IN, float, bias, C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SCALAR, float, eps),                \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                                       \
+    /* dinp, dweight, dbias +=; mean, rstd as the forward saved them */                                         \
+    X(layernorm_backward, FORGE_F32, 0,                                                                          \
+      A(ACC, float, dinp, (size_t)N * C, SUM(C)) A(ACC, float, dweight, C, SUM(N))                               \
+          A(ACC, float, dbias, C, SUM(N)) A(IN, float, dout, (size_t)N * C, -1, 1)                           \
+              A(IN, float, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1) A(IN, float, mean, N, -0.5, 0.5) \
+                  A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C),                                 \
+      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                                       \
+    /* RMSNorm over C: out = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N) */                \
+    X(rmsnorm_forward, FORGE_F32, 0,                                                                             \
+      A(OUT, float, out, (size_t)N * C, ABS(1e-4)) A(OUT, float, rstd, N, ABS(1e-4))                             \
+          A(IN, float, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) \
+              A(SCALAR, float, eps),                                                                             \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                                       \
+    X(rmsnorm_backward, FORGE_F32, 0,                                                                            \
+      A(ACC, float, dinp, (size_t)N * C, SUM(C)) A(ACC, float, dweight, C, SUM(N))                       \
+          A(IN, float, dout, (size_t)N * C, -1, 1) A(IN, float, inp, (size_t)N * C, -2, 2)                       \
+              A(IN, float, weight, C, -1, 1) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C),      \
+      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                                       \
+                                                                                                                 \
+    /* ---- rotary position embedding ------------------------------------------------------------------- */     \
+    /* inp/out (B,T,n_heads,HS); the first n_rot heads rotated, the rest copied (packed qkv: q and k rotate,     \
+     * v passes). Hugging Face Llama's rotate-half form: for i < HS/2, angle = t * theta^(-2i/HS):             \
+     *   out[i] = x[i] cos - x[i+HS/2] sin,  out[i+HS/2] = x[i+HS/2] cos + x[i] sin. out may be inp. */         \
+    X(rope_forward, FORGE_F32, 0,                                                                                \
+      A(OUT, float, out, (size_t)B * T * n_heads * HS, EXACT) A(IN, float, inp, (size_t)B * T * n_heads * HS, -1, 1) \
+          A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS)             \
+              A(SCALAR, float, theta),                                                                           \
+      FORGE_ROPE_CASES(K))                                                                                       \
+    X(rope_backward, FORGE_F32, 0,                                                                               \
+      A(ACC, float, dinp, (size_t)B * T * n_heads * HS, EXACT)                                                   \
+          A(IN, float, dout, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)                \
+              A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
+      FORGE_ROPE_CASES(K))                                                                                       \
+                                                                                                                 \
+    /* ---- causal self-attention (reference: materialised scores) -------------------------------------- */     \
+    /* qkv packed (B,T,(NH+2NKV)*HS); out (B,T,NH*HS); att (B,NH,T,T) saves the softmax probabilities          \
+     * (0 above the diagonal). Scores are scaled by 1/sqrt(HS). */                                               \
+    X(attention_forward, FORGE_F32, FORGE_OPF_GEMM,                                                              \
+      A(OUT, float, out, (size_t)B * T * NH * HS, ABS(1e-4)) A(OUT, float, att, (size_t)B * NH * T * T, ABS(1e-4)) \
+          A(IN, float, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1, 1) A(SIZE, int, B) A(SIZE, int, T)       \
+              A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                                               \
+      FORGE_ATTENTION_CASES(K))                                                                                  \
+    /* dqkv +=; scratch (B,NH,T,T) is workspace */                                                               \
+    X(attention_backward, FORGE_F32, FORGE_OPF_GEMM,                                                             \
+      A(ACC, float, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), SUMS(2, (double)T * (NH / NKV))) \
+          A(SCRATCH, scratch, (size_t)B * NH * T * T) A(IN, float, dout, (size_t)B * T * NH * HS, -1, 1)         \
+              A(IN, float, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1, 1)                                   \
+                  A(IN, float, att, (size_t)B * NH * T * T, 0, 1) A(SIZE, int, B) A(SIZE, int, T)                \
+                      A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                                       \
+      FORGE_ATTENTION_CASES(K))                                                                                  \
+                                                                                                                 \
+    /* ---- fused (flash) causal self-attention ---------------------------------------------------------- */    \
+    /* Same packed qkv and out as attention_forward, but the scores never reach memory: online softmax over    \
+     * key tiles. lse (B,NH,T) saves the natural-log logsumexp of each query row's scaled scores. */             \
+    X(flash_attention_forward, FORGE_F32, 0,                                                                     \
+      A(OUT, float, out, (size_t)B * T * NH * HS, ABS(1e-4)) A(OUT, float, lse, (size_t)B * NH * T, ABS(1e-4))   \
+          A(IN, float, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5) A(SIZE, int, B) A(SIZE, int, T)   \
+              A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                                               \
+      FORGE_FLASH_CASES(K))                                                                                      \
+    /* dqkv +=; scratch >= B*NH*T floats (holds D = rowsum(dout * out)) */                                       \
+    X(flash_attention_backward, FORGE_F32, 0,                                                                    \
+      A(ACC, float, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), ABS(1e-4)) A(SCRATCH, scratch, (size_t)B * NH * T) \
+          A(IN, float, dout, (size_t)B * T * NH * HS, -1, 1)                                                     \
+              A(IN, float, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                               \
+                  A(IN, float, out, (size_t)B * T * NH * HS, -1, 1) A(IN, float, lse, (size_t)B * NH * T, 0, 2)  \
+                      A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),       \
+      FORGE_FLASH_CASES(K))                                                                                      \
+    /* The general form behind both: queries from qkv_q (B,Tq,..), keys/values from qkv_kv (B,Tk,..); causal    \
+     * alignment bottom-right: query i sees key j iff j <= i + Tk - Tq. A row with no visible key gets out = 0,  \
+     * lse = -INFINITY and zero gradients. dQ goes to the query heads of dqkv_q, dK/dV to the key/value heads    \
+     * of dqkv_kv (they may be the same buffer). */                                                              \
+    X(flash_attention_forward_ext, FORGE_F32, 0,                                                                 \
+      A(OUT, float, out, (size_t)B * Tq * NH * HS, ABS(1e-4)) A(OUT, float, lse, (size_t)B * NH * Tq, ABS(1e-4)) \
+          A(IN, float, qkv_q, (size_t)B * Tq * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                                \
+              A(IN, float, qkv_kv, (size_t)B * Tk * FORGE_QKV(NH, NKV, HS), -1.5, 1.5) A(SIZE, int, B)           \
+                  A(SIZE, int, Tq) A(SIZE, int, Tk) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),         \
+      FORGE_FLASH_EXT_CASES(K))                                                                                  \
+    X(flash_attention_backward_ext, FORGE_F32, 0,                                                                \
+      A(ACC, float, dqkv_q, (size_t)B * Tq * FORGE_QKV(NH, NKV, HS), ABS(1e-4))                                  \
+          A(ACC, float, dqkv_kv, (size_t)B * Tk * FORGE_QKV(NH, NKV, HS), ABS(1e-4))                             \
+              A(SCRATCH, scratch, (size_t)B * NH * Tq) A(IN, float, dout, (size_t)B * Tq * NH * HS, -1, 1)       \
+                  A(IN, float, qkv_q, (size_t)B * Tq * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                        \
+                      A(IN, float, qkv_kv, (size_t)B * Tk * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                   \
+                          A(IN, float, out, (size_t)B * Tq * NH * HS, -1, 1)                                     \
+                              A(IN, float, lse, (size_t)B * NH * Tq, 0, 2) A(SIZE, int, B) A(SIZE, int, Tq)      \
+                                  A(SIZE, int, Tk) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),          \
+      FORGE_FLASH_EXT_CASES(K))                                                                                  \
+                                                                                                                 \
+    /* ---- fused classifier ------------------------------------------------------------------------------ */   \
+    /* For each row n of logits (N,V): losses[n] = -log softmax(logits[n])[targets[n]], and logits[n] is         \
+     * OVERWRITTEN by its gradient (softmax - onehot) * grad_scale. Rows whose target == ignore_index get loss 0 \
+     * and gradient 0. */                                                                                        \
+    X(classifier_forward_backward, FORGE_F32, 0,                                                                 \
+      A(OUT, float, losses, N, ABS(1e-4)) A(INOUT, float, logits, (size_t)N * V, -5, 5, ABS(1e-6))               \
+          A(IDS, targets, N, V, ignore_index, ignore_pct) A(SIZE, int, N) A(SIZE, int, V)                        \
+              A(SCALAR, int, ignore_index) A(SCALAR, float, grad_scale) A(DIM, ignore_pct),                      \
+      K(.N = 37, .V = 1000, .ignore_index = -100, .grad_scale = 0.03f, .ignore_pct = 25)                         \
+          K(.N = 1, .V = 1000, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 0)                        \
+              K(.N = 64, .V = 1001, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 10)                  \
+                  K(.N = 8, .V = 7, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 50)                 \
+                      K(.N = 5, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20))        \
+                                                                                                                 \
+    /* ---- optimizer ------------------------------------------------------------------------------------- */   \
+    /* *out_sumsq += sum(x[i]^2), accumulated in the device scalar (no host sync) */                             \
+    X(sumsq_accumulate, FORGE_F32, 0,                                                                            \
+      A(ACC, float, out_sumsq, 1, REL(1e-5)) A(IN, float, x, n, -1, 1) A(SIZE, size_t, n),                       \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* AdamW on n elements. The clip factor min(1, max_norm / sqrt(*grad_sumsq)) is computed from the device     \
+     * scalar and folded into the gradient read (grad_sumsq NULL or max_grad_norm <= 0: no clipping). */         \
+    X(adamw_update, FORGE_F32, 0,                                                                                \
+      A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(IN, float, grad, n, -1, 1)                                   \
+          A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5)) A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5))               \
+              A(SIZE, size_t, n) A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),      \
+      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))
+
+/* Shape sets shared by several entries. */
+#define FORGE_MATMUL_CASES(K)                                                                                    \
+    K(.N = 1, .C = 45, .OC = 29) K(.N = 37, .C = 45, .OC = 29) K(.N = 37, .C = 768, .OC = 29)                    \
+    K(.N = 130, .C = 129, .OC = 131) K(.N = 64, .C = 64, .OC = 64) K(.N = 257, .C = 768, .OC = 3072)             \
+    K(.N = 257, .C = 3072, .OC = 768) K(.N = 1031, .C = 200, .OC = 2100)                                         \
+    K(.N = 1001, .C = 45, .OC = 130) /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
+/* EXTRA(): more initializers of every case (the forward's eps) */
+#define FORGE_NORM_CASES(K, EXTRA)                                                                               \
+    K(.N = 1, .C = 45 EXTRA()) K(.N = 37, .C = 768 EXTRA()) K(.N = 257, .C = 45 EXTRA())                         \
+    K(.N = 4099, .C = 45 EXTRA()) K(.N = 257, .C = 3072 EXTRA()) K(.N = 9000, .C = 96 EXTRA())
+#define FORGE_NORM_EPS() , .eps = 1e-5f
+#define FORGE_NORM_NO_EPS()
+#define FORGE_ROPE_CASES(K)                                                                                      \
+    K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 64, .theta = 10000.0f) /* qkv NH=6, NKV=2 */             \
+    K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 6, .theta = 10000.0f)                                    \
+    K(.B = 2, .T = 67, .n_heads = 6, .n_rot = 6, .HS = 64, .theta = 10000.0f)                                    \
+    K(.B = 1, .T = 1, .n_heads = 3, .n_rot = 0, .HS = 2, .theta = 10000.0f)                                      \
+    K(.B = 1, .T = 2048, .n_heads = 4, .n_rot = 2, .HS = 128, .theta = 10000.0f) /* large angles */
+#define FORGE_ATTENTION_CASES(K)                                                                                 \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 64) K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 64)              \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 6) K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 6)                \
+    K(.B = 1, .T = 1, .NH = 2, .NKV = 1, .HS = 8) K(.B = 1, .T = 130, .NH = 6, .NKV = 3, .HS = 64)               \
+    K(.B = 2, .T = 200, .NH = 4, .NKV = 2, .HS = 32) K(.B = 1, .T = 257, .NH = 4, .NKV = 1, .HS = 64)
+/* Head sizes 64 and 128 (the register-blocked kernels), 16 and 32, and the zero-padded path (6, 7, 8, 100). */
+#define FORGE_FLASH_CASES(K)                                                                                     \
+    K(.B = 1, .T = 1, .NH = 2, .NKV = 1, .HS = 64) K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 64)               \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 64) K(.B = 1, .T = 130, .NH = 6, .NKV = 3, .HS = 64)             \
+    K(.B = 1, .T = 257, .NH = 4, .NKV = 1, .HS = 64) K(.B = 2, .T = 200, .NH = 4, .NKV = 2, .HS = 128)           \
+    K(.B = 1, .T = 129, .NH = 2, .NKV = 2, .HS = 128) K(.B = 1, .T = 1, .NH = 2, .NKV = 2, .HS = 128)            \
+    K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 32) K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 16)              \
+    K(.B = 1, .T = 1031, .NH = 4, .NKV = 2, .HS = 64) K(.B = 1, .T = 700, .NH = 2, .NKV = 1, .HS = 128)          \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 6) K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 8)                \
+    K(.B = 1, .T = 150, .NH = 4, .NKV = 2, .HS = 100)
+/* Tq != Tk: fewer keys than queries (rows with no visible key when Tk < Tq), more keys, none. */
+#define FORGE_FLASH_EXT_CASES(K)                                                                                 \
+    K(.B = 2, .Tq = 67, .Tk = 67, .NH = 6, .NKV = 2, .HS = 64)                                                   \
+    K(.B = 1, .Tq = 100, .Tk = 37, .NH = 4, .NKV = 2, .HS = 64)                                                  \
+    K(.B = 1, .Tq = 150, .Tk = 10, .NH = 2, .NKV = 1, .HS = 128)                                                 \
+    K(.B = 1, .Tq = 70, .Tk = 0, .NH = 2, .NKV = 1, .HS = 64)                                                    \
+    K(.B = 1, .Tq = 50, .Tk = 130, .NH = 4, .NKV = 2, .HS = 64)                                                  \
+    K(.B = 1, .Tq = 45, .Tk = 30, .NH = 3, .NKV = 3, .HS = 7)
+/* clipping active (norm above max_grad_norm), inactive (below), disabled (0); grad_sumsq NULL is the parity
+ * test's optional-argument pass */
+#define FORGE_ADAMW_HP(step_, max_norm_)                                                                         \
+    {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,                             \
+     .max_grad_norm = (max_norm_), .step = (step_)}
+#define FORGE_ADAMW_CASES(K, n_)                                                                                 \
+    K(.n = n_, .hp = FORGE_ADAMW_HP(1, 1.0f)) K(.n = n_, .hp = FORGE_ADAMW_HP(10, 1.0f))                         \
+    K(.n = n_, .hp = FORGE_ADAMW_HP(1, 1e9f)) K(.n = n_, .hp = FORGE_ADAMW_HP(10, 0.0f))
+
+/* The op enum and names (FORGE_OP_accumulate, ...; forge_op_name). */
+#define FORGE_OP_ENUM_ENTRY(name, dtype, flags, args, cases) FORGE_OP_##name,
+#define FORGE_OP_NOTHING(...)
+typedef enum { FORGE_OP_LIST(FORGE_OP_ENUM_ENTRY, FORGE_OP_NOTHING, FORGE_OP_NOTHING) FORGE_OP_COUNT } forge_op;
+
+/* Argument lists in declaration form: A(...) of an entry -> ", type name". */
+#define FORGE_ARG_DECL(kind, ...) FORGE_ARG_DECL_##kind(__VA_ARGS__)
+#define FORGE_ARG_DECL_IN(T, name, ...) , const T *name
+#define FORGE_ARG_DECL_IN_OPT(T, name, ...) , const T *name
+#define FORGE_ARG_DECL_OUT(T, name, ...) , T *name
+#define FORGE_ARG_DECL_ACC(T, name, ...) , T *name
+#define FORGE_ARG_DECL_ACC_OPT(T, name, ...) , T *name
+#define FORGE_ARG_DECL_INOUT(T, name, ...) , T *name
+#define FORGE_ARG_DECL_IDS(name, ...) , const int32_t *name
+#define FORGE_ARG_DECL_SCRATCH(name, ...) , float *name
+#define FORGE_ARG_DECL_SIZE(T, name) , T name
+#define FORGE_ARG_DECL_SCALAR(T, name) , T name
+#define FORGE_ARG_DECL_PARAMS(T, name) , T name
+#define FORGE_ARG_DECL_DIM(name)
+
+/* Prototypes of one backend's kernels, PREFIX##NAME(forge_backend *be, ...): cpu_ops.h, cuda_ops.h. */
+#define FORGE_OP_PROTOTYPE_CPU(name, dtype, flags, args, cases) forge_status cpu_##name(forge_backend *be args);
+#define FORGE_OP_PROTOTYPE_CUDA(name, dtype, flags, args, cases) forge_status cuda_##name(forge_backend *be args);
+/* The table binding: be->NAME = PREFIX##NAME. */
+#define FORGE_OP_BIND_CPU(name, dtype, flags, args, cases) be->name = cpu_##name;
+#define FORGE_OP_BIND_CUDA(name, dtype, flags, args, cases) be->name = cuda_##name;
+
+#endif
