@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device_fp8.sh: the fp8 (and tf32) wgmma GEMM rung on the GPU machine (an H200),
 # from the repo root, with OUT set to a folder whose files come back. Runs
-# standalone (OUT=... bash scripts/device_fp8.sh) or as a device_run.sh stage
+# standalone (OUT=... bash lab/scripts/device_fp8.sh) or as a device_run.sh stage
 # (FORGE_STAGES=fp8 FORGE_T_FP8=200). Binaries are prebuilt (make cuda
 # ARCH=x86-64-v3); nothing is compiled here.
 #

@@ -1,4 +1,4 @@
-"""bf16 rounding shared by the numpy kernel emulators (scripts/emulate_flash16*.py)."""
+"""bf16 rounding shared by the numpy kernel emulators (lab/emulators/emulate_flash16*.py)."""
 import numpy as np
 
 

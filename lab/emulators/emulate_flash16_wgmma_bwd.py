@@ -11,7 +11,7 @@
 # --bf16 inputs and the P / dS packs are rounded to bf16 and the parity suite's 3e-2 (relative to max|ref|) applies.
 # The layout model is the one the forward (flash_attention_bf16_wgmma.cu) uses and that passed GPU parity; this
 # script checks that the backward's offsets, masks and loops are consistent with it, not the hardware itself.
-# usage: python3 scripts/emulate_flash16_wgmma_bwd.py [--bf16]   (one line per case, exit 1 on a mismatch)
+# usage: python3 lab/emulators/emulate_flash16_wgmma_bwd.py [--bf16]   (one line per case, exit 1 on a mismatch)
 import math
 import sys
 

@@ -6,7 +6,7 @@
 # with no bf16 rounding, so the kernel's indexing is checked against exact attention to ~1e-12.
 # With --bf16 the inputs, the P/dS packs and out are rounded to bf16 as on the GPU, and the errors are
 # checked against the parity suite's tolerances instead (gradients relative to max|reference|).
-# usage: python3 scripts/emulate_flash16.py [--bf16]   (one line per case, exit 1 on a mismatch)
+# usage: python3 lab/emulators/emulate_flash16.py [--bf16]   (one line per case, exit 1 on a mismatch)
 import math
 import sys
 

@@ -8,7 +8,7 @@ It exists because the kernels were written on a machine without a GPU: an
 indexing mistake (a wrong shuffle source, a mask off by one, a tile bound)
 shows up here as a mismatch. It does not model timing or float rounding order.
 
-Usage: scripts/emulate_flash32.py   (exit status 1 on any mismatch)
+Usage: lab/emulators/emulate_flash32.py   (exit status 1 on any mismatch)
 """
 import sys
 

@@ -14,7 +14,7 @@
 # (t < first_masked) as a mask error, and out / lse are compared with float64 (P rounded to bf16 with --bf16).
 # Not modelled: the fragment / descriptor layouts (the same as fw_fwd_kernel's, which passed GPU parity), timing.
 # Also prints the causal load balance of persist's paired units on 132 SMs at the bench shapes.
-# usage: python3 scripts/emulate_flash16_wgmma_fwd_sched.py [--bf16]   (one line per case, exit 1 on a failure)
+# usage: python3 lab/emulators/emulate_flash16_wgmma_fwd_sched.py [--bf16]   (one line per case, exit 1 on a failure)
 import math
 import random
 import sys
