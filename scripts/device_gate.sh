@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device_gate.sh: the 200-step gate of issue 5's integration, on the GPU machine.
 # Run from the repo root with OUT set (binaries prebuilt in build/cuda, the
-# tokenized data in .carry/data/ts8192, as for scripts/device_train.sh).
+# tokenized data in .carry/data/ts8192, as for lab/scripts/device_train.sh).
 #
 # gpt-10m, 200 steps at lr 6e-4, batch 16 x seq 256 (4096 tokens/step), no
 # eval, same seed and data order in every run:

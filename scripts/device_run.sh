@@ -12,8 +12,8 @@
 #                   the simt64 / simt128 / cublas variants it runs itself)
 #   parity-cublas   the whole suite again with FORGE_MATMUL=cublas
 #   memcheck        compute-sanitizer memcheck over the quick shape list
-#   train, bench    optional: run only if scripts/device_train.sh /
-#                   scripts/device_bench.sh exist and are executable
+#   train, bench    optional: run only if lab/scripts/device_train.sh /
+#                   lab/scripts/device_bench.sh exist and are executable
 # The summary table (stage, result, seconds) is printed LAST and saved to
 # $OUT/summary.txt. Exit status 1 if any stage failed.
 set -o pipefail
@@ -28,8 +28,9 @@ T_MEMCHECK=${FORGE_T_MEMCHECK:-120}
 T_OPTIONAL=${FORGE_T_OPTIONAL:-150}
 # Which stages run, in order (one device call has 10 minutes: split long lists
 # over two calls). Built in: parity, parity-cublas, memcheck, sass. Any other
-# name runs scripts/device_<name>.sh (train, bench, epi, fp8, gate, flash32,
-# flash16, ...) with timeout FORGE_T_<NAME> (else FORGE_T_OPTIONAL).
+# name runs scripts/device_<name>.sh (gate, sanitize) or else the lab's
+# lab/scripts/device_<name>.sh (train, bench, epi, fp8, flash32, flash16, order,
+# ...) with timeout FORGE_T_<NAME> (else FORGE_T_OPTIONAL).
 STAGE_LIST=${FORGE_STAGES:-parity memcheck train bench}
 want() { case " $STAGE_LIST " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -105,12 +106,13 @@ if want sass; then
     run_stage sass 60 "$OUT/sass.log" sh scripts/check_sass.sh build/cuda/forge
 fi
 
-# ---- script stages: scripts/device_<name>.sh --------------------------------
+# ---- script stages: scripts/device_<name>.sh, else lab/scripts/device_<name>.sh
 for name in $STAGE_LIST; do
     case $name in parity | parity-cublas | memcheck | sass) continue ;; esac
     script=scripts/device_$name.sh
+    [ -f "$script" ] || script=lab/scripts/device_$name.sh
     if [ ! -f "$script" ]; then
-        skip_stage "$name" "$script missing"
+        skip_stage "$name" "device_$name.sh missing (scripts/, lab/scripts/)"
         continue
     fi
     var=FORGE_T_$(echo "$name" | tr 'a-z-' 'A-Z_')

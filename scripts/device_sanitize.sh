@@ -14,8 +14,9 @@ fails=0
 # memory between the two consumer warpgroups; racecheck over every flash kernel, persistent forward grids
 # included, overran 90 s) and the dW C192 kernel. Build for it with a long mbarrier-wait timeout
 # (make cuda EXTRA_NVFLAGS=-DWGMMA_WAIT_TIMEOUT_NS=120000000000ull): racecheck serialises warps, and the default
-# 10 s trap fired once in a warp-specialised kernel (NOTES, session 5). The gemm_fp8 list is not racechecked: its
-# 2-CTA cluster kernels crash racecheck ("failed to handle a hardware exception") even when not instrumented.
+# 10 s trap fired once in a warp-specialised kernel (lab/notes/2026-12-01.md, session 5). The gemm_fp8 list is not
+# racechecked: its 2-CTA cluster kernels crash racecheck ("failed to handle a hardware exception") even when not
+# instrumented.
 for spec in "memcheck flash16" "memcheck gemm_fp8" "synccheck flash16" "racecheck flash16 --kernel-name kns=fb_d" \
     "racecheck gemm_tn --kernel-name kns=gemm_wgmma_bf16_tn_c192"; do
     set -- $spec
@@ -27,15 +28,15 @@ for spec in "memcheck flash16" "memcheck gemm_fp8" "synccheck flash16" "racechec
     rc=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed, " "$LOGS/san-$tool-$only.log" | tail -n 2
     # racecheck: the reports whose write side is the dK/dV producer's lse/delta slot (fb_kv_produce) are known and
-    # judged a racecheck limitation (NOTES 2026-12-01: ordered by the ring's empty barrier, arrived on by one lane
-    # per warp after __syncwarp); any other report fails the stage
+    # judged a racecheck limitation (lab/notes/2026-12-01.md, session 4: ordered by the ring's empty barrier, arrived
+    # on by one lane per warp after __syncwarp); any other report fails the stage
     if [ "$tool" = racecheck ] && [ $rc -eq 3 ]; then
         races=$(grep -c "Race reported" "$LOGS/san-$tool-$only.log")
         known=$(grep "Race reported" "$LOGS/san-$tool-$only.log" | grep -c "fb_kv_produce")
         if [ "$races" -gt 0 ] && [ "$races" -eq "$known" ] &&
             grep -qE "^[0-9]+ passed, 0 failed" "$LOGS/san-$tool-$only.log"; then
             echo "   racecheck: $races report(s), all the known lse/delta slot of fb_kv_produce" \
-                "(NOTES 2026-12-01): not counted"
+                "(lab/notes/2026-12-01.md): not counted"
             rc=0
         fi
     fi

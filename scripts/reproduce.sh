@@ -1,27 +1,33 @@
 #!/bin/sh
-# reproduce.sh: regenerates every figure in docs/figures/ from the committed
-# benchmark CSVs (results/<date>_<commit>/<suite>.csv + <suite>_samples.csv),
+# reproduce.sh: regenerates the benchmark figures from the committed harness CSVs
+# (lab/results/**/<suite>.csv + <suite>_samples.csv.gz; plain CSVs are read too),
 # with gnuplot and python3's standard library only: no GPU, no build.
-# `make reproduce` runs it. RESULTS and FIGURES override the folders.
-# Figures per suite run: <run>_<suite>_cells.png (every passing cell, grouped,
+# `make reproduce` runs it. RESULTS (default lab/results) and FIGURES (default
+# docs/figures) override the folders.
+# Figures per suite CSV: <run>_<suite>_cells.png (every passing cell, grouped,
 # with CI error bars) and <run>_<suite>_samples_K.png (per-rep samples and
-# histogram of the two fastest and two slowest cells).
+# histogram of the two fastest and two slowest cells); <run> is the CSV's
+# folder relative to RESULTS with '/' as '_'.
 set -eu
-RESULTS=${RESULTS:-results}
+RESULTS=${RESULTS:-lab/results}
+RESULTS=${RESULTS%/}
 FIGURES=${FIGURES:-docs/figures}
 here=$(cd "$(dirname "$0")" && pwd)
 command -v gnuplot >/dev/null || { echo "reproduce: gnuplot not found (Debian: apt-get install gnuplot-nox)"; exit 1; }
 command -v python3 >/dev/null || { echo "reproduce: python3 not found"; exit 1; }
+[ -d "$RESULTS" ] || { echo "reproduce: no folder $RESULTS"; exit 1; }
 mkdir -p "$FIGURES"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the suite CSVs (findings, PyTorch timings, samples and ncu pages are not suites)
+python3 "$here/../tools/results_files.py" "$RESULTS" > "$tmp/suites.txt"
 n=0
-for csv in "$RESULTS"/*/*.csv; do
-    [ -e "$csv" ] || continue
-    # findings hold no timings; *_external.csv holds another program's timings (PyTorch SDPA), not harness output
-    case "$csv" in *_samples.csv | *_findings.csv | *_external.csv) continue ;; esac
-    run=$(basename "$(dirname "$csv")")
-    suite=$(basename "$csv" .csv)
+while IFS= read -r csv; do
+    rel=${csv#"$RESULTS"/}
+    run=$(dirname "$rel" | tr / _)
+    suite=$(basename "$rel")
+    suite=${suite%.gz}
+    suite=${suite%.csv}
     stem="$FIGURES/${run}_${suite}"
     dir="$tmp/${run}_${suite}"
     python3 "$here/plots/prep.py" "$csv" "$dir"
@@ -41,5 +47,5 @@ for csv in "$RESULTS"/*/*.csv; do
         n=$((n + 1))
         k=$((k + 1))
     done
-done
-if [ "$n" -eq 0 ]; then echo "reproduce: no figures (no CSVs under $RESULTS/*/)"; fi
+done < "$tmp/suites.txt"
+if [ "$n" -eq 0 ]; then echo "reproduce: no figures (no suite CSVs under $RESULTS)"; fi

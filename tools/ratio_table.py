@@ -1,26 +1,17 @@
 #!/usr/bin/env python3
 """ratio_table.py: one line per cell of harness result CSVs, for reading runs side by side.
 
-Usage: python3 tools/ratio_table.py [--group REGEX] [--cell REGEX] CSV_OR_DIR [...]
+Usage: python3 tools/ratio_table.py [--group REGEX] [--cell REGEX] [CSV_OR_DIR ...]   (default lab/results)
 Prints: the run folder, timing order, group, cell, TFLOP/s, ratio to the group's best baseline, and (cells timed
 interleaved with that baseline) the paired per-round ratio with its 95% bootstrap CI. Reads what the harness wrote;
-tools/reverify.py is what checks it.
+tools/reverify.py is what checks it. Plain or gzipped CSVs (tools/results_files.py).
 """
 import csv
 import os
 import re
 import sys
 
-
-def csvs(path):
-    if os.path.isfile(path):
-        return [path]
-    out = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        out += [os.path.join(root, f) for f in sorted(files)
-                if f.endswith(".csv") and not f.endswith(("_samples.csv", "_findings.csv", "_external.csv"))]
-    return out
+from results_files import DEFAULT_RESULTS, open_text, strip_csv, suite_csvs
 
 
 def main(argv):
@@ -40,20 +31,18 @@ def main(argv):
             return 0
         paths.append(argv[i])
         i += 1
-    if not paths:
-        print(__doc__)
-        return 2
+    paths = paths or [DEFAULT_RESULTS]
     fmt = "%-34s %-11s %-52s %-30s %8s %7s  %s"
     print(fmt % ("run", "timing", "group", "cell", "TFLOP/s", "ratio", "paired [95% CI]"))
     for p in paths:
-        for f in csvs(p):
-            with open(f, newline="") as fh:
+        for f in suite_csvs(p):
+            with open_text(f) as fh:
                 for r in csv.DictReader(fh):
                     if group_re and not group_re.search(r["group"]):
                         continue
                     if cell_re and not cell_re.search(r["cell"]):
                         continue
-                    run = os.path.basename(os.path.dirname(os.path.abspath(f))) + "/" + os.path.basename(f)[:-4]
+                    run = os.path.basename(os.path.dirname(os.path.abspath(f))) + "/" + os.path.basename(strip_csv(f))
                     tf = "%.1f" % float(r["tflops"]) if r.get("tflops") else "-"
                     ratio = "%.3f" % float(r["ratio_vs_best_baseline"]) if r.get("ratio_vs_best_baseline") else "-"
                     paired = "-"

@@ -2,10 +2,11 @@
 """reverify.py: independent re-verifier of forge benchmark results.
 
 Usage:
-    python3 tools/reverify.py RESULTS_DIR_OR_CSV [...]   # a run folder, a suite CSV, or results/
+    python3 tools/reverify.py [RESULTS_DIR_OR_CSV ...]   # a run folder, a suite CSV, a tree (default lab/results)
     python3 tools/reverify.py --tolerances               # print the precision table it assumes
 
-For every suite CSV (<suite>.csv next to <suite>_samples.csv) it re-derives,
+For every suite CSV (<suite>.csv next to <suite>_samples.csv; either may be gzipped, as the committed runs
+under lab/results keep their samples: tools/results_files.py finds and opens them) it re-derives,
 from the per-rep samples alone and with no code shared with the harness:
     median, min, max, the bootstrap 95% CI of the median, TFLOP/s and GB/s,
     the pass/garbage status (rel_err vs tolerance, fully_written),
@@ -18,7 +19,7 @@ any mismatch. Pure standard library (no numpy), so it runs anywhere.
 
 The rules, mirrored from src/bench/harness.c (its top comment states them):
     median      sorted ascending; odd n: x[n//2]; even n: (x[n/2-1] + x[n/2]) / 2
-    bootstrap   PCG32 (src/util/rng.c) seeded with (seed, stream 0x626f6f74
+    bootstrap   PCG32 (src/base/rng.c) seeded with (seed, stream 0x626f6f74
                 "boot"); R = 10000 resamples; each draws n indices with
                 forge_rng_below(n) (rejection sampling on 64-bit draws) from one
                 stream, in order, and takes the median; the medians are sorted
@@ -44,6 +45,8 @@ import operator
 import os
 import sys
 
+from results_files import DEFAULT_RESULTS, open_text, samples_of, strip_csv, suite_csvs
+
 # Must equal forge_precision_tolerance() in src/bench/harness.c (the unit test checks it).
 TOLERANCES = {"fp32": 1e-5, "tf32": 1e-3, "bf16": 1e-2, "fp16": 5e-3, "fp8": 5e-2}
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -59,7 +62,7 @@ PCG_MULT = 6364136223846793005
 
 
 class Pcg32:
-    """PCG32 exactly as src/util/rng.c (pcg32_random_r)."""
+    """PCG32 exactly as src/base/rng.c (pcg32_random_r)."""
 
     def __init__(self, seed, stream):
         self.state = 0
@@ -164,14 +167,14 @@ def same(a, b):
 
 def verify_suite(csv_path, samples_path):
     """Returns (passed, failed) cell counts, printing one line per cell."""
-    with open(csv_path, newline="") as f:
+    with open_text(csv_path) as f:
         rows = list(csv.DictReader(f))
     samples = {}
-    if os.path.exists(samples_path):
-        with open(samples_path, newline="") as f:
+    if samples_path:
+        with open_text(samples_path) as f:
             for r in csv.DictReader(f):
                 samples.setdefault((r["cell"], r["group"]), []).append((int(r["rep"]), float(r["ms"])))
-    suite_name = os.path.basename(csv_path)[:-4]
+    suite_name = os.path.basename(strip_csv(csv_path))
     problems = {}  # (cell, group) -> list of messages
     notes = {}
     derived = {}
@@ -326,46 +329,28 @@ def verify_suite(csv_path, samples_path):
     return passed, failed
 
 
-def suite_csvs(path):
-    """(suite.csv, suite_samples.csv) pairs under path (a CSV, a run folder, or a tree)."""
-    if os.path.isfile(path):
-        if path.endswith("_samples.csv"):
-            path = path[: -len("_samples.csv")] + ".csv"
-        return [(path, path[:-4] + "_samples.csv")]
-    out = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(files):
-            # <suite>_findings.csv holds probe findings (no timings): nothing to re-derive;
-            # <name>_external.csv holds another program's timings (tools/sdpa_bench.py: PyTorch, checked
-            # there against float64), not harness output
-            if name.endswith(".csv") and not name.endswith(("_samples.csv", "_findings.csv", "_external.csv")):
-                p = os.path.join(root, name)
-                out.append((p, p[:-4] + "_samples.csv"))
-    return out
-
-
 def main(argv):
     if len(argv) == 2 and argv[1] == "--tolerances":
         print(" ".join("%s %.17g" % (p, TOLERANCES[p]) for p in PRECISIONS))
         return 0
-    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+    if len(argv) > 1 and argv[1] in ("-h", "--help"):
         print(__doc__)
         return 2
+    paths = argv[1:] or [DEFAULT_RESULTS]
     pairs = []
-    for p in argv[1:]:
+    for p in paths:
         if not os.path.exists(p):
             print("reverify: %s does not exist" % p)
             return 2
-        pairs += suite_csvs(p)
+        pairs += [(c, samples_of(c)) for c in suite_csvs(p)]
     if not pairs:
-        print("reverify: no suite CSVs under %s" % " ".join(argv[1:]))
+        print("reverify: no suite CSVs under %s" % " ".join(paths))
         return 1
     passed = failed = 0
     for csv_path, samples_path in pairs:
         print("== %s" % csv_path)
-        if not os.path.exists(samples_path):
-            print("FAIL %s: no samples file %s" % (csv_path, samples_path))
+        if not samples_path:
+            print("FAIL %s: no samples file %s_samples.csv[.gz]" % (csv_path, strip_csv(csv_path)))
             failed += 1
             continue
         p, f = verify_suite(csv_path, samples_path)

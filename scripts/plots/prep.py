@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """prep.py: turns one suite's harness CSVs into gnuplot data files (stdlib only).
 
-Usage: prep.py SUITE_CSV OUT_DIR
+Usage: prep.py SUITE_CSV OUT_DIR   (SUITE_CSV and its samples plain or gzipped: tools/results_files.py)
 Writes into OUT_DIR:
   cells.dat     one line per passing cell, grouped: x, value, low, high, group index, "group: cell"
                 (value is TFLOP/s with its CI when every passing cell has flops > 0, else median ms)
@@ -16,14 +16,17 @@ import csv
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from results_files import open_text, samples_of  # noqa: E402
+
 
 def main(suite_csv, out_dir):
-    with open(suite_csv, newline="") as f:
+    with open_text(suite_csv) as f:
         rows = [r for r in csv.DictReader(f) if r["status"] == "ok"]
     samples = {}
-    sp = suite_csv[:-4] + "_samples.csv"
-    if os.path.exists(sp):
-        with open(sp, newline="") as f:
+    sp = samples_of(suite_csv)
+    if sp:
+        with open_text(sp) as f:
             for r in csv.DictReader(f):
                 samples.setdefault((r["cell"], r["group"]), []).append((int(r["rep"]), float(r["ms"])))
     os.makedirs(out_dir, exist_ok=True)
