@@ -6,8 +6,12 @@
 #include <string.h>
 
 #include "lab.h"
+#include "flash/flash_lab.h"
 
 static const lab_command COMMANDS[] = {
+    {"test flash16", "bf16 flash attention variants vs float64 [--quick]", lab_test_flash16},
+    {"bench attention-variants", "bf16 flash kernels and variants vs unfused fp32 [--quick] [--reps N]",
+     lab_bench_attention_variants},
     {NULL, NULL, NULL},
 };
 

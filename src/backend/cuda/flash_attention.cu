@@ -46,10 +46,11 @@
  * explicit slower path, e.g. hs = 6 or 8 of the test models). hs > 128 is
  * refused with FORGE_ERR_UNSUPPORTED (FORGE_ATTENTION=materialised runs it).
  *
- * v2 (default; FORGE_FLASH_KERNEL=v1 selects the kernels above): register-
- * blocked forward, dQ and (HS = 64) dK/dV, 128 threads in row groups of 8
- * lanes with 4-row micro-tiles, for exact hs 64 / 128 with 16-byte aligned
- * rows; see the "forward v2" comment below and docs/flash-attention.md.
+ * v2: register-blocked forward, dQ and (HS = 64) dK/dV, 128 threads in row
+ * groups of 8 lanes with 4-row micro-tiles. They run wherever they apply:
+ * exact hs 64 / 128 with 16-byte aligned rows (float4 loads); every other
+ * shape or layout falls back to the kernels above. See the "forward v2"
+ * comment below and docs/flash-attention.md.
  */
 #include "cuda_ops.h"
 
@@ -979,24 +980,6 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
     return FORGE_OK;
 }
 
-/* FORGE_FLASH_KERNEL: unset or "v2" (default) = register-blocked kernels
- * where it applies, "v1" = the quad kernels everywhere (kept to compare old
- * vs new in one run). Read once; an unknown value is an error naming both. */
-static forge_status flash_kernel_version(int *ver) {
-    static int cached = 0;
-    if (cached == 0) {
-        const char *v = getenv("FORGE_FLASH_KERNEL");
-        if (v == NULL || v[0] == '\0' || strcmp(v, "v2") == 0)
-            cached = 2;
-        else if (strcmp(v, "v1") == 0)
-            cached = 1;
-        else
-            return forge_error(FORGE_ERR_ARG, "FORGE_FLASH_KERNEL must be \"v1\" or \"v2\", got \"%s\"", v);
-    }
-    *ver = cached;
-    return FORGE_OK;
-}
-
 static bool fa2_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 template <int HS>
@@ -1018,10 +1001,8 @@ forge_status cuda_flash_attention_forward_ext(forge_backend *be, float *out, flo
     FORGE_TRY(flash_check("flash_attention_forward", B, Tq, Tk, NH, NKV, HS));
     if (B == 0 || Tq == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    int ver;
-    FORGE_TRY(flash_kernel_version(&ver));
     /* v2 reads float4 rows: exact head sizes 64 / 128 and 16-byte aligned bases */
-    if (ver == 2 && (HS == 64 || HS == 128) && fa2_aligned(qkv_q) && fa2_aligned(qkv_kv) &&
+    if ((HS == 64 || HS == 128) && fa2_aligned(qkv_q) && fa2_aligned(qkv_kv) &&
         fa2_aligned(out)) {
         if (HS == 64) return flash_forward2_hs<64>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
         return flash_forward2_hs<128>(ctx, out, lse, qkv_q, qkv_kv, B, Tq, Tk, NH, NKV);
@@ -1048,10 +1029,8 @@ forge_status cuda_flash_attention_backward_ext(forge_backend *be, float *dqkv_q,
     flash_bwd_dsum_kernel<<<(unsigned)blocks, FA_D_ROWS * 32, 0, ctx->stream>>>(scratch, dout, out, Tq,
                                                                                 NH, HS, rows);
     CUDA_LAUNCH_CHECK("flash_bwd_dsum_kernel");
-    int ver;
-    FORGE_TRY(flash_kernel_version(&ver));
     /* v2 dQ (float4 rows): exact head sizes 64 / 128 and 16-byte aligned bases */
-    const bool v2 = ver == 2 && (HS == 64 || HS == 128) && fa2_aligned(qkv_q) && fa2_aligned(qkv_kv) &&
+    const bool v2 = (HS == 64 || HS == 128) && fa2_aligned(qkv_q) && fa2_aligned(qkv_kv) &&
                     fa2_aligned(dout) && fa2_aligned(dqkv_q) && fa2_aligned(dqkv_kv);
     if (HS <= 16)
         return flash_backward_hs<16>(ctx, dqkv_q, dqkv_kv, scratch, dout, qkv_q, qkv_kv, lse, B, Tq, Tk, NH,

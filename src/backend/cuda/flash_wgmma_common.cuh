@@ -4,9 +4,9 @@
  * map, the wgmma wrappers they use (S = A.B^T with both operands K-major in
  * shared memory, N = 64 or 128; O += A.B with A bf16 fragments in registers
  * and B MN-major, N = 64 or 128) and the bf16 pair packing that turns an
- * accumulator into an A fragment. Moved verbatim out of
- * flash_attention_bf16_wgmma.cu (the forward) so the backward
- * (flash_attention_bf16_wgmma_bwd.cu) issues exactly the same instructions;
+ * accumulator into an A fragment (fw_pack, fw_to_a). Shared so that the
+ * forward (flash_attention_bf16_wgmma.cu) and the backward
+ * (flash_attention_bf16_wgmma_bwd.cu) issue exactly the same instructions;
  * fragment layouts are documented at the top of the forward.
  */
 #ifndef FORGE_FLASH_WGMMA_COMMON_CUH
@@ -88,6 +88,18 @@ template <int D> __device__ __forceinline__ void fw_pv(float (&o)[D / 2], const 
 __device__ __forceinline__ uint32_t fw_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
+}
+
+/* accumulator chunks 2kk, 2kk+1 (16 columns) of a 64 x N fp32 wgmma tile, packed to bf16: the register A
+ * fragment of k16 step kk (the fragment identity at the top of flash_attention_bf16_wgmma.cu) */
+template <int N> __device__ __forceinline__ void fw_to_a(uint32_t (&a)[N / 16][4], const float (&c)[N / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < N / 16; kk++) {
+        a[kk][0] = fw_pack(c[8 * kk + 0], c[8 * kk + 1]);
+        a[kk][1] = fw_pack(c[8 * kk + 2], c[8 * kk + 3]);
+        a[kk][2] = fw_pack(c[8 * kk + 4], c[8 * kk + 5]);
+        a[kk][3] = fw_pack(c[8 * kk + 6], c[8 * kk + 7]);
+    }
 }
 
 #endif

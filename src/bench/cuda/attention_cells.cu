@@ -1,33 +1,16 @@
 /*
- * attention_cells.cu: the cells of `forge bench attention` (issue 6; notes in
- * docs/flash-attention.md).
+ * attention_cells.cu: `forge bench attention` (issue 6; notes in
+ * docs/flash-attention.md, measurements in lab/notes/flash.md) and the
+ * machinery it shares with the lab's attention suite (attention_cells.h).
  *
- * Per shape (B, H, T, D), causal, H = Hkv, two groups:
+ * The suite's cells, per shape (B, H, T, D), causal, H = Hkv:
  * - "fwd ...": unfused_fp32_fwd (the CUDA backend's attention_forward on fp32
- *   packed qkv: materialised scores, the baseline), flash_bf16_fwd_mma (the
- *   mma.sync forward, 64 query rows = 4 warps per CTA), flash_bf16_fwd_q128
- *   (128 rows = 8 warps sharing each K/V tile), flash_bf16_fwd_wgmma (the
- *   Hopper TMA + wgmma forward, flash_attention_bf16_wgmma.cu; the default of
- *   forge_flash_bf16_forward since it measured 1.07-1.96x the mma.sync one),
- *   flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 / _ps128 (the same
- *   forward's overlap / pingpong / persist / persist_ov / pingpong_n128 /
- *   persist_n128 schedules; flash_bf16_fwd_wgmma is its base one). Each cell
- *   names its kernel and schedule explicitly, so FORGE_FLASH16_FWD and
- *   FORGE_FLASH16_FWD_SCHED change none.
+ *   packed qkv: materialised scores, the baseline) and flash_bf16_fwd_default
+ *   (forge_flash_bf16_forward: the wgmma forward, mma.sync where it refuses);
  * - "fwd+bwd ...": unfused_fp32_fwdbwd (attention_forward + zeroing dqkv +
- *   attention_backward) and flash_bf16_fwdbwd_mma (mma.sync forward + the
- *   three backward kernels), flash_bf16_fwdbwd_wgmma (the wgmma forward + the
- *   same mma.sync backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the
- *   wgmma backward, flash_attention_bf16_wgmma_bwd.cu; both the defaults),
- *   flash_bf16_fwdbwd_wgmma2_dkp (the wgmma backward's pipelined D = 128
- *   dK/dV kernel, the default since session 4; the split one in every other
- *   wgmma2 cell), _pq (D = 64 only: the pipelined dQ kernel,
- *   FORGE_FLASH16_DKDV_PIPE_DQ; at D = 128 it would run _dkp's kernels),
- *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
- *   forward). Every cell calls its kernels by name, so FORGE_FLASH16_FWD /
- *   _BWD / _FWD_SCHED / _BWD_DKDV change none.
- * FLOPs: forward 2*B*H*T^2*D (causal), backward 2.5x that (the issue's
- * convention), so fwd+bwd counts 3.5x.
+ *   attention_backward) and flash_bf16_fwdbwd_default (forge_flash_bf16_forward
+ *   + forge_flash_bf16_backward).
+ * The kernel variants' cells: `forge-lab bench attention-variants`.
  *
  * The decisions a reader would otherwise get wrong:
  * - Inputs Q, K, V, dO are uniform [-1, 1) from a stateless hash, rounded to
@@ -67,6 +50,7 @@ extern "C" {
 #include "../../backend/cuda/flash_attention_bf16.h"
 #include "../../base/rng.h"
 }
+#include "attention_cells.h"
 #include "check_sums.cuh"
 
 #define AB_TRY(call)                                                                                \
@@ -250,45 +234,17 @@ typedef struct {
     ab_sums *sums;
 } ab_shape;
 
-typedef enum {
-    AB_UNFUSED_FWD = 0,
-    AB_FLASH_FWD,
-    AB_UNFUSED_FWDBWD,
-    AB_FLASH_FWDBWD,
-    AB_FLASH_FWD_Q128,
-    AB_FLASH_FWD_WGMMA,
-    AB_FLASH_FWDBWD_WGMMA,
-    AB_FLASH_FWDBWD_WGMMA2,
-    AB_FLASH_FWD_WGMMA_OV,
-    AB_FLASH_FWD_WGMMA_PP,
-    AB_FLASH_FWDBWD_WGMMA2_PP,
-    AB_FLASH_FWD_WGMMA_PS,
-    AB_FLASH_FWDBWD_WGMMA2_PS,
-    AB_FLASH_FWD_WGMMA_PSO,
-    AB_FLASH_FWD_WGMMA_PP128,
-    AB_FLASH_FWD_WGMMA_PS128,
-    AB_FLASH_FWDBWD_WGMMA2_DKP,
-    AB_FLASH_FWDBWD_WGMMA2_PQ
-} ab_kind;
-
-static int ab_is_flash(ab_kind k) {
-    return k == AB_FLASH_FWD || k == AB_FLASH_FWDBWD || k == AB_FLASH_FWD_Q128 || k == AB_FLASH_FWD_WGMMA ||
-           k == AB_FLASH_FWDBWD_WGMMA || k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWD_WGMMA_OV ||
-           k == AB_FLASH_FWD_WGMMA_PP || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWD_WGMMA_PS ||
-           k == AB_FLASH_FWDBWD_WGMMA2_PS || k == AB_FLASH_FWD_WGMMA_PSO || k == AB_FLASH_FWD_WGMMA_PP128 ||
-           k == AB_FLASH_FWD_WGMMA_PS128 || k == AB_FLASH_FWDBWD_WGMMA2_DKP ||
-           k == AB_FLASH_FWDBWD_WGMMA2_PQ;
-}
-static int ab_is_bwd(ab_kind k) {
-    return k == AB_FLASH_FWDBWD || k == AB_UNFUSED_FWDBWD || k == AB_FLASH_FWDBWD_WGMMA ||
-           k == AB_FLASH_FWDBWD_WGMMA2 || k == AB_FLASH_FWDBWD_WGMMA2_PP || k == AB_FLASH_FWDBWD_WGMMA2_PS ||
-           k == AB_FLASH_FWDBWD_WGMMA2_DKP || k == AB_FLASH_FWDBWD_WGMMA2_PQ;
-}
+/* A cell of a suite: the unfused fp32 baseline of a group, or a flash cell of the suite's list. */
+typedef enum { AB_UNFUSED_FWD = 0, AB_UNFUSED_FWDBWD, AB_FLASH } ab_kind;
 
 typedef struct {
     ab_shape *sh;
     ab_kind kind;
+    const forge_attention_cell *flash; /* AB_FLASH */
 } ab_cell;
+
+static int ab_is_flash(const ab_cell *c) { return c->kind == AB_FLASH; }
+static int ab_is_bwd(const ab_cell *c) { return c->kind == AB_UNFUSED_FWDBWD || (c->kind == AB_FLASH && c->flash->bwd); }
 
 static void ab_shape_free(ab_shape *sh) {
     void *ps[] = {sh->q,    sh->k,     sh->v,    sh->dO,      sh->out,  sh->lse,  sh->delta, sh->dq, sh->dk,
@@ -403,77 +359,30 @@ static forge_status ab_poison(void *ctx) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
-    if (ab_is_bwd(c->kind) && c->kind != AB_UNFUSED_FWDBWD) {
+    if (ab_is_bwd(c) && c->kind != AB_UNFUSED_FWDBWD) {
         AB_TRY(cudaMemsetAsync(sh->dq, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dk, 0xFF, n * 4, sh->stream));
         AB_TRY(cudaMemsetAsync(sh->dv, 0xFF, n * 4, sh->stream));
     }
-    if (ab_is_flash(c->kind))
+    if (ab_is_flash(c))
         AB_TRY(cudaMemsetAsync(sh->out, 0xFF, n * 2, sh->stream));
     else /* unfused: dqkv is zeroed by the run itself (attention_backward accumulates) */
         AB_TRY(cudaMemsetAsync(sh->out32, 0xFF, n * 4, sh->stream));
     return FORGE_OK;
 }
 
-/* the wgmma forward's consumer schedules, named per cell so FORGE_FLASH16_FWD_SCHED changes no cell */
-#define FW_BASE FORGE_FLASH16_SCHED_BASE
-#define FW_OV FORGE_FLASH16_SCHED_OVERLAP
-#define FW_PP FORGE_FLASH16_SCHED_PINGPONG
-#define FW_PS FORGE_FLASH16_SCHED_PERSIST
-#define FW_PSO FORGE_FLASH16_SCHED_PERSIST_OV
-#define FW_PP128 FORGE_FLASH16_SCHED_PINGPONG_N128
-#define FW_PS128 FORGE_FLASH16_SCHED_PERSIST_N128
-
 static forge_status ab_run(void *ctx, int set) {
     (void)set;
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     forge_backend *be = sh->be;
-    const forge_flash_shape fs = ab_flash_shape(sh);
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
     switch (c->kind) {
-    case AB_FLASH_FWD:
-        return forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 64, sh->stream);
-    case AB_FLASH_FWD_Q128:
-        return forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 128, sh->stream);
-    case AB_FLASH_FWD_WGMMA:
-        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream);
-    case AB_FLASH_FWD_WGMMA_OV:
-        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_OV, sh->stream);
-    case AB_FLASH_FWD_WGMMA_PP:
-        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PP, sh->stream);
-    case AB_FLASH_FWD_WGMMA_PS:
-        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS, sh->stream);
-    case AB_FLASH_FWD_WGMMA_PSO:
-        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PSO, sh->stream);
-    case AB_FLASH_FWD_WGMMA_PP128:
-        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PP128, sh->stream);
-    case AB_FLASH_FWD_WGMMA_PS128:
-        return forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_PS128, sh->stream);
-    case AB_FLASH_FWDBWD_WGMMA:
-        FORGE_TRY(
-            forge_flash_bf16_forward_wgmma_sched(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, FW_BASE, sh->stream));
-        return forge_flash_bf16_backward_mma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
-                                             sh->dk, sh->dv, sh->stream);
-    case AB_FLASH_FWDBWD_WGMMA2:
-    case AB_FLASH_FWDBWD_WGMMA2_PP:
-    case AB_FLASH_FWDBWD_WGMMA2_PS:
-    case AB_FLASH_FWDBWD_WGMMA2_DKP:
-    case AB_FLASH_FWDBWD_WGMMA2_PQ:
-        FORGE_TRY(forge_flash_bf16_forward_wgmma_sched(
-            &fs, sh->q, sh->k, sh->v, sh->out, sh->lse,
-            c->kind == AB_FLASH_FWDBWD_WGMMA2_PP ? FW_PP : c->kind == AB_FLASH_FWDBWD_WGMMA2_PS ? FW_PS : FW_BASE,
-            sh->stream));
-        return forge_flash_bf16_backward_wgmma_dkdv(
-            &fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq, sh->dk, sh->dv,
-            c->kind == AB_FLASH_FWDBWD_WGMMA2_DKP  ? FORGE_FLASH16_DKDV_PIPE
-            : c->kind == AB_FLASH_FWDBWD_WGMMA2_PQ ? FORGE_FLASH16_DKDV_PIPE_DQ
-                                                   : FORGE_FLASH16_DKDV_SPLIT,
-            sh->stream);
-    case AB_FLASH_FWDBWD:
-        FORGE_TRY(forge_flash_bf16_forward_rows(&fs, sh->q, sh->k, sh->v, sh->out, sh->lse, 64, sh->stream));
-        return forge_flash_bf16_backward_mma(&fs, sh->q, sh->k, sh->v, sh->out, sh->dO, sh->lse, sh->delta, sh->dq,
-                                             sh->dk, sh->dv, sh->stream);
+    case AB_FLASH: {
+        const forge_attention_io io = {ab_flash_shape(sh), sh->q, sh->k,     sh->v,  sh->dO, sh->out,
+                                       sh->lse,            sh->delta, sh->dq, sh->dk, sh->dv, sh->stream};
+        return c->flash->run(&io);
+    }
     case AB_UNFUSED_FWD:
         return be->attention_forward(be, sh->out32, sh->att, sh->qkv32, sh->B, sh->T, sh->H, sh->H, sh->D);
     case AB_UNFUSED_FWDBWD:
@@ -503,8 +412,8 @@ static forge_status ab_check(void *ctx, double *rel_err, int *fully_written) {
     ab_cell *c = (ab_cell *)ctx;
     ab_shape *sh = c->sh;
     const long long HD = (long long)sh->H * sh->D;
-    const int flash = ab_is_flash(c->kind);
-    const int bwd = ab_is_bwd(c->kind);
+    const int flash = ab_is_flash(c);
+    const int bwd = ab_is_bwd(c);
     double worst = 0.0;
     unsigned long long un = 0;
     for (int s = 0; s < AB_SLICES; s++) {
@@ -553,19 +462,42 @@ static const char *AB_RECIPE =
     "on the host to bf16 (nearest-even); unfused cells read the same values as fp32 (packed qkv, dO); reference: "
     "float64 causal attention forward/backward on the GPU over the slices (b,h) = (0,0) and (B-1,H-1)";
 
-extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quick) {
+/* one cell through the harness; *bad counts cells that failed their gate */
+static forge_status ab_cell_run(forge_harness *h, ab_cell *ctx, const char *name, const char *group, int baseline,
+                                forge_precision prec, double tol, double flops, double bytes, int *bad) {
+    forge_harness_cell cell;
+    memset(&cell, 0, sizeof cell);
+    cell.name = name;
+    cell.group = group;
+    cell.is_baseline = baseline;
+    cell.precision = prec;
+    cell.flops = flops;
+    cell.bytes = bytes;
+    cell.n_input_sets = 1;
+    cell.ctx = ctx;
+    cell.poison = ab_poison;
+    cell.run = ab_run;
+    cell.check = ab_check;
+    cell.tolerance = tol;
+    forge_cell_result res;
+    memset(&res, 0, sizeof res);
+    const forge_status s = forge_harness_run(h, &cell, &res);
+    if (s == FORGE_OK && forge_cell_bad(&res)) (*bad)++;
+    return s;
+}
+
+extern "C" forge_status forge_attention_suite_run(FILE *out, int reps, int quick, const char *suite,
+                                                  const char *banner, const forge_attention_cell *cells,
+                                                  int ncells) {
     const uint64_t seed = 20261130;
     const int nshapes = quick ? 2 : AB_N_SHAPES;
-    char config[1024];
-    int len = snprintf(config, sizeof config,
-                       "attention causal, H=Hkv, cells=unfused_fp32_fwd,flash_bf16_fwd_mma,flash_bf16_fwd_q128,"
-                       "flash_bf16_fwd_wgmma,flash_bf16_fwd_wgmma_ov,flash_bf16_fwd_wgmma_pp,flash_bf16_fwd_wgmma_ps,"
-                       "flash_bf16_fwd_wgmma_pso,flash_bf16_fwd_wgmma_pp128,flash_bf16_fwd_wgmma_ps128,"
-                       "unfused_fp32_fwdbwd,flash_bf16_fwdbwd_mma,flash_bf16_fwdbwd_wgmma,flash_bf16_fwdbwd_wgmma2,"
-                       "flash_bf16_fwdbwd_wgmma2_pp,flash_bf16_fwdbwd_wgmma2_ps,flash_bf16_fwdbwd_wgmma2_dkp,"
-                       "flash_bf16_fwdbwd_wgmma2_pq; "
-                       "flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; "
-                       "shapes (B,H,T,D)=");
+    char config[2048];
+    int len = snprintf(config, sizeof config, "attention causal, H=Hkv, cells=unfused_fp32_fwd,unfused_fp32_fwdbwd");
+    for (int c = 0; c < ncells && len < (int)sizeof config; c++)
+        len += snprintf(config + len, sizeof config - (size_t)len, ",%s", cells[c].name);
+    if (len < (int)sizeof config)
+        len += snprintf(config + len, sizeof config - (size_t)len,
+                        "; flops fwd 2*B*H*T^2*D, fwd+bwd 3.5x; shapes (B,H,T,D)=");
     for (int i = 0; i < nshapes && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%d,%d,%d,%d;", AB_SHAPES[i][0], AB_SHAPES[i][1],
                         AB_SHAPES[i][2], AB_SHAPES[i][3]);
@@ -588,7 +520,7 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     if (s == FORGE_OK) {
         forge_harness_config cfg;
         memset(&cfg, 0, sizeof cfg);
-        cfg.suite = "attention";
+        cfg.suite = suite;
         cfg.results_root = NULL; /* forge_harness_set_default_root, else "results" */
         cfg.config_text = config;
         cfg.input_recipe = AB_RECIPE;
@@ -599,9 +531,9 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
         s = forge_harness_open(&h, &cfg, &prov, &timer);
     }
     if (s == FORGE_OK)
-        fprintf(out, "attention bench: causal, bf16 flash (mma.sync) vs forge's unfused fp32 attention; gate: "
-                     "relative Frobenius error of out (+ dQ, dK, dV) vs float64 on two (b,h) slices + poison "
-                     "count; PyTorch SDPA baselines: tools/sdpa_bench.py\n");
+        fprintf(out, "%s; gate: relative Frobenius error of out (+ dQ, dK, dV) vs float64 on two (b,h) slices + poison "
+                     "count; PyTorch SDPA baselines: tools/sdpa_bench.py\n",
+                banner);
     for (int i = 0; i < nshapes && s == FORGE_OK; i++) {
         const int B = AB_SHAPES[i][0], H = AB_SHAPES[i][1], T = AB_SHAPES[i][2], D = AB_SHAPES[i][3];
         s = ab_shape_init(&sh, B, H, T, D, seed + (uint64_t)i);
@@ -611,61 +543,17 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
         char gf[128], gb[128];
         snprintf(gf, sizeof gf, "fwd B=%d H=%d T=%d D=%d", B, H, T, D);
         snprintf(gb, sizeof gb, "fwd+bwd B=%d H=%d T=%d D=%d", B, H, T, D);
-        struct {
-            ab_kind kind;
-            const char *name, *group;
-            int baseline;
-            forge_precision prec;
-            double tol, flops, bytes;
-        } cells[] = {
-            /* unfused fp32: 1e-4, justified at the top of the file */
-            {AB_UNFUSED_FWD, "unfused_fp32_fwd", gf, 1, FORGE_PREC_FP32, 1e-4, fwd, 4.0 * 4 * nb},
-            {AB_FLASH_FWD, "flash_bf16_fwd_mma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_Q128, "flash_bf16_fwd_q128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_WGMMA, "flash_bf16_fwd_wgmma", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_WGMMA_OV, "flash_bf16_fwd_wgmma_ov", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_WGMMA_PP, "flash_bf16_fwd_wgmma_pp", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_WGMMA_PS, "flash_bf16_fwd_wgmma_ps", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_WGMMA_PSO, "flash_bf16_fwd_wgmma_pso", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_WGMMA_PP128, "flash_bf16_fwd_wgmma_pp128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_FLASH_FWD_WGMMA_PS128, "flash_bf16_fwd_wgmma_ps128", gf, 0, FORGE_PREC_BF16, 0, fwd, 2.0 * 4 * nb},
-            {AB_UNFUSED_FWDBWD, "unfused_fp32_fwdbwd", gb, 1, FORGE_PREC_FP32, 1e-4, 3.5 * fwd, 4.0 * 10 * nb},
-            {AB_FLASH_FWDBWD, "flash_bf16_fwdbwd_mma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd, 2.0 * 9 * nb + 4.0 * 3 * nb},
-            {AB_FLASH_FWDBWD_WGMMA, "flash_bf16_fwdbwd_wgmma", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
-             2.0 * 9 * nb + 4.0 * 3 * nb},
-            {AB_FLASH_FWDBWD_WGMMA2, "flash_bf16_fwdbwd_wgmma2", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
-             2.0 * 9 * nb + 4.0 * 3 * nb},
-            {AB_FLASH_FWDBWD_WGMMA2_PP, "flash_bf16_fwdbwd_wgmma2_pp", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
-             2.0 * 9 * nb + 4.0 * 3 * nb},
-            {AB_FLASH_FWDBWD_WGMMA2_PS, "flash_bf16_fwdbwd_wgmma2_ps", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
-             2.0 * 9 * nb + 4.0 * 3 * nb},
-            {AB_FLASH_FWDBWD_WGMMA2_DKP, "flash_bf16_fwdbwd_wgmma2_dkp", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
-             2.0 * 9 * nb + 4.0 * 3 * nb},
-            {AB_FLASH_FWDBWD_WGMMA2_PQ, "flash_bf16_fwdbwd_wgmma2_pq", gb, 0, FORGE_PREC_BF16, 0, 3.5 * fwd,
-             2.0 * 9 * nb + 4.0 * 3 * nb},
-        };
-        for (int c = 0; c < (int)(sizeof cells / sizeof cells[0]) && s == FORGE_OK; c++) {
-            if (cells[c].kind == AB_FLASH_FWDBWD_WGMMA2_DKP && D != 128) continue; /* one dK/dV kernel at D = 64 */
-            if (cells[c].kind == AB_FLASH_FWDBWD_WGMMA2_PQ && D != 64) continue; /* at D = 128 the _dkp kernels */
-            ab_cell ctx = {&sh, cells[c].kind};
-            forge_harness_cell cell;
-            memset(&cell, 0, sizeof cell);
-            cell.name = cells[c].name;
-            cell.group = cells[c].group;
-            cell.is_baseline = cells[c].baseline;
-            cell.precision = cells[c].prec;
-            cell.flops = cells[c].flops;
-            cell.bytes = cells[c].bytes;
-            cell.n_input_sets = 1;
-            cell.ctx = &ctx;
-            cell.poison = ab_poison;
-            cell.run = ab_run;
-            cell.check = ab_check;
-            cell.tolerance = cells[c].tol;
-            forge_cell_result res;
-            memset(&res, 0, sizeof res);
-            s = forge_harness_run(h, &cell, &res);
-            if (s == FORGE_OK && forge_cell_bad(&res)) bad++;
+        /* per group the unfused fp32 baseline (1e-4: justified at the top of the file), then the suite's cells */
+        for (int bwd = 0; bwd < 2 && s == FORGE_OK; bwd++) {
+            ab_cell base = {&sh, bwd ? AB_UNFUSED_FWDBWD : AB_UNFUSED_FWD, NULL};
+            s = ab_cell_run(h, &base, bwd ? "unfused_fp32_fwdbwd" : "unfused_fp32_fwd", bwd ? gb : gf, 1,
+                            FORGE_PREC_FP32, 1e-4, bwd ? 3.5 * fwd : fwd, bwd ? 4.0 * 10 * nb : 4.0 * 4 * nb, &bad);
+            for (int c = 0; c < ncells && s == FORGE_OK; c++) {
+                if (cells[c].bwd != bwd || (cells[c].only_d != 0 && cells[c].only_d != D)) continue;
+                ab_cell ctx = {&sh, AB_FLASH, &cells[c]};
+                s = ab_cell_run(h, &ctx, cells[c].name, bwd ? gb : gf, 0, FORGE_PREC_BF16, 0, bwd ? 3.5 * fwd : fwd,
+                                bwd ? 2.0 * 9 * nb + 4.0 * 3 * nb : 2.0 * 4 * nb, &bad);
+            }
         }
         ab_shape_free(&sh);
     }
@@ -679,6 +567,29 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
     if (have_timer) forge_cuda_bench_timer_destroy(&timer);
     forge_backend_destroy(sh.be);
     if (s == FORGE_OK && bad > 0)
-        s = forge_error(FORGE_ERR_NUMERIC, "attention bench: %d cell(s) failed or were garbage (see the table)", bad);
+        s = forge_error(FORGE_ERR_NUMERIC, "%s bench: %d cell(s) failed or were garbage (see the table)", suite, bad);
     return s;
+}
+
+/* ---- `forge bench attention`: forge's defaults ---------------------------------------- */
+
+static forge_status ab_default_fwd(const forge_attention_io *io) {
+    return forge_flash_bf16_forward(&io->fs, io->q, io->k, io->v, io->out, io->lse, io->stream);
+}
+
+static forge_status ab_default_fwdbwd(const forge_attention_io *io) {
+    FORGE_TRY(forge_flash_bf16_forward(&io->fs, io->q, io->k, io->v, io->out, io->lse, io->stream));
+    return forge_flash_bf16_backward(&io->fs, io->q, io->k, io->v, io->out, io->dO, io->lse, io->delta, io->dq,
+                                     io->dk, io->dv, io->stream);
+}
+
+extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quick) {
+    static const forge_attention_cell cells[] = {
+        {"flash_bf16_fwd_default", 0, 0, ab_default_fwd},
+        {"flash_bf16_fwdbwd_default", 1, 0, ab_default_fwdbwd},
+    };
+    return forge_attention_suite_run(out, reps, quick, "attention",
+                                     "attention bench: causal, forge's bf16 flash attention (forge_flash_bf16_forward, "
+                                     "_backward) vs forge's unfused fp32 attention",
+                                     cells, (int)(sizeof cells / sizeof cells[0]));
 }

@@ -1,0 +1,126 @@
+/*
+ * bench_attention_variants.c: `forge-lab bench attention-variants [--quick]
+ * [--reps N]`: the bf16 flash attention kernels and variants by name, each
+ * against forge's unfused fp32 attention, through the machinery of `forge
+ * bench attention` (src/bench/cuda/attention_cells.h: same shapes, inputs,
+ * float64 gate, harness; results/<date>_<commit>/attention-variants*.csv).
+ * Measurements: lab/notes/flash.md.
+ *
+ * Cells (the names of the suite's earlier CSVs, so runs compare):
+ * - "fwd ...": flash_bf16_fwd_mma (the mma.sync forward, 64 query rows = 4
+ *   warps per CTA), flash_bf16_fwd_q128 (128 rows = 8 warps sharing each K/V
+ *   tile), flash_bf16_fwd_wgmma (the Hopper TMA + wgmma forward, base
+ *   schedule: forge's), flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 /
+ *   _ps128 (its overlap / pingpong / persist / persist_ov / pingpong_n128 /
+ *   persist_n128 schedules).
+ * - "fwd+bwd ...": flash_bf16_fwdbwd_mma (mma.sync forward + the mma.sync
+ *   backward), flash_bf16_fwdbwd_wgmma (the wgmma forward + the mma.sync
+ *   backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the wgmma
+ *   backward with the unpipelined D = 128 dK/dV kernel, SPLIT),
+ *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
+ *   forward), flash_bf16_fwdbwd_wgmma2_dkp (D = 128 only: the pipelined dK/dV
+ *   kernel, forge's), flash_bf16_fwdbwd_wgmma2_pq (D = 64 only: the pipelined
+ *   dQ kernel, PIPE_DQ). At D = 64 the wgmma2 cells run forge's backward
+ *   kernels (one dK/dV kernel there).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/bench/cuda/attention_cells.h"
+#include "flash_lab.h"
+#include "flash16_variants.h"
+
+
+#define IO_FWD(io) &(io)->fs, (io)->q, (io)->k, (io)->v, (io)->out, (io)->lse
+#define IO_BWD(io)                                                                                                 \
+    &(io)->fs, (io)->q, (io)->k, (io)->v, (io)->out, (io)->dO, (io)->lse, (io)->delta, (io)->dq, (io)->dk, (io)->dv
+
+static forge_status fwd_sched(const forge_attention_io *io, int sched) {
+    return lab_flash16_forward_sched(IO_FWD(io), sched, io->stream);
+}
+static forge_status fwdbwd_wgmma2(const forge_attention_io *io, int sched, int dkdv) {
+    FORGE_TRY(fwd_sched(io, sched));
+    return lab_flash16_backward_dkdv(IO_BWD(io), dkdv, io->stream);
+}
+
+static forge_status fwd_mma(const forge_attention_io *io) {
+    return forge_flash_bf16_forward_mma(IO_FWD(io), io->stream);
+}
+static forge_status fwd_q128(const forge_attention_io *io) { return lab_flash16_forward_q128(IO_FWD(io), io->stream); }
+static forge_status fwd_wgmma(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_BASE); }
+static forge_status fwd_ov(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_OVERLAP); }
+static forge_status fwd_pp(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_PINGPONG); }
+static forge_status fwd_ps(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_PERSIST); }
+static forge_status fwd_pso(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_PERSIST_OV); }
+static forge_status fwd_pp128(const forge_attention_io *io) {
+    return fwd_sched(io, LAB_FLASH16_SCHED_PINGPONG_N128);
+}
+static forge_status fwd_ps128(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_PERSIST_N128); }
+
+static forge_status fwdbwd_mma(const forge_attention_io *io) {
+    FORGE_TRY(fwd_mma(io));
+    return forge_flash_bf16_backward_mma(IO_BWD(io), io->stream);
+}
+static forge_status fwdbwd_wgmma(const forge_attention_io *io) {
+    FORGE_TRY(fwd_wgmma(io));
+    return forge_flash_bf16_backward_mma(IO_BWD(io), io->stream);
+}
+static forge_status fwdbwd_w2(const forge_attention_io *io) {
+    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_SPLIT);
+}
+static forge_status fwdbwd_w2_pp(const forge_attention_io *io) {
+    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_PINGPONG, LAB_FLASH16_DKDV_SPLIT);
+}
+static forge_status fwdbwd_w2_ps(const forge_attention_io *io) {
+    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_PERSIST, LAB_FLASH16_DKDV_SPLIT);
+}
+static forge_status fwdbwd_w2_dkp(const forge_attention_io *io) {
+    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE);
+}
+static forge_status fwdbwd_w2_pq(const forge_attention_io *io) {
+    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE_DQ);
+}
+
+int lab_bench_attention_variants(int argc, char **argv) {
+    int quick = 0;
+    long reps = 30;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = strtol(argv[++i], NULL, 10);
+        } else {
+            fprintf(stderr, "usage: forge-lab bench attention-variants [--quick] [--reps N]\n");
+            return 2;
+        }
+    }
+    static const forge_attention_cell cells[] = {
+        {"flash_bf16_fwd_mma", 0, 0, fwd_mma},
+        {"flash_bf16_fwd_q128", 0, 0, fwd_q128},
+        {"flash_bf16_fwd_wgmma", 0, 0, fwd_wgmma},
+        {"flash_bf16_fwd_wgmma_ov", 0, 0, fwd_ov},
+        {"flash_bf16_fwd_wgmma_pp", 0, 0, fwd_pp},
+        {"flash_bf16_fwd_wgmma_ps", 0, 0, fwd_ps},
+        {"flash_bf16_fwd_wgmma_pso", 0, 0, fwd_pso},
+        {"flash_bf16_fwd_wgmma_pp128", 0, 0, fwd_pp128},
+        {"flash_bf16_fwd_wgmma_ps128", 0, 0, fwd_ps128},
+        {"flash_bf16_fwdbwd_mma", 1, 0, fwdbwd_mma},
+        {"flash_bf16_fwdbwd_wgmma", 1, 0, fwdbwd_wgmma},
+        {"flash_bf16_fwdbwd_wgmma2", 1, 0, fwdbwd_w2},
+        {"flash_bf16_fwdbwd_wgmma2_pp", 1, 0, fwdbwd_w2_pp},
+        {"flash_bf16_fwdbwd_wgmma2_ps", 1, 0, fwdbwd_w2_ps},
+        {"flash_bf16_fwdbwd_wgmma2_dkp", 1, 128, fwdbwd_w2_dkp}, /* one dK/dV kernel at D = 64 */
+        {"flash_bf16_fwdbwd_wgmma2_pq", 1, 64, fwdbwd_w2_pq},    /* at D = 128 the _dkp kernels */
+    };
+    const forge_status s = forge_attention_suite_run(
+        stdout, (int)reps, quick, "attention-variants",
+        "attention-variants bench: causal, the bf16 flash kernels and variants by name vs forge's unfused fp32 "
+        "attention",
+        cells, (int)(sizeof cells / sizeof cells[0]));
+    if (s != FORGE_OK) {
+        fprintf(stderr, "forge-lab bench attention-variants: %s: %s\n", forge_status_name(s), forge_error_message());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,59 @@
+/*
+ * flash16_variants.h: the lab's variants of forge's bf16 flash attention
+ * (src/backend/cuda/flash_attention_bf16.h: same layouts, contract and
+ * results up to summation order), by name, for `forge-lab test flash16` and
+ * `forge-lab bench attention-variants`. What forge runs is not here:
+ * forge_flash_bf16_forward / _backward (the wgmma kernels, mma.sync where
+ * those refuse). Measurements: lab/notes/flash.md. Plain C.
+ */
+#ifndef FORGE_LAB_FLASH16_VARIANTS_H
+#define FORGE_LAB_FLASH16_VARIANTS_H
+
+#include "../../src/backend/cuda/flash_attention_bf16.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The mma.sync forward with 128 query rows per CTA (8 warps sharing each K/V tile; forge_flash_bf16_forward_mma
+ * has 64 rows, 4 warps). lab/flash/flash16_q128.cu. */
+forge_status lab_flash16_forward_q128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                      void *out_bf16, float *lse, void *stream);
+
+/* Consumer schedules of the wgmma forward (lab/flash/flash16_fwd_sched.cu): BASE waits for S = Q.K^T, does the
+ * softmax, then O += P.V (forge_flash_bf16_forward_wgmma, which this entry calls for it); OVERLAP issues S_{t+1}
+ * with P_t.V_t and runs the softmax of S_{t+1} while P_t.V_t is on the tensor cores; PINGPONG adds named-barrier
+ * turns so the two consumer warpgroups' softmaxes run under each other's GEMMs; PERSIST is PINGPONG on a grid of
+ * one CTA per SM walking the (query tile, head, batch) items, the next item's K/V and Q loading under the
+ * current one's tail; PERSIST_OV is OVERLAP made persistent the same way; PINGPONG_N128 / PERSIST_N128 are
+ * PINGPONG / PERSIST with 128-key tiles at D = 128 too (3 stages; D = 64 unchanged). Another value is
+ * FORGE_ERR_ARG; the refusals are those of forge_flash_bf16_forward_wgmma. */
+#define LAB_FLASH16_SCHED_BASE 0
+#define LAB_FLASH16_SCHED_OVERLAP 1
+#define LAB_FLASH16_SCHED_PINGPONG 2
+#define LAB_FLASH16_SCHED_PERSIST 3
+#define LAB_FLASH16_SCHED_PERSIST_OV 4
+#define LAB_FLASH16_SCHED_PINGPONG_N128 5
+#define LAB_FLASH16_SCHED_PERSIST_N128 6
+forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                       void *out_bf16, float *lse, int sched, void *stream);
+
+/* The wgmma backward with its dK/dV (and dQ) kernels named (lab/flash/flash16_bwd_dkdv.cu): PIPE (what
+ * forge_flash_bf16_backward_wgmma runs, called for it: at D = 128 each consumer issues tile it's S-like product,
+ * then tile it-1's accumulation, and does tile it's exp / dS arithmetic while that runs; P^T handed over through
+ * two buffers), SPLIT (the same roles unpipelined; at D = 64, where there is one dK/dV kernel, the same as PIPE)
+ * or PIPE_DQ (PIPE, and at D = 64 the dQ kernel pipelined the same way; at D = 128, where that dQ kernel would
+ * spill, the same as PIPE). All give the same values (the same products and fp32 arithmetic per element).
+ * Another value is FORGE_ERR_ARG; the refusals are those of forge_flash_bf16_backward_wgmma. */
+#define LAB_FLASH16_DKDV_SPLIT 0
+#define LAB_FLASH16_DKDV_PIPE 1
+#define LAB_FLASH16_DKDV_PIPE_DQ 2
+forge_status lab_flash16_backward_dkdv(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                       const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
+                                       float *dq, float *dk, float *dv, int dkdv, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,13 @@
+/*
+ * flash_lab.h: the flash-attention family's lab commands (lab/forge_lab.c's table).
+ */
+#ifndef FORGE_LAB_FLASH_H
+#define FORGE_LAB_FLASH_H
+
+/* `forge-lab test flash16 [--quick]`: parity of the bf16 flash variants (lab/flash/test_flash16.c) */
+int lab_test_flash16(int argc, char **argv);
+/* `forge-lab bench attention-variants [--quick] [--reps N]`: the bf16 flash kernels and variants by name
+ * (lab/flash/bench_attention_variants.c) */
+int lab_bench_attention_variants(int argc, char **argv);
+
+#endif

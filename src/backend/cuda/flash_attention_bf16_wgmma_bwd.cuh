@@ -1,0 +1,884 @@
+/*
+ * flash_attention_bf16_wgmma_bwd.cuh: the kernels of the Hopper (sm_90a)
+ * backward of forge's bf16 flash attention on TMA + wgmma and their launch
+ * steps, shared by flash_attention_bf16_wgmma_bwd.cu (the kernels forge runs,
+ * the entry forge_flash_bf16_backward_wgmma; its header explains the design)
+ * and the lab (the dK/dV and dQ variants). Instances forge runs: fb_dq_kernel<D,
+ * 0>, fb_dkdv_kernel<64>, fb_dkdv_split_kernel<128, 1>; the PIPE = 1 branch of
+ * fb_dq_kernel and the PIPE = 0 branch of fb_dkdv_split_kernel are the lab's
+ * (fb_dq_kernel<64, 1>, fb_dkdv_split_kernel<128, 0>), kept in the shared
+ * templates they are written in.
+ */
+#ifndef FORGE_FLASH_ATTENTION_BF16_WGMMA_BWD_CUH
+#define FORGE_FLASH_ATTENTION_BF16_WGMMA_BWD_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+#include "flash_wgmma_common.cuh"
+#include "wgmma_common.cuh"
+
+extern "C" {
+#include "flash_attention_bf16.h"
+}
+
+#define FB_THREADS 384 /* producer warpgroup + 2 consumer warpgroups */
+#define FB_BR 128      /* resident rows per CTA (queries in dQ, keys in dK/dV): 64 per consumer */
+#define FB_BS 64       /* streamed rows per tile (keys in dQ, queries in dK/dV); see the header */
+#define FB_CONSUMER_WARPS 8
+#define FB_PRODUCER_REGS 24
+#define FB_CONSUMER_REGS 240
+#define FB_LOG2E 1.4426950408889634f
+/* "No bound" for the branch-free masks: the P / P^T loops run while the dP / dP^T wgmma is in flight, and the
+ * natural `if (edge) { if (masked) p = 0; }` puts branches between a wgmma and its wait (measured: with them
+ * ptxas spilled 4-24 B in fb_dq_kernel<128>; without, none). The masks are selects against per-thread bounds
+ * that are FB_BIG ("none") on interior tiles. */
+#define FB_BIG (1 << 30)
+#define FB_SP_BYTES (32 * 128 * 4) /* fb_dkdv_split_kernel's P^T handoff */
+
+template <int D> struct fb_cfg {
+    static constexpr int DH = D / 64;                      /* 64-column boxes per row */
+    static constexpr uint32_t RES_BYTES = FB_BR * D * 2;   /* one resident tensor (Q or dO; K or V) */
+    static constexpr uint32_t TILE_BYTES = FB_BS * D * 2;  /* one streamed tensor */
+    static constexpr uint32_t STAGE_BYTES = 2 * TILE_BYTES; /* K + V (dQ) or Q + dO (dK/dV) */
+    static constexpr int STAGES = 4;
+    /* resident pair, ring, lse/delta slots (dK/dV: 2 x 64 floats per stage), then the barriers: resbar,
+     * full[STAGES], empty[STAGES]; 1 KiB slack to align the base to 1024 B */
+    static constexpr uint32_t LD_BYTES = 2 * FB_BS * 4;
+    static constexpr size_t SMEM =
+        2 * (size_t)RES_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) + 8 * (1 + 2 * STAGES) + 1024;
+    /* fb_dkdv_split_kernel: K and V as 64-row tensors, the ring, lse/delta, the P^T handoff, the barriers */
+    static constexpr size_t SPLIT_SMEM = 2 * (size_t)TILE_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) +
+                                         FB_SP_BYTES + 8 * (1 + 2 * STAGES + 2) + 1024; /* + full, empty of P^T */
+    /* fb_dkdv_split_kernel<D, 1> (pipelined): the same with a second P^T buffer */
+    static constexpr size_t SPLIT_PIPE_SMEM = SPLIT_SMEM + FB_SP_BYTES + 16; /* + its full, empty */
+    static_assert(SMEM <= 232448 && SPLIT_PIPE_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+    static_assert(D == 64 || D == 128, "compiled head dims");
+};
+
+/* S (64 x 64 fp32) = (_first: write-only, scale-d false) or += A (64x16, smem desc, K-major) . B (64x16, smem
+ * desc, K-major)^T. The first k16 step does not name d as an input: with "+f" on a fresh array the compiler
+ * would see the previous tile's (dead) values as read, and keep them live around the loop. */
+__device__ __forceinline__ void fb_wgmma_ss_n64_first(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        WG_REGS32
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : WG_OUT32
+        : "l"(desc_a), "l"(desc_b));
+}
+
+__device__ __forceinline__ void fb_wgmma_ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        WG_REGS32
+        "}, %32, %33, 1, 1, 1, 0, 0;\n"
+        : WG_ACC32
+        : "l"(desc_a), "l"(desc_b));
+}
+
+/* S (64 x 64 fp32) = A (64 x D, K-major at a, row stride as the resident 128-row boxes) . B^T (B: the
+ * streamed 64 x D tile at b, K-major). a_box / b_box: bytes between 64-column boxes. */
+template <int D>
+__device__ __forceinline__ void fb_ss(float (&d)[32], uint32_t a, uint32_t a_box, uint32_t b, uint32_t b_box) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = wgmma_desc(a + (kk / 4) * a_box + (kk % 4) * 32);
+        const uint64_t db = wgmma_desc(b + (kk / 4) * b_box + (kk % 4) * 32);
+        if (kk == 0)
+            fb_wgmma_ss_n64_first(d, da, db);
+        else
+            fb_wgmma_ss_n64(d, da, db);
+    }
+}
+
+/* acc (64 x D fp32) += A (64 x 64 bf16 fragments, 4 k16 steps) . B (the streamed 64-row tile at b, MN-major) */
+template <int D> __device__ __forceinline__ void fb_rs(float (&acc)[D / 2], const uint32_t (&a)[4][4], uint32_t b) {
+#pragma unroll
+    for (int kk = 0; kk < FB_BS / 16; kk++) fw_pv<D>(acc, a[kk], wgmma_desc_mn(b + kk * 2048));
+}
+
+/* x, hidden from the compiler's loop-invariant code motion: descriptors built from the resident tiles' addresses
+ * would otherwise be hoisted out of the tile loop and hold 2 registers each across it */
+__device__ __forceinline__ uint32_t fb_opaque(uint32_t x) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(x));
+    return x;
+}
+
+__device__ __forceinline__ void fb_barriers_init(uint32_t bars, int stages, uint32_t full_count) {
+    mbar_init(bars, 1); /* the resident pair */
+    for (int st = 0; st < stages; st++) {
+        mbar_init(bars + 8 + 8 * st, full_count);
+        mbar_init(bars + 8 + 8 * (stages + st), FB_CONSUMER_WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* ---- dQ over query blocks ---------------------------------------------------------------- */
+
+__device__ __forceinline__ void fb_ring_advance(int &stage, uint32_t &phase, int &prev, int stages) {
+    prev = stage;
+    if (++stage == stages) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
+/* dQ kernel, one tile: issue S = Q.K^T and dP = dO.V^T (K, V of the stage at kt) as two commit groups */
+template <int D>
+__device__ __forceinline__ void fb_dq_tile_sdp(float (&sc)[32], float (&dp)[32], uint32_t qa, uint32_t doa,
+                                               uint32_t kt) {
+    wgmma_fence();
+    fb_ss<D>(sc, fb_opaque(qa), FB_BR * 128, kt, 8192);
+    wgmma_commit();
+    fb_ss<D>(dp, fb_opaque(doa), FB_BR * 128, kt + fb_cfg<D>::TILE_BYTES, 8192);
+    wgmma_commit();
+}
+
+/* dQ kernel: P = exp2(S sl2 - lse2) with the branch-free causal / key-bound mask of the tile at key k0
+ * (column j = key - k0 is visible to row r iff j <= vis[r] and j < lim; FB_BIG bounds on interior tiles) */
+__device__ __forceinline__ void fb_dq_p(float (&sc)[32], int k0, int wrow0, int row_lo, int diag, int Tk, int tq,
+                                        float sl2, const float (&lse2)[2]) {
+    const bool edge = k0 + FB_BS - 1 > wrow0 + diag || k0 + FB_BS > Tk;
+    const int vis0 = edge ? row_lo + diag - k0 : FB_BIG, vis1 = edge ? row_lo + 8 + diag - k0 : FB_BIG;
+    const int lim = edge ? Tk - k0 : FB_BIG;
+#pragma unroll
+    for (int n = 0; n < FB_BS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = n * 8 + 2 * tq + (e & 1);
+            const float p = exp2f(fmaf(sc[4 * n + e], sl2, -lse2[e >> 1]));
+            sc[4 * n + e] = (j > ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
+        }
+}
+
+
+
+/* PIPE = 0: per tile S, dP, then dS and dQ += dS.K, each product waited before the next step. PIPE = 1
+ * (the lab's PIPE_DQ variant at D = 64; forge runs PIPE = 0): software-pipelined like fb_dkdv_pipe_consumer: tile t's S and dP are issued,
+ * then tile t-1's dQ += dS.K (register A kept from the previous iteration); wait_group 2 retires S (P computed
+ * while dP and the dQ product run), wait_group 1 dP (dS computed while dQ runs), wait_group 0 the dQ product,
+ * then that tile's stage is released. A consumer runs its visible tiles (0 .. nvis-1; every tile after its last
+ * visible one is above the diagonal for all of its rows) with the first peeled and the last dQ product drained
+ * after the loop, so no branch sits between an issue and its wait; then it releases the CTA's remaining tiles
+ * without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element. */
+template <int D, int PIPE>
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fb_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                 const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                 const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
+                 forge_flash_shape s, float sl2, float scale) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
+    extern __shared__ __align__(1024) unsigned char fb_smem[];
+    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
+    const uint32_t sq = base, sdo = base + cfg::RES_BYTES;
+    const uint32_t sring = sdo + cfg::RES_BYTES; /* stage st: K at +st*STAGE_BYTES, V TILE_BYTES further */
+    const uint32_t resbar = sring + STAGES * (cfg::STAGE_BYTES + cfg::LD_BYTES);
+    const uint32_t bars = resbar + 8; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
+
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR, h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (s.H / s.Hkv);
+    const int diag = s.Tk - s.Tq;
+    const int kv_end = min(s.Tk, q0 + FB_BR + diag);
+    const int ntiles = kv_end > 0 ? (kv_end + FB_BS - 1) / FB_BS : 0;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1);
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
+        if (threadIdx.x == 0 && ntiles > 0) {
+            mbar_arrive_expect_tx(resbar, 2 * cfg::RES_BYTES);
+#pragma unroll
+            for (int j = 0; j < DH; j++) {
+                fw_tma_load_3d(sq + j * (FB_BR * 128), &tm_q, h * D + 64 * j, q0, b, resbar);
+                fw_tma_load_3d(sdo + j * (FB_BR * 128), &tm_do, h * D + 64 * j, q0, b, resbar);
+            }
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = 0; t < ntiles; t++) {
+                const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                mbar_wait(empty, phase ^ 1);
+                mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+                const uint32_t dk = sring + stage * cfg::STAGE_BYTES, dv = dk + cfg::TILE_BYTES;
+#pragma unroll
+                for (int j = 0; j < DH; j++) {
+                    fw_tma_load_3d(dk + j * 8192, &tm_k, hk * D + 64 * j, t * FB_BS, b, full);
+                    fw_tma_load_3d(dv + j * 8192, &tm_v, hk * D + 64 * j, t * FB_BS, b, full);
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int wrow0 = q0 + c * 64;
+    const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
+
+    float lse2[2], dlt[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
+        const float lv = row < s.Tq ? lse[idx] : 0.0f;
+        lse2[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
+        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
+    }
+
+    float acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
+
+    if (ntiles > 0) mbar_wait(resbar, 0);
+    const uint32_t qa = sq + c * 8192, doa = sdo + c * 8192; /* rows 64c.. of each 128-row box */
+    int stage = 0;
+    uint32_t phase = 0;
+    if constexpr (PIPE) {
+        const int last_vis = wrow0 + 63 + diag; /* the last key any of this consumer's rows sees */
+        const int nvis = last_vis < 0 ? 0 : min(ntiles, last_vis / FB_BS + 1);
+        uint32_t a[4][4]; /* the previous tile's dS as the register A operand */
+        int prev = 0;
+        if (nvis > 0) {
+            mbar_wait(bars + 8 * stage, phase);
+            float sc[32], dp[32];
+            fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES);
+            wgmma_wait<1>();
+            wgmma_fence_operands(sc);
+            fb_dq_p(sc, 0, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2);
+            wgmma_wait<0>();
+            wgmma_fence_operands(dp);
+#pragma unroll
+            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]); /* dS / scale */
+            fw_to_a<64>(a, dp);
+            fb_ring_advance(stage, phase, prev, STAGES);
+        }
+#pragma unroll 1
+        for (int t = 1; t < nvis; t++) {
+            mbar_wait(bars + 8 * stage, phase);
+            float sc[32], dp[32];
+            fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES); /* fences a */
+            fb_rs<D>(acc, a, sring + prev * cfg::STAGE_BYTES); /* tile t-1's dQ += dS.K */
+            wgmma_commit();
+            wgmma_wait<2>(); /* S of tile t */
+            wgmma_fence_operands(sc);
+            fb_dq_p(sc, t * FB_BS, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2);
+            wgmma_wait<1>(); /* dP of tile t */
+            wgmma_fence_operands(dp);
+#pragma unroll
+            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]);
+            wgmma_wait<0>(); /* tile t-1's dQ product: its stage and a are free */
+            wgmma_fence_operands(acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+            fw_to_a<64>(a, dp);
+            fb_ring_advance(stage, phase, prev, STAGES);
+        }
+        if (nvis > 0) {
+            wgmma_fence();
+            fb_rs<D>(acc, a, sring + prev * cfg::STAGE_BYTES);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+        }
+        for (int t = nvis; t < ntiles; t++) { /* above the diagonal for all 64 rows: keep the ring in step */
+            mbar_wait(bars + 8 * stage, phase);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+            fb_ring_advance(stage, phase, prev, STAGES);
+        }
+    } else {
+    for (int t = 0; t < ntiles; t++) {
+        const int k0 = t * FB_BS;
+        mbar_wait(bars + 8 * stage, phase);
+        if (k0 <= wrow0 + 63 + diag) {
+            const uint32_t kt = sring + stage * cfg::STAGE_BYTES;
+            float sc[32], dp[32];
+            fb_dq_tile_sdp<D>(sc, dp, qa, doa, kt);
+            wgmma_wait<1>();
+            wgmma_fence_operands(sc);
+            fb_dq_p(sc, k0, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2); /* branch-free: dP is in flight */
+
+            wgmma_wait<0>();
+            wgmma_fence_operands(dp);
+#pragma unroll
+            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]); /* dS / scale */
+            uint32_t a[4][4];
+            fw_to_a<64>(a, dp);
+            wgmma_fence(); /* acc and a were written by ordinary instructions */
+            fb_rs<D>(acc, a, kt);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        float *dst = dq + (((size_t)b * s.Tq + row) * s.H + h) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(dst + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * scale, acc[4 * n + 2 * r + 1] * scale);
+    }
+}
+
+/* ---- dK, dV over key blocks --------------------------------------------------------------- */
+
+/* Shared by both dK/dV kernels: which keys a CTA owns and which (head, query tile) iterations it streams.
+ * Iteration it: query head hk*G + it/nq, query tile t_first + it%nq. */
+struct fb_kv_block {
+    int k0, hk, b, G, diag, t_first, nq, total;
+};
+
+__device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s, int res_rows) {
+    fb_kv_block kb;
+    kb.k0 = blockIdx.x * res_rows;
+    kb.hk = blockIdx.y;
+    kb.b = blockIdx.z;
+    kb.G = s.H / s.Hkv;
+    kb.diag = s.Tk - s.Tq;
+    const int qstart = max(0, kb.k0 - kb.diag); /* first query that sees any key of this block */
+    kb.t_first = qstart / FB_BS;
+    kb.nq = qstart < s.Tq ? (s.Tq + FB_BS - 1) / FB_BS - kb.t_first : 0;
+    kb.total = kb.G * kb.nq;
+    return kb;
+}
+
+/* The producer warpgroup of both dK/dV kernels. Warp 0 lane 0: RES rows of K and V once (resbar; 64-column box
+ * j at j * RES * 128 B), then Q and dO (64-row boxes, box j at j * 8 KiB) per stage by TMA. Warp 1: lse*log2e
+ * (-inf -> 0: such a row is masked everywhere) and delta of the tile's 64 queries into the stage's slot with
+ * plain loads (lse rows are not 16-byte aligned for a bulk copy when Tq % 4 != 0); each lane arrives on full
+ * (count 1 + 32), and mbarrier arrive / wait are release / acquire, so the consumers see the stores. */
+template <int D, int RES>
+__device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge_flash_shape &s,
+                                              const CUtensorMap *tm_k, const CUtensorMap *tm_v,
+                                              const CUtensorMap *tm_q, const CUtensorMap *tm_do,
+                                              const float *__restrict__ lse, const float *__restrict__ delta,
+                                              uint32_t sk, uint32_t sv, uint32_t sring, float *ld_gen,
+                                              uint32_t resbar, uint32_t bars) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (kb.total == 0) return;
+    if (warp == 0 && lane == 0) {
+        mbar_arrive_expect_tx(resbar, 2 * (uint32_t)(RES * D * 2));
+#pragma unroll
+        for (int j = 0; j < DH; j++) {
+            fw_tma_load_3d(sk + j * (RES * 128), tm_k, kb.hk * D + 64 * j, kb.k0, kb.b, resbar);
+            fw_tma_load_3d(sv + j * (RES * 128), tm_v, kb.hk * D + 64 * j, kb.k0, kb.b, resbar);
+        }
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int it = 0; it < kb.total; it++) {
+            const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+            const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+            mbar_wait(empty, phase ^ 1);
+            mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+            const uint32_t dq_ = sring + stage * cfg::STAGE_BYTES, ddo = dq_ + cfg::TILE_BYTES;
+#pragma unroll
+            for (int j = 0; j < DH; j++) {
+                fw_tma_load_3d(dq_ + j * 8192, tm_q, h * D + 64 * j, qt0, kb.b, full);
+                fw_tma_load_3d(ddo + j * 8192, tm_do, h * D + 64 * j, qt0, kb.b, full);
+            }
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    } else if (warp == 1) {
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int it = 0; it < kb.total; it++) {
+            const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+            mbar_wait(bars + 8 * (STAGES + stage), phase ^ 1);
+            float *slot = ld_gen + stage * (2 * FB_BS);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int r = lane + 32 * i, row = qt0 + r;
+                const size_t idx = ((size_t)kb.b * s.H + h) * s.Tq + row;
+                const float lv = row < s.Tq ? lse[idx] : 0.0f;
+                slot[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
+                slot[FB_BS + r] = row < s.Tq ? delta[idx] : 0.0f;
+            }
+            mbar_arrive(bars + 8 * stage);
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    }
+}
+
+/* P^T (64 keys x 64 queries) of a consumer warpgroup from its S^T accumulator, in place: exp2 in the log2
+ * domain with lse per column (query) from the stage's slot, masked branch-free (see FB_BIG) against vis0 /
+ * vis1 (first visible column of the thread's two key rows) and lim (columns >= lim are past Tq). */
+__device__ __forceinline__ void fb_p_transposed(float (&st)[32], const float *ls, int tq, float sl2, int vis0,
+                                                int vis1, int lim) {
+#pragma unroll
+    for (int n = 0; n < FB_BS / 8; n++) {
+        const int col = n * 8 + 2 * tq;
+        const float2 l2 = *(const float2 *)(ls + col);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = col + (e & 1);
+            const float p = exp2f(fmaf(st[4 * n + e], sl2, -((e & 1) ? l2.y : l2.x)));
+            st[4 * n + e] = (j < ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
+        }
+    }
+}
+
+/* D = 64: 128 keys per CTA, each consumer warpgroup owns 64 of them and computes all four products
+ * (S^T, dP^T, dV += P^T.dO, dK += dS^T.Q) with dK and dV (2 x 32 fp32) in registers. */
+template <int D>
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fb_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                   const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
+                   float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    extern __shared__ __align__(1024) unsigned char fb_smem[];
+    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
+    const uint32_t sk = base, sv = base + cfg::RES_BYTES;
+    const uint32_t sring = sv + cfg::RES_BYTES; /* stage st: Q at +st*STAGE_BYTES, dO TILE_BYTES further */
+    const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES; /* stage st: lse*log2e [64], delta [64] */
+    const uint32_t resbar = sld + STAGES * cfg::LD_BYTES;
+    const uint32_t bars = resbar + 8;
+    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem))); /* generic view of the lse/delta slots */
+
+    const fb_kv_block kb = fb_kv_block_of(s, FB_BR);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
+        fb_kv_produce<D, FB_BR>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
+                                bars);
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int wk0 = kb.k0 + c * 64;         /* this warpgroup's first key */
+    const int key_lo = wk0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
+    const int diag = kb.diag;
+
+    float adk[D / 2], adv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) adk[i] = adv[i] = 0.0f;
+
+    if (kb.total > 0) mbar_wait(resbar, 0);
+    const uint32_t ka = sk + c * 8192, va = sv + c * 8192; /* rows 64c.. of each 128-row box */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < kb.total; it++) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        mbar_wait(bars + 8 * stage, phase);
+        /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
+        if (wk0 <= qt0 + FB_BS - 1 + diag && wk0 < s.Tk) {
+            const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
+            const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
+            const bool edge = wk0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
+            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
+            const int lim = edge ? s.Tq - qt0 : FB_BIG;
+            float st[32], dpt[32];
+            wgmma_fence();
+            fb_ss<D>(st, fb_opaque(ka), FB_BR * 128, qt, 8192); /* S^T = K.Q^T */
+            wgmma_commit();
+            fb_ss<D>(dpt, fb_opaque(va), FB_BR * 128, dt, 8192); /* dP^T = V.dO^T */
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_fence_operands(st);
+            fb_p_transposed(st, ls, tq, sl2, vis0, vis1, lim); /* while dP^T runs */
+
+            wgmma_wait<0>();
+            wgmma_fence_operands(dpt);
+#pragma unroll
+            for (int n = 0; n < FB_BS / 8; n++) {
+                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - ((e & 1) ? d2.y : d2.x)); /* dS^T/scale */
+            }
+            uint32_t pa[4][4], sa[4][4];
+            fw_to_a<64>(pa, st);
+            fw_to_a<64>(sa, dpt);
+            wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
+            fb_rs<D>(adv, pa, dt); /* dV += P^T.dO */
+            fb_rs<D>(adk, sa, qt); /* dK += dS^T.Q */
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(adv);
+            wgmma_fence_operands(adk);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= s.Tk) continue;
+        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            *(float2 *)(dk + off + n * 8 + 2 * tq) =
+                make_float2(adk[4 * n + 2 * r] * scale, adk[4 * n + 2 * r + 1] * scale);
+            *(float2 *)(dv + off + n * 8 + 2 * tq) = make_float2(adv[4 * n + 2 * r], adv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* The P^T handoff between the two consumer warpgroups of the D = 128 dK/dV kernels goes through mbarriers of
+ * count 128 (every thread of the sending warpgroup arrives: mbarrier.arrive releases its shared-memory writes,
+ * try_wait acquires them). Per buffer, "full" (P^T written) and "empty" (read); the dK warpgroup arrives on each
+ * empty barrier once before its first tile, so the n-th use of a buffer waits for phase n of both barriers
+ * (parity n & 1) with no first-tile special case. An earlier version used named barriers (bar.arrive /
+ * bar.sync); compute-sanitizer's racecheck reported the handoff as a race under those. */
+__device__ __forceinline__ void fb_handoff_init(uint32_t hb, int n) {
+    for (int i = 0; i < n; i++) mbar_init(hb + 8 * i, 128);
+}
+
+/* D = 128: 64 keys per CTA, split by role between the two consumer warpgroups, which own the same 64 keys:
+ * warpgroup 1 computes S^T, P^T and dV += P^T.dO and hands P^T (fp32) to warpgroup 2 through shared memory
+ * in its own accumulator layout (sp[i * 128 + thread]: conflict-free, and the reader's layout is the same);
+ * warpgroup 2 computes dP^T, dS^T = P^T (dP^T - delta) and dK += dS^T.Q. Each thread holds ONE 64-register
+ * accumulator: with dK and dV in one warpgroup (the D = 64 kernel) ptxas spilled 150-280 B and serialised
+ * every wgmma at D = 128 however the query tile was cut. Same 4 products per tile, two per warpgroup.
+ * The handoff is single-buffered: warpgroup 1 waits for "empty" before overwriting sp, warpgroup 2 for "full"
+ * before reading (mbarriers, fb_handoff_init). With 64 keys
+ * per CTA every streamed tile holds a visible key (t_first comes from k0), so there is no skip test and both
+ * warpgroups run the same barrier sequence. */
+/* ---- D = 128 dK/dV, pipelined (what forge runs at D = 128) ----------------------------------------------- */
+
+/* Tile it's elementwise step of fb_dkdv_pipe_consumer on sacc (its S-like product): P^T into buffer it & 1 of sp
+ * (ROLE 0) or dS^T from it (ROLE 1); the arithmetic of fb_dkdv_split_kernel. */
+template <int ROLE>
+__device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const forge_flash_shape &s, int it,
+                                                    const float *ls, float *sp, uint32_t hb, int key_lo, int tq,
+                                                    int tid, float sl2, float (&sacc)[32]) {
+    const float *dl = ls + FB_BS;
+    const int b = it & 1;
+    const uint32_t use = (it >> 1) & 1, full = hb + 8 * b, empty = hb + 16 + 8 * b;
+    float *spb = sp + b * (FB_SP_BYTES / 4);
+    if (ROLE == 0) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        const bool edge = kb.k0 + 63 > qt0 + kb.diag || qt0 + FB_BS > s.Tq;
+        const int vis0 = edge ? key_lo - kb.diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - kb.diag - qt0 : -FB_BIG;
+        const int lim = edge ? s.Tq - qt0 : FB_BIG;
+        fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
+        mbar_wait(empty, use);
+#pragma unroll
+        for (int i = 0; i < 32; i++) spb[i * 128 + tid] = sacc[i];
+        mbar_arrive(full);
+    } else {
+        mbar_wait(full, use);
+#pragma unroll
+        for (int n = 0; n < FB_BS / 8; n++) {
+            const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+            for (int e = 0; e < 4; e++) /* dS^T / scale */
+                sacc[4 * n + e] = spb[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
+        }
+        mbar_arrive(empty);
+    }
+}
+
+/* One consumer warpgroup of fb_dkdv_split_kernel<D, 1>; ROLE 0: S^T -> P^T -> dV (and P^T into sp), ROLE 1:
+ * dP^T -> dS^T -> dK. Same products and the same fp32 arithmetic per element as fb_dkdv_split_kernel, in a
+ * software pipeline: tile it's S-like product is issued, then tile it-1's accumulate product (dV += P^T.dO or
+ * dK += dS^T.Q, register A from the previous iteration), and wait_group 1 retires the first only, so the
+ * elementwise work of tile it (exp2 for P^T; the dS^T arithmetic) runs while the tensor pipe does tile it-1's
+ * accumulation. The first tile is peeled and the last accumulation drained after the loop, so the loop body has
+ * no branch between an issue and its wait and the same group in flight at every entry (ptxas serialises every
+ * wgmma otherwise, C7518). The P^T handoff is double-buffered (tile it in buffer it & 1; fb_handoff_init's
+ * mbarriers, two per buffer), so the P^T warpgroup can run a tile ahead. */
+template <int D, int ROLE>
+__device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, const forge_flash_shape &s,
+                                                      uint32_t res, uint32_t sring, const float *ld_gen, float *sp,
+                                                      uint32_t hb, uint32_t resbar, uint32_t bars, int tid, float sl2,
+                                                      float (&acc)[D / 2]) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    /* the accumulate product's B operand within a stage: dO (ROLE 0) or Q (ROLE 1) */
+    constexpr uint32_t B_OFF = ROLE == 0 ? cfg::TILE_BYTES : 0u;
+    const int key_lo = kb.k0 + warp * 16 + g;
+    if (kb.total == 0) return; /* CTA-uniform: neither warpgroup touches a barrier */
+    mbar_wait(resbar, 0);
+    if (ROLE == 1) { /* both buffers start empty */
+        mbar_arrive(hb + 16);
+        mbar_arrive(hb + 24);
+    }
+    int stage = 0, prev = 0;
+    uint32_t phase = 0;
+    uint32_t a[4][4]; /* the previous tile's P^T / dS^T as the register A operand */
+
+    { /* tile 0: nothing in flight yet */
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
+        float sacc[32];
+        wgmma_fence();
+        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(sacc);
+        fb_pipe_elementwise<ROLE>(kb, s, 0, ld_gen + stage * (2 * FB_BS), sp, hb, key_lo, tq, tid, sl2, sacc);
+        fw_to_a<64>(a, sacc);
+        fb_ring_advance(stage, phase, prev, STAGES);
+    }
+#pragma unroll 1
+    for (int it = 1; it < kb.total; it++) {
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
+        float sacc[32];
+        wgmma_fence(); /* a was written by ordinary instructions */
+        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        wgmma_commit();
+        fb_rs<D>(acc, a, B_OFF + sring + prev * cfg::STAGE_BYTES); /* tile it-1's dV += P^T.dO or dK += dS^T.Q */
+        wgmma_commit();
+        wgmma_wait<1>(); /* the S-like product of tile it */
+        wgmma_fence_operands(sacc);
+        fb_pipe_elementwise<ROLE>(kb, s, it, ld_gen + stage * (2 * FB_BS), sp, hb, key_lo, tq, tid, sl2, sacc);
+        wgmma_wait<0>(); /* tile it-1's accumulation: its stage and a are free */
+        wgmma_fence_operands(acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+        fw_to_a<64>(a, sacc);
+        fb_ring_advance(stage, phase, prev, STAGES);
+    }
+    wgmma_fence();
+    fb_rs<D>(acc, a, B_OFF + sring + prev * cfg::STAGE_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+}
+
+/* PIPE = 0 (the lab's SPLIT variant): the consumers as above; PIPE = 1 (what forge runs): each consumer runs
+ * fb_dkdv_pipe_consumer, with a second 16 KiB P^T buffer. Same producer, ring, 64 keys per CTA, roles, outputs. */
+template <int D, int PIPE>
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                         const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                         const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
+                         float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+    typedef fb_cfg<D> cfg;
+    constexpr int STAGES = cfg::STAGES;
+    constexpr uint32_t KV_BYTES = FB_BS * D * 2; /* one resident 64-row tensor */
+    extern __shared__ __align__(1024) unsigned char fb_smem[];
+    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
+    const uint32_t sk = base, sv = base + KV_BYTES;
+    const uint32_t sring = sv + KV_BYTES;
+    const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES;
+    constexpr int NB = 1 + PIPE;                       /* P^T buffers */
+    const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* P^T handoff: NB x 32 x 128 fp32 */
+    const uint32_t resbar = ssp + NB * FB_SP_BYTES;
+    const uint32_t bars = resbar + 8;
+    /* the P^T handoff (fb_handoff_init): full[b] at hb + 8b, empty[b] at hb + 8 NB + 8b */
+    const uint32_t hb = bars + 16 * STAGES, hfull = hb, hempty = hb + 8 * NB;
+    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
+    float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
+
+    const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        fb_handoff_init(hb, 2 * NB);
+        fb_barriers_init(resbar, STAGES, 1 + 32); /* its fence covers the handoff barriers too */
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
+        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
+                                bars);
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
+    const int c = wg - 1; /* 0: S^T, P^T, dV; 1: dP^T, dS^T, dK */
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    /* this thread's keys: key_lo, key_lo + 8 (computed where each variant's measured build had it) */
+    int key_lo = 0;
+    if constexpr (!PIPE) key_lo = kb.k0 + warp * 16 + g;
+    const int diag = kb.diag;
+
+    float acc[D / 2]; /* dV (c = 0) or dK (c = 1) */
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
+
+    if constexpr (PIPE) {
+        if (c == 0)
+            fb_dkdv_pipe_consumer<D, 0>(kb, s, sk, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
+        else
+            fb_dkdv_pipe_consumer<D, 1>(kb, s, sv, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
+        key_lo = kb.k0 + warp * 16 + g;
+    } else {
+    if (kb.total > 0) mbar_wait(resbar, 0);
+    if (c == 1) mbar_arrive(hempty); /* sp starts empty */
+    const uint32_t res = c == 0 ? sk : sv; /* the A operand of this warpgroup's S-like product */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < kb.total; it++) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
+        const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
+        float sacc[32]; /* S^T (c = 0) or dP^T (c = 1) */
+        wgmma_fence();
+        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, c == 0 ? qt : dt, 8192); /* K.Q^T or V.dO^T */
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(sacc);
+        if (c == 0) {
+            const bool edge = kb.k0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
+            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
+            const int lim = edge ? s.Tq - qt0 : FB_BIG;
+            fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
+            mbar_wait(hempty, it & 1);
+#pragma unroll
+            for (int i = 0; i < 32; i++) sp[i * 128 + tid] = sacc[i];
+            mbar_arrive(hfull);
+        } else {
+            mbar_wait(hfull, it & 1);
+#pragma unroll
+            for (int n = 0; n < FB_BS / 8; n++) {
+                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+                for (int e = 0; e < 4; e++) /* dS^T / scale */
+                    sacc[4 * n + e] = sp[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
+            }
+            mbar_arrive(hempty);
+        }
+        uint32_t a[4][4];
+        fw_to_a<64>(a, sacc);
+        wgmma_fence(); /* acc and a were written by ordinary instructions */
+        fb_rs<D>(acc, a, c == 0 ? dt : qt); /* dV += P^T.dO or dK += dS^T.Q */
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    }
+
+    float *out = c == 0 ? dv : dk;
+    const float f = c == 0 ? 1.0f : scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= s.Tk) continue;
+        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(out + off + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * f, acc[4 * n + 2 * r + 1] * f);
+    }
+}
+
+/* ---- host ----------------------------------------------------------------------------------- */
+
+/* What every launch of one backward call reads (fb_backward_prepare): the tensor maps, 128-row boxes for what a
+ * CTA keeps resident (Q, dO in dQ; K, V in the D = 64 dK/dV kernel: k_res, v_res, D = 64 only), 64-row boxes for
+ * streamed tiles and the D = 128 dK/dV kernel's resident K, V; the outputs and scalars. */
+struct fb_call {
+    forge_flash_shape s;
+    CUtensorMap q_res, do_res, k_str, v_str, q_str, do_str, k_res, v_res;
+    const float *lse;
+    float *delta, *dq, *dk, *dv;
+    float sl2, scale;
+    cudaStream_t st;
+};
+
+/* Defined in flash_attention_bf16_wgmma_bwd.cu. fb_backward_begin: what every wgmma backward entry runs first
+ * (`what` names it in errors): forge_flash_check_shape; nothing to do for B == 0 (*launch = 0); Tq == 0 or
+ * Tk == 0 (a tensor map cannot have a 0 dim) and a device other than sm_90 are FORGE_ERR_UNSUPPORTED; else
+ * *launch = 1. fb_backward_prepare: every tensor map (a refused layout, FORGE_ERR_UNSUPPORTED naming `entry`,
+ * leaves nothing half-written), then delta = rowsum(dO * O) (forge_flash_bf16_backward_delta). The default dQ
+ * and dK/dV kernels of c->s.D: fb_launch_dq_default (fb_dq_kernel<D, 0>), fb_launch_dkdv_default
+ * (fb_dkdv_kernel<64> or fb_dkdv_split_kernel<128, 1>). */
+forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
+                               const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
+                               float *delta, float *dq, float *dk, float *dv, int *launch);
+forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flash_shape *s, const void *q,
+                                 const void *k, const void *v, const void *out_bf16, const void *dout_bf16,
+                                 const float *lse, float *delta, float *dq, float *dk, float *dv, void *stream);
+forge_status fb_launch_dq_default(const fb_call &c);
+forge_status fb_launch_dkdv_default(const fb_call &c);
+
+/* the pipelined dQ kernel at D = 64 only: at D = 128 (dQ 64 + S 32 + dP 32 + the previous dS 16 registers per
+ * thread) ptxas spilled 40 B */
+template <int D, int PIPE> static forge_status fb_launch_dq(const fb_call &c) {
+    static_assert(D == 64 || !PIPE, "the pipelined dQ kernel spills at D = 128");
+    constexpr size_t smem = fb_cfg<D>::SMEM;
+    auto kq = fb_dq_kernel<D, PIPE>;
+    CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 gq((unsigned)((c.s.Tq + FB_BR - 1) / FB_BR), (unsigned)c.s.H, (unsigned)c.s.B);
+    kq<<<gq, FB_THREADS, smem, c.st>>>(c.q_res, c.do_res, c.k_str, c.v_str, c.lse, c.delta, c.dq, c.s, c.sl2,
+                                       c.scale);
+    CUDA_LAUNCH_CHECK(D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
+    return FORGE_OK;
+}
+
+/* the D = 64 dK/dV kernel: 128 keys per CTA */
+template <int D> static forge_status fb_launch_dkdv(const fb_call &c) {
+    constexpr size_t smem = fb_cfg<D>::SMEM;
+    auto kkv = fb_dkdv_kernel<D>;
+    CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
+    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta, c.dk, c.dv, c.s, c.sl2,
+                                        c.scale);
+    CUDA_LAUNCH_CHECK("fb_dkdv_kernel<64>");
+    return FORGE_OK;
+}
+
+/* the D = 128 dK/dV kernel, split by role between the consumers: 64 keys per CTA; PIPE = 1 pipelined */
+template <int D, int PIPE> static forge_status fb_launch_dkdv_split(const fb_call &c) {
+    constexpr size_t smem = PIPE ? fb_cfg<D>::SPLIT_PIPE_SMEM : fb_cfg<D>::SPLIT_SMEM;
+    auto kkv = fb_dkdv_split_kernel<D, PIPE>;
+    CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 gk((unsigned)((c.s.Tk + FB_BS - 1) / FB_BS), (unsigned)c.s.Hkv, (unsigned)c.s.B);
+    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_str, c.v_str, c.q_str, c.do_str, c.lse, c.delta, c.dk, c.dv, c.s, c.sl2,
+                                        c.scale);
+    CUDA_LAUNCH_CHECK(PIPE ? "fb_dkdv_split_kernel<128, pipelined>" : "fb_dkdv_split_kernel<128>");
+    return FORGE_OK;
+}
+
+#endif

@@ -1,0 +1,165 @@
+/*
+ * flash_attention_bf16_wgmma_fwd.cuh: what the Hopper (sm_90a) forward kernels
+ * of forge's bf16 flash attention share: the CTA shape (a producer warpgroup,
+ * two consumer warpgroups of 64 query rows, 128 query rows per CTA), the
+ * shared-memory layout, the producer's K/V tile step, the consumers' steps
+ * (S = Q.K^T, the mask, the online softmax, O += P.V) and epilogue, and the
+ * host steps every entry runs before it launches. Included by
+ * flash_attention_bf16_wgmma.cu (the forward forge runs, whose header explains
+ * the design) and by the lab's other consumer schedules of the same forward.
+ */
+#ifndef FORGE_FLASH_ATTENTION_BF16_WGMMA_FWD_CUH
+#define FORGE_FLASH_ATTENTION_BF16_WGMMA_FWD_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "flash_wgmma_common.cuh"
+#include "wgmma_common.cuh"
+
+extern "C" {
+#include "flash_attention_bf16.h"
+}
+
+#define FW_THREADS 384 /* producer warpgroup + 2 consumer warpgroups */
+#define FW_BM 128      /* query rows per CTA */
+#define FW_CONSUMER_WARPS 8
+#define FW_LOG2E 1.4426950408889634f
+#define FW_LN2 0.6931471805599453f
+
+typedef unsigned short fw_bf16;
+
+/* The forward kernels' shared memory (cfg: Q_BYTES, STAGES, STAGE_BYTES): the 128-row Q tile at the dynamic base
+ * rounded up to 1 KiB (the 128B swizzle's atom; the kernels ask for 1 KiB of slack), the ring of STAGES K/V stages
+ * (stage st: K at +st*STAGE_BYTES, V KV_BYTES further), then the barriers, the first at qbar. */
+template <typename cfg>
+__device__ __forceinline__ void fw_smem_layout(uint32_t &sq, uint32_t &sring, uint32_t &qbar) {
+    extern __shared__ __align__(1024) unsigned char fw_smem[];
+    const uint32_t base = (smem_u32(fw_smem) + 1023u) & ~1023u;
+    sq = base;
+    sring = base + cfg::Q_BYTES;
+    qbar = sring + cfg::STAGES * cfg::STAGE_BYTES;
+}
+
+/* K/V tile t of BN keys into the ring's next stage (waits for it to be empty; K as D/64 boxes of BN rows x 128 B,
+ * V as (BN/64) x (D/64) boxes of 64 x 64), then steps the ring: the producers' shared per-tile step. */
+template <int D, int BN, int STAGES>
+__device__ __forceinline__ void fw_load_kv(const CUtensorMap *tm_k, const CUtensorMap *tm_v, uint32_t sring,
+                                           uint32_t bars, int t, int hk, int b, int &stage, uint32_t &phase) {
+    constexpr int DH = D / 64;
+    constexpr uint32_t KV_BYTES = BN * D * 2, STAGE_BYTES = 2 * KV_BYTES;
+    const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+    mbar_wait(empty, phase ^ 1);
+    mbar_arrive_expect_tx(full, STAGE_BYTES);
+    const uint32_t dk = sring + stage * STAGE_BYTES, dv = dk + KV_BYTES;
+    const int k0 = t * BN;
+#pragma unroll
+    for (int j = 0; j < DH; j++) fw_tma_load_3d(dk + j * (BN * 128), tm_k, hk * D + 64 * j, k0, b, full);
+#pragma unroll
+    for (int i = 0; i < BN / 64; i++)
+#pragma unroll
+        for (int j = 0; j < DH; j++)
+            fw_tma_load_3d(dv + (i * DH + j) * 8192, tm_v, hk * D + 64 * j, k0 + 64 * i, b, full);
+    if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+    }
+}
+
+/* Epilogue of a consumer thread: rows row_lo, row_lo + 8 (quad-reduced l), out = o / l in bf16, lse natural
+ * log (-inf for a row that saw no key; such a row stores 0). */
+template <int D>
+__device__ __forceinline__ void fw_store(const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
+                                         fw_bf16 *__restrict__ out, float *__restrict__ lse,
+                                         const forge_flash_shape &s, int row_lo, int tq, int b, int h) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+        fw_bf16 *orow = out + ((size_t)b * s.Tq + row) * (size_t)s.o_stride + (size_t)h * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(uint32_t *)(orow + n * 8 + 2 * tq) = fw_pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+        if (tq == 0) lse[((size_t)b * s.H + h) * s.Tq + row] = lr > 0.0f ? (m[r] + log2f(lr)) * FW_LN2 : -INFINITY;
+    }
+}
+
+/* S = Q.K^T of the tile whose K starts at kt (no commit) */
+template <int D, int BN>
+__device__ __forceinline__ void fw_issue_qk(float (&sc)[BN / 2], uint32_t qa, uint32_t kt) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        fw_qk<BN>(sc, wgmma_desc(qa + (kk / 4) * (FW_BM * 128) + (kk % 4) * 32),
+                  wgmma_desc(kt + (kk / 4) * (BN * 128) + (kk % 4) * 32), kk > 0 ? 1 : 0);
+}
+
+/* O += P.V of the tile whose V starts at vt (no commit) */
+template <int D, int BN>
+__device__ __forceinline__ void fw_issue_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], uint32_t vt) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        fw_pv<D>(o, pa[kk], wgmma_desc_mn(vt + (kk / 4) * ((D / 64) * 8192) + (kk % 4) * 2048));
+}
+
+/* Keys k0.. of one tile: -inf where key > row + diag (causal, bottom-right) or key >= Tk. */
+template <int BN>
+__device__ __forceinline__ void fw_mask(float (&sc)[BN / 2], int k0, int row_lo, int diag, int Tk, int tq) {
+#pragma unroll
+    for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + n * 8 + 2 * tq + (e & 1);
+            const int row = row_lo + (e >> 1) * 8;
+            if (key > row + diag || key >= Tk) sc[4 * n + e] = -INFINITY;
+        }
+}
+
+/* Online softmax of row r (0: the thread's row g, 1: row g + 8) of one S tile in place, in the log2 domain with
+ * scale*log2(e) folded into one FMA: the running max m and sum l updated, sc = exp2(s * sl2 - m), alpha the factor
+ * the row's earlier O is to be scaled by (l already is). Row max/sum over the quad (shfl 1, 2); a row
+ * max of -inf (nothing visible yet) is used as 0 so exp2 never sees inf - inf. */
+template <int BN>
+__device__ __forceinline__ void fw_softmax_row(float (&sc)[BN / 2], float &m, float &l, float &alpha, int r,
+                                               float sl2) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < BN / 8; n++) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m, mx * sl2);
+    const float muse = mnew == -INFINITY ? 0.0f : mnew;
+    alpha = exp2f(m - muse);
+    m = mnew;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < BN / 8; n++) {
+        sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], sl2, -muse));
+        sc[4 * n + 2 * r + 1] = exp2f(fmaf(sc[4 * n + 2 * r + 1], sl2, -muse));
+        sum += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
+    }
+    l = l * alpha + sum;
+}
+
+/* ---- host (defined in flash_attention_bf16_wgmma.cu) ------------------------------------------------------ */
+
+/* The 3D token map of Q, K or V (wgmma_encode_tokens: 64 columns x box_rows tokens), naming `entry` and its
+ * fallback, the mma.sync forward, in a refusal (FORGE_ERR_UNSUPPORTED). */
+forge_status fw_encode(CUtensorMap *map, const void *ptr, int B, int T, int cols, long long stride, int box_rows,
+                       const char *what, const char *entry);
+
+/* What every wgmma forward entry runs before it launches (`what` names it in errors): forge_flash_check_shape;
+ * nothing to do for B == 0 or Tq == 0; Tk == 0 to the mma.sync forward (a tensor map cannot have a 0 dim; that
+ * forward writes out = 0, lse = -inf); FORGE_ERR_UNSUPPORTED on a device other than sm_90. *launch = 1 when
+ * the caller is to launch its kernel, 0 when the call is complete. */
+forge_status fw_forward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
+                              const void *v, void *out_bf16, float *lse, void *stream, int *launch);
+
+#endif
