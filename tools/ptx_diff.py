@@ -5,7 +5,7 @@ Usage: tools/ptx_diff.py BEFORE_DIR AFTER_DIR [--only-after]
 
 Each DIR holds .ptx files (nvcc -ptx of each .cu, one file each; which file a kernel lives in does not
 matter). Every `.entry` (and `.func`) body is cut out under its mangled name, normalised (comments, .loc and
-.file lines dropped, whitespace folded) and hashed. The report lists the kernels whose PTX differs, and
+.file lines dropped, whitespace folded, branch labels' module-position index dropped) and hashed. The report lists the kernels whose PTX differs, and
 those present on one side only. With --only-after, kernels only in BEFORE are not listed (a move of variant
 kernels out of the product leaves those behind on purpose). Exit status 1 if any kernel present on both
 sides differs, else 0.
@@ -18,6 +18,7 @@ import os
 import re
 import sys
 
+LABEL = re.compile(r"\$L__BB\d+_")
 ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?(\.entry|\.func)\s+(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)")
 
 
@@ -39,7 +40,9 @@ def bodies(path):
             stripped = line.split("//", 1)[0].strip()
             if not stripped or stripped.startswith(".loc") or stripped.startswith(".file"):
                 continue
-            buf.append(" ".join(stripped.split()))
+            # branch labels are numbered by the function's position in its module ($L__BB<index>_<block>):
+            # a kernel moved to another file changes its index, not its code
+            buf.append(LABEL.sub("$L__BB_", " ".join(stripped.split())))
             depth += stripped.count("{") - stripped.count("}")
             if "{" in stripped:
                 started = True
