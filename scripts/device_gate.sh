@@ -5,7 +5,7 @@
 #
 # gpt-10m, 200 steps at lr 6e-4, batch 16 x seq 256 (4096 tokens/step), no
 # eval, same seed and data order in every run:
-#   simt        FORGE_MATMUL=simt: the previous kernels (matmul.cu's SIMT
+#   simt        --matmul simt: the previous kernels (matmul.cu's SIMT
 #               kernel is unchanged by the integration), the reference
 #   fp32        --matmul fp32: the default path, must be bit-identical
 #               (tolerance 0: it is the same kernel; anything else is a bug)
@@ -30,9 +30,8 @@ export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_
 FORGE=${FORGE_BIN:-build/cuda/forge}
 DATA=${FORGE_GATE_DATA:-.carry/data/ts8192}
 STEPS=${FORGE_GATE_STEPS:-200}
-export FORGE_MATMUL_CACHE="$OUT/matmul-table.tsv"
-rm -f "$FORGE_MATMUL_CACHE"
-unset FORGE_MATMUL
+CACHE="$OUT/matmul-table.tsv" # the auto runs' table (--matmul-cache), never the user's
+rm -f "$CACHE"
 # checkpoints stay out of $OUT (what comes back is size-limited); only the logs are copied there
 RUNS=/tmp/forge-gate-runs
 rm -rf "$RUNS" && mkdir -p "$RUNS"
@@ -78,10 +77,11 @@ print(f"{statistics.median(v[10:] or v):.0f}")
 PY
 }
 
-train simt env FORGE_MATMUL=simt "$FORGE" train
+train simt "$FORGE" train --matmul simt
 train fp32 "$FORGE" train --matmul fp32 && compare fp32 0
-train auto-cold "$FORGE" train --matmul auto && compare auto-cold 1e-5
-train auto-warm "$FORGE" train --matmul auto && compare auto-warm 1e-5 && compare auto-warm 0 auto-cold
+train auto-cold "$FORGE" train --matmul auto --matmul-cache "$CACHE" && compare auto-cold 1e-5
+train auto-warm "$FORGE" train --matmul auto --matmul-cache "$CACHE" && compare auto-warm 1e-5 &&
+    compare auto-warm 0 auto-cold
 if ! grep -q '(cached)' "$OUT/train-auto-warm.log" 2>/dev/null; then
     echo "FAIL auto-warm did not read the cache (no '(cached)' rows)"
     fails=1
@@ -89,8 +89,8 @@ fi
 train tf32 "$FORGE" train --matmul tf32 && compare tf32 2e-2
 
 echo
-echo "== per-shape table (from $FORGE_MATMUL_CACHE)"
-cat "$FORGE_MATMUL_CACHE" 2>/dev/null || echo "(none written)"
+echo "== per-shape table (from $CACHE)"
+cat "$CACHE" 2>/dev/null || echo "(none written)"
 echo
 echo "== summary: gpt-10m, $STEPS steps, lr 6e-4, batch 16 x 256"
 printf '%-22s %-6s %-12s %-8s\n' "comparison" "result" "worst_rel" "tol"

@@ -8,9 +8,10 @@
 #
 # Stages (each logged to $OUT/<stage>.log, each under its own timeout so the
 # summary always prints inside the caller's 10-minute limit):
-#   parity          build/cuda/forge_gpu_tests (default matmul path, plus
-#                   the simt64 / simt128 / cublas variants it runs itself)
-#   parity-cublas   the whole suite again with FORGE_MATMUL=cublas
+#   parity          build/cuda/forge_gpu_tests: every op of the op list against
+#                   the CPU reference (the GEMM-backed ops under every matmul
+#                   mode), properties, the kernel suites
+#   lab             build/cuda/forge-lab's variant tests (every `test` command)
 #   memcheck        compute-sanitizer memcheck over the quick shape list
 #   train, bench    optional: run only if lab/scripts/device_train.sh /
 #                   lab/scripts/device_bench.sh exist and are executable
@@ -27,7 +28,7 @@ T_PARITY=${FORGE_T_PARITY:-150}
 T_MEMCHECK=${FORGE_T_MEMCHECK:-120}
 T_OPTIONAL=${FORGE_T_OPTIONAL:-150}
 # Which stages run, in order (one device call has 10 minutes: split long lists
-# over two calls). Built in: parity, parity-cublas, memcheck, sass. Any other
+# over two calls). Built in: parity, lab, memcheck, sass. Any other
 # name runs scripts/device_<name>.sh (gate, sanitize) or else the lab's
 # lab/scripts/device_<name>.sh (train, bench, epi, fp8, flash32, flash16, order,
 # ...) with timeout FORGE_T_<NAME> (else FORGE_T_OPTIONAL).
@@ -83,14 +84,13 @@ if [ -x "$GPU_TESTS" ]; then
         echo "missing shared libraries for $GPU_TESTS:"
         ldd "$GPU_TESTS" | grep 'not found'
     fi
-    want parity && run_stage parity "$T_PARITY" "$OUT/parity.log" env -u FORGE_MATMUL "$GPU_TESTS"
-    want parity-cublas && run_stage parity-cublas "$T_PARITY" "$OUT/parity_cublas.log" env FORGE_MATMUL=cublas "$GPU_TESTS"
+    want parity && run_stage parity "$T_PARITY" "$OUT/parity.log" "$GPU_TESTS"
     SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
     if ! want memcheck; then
         :
     elif [ -x "$SANITIZER" ]; then
-        run_stage memcheck "$T_MEMCHECK" "$OUT/memcheck.log" env FORGE_GPU_TESTS_QUICK=1 \
-            "$SANITIZER" --tool memcheck --error-exitcode 1 "$GPU_TESTS"
+        run_stage memcheck "$T_MEMCHECK" "$OUT/memcheck.log" \
+            "$SANITIZER" --tool memcheck --error-exitcode 1 "$GPU_TESTS" --quick
     else
         skip_stage memcheck "compute-sanitizer not found"
     fi
@@ -101,6 +101,17 @@ else
     SECONDS_USED+=("0")
 fi
 
+# ---- the lab's variant tests: every `forge-lab test NAME` ------------------------
+LAB=build/cuda/forge-lab
+if want lab; then
+    if [ -x "$LAB" ]; then
+        run_stage lab "${FORGE_T_LAB:-$T_PARITY}" "$OUT/lab.log" bash -c \
+            "fails=0; for t in \$($LAB --help | awk '\$1 == \"test\" {print \$2}'); do echo \"== forge-lab test \$t\"; $LAB test \$t || fails=1; done; exit \$fails"
+    else
+        skip_stage lab "$LAB missing: make lab ARCH=x86-64-v3"
+    fi
+fi
+
 # ---- SASS: which matrix unit each kernel uses (cuobjdump is on the device) ----
 if want sass; then
     run_stage sass 60 "$OUT/sass.log" sh scripts/check_sass.sh build/cuda/forge
@@ -108,7 +119,7 @@ fi
 
 # ---- script stages: scripts/device_<name>.sh, else lab/scripts/device_<name>.sh
 for name in $STAGE_LIST; do
-    case $name in parity | parity-cublas | memcheck | sass) continue ;; esac
+    case $name in parity | lab | memcheck | sass) continue ;; esac
     script=scripts/device_$name.sh
     [ -f "$script" ] || script=lab/scripts/device_$name.sh
     if [ ! -f "$script" ]; then
@@ -131,7 +142,7 @@ done
     for i in "${!STAGES[@]}"; do
         printf '%-16s %-22s %8s\n' "${STAGES[$i]}" "${RESULTS[$i]}" "${SECONDS_USED[$i]}"
     done
-    for log in parity parity_cublas memcheck; do
+    for log in parity lab memcheck; do
         [ -f "$OUT/$log.log" ] && printf '%-16s %s\n' "$log" "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$log.log" | tail -n 1)"
     done
 } 2>&1 | tee "$OUT/summary.txt"

@@ -22,9 +22,9 @@ for spec in "memcheck flash16" "memcheck gemm_fp8" "synccheck flash16" "racechec
     set -- $spec
     tool=$1 only=$2
     shift 2
-    echo "== $tool on FORGE_GPU_TESTS_ONLY=$only (quick shapes) $*"
-    FORGE_GPU_TESTS_ONLY=$only FORGE_GPU_TESTS_QUICK=1 timeout 90 "$SAN" --tool "$tool" "$@" --error-exitcode 3 \
-        build/cuda/forge_gpu_tests > "$LOGS/san-$tool-$only.log" 2>&1
+    echo "== $tool on forge_gpu_tests --only $only --quick $*"
+    timeout 90 "$SAN" --tool "$tool" "$@" --error-exitcode 3 \
+        build/cuda/forge_gpu_tests --only "$only" --quick > "$LOGS/san-$tool-$only.log" 2>&1
     rc=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed, " "$LOGS/san-$tool-$only.log" | tail -n 2
     # racecheck: the reports whose write side is the dK/dV producer's lse/delta slot (fb_kv_produce) are known and

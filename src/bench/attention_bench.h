@@ -1,12 +1,12 @@
 /*
- * attention_bench.h: `forge bench attention --device cuda` (issue 6): forge's
+ * attention_bench.h: `forge bench attention --device cuda`: forge's
  * bf16 flash attention as forge runs it (forge_flash_bf16_forward and
  * forge_flash_bf16_backward, flash_attention_bf16.h), forward and forward +
  * backward, against forge's unfused fp32 attention (the CUDA backend's
  * materialised attention_forward/backward) measured in the same run, at the
  * issue's causal shapes. The PyTorch SDPA baselines (cuDNN, flash) come from
  * tools/sdpa_bench.py, which also prints forge/cuDNN ratios from this suite's
- * CSV. Notes: docs/flash-attention.md; the kernel variants' suite is the lab's
+ * CSV. Notes: lab/notes/flash-attention.md; the kernel variants' suite is the lab's
  * (`forge-lab bench attention-variants`).
  */
 #ifndef FORGE_ATTENTION_BENCH_H

@@ -37,8 +37,8 @@
  * INTERLEAVED: forge_harness_run checks the cell and queues it; forge_harness_flush then warms every queued cell
  * up and times them in rounds, one run of each per round, each round in its own random order (PCG32 seeded from
  * the harness seed and the flush number, so no cell always follows the same kernel). Every cell then sees the
- * same device state: the H200 slows by up to 16% within one cell's hundred 8192^3 reps as it heats
- * (results/2026-12-01_d273e2fa3150), so back-to-back cells are timed at different clocks and their ratio measures
+ * same device state: a GPU's clocks fall as it heats within one cell's reps, by more than the effects a suite
+ * measures (docs/results.md), so back-to-back cells are timed at different clocks and their ratio measures
  * the order as much as the kernels. Rep r of every cell in one flush
  * comes from round r, which makes a per-round (paired) ratio meaningful; the harness reports it (see the CSV's
  * paired_* columns). */

@@ -50,7 +50,7 @@
  * groups of 8 lanes with 4-row micro-tiles. They run wherever they apply:
  * exact hs 64 / 128 with 16-byte aligned rows (float4 loads); every other
  * shape or layout falls back to the kernels above. See the "forward v2"
- * comment below and docs/flash-attention.md.
+ * comment below and lab/notes/flash-attention.md.
  */
 #include "cuda_ops.h"
 

@@ -1,7 +1,7 @@
 /*
  * flash_attention_bf16.cu: fused causal attention, bf16 in, fp32 accumulate,
- * on mma.sync m16n8k16 (issue 6; contract in flash_attention_bf16.h, notes
- * in docs/flash-attention.md).
+ * on mma.sync m16n8k16 (contract in flash_attention_bf16.h, notes
+ * in lab/notes/flash-attention.md).
  *
  * Design (the decisions a reader would otherwise get wrong):
  * - Fragment layouts of m16n8k16 (g = lane/4, t = lane%4): A a0 (row g, cols

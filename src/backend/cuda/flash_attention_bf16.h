@@ -1,6 +1,6 @@
 /*
  * flash_attention_bf16.h: fused causal attention on the tensor cores
- * (issue 6; notes in docs/flash-attention.md), plain C.
+ * (notes in lab/notes/flash-attention.md), plain C.
  *
  * Layout: Q (B, Tq, H, D), K and V (B, Tk, Hkv, D), bf16 (uint16 bit
  * patterns). Element (b, t, h, d) of Q is at q[(b*Tq + t)*q_stride + h*D + d]

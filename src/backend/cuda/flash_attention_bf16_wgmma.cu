@@ -1,7 +1,7 @@
 /*
  * flash_attention_bf16_wgmma.cu: the Hopper (sm_90a) forward of forge's bf16
- * flash attention on TMA + wgmma, FA3-style (issue 6; entry and contract in
- * flash_attention_bf16.h, notes in docs/flash-attention.md). Same results
+ * flash attention on TMA + wgmma, FA3-style (entry and contract in
+ * flash_attention_bf16.h, notes in lab/notes/flash-attention.md). Same results
  * contract as the mma.sync forward in flash_attention_bf16.cu.
  *
  * Design (the decisions a reader would otherwise get wrong):

@@ -1,7 +1,7 @@
 /*
  * flash_attention_bf16_wgmma_bwd.cu: the Hopper (sm_90a) backward of forge's
  * bf16 flash attention on TMA + wgmma (entry and contract in
- * flash_attention_bf16.h, notes in docs/flash-attention.md). Same three
+ * flash_attention_bf16.h, notes in lab/notes/flash-attention.md). Same three
  * kernels and results contract as the mma.sync backward in
  * flash_attention_bf16.cu: delta = rowsum(dO * O) (that file's kernel), dQ
  * parallel over query blocks, dK/dV parallel over key blocks; no atomics.

@@ -354,8 +354,8 @@ static forge_status simt_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, 
  * serialised on the stream, and dbias uses ws only after this GEMM). */
 static forge_status tf32_layout(cuda_ctx *ctx, cuda_mm_layout layout, float *C, const float *A, const float *B,
                                 const float *bias, int M, int N, int K) {
-    /* The forward on Hopper: the wgmma tf32 kernel (gemm_wgmma_fp8.cu; H200: 1.02-1.11x cuBLAS tf32 at the
-     * square bench shapes, where the mma.sync kernel is 0.35-0.39x), then the bias in a second pass. tf32 wgmma
+    /* The forward on Hopper: the wgmma tf32 kernel (gemm_wgmma_fp8.cu; measured against cuBLAS tf32 and the
+     * mma.sync kernel in docs/results.md), then the bias in a second pass. tf32 wgmma
      * takes K-major operands only, so dX and dW (an MN-major operand each) stay on mma.sync. Refused (not
      * Hopper, K % 4, alignment): the mma.sync kernel below. */
     if (layout == CUDA_MM_NT && K > 0) {

@@ -80,7 +80,7 @@ static forge_status mm_push(struct cuda_mm_table *t, const mm_row *r) {
     return FORGE_OK;
 }
 
-/* GPU names have spaces ("NVIDIA H200"): keep [A-Za-z0-9.-], the rest becomes '-'. */
+/* GPU names have spaces ("NVIDIA <model>"): keep [A-Za-z0-9.-], the rest becomes '-'. */
 static void mm_sanitize(char *dst, size_t cap, const char *src) {
     size_t i = 0;
     for (; src[i] && i + 1 < cap; i++) {

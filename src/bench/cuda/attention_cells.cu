@@ -1,6 +1,6 @@
 /*
- * attention_cells.cu: `forge bench attention` (issue 6; notes in
- * docs/flash-attention.md, measurements in lab/notes/flash.md) and the
+ * attention_cells.cu: `forge bench attention` (notes in
+ * lab/notes/flash-attention.md, measurements in lab/notes/flash.md) and the
  * machinery it shares with the lab's attention suite (attention_cells.h).
  *
  * The suite's cells, per shape (B, H, T, D), causal, H = Hkv:
