@@ -87,7 +87,7 @@ int lab_test_flash16(int argc, char **argv) {
         }
     }
     forge_rng_seed(&P.rng, 1234, 7);
-    if (forge_cuda_backend_create(&P.gpu, 0) != FORGE_OK) {
+    if (forge_backend_create(&P.gpu, FORGE_DEVICE_CUDA, NULL) != FORGE_OK) {
         printf("cannot create the CUDA backend: %s\n0 passed, 1 failed\n", forge_error_message());
         return 1;
     }

@@ -4,6 +4,7 @@
  * entry in a backend's table.
  */
 #include "backend.h"
+#include "devices.h"
 
 #include <stddef.h>
 

@@ -87,8 +87,4 @@ unsigned forge_op_flags(forge_op op);
  * the plain single-threaded loops every other backend is checked against. */
 forge_status forge_backend_create_cpu(forge_backend **out, int threads, int reference);
 
-/* Each backend's constructor, called by forge_backend_create only. */
-forge_status forge_cpu_backend_create(forge_backend **out, const forge_runtime_options *options);
-forge_status forge_cuda_backend_create(forge_backend **out, const forge_runtime_options *options);
-
 #endif

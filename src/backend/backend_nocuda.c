@@ -1,5 +1,5 @@
 /* backend_nocuda.c: linked into CPU-only builds in place of the CUDA backend. */
-#include "backend.h"
+#include "devices.h"
 
 forge_status forge_cuda_backend_create(forge_backend **out, const forge_runtime_options *options) {
     (void)out;

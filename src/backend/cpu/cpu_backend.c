@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../devices.h"
 #include "cpu_ops.h"
 
 #ifdef _OPENMP

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../devices.h"
 #include "cuda_backend.h"
 #include "cuda_ops.h"
 

@@ -505,7 +505,7 @@ extern "C" forge_status forge_attention_suite_run(FILE *out, int reps, int quick
     AB_TRY(cudaSetDevice(0));
     ab_shape sh;
     memset(&sh, 0, sizeof sh);
-    forge_status s = forge_cuda_backend_create(&sh.be, 0);
+    forge_status s = forge_backend_create(&sh.be, FORGE_DEVICE_CUDA, NULL);
     if (s != FORGE_OK) return s;
     sh.stream = (cudaStream_t)forge_cuda_backend_stream(sh.be);
     forge_bench_timer timer;
