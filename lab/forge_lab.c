@@ -6,8 +6,11 @@
 #include <string.h>
 
 #include "lab.h"
+#include "gemm_bf16/gemm_bf16_variants.h"
 
 static const lab_command COMMANDS[] = {
+    {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
+    {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {NULL, NULL, NULL},
 };
 
