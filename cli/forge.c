@@ -586,7 +586,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "gemm-epi") == 0) {
-        s = forge_bench_gemm_epi(stdout, device, (int)reps);
+        s = forge_bench_gemm_epi(stdout, device, (int)reps, 0);
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "attention") == 0) {

@@ -7,11 +7,14 @@
 
 #include "lab.h"
 #include "flash/flash_lab.h"
+#include "gemm_bf16/gemm_bf16_variants.h"
 
 static const lab_command COMMANDS[] = {
     {"test flash16", "bf16 flash attention variants vs float64 [--quick]", lab_test_flash16},
     {"bench attention-variants", "bf16 flash kernels and variants vs unfused fp32 [--quick] [--reps N]",
      lab_bench_attention_variants},
+    {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
+    {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {NULL, NULL, NULL},
 };
 

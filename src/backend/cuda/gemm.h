@@ -12,7 +12,7 @@
  * the host; errors of the launch itself are returned, errors of the running
  * kernel surface at the caller's next synchronising CUDA call.
  *
- * Paths (definitions in gemm_wgmma.cu):
+ * Paths (definitions in gemm_wgmma.cu, kernels in gemm_wgmma_kernel.cuh):
  * - wgmma: sm_90a warpgroup MMA fed by TMA through a 4-stage shared-memory
  *   ring, persistent grid. Needs K % 8 == 0 (TMA's 16-byte row stride), A and
  *   B 16-byte aligned, C 8-byte aligned, a compute-capability 9.x device.
@@ -20,13 +20,13 @@
  *   in the epilogue). forge_gemm_bf16_nt_wgmma runs a product (+ bias) whose
  *   C allows the TMA store (N % 4 == 0, C 16-byte aligned) on the ping-pong
  *   kernel (forge_gemm_bf16_nt_pp, gemm_fp8.h), the rest on the cooperative
- *   one; FORGE_BF16_SCHED=coop keeps every product on the cooperative kernel.
+ *   one with the direct store.
  * - simt: a plain tiled fp32-FFMA kernel with scalar, bounds-checked loads;
  *   any shape and alignment. The explicit fallback for what wgmma refuses.
  * forge_gemm_bf16_nt picks wgmma when its conditions hold, else simt;
  * forge_gemm_bf16_nt_path says which it would pick. The _wgmma and _simt
- * entries force one path (the wgmma one returns FORGE_ERR_UNSUPPORTED with a
- * message instead of falling back), for benchmarks and tests.
+ * entries take one path (the wgmma one returns FORGE_ERR_UNSUPPORTED with a
+ * message instead of falling back).
  */
 #ifndef FORGE_GEMM_H
 #define FORGE_GEMM_H
@@ -38,15 +38,20 @@
  * and alignment rules: compute capability 9.x, A and B 16-byte aligned). All buffers are row-major.
  * accumulate != 0 makes C += the product (the backward's gradient accumulation), else C = the product.
  * - nn: A (M,K) K-contiguous (dY, (B*T, OC)), B (K,N) N-contiguous (W as stored, (OC, C)). Needs
- *   K % 8 == 0 and N % 8 == 0 (TMA's 16-byte row strides); any M.
+ *   K % 8 == 0 and N % 8 == 0 (TMA's 16-byte row strides); any M. C stores through TMA where it can
+ *   (no accumulate, N % 4 == 0, C 16-byte aligned).
  * - tn: A (K,M) M-contiguous (dY as stored, (B*T, OC)), B (K,N) N-contiguous (X, (B*T, C)); K = B*T.
  *   Needs M % 8 == 0 and N % 8 == 0; any K. Split-K: the K range is cut into `splits` slices, each
  *   work unit (tile, slice) writes its fp32 partial sums into its own M*N slice of `workspace`, then a
  *   second kernel adds the slices into C in the fixed order 0, 1, ... (no atomics: bit-reproducible for
- *   the same arguments on the same device). splits is chosen per call from a cost model and the SM count;
- *   forge_gemm_bf16_tn_workspace says how many bytes that plan wants (0 when it does not split). A smaller
- *   workspace (or NULL) caps splits at what fits (workspace_bytes / (M*N*4); < 2 means no split). The
- *   workspace must be 16-byte aligned and not shared with a concurrently running call.
+ *   the same arguments on the same device). The plan is chosen per call from the shape and the SM count
+ *   (chosen by measurement: lab/notes/gemm-bf16.md): 192 x 192 tiles (two consumer warpgroups splitting N)
+ *   at the splits that make one wave of units, where that wave keeps >= 90% of the SMs busy with units of
+ *   >= 32 K slices (the GPT-2 MLP and attention-projection dW); elsewhere a cost model's tile (128 x 256 or
+ *   128 x 128) and splits, the partials stored through TMA where the slices allow it (M % 128 == 0,
+ *   N % 4 == 0). forge_gemm_bf16_tn_workspace says how many bytes the plan wants (0 when it does not
+ *   split). A smaller workspace (or NULL) caps splits at what fits (workspace_bytes / (M*N*4); < 2 means no
+ *   split). The workspace must be 16-byte aligned and not shared with a concurrently running call.
  * Arguments these paths cannot take return FORGE_ERR_UNSUPPORTED with the reason (no SIMT fallback).
  */
 #include <stddef.h>
@@ -66,6 +71,10 @@
  * Row-major (M,N) buffers with row stride N. C, pre_out, residual and dgelu_pre must be 4-byte aligned (2 for a
  * bf16 C / pre_out); every buffer except residual (which may be C) must not overlap another. 2-element vector
  * accesses are used when N is even and every (M,N) buffer allows them (8-byte aligned fp32, 4-byte bf16).
+ * The store: C (and pre_out) are staged in shared memory and stored by TMA wherever that is allowed (no residual;
+ * fp32 C: N % 4 == 0, bf16 C: N % 8 == 0; C, pre_out, dgelu_pre 16-byte aligned), else stored from the
+ * registers; the same results either way (the TMA store overlaps the next tile's mainloop: chosen by
+ * measurement, lab/notes/gemm-bf16.md). forge_gemm_bf16_epi_store says which one a call takes.
  */
 typedef struct {
     const float *bias;      /* (N) */
@@ -74,14 +83,6 @@ typedef struct {
     const float *dgelu_pre; /* (M,N) fp32 pre-activation: multiplies by gelu'(pre) (nn only) */
     int gelu;               /* apply GELU (tanh approximation) after the bias */
     int out_bf16;           /* C (and pre_out) are bf16 (uint16_t bit patterns), else fp32 */
-    int store_tma;          /* stage C in shared memory and store it with TMA: the default of
-                             * forge_gemm_bf16_nt_wgmma and forge_gemm_bf16_nn_wgmma (no accumulate);
-                             * measured 0.97-1.02x cuBLAS at K=768 forward vs 0.83-0.89x direct; bias+GELU
-                             * 2.06x the three passes (direct: 1.59x), GELU backward 1.16x (direct: 0.46x).
-                             * Recommended wherever it is accepted. nt: with bias,
-                             * gelu, pre_out and / or out_bf16; nn: plain or dgelu_pre (tile width 128). No
-                             * residual. fp32 C: N % 4 == 0; bf16 C: N % 8 == 0; C, pre_out, dgelu_pre 16-byte
-                             * aligned; else refused. Same results as the direct store. */
 } forge_gemm_epilogue;
 
 #ifdef __cplusplus
@@ -96,49 +97,13 @@ forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void
  * Same rules as forge_gemm_bf16_nn_wgmma. */
 forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
                                     const forge_gemm_epilogue *epi, void *stream);
+/* "tma" or "direct": the store forge_gemm_bf16_nt_epi / _nn_epi take for this C, N and epilogue (epi NULL:
+ * plain); for arguments the entries accept. */
+const char *forge_gemm_bf16_epi_store(const void *C, int N, const forge_gemm_epilogue *epi);
 
 forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *stream);
 forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
-/* How a split TN call reduces its splits (both deterministic, fixed order 0..S-1, no atomics on the data):
- * - PASS: every split writes an M*N fp32 slice, then a second kernel sums the slices into C.
- * - INKERNEL: every split writes its tile's partial to a per-(tile, split) slot and arrives on a per-tile counter
- *   in the workspace (zeroed by a cudaMemsetAsync on the stream before the launch); the CTA that arrives last
- *   sums the slots in order 0..S-1 while they are still in L2 and stores C. Same plan (tile width, splits) as
- *   PASS unless the workspace holds fewer padded slots. Experimental until measured on the H200.
- * - STREAMK: not split-K at all: the tiles x K-tiles iterations are cut into one contiguous range per SM, so every
- *   SM does the same work; a tile shared by consecutive CTAs is reduced as in INKERNEL (fixed order of the CTAs,
- *   bit-reproducible on one device model; a different SM count cuts K differently). Needs the workspace.
- * - PASS_TMA: PASS with each split's partial tile staged in shared memory and stored by TMA (the consumers go on
- *   to their next unit while the store drains, as the NT / NN TMA-store epilogue); the same sums in the same
- *   order (bit-identical to PASS). Needs M % 128 == 0 (a box never crosses into the next split's slice), N % 4
- *   == 0 and a 16-byte aligned workspace; elsewhere it is PASS.
- * - PASS_T192: PASS on 192 x 192 tiles (three consumer warpgroups, 512 threads) at the splits that fill one wave
- *   (the GPT-2 MLP dW: 64 tiles x 2 splits = 128 units on 132 SMs, where 128 x 256 tiles need 72 x 5 = 360).
- *   Sums split at other K boundaries than PASS: equal within fp32 rounding, not bit for bit.
- * - PASS_C192: PASS_T192's plan on a kernel with two consumer warpgroups that split the tile's N (each 192 rows
- *   x 96 columns, three wgmma m64n96k16 per k16 step; B staged as 32-wide boxes with the 64-byte swizzle), the
- *   layout of cuBLAS's dW kernel. Same K split as PASS_T192 (measured bit-identical to it).
- * - DEFAULT (what forge_gemm_bf16_tn_wgmma uses): PASS_C192 where its one-wave plan keeps >= 90% of the SMs busy
- *   with units of >= 32 K slices (the GPT-2 MLP and attention-projection dW), otherwise the cost model's tile
- *   (128 x 256 or 128 x 128) and splits with the partials through the TMA store where allowed (PASS_TMA), else
- *   PASS. Measured on the H200 (session 5) against cuBLAS: 0.98x / 1.00x (MLP fc / proj), 0.98x (qkv), 1.00x
- *   (attn proj). FORGE_GEMM_TN_TILE=c192 / 128 forces / rules out C192, =192 lets the cost model take the
- *   192 x 192 three-warpgroup tile; FORGE_GEMM_TN_STORE=direct stores the partials from the registers (read once
- *   per process).
- * forge_gemm_bf16_tn_workspace's size is enough for any of them. */
-typedef enum {
-    FORGE_GEMM_TN_REDUCE_DEFAULT = 0,
-    FORGE_GEMM_TN_REDUCE_PASS = 1,
-    FORGE_GEMM_TN_REDUCE_INKERNEL = 2,
-    FORGE_GEMM_TN_REDUCE_STREAMK = 3,
-    FORGE_GEMM_TN_REDUCE_PASS_TMA = 4,
-    FORGE_GEMM_TN_REDUCE_PASS_T192 = 5,
-    FORGE_GEMM_TN_REDUCE_PASS_C192 = 6
-} forge_gemm_tn_reduce;
-forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
-                                             int accumulate, void *workspace, size_t workspace_bytes,
-                                             forge_gemm_tn_reduce reduce, void *stream);
 forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *workspace, size_t workspace_bytes, void *stream);
 

@@ -1,51 +1,23 @@
 /*
- * gemm_wgmma.cu: the Hopper bf16 GEMM (issue 5, rung 3 of docs/gemm-ladder.md)
- * and its explicit SIMT fallback. Entry points and path rules: gemm.h.
+ * gemm_wgmma.cu: the Hopper bf16 GEMM's entry points (gemm.h) and the kernels
+ * only they launch: the TN "C192" kernel, the split-K reduction pass and the
+ * explicit SIMT fallback. The shared kernel body, its epilogue and the launch
+ * template are in gemm_wgmma_kernel.cuh (design notes there); this file
+ * instantiates the variants of it that the entry points run.
  *
  *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B bf16, K-major
  *
- * Design (the decisions a reader would otherwise get wrong):
- * - One CTA per SM (persistent grid), 3 warpgroups of 128 threads. Warpgroup
- *   0 is the PRODUCER: one thread issues the TMA copies (cp.async.bulk.tensor
- *   2D) of a 128x64 A tile and a BNx64 B tile into stage s of a ring of
- *   STAGES stages, completing on full[s]. Warpgroups 1 and 2 are CONSUMERS:
- *   each owns 64 rows of the 128-row block tile and issues wgmma
- *   m64nBNk16 (4 per 64-wide K slice) straight from shared memory, fp32
- *   accumulators in registers (BN/2 per thread). setmaxnreg moves registers
- *   from the producer (40) to the consumers (232).
- * - Ring protocol: full[s] has 1 arrival (the producer's arrive.expect_tx
- *   with the stage's byte count) plus the TMA transaction bytes; empty[s] has
- *   8 arrivals (lane 0 of each consumer warp, after wgmma.wait_group shows
- *   that warp's MMAs reading the stage have finished). Parities: round r of a
- *   stage waits full with parity r&1 and empty with parity (r&1)^1 (a fresh
- *   barrier counts its "previous" phase as complete, so round 0 of the
- *   producer does not block). Consumers keep one wgmma group in flight
- *   (wait_group 1) and release the previous stage.
- * - Layout: TMA writes each tile with the 128-byte swizzle (rows of 64 bf16 =
- *   128 B, 16-byte chunks XOR-ed with row%8). That is exactly wgmma's
- *   K-major SWIZZLE_128B canonical layout: descriptor SBO = 1024 B (one
- *   8-row group), LBO unused (1), and the k-th 16-wide K step starts 32*k
- *   bytes into the row. Every stage starts on a 1024-byte boundary, which the
- *   swizzle pattern requires (base offset 0).
- * - Edges: TMA zero-fills the parts of a box outside the tensor (rows past M
- *   or N, columns past K) and still counts the full box in the transaction
- *   bytes, so the mainloop needs no tail code; the epilogue bounds-checks
- *   every store. TMA needs the row stride (K*2 bytes) to be a multiple of
- *   16, hence K % 8 == 0; other K go to the SIMT kernel (gemm.h).
- * - Tile order: tiles are numbered in groups of GEMM_GROUP_M row-blocks, all
- *   N tiles of a group before the next, so the ~132 tiles in flight share a
- *   few A row-blocks and B sweeps through L2 once per group.
- * - No unbounded waits: an mbarrier wait that has not completed after
- *   WGMMA_WAIT_TIMEOUT_NS of %globaltimer traps, and the host sees an
- *   "unspecified launch failure" at its next synchronising call instead of
- *   a hung process.
- * - The epilogue stores straight from the accumulators (each quad of lanes
- *   writes 32 contiguous bytes of a row); while it runs the producer is
- *   already filling the ring for the CTA's next tile.
- * - dW (TN) at the GPT-2 MLP / attention-projection shapes runs a separate
- *   kernel, gemm_wgmma_bf16_tn_c192_kernel: 192 x 192 tiles at one wave of
- *   split-K units, its two consumer warpgroups splitting N (192 rows x 96
- *   columns each); see its comment and gemm.h's forge_gemm_tn_reduce.
+ * What each entry runs (the defaults, chosen by measurement: lab/notes/gemm-bf16.md):
+ * - forge_gemm_bf16_nt_wgmma: the bf16 ping-pong kernel (forge_gemm_bf16_nt_pp,
+ *   gemm_wgmma_fp8.cu) where C takes the TMA store, else the cooperative
+ *   kernel of gemm_wgmma_kernel.cuh with the direct store.
+ * - forge_gemm_bf16_nt_epi / _nn_epi: the cooperative kernel with the fused
+ *   epilogue, stored through TMA wherever gemm_epi_tma_refusal allows it, else
+ *   from the registers; tile width by gemm_pick_bn.
+ * - forge_gemm_bf16_tn_wgmma: the C192 kernel where its one-wave plan fills the
+ *   SMs with long units (gemm_tn_c192_default), else the cost model's tile and
+ *   splits (gemm_plan_tn) with the partials through the TMA store where the
+ *   slices allow it, then the reduction pass.
  * Tensor maps are encoded on the host per call (cuTensorMapEncodeTiled via
  * cudaGetDriverEntryPointByVersion, so the binary needs no -lcuda link) and
  * passed as __grid_constant__ parameters.
@@ -54,808 +26,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include "cuda_check.h"
-#include "wgmma_common.cuh"
-#include "wgmma_tmap.h"
+#include "gemm_wgmma_kernel.cuh"
 
 extern "C" {
-#include "gemm.h"
 #include "gemm_fp8.h" /* forge_gemm_bf16_nt_pp: the bf16 ping-pong kernel shares the fp8 / tf32 body */
 }
 
-#define GEMM_BM 128            /* block tile rows: 2 consumer warpgroups x 64 */
-#define GEMM_BK 64             /* K slice per stage: 64 bf16 = one 128-byte swizzle row */
-#define GEMM_THREADS 384       /* producer warpgroup + 2 consumer warpgroups */
-#define GEMM_CONSUMER_WARPS 8  /* arrivals on an empty barrier */
-#define GEMM_GROUP_M 8         /* row-blocks per tile group (L2 order) */
-#define GEMM_PRODUCER_REGS 40
-#define GEMM_CONSUMER_REGS 232
-#define GEMM_PRODUCER_REGS_3C 40  /* TN 192-row tile: 512 threads, 128 x 40 + 384 x 152 <= 64 Ki registers */
-#define GEMM_CONSUMER_REGS_3C 152
-#define GEMM_MN_BOX_BYTES 8192u /* 64 MN x 64 K bf16: one MN-major TMA box */
-#define GEMM_MAX_SPLITS 32
 #define GEMM_SIMT_TILE 64
 #define GEMM_SIMT_BK 16
 
-/* Per block tile (BM rows: 128, or 192 for the TN kernel's three-consumer tile; BN columns): stage count chosen
- * to fill ~192 KiB of the 227 KiB. */
-template <int BN, int BM = GEMM_BM> struct gemm_cfg {
-    static constexpr int STAGES = BN == 128 ? 6 : 4;
-    static constexpr uint32_t A_BYTES = BM * GEMM_BK * 2;
-    static constexpr uint32_t B_BYTES = BN * GEMM_BK * 2;
-    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
-    /* tiles, then full[STAGES] and empty[STAGES] barriers, plus 1 KiB of
-     * slack to round the dynamic shared-memory base up to 1024 bytes */
-    static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
-    /* GEMM_EPI_TMA_STORE: per consumer warpgroup two 64 x 32 fp32 staging boxes (8 KiB each), after the ring */
-    static constexpr uint32_t OUT_BOX_BYTES = 64 * 32 * 4;
-    static constexpr uint32_t OUT_STAGE_BYTES = 2 * 2 * OUT_BOX_BYTES;
-    /* + the tile's bias (BN fp32), after the barriers: loaded once per tile by cp.async during the mainloop */
-    static constexpr uint32_t BIAS_OFF = OUT_STAGE_BYTES + 2 * STAGES * 8; /* from the staging base */
-    static constexpr size_t SMEM_TMA_STORE = SMEM + OUT_STAGE_BYTES + BN * 4;
-    static_assert(SMEM_TMA_STORE <= 232448, "fits the 227 KiB of dynamic shared memory");
-    static_assert(BN == 96 || BN == 128 || BN == 192 || BN == 256,
-                  "wgmma N is 128, 192 (the TN 192 x 192 tile) or 256; 96 only for the C192 kernel's epilogue");
-    static_assert(BM == 128 || BM == 192, "64-row consumer warpgroups: 2 or 3");
-    static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
-};
-
-/* The generic device helpers (shared-memory addresses, mbarriers with the timeout trap, TMA, wgmma
- * descriptors / fence / commit / wait) live in wgmma_common.cuh, shared with gemm_wgmma_fp8.cu. */
-
-/* wgmma_m64n128k16 (bf16, 64 x 128): wgmma_common.cuh, shared with gemm_wgmma_fp8.cu's bf16 ping-pong */
-
-/* d (64 x 256 fp32, 128 registers per thread) += A (64x16, smem desc) . B (256x16, smem desc)^T */
-template <int TA, int TB>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_REGS128
-                 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
-                 : WG_ACC128
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
-}
-
-/* d (64 x 192 fp32, 96 registers per thread) += A (64x16, smem desc) . B (192x16, smem desc)^T */
-template <int TA, int TB>
-__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" WG_REGS96 "}, %96, %97, p, 1, 1, %99, %100;\n}\n"
-                 : WG_ACC96
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
-}
-
-/* one k16 step of the 64 x BN warpgroup tile; TA / TB are wgmma's imm-trans-a / imm-trans-b (0: the operand
- * is K-major in shared memory, 1: MN-major) */
-template <int BN, int TA, int TB>
-__device__ __forceinline__ void wgmma_tile_k16(float (&d)[BN / 2], uint64_t da, uint64_t db, int sc) {
-    if constexpr (BN == 128)
-        wgmma_m64n128k16<TA, TB>(d, da, db, sc);
-    else if constexpr (BN == 192)
-        wgmma_m64n192k16<TA, TB>(d, da, db, sc);
-    else
-        wgmma_m64n256k16<TA, TB>(d, da, db, sc);
-}
-
-/* tile index -> (row-block, column-block) in the grouped L2 order */
-__device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n, int *tm, int *tn) {
-    const int per_group = GEMM_GROUP_M * tiles_n;
-    const int g = t / per_group, first_m = g * GEMM_GROUP_M;
-    const int rows = min(tiles_m - first_m, GEMM_GROUP_M);
-    const int r = t - g * per_group;
-    *tm = first_m + r % rows;
-    *tn = r / rows;
-}
-
-/* ---- the epilogue ---------------------------------------------------------- */
-
-/* Compile-time epilogue flags (the EPI template parameter of the kernel body). What stays a run-time pointer
- * (bias, residual, pre_out: NULL or not) costs one uniform branch per element; what changes the arithmetic or
- * the store type is a template flag, so the plain kernel carries none of it. */
-#define GEMM_EPI_GELU 1  /* v = gelu(v) after the bias (and pre_out = v before it, if given) */
-#define GEMM_EPI_BF16 2  /* C and pre_out are bf16 */
-#define GEMM_EPI_DGELU 4 /* v *= gelu'(dpre[m][n]) (the GELU backward fused into dX) */
-#define GEMM_EPI_TMA_STORE 8 /* stage C (fp32 or bf16) in shared memory, store it with TMA (see gemm_epilogue) */
-#define GEMM_BIAS_BAR 3      /* named barrier of the 256 consumer threads (the tile's shared bias) */
-#define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GEMM_GELU_C 0.044715f
-
-/* What the epilogue reads and writes; (M,N) buffers are row-major with stride N. Passed by value. */
-struct gemm_epi_dev {
-    void *C;           /* fp32, or bf16 with GEMM_EPI_BF16 */
-    const float *bias; /* (N) or nullptr */
-    const float *res;  /* (M,N) fp32 or nullptr; may equal C (C +=): each element is read, then written, by the
-                        * same thread, so no __restrict__ on these pointers */
-    void *pre;         /* (M,N), C's type, or nullptr: v before GELU (GEMM_EPI_GELU only) */
-    const float *dpre; /* (M,N) fp32: the pre-activation of GEMM_EPI_DGELU */
-    float *work;       /* split-K partial slices (splits > 1; the epilogue is then plain) */
-    int *tile_cnt;     /* TN split-K with the in-kernel fixed-order reduction: one arrival counter per tile
-                        * (zeroed by the host before the launch); nullptr = the separate reduction pass */
-    int streamk;       /* TN stream-K (with tile_cnt and work: 2 partial-tile slots per CTA); 0 = split-K units */
-    int vec2;          /* N even and every (M,N) buffer aligned for 2-element accesses */
-};
-
-/* tanh-GELU as elementwise.cu computes it, rewritten without tanhf: 0.5 x (1 + tanh u) = x sigmoid(2u), so one
- * ex2 and one reciprocal per element instead of tanhf's ~20 instructions (the epilogue does not overlap the
- * tensor cores, so its instruction count is paid in full). e = inf (x << 0) gives x * 0 = -0, e = 0 gives x. */
-__device__ __forceinline__ float gemm_gelu(float x) {
-    const float u = GEMM_GELU_K * fmaf(GEMM_GELU_C * x, x * x, x);
-    return __fdividef(x, 1.0f + __expf(-2.0f * u));
-}
-
-/* d gelu / dx with s = sigmoid(2u): 1 + tanh u = 2s and sech^2 u = 4 s (1 - s), so elementwise.cu's
- * 0.5 (1 + t) + 0.5 x sech^2 K (1 + 3 C x^2) becomes s + 2 x s (1 - s) K (1 + 3 C x^2). */
-__device__ __forceinline__ float gemm_gelu_grad(float x) {
-    const float u = GEMM_GELU_K * fmaf(GEMM_GELU_C * x, x * x, x);
-    const float sg = __fdividef(1.0f, 1.0f + __expf(-2.0f * u));
-    return fmaf(2.0f * x * sg * (1.0f - sg), GEMM_GELU_K * fmaf(3.0f * GEMM_GELU_C * x, x, 1.0f), sg);
-}
-
-/* p[0], p[1] (p[1] only if has1), as one 8-byte load when vec */
-__device__ __forceinline__ float2 gemm_ld2(const float *p, int vec, bool has1) {
-    if (vec) return *reinterpret_cast<const float2 *>(p);
-    return make_float2(p[0], has1 ? p[1] : 0.0f);
-}
-
-/* base[off], base[off + 1] (the second only if has1) = v0, v1 as fp32 or bf16, one vector store when vec */
-template <bool BF16>
-__device__ __forceinline__ void gemm_st2(void *base, size_t off, float v0, float v1, int vec, bool has1) {
-    if constexpr (BF16) {
-        __nv_bfloat16 *p = reinterpret_cast<__nv_bfloat16 *>(base) + off;
-        if (vec) {
-            *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v0, v1);
-        } else {
-            p[0] = __float2bfloat16_rn(v0);
-            if (has1) p[1] = __float2bfloat16_rn(v1);
-        }
-    } else {
-        float *p = reinterpret_cast<float *>(base) + off;
-        if (vec) {
-            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
-        } else {
-            p[0] = v0;
-            if (has1) p[1] = v1;
-        }
-    }
-}
-
-/* tma_store_2d (2D TMA store of a staged box, clipped at the tensor bounds): wgmma_common.cuh */
-
-/* Pulls this thread's part of the tile's rows of an (M,N) fp32 input into L2 at the start of the tile, so the
- * epilogue's loads (issued after the mainloop, when nothing else hides their latency) hit L2 instead of HBM.
- * A thread's rows are row0 and row0 + 8; a quad of lanes shares them and takes every 4th 128-byte line. */
-template <int BN>
-__device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int tile_col0, int lane, int M, int N) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int row = row0 + 8 * h;
-#pragma unroll
-        for (int q = 0; q < BN / 128; q++) {
-            const int col = tile_col0 + 32 * (lane % 4 + 4 * q); /* 32 floats = one 128-byte line */
-            if (row < M && col < N)
-                asm volatile("prefetch.L2 [%0];" ::"l"(p + (size_t)row * N + col)); /* generic address */
-        }
-    }
-}
-
-/* The fused epilogue of one 64 x BN warpgroup tile (the order of gemm.h's forge_gemm_epilogue). Accumulator
- * fragment of wgmma m64nBN f32 (PTX ISA): d[4i + 2h + j] is row row0 + 8h, column col0 + 8i + j, with
- * row0 = warp*16 + lane/4 and col0 = 2(lane%4) offsets already added by the caller. Column groups go in chunks
- * of CH: first every load of the chunk (bias, residual, dpre) is issued, then the math and stores, so a
- * warp waits for memory once per chunk rather than once per element pair (the cause of the old accumulate
- * path's 0.35x). */
-/*
- * GEMM_EPI_TMA_STORE (forge_gemm_epilogue.store_tma; on by default in forge_gemm_bf16_nt_wgmma for a plain
- * C without bias; with bias, GELU and / or bf16 out on request): instead of st.global from the registers, each
- * chunk of 128 bytes of columns (fp32: 32 columns, CH = 4 groups; bf16: 64 columns, CH = 8) of the warpgroup's
- * 64 rows goes to a 64-row x 128-byte staging box in shared memory (128-byte swizzle: 16-byte chunk k of row r
- * at k ^ (r % 8), which TMA undoes; a warp's float2 / bf16x2 writes then take the minimum 2 / 1 wavefronts),
- * and one thread stores the box with TMA, so the
- * global writes drain while the warpgroup moves on (and, at the last chunk, into the next tile's mainloop).
- * Two boxes per warpgroup alternate (chunk j uses box j % 2): before writing a box, thread 0 waits until at
- * most one bulk group (the previous chunk's) is still reading, then named barrier 1 + warpgroup (128 threads);
- * after writing, every thread fences the generic->async proxy, barrier again, thread 0 issues the store +
- * commit. TMA clips the box at M and N, so the staged values need no bounds checks.
- */
-/* dgelu_pre of the CH column groups from col (this thread's two rows) into p; zero outside M x N. N % 4 == 0 and
- * a 16-byte aligned buffer (the TMA path's host rule), so col + 1 < N whenever col < N. */
-template <int CH>
-__device__ __forceinline__ void gemm_ld_dpre_chunk(float2 (&p)[CH][2], const gemm_epi_dev &e, int row0, int col,
-                                                   int M, int N) {
-#pragma unroll
-    for (int ii = 0; ii < CH; ii++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = row0 + 8 * h, c = col + 8 * ii;
-            p[ii][h] = make_float2(0.0f, 0.0f);
-            if (row < M && c < N) p[ii][h] = gemm_ld2(e.dpre + (size_t)row * N + c, e.vec2, true);
-        }
-    }
-}
-
-/* a compile-time int as a value (the epilogue's staging pass) */
-template <int V> struct gemm_int_c {
-    static constexpr int value = V;
-};
-
-template <int BN, int EPI>
-__device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const gemm_epi_dev &e, int row0, int col0,
-                                              int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0,
-                                              const CUtensorMap *tm_pre = nullptr) {
-    constexpr bool GELU = (EPI & GEMM_EPI_GELU) != 0, BF16 = (EPI & GEMM_EPI_BF16) != 0,
-                   DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0;
-    static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
-    /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
-     * 32 fp32 or 64 bf16 columns) per chunk */
-    /* 192: 96 accumulators in 152 registers; 96 (the C192 kernel): 12 column groups */
-    constexpr int CH = TMA ? (BF16 ? 8 : 4) : (DGELU || BN == 192 || BN == 96) ? 4 : 8;
-    static_assert((BN / 8) % CH == 0 && (!TMA || (BN / 8 / CH) % 2 == 0),
-                  "chunks tile the BN/8 column groups (TMA: an even number of boxes per tile)");
-    /* TMA staging (recomputed here from threadIdx rather than kept live through the mainloop: registers are
-     * the limit): consumer warpgroup c (named barrier 1 + c, boxes at sout + c * 16 KiB), thread tid of it;
-     * this thread's row byte offset (+ its bytes inside a 16-byte chunk: fp32 8 (lane%2), bf16 4 (lane%4)) and
-     * chunk XOR base; the tile origin (row0 = tile_row + warp*16 + lane/4, col0 = tile_col + 2(lane%4)).
-     * Every tile uses an even number of boxes, so chunk j of any tile uses box j % 2. */
-    const int tid = (int)threadIdx.x % 128, c_wg = (int)threadIdx.x / 128 - 1, lane = tid % 32;
-    const uint32_t srow = (uint32_t)((tid / 32) * 16 + lane / 4) * 128u +
-                          (BF16 ? (uint32_t)(lane % 4) * 4u : (uint32_t)(lane % 2) * 8u);
-    const uint32_t sx = BF16 ? (uint32_t)(lane / 4) : (uint32_t)(((lane / 2) % 2) ^ (lane / 4));
-    const int tile_row = row0 - (tid / 32) * 16 - lane / 4, tile_col = col0 - 2 * (lane % 4);
-    const uint32_t sbase = sout + (uint32_t)c_wg * 2u * (64 * 32 * 4);
-    /* TMA: the tile's bias sits in shared memory (cp.async'd at the start of the tile by the body); wait for this
-     * thread's copies, then for everyone's (the 256 consumer threads) */
-    const uint32_t sbias = sout + gemm_cfg<BN>::BIAS_OFF + (uint32_t)(lane % 4) * 8u;
-    const bool sh_bias = TMA && e.bias != nullptr;
-    if (TMA && sh_bias) {
-        asm volatile("cp.async.wait_all;" ::: "memory");
-        asm volatile("bar.sync %0, 256;" ::"n"(GEMM_BIAS_BAR) : "memory");
-    }
-    (void)srow, (void)sx, (void)tile_row, (void)tile_col, (void)sbase, (void)tm_c, (void)sbias, (void)tm_pre;
-    /* TMA + GELU + pre_out: each chunk is staged twice, pass 0 = v before GELU (stored through tm_pre) into box 0,
-     * pass 1 = the output into box 1; the boxes still alternate fill by fill, so the wait_group.read 1 rule holds */
-    constexpr int NPASS = TMA && GELU ? 2 : 1;
-    const bool two_pass = NPASS == 2 && e.pre != nullptr;
-    (void)two_pass;
-    float2 pn[TMA && DGELU ? CH : 1][2]; /* TMA + dgelu: the next chunk's dgelu_pre, loaded one chunk ahead */
-    if constexpr (TMA && DGELU) gemm_ld_dpre_chunk<CH>(pn, e, row0, col0, M, N);
-#pragma unroll
-    for (int i0 = 0; i0 < BN / 8; i0 += CH) {
-        /* TMA reads the bias from shared memory at its use: nothing of it lives in registers; of the (M,N) inputs
-         * TMA takes dgelu_pre only (BN 128: its chunk loads fit next to 64 accumulators) */
-        float2 bv[TMA ? 1 : CH], rv[TMA ? 1 : CH][2], pv[TMA && !DGELU ? 1 : CH][2];
-        if constexpr (TMA && DGELU) {
-            /* this chunk's values arrived during the previous chunk; issue the next chunk's loads now, so each
-             * chunk's math and staging hide the next one's latency (one exposed round trip per tile, not per
-             * chunk) */
-#pragma unroll
-            for (int ii = 0; ii < CH; ii++) {
-                pv[ii][0] = pn[ii][0];
-                pv[ii][1] = pn[ii][1];
-            }
-            if (i0 + CH < BN / 8) gemm_ld_dpre_chunk<CH>(pn, e, row0, col0 + 8 * (i0 + CH), M, N);
-        }
-        if constexpr (!TMA) {
-#pragma unroll
-            for (int ii = 0; ii < CH; ii++) {
-                const int col = col0 + 8 * (i0 + ii);
-                bv[ii] = make_float2(0.0f, 0.0f);
-                if (e.bias != nullptr) {
-                    if (col < N) bv[ii].x = __ldg(e.bias + col);
-                    if (col + 1 < N) bv[ii].y = __ldg(e.bias + col + 1);
-                }
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = row0 + 8 * h;
-                    const bool in = row < M && col < N;
-                    const size_t off = (size_t)row * N + col;
-                    rv[ii][h] = make_float2(0.0f, 0.0f);
-                    pv[ii][h] = make_float2(0.0f, 0.0f);
-                    if (e.res != nullptr && in) rv[ii][h] = gemm_ld2(e.res + off, e.vec2, col + 1 < N);
-                    if constexpr (DGELU) {
-                        if (in) pv[ii][h] = gemm_ld2(e.dpre + off, e.vec2, col + 1 < N);
-                    }
-                }
-            }
-        }
-        /* one staging pass (a compile-time pass number, so a 1-pass instantiation is exactly the old loop body: a
-         * run-time pass loop pushed the dgelu instantiation's chunk loop off full unrolling, its accumulators
-         * into a 256-byte local array) */
-        auto stage = [&](auto pass_c) {
-            constexpr int pass = decltype(pass_c)::value;
-            {
-                uint32_t box = 0;
-                (void)box, (void)pass; /* TMA only */
-                if constexpr (TMA) {
-                    box = sbase + (uint32_t)(two_pass ? pass : (i0 / CH) % 2) * (64 * 32 * 4);
-                    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-                    asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
-                }
-#pragma unroll
-                for (int ii = 0; ii < CH; ii++) {
-                    const int i = i0 + ii, col = col0 + 8 * i;
-                    float2 b2 = make_float2(0.0f, 0.0f);
-                    if constexpr (TMA) {
-                        /* tile column 8i + 2(lane%4): zero past N (cp.async zero-filled it) */
-                        if (sh_bias)
-                            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
-                                         : "=f"(b2.x), "=f"(b2.y)
-                                         : "r"(sbias + 32u * (uint32_t)i));
-                    } else {
-                        b2 = bv[ii];
-                    }
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int row = row0 + 8 * h;
-                        /* TMA clips the box at M and N: the staged values need no bounds check */
-                        if (TMA || (row < M && col < N)) {
-                            float v0 = d[4 * i + 2 * h] + b2.x, v1 = d[4 * i + 2 * h + 1] + b2.y;
-                            if constexpr (TMA) {
-                                if (GELU && pass == NPASS - 1) { /* pass 0 of 2 stages v itself (pre_out) */
-                                    v0 = gemm_gelu(v0);
-                                    v1 = gemm_gelu(v1);
-                                }
-                                if constexpr (DGELU) {
-                                    v0 *= gemm_gelu_grad(pv[ii][h].x);
-                                    v1 *= gemm_gelu_grad(pv[ii][h].y);
-                                }
-                                /* row r = warp*16 + lane/4 + 8h (r % 8 = lane/4). fp32: column 8ii + 2(lane%4) is in
-                                 * 16-byte chunk 2ii + (lane/2)%2 -> swizzled sx ^ 2ii; bf16: in chunk ii -> sx ^ ii */
-                                const uint32_t a =
-                                    box + srow + 1024u * h + ((sx ^ (uint32_t)(BF16 ? ii : 2 * ii)) << 4);
-                                if constexpr (BF16) {
-                                    /* v0 at the lower address */
-                                    const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1);
-                                    const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
-                                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
-                                } else {
-                                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v0), "f"(v1)
-                                                 : "memory");
-                                }
-                            } else {
-                                const size_t off = (size_t)row * N + col;
-                                const bool has1 = col + 1 < N;
-                                if constexpr (GELU) {
-                                    if (e.pre != nullptr) gemm_st2<BF16>(e.pre, off, v0, v1, e.vec2, has1);
-                                    v0 = gemm_gelu(v0);
-                                    v1 = gemm_gelu(v1);
-                                }
-                                if constexpr (DGELU) {
-                                    v0 *= gemm_gelu_grad(pv[ii][h].x);
-                                    v1 *= gemm_gelu_grad(pv[ii][h].y);
-                                }
-                                v0 += rv[ii][h].x;
-                                v1 += rv[ii][h].y;
-                                gemm_st2<BF16>(e.C, off, v0, v1, e.vec2, has1);
-                            }
-                        }
-                    }
-                }
-                if constexpr (TMA) {
-                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                    asm volatile("bar.sync %0, 128;" ::"r"(1 + c_wg) : "memory");
-                    if (tid == 0) {
-                        tma_store_2d(pass == NPASS - 1 ? tm_c : tm_pre, tile_col + 8 * i0, tile_row, box);
-                        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-                    }
-                }
-            }
-        };
-        if constexpr (NPASS == 2) {
-            if (two_pass) stage(gemm_int_c<0>{}); /* pre_out first, then the output */
-        }
-        stage(gemm_int_c<NPASS - 1>{});
-    }
-}
-
-/* ---- work schedule: split-K units or stream-K ranges ------------------------
- *
- * Split-K (!ep.streamk): unit u = split (u / tiles) of tile (u % tiles), K tiles [split*kps, +kps); CTA b
- * takes units b, b + grid, ...
- * Stream-K (ep.streamk, TN only): the W = tiles x ktiles (tile, K tile) iterations, tile-major, are cut into
- * grid contiguous ranges, CTA b's is [b*W/grid, (b+1)*W/grid) (each >= 1 iteration: the host keeps grid <= W).
- * A range crosses tile boundaries, so a CTA works on pieces of one to a few tiles; a tile's pieces ("parts")
- * come from consecutive CTAs, part p = CTA index - the first owner's, and meet in the fixup (fixed order
- * 0..parts-1). Every CTA runs the same number of iterations (+-1) whatever tiles x splits would have left over:
- * the point for dW, whose 72 tiles of 128x256 fill 72 of 132 SMs unsplit and 91% of 3 waves at 5 splits, and
- * whose reduction pass moved (2S+1) x M*N*4 bytes. */
-struct gemm_work {
-    int tile, kt0, kt1; /* output tile, K tiles [kt0, kt1) */
-    int part, parts;    /* which of the tile's contributions this is; parts == 1: the whole K range */
-};
-
-__device__ __forceinline__ long long gemm_sk_bound(long long b, long long W) { return b * W / gridDim.x; }
-/* the CTA whose range holds iteration w: the largest b with b*W/grid <= w */
-__device__ __forceinline__ int gemm_sk_owner(long long w, long long W) {
-    return (int)(((w + 1) * gridDim.x - 1) / W);
-}
-
-__device__ __forceinline__ long long gemm_work_begin(const gemm_epi_dev &ep, int num_tiles, int ktiles) {
-    return ep.streamk ? gemm_sk_bound(blockIdx.x, (long long)num_tiles * ktiles) : (long long)blockIdx.x;
-}
-
-/* The workspace slot (GEMM_BM x BN fp32) of part `part` of `tile`. Split-K: tile x splits + part. Stream-K: two
- * slots per CTA, 2b for the piece that starts its range and 2b + 1 for the one that ends it (the pieces between
- * are whole tiles, which need none): part p > 0 of a tile starts CTA first+p's range; part 0 starts the range
- * of CTA `first` only if the tile begins exactly there. So the workspace is 2 x grid slots whatever the tile
- * count. */
-__device__ __forceinline__ long long gemm_fixup_slot(const gemm_epi_dev &ep, int tile, int part, int splits,
-                                                     int ktiles, int num_tiles) {
-    if (!ep.streamk) return (long long)tile * splits + part;
-    const long long W = (long long)num_tiles * ktiles, t0 = (long long)tile * ktiles;
-    const int first = gemm_sk_owner(t0, W);
-    if (part > 0) return 2LL * (first + part);
-    return 2LL * first + (gemm_sk_bound(first, W) == t0 ? 0 : 1);
-}
-
-/* this CTA's next work item at cursor (advanced); false when there is none. The producer and the consumers
- * walk the same sequence. */
-__device__ __forceinline__ bool gemm_work_next(const gemm_epi_dev &ep, long long &cursor, int num_tiles, int ktiles,
-                                               int splits, int kps, gemm_work &wk) {
-    if (ep.streamk) {
-        const long long W = (long long)num_tiles * ktiles, end = gemm_sk_bound(blockIdx.x + 1, W);
-        if (cursor >= end) return false;
-        wk.tile = (int)(cursor / ktiles);
-        const long long t0 = (long long)wk.tile * ktiles;
-        wk.kt0 = (int)(cursor - t0);
-        wk.kt1 = end - t0 < ktiles ? (int)(end - t0) : ktiles;
-        const int first = gemm_sk_owner(t0, W);
-        wk.part = (int)blockIdx.x - first;
-        wk.parts = gemm_sk_owner(t0 + ktiles - 1, W) - first + 1;
-        cursor = t0 + wk.kt1;
-        return true;
-    }
-    if (cursor >= (long long)num_tiles * splits) return false;
-    const int u = (int)cursor;
-    wk.part = u / num_tiles;
-    wk.tile = u - wk.part * num_tiles;
-    wk.kt0 = wk.part * kps;
-    wk.kt1 = min(wk.kt0 + kps, ktiles);
-    wk.parts = splits;
-    cursor += gridDim.x;
-    return true;
-}
-
-/* ---- split-K: the in-kernel fixed-order reduction ("fixup") ------------------
- *
- * The separate reduction pass reads every split's M*N slice back from memory after the GEMM has finished
- * ((2S+1) x M*N*4 bytes, ~30 us of the ~230 us dW 3072x768 GEMM, none of it overlapped). Here the split's CTA
- * writes its partial tile to a per-(tile, split) slot in its fragment order (no bounds checks, one coalesced
- * 512-byte float4 row per warp and register group), then arrives on the tile's counter. The CTA that arrives
- * last (counter == splits - 1) reads the S slots back, still in L2 (each slot was written at most a wave
- * earlier), sums them in the fixed order 0, 1, ..., S-1 (its own slot included, re-read rather than taken
- * from registers, so the order never depends on which split came last) and runs the normal epilogue into C.
- * No atomics on the data, no waiting on other CTAs (the last arriver never waits: it is last), so no
- * co-residency assumption and the result is bit-reproducible for the same arguments and device.
- * Memory ordering (PTX model, the release/acquire pattern through a barrier): every writer thread fences
- * (membar.gl) after its slot stores, the 256 consumer threads meet at a named barrier, then one thread fences
- * again and does the relaxed atomicAdd (release by cumulativity); the thread that sees splits - 1 fences
- * (acquire) before publishing "last" through shared memory and a second barrier, and every reader fences again
- * and loads with ld.global.cg (L2, never a possibly stale L1 line). */
-#define GEMM_FIXUP_BAR 5       /* named barrier id: 0 is __syncthreads, 1-2 the TMA-store epilogue's */
-#define GEMM_FIXUP_RES_CHUNK 2 /* C += : column groups of C loaded per step (4 spilled 12 bytes at BN = 256) */
-#define GEMM_FIXUP_CHUNK 4     /* float4 loads in flight per thread per step: 16 registers next to BN/2 */
-
-template <int BN>
-__device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm_epi_dev &ep, int tile, int split,
-                                                  int splits, int kernel_splits, int ktiles, int num_tiles, int row0,
-                                                  int col0, int M, int N, volatile int *fixup_last) {
-    constexpr int V = BN / 8;               /* float4 per consumer thread */
-    constexpr int SLOT4 = GEMM_BM * BN / 4; /* float4 per slot: 256 consumer threads x V */
-    static_assert(V % GEMM_FIXUP_CHUNK == 0, "chunks tile the thread's float4 groups");
-    const int ctid = threadIdx.x - 128; /* 0..255 over both consumer warpgroups */
-    /* split / splits: this contribution and the tile's count (stream-K: the tile's parts); kernel_splits: the
-     * launch's split count, which lays out the split-K slots */
-    float4 *const slots = reinterpret_cast<float4 *>(ep.work) + ctid;
-    float4 *const mine =
-        slots + (size_t)gemm_fixup_slot(ep, tile, split, kernel_splits, ktiles, num_tiles) * SLOT4;
-#pragma unroll
-    for (int v = 0; v < V; v++) __stcg(mine + v * 256, make_float4(d[4 * v], d[4 * v + 1], d[4 * v + 2], d[4 * v + 3]));
-    __threadfence();
-    asm volatile("bar.sync %0, 256;" ::"n"(GEMM_FIXUP_BAR) : "memory");
-    if (ctid == 0) {
-        __threadfence();
-        const int old = atomicAdd(ep.tile_cnt + tile, 1);
-        __threadfence();
-        *fixup_last = old == splits - 1;
-    }
-    asm volatile("bar.sync %0, 256;" ::"n"(GEMM_FIXUP_BAR) : "memory");
-    if (!*fixup_last) return; /* uniform over the 256 threads; the next write of fixup_last is behind barrier 1 */
-    __threadfence();
-    const float4 *const first = slots + (size_t)gemm_fixup_slot(ep, tile, 0, kernel_splits, ktiles, num_tiles) * SLOT4;
-#pragma unroll
-    for (int v0 = 0; v0 < V; v0 += GEMM_FIXUP_CHUNK) {
-        float4 w[GEMM_FIXUP_CHUNK];
-#pragma unroll
-        for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) w[j] = __ldcg(first + (v0 + j) * 256);
-#pragma unroll
-        for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) {
-            d[4 * (v0 + j)] = w[j].x;
-            d[4 * (v0 + j) + 1] = w[j].y;
-            d[4 * (v0 + j) + 2] = w[j].z;
-            d[4 * (v0 + j) + 3] = w[j].w;
-        }
-    }
-    for (int s = 1; s < splits; s++) {
-        const float4 *const src =
-            slots + (size_t)gemm_fixup_slot(ep, tile, s, kernel_splits, ktiles, num_tiles) * SLOT4;
-#pragma unroll
-        for (int v0 = 0; v0 < V; v0 += GEMM_FIXUP_CHUNK) {
-            float4 w[GEMM_FIXUP_CHUNK];
-#pragma unroll
-            for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) w[j] = __ldcg(src + (v0 + j) * 256);
-#pragma unroll
-            for (int j = 0; j < GEMM_FIXUP_CHUNK; j++) {
-                d[4 * (v0 + j)] += w[j].x;
-                d[4 * (v0 + j) + 1] += w[j].y;
-                d[4 * (v0 + j) + 2] += w[j].z;
-                d[4 * (v0 + j) + 3] += w[j].w;
-            }
-        }
-    }
-    /* C += : C_old + sum, the pass's order, loaded here GEMM_FIXUP_RES_CHUNK column groups at a time (the
-     * epilogue's own 8-wide residual chunks spilled next to this function's state); then a plain store */
-    if (ep.res != nullptr) {
-        const float *const r0 = ep.res + (size_t)row0 * N + col0, *const r1 = r0 + (size_t)8 * N;
-        const bool in0 = row0 < M, in1 = row0 + 8 < M;
-#pragma unroll
-        for (int i0 = 0; i0 < BN / 8; i0 += GEMM_FIXUP_RES_CHUNK) {
-            float2 rv[GEMM_FIXUP_RES_CHUNK][2];
-#pragma unroll
-            for (int ii = 0; ii < GEMM_FIXUP_RES_CHUNK; ii++) {
-                const int dc = 8 * (i0 + ii);
-                const bool cin = col0 + dc < N, c1 = col0 + dc + 1 < N;
-                rv[ii][0] = in0 && cin ? gemm_ld2(r0 + dc, ep.vec2, c1) : make_float2(0.0f, 0.0f);
-                rv[ii][1] = in1 && cin ? gemm_ld2(r1 + dc, ep.vec2, c1) : make_float2(0.0f, 0.0f);
-            }
-#pragma unroll
-            for (int ii = 0; ii < GEMM_FIXUP_RES_CHUNK; ii++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    d[4 * (i0 + ii) + 2 * h] = rv[ii][h].x + d[4 * (i0 + ii) + 2 * h];
-                    d[4 * (i0 + ii) + 2 * h + 1] = rv[ii][h].y + d[4 * (i0 + ii) + 2 * h + 1];
-                }
-        }
-    }
-    gemm_epi_dev out = {};
-    out.C = ep.C;
-    out.vec2 = ep.vec2;
-    gemm_epilogue<BN, 0>(d, out, row0, col0, M, N);
-}
-
-/* ---- kernels ------------------------------------------------------------- */
-
-/* The persistent warp-specialised mainloop + epilogue, shared by the three layouts. TA / TB (compile time):
- * 0 = the operand is K-major in global and shared memory (one TMA box of rows x 64 K), 1 = MN-major (the
- * MN dimension is contiguous: boxes of 64 MN x 64 K, one per 64-wide MN block, wgmma transpose flag set).
- * Work units are (tile, K split) pairs, unit u = split (u / tiles) of tile (u % tiles), so the CTAs in
- * flight share one K range of the operands in L2. With splits == 1 the epilogue (gemm_epilogue<BN, EPI>, the
- * fused operations of ep) writes C; with splits > 1 (EPI 0 only) it writes split s's partial sums, plain, to
- * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards (or, TN with
- * ep.tile_cnt, the fixup reduces in the kernel). TN stream-K (ep.streamk) replaces the units by contiguous
- * iteration ranges (gemm_work_next); a tile done by one CTA gets the normal epilogue, one split between CTAs the
- * fixup. */
-template <int BN, int TA, int TB, int EPI, int BM = GEMM_BM>
-__device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
-                                                const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
-                                                int splits, int kps, const CUtensorMap *tm_pre = nullptr) {
-    typedef gemm_cfg<BN, BM> cfg;
-    /* BM = 192 (TN only): three consumer warpgroups of 64 rows, the plain epilogue, split-K by the pass */
-    static_assert(BM == GEMM_BM || (TA && TB && EPI == 0), "the 192-row tile is the TN kernel's, plain epilogue");
-    constexpr int CONSUMER_WARPS = 4 * (BM / 64);
-    constexpr int STAGES = cfg::STAGES;
-    constexpr uint32_t BOX = GEMM_MN_BOX_BYTES; /* one 64 x 64 bf16 MN-major box */
-    extern __shared__ __align__(1024) unsigned char gemm_smem[];
-    const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
-    const uint32_t sa = base;                                   /* A stages */
-    const uint32_t sb = base + STAGES * cfg::A_BYTES;           /* B stages */
-    constexpr bool TMA_STORE = (EPI & GEMM_EPI_TMA_STORE) != 0;
-    const uint32_t sout = base + STAGES * cfg::STAGE_BYTES;     /* TMA_STORE staging: 2 boxes per consumer WG */
-    /* full[s] at +8s, empty[s] at +8(STAGES+s) */
-    const uint32_t bars = sout + (TMA_STORE ? cfg::OUT_STAGE_BYTES : 0);
-
-    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int num_tiles = tiles_m * tiles_n;
-    const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
-    const int wg = threadIdx.x / 128;
-
-    if (threadIdx.x == 0) {
-        wgmma_ring_init<STAGES>(bars, CONSUMER_WARPS);
-        tma_prefetch_desc(&tm_a);
-        tma_prefetch_desc(&tm_b);
-        if constexpr (TMA_STORE) tma_prefetch_desc(&tm_c);
-    }
-    __syncthreads();
-
-    if (wg == 0) {
-        /* ---- producer warpgroup: one thread drives the TMA ring ---- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(BM == 192 ? GEMM_PRODUCER_REGS_3C
-                                                                            : GEMM_PRODUCER_REGS));
-        if (threadIdx.x == 0) {
-            int stage = 0;
-            uint32_t phase = 0;
-            gemm_work wk;
-            for (long long cur = gemm_work_begin(ep, num_tiles, ktiles);
-                 gemm_work_next(ep, cur, num_tiles, ktiles, splits, kps, wk);) {
-                int tm, tn;
-                gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
-                const int kt0 = wk.kt0, kt1 = wk.kt1;
-                const int m0 = tm * BM, n0 = tn * BN;
-                /* MN-major boxes entirely past M or N are not loaded: their stale shared memory only feeds
-                 * output rows / columns the epilogue discards (TMA counts a partly-outside box in full) */
-                uint32_t bytes = 0;
-                if constexpr (TA) {
-                    for (int h = 0; h < BM / 64; h++)
-                        if (m0 + 64 * h < M) bytes += BOX;
-                } else {
-                    bytes += cfg::A_BYTES;
-                }
-                if constexpr (TB) {
-                    for (int j = 0; j < BN / 64; j++)
-                        if (n0 + 64 * j < N) bytes += BOX;
-                } else {
-                    bytes += cfg::B_BYTES;
-                }
-                for (int kt = kt0; kt < kt1; kt++) {
-                    const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
-                    mbar_wait(empty, phase ^ 1);
-                    mbar_arrive_expect_tx(full, bytes);
-                    const uint32_t da = sa + stage * cfg::A_BYTES, db = sb + stage * cfg::B_BYTES;
-                    if constexpr (TA) {
-                        for (int h = 0; h < BM / 64; h++)
-                            if (m0 + 64 * h < M) tma_load_2d(da + h * BOX, &tm_a, m0 + 64 * h, kt * GEMM_BK, full);
-                    } else {
-                        tma_load_2d(da, &tm_a, kt * GEMM_BK, m0, full);
-                    }
-                    if constexpr (TB) {
-                        for (int j = 0; j < BN / 64; j++)
-                            if (n0 + 64 * j < N) tma_load_2d(db + j * BOX, &tm_b, n0 + 64 * j, kt * GEMM_BK, full);
-                    } else {
-                        tma_load_2d(db, &tm_b, kt * GEMM_BK, n0, full);
-                    }
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
-                }
-            }
-        }
-    } else {
-        /* ---- consumer warpgroups: wgmma from the ring, then the epilogue ---- */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(BM == 192 ? GEMM_CONSUMER_REGS_3C
-                                                                            : GEMM_CONSUMER_REGS));
-        const int c = wg - 1;                 /* which 64-row block of the block tile */
-        const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
-        int stage = 0;
-        uint32_t phase = 0;
-        float d[BN / 2];
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-
-        gemm_work wk;
-        for (long long cur = gemm_work_begin(ep, num_tiles, ktiles);
-             gemm_work_next(ep, cur, num_tiles, ktiles, splits, kps, wk);) {
-            int tm, tn;
-            gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
-            const int kt0 = wk.kt0, kt1 = wk.kt1;
-            const int row0 = tm * BM + c * 64 + warp * 16 + lane / 4;
-            const int col0 = tn * BN + 2 * (lane % 4);
-            /* the epilogue's inputs travel to L2 while the mainloop runs */
-            if (wk.parts == 1 && ep.res != nullptr) gemm_prefetch_rows<BN>(ep.res, row0, tn * BN, lane, M, N);
-            if constexpr ((EPI & GEMM_EPI_DGELU) != 0) gemm_prefetch_rows<BN>(ep.dpre, row0, tn * BN, lane, M, N);
-            /* TMA store + bias: the tile's BN bias values go to shared memory once, by cp.async (no registers,
-             * no wait until the epilogue), instead of 2 x BN/8 dependent global loads per thread in the epilogue
-             * (measured: bias made the TMA-store GEMM 7-21% slower). One copy for both consumer warpgroups: the
-             * barrier makes sure the other one has finished reading the previous tile's copy. */
-            if constexpr (TMA_STORE) {
-                if (ep.bias != nullptr) {
-                    asm volatile("bar.sync %0, 256;" ::"n"(GEMM_BIAS_BAR) : "memory");
-                    const int ct = (int)threadIdx.x - 128, col = tn * BN + ct;
-                    if (ct < BN) {
-                        const uint32_t dst = sout + cfg::BIAS_OFF + 4u * (uint32_t)ct;
-                        const size_t src = __cvta_generic_to_global(ep.bias + (col < N ? col : 0));
-                        /* src-size 0 past N: zero-filled */
-                        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
-                                     "r"(col < N ? 4 : 0)
-                                     : "memory");
-                    }
-                    asm volatile("cp.async.commit_group;" ::: "memory");
-                }
-            }
-            int prev = 0;
-            for (int kt = kt0; kt < kt1; kt++) {
-                mbar_wait(bars + 8 * stage, phase);
-                /* this warpgroup's 64 rows: K-major, rows c*64.. of the 128-row box (64 rows x 128 B);
-                 * MN-major, box c (64 M x 64 K, 8 KiB): the same offset either way */
-                const uint32_t a0 = sa + stage * cfg::A_BYTES + c * (64 * 128);
-                const uint32_t b0 = sb + stage * cfg::B_BYTES;
-                wgmma_fence();
-#pragma unroll
-                for (int k = 0; k < GEMM_BK / 16; k++) {
-                    /* K-major: the k-th 16-wide K step is 32 bytes into each row; MN-major: 16 rows of
-                     * 128 bytes further */
-                    const uint64_t da = TA ? wgmma_desc_mn(a0 + 2048 * k) : wgmma_desc(a0 + 32 * k);
-                    const uint64_t db = TB ? wgmma_desc_mn(b0 + 2048 * k) : wgmma_desc(b0 + 32 * k);
-                    /* scale-d 0 on the unit's first MMA: overwrite, don't accumulate */
-                    wgmma_tile_k16<BN, TA, TB>(d, da, db, (kt != kt0 || k != 0) ? 1 : 0);
-                }
-                /* the previous slice's MMAs done: release its stage */
-                wgmma_ring_step<STAGES>(bars, kt > kt0, lane, prev, stage, phase);
-            }
-            wgmma_wait<0>();
-            wgmma_fence_operands(d);
-            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-
-            if (wk.parts == 1) {
-                gemm_epilogue<BN, EPI>(d, ep, row0, col0, M, N, &tm_c, sout, tm_pre);
-            } else if (TA && TB && BM == GEMM_BM && ep.tile_cnt != nullptr) { /* TN: the in-kernel reduction */
-                /* "last" flag: the 16 bytes after the barriers, inside the 1 KiB alignment slack of cfg::SMEM */
-                if constexpr (TA && TB && BM == GEMM_BM)
-                    gemm_splitk_fixup<BN>(d, ep, wk.tile, wk.part, wk.parts, splits, ktiles, num_tiles, row0,
-                                          col0, M, N,
-                                          reinterpret_cast<volatile int *>(
-                                              gemm_smem + (bars + 16 * STAGES - smem_u32(gemm_smem))));
-            } else { /* a split-K partial: plain fp32 into this split's slice of the workspace */
-                gemm_epi_dev part = {};
-                part.vec2 = ep.vec2;
-                if constexpr (TMA_STORE && TA && TB) {
-                    /* TN PASS_TMA: tm_c maps the workspace as (splits x M) rows of N; slice s starts at row s*M
-                     * (M % 128 == 0, so no box crosses into the next slice) */
-                    part.C = ep.work;
-                    gemm_epilogue<BN, GEMM_EPI_TMA_STORE>(d, part, row0 + wk.part * M, col0, splits * M, N, &tm_c,
-                                                          sout);
-                } else {
-                    part.C = ep.work + (size_t)wk.part * M * N;
-                    gemm_epilogue<BN, 0>(d, part, row0, col0, M, N);
-                }
-            }
-        }
-        /* the staging boxes must not be released (CTA exit) while a TMA store still reads them */
-        if constexpr (TMA_STORE) {
-            if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-        }
-    }
-}
-
-/* NT (forward, Y = X . W^T): A (M,K) and B (N,K), both K-major. EPI: any of GELU, BF16; or TMA_STORE alone
- * (+ bias, GELU, bf16 out; the host refuses residual / pre_out with it).
- * tm_c (every layout; read only with TMA_STORE): C as an (M,N) fp32 / bf16 tensor, boxes of 64 rows x 128 B.
- * tm_pre (NT only; read only with TMA_STORE | GELU and ep.pre set): pre_out, the same geometry as tm_c. */
-template <int BN, int EPI>
-__global__ void __launch_bounds__(GEMM_THREADS, 1)
-    gemm_wgmma_bf16_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                           const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
-                           int splits, int kps, const __grid_constant__ CUtensorMap tm_pre) {
-    gemm_wgmma_body<BN, 0, 0, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, &tm_pre);
-}
-
-/* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. EPI: 0, DGELU, TMA_STORE, or
- * DGELU | TMA_STORE (BN 128 only). */
-template <int BN, int EPI>
-__global__ void __launch_bounds__(GEMM_THREADS, 1)
-    gemm_wgmma_bf16_nn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                              const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
-                              int splits, int kps) {
-    gemm_wgmma_body<BN, 0, 1, EPI>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
-}
-
-/* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. EPI 0,
- * or TMA_STORE (PASS_TMA: split-K partials through the TMA store, tm_c = the workspace; launched only with
- * splits > 1, so no unit takes the whole-tile epilogue). */
-template <int BN, int EPI, int BM>
-__global__ void __launch_bounds__(128 * (1 + BM / 64), 1)
-    gemm_wgmma_bf16_tn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                              const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
-                              int splits, int kps) {
-    gemm_wgmma_body<BN, 1, 1, EPI, BM>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
-}
-
-/* ---- TN on 192 x 192 tiles, two consumer warpgroups splitting N (FORGE_GEMM_TN_REDUCE_PASS_C192) ----------
- * The tile and split-K plan of cuBLAS's dW kernel at the GPT-2 MLP shapes (ncu, H200: 192 x 192, two consumer
- * warpgroups, 2 splits = 128 units in one wave, 96.6% tensor-busy), where forge's 128 x 256 plan takes 2.7
- * waves and the three-warpgroup 192 tile (PASS_T192) lost in its mainloop. Warpgroup w computes all 192 rows x
+/* ---- TN on 192 x 192 tiles, two consumer warpgroups splitting N (the "C192" kernel) ------------------------
+ * The tile and split-K plan that cuBLAS's dW kernel uses at the GPT-2 MLP shapes (192 x 192, two consumer
+ * warpgroups, one wave of split-K units), where the 128 x 256 plan takes almost three waves and a three-warpgroup
+ * 192-row tile (the lab's T192) loses in its mainloop (lab/notes/gemm-bf16.md). Warpgroup w computes all 192 rows x
  * columns 96w..96w+95: per k16 step three wgmma m64n96k16 (A row-blocks 0-2, the same B half), 3 x 48
  * accumulators. A 96-column half must start on an MN block of the swizzled layout, so B is staged as six 32-wide
  * MN-major boxes with the 64-byte swizzle (wgmma_desc_mn64), A as the usual three 64-wide boxes (128-byte
@@ -1072,13 +255,9 @@ __global__ void __launch_bounds__(256)
 
 /* gemm_encode_tiled_fn and gemm_get_encoder (the driver's cuTensorMapEncodeTiled): wgmma_tmap.h. */
 
-/* Process-wide caches of facts that never change for a device: SM count,
- * capability (and, in gemm_wgmma_launch, whether each kernel's shared-memory
- * limit was raised). Racing writers store identical values. */
-#define GEMM_MAX_DEVICES 64
 static int g_sm_count[GEMM_MAX_DEVICES], g_cc_major[GEMM_MAX_DEVICES], g_cc_minor[GEMM_MAX_DEVICES];
 
-static forge_status gemm_device_info(int *dev, int *sm_count) {
+forge_status gemm_device_info(int *dev, int *sm_count) {
     CUDA_TRY(cudaGetDevice(dev));
     if (*dev < 0 || *dev >= GEMM_MAX_DEVICES)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: device index %d out of range", *dev);
@@ -1107,8 +286,8 @@ static const char *gemm_wgmma_refusal(const void *A, const void *B, const float 
     return nullptr;
 }
 
-static forge_status gemm_encode_kmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, const void *ptr, int rows,
-                                       int K, int box_rows, const char *what) {
+forge_status gemm_encode_kmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, const void *ptr, int rows, int K,
+                                int box_rows, const char *what) {
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)K * 2}; /* bytes between rows */
     const cuuint32_t box[2] = {GEMM_BK, (cuuint32_t)box_rows};
@@ -1127,8 +306,8 @@ static forge_status gemm_encode_kmajor(CUtensorMap *map, gemm_encode_tiled_fn en
 /* MN-major operand stored (K, mn) row-major, mn contiguous: TMA dims {mn, K}, row stride mn*2 bytes, boxes
  * of 64 (mn) x 64 (K) with the 128-byte swizzle (64 bf16 = 128 bytes, the swizzle's limit on the inner box), or
  * with box_mn = 32, 32 x 64 boxes with the 64-byte swizzle (the C192 kernel's B, wgmma_desc_mn64). */
-static forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, const void *ptr, int mn,
-                                        int K, const char *what, int box_mn = 64) {
+forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, const void *ptr, int mn, int K,
+                                 const char *what, int box_mn) {
     const cuuint64_t dims[2] = {(cuuint64_t)mn, (cuuint64_t)K};
     const cuuint64_t strides[1] = {(cuuint64_t)mn * 2};
     const cuuint32_t box[2] = {(cuuint32_t)box_mn, GEMM_BK};
@@ -1148,7 +327,7 @@ static forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn e
 /* C (M,N) row-major for the TMA store: dims {N, M}, row stride N*4 bytes fp32 (needs N % 4 == 0) or N*2 bf16
  * (N % 8 == 0), boxes of 128 bytes (32 fp32 or 64 bf16 columns: the 128-byte swizzle's limit) x 64 rows, the
  * staging layout gemm_epilogue writes. */
-static forge_status gemm_encode_c(CUtensorMap *map, gemm_encode_tiled_fn encode, void *ptr, int M, int N, int bf16) {
+forge_status gemm_encode_c(CUtensorMap *map, gemm_encode_tiled_fn encode, void *ptr, int M, int N, int bf16) {
     const cuuint64_t dims[2] = {(cuuint64_t)N, (cuuint64_t)M};
     const cuuint64_t strides[1] = {(cuuint64_t)N * (bf16 ? 2 : 4)};
     const cuuint32_t box[2] = {bf16 ? 64u : 32u, 64};
@@ -1165,27 +344,9 @@ static forge_status gemm_encode_c(CUtensorMap *map, gemm_encode_tiled_fn encode,
     return FORGE_OK;
 }
 
-/* The layouts: NT = both K-major, NN = B MN-major, TN = both MN-major. */
-enum { GEMM_NT = 0, GEMM_NN = 1, GEMM_TN = 2 };
-
-typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int, int,
-                               int, int, int);
-
-/* The NT kernel has one more tensor map (tm_pre). */
-typedef void (*gemm_nt_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int,
-                                  int, int, int, int, const CUtensorMap);
-
-/* The NN / TN kernel of (BN, layout, EPI, BM); if constexpr so that only the requested instantiation exists. */
-template <int BN, int LAYOUT, int EPI, int BM> static gemm_kernel_fn gemm_kernel_for(void) {
-    if constexpr (LAYOUT == GEMM_NN)
-        return gemm_wgmma_bf16_nn_kernel<BN, EPI>;
-    else
-        return gemm_wgmma_bf16_tn_kernel<BN, EPI, BM>;
-}
-
 /* The split-K second pass over ep.work's splits slices into ep.C (C += when accumulate). */
-static forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int splits, int accumulate,
-                                              cudaStream_t stream, int sm_count) {
+forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int splits, int accumulate,
+                                       cudaStream_t stream, int sm_count) {
     float *C = (float *)ep.C, *work = ep.work;
     const size_t mn = (size_t)M * N;
     const int vec4 = mn % 4 == 0 && (uintptr_t)C % 16 == 0 && (uintptr_t)work % 16 == 0;
@@ -1194,78 +355,6 @@ static forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int
     if (blocks > (size_t)sm_count * 8) blocks = (size_t)sm_count * 8;
     gemm_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, stream>>>(C, work, mn, splits, accumulate, vec4);
     CUDA_LAUNCH_CHECK("gemm_splitk_reduce_kernel");
-    return FORGE_OK;
-}
-
-/* ep.vec2 is set here. accumulate only matters for splits > 1 (the reduction adds C); with splits == 1 the
- * caller expresses C += as ep.res = C. */
-template <int BN, int LAYOUT, int EPI, int BM = GEMM_BM>
-static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
-                                      int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
-                                      long long sk_iters = 0) {
-    static_assert(BM == GEMM_BM || (LAYOUT == GEMM_TN && EPI == 0), "the 192-row tile is TN's, plain epilogue");
-    constexpr int threads = 128 * (1 + BM / 64);
-    static_assert(LAYOUT != GEMM_TN || EPI == 0 || EPI == GEMM_EPI_TMA_STORE,
-                  "dW (TN) has the plain epilogue, or TMA-stored split partials");
-    typedef gemm_cfg<BN, BM> cfg;
-    static int smem_set[GEMM_MAX_DEVICES]; /* one per instantiation: the kernel's smem limit was raised */
-    gemm_kernel_fn kernel = nullptr;
-    gemm_nt_kernel_fn kernel_nt = nullptr;
-    if constexpr (LAYOUT == GEMM_NT)
-        kernel_nt = gemm_wgmma_bf16_kernel<BN, EPI>;
-    else
-        kernel = gemm_kernel_for<BN, LAYOUT, EPI, BM>();
-    const void *kernel_sym = kernel_nt != nullptr ? (const void *)kernel_nt : (const void *)kernel;
-    gemm_encode_tiled_fn encode = nullptr;
-    FORGE_TRY(gemm_get_encoder(&encode));
-    CUtensorMap tm_a, tm_b;
-    if (LAYOUT == GEMM_TN)
-        FORGE_TRY(gemm_encode_mnmajor(&tm_a, encode, A, M, K, "A"));
-    else
-        FORGE_TRY(gemm_encode_kmajor(&tm_a, encode, A, M, K, GEMM_BM, "A"));
-    if (LAYOUT == GEMM_NT)
-        FORGE_TRY(gemm_encode_kmajor(&tm_b, encode, B, N, K, BN, "B"));
-    else
-        FORGE_TRY(gemm_encode_mnmajor(&tm_b, encode, B, N, K, "B"));
-    CUtensorMap tm_c, tm_pre;
-    memset(&tm_c, 0, sizeof tm_c);
-    memset(&tm_pre, 0, sizeof tm_pre);
-    if constexpr (LAYOUT == GEMM_TN && (EPI & GEMM_EPI_TMA_STORE) != 0) {
-        if (splits < 2 || ep.work == nullptr || ep.tile_cnt != nullptr || ep.streamk)
-            return forge_error(FORGE_ERR_ARG, "gemm_wgmma tn: TMA-stored partials need a plain split-K launch");
-        FORGE_TRY(gemm_encode_c(&tm_c, encode, ep.work, splits * M, N, 0)); /* the splits' slices, stacked */
-    } else if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0) {
-        FORGE_TRY(gemm_encode_c(&tm_c, encode, ep.C, M, N, (EPI & GEMM_EPI_BF16) != 0));
-    }
-    if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0 && (EPI & GEMM_EPI_GELU) != 0)
-        if (ep.pre != nullptr) FORGE_TRY(gemm_encode_c(&tm_pre, encode, ep.pre, M, N, (EPI & GEMM_EPI_BF16) != 0));
-    const size_t smem = (EPI & GEMM_EPI_TMA_STORE) ? cfg::SMEM_TMA_STORE : cfg::SMEM;
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(kernel_sym, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set[dev] = 1;
-    }
-    const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
-    const int kps = (ktiles + splits - 1) / splits;
-    const long long units = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN) * splits;
-    if (units > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
-    /* stream-K (sk_iters = tiles x ktiles): every SM, but never more CTAs than iterations (each range >= 1) */
-    const long long want = sk_iters > 0 ? sk_iters : units;
-    const int grid = (int)(want < sm_count ? want : sm_count);
-    /* 2-element accesses: N even (an even column's pair then never straddles a row end) and every (M,N) buffer
-     * aligned for them (8 bytes fp32, 4 bytes bf16) */
-    const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8;
-    ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % c_align == 0 && (uintptr_t)ep.pre % c_align == 0 &&
-              (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.dpre % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
-    if (kernel_nt != nullptr)
-        kernel_nt<<<grid, threads, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, tm_pre);
-    else
-        kernel<<<grid, threads, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
-    CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
-                      : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
-                                          : "gemm_wgmma_bf16_tn_kernel");
-    /* with tile_cnt the kernel reduced in place (TN fixup) */
-    if (splits > 1 && ep.tile_cnt == nullptr)
-        return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, sm_count);
     return FORGE_OK;
 }
 
@@ -1315,146 +404,40 @@ static int gemm_pick_bn(int M, int N, int sm_count) {
     return (t256 < sm_count && t128 > t256) ? 128 : 256;
 }
 
-/* Split-K plan for TN: the (BN, splits) with the least modelled time, where time = waves x K slices per unit
- * x the cost of one slice (1 for 128x256, 0.55 for 128x128, whose MMAs are half as wide but whose loads
- * are not halved) + the reduction pass's traffic (each split's slice written once and read once, C read if
- * accumulating and written) at 3.5 TB/s, in units of one 128x256x64 slice (~0.6 us on an H200 SM).
- * splits is capped by GEMM_MAX_SPLITS and by max_slices (what the workspace holds; <2 means no split).
- * Every split is non-empty: splits = ceil(ktiles / kps). Deterministic in its arguments. */
-/* 1 if environment variable var equals value, read once into *cache (-1: not yet; racing first callers compute
- * and store the same value) */
-static int gemm_env_is(const char *var, const char *value, int *cache) {
-    if (*cache < 0) {
-        const char *e = getenv(var);
-        *cache = e != nullptr && strcmp(e, value) == 0;
-    }
-    return *cache;
-}
+/* ---- NT / NN: the fused epilogues -------------------------------------------------------------------------- */
 
-/* FORGE_GEMM_TN_SPLITS (1..GEMM_MAX_SPLITS; unset, 0 or anything else: the cost model), read once per process
- * (a racing first read stores the same value). For sweeping S on the device without a rebuild, e.g. the
- * wave-exact S = 11 of the 72-tile dW shapes (792 units = 6 x 132) against the model's S = 5. */
-static int gemm_tn_splits_override(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("FORGE_GEMM_TN_SPLITS");
-        const int x = e != nullptr ? atoi(e) : 0;
-        v = x >= 1 && x <= GEMM_MAX_SPLITS ? x : 0;
-    }
-    return v;
-}
-
-/* FORGE_GEMM_TN_TILE, read once: "192" lets the default plan's cost model choose the 192 x 192 tile too; anything
- * else keeps it to the 128-row tiles. Measured on the H200 (session 4, device_dw.sh): the one-wave 192 plan
- * (64 tiles x 2 splits) 0.2504 / 0.2496 ms at the MLP dW shapes against 0.2509 / 0.2482 for 2.7 waves of 128 x 256
- * units: the balance it gains is lost in its mainloop (3 consumer warpgroups at 152 registers), so it is opt-in. */
-static int gemm_tn_allow192(void) {
-    static int cached = -1;
-    return gemm_env_is("FORGE_GEMM_TN_TILE", "192", &cached);
-}
-
-/* Whether DEFAULT runs the C192 kernel: where its one-wave plan (192 x 192 tiles x splits, from
- * gemm_tn_t192_splits) keeps >= 90% of the SMs busy with units of >= 32 K slices. Measured (H200, session 5, same
- * runs as cuBLAS): C192 0.98x / 1.00x at the GPT-2 MLP dW (64 tiles x 2 splits = 128 units; the 128 x 256
- * plan's 2.7 waves 0.82x / 0.84x), 1.00x at 768 x 768 (16 x 8 = 128 units), but 0.94x at 2304 x 768 (48 x 2 = 96
- * units: 73% of the SMs) and 0.80x at 776 x 1000 x 1001 (4 slices per unit). FORGE_GEMM_TN_TILE=c192 forces it,
- * =128 rules it out. */
-static int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits) {
-    static int forced = -1, never = -1;
-    if (gemm_env_is("FORGE_GEMM_TN_TILE", "c192", &forced)) return 1;
-    if (gemm_env_is("FORGE_GEMM_TN_TILE", "128", &never)) return 0;
-    const long long tiles =
-        (long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) * ((N + GEMM_C192_BN - 1) / GEMM_C192_BN);
-    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
-    const long long kps = (ktiles + splits - 1) / splits;
-    return tiles * splits * 10 >= (long long)sm_count * 9 && tiles * splits <= sm_count && kps >= 32;
-}
-
-/* The splits that put 192 x 192 tiles on one wave of units (PASS_C192, and PASS_T192 where the cost model prefers a
- * 128-row tile): SMs / tiles, capped like the model's and renormalised so that no split is empty */
-static int gemm_tn_t192_splits(int M, int N, int K, int sm_count, long long max_slices) {
-    const long long tiles = (long long)((M + 191) / 192) * ((N + 191) / 192);
-    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
-    long long s = sm_count / (tiles > 0 ? tiles : 1);
-    if (s > GEMM_MAX_SPLITS) s = GEMM_MAX_SPLITS;
-    if (s > max_slices) s = max_slices;
-    if (s > ktiles) s = ktiles;
-    if (s < 1) s = 1;
-    const long long kps = (ktiles + s - 1) / s;
-    return (int)((ktiles + kps - 1) / kps);
-}
-
-/* tiles: 128 x 256 (bn 256, cost 1 per slice), 128 x 128 (0.55) and, with allow192, 192 x 192 (*bm_out = 192;
- * 1.125 = its 36864 MACs per k-element against 32768: three consumer warpgroups, so a wave of one unit per SM
- * can cover the 64 tiles of the GPT-2 MLP dW at 2 splits where 128 x 256 needs 72 x 5 = 2.7 waves); the 192
- * tile only in plans of one wave (ncu on the H200: cuBLAS's dW kernel there, 192 x 192 at 2 splits, keeps the
- * tensor pipe 96.6% busy; forge's 2.7 waves of 128 x 256 units 84%, with 14% of the SM time idle in the tail) */
-static void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long max_slices, int *bn_out,
-                         int *splits_out, int *bm_out = nullptr, int allow192 = 0) {
-    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
-    const double mn_bytes = 4.0 * (double)M * (double)N;
-    const double slice_us = 0.6, bw_bytes_per_us = 3.5e6;
-    long long cap = ktiles < GEMM_MAX_SPLITS ? ktiles : GEMM_MAX_SPLITS;
-    if (max_slices < cap) cap = max_slices < 1 ? 1 : max_slices;
-    double best = -1.0;
-    int best_bn = 256, best_s = 1, best_bm = GEMM_BM;
-    for (int bi = 0; bi < (allow192 ? 3 : 2); bi++) {
-        const int bn = bi == 0 ? 256 : bi == 1 ? 128 : 192, bm = bi == 2 ? 192 : GEMM_BM;
-        const double slice_cost = bn == 256 ? 1.0 : bn == 128 ? 0.55 : 1.125;
-        const long long tiles = (long long)((M + bm - 1) / bm) * ((N + bn - 1) / bn);
-        for (long long s = 1; s <= cap; s++) {
-            const long long kps = (ktiles + s - 1) / s;
-            if ((ktiles + kps - 1) / kps != s) continue; /* an empty split: the same as a smaller s */
-            const long long units = tiles * s, waves = (units + sm_count - 1) / sm_count;
-            if (bm == 192 && waves > 1) continue; /* the 192 tile is for one wave of long units */
-            double t = (double)waves * (double)kps * slice_cost;
-            if (s > 1) t += (2.0 * s + 1.0 + accumulate) * mn_bytes / bw_bytes_per_us / slice_us;
-            if (best < 0.0 || t < best) {
-                best = t;
-                best_bn = bn;
-                best_bm = bm;
-                best_s = (int)s;
-            }
-        }
-    }
-    /* measurement aid: FORGE_GEMM_TN_SPLITS=S forces S splits (tile width still the model's), capped as above */
-    const int forced = gemm_tn_splits_override();
-    if (forced > 0) {
-        const long long s = forced < cap ? forced : cap, kps = (ktiles + s - 1) / s;
-        best_s = (int)((ktiles + kps - 1) / kps); /* no empty split */
-    }
-    *bn_out = best_bn;
-    *splits_out = best_s;
-    if (bm_out != nullptr) *bm_out = best_bm;
-}
-
-/* Why a fused epilogue cannot be used with these arguments (layout GEMM_NT or GEMM_NN), or NULL. */
-static const char *gemm_epi_refusal(int layout, const void *C, int N, const forge_gemm_epilogue *e) {
+/* Why a fused epilogue cannot be used with these arguments (layout GEMM_NT or GEMM_NN) whatever the store, or
+ * NULL. */
+static const char *gemm_epi_refusal(int layout, const void *C, const forge_gemm_epilogue *e) {
     const uintptr_t c_align = e->out_bf16 ? 2 : 4;
     if (layout == GEMM_NN && (e->bias != nullptr || e->gelu || e->pre_out != nullptr))
         return "bias, gelu and pre_out are forward (nt) epilogues; nn takes residual and dgelu_pre";
     if (layout == GEMM_NN && e->out_bf16) return "bf16 output is not built for nn (dX is fp32)";
     if (layout == GEMM_NT && e->dgelu_pre != nullptr) return "dgelu_pre is the dX (nn) epilogue";
     if (e->pre_out != nullptr && !e->gelu) return "pre_out is only written with gelu (it is v before GELU)";
-    if (e->store_tma && e->residual != nullptr)
-        return "store_tma takes bias, gelu, pre_out and bf16 out (nt) or dgelu_pre (nn): no residual (its loads next "
-               "to 128 accumulators spilled)";
-    if (e->store_tma && e->pre_out != nullptr && (uintptr_t)e->pre_out % 16 != 0)
-        return "store_tma with pre_out needs a 16-byte aligned pre_out (TMA)";
-    if (e->store_tma && e->dgelu_pre != nullptr && (uintptr_t)e->dgelu_pre % 16 != 0)
-        return "store_tma with dgelu_pre needs a 16-byte aligned dgelu_pre";
-    if (e->store_tma && !e->out_bf16 && (N % 4 != 0 || (uintptr_t)C % 16 != 0))
-        return "store_tma with an fp32 C needs N % 4 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and "
-               "base)";
-    if (e->store_tma && e->out_bf16 && (N % 8 != 0 || (uintptr_t)C % 16 != 0))
-        return "store_tma with a bf16 C needs N % 8 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and "
-               "base)";
     if (e->out_bf16 && (const void *)e->residual == C)
         return "residual == C (C +=) needs an fp32 C; residual is always fp32";
     if ((uintptr_t)C % c_align != 0 || (uintptr_t)e->pre_out % c_align != 0)
         return "C and pre_out must be aligned to their element size";
     if ((uintptr_t)e->bias % 4 != 0 || (uintptr_t)e->residual % 4 != 0 || (uintptr_t)e->dgelu_pre % 4 != 0)
         return "bias, residual and dgelu_pre must be 4-byte aligned";
+    return nullptr;
+}
+
+const char *gemm_epi_tma_refusal(const void *C, int N, const forge_gemm_epilogue *e) {
+    if (e->residual != nullptr)
+        return "the TMA store takes bias, gelu, pre_out and bf16 out (nt) or dgelu_pre (nn): no residual (its loads "
+               "next to 128 accumulators spilled)";
+    if (e->pre_out != nullptr && (uintptr_t)e->pre_out % 16 != 0)
+        return "the TMA store with pre_out needs a 16-byte aligned pre_out";
+    if (e->dgelu_pre != nullptr && (uintptr_t)e->dgelu_pre % 16 != 0)
+        return "the TMA store with dgelu_pre needs a 16-byte aligned dgelu_pre";
+    if (!e->out_bf16 && (N % 4 != 0 || (uintptr_t)C % 16 != 0))
+        return "the TMA store of an fp32 C needs N % 4 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and "
+               "base)";
+    if (e->out_bf16 && (N % 8 != 0 || (uintptr_t)C % 16 != 0))
+        return "the TMA store of a bf16 C needs N % 8 == 0 and a 16-byte aligned C (TMA's 16-byte row stride and "
+               "base)";
     return nullptr;
 }
 
@@ -1468,22 +451,22 @@ static gemm_epi_dev gemm_epi_from(void *C, const forge_gemm_epilogue *e) {
     return ep;
 }
 
-extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
-                                               const forge_gemm_epilogue *epi, void *stream) {
+forge_status gemm_bf16_nt_epi_launch(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
+                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t st) {
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
     /* the fp32 rules of gemm_wgmma_refusal; a bf16 C only needs 2-byte alignment */
     const char *why = gemm_wgmma_refusal(A_bf16, B_bf16, e->out_bf16 ? nullptr : (const float *)C, M, N, K);
-    if (why == nullptr) why = gemm_epi_refusal(GEMM_NT, C, N, e);
+    if (why == nullptr) why = gemm_epi_refusal(GEMM_NT, C, e);
+    if (why == nullptr && tma_store) why = gemm_epi_tma_refusal(C, N, e);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nt epilogue (M=%d N=%d K=%d): %s", M, N, K, why);
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const gemm_epi_dev ep = gemm_epi_from(C, e);
-    const cudaStream_t st = (cudaStream_t)stream;
     const int flags = (e->gelu ? GEMM_EPI_GELU : 0) | (e->out_bf16 ? GEMM_EPI_BF16 : 0);
-    if (e->store_tma) {
+    if (tma_store) {
         constexpr int T = GEMM_EPI_TMA_STORE;
         switch (flags) {
         case 0: return gemm_launch_auto_bn<GEMM_NT, T>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
@@ -1508,11 +491,19 @@ extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B
     }
 }
 
-/* FORGE_BF16_SCHED, read once: "coop" keeps plain NT products on the cooperative kernel, "pp" (or unset) lets them
- * take the ping-pong one (forge_gemm_bf16_nt_wgmma). Racing first readers store the same value. */
-static int gemm_bf16_nt_coop_forced(void) {
-    static int cached = -1;
-    return gemm_env_is("FORGE_BF16_SCHED", "coop", &cached);
+extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
+                                               const forge_gemm_epilogue *epi, void *stream) {
+    forge_gemm_epilogue plain;
+    memset(&plain, 0, sizeof plain);
+    const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
+    return gemm_bf16_nt_epi_launch(A_bf16, B_bf16, C, M, N, K, e, gemm_epi_tma_refusal(C, N, e) == nullptr,
+                                   (cudaStream_t)stream);
+}
+
+extern "C" const char *forge_gemm_bf16_epi_store(const void *C, int N, const forge_gemm_epilogue *epi) {
+    forge_gemm_epilogue plain;
+    memset(&plain, 0, sizeof plain);
+    return gemm_epi_tma_refusal(C, N, epi != nullptr ? epi : &plain) == nullptr ? "tma" : "direct";
 }
 
 extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
@@ -1522,27 +513,17 @@ extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void 
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma (M=%d N=%d K=%d): %s; forge_gemm_bf16_nt falls back "
                            "to the SIMT kernel for such arguments", M, N, K, why);
     /* A product (+ bias) whose C takes the TMA store runs on the ping-pong kernel (128 x 128 per warpgroup, one's
-     * epilogue, bias included, under the other's MMAs): measured on the H200 (results/2026-12-01_order_s7,
-     * interleaved, paired ratios vs cuBLAS) 1.14-1.30x at the GPT-2 K = 768 shapes where the cooperative kernel is
-     * 0.96-1.10x, 1.18-1.29x at 65536 x 1408 x 512 (0.98-1.06x), 1.04-1.07x at 4096^3 (1.01-1.04x) and 1.06-1.07x
-     * at 8192^3 (1.02-1.04x). */
-    if (N % 4 == 0 && (uintptr_t)C % 16 == 0 && !gemm_bf16_nt_coop_forced())
-        return forge_gemm_bf16_nt_pp(A_bf16, B_bf16, C, bias, M, N, K, stream);
+     * epilogue, bias included, under the other's MMAs): faster than the cooperative kernel at every measured shape
+     * (lab/notes/gemm-bf16.md). The rest, whose C the TMA store refuses, on the cooperative kernel with the
+     * direct store. */
+    if (N % 4 == 0 && (uintptr_t)C % 16 == 0) return forge_gemm_bf16_nt_pp(A_bf16, B_bf16, C, bias, M, N, K, stream);
     forge_gemm_epilogue e;
     memset(&e, 0, sizeof e);
     e.bias = bias;
-    /* C stores through shared memory + TMA where TMA can take C: measured on the H200
-     * (results/2026-11-30_eda380acfd1c/gemm_epi.csv) 0.89 -> 1.02x cuBLAS at qkv, 0.86 -> 0.99x at mlp fc,
-     * 0.83 -> 0.97x at the lm head (the consumers move on while the stores drain). With a bias too since the
-     * bias went to shared memory by cp.async (results/2026-11-30_87b31f5d1bb6/gemm.csv: 558 / 565 / 475
-     * TFLOP/s at qkv / fc / lm head, against 499 / 503 / 445 for the direct store without a bias). */
-    e.store_tma = N % 4 == 0 && (uintptr_t)C % 16 == 0;
     return forge_gemm_bf16_nt_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
 }
 
-/* Why the NN / TN paths cannot take these arguments, or NULL. */
-static const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void *B, const float *C, int M, int N,
-                                          int K) {
+const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void *B, const float *C, int M, int N, int K) {
     if (M <= 0 || N <= 0 || K <= 0) return "M, N and K must be >= 1";
     if (layout == GEMM_NN && K % 8 != 0)
         return "K must be a multiple of 8 (A = dY (M,K) is K-contiguous; TMA needs 16-byte row strides: K*2 bytes)";
@@ -1554,29 +535,37 @@ static const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void 
     return nullptr;
 }
 
-extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N,
-                                               int K, const forge_gemm_epilogue *epi, void *stream) {
+forge_status gemm_bf16_nn_epi_launch(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
+                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t st) {
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
     const char *why = gemm_wgmma_refusal_bwd(GEMM_NN, A_bf16, B_bf16, (const float *)C, M, N, K);
-    if (why == nullptr) why = gemm_epi_refusal(GEMM_NN, C, N, e);
+    if (why == nullptr) why = gemm_epi_refusal(GEMM_NN, C, e);
+    if (why == nullptr && tma_store) why = gemm_epi_tma_refusal(C, N, e);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nn (M=%d N=%d K=%d): %s", M, N, K, why);
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const gemm_epi_dev ep = gemm_epi_from(C, e);
     /* dgelu + TMA store: BN 128 only (the chunk loads of dgelu_pre next to 128 accumulators would spill) */
-    if (e->dgelu_pre != nullptr && e->store_tma)
-        return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_TMA_STORE>(
-            A_bf16, B_bf16, ep, M, N, K, 0, 1, (cudaStream_t)stream, dev, sm_count);
+    if (e->dgelu_pre != nullptr && tma_store)
+        return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, 0,
+                                                                                    1, st, dev, sm_count);
     if (e->dgelu_pre != nullptr)
-        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream, dev,
-                                                            sm_count);
-    if (e->store_tma)
-        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream,
-                                                                dev, sm_count);
-    return gemm_launch_auto_bn<GEMM_NN, 0>(A_bf16, B_bf16, ep, M, N, K, (cudaStream_t)stream, dev, sm_count);
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+    if (tma_store)
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+    return gemm_launch_auto_bn<GEMM_NN, 0>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+}
+
+extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N,
+                                               int K, const forge_gemm_epilogue *epi, void *stream) {
+    forge_gemm_epilogue plain;
+    memset(&plain, 0, sizeof plain);
+    const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
+    return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, e, gemm_epi_tma_refusal(C, N, e) == nullptr,
+                                   (cudaStream_t)stream);
 }
 
 extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
@@ -1584,185 +573,154 @@ extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void 
     forge_gemm_epilogue e;
     memset(&e, 0, sizeof e);
     e.residual = accumulate ? C : nullptr; /* C += the product: read C, add, store, in the epilogue */
-    /* a plain C stores through shared memory + TMA, as the forward does (forge_gemm_bf16_nt_wgmma) */
-    e.store_tma = !accumulate && N % 4 == 0 && (uintptr_t)C % 16 == 0;
     return forge_gemm_bf16_nn_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
 }
 
-/* The in-kernel reduction's workspace: one int counter per tile (rounded up to 256 bytes, so the slots stay
- * 16-byte aligned), then tiles x splits slots of GEMM_BM x bn fp32 in fragment order (padded tiles included). */
-static size_t gemm_tn_fixup_cnt_bytes(long long tiles) { return (size_t)((tiles * 4 + 255) / 256 * 256); }
-static size_t gemm_tn_fixup_bytes(int M, int N, int bn, int splits) {
-    const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
-    return gemm_tn_fixup_cnt_bytes(tiles) + (size_t)tiles * splits * GEMM_BM * bn * sizeof(float);
+/* ---- TN (dW): the default plan --------------------------------------------------------------------------- */
+
+const gemm_tn_tile GEMM_TN_TILES[2] = {{GEMM_BM, 256, 1.0, 0}, {GEMM_BM, 128, 0.55, 0}};
+
+long long gemm_tn_max_slices(int M, int N, const void *workspace, size_t workspace_bytes) {
+    return workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
 }
 
-/* Stream-K for TN: tile width 256 (128 when N <= 128), grid = min(SMs, tiles x ktiles) so every CTA's range holds
- * >= 1 iteration, workspace = the tile counters + 2 slots per CTA (gemm_fixup_slot). */
-static int gemm_tn_streamk_bn(int N) { return N <= 128 ? 128 : 256; }
-static size_t gemm_tn_streamk_bytes(int M, int N, int K, int sm_count) {
-    const int bn = gemm_tn_streamk_bn(N);
-    const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
-    const long long iters = tiles * ((K + GEMM_BK - 1) / GEMM_BK);
-    const long long grid = iters < sm_count ? iters : sm_count;
-    return gemm_tn_fixup_cnt_bytes(tiles) + (size_t)(2 * grid) * GEMM_BM * bn * sizeof(float);
+int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits) {
+    const long long tiles =
+        (long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) * ((N + GEMM_C192_BN - 1) / GEMM_C192_BN);
+    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const long long kps = (ktiles + splits - 1) / splits;
+    return tiles * splits * 10 >= (long long)sm_count * 9 && tiles * splits <= sm_count && kps >= 32;
 }
 
-/* FORGE_GEMM_TN_STORE, read once: "direct" makes FORGE_GEMM_TN_REDUCE_DEFAULT store the split partials from the
- * registers (PASS) instead of through TMA (PASS_TMA, the default where the slices allow it). Measured on the H200
- * (session 5, the bench's explicit cells): PASS_TMA 0.85x / 0.87x / 0.98x / 1.01x cuBLAS at the MLP fc / MLP
- * proj / qkv / attn proj dW against PASS's 0.82x / 0.84x / 0.95x / 0.99x. (Session 4's A/B of this switch had
- * found no difference because the bench cell forced PASS: it timed the same kernel twice.) */
-static int gemm_tn_store_direct(void) {
-    static int cached = -1;
-    return gemm_env_is("FORGE_GEMM_TN_STORE", "direct", &cached);
+int gemm_tn_one_wave_splits(int M, int N, int K, int sm_count, long long max_slices) {
+    const long long tiles = (long long)((M + 191) / 192) * ((N + 191) / 192);
+    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    long long s = sm_count / (tiles > 0 ? tiles : 1);
+    if (s > GEMM_MAX_SPLITS) s = GEMM_MAX_SPLITS;
+    if (s > max_slices) s = max_slices;
+    if (s > ktiles) s = ktiles;
+    if (s < 1) s = 1;
+    const long long kps = (ktiles + s - 1) / s;
+    return (int)((ktiles + kps - 1) / kps);
 }
+
+void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long max_slices, const gemm_tn_tile *tiles,
+                  int n_tiles, int *bm_out, int *bn_out, int *splits_out) {
+    const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const double mn_bytes = 4.0 * (double)M * (double)N;
+    const double slice_us = 0.6, bw_bytes_per_us = 3.5e6;
+    long long cap = ktiles < GEMM_MAX_SPLITS ? ktiles : GEMM_MAX_SPLITS;
+    if (max_slices < cap) cap = max_slices < 1 ? 1 : max_slices;
+    double best = -1.0;
+    int best_bn = tiles[0].bn, best_s = 1, best_bm = tiles[0].bm;
+    for (int bi = 0; bi < n_tiles; bi++) {
+        const int bn = tiles[bi].bn, bm = tiles[bi].bm;
+        const long long n_mn = (long long)((M + bm - 1) / bm) * ((N + bn - 1) / bn);
+        for (long long s = 1; s <= cap; s++) {
+            const long long kps = (ktiles + s - 1) / s;
+            if ((ktiles + kps - 1) / kps != s) continue; /* an empty split: the same as a smaller s */
+            const long long units = n_mn * s, waves = (units + sm_count - 1) / sm_count;
+            if (tiles[bi].one_wave && waves > 1) continue;
+            double t = (double)waves * (double)kps * tiles[bi].slice_cost;
+            if (s > 1) t += (2.0 * s + 1.0 + accumulate) * mn_bytes / bw_bytes_per_us / slice_us;
+            if (best < 0.0 || t < best) {
+                best = t;
+                best_bn = bn;
+                best_bm = bm;
+                best_s = (int)s;
+            }
+        }
+    }
+    *bm_out = best_bm;
+    *bn_out = best_bn;
+    *splits_out = best_s;
+}
+
+forge_status gemm_tn_c192_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
+                              void *workspace, int splits, cudaStream_t stream, int dev, int sm_count) {
+    gemm_epi_dev ep = {};
+    ep.C = C;
+    ep.work = splits > 1 ? (float *)workspace : nullptr;
+    ep.res = splits == 1 && accumulate ? C : nullptr;
+    return gemm_tn_c192_launch(A, B, ep, M, N, K, accumulate != 0, splits, stream, dev, sm_count);
+}
+
+forge_status gemm_tn_launch(int bn, int tma_partials, const void *A, const void *B, const gemm_epi_dev &ep, int M,
+                            int N, int K, int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
+                            long long sk_iters) {
+    if (bn != 128 && bn != 256) return forge_error(FORGE_ERR_ARG, "gemm_wgmma tn: tile width %d (128 or 256)", bn);
+    if (!tma_partials) {
+        if (bn == 128)
+            return gemm_wgmma_launch<128, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, dev, sm_count,
+                                                      sk_iters);
+        return gemm_wgmma_launch<256, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, dev, sm_count,
+                                                  sk_iters);
+    }
+    if (bn == 128)
+        return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, dev,
+                                                                   sm_count, sk_iters);
+    return gemm_wgmma_launch<256, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, dev,
+                                                               sm_count, sk_iters);
+}
+
+int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace) {
+    return splits > 1 && M % GEMM_BM == 0 && N % 4 == 0 && (uintptr_t)workspace % 16 == 0 &&
+           (long long)splits * M <= 0x7fffffffLL; /* the stacked map's rows: int */
+}
+
+forge_status gemm_tn_split_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
+                               void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int dev,
+                               int sm_count) {
+    gemm_epi_dev ep = {};
+    ep.C = C;
+    /* unsplit, C += is the epilogue's read-add-store; split, the reduction pass adds C */
+    ep.work = splits > 1 ? (float *)workspace : nullptr;
+    ep.res = splits == 1 && accumulate ? C : nullptr;
+    const int tma = allow_tma && gemm_tn_tma_partials_ok(M, N, splits, workspace);
+    return gemm_tn_launch(bn, tma, A, B, ep, M, N, K, accumulate != 0, splits, stream, dev, sm_count, 0);
+}
+
+/* ---- TN (dW): the entry points ------------------------------------------------------------------------------ */
 
 extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes) {
     *bytes = 0;
     if (M <= 0 || N <= 0 || K <= 0) return FORGE_OK;
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
-    int bn = 0, splits = 1;
-    /* accumulate only moves the reduction's cost, never past what the plan without it allows: plan both;
-     * enough for either reduction (the pass's S x M*N slices or the fixup's counters + padded tile slots) */
-    size_t need = 0;
+    /* the splits of either plan (C192's one wave, the cost model's), with accumulate or without: accumulate only
+     * moves the reduction's cost */
+    int splits = gemm_tn_one_wave_splits(M, N, K, sm_count, GEMM_MAX_SPLITS);
     for (int acc = 0; acc < 2; acc++) {
-        gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, &bn, &splits);
-        int bn192 = 0, s192 = 1, bm192 = GEMM_BM; /* DEFAULT's plan with the 192 tile, and PASS_T192's */
-        gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, &bn192, &s192, &bm192, 1);
-        if (s192 > splits) splits = s192;
-        s192 = gemm_tn_t192_splits(M, N, K, sm_count, GEMM_MAX_SPLITS);
-        if (s192 > splits) splits = s192;
-        size_t b = splits > 1 ? (size_t)splits * M * N * sizeof(float) : 0;
-        const size_t f = splits > 1 ? gemm_tn_fixup_bytes(M, N, bn, splits) : 0;
-        if (f > b) b = f;
-        if (b > need) need = b;
+        int bm = 0, bn = 0, s = 1;
+        gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, GEMM_TN_TILES, 2, &bm, &bn, &s);
+        if (s > splits) splits = s;
     }
-    const size_t sk = gemm_tn_streamk_bytes(M, N, K, sm_count); /* FORGE_GEMM_TN_REDUCE_STREAMK */
-    *bytes = need > sk ? need : sk;
+    *bytes = splits > 1 ? (size_t)splits * M * N * sizeof(float) : 0;
     return FORGE_OK;
-}
-
-extern "C" forge_status forge_gemm_bf16_tn_wgmma_reduce(const void *A_bf16, const void *B_bf16, float *C, int M,
-                                                        int N, int K, int accumulate, void *workspace,
-                                                        size_t workspace_bytes, forge_gemm_tn_reduce reduce,
-                                                        void *stream) {
-    const char *why = gemm_wgmma_refusal_bwd(GEMM_TN, A_bf16, B_bf16, C, M, N, K);
-    if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
-        why = "the split-K workspace must be 16-byte aligned";
-    if (why == nullptr && reduce != FORGE_GEMM_TN_REDUCE_DEFAULT && reduce != FORGE_GEMM_TN_REDUCE_PASS &&
-        reduce != FORGE_GEMM_TN_REDUCE_INKERNEL && reduce != FORGE_GEMM_TN_REDUCE_STREAMK &&
-        reduce != FORGE_GEMM_TN_REDUCE_PASS_TMA && reduce != FORGE_GEMM_TN_REDUCE_PASS_T192 &&
-        reduce != FORGE_GEMM_TN_REDUCE_PASS_C192)
-        why = "reduce must be FORGE_GEMM_TN_REDUCE_DEFAULT, _PASS, _INKERNEL, _STREAMK, _PASS_TMA, _PASS_T192 or "
-              "_PASS_C192";
-    if (why != nullptr)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
-    const int fixup = reduce == FORGE_GEMM_TN_REDUCE_INKERNEL;
-    int dev = 0, sm_count = 0;
-    FORGE_TRY(gemm_device_info(&dev, &sm_count));
-    if (reduce == FORGE_GEMM_TN_REDUCE_STREAMK) {
-        const size_t need = gemm_tn_streamk_bytes(M, N, K, sm_count);
-        if (workspace == nullptr || workspace_bytes < need)
-            return forge_error(FORGE_ERR_ARG,
-                               "gemm_wgmma tn stream-K (M=%d N=%d K=%d): workspace of %zu bytes, needs %zu "
-                               "(forge_gemm_bf16_tn_workspace)",
-                               M, N, K, workspace == nullptr ? (size_t)0 : workspace_bytes, need);
-        const int bn = gemm_tn_streamk_bn(N);
-        const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
-        gemm_epi_dev ep = {};
-        ep.C = C;
-        ep.res = accumulate ? C : nullptr; /* a whole tile's epilogue or the fixup adds C */
-        ep.tile_cnt = (int *)workspace;
-        ep.work = (float *)((char *)workspace + gemm_tn_fixup_cnt_bytes(tiles));
-        ep.streamk = 1;
-        CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), (cudaStream_t)stream));
-        const long long iters = tiles * ((K + GEMM_BK - 1) / GEMM_BK);
-        if (bn == 128)
-            return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, 1,
-                                                      (cudaStream_t)stream, dev, sm_count, iters);
-        return gemm_wgmma_launch<256, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, 1,
-                                                  (cudaStream_t)stream, dev, sm_count, iters);
-    }
-    const long long max_slices =
-        workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
-    /* the splits that put the 192 x 192 tiles (C192, T192) on one wave of units */
-    const int one_wave_splits = gemm_tn_t192_splits(M, N, K, sm_count, max_slices);
-    if (reduce == FORGE_GEMM_TN_REDUCE_PASS_C192 ||
-        (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_c192_default(M, N, K, sm_count, one_wave_splits))) {
-        const int splits = one_wave_splits;
-        gemm_epi_dev ep = {};
-        ep.C = C;
-        ep.work = splits > 1 ? (float *)workspace : nullptr;
-        ep.res = splits == 1 && accumulate ? C : nullptr;
-        return gemm_tn_c192_launch(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits, (cudaStream_t)stream, dev,
-                                   sm_count);
-    }
-    int bn = 256, splits = 1, bm = GEMM_BM;
-    /* the 192 x 192 tile: in DEFAULT's plan with FORGE_GEMM_TN_TILE=192, the only tile of PASS_T192 */
-    const int t192 = reduce == FORGE_GEMM_TN_REDUCE_PASS_T192;
-    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, &bn, &splits, &bm,
-                 t192 || (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && gemm_tn_allow192()));
-    if (t192 && bm != 192) { /* forced where the model prefers another tile */
-        splits = one_wave_splits;
-        bm = bn = 192;
-    }
-    if (fixup && splits > 1) {
-        /* the same plan as the pass (a clean A/B of the two reductions), cut to what the padded slots fit;
-         * splits then renormalised so that no split is empty (an empty unit would publish stale registers) */
-        const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
-        const size_t cnt = gemm_tn_fixup_cnt_bytes(tiles), slot = (size_t)GEMM_BM * bn * sizeof(float);
-        const long long fit = workspace_bytes > cnt ? (long long)((workspace_bytes - cnt) / (slot * tiles)) : 0;
-        if (fit < splits) splits = fit < 2 ? 1 : (int)fit;
-        const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
-        const int kps = (ktiles + splits - 1) / splits;
-        splits = (ktiles + kps - 1) / kps;
-    }
-    gemm_epi_dev ep = {};
-    ep.C = C;
-    /* unsplit, C += is the epilogue's read-add-store; split, the reduction adds C (the pass), or the last
-     * split's epilogue does (the fixup) */
-    if (splits > 1 && fixup) {
-        const long long tiles = (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
-        const size_t cnt = gemm_tn_fixup_cnt_bytes(tiles);
-        ep.tile_cnt = (int *)workspace;
-        ep.work = (float *)((char *)workspace + cnt);
-        ep.res = accumulate ? C : nullptr;
-        CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), (cudaStream_t)stream));
-        /* the launcher's reduction pass runs only for splits > 1 without tile_cnt */
-    } else {
-        ep.work = splits > 1 ? (float *)workspace : nullptr;
-        ep.res = splits == 1 && accumulate ? C : nullptr;
-    }
-    /* PASS_TMA (and DEFAULT unless FORGE_GEMM_TN_STORE=direct): the partials through the TMA store where the slices
-     * allow it (gemm.h) */
-    const int want_tma = reduce == FORGE_GEMM_TN_REDUCE_PASS_TMA ||
-                         (reduce == FORGE_GEMM_TN_REDUCE_DEFAULT && !gemm_tn_store_direct());
-    if (want_tma && bm == GEMM_BM && splits > 1 && !fixup && M % GEMM_BM == 0 && N % 4 == 0 &&
-        (uintptr_t)workspace % 16 == 0 && (long long)splits * M <= 0x7fffffffLL) { /* the stacked map's rows: int */
-        if (bn == 128)
-            return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0,
-                                                                       splits, (cudaStream_t)stream, dev, sm_count);
-        return gemm_wgmma_launch<256, GEMM_TN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0,
-                                                                   splits, (cudaStream_t)stream, dev, sm_count);
-    }
-    if (bm == 192)
-        return gemm_wgmma_launch<192, GEMM_TN, 0, 192>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
-                                                       (cudaStream_t)stream, dev, sm_count);
-    if (bn == 128)
-        return gemm_wgmma_launch<128, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
-                                                  (cudaStream_t)stream, dev, sm_count);
-    return gemm_wgmma_launch<256, GEMM_TN, 0>(A_bf16, B_bf16, ep, M, N, K, accumulate != 0, splits,
-                                              (cudaStream_t)stream, dev, sm_count);
 }
 
 extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
                                                  int K, int accumulate, void *workspace, size_t workspace_bytes,
                                                  void *stream) {
-    return forge_gemm_bf16_tn_wgmma_reduce(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes,
-                                           FORGE_GEMM_TN_REDUCE_DEFAULT, stream);
+    const char *why = gemm_wgmma_refusal_bwd(GEMM_TN, A_bf16, B_bf16, C, M, N, K);
+    if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
+        why = "the split-K workspace must be 16-byte aligned";
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma tn (M=%d N=%d K=%d): %s", M, N, K, why);
+    int dev = 0, sm_count = 0;
+    FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    const cudaStream_t st = (cudaStream_t)stream;
+    const long long max_slices = gemm_tn_max_slices(M, N, workspace, workspace_bytes);
+    const int one_wave_splits = gemm_tn_one_wave_splits(M, N, K, sm_count, max_slices);
+    if (gemm_tn_c192_default(M, N, K, sm_count, one_wave_splits))
+        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_splits, st, dev,
+                                sm_count);
+    int bm = GEMM_BM, bn = 256, splits = 1;
+    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, GEMM_TN_TILES, 2, &bm, &bn, &splits);
+    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, st, dev, sm_count);
 }
+
+/* ---- NT: the dispatching entry and the SIMT fallback --------------------------------------------------------- */
 
 extern "C" forge_status forge_gemm_bf16_nt_simt(const void *A_bf16, const void *B_bf16, float *C, const float *bias,
                                                 int M, int N, int K, void *stream) {

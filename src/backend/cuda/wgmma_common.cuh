@@ -4,7 +4,7 @@
  * arrive.expect_tx / a parity wait that traps instead of hanging), 2D TMA
  * loads and stores (with the stores' bulk-group commit / wait), wgmma
  * shared-memory descriptors of the 128-byte-swizzled layouts TMA writes,
- * wgmma fence / commit / wait, and setmaxnreg. Used by gemm_wgmma.cu (bf16)
+ * wgmma fence / commit / wait, and setmaxnreg. Used by gemm_wgmma_kernel.cuh (bf16)
  * and gemm_wgmma_fp8.cu (fp8, tf32); the host-side tensor-map encoder is in
  * wgmma_tmap.h.
  *
@@ -175,7 +175,7 @@ template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)
 
 /* This thread's warpgroup (threadIdx.x / 128), as a value the compiler knows is warp-uniform (a shuffle from lane
  * 0): shared-memory addresses and wgmma descriptors derived from it then live in uniform registers, so a wgmma
- * takes its descriptor without an R2UR move in front of it (fp8 ncu, session 6: that move's latency stalled the
+ * takes its descriptor without an R2UR move in front of it (ncu of the fp8 kernel: that move's latency stalled the
  * first wgmma of every stage). */
 __device__ __forceinline__ int wgmma_warpgroup_index(void) { return __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0); }
 
@@ -229,7 +229,7 @@ template <int R> __device__ __forceinline__ void wgmma_setmaxnreg_inc(void) {
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 /* d (64 x 128 fp32, 64 registers per thread) (+)= A (64x16 bf16, smem desc) . B (128x16 bf16, smem desc)^T; TA / TB
- * are wgmma's imm-trans-a / imm-trans-b (0: K-major in shared memory, 1: MN-major). Used by gemm_wgmma.cu's
+ * are wgmma's imm-trans-a / imm-trans-b (0: K-major in shared memory, 1: MN-major). Used by gemm_wgmma_kernel.cuh's
  * 128-wide tiles and gemm_wgmma_fp8.cu's bf16 ping-pong. */
 template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {

@@ -1,12 +1,16 @@
 /*
- * gemm_bench_cells.cu: the cells of `forge bench gemm` (issue 5).
+ * gemm_bench_cells.cu: the cells of `forge bench gemm` (issue 5): forge's default bf16 GEMM in the NT, NN and TN
+ * layouts and its fused epilogues, against cuBLAS.
  *
  *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B bf16 (K-major)
  *
  * Per shape, one group: cuBLAS bf16 (cublasGemmEx, CUBLAS_COMPUTE_32F, fp32
- * output) is the baseline, measured in the same run, and forge's kernels are
- * the cells (forge_wgmma_bf16 forces the wgmma path: it fails rather than
- * fall back; forge_bf16_auto is the dispatching entry, used on odd shapes).
+ * output) is the baseline, measured in the same run, and forge's entry points
+ * are the cells (forge_wgmma_bf16 calls the wgmma entry of the layout: it fails
+ * rather than fall back; forge_bf16_auto is the dispatching entry, used on odd
+ * shapes). Every cell runs what the library runs by default for its arguments;
+ * the variants of the same kernels are timed by the lab (forge-lab bench
+ * gemm-bf16-variants), which reuses these groups (gemm_bench_cells.h).
  *
  * The decisions a reader would otherwise get wrong:
  * - cuBLAS is column-major. Row-major C (M,N) is column-major C^T (N,M), and
@@ -27,7 +31,7 @@
  *   the 50 MB L2 (>= ~256 MB of inputs in total, at most 8 sets).
  * The inputs, reference, gate, cuBLAS call and session are shared with
  * `forge bench gemm-mma` (gemm_cells_common.cu); this file keeps the shapes
- * and the forge kernels it times.
+ * and the forge cells it times.
  */
 #include <math.h>
 #include <stdint.h>
@@ -37,88 +41,44 @@
 
 #include <cuda_bf16.h>
 
-#include "gemm_cells_common.h"
+#include "gemm_bench_cells.h"
 #if GC_HAVE_CUBLAS
 #include <cublasLt.h>
 #endif
 
 extern "C" {
 #include "../gemm_bench.h"
-#include "../../backend/cuda/gemm.h"
-#include "../../backend/cuda/gemm_fp8.h" /* forge_gemm_bf16_nt_pp */
 }
 #include "check_sums.cuh"
 
-/* NT: C = A (M,K) . B (N,K)^T (forward). NN: C = A (M,K) . B (K,N) (dX = dY.W). TN: C = A (K,M)^T . B (K,N)
- * (dW = dY^T.X, split-K). Same element counts per operand in every layout. Stored as gc_shape's a_mn = (TN),
- * b_mn = (NN or TN); a TN shape carries the split-K workspace (forge_gemm_bf16_tn_workspace) as its work. */
-typedef enum { GB_NT = 0, GB_NN, GB_TN } gb_layout;
-
-/* TN cells: GB_WGMMA = FORGE_GEMM_TN_REDUCE_DEFAULT (what forge_gemm_bf16_tn_wgmma runs: the cost model's plan,
- * FORGE_GEMM_TN_TILE / FORGE_GEMM_TN_STORE apply), the others force one reduction / kernel:
- * GB_WGMMA_FIXUP the in-kernel fixed-order reduction (INKERNEL), GB_WGMMA_STREAMK stream-K, GB_WGMMA_PASS_TMA the
- * TMA-stored partials, GB_WGMMA_T192 the three-warpgroup 192 x 192 tile, GB_WGMMA_C192 the two-warpgroup one.
- * (Until session 5 the TN forge_wgmma_bf16 cell forced PASS, so the environment switches did not reach it: the
- * session-4 A/Bs of FORGE_GEMM_TN_STORE=tma and FORGE_GEMM_TN_TILE=192 timed the same kernel twice.) */
-typedef enum {
-    GB_CUBLAS = 0,
-    GB_WGMMA,
-    GB_AUTO,
-    GB_WGMMA_FIXUP,
-    GB_WGMMA_STREAMK,
-    GB_WGMMA_PASS_TMA,
-    GB_WGMMA_T192,
-    GB_WGMMA_C192,
-    GB_WGMMA_COOP /* NT: the cooperative kernel (forge_gemm_bf16_nt_epi, TMA store, no bias), which GB_WGMMA no longer
-                   * runs where C takes the TMA store (forge_gemm_bf16_nt_wgmma picks the ping-pong kernel there) */
-} gb_kind; /* gc_cell.kind */
+const char *const GB_LAYOUT_NAME[3] = {"nt", "nn", "tn"};
 
 /* ---- cell run -------------------------------------------------------------- */
 
 /* gc_cell.use_bias: NT: the epilogue adds bias (NN/TN plain groups have no bias cell; their C += cells are in the
  * epilogue groups below) */
-static forge_status gb_run(void *ctx, int set) {
+extern "C" forge_status gb_run(void *ctx, int set) {
     gc_cell *c = (gc_cell *)ctx;
     gc_shape *sh = c->sh;
     if (c->kind == GB_CUBLAS) return gc_cublas_gemm(sh, set); /* op flags of the stored layout */
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
     const float *bias = c->use_bias ? sh->bias : NULL;
     if (sh->b_mn) { /* NN or TN */
-        if (sh->a_mn) /* TN: the default plan, or one reduction / kernel forced */
-            return forge_gemm_bf16_tn_wgmma_reduce(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->work, sh->work_bytes,
-                                                   c->kind == GB_WGMMA_FIXUP      ? FORGE_GEMM_TN_REDUCE_INKERNEL
-                                                   : c->kind == GB_WGMMA_STREAMK  ? FORGE_GEMM_TN_REDUCE_STREAMK
-                                                   : c->kind == GB_WGMMA_PASS_TMA ? FORGE_GEMM_TN_REDUCE_PASS_TMA
-                                                   : c->kind == GB_WGMMA_T192     ? FORGE_GEMM_TN_REDUCE_PASS_T192
-                                                   : c->kind == GB_WGMMA_C192     ? FORGE_GEMM_TN_REDUCE_PASS_C192
-                                                                                  : FORGE_GEMM_TN_REDUCE_DEFAULT,
-                                                   sh->stream);
+        if (sh->a_mn)
+            return forge_gemm_bf16_tn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->work, sh->work_bytes,
+                                            sh->stream);
         return forge_gemm_bf16_nn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->stream);
     }
     switch (c->kind) {
     case GB_WGMMA: return forge_gemm_bf16_nt_wgmma(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
     case GB_AUTO: return forge_gemm_bf16_nt(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
-    case GB_WGMMA_COOP: {
-        forge_gemm_epilogue e;
-        memset(&e, 0, sizeof e);
-        e.store_tma = 1;
-        return forge_gemm_bf16_nt_epi(A, B, sh->C, sh->M, sh->N, sh->K, &e, sh->stream);
     }
-    }
-    return forge_error(FORGE_ERR_ARG, "gemm bench: unknown cell kind %d", (int)c->kind);
+    return forge_error(FORGE_ERR_ARG, "gemm bench: unknown cell kind %d", c->kind);
 }
 
-/* ---- the suite ------------------------------------------------------------- */
+/* ---- the plain groups -------------------------------------------------------- */
 
-typedef struct {
-    gb_layout layout;
-    int M, N, K;
-    int bias; /* NT: forge cells add the bias (cuBLAS does not: it is the plain-GEMM baseline) */
-    int odd;  /* an edge-case shape: the dispatching entry instead of the forced wgmma path */
-    const char *what;
-} gb_shape_spec;
-
-static const gb_shape_spec GB_SHAPES[] = {
+const gb_shape_spec GB_SHAPES[] = {
     {GB_NT, 2048, 2048, 2048, 0, 0, "square"},
     {GB_NT, 4096, 4096, 4096, 0, 0, "square"},
     {GB_NT, 8192, 8192, 8192, 0, 0, "square"},
@@ -144,61 +104,53 @@ static const gb_shape_spec GB_SHAPES[] = {
     {GB_NN, 1000, 776, 520, 0, 0, "edge dX odd M"},
     {GB_TN, 776, 1000, 1001, 0, 0, "edge dW odd K, M%128=8"},
 };
-enum { GB_N_SHAPES = sizeof GB_SHAPES / sizeof GB_SHAPES[0] };
+const int GB_N_SHAPES = (int)(sizeof GB_SHAPES / sizeof GB_SHAPES[0]);
 
-static const char *GB_RECIPE =
+const char GB_RECIPE[] =
     "A (M,K), B (N,K): uniform [-1,1) from splitmix64(key(seed,2*set[+1]) + index) >> 40 / 2^24, rounded to bf16 "
     "nearest-even on the host; bias (N): PCG32(seed, stream 999) uniform [-1,1); reference: float64 GEMM of the "
     "same bf16 values on the GPU; epilogue groups: residual R (M,N) fp32 uniform [-1,1), GELU-backward input P "
     "(M,N) fp32 uniform [-3,3), both splitmix64(seed*golden + 1 or 2 + i*golden) >> 40 / 2^24 on the GPU";
 
-/* The plain groups: per shape, cuBLAS (baseline) and forge. */
-static forge_status gb_plain_groups(gc_session *ss) {
-    static const char *const lay[3] = {"nt", "nn", "tn"};
+extern "C" forge_status gb_plain_groups(gc_session *ss, const gb_plain_suite *suite) {
     const uint64_t seed = 20260505;
     gc_shape *sh = &ss->sh;
     forge_status s = FORGE_OK;
     for (int i = 0; i < GB_N_SHAPES && s == FORGE_OK; i++) {
         const gb_shape_spec *sp = &GB_SHAPES[i];
+        if (suite->wants != NULL && !suite->wants(sp)) continue;
         size_t work_bytes = 0;
-        if (sp->layout == GB_TN) s = forge_gemm_bf16_tn_workspace(sp->M, sp->N, sp->K, &work_bytes);
+        if (sp->layout == GB_TN) s = suite->tn_workspace(sp->M, sp->N, sp->K, &work_bytes);
         if (s == FORGE_OK)
             s = gc_shape_init(sh, sp->M, sp->N, sp->K, 0, sp->layout == GB_TN, sp->layout != GB_NT, work_bytes,
                               seed + (uint64_t)i, NULL);
         if (s != FORGE_OK) break;
         char group[160];
-        snprintf(group, sizeof group, "bf16 %s M=%d N=%d K=%d (%s)", lay[sp->layout], sp->M, sp->N, sp->K, sp->what);
+        snprintf(group, sizeof group, "bf16 %s M=%d N=%d K=%d (%s)", GB_LAYOUT_NAME[sp->layout], sp->M, sp->N,
+                 sp->K, sp->what);
         const double flops = 2.0 * sp->M * sp->N * (double)sp->K;
         const double bytes = 2.0 * ((double)sp->M * sp->K + (double)sp->N * sp->K) + 4.0 * sp->M * (double)sp->N;
-        gc_cell cells[9] = {{sh, GB_CUBLAS, 0, 0},         {sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0},
-                            {sh, GB_WGMMA_FIXUP, 0, 0},    {sh, GB_WGMMA_STREAMK, 0, 0},
-                            {sh, GB_WGMMA_PASS_TMA, 0, 0}, {sh, GB_WGMMA_T192, 0, 0},
-                            {sh, GB_WGMMA_C192, 0, 0},     {sh, GB_CUBLAS, 0, 0},
-                            {sh, GB_WGMMA_COOP, 0, 0}};
-        const char *names[9] = {"cublas_bf16",
-                                sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16",
-                                "forge_wgmma_bf16_fixup",
-                                "forge_wgmma_bf16_streamk",
-                                "forge_wgmma_bf16_pass_tma",
-                                "forge_wgmma_bf16_t192",
-                                "forge_wgmma_bf16_c192",
-                                GC_AA_CONTROL("cublas_bf16"),
-                                "forge_wgmma_bf16_coop"};
-        /* TN: every split-K reduction and tile; square NT: cuBLAS against itself (the A/A control); plain NT groups
-         * where C takes the TMA store: the cooperative kernel, which the default cell then no longer runs */
-        int run[9], n_run = 0;
-        run[n_run++] = 0, run[n_run++] = 1;
-        if (sp->layout == GB_TN)
-            for (int v = 2; v < 7; v++) run[n_run++] = v;
-        if (sp->layout == GB_NT && strcmp(sp->what, "square") == 0) run[n_run++] = 7;
-        if (sp->layout == GB_NT && !sp->bias && !sp->odd && sp->N % 4 == 0) run[n_run++] = 8;
-        for (int i = 0; i < n_run && s == FORGE_OK; i++)
-            s = gc_session_run_cell(ss, &cells[run[i]], gb_run, names[run[i]], group, run[i] == 0, FORGE_PREC_BF16,
-                                    flops, bytes);
+        gb_cell_spec cells[GB_MAX_CELLS];
+        const int n = suite->cells(sp, sh, cells);
+        for (int v = 0; v < n && s == FORGE_OK; v++)
+            s = gc_session_run_cell(ss, &cells[v].cell, suite->run, cells[v].name, group, cells[v].baseline,
+                                    FORGE_PREC_BF16, flops, bytes);
         if (s == FORGE_OK) s = gc_session_flush(ss); /* cells points into this iteration */
         gc_shape_free(sh);
     }
     return s;
+}
+
+/* `forge bench gemm`'s plain cells: cuBLAS (baseline) and forge's entry; on the square NT shapes cuBLAS against
+ * itself too (the A/A control) */
+extern "C" int gb_cells_default(const gb_shape_spec *sp, gc_shape *sh, gb_cell_spec *out) {
+    int n = 0;
+    out[n].cell = gc_cell{sh, GB_CUBLAS, 0, 0}, out[n].name = "cublas_bf16", out[n++].baseline = 1;
+    out[n].cell = gc_cell{sh, sp->odd ? GB_AUTO : GB_WGMMA, sp->bias, 0};
+    out[n].name = sp->odd ? "forge_bf16_auto" : "forge_wgmma_bf16", out[n++].baseline = 0;
+    if (sp->layout == GB_NT && strcmp(sp->what, "square") == 0)
+        out[n].cell = gc_cell{sh, GB_CUBLAS, 0, 0}, out[n].name = GC_AA_CONTROL("cublas_bf16"), out[n++].baseline = 0;
+    return n;
 }
 
 /* ---- fused epilogues ------------------------------------------------------------
@@ -210,20 +162,8 @@ static forge_status gb_plain_groups(gc_session *ss) {
  * GEMM of the same bf16 inputs (R and P are fp32 buffers the reference reads as they are). The separate passes
  * are vectorised (float4) grid-stride kernels: the strongest unfused baseline, not a straw man. */
 
-typedef enum {
-    GE_FUSED = 0,      /* forge_gemm_bf16_{nt,nn}_epi with the cell's epilogue */
-    GE_FORGE_PASSES,   /* forge GEMM (plain, or + bias in its epilogue), then one pass per remaining operation */
-    GE_CUBLAS_PASSES,  /* cuBLAS GEMM (beta 0), then one pass per operation */
-    GE_CUBLASLT_GELU_BIAS, /* cuBLASLt with CUBLASLT_EPILOGUE_GELU_BIAS */
-    GE_CUBLAS_BF16,    /* cuBLAS with a bf16 C */
-    GE_CUBLAS_BETA1,   /* cuBLAS C = A.B + C */
-    GE_FORGE_ACC,      /* forge_gemm_bf16_{nn,tn}_wgmma with accumulate = 1 (C += in the epilogue / reduction) */
-    GE_FORGE_ACC_FIXUP, /* tn only: GE_FORGE_ACC with the in-kernel split-K reduction (FORGE_GEMM_TN_REDUCE_INKERNEL) */
-    GE_FORGE_ACC_STREAMK /* tn only: GE_FORGE_ACC with stream-K (FORGE_GEMM_TN_REDUCE_STREAMK) */
-} ge_kind;
-
 /* per-shape buffers of the epilogue groups */
-typedef struct {
+struct ge_bufs {
     float *R;             /* (M,N) residual, uniform [-1, 1) */
     float *P;             /* (M,N) GELU-backward pre-activation, uniform [-3, 3) */
     void *pre;            /* (M,N) pre_out, fp32 or bf16 */
@@ -237,17 +177,7 @@ typedef struct {
     size_t lt_ws_bytes;
 #endif
     int lt_ready;
-} ge_bufs;
-
-typedef struct {
-    gc_shape *sh;
-    ge_bufs *b;
-    int kind;                          /* ge_kind */
-    int bias, gelu, pre, res, dgelu, bf16;
-    int bias_in_gemm;                  /* GE_FORGE_PASSES: the bias rides the GEMM's (plain) epilogue */
-    int acc;                           /* C starts as bias rows and the cell adds A.B (check: ref + bias) */
-    int tma;                           /* GE_FUSED: forge_gemm_epilogue.store_tma (the experimental TMA store) */
-} ge_cell;
+};
 
 struct ge_sums {
     double d2, r2;
@@ -440,6 +370,24 @@ static forge_status ge_lt_gelu_bias(ge_bufs *b, gc_shape *sh, int set) {
 
 /* ---- cell callbacks ---- */
 
+extern "C" forge_gemm_epilogue ge_epilogue(const ge_cell *c) {
+    forge_gemm_epilogue e;
+    memset(&e, 0, sizeof e);
+    e.bias = c->bias ? c->sh->bias : NULL;
+    e.residual = c->res ? c->b->R : NULL;
+    e.pre_out = c->pre ? c->b->pre : NULL;
+    e.dgelu_pre = c->dgelu ? c->b->P : NULL;
+    e.gelu = c->gelu;
+    e.out_bf16 = c->bf16;
+    return e;
+}
+
+extern "C" int ge_cell_store_matches(const ge_cell *c) {
+    if (c->kind != GE_FUSED) return 1;
+    const forge_gemm_epilogue e = ge_epilogue(c);
+    return (strcmp(forge_gemm_bf16_epi_store(c->sh->C, c->sh->N, &e), "tma") == 0) == (c->tma != 0);
+}
+
 static forge_status ge_run(void *ctx, int set) {
     ge_cell *c = (ge_cell *)ctx;
     gc_shape *sh = c->sh;
@@ -447,28 +395,15 @@ static forge_status ge_run(void *ctx, int set) {
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
     const int M = sh->M, N = sh->N, K = sh->K;
     switch ((ge_kind)c->kind) {
-    case GE_FUSED: {
-        forge_gemm_epilogue e;
-        memset(&e, 0, sizeof e);
-        e.bias = c->bias ? sh->bias : NULL;
-        e.residual = c->res ? b->R : NULL;
-        e.pre_out = c->pre ? b->pre : NULL;
-        e.dgelu_pre = c->dgelu ? b->P : NULL;
-        e.gelu = c->gelu;
-        e.out_bf16 = c->bf16;
-        e.store_tma = c->tma;
+    case GE_FUSED: { /* the library picks the store (ge_cell_store_matches: the one c->tma names) */
+        const forge_gemm_epilogue e = ge_epilogue(c);
         if (sh->b_mn) return forge_gemm_bf16_nn_epi(A, B, sh->C, M, N, K, &e, sh->stream);
         return forge_gemm_bf16_nt_epi(A, B, sh->C, M, N, K, &e, sh->stream);
     }
+    case GE_SUITE: return c->suite_run(c, set);
     case GE_FORGE_ACC:
         if (sh->a_mn) return forge_gemm_bf16_tn_wgmma(A, B, sh->C, M, N, K, 1, sh->work, sh->work_bytes, sh->stream);
         return forge_gemm_bf16_nn_wgmma(A, B, sh->C, M, N, K, 1, sh->stream);
-    case GE_FORGE_ACC_FIXUP:
-    case GE_FORGE_ACC_STREAMK:
-        return forge_gemm_bf16_tn_wgmma_reduce(A, B, sh->C, M, N, K, 1, sh->work, sh->work_bytes,
-                                               c->kind == GE_FORGE_ACC_FIXUP ? FORGE_GEMM_TN_REDUCE_INKERNEL
-                                                                             : FORGE_GEMM_TN_REDUCE_STREAMK,
-                                               sh->stream);
     case GE_CUBLAS_BETA1: return gc_cublas_gemm_ex(sh, set, 1.0f, 0, sh->C);
     case GE_CUBLAS_BF16: return gc_cublas_gemm_ex(sh, set, 0.0f, 1, sh->C);
     case GE_CUBLASLT_GELU_BIAS: return ge_lt_gelu_bias(b, sh, set);
@@ -531,8 +466,9 @@ static forge_status ge_check(void *ctx, double *rel_err, int *fully_written) {
     if (c->pre) {
         double r2 = 0.0;
         int w2 = 0;
-        /* the separate-passes baseline keeps the pre-activation in fp32 */
-        FORGE_TRY(ge_check_one(c, c->b->pre, c->kind == GE_FUSED ? c->bf16 : 0, 0, &r2, &w2));
+        /* the separate-passes baseline keeps the pre-activation in fp32; a fused pre_out has C's type */
+        const int pre_bf16 = c->kind == GE_FORGE_PASSES || c->kind == GE_CUBLAS_PASSES ? 0 : c->bf16;
+        FORGE_TRY(ge_check_one(c, c->b->pre, pre_bf16, 0, &r2, &w2));
         if (!(r2 <= *rel_err)) *rel_err = r2; /* NaN propagates */
         *fully_written = *fully_written && w2;
     }
@@ -541,16 +477,7 @@ static forge_status ge_check(void *ctx, double *rel_err, int *fully_written) {
 
 /* ---- the groups ---- */
 
-typedef enum { GE_G_BIAS_GELU = 0, GE_G_RESID, GE_G_BF16, GE_G_DGELU, GE_G_ACC, GE_G_EDGE, GE_G_STORE } ge_group_kind;
-
-typedef struct {
-    gb_layout layout;
-    int M, N, K;
-    ge_group_kind kind;
-    const char *what;
-} ge_group_spec;
-
-static const ge_group_spec GE_GROUPS[] = {
+const ge_group_spec GE_GROUPS[] = {
     {GB_NT, 32768, 3072, 768, GE_G_BIAS_GELU, "gpt2 mlp fc: bias+GELU"},
     {GB_NT, 32768, 768, 3072, GE_G_RESID, "gpt2 mlp proj: bias+residual"},
     {GB_NT, 32768, 768, 768, GE_G_RESID, "gpt2 attn proj: bias+residual"},
@@ -573,20 +500,15 @@ static const ge_group_spec GE_GROUPS[] = {
     {GB_NT, 777, 996, 520, GE_G_STORE, "edge odd M, N%4=0: epilogue store"},
     {GB_NT, 777, 1000, 520, GE_G_STORE, "edge odd M, N%8=0: epilogue store"},
 };
-enum { GE_N_GROUPS = sizeof GE_GROUPS / sizeof GE_GROUPS[0], GE_MAX_CELLS = 14 };
+const int GE_N_GROUPS = (int)(sizeof GE_GROUPS / sizeof GE_GROUPS[0]);
 
-typedef struct {
-    ge_cell cell;
-    const char *name;
-    int baseline;
-} ge_cell_spec;
-
-/* the cells of one group kind; returns how many */
+/* The cells of one group kind; returns how many. A fused cell's last flag (tma) is the store it stands for: it is
+ * run where the library takes that store (ge_cells_default); forcing the other store is the lab's. */
 static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell_spec *out) {
     int n = 0;
 #define GE_ADD(nm, base, ...)                                                  \
     do {                                                                       \
-        ge_cell c_ = {sh, b, __VA_ARGS__};                                     \
+        ge_cell c_ = {sh, b, __VA_ARGS__, NULL};                               \
         out[n].cell = c_;                                                      \
         out[n].name = (nm);                                                    \
         out[n].baseline = (base);                                              \
@@ -600,11 +522,7 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
         GE_ADD("forge_gemm+bias_then_gelu_keep_pre", 0, GE_FORGE_PASSES, 1, 1, 1, 0, 0, 0, 1, 0, 0);
         GE_ADD("cublas_then_bias_then_gelu", 0, GE_CUBLAS_PASSES, 1, 1, 0, 0, 0, 0, 0, 0, 0);
         GE_ADD("cublaslt_gelu_bias", 0, GE_CUBLASLT_GELU_BIAS, 1, 1, 0, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_gelu_pre", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fused_bias_gelu_bf16", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 0);
-        GE_ADD("forge_fused_bias_gelu_pre_bf16", 0, GE_FUSED, 1, 1, 1, 0, 0, 1, 0, 0, 0);
-        /* the same epilogues through the TMA store (shared bias, staging boxes) */
+        /* fused, through the TMA store (shared bias, staging boxes) */
         GE_ADD("forge_fused_bias_gelu_tma", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 1);
         GE_ADD("forge_fused_bias_gelu_bf16_tma", 0, GE_FUSED, 1, 1, 0, 0, 0, 1, 0, 0, 1);
         GE_ADD("forge_fused_bias_gelu_pre_tma", 0, GE_FUSED, 1, 1, 1, 0, 0, 0, 0, 0, 1);
@@ -619,28 +537,20 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
     case GE_G_BF16:
         GE_ADD("cublas_bf16_out", 1, GE_CUBLAS_BF16, 0, 0, 0, 0, 0, 1, 0, 0, 0);
         GE_ADD("cublas_fp32_out", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_fp32_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_bf16_out", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0, 0);
-        GE_ADD("forge_bf16_out_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 1, 0, 0, 0);
         GE_ADD("forge_bf16_out_tma", 0, GE_FUSED, 0, 0, 0, 0, 0, 1, 0, 0, 1);
         GE_ADD("forge_bf16_out_bias_tma", 0, GE_FUSED, 1, 0, 0, 0, 0, 1, 0, 0, 1);
         break;
     case GE_G_DGELU:
         GE_ADD("forge_nn_then_gelu_bwd", 1, GE_FORGE_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         GE_ADD("cublas_nn_then_gelu_bwd", 0, GE_CUBLAS_PASSES, 0, 0, 0, 0, 1, 0, 0, 0, 0);
-        GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
         GE_ADD("forge_nn_fused_gelu_bwd_tma", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 1);
         break;
     case GE_G_ACC:
         GE_ADD("cublas_bf16_beta1", 1, GE_CUBLAS_BETA1, 0, 0, 0, 0, 0, 0, 0, 1, 0);
         GE_ADD("forge_wgmma_bf16_acc", 0, GE_FORGE_ACC, 0, 0, 0, 0, 0, 0, 0, 1, 0);
-        if (g->layout == GB_TN) GE_ADD("forge_wgmma_bf16_acc_fixup", 0, GE_FORGE_ACC_FIXUP, 0, 0, 0, 0, 0, 0, 0, 1, 0);
-        if (g->layout == GB_TN)
-            GE_ADD("forge_wgmma_bf16_acc_streamk", 0, GE_FORGE_ACC_STREAMK, 0, 0, 0, 0, 0, 0, 0, 1, 0);
         break;
     case GE_G_STORE:
         GE_ADD("cublas_bf16", 1, GE_CUBLAS_PASSES, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-        GE_ADD("forge_direct_store", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0);
         GE_ADD("forge_tma_store", 0, GE_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1);
         GE_ADD("forge_tma_store_bias", 0, GE_FUSED, 1, 0, 0, 0, 0, 0, 0, 0, 1);
         GE_ADD("forge_tma_store_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 1);
@@ -654,17 +564,26 @@ static int ge_cells_of(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell
     case GE_G_EDGE:
         if (g->layout == GB_NN) {
             GE_ADD("forge_nn_fused_gelu_bwd_residual", 0, GE_FUSED, 0, 0, 0, 1, 1, 0, 0, 0, 0);
-            GE_ADD("forge_nn_fused_gelu_bwd", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 0);
             GE_ADD("forge_nn_fused_gelu_bwd_tma", 0, GE_FUSED, 0, 0, 0, 0, 1, 0, 0, 0, 1); /* N=776: N%4 == 0 */
         } else {
             GE_ADD("forge_fused_bias_gelu_pre_residual", 0, GE_FUSED, 1, 1, 1, 1, 0, 0, 0, 0, 0);
             GE_ADD("forge_fused_bias_gelu_pre_residual_bf16", 0, GE_FUSED, 1, 1, 1, 1, 0, 1, 0, 0, 0);
             GE_ADD("forge_fused_residual_bf16", 0, GE_FUSED, 0, 0, 0, 1, 0, 1, 0, 0, 0);
-            GE_ADD("forge_fused_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 0);
+            GE_ADD("forge_fused_bias_gelu", 0, GE_FUSED, 1, 1, 0, 0, 0, 0, 0, 0, 0); /* direct where N is odd */
         }
         break;
     }
 #undef GE_ADD
+    return n;
+}
+
+/* `forge bench gemm`'s cells of a group: the rows whose store is the library's */
+extern "C" int ge_cells_default(const ge_group_spec *g, gc_shape *sh, ge_bufs *b, ge_cell_spec *out) {
+    ge_cell_spec all[GE_MAX_CELLS];
+    const int n_all = ge_cells_of(g, sh, b, all);
+    int n = 0;
+    for (int i = 0; i < n_all; i++)
+        if (ge_cell_store_matches(&all[i].cell)) out[n++] = all[i];
     return n;
 }
 
@@ -699,19 +618,17 @@ static forge_status ge_bufs_init(ge_bufs *b, gc_shape *sh, uint64_t seed) {
     return FORGE_OK;
 }
 
-static forge_status ge_epi_groups(gc_session *ss) {
-    static const char *const lay[3] = {"nt", "nn", "tn"};
+extern "C" forge_status ge_epi_groups(gc_session *ss, int quick, const ge_suite *suite) {
     const uint64_t seed = 20261130;
     gc_shape *sh = &ss->sh;
     forge_status s = FORGE_OK;
-    /* FORGE_GEMM_EPI_QUICK=1: the edge groups only (for compute-sanitizer: every fused load/store path, small) */
-    const char *q = getenv("FORGE_GEMM_EPI_QUICK");
-    const int quick = q != NULL && q[0] == '1';
     for (int i = 0; i < GE_N_GROUPS && s == FORGE_OK; i++) {
         const ge_group_spec *g = &GE_GROUPS[i];
+        /* quick: the edge groups only (for compute-sanitizer: every fused load/store path, small) */
         if (quick && (size_t)g->M * g->N > ((size_t)1 << 21)) continue;
+        if (suite->wants != NULL && !suite->wants(g)) continue;
         size_t work_bytes = 0;
-        if (g->layout == GB_TN) s = forge_gemm_bf16_tn_workspace(g->M, g->N, g->K, &work_bytes);
+        if (g->layout == GB_TN) s = suite->tn_workspace(g->M, g->N, g->K, &work_bytes);
         if (s == FORGE_OK)
             s = gc_shape_init(sh, g->M, g->N, g->K, 0, g->layout == GB_TN, g->layout != GB_NT, work_bytes,
                               seed + (uint64_t)i, NULL);
@@ -723,9 +640,10 @@ static forge_status ge_epi_groups(gc_session *ss) {
             break;
         }
         ge_cell_spec cells[GE_MAX_CELLS];
-        const int n = ge_cells_of(g, sh, &b, cells);
+        const int n = suite->cells(g, sh, &b, cells);
         char group[160];
-        snprintf(group, sizeof group, "epi bf16 %s M=%d N=%d K=%d (%s)", lay[g->layout], g->M, g->N, g->K, g->what);
+        snprintf(group, sizeof group, "epi bf16 %s M=%d N=%d K=%d (%s)", GB_LAYOUT_NAME[g->layout], g->M, g->N,
+                 g->K, g->what);
         const double flops = 2.0 * g->M * g->N * (double)g->K;
         /* bytes of the fused form: operands once, C written once (read too for C +=) */
         const double c_bytes = 4.0 * g->M * (double)g->N * (g->kind == GE_G_ACC ? 2.0 : 1.0);
@@ -756,25 +674,27 @@ static forge_status ge_epi_groups(gc_session *ss) {
     return s;
 }
 
-extern "C" forge_status forge_bench_gemm_cuda(FILE *out, int reps, int epi_only) {
-    const uint64_t seed = 20260505;
-    char config[4096];
-    static const char *const lay[3] = {"nt", "nn", "tn"};
-    int len = snprintf(config, sizeof config, "%s",
-                       epi_only ? "gemm-epi (fused epilogues only) " :
-                       "gemm bf16 nt/nn/tn (C = A.B^T, dY.W, dY^T.X; fp32 out) cells=cublas_bf16,forge; ");
-    if (!epi_only) {
-        len += snprintf(config + len, sizeof config - (size_t)len, "shapes=");
-        for (int i = 0; i < GB_N_SHAPES && len < (int)sizeof config; i++)
-            len += snprintf(config + len, sizeof config - (size_t)len, "%s:%dx%dx%d%s;", lay[GB_SHAPES[i].layout],
+extern "C" void gb_config_text(char *config, size_t size, const char *head, int with_plain) {
+    int len = snprintf(config, size, "%s", head);
+    if (with_plain) {
+        if (len < (int)size) len += snprintf(config + len, size - (size_t)len, "shapes=");
+        for (int i = 0; i < GB_N_SHAPES && len < (int)size; i++)
+            len += snprintf(config + len, size - (size_t)len, "%s:%dx%dx%d%s;", GB_LAYOUT_NAME[GB_SHAPES[i].layout],
                             GB_SHAPES[i].M, GB_SHAPES[i].N, GB_SHAPES[i].K, GB_SHAPES[i].bias ? "+bias" : "");
     }
-    if (len < (int)sizeof config)
-        len += snprintf(config + len, sizeof config - (size_t)len, " epilogue groups=");
-    for (int i = 0; i < GE_N_GROUPS && len < (int)sizeof config; i++)
-        len += snprintf(config + len, sizeof config - (size_t)len, "%s:%dx%dx%d:%d;", lay[GE_GROUPS[i].layout],
+    if (len < (int)size) len += snprintf(config + len, size - (size_t)len, " epilogue groups=");
+    for (int i = 0; i < GE_N_GROUPS && len < (int)size; i++)
+        len += snprintf(config + len, size - (size_t)len, "%s:%dx%dx%d:%d;", GB_LAYOUT_NAME[GE_GROUPS[i].layout],
                         GE_GROUPS[i].M, GE_GROUPS[i].N, GE_GROUPS[i].K, (int)GE_GROUPS[i].kind);
+}
 
+extern "C" forge_status forge_bench_gemm_cuda(FILE *out, int reps, int epi_only, int quick) {
+    const uint64_t seed = 20260505;
+    char config[4096];
+    gb_config_text(config, sizeof config,
+                   epi_only ? "gemm-epi (fused epilogues only) "
+                            : "gemm bf16 nt/nn/tn (C = A.B^T, dY.W, dY^T.X; fp32 out) cells=cublas_bf16,forge; ",
+                   !epi_only);
     gc_session ss;
     forge_status s = gc_session_open(
         &ss, out, epi_only ? "gemm_epi" : "gemm", config, GB_RECIPE, seed, reps, "gemm bench",
@@ -784,7 +704,9 @@ extern "C" forge_status forge_bench_gemm_cuda(FILE *out, int reps, int epi_only)
         "bf16 inputs + poison count. Epilogue groups (\"epi ...\"): fused bias / GELU / pre-activation / "
         "residual / bf16 out / GELU backward / C += vs the GEMM then separate passes, cuBLASLt GELU_BIAS, "
         "cuBLAS bf16 out and beta = 1; gate in float64 on the same inputs");
-    if (s == FORGE_OK && !epi_only) s = gb_plain_groups(&ss);
-    if (s == FORGE_OK) s = ge_epi_groups(&ss);
+    const gb_plain_suite plain = {forge_gemm_bf16_tn_workspace, NULL, gb_cells_default, gb_run};
+    const ge_suite epi = {forge_gemm_bf16_tn_workspace, NULL, ge_cells_default};
+    if (s == FORGE_OK && !epi_only) s = gb_plain_groups(&ss, &plain);
+    if (s == FORGE_OK) s = ge_epi_groups(&ss, quick, &epi);
     return gc_session_close(&ss, s);
 }
