@@ -1,5 +1,5 @@
 /*
- * char_gemm.cu: library-GEMM cells of `forge bench characterize` (cuBLAS and
+ * char_gemm.cu: library-GEMM cells of `forge-lab bench characterize` (cuBLAS and
  * cuBLASLt at fp32, tf32, bf16, fp16 and fp8 e4m3), their float64 reference
  * and their check, all on the GPU (declared in char_gemm.h).
  *
@@ -40,7 +40,7 @@
 #endif
 
 extern "C" {
-#include "../../base/rng.h"
+#include "../../src/base/rng.h"
 #include "char_gemm.h"
 }
 
@@ -108,7 +108,7 @@ extern "C" const char *forge_char_gemm_recipe(void) {
 
 #ifdef FORGE_NO_CUBLAS
 /* A build without cuBLAS (make cuda CUBLAS=0): every cell here is a cuBLAS /
- * cuBLASLt cell, so the library-GEMM part does not exist; `forge bench
+ * cuBLASLt cell, so the library-GEMM part does not exist; `forge-lab bench
  * characterize` refuses before it gets here (characterize.c). */
 struct forge_char_gemm {
     int unused;
