@@ -12,11 +12,11 @@
 #include "gemm_mma/gemm_mma_lab.h"
 
 static const lab_command COMMANDS[] = {
-    {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs, forge's and the lab's variants, vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},
-    {"test gemm-fp8", "parity of the lab's fp8/tf32 wgmma GEMM variants against a double reference", lab_test_gemm_fp8},
-    {"bench gemm-mma", "mma.sync GEMMs (forge's tf32, the lab's bf16) vs cuBLAS bf16 / tf32", lab_bench_gemm_mma},
-    {"test gemm-mma", "parity of the lab's bf16 mma.sync GEMM against a double reference", lab_test_gemm_mma},
-    {"bench characterize", "Hopper characterization: library GEMMs, matrix-unit ceilings and probes, clocks", lab_bench_characterize},
+    {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},
+    {"test gemm-fp8", "the fp8/tf32 wgmma GEMM variants against a double reference", lab_test_gemm_fp8},
+    {"bench gemm-mma", "mma.sync GEMMs (forge's tf32, the lab's bf16) vs cuBLAS", lab_bench_gemm_mma},
+    {"test gemm-mma", "the bf16 mma.sync GEMM against a double reference", lab_test_gemm_mma},
+    {"bench characterize", "Hopper characterization: library GEMMs, matrix units, clocks", lab_bench_characterize},
     {NULL, NULL, NULL},
 };
 

@@ -180,4 +180,27 @@ static inline int gf8_shape_skipped(const parity *P, int i) {
     return P->quick && (long long)GF8_SHAPES[i][0] * GF8_SHAPES[i][1] * GF8_SHAPES[i][2] > 20000000LL;
 }
 
+/* The start of a command that runs cases on its own (the lab's tests): [--quick] from argv (the words after the
+ * command's name), the rng seeded as the GPU parity suite seeds it, a title line. 0, or 2 after a usage message for
+ * any other argument. */
+static inline int gf8_cli_begin(parity *P, int argc, char **argv, const char *command, const char *title) {
+    memset(P, 0, sizeof *P);
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") != 0) {
+            fprintf(stderr, "%s: unknown argument \"%s\" (usage: [--quick])\n", command, argv[i]);
+            return 2;
+        }
+        P->quick = 1;
+    }
+    forge_rng_seed(&P->rng, 1234, 7);
+    printf("%s%s\n", title, P->quick ? " (quick shapes)" : "");
+    return 0;
+}
+
+/* The end of such a command: "N passed, N failed", and its exit status (1 on any failure). */
+static inline int gf8_cli_end(const parity *P) {
+    printf("%d passed, %d failed\n", P->passed, P->failed);
+    return P->failed ? 1 : 0;
+}
+
 #endif

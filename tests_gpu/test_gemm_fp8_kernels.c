@@ -51,7 +51,8 @@ void run_gemm_fp8_cases(parity *P) {
     case_gemm_fp8_refusals(P);
     for (int i = 0; i < GF8_N_SHAPES; i++) {
         if (gf8_shape_skipped(P, i)) continue;
-        for (int m = 0; m < F_N_MODES; m++) gf8_case(P, &MODES[m], GF8_SHAPES[i][0], GF8_SHAPES[i][1], GF8_SHAPES[i][2]);
+        for (int m = 0; m < F_N_MODES; m++)
+            gf8_case(P, &MODES[m], GF8_SHAPES[i][0], GF8_SHAPES[i][1], GF8_SHAPES[i][2]);
     }
     /* tf32 ping-pong (K <= 1024, TMA store) with several 128 x 128 tiles per warpgroup (512 / 520 tiles on 132 SMs)
      * and ktiles = 4 (not a multiple of the 6 stages): the ring slots and parities each warpgroup computes for its

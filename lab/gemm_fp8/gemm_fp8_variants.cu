@@ -88,16 +88,16 @@ static forge_status fp8_launch_c2(const void *A, const void *B, void *C, float s
 
 /* The kernel of `accum` for one A format and output type; tc: the TMA-store epilogue (fp8_c_tma_ok checked) */
 template <int AT, int OUT_BF16>
-static forge_status lab_fp8_dispatch(lab_fp8_accum accum, const void *A, const void *B, void *C, float scale, int M,
-                                     int N, int K, int vec2, int tc, int dev, int sms, cudaStream_t st) {
+static forge_status lab_fp8_dispatch(lab_fp8_accum accum, const void *A, const void *B, void *C, int M, int N, int K,
+                                     int tc, const fp8_call &k) {
+    const float scale = k.scale;
+    const int vec2 = k.vec2, dev = k.dev, sms = k.sms;
+    const cudaStream_t st = k.st;
     switch (accum) {
     case LAB_FP8_PROMOTE:
-        return fp8_launch_promoted<AT, OUT_BF16>(fp8_auto_promote(M, N, sms), A, B, C, scale, M, N, K, vec2, tc, dev,
-                                                 sms, st);
-    case LAB_FP8_PROMOTE_SERIAL:
-        return fp8_launch_promoted<AT, OUT_BF16>(FP8_SERIAL, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-    case LAB_FP8_PROMOTE_CHUNK64:
-        return fp8_launch_promoted<AT, OUT_BF16>(FP8_CHUNK64, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+        return fp8_launch_promoted<AT, OUT_BF16>(fp8_auto_promote(M, N, sms), A, B, C, M, N, K, tc, k);
+    case LAB_FP8_PROMOTE_SERIAL: return fp8_launch_promoted<AT, OUT_BF16>(FP8_SERIAL, A, B, C, M, N, K, tc, k);
+    case LAB_FP8_PROMOTE_CHUNK64: return fp8_launch_promoted<AT, OUT_BF16>(FP8_CHUNK64, A, B, C, M, N, K, tc, k);
     case LAB_FP8_FAST_ACCUM:
         return fp8_bn_plain(M, N, sms) == 128
                    ? fp8_launch<128, AT, OUT_BF16, 0>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
@@ -138,22 +138,15 @@ static forge_status lab_resolve_store(lab_gemm_store store, const void *C, int N
 extern "C" forge_status lab_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt,
                                         void *C, forge_gemm_out c_type, float a_scale, float b_scale, int M, int N,
                                         int K, lab_fp8_accum accum, lab_gemm_store store, void *stream) {
-    FORGE_TRY(fp8_nt_check(A, a_fmt, B, b_fmt, C, c_type, M, N, K));
+    fp8_call k;
+    FORGE_TRY(fp8_call_init(&k, A, a_fmt, B, b_fmt, C, c_type, a_scale, b_scale, M, N, K, stream));
     if ((int)accum < (int)LAB_FP8_PROMOTE || (int)accum > (int)LAB_FP8_PROMOTE_SERIAL144_C2)
         return forge_error(FORGE_ERR_ARG, "lab gemm_fp8: unknown accumulation mode %d", (int)accum);
-    const int out_bf16 = c_type == FORGE_GEMM_OUT_BF16;
     int tc = 0;
-    FORGE_TRY(lab_resolve_store(store, C, N, out_bf16, "lab gemm_fp8", &tc));
-    int dev = 0, sms = 0;
-    FORGE_TRY(fp8_device_info(&dev, &sms));
-    const float scale = a_scale * b_scale;
-    const int vec2 = N % 2 == 0 && (uintptr_t)C % (out_bf16 ? 4 : 8) == 0;
-    const cudaStream_t st = (cudaStream_t)stream;
-    if (a_fmt == FORGE_FP8_E4M3)
-        return out_bf16 ? lab_fp8_dispatch<WG_E4M3, 1>(accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
-                        : lab_fp8_dispatch<WG_E4M3, 0>(accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-    return out_bf16 ? lab_fp8_dispatch<WG_E5M2, 1>(accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
-                    : lab_fp8_dispatch<WG_E5M2, 0>(accum, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    FORGE_TRY(lab_resolve_store(store, C, N, k.out_bf16, "lab gemm_fp8", &tc));
+    return fp8_with_types(a_fmt, k.out_bf16, [&](auto at, auto out) {
+        return lab_fp8_dispatch<decltype(at)::value, decltype(out)::value>(accum, A, B, C, M, N, K, tc, k);
+    });
 }
 
 extern "C" forge_status lab_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K,

@@ -24,8 +24,6 @@
  *   second CTA of the last pair a phantom row-block) run last: a protocol bug there traps (mbarrier timeout) and
  *   takes the CUDA context, so every case after it fails; this keeps the other modes' verdicts.
  */
-#include <stdio.h>
-#include <string.h>
 
 #include "../../tests_gpu/gemm_fp8_case.h"
 #include "gemm_fp8_lab.h"
@@ -43,7 +41,8 @@ static forge_status run_lab(const gf8_mode *mode, const void *A, const void *B, 
 
 /* FP8: an fp8 mode (A e5m2 or e4m3, C bf16 or fp32, lab_fp8_accum, lab_gemm_store); TF32: a tf32 mode
  * (lab_gemm_sched, lab_gemm_store, refused where N % 4 != 0) */
-#define FP8(name, tol, e5m2, bf16out, accum, store) {name, tol, GF8_IN_FP8, e5m2, bf16out, 0, 0, 0, run_lab, accum, store, 0}
+#define FP8(name, tol, e5m2, bf16out, accum, store) \
+    {name, tol, GF8_IN_FP8, e5m2, bf16out, 0, 0, 0, run_lab, accum, store, 0}
 #define TF32(name, sched, store, tma_only) {name, 1e-5, GF8_IN_TF32, 0, 0, 0, 0, tma_only, run_lab, 0, store, sched}
 enum { S_AUTO = LAB_GEMM_STORE_AUTO, S_DIRECT = LAB_GEMM_STORE_DIRECT, S_TMA = LAB_GEMM_STORE_TMA };
 
@@ -99,23 +98,14 @@ static const gf8_mode MODES[V_N_MODES] = {
 static void run_shapes(parity *P, int first, int last) {
     for (int i = 0; i < GF8_N_SHAPES; i++) {
         if (gf8_shape_skipped(P, i)) continue;
-        for (int m = first; m < last; m++) gf8_case(P, &MODES[m], GF8_SHAPES[i][0], GF8_SHAPES[i][1], GF8_SHAPES[i][2]);
+        for (int m = first; m < last; m++)
+            gf8_case(P, &MODES[m], GF8_SHAPES[i][0], GF8_SHAPES[i][1], GF8_SHAPES[i][2]);
     }
 }
 
 int lab_test_gemm_fp8(int argc, char **argv) {
     parity P;
-    memset(&P, 0, sizeof P);
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            P.quick = 1;
-        } else {
-            fprintf(stderr, "forge-lab test gemm-fp8: unknown argument \"%s\" (usage: [--quick])\n", argv[i]);
-            return 2;
-        }
-    }
-    forge_rng_seed(&P.rng, 1234, 7);
-    printf("lab gemm-fp8 variants%s\n", P.quick ? " (quick shapes)" : "");
+    if (gf8_cli_begin(&P, argc, argv, "forge-lab test gemm-fp8", "lab gemm-fp8 variants") != 0) return 2;
     run_shapes(&P, 0, V_FIRST_CLUSTER);
     /* tf32 ping-pong forced, several 128 x 128 tiles per warpgroup (512 / 520 tiles on 132 SMs) and ktiles = 4 (not
      * a multiple of the 6 stages): the ring slots and parities each warpgroup computes for its alternate tiles, and
@@ -146,6 +136,5 @@ int lab_test_gemm_fp8(int argc, char **argv) {
         gf8_case(&P, &MODES[V_PIPE144C2], 2176, 1500, 1040);
         gf8_case(&P, &MODES[V_SERIAL144C2], 2176, 1500, 1040);
     }
-    printf("%d passed, %d failed\n", P.passed, P.failed);
-    return P.failed ? 1 : 0;
+    return gf8_cli_end(&P);
 }

@@ -8,8 +8,6 @@
  * Shapes: GF8_SHAPES (K a multiple of 16: the 16-byte cp.async loads), and K odd (K * 2 % 16 != 0: the
  * bounds-checked scalar loads); with a bias, and with C 4 bytes off a 16-byte boundary (the scalar stores).
  */
-#include <stdio.h>
-#include <string.h>
 
 #include "../../tests_gpu/gemm_fp8_case.h"
 #include "gemm_mma_lab.h"
@@ -29,25 +27,15 @@ static const gf8_mode MODES[] = {
 
 int lab_test_gemm_mma(int argc, char **argv) {
     parity P;
-    memset(&P, 0, sizeof P);
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            P.quick = 1;
-        } else {
-            fprintf(stderr, "forge-lab test gemm-mma: unknown argument \"%s\" (usage: [--quick])\n", argv[i]);
-            return 2;
-        }
-    }
-    forge_rng_seed(&P.rng, 1234, 7);
-    printf("lab gemm-mma bf16%s\n", P.quick ? " (quick shapes)" : "");
+    if (gf8_cli_begin(&P, argc, argv, "forge-lab test gemm-mma", "lab gemm-mma bf16") != 0) return 2;
     static const int odd_k[][3] = {{130, 200, 13}, {257, 999, 1001}};
     for (int m = 0; m < N_MODES; m++) {
         for (int i = 0; i < GF8_N_SHAPES; i++)
-            if (!gf8_shape_skipped(&P, i)) gf8_case(&P, &MODES[m], GF8_SHAPES[i][0], GF8_SHAPES[i][1], GF8_SHAPES[i][2]);
+            if (!gf8_shape_skipped(&P, i))
+                gf8_case(&P, &MODES[m], GF8_SHAPES[i][0], GF8_SHAPES[i][1], GF8_SHAPES[i][2]);
         for (size_t i = 0; i < sizeof odd_k / sizeof odd_k[0]; i++)
             if (!P.quick || (long long)odd_k[i][0] * odd_k[i][1] * odd_k[i][2] <= 20000000LL)
                 gf8_case(&P, &MODES[m], odd_k[i][0], odd_k[i][1], odd_k[i][2]);
     }
-    printf("%d passed, %d failed\n", P.passed, P.failed);
-    return P.failed ? 1 : 0;
+    return gf8_cli_end(&P);
 }

@@ -79,20 +79,12 @@ extern "C" forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, floa
 extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,
                                           forge_fp8_format b_fmt, void *C, forge_gemm_out c_type, float a_scale,
                                           float b_scale, int M, int N, int K, void *stream) {
-    FORGE_TRY(fp8_nt_check(A, a_fmt, B, b_fmt, C, c_type, M, N, K));
-    const int out_bf16 = c_type == FORGE_GEMM_OUT_BF16;
-    const int tc = fp8_c_tma_ok(C, N, out_bf16);
-    int dev = 0, sms = 0;
-    FORGE_TRY(fp8_device_info(&dev, &sms));
-    const int promote = fp8_auto_promote(M, N, sms);
-    const float scale = a_scale * b_scale;
-    const int vec2 = N % 2 == 0 && (uintptr_t)C % (out_bf16 ? 4 : 8) == 0;
-    const cudaStream_t st = (cudaStream_t)stream;
-    if (a_fmt == FORGE_FP8_E4M3)
-        return out_bf16 ? fp8_launch_promoted<WG_E4M3, 1>(promote, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
-                        : fp8_launch_promoted<WG_E4M3, 0>(promote, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-    return out_bf16 ? fp8_launch_promoted<WG_E5M2, 1>(promote, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
-                    : fp8_launch_promoted<WG_E5M2, 0>(promote, A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
+    fp8_call k;
+    FORGE_TRY(fp8_call_init(&k, A, a_fmt, B, b_fmt, C, c_type, a_scale, b_scale, M, N, K, stream));
+    const int tc = fp8_c_tma_ok(C, N, k.out_bf16), promote = fp8_auto_promote(M, N, k.sms);
+    return fp8_with_types(a_fmt, k.out_bf16, [&](auto at, auto out) {
+        return fp8_launch_promoted<decltype(at)::value, decltype(out)::value>(promote, A, B, C, M, N, K, tc, k);
+    });
 }
 
 extern "C" forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M, int N, int K,

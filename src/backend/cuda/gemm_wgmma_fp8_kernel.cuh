@@ -1,10 +1,11 @@
 /*
  * gemm_wgmma_fp8_kernel.cuh: the Hopper wgmma GEMM body behind forge's fp8 and tf32 GEMMs and the bf16 ping-pong
  * kernel (entry points and their rules: gemm_fp8.h; the default kernels and entry points: gemm_wgmma_fp8.cu), with
- * the launch machinery they share. The lab's variants of this body (lab/gemm_fp8/: gemm_fp8_variants.cu) include it
- * too and instantiate its other template arguments; the device code only they run (marked "lab variant" below)
- * stays here, inside this one body: moved behind a customisation point, it changed those kernels' PTX (the same
- * instructions, their virtual registers renumbered), and the split is checked by the PTX being identical.
+ * the launch machinery they share. The lab's variants of this body (lab/gemm_fp8/gemm_fp8_variants.cu) include it
+ * too and instantiate its other template arguments. The device code only they run (marked "lab variant" below) is
+ * if-constexpr branches of this one body and the helpers those call: taken out behind a customisation point (a
+ * specialised mainloop struct defined in the lab), the same instructions came out with their virtual registers
+ * renumbered, so those kernels' PTX would no longer be the one measured; src instantiates none of them.
  *
  *   C (M,N) fp32|bf16 = scale * A (M,K) . B (N,K)^T     A, B K-major: fp8 (e4m3|e5m2 x e4m3), tf32 or bf16
  *
@@ -71,6 +72,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -91,8 +94,8 @@ extern "C" {
 #define FP8_PRODUCER_REGS 40
 #define FP8_CONSUMER_REGS 232
 #define FP8_MAX_DEVICES 64
-/* lab variant: the pipelined promotion keeps d, t, t1 (3 x 64 fp32) live: the producer (one TMA thread) gives up 16 more registers
- * so each consumer gets 240 (24 x 128 + 240 x 256 = 64512 of the 65536) */
+/* lab variant: the pipelined promotion keeps d, t, t1 (3 x 64 fp32) live: the producer (one TMA thread) gives up 16
+ * more registers so each consumer gets 240 (24 x 128 + 240 x 256 = 64512 of the 65536) */
 #define FP8_PIPE_PRODUCER_REGS 24
 #define FP8_PIPE_CONSUMER_REGS 240
 
@@ -331,8 +334,8 @@ __device__ __forceinline__ void wgmma_fp8_k32(float (&d)[BN / 2], uint64_t da, u
     }
 }
 
-/* lab variant, FP8_PIPELINED: wait for stage `stage` to be full, then issue its 4 k32 wgmmas into the temporary `t` (the first
- * with scale-d 0: t = 0 + ...) as one commit group; the caller retires the group (wait_group) later */
+/* lab variant, FP8_PIPELINED: wait for stage `stage` to be full, then issue its 4 k32 wgmmas into the temporary `t`
+ * (the first with scale-d 0: t = 0 + ...) as one commit group; the caller retires the group (wait_group) later */
 template <int BN, int AT>
 __device__ __forceinline__ void fp8_issue_stage(float (&t)[BN / 2], uint32_t bars, uint32_t sa, uint32_t sb, int c,
                                                 int stage, uint32_t phase) {
@@ -356,12 +359,12 @@ __device__ __forceinline__ void fp8_issue_stage(float (&t)[BN / 2], uint32_t bar
     wgmma_commit();
 }
 
-/* FP8_CHUNK64 / FP8_CHUNK128 (BN = 256): issue one N-chunk of a stage, i.e. the chunk's 4 k32 wgmmas as one commit group
- * into the chunk temporary u (the first with scale-d 0: u = 0 + ...; u's old value is ignored but, for n64, kept
- * in the same registers: see the m64n64k32 wrappers). da: this warpgroup's A descriptor of the
- * stage, db: the B descriptor of the chunk's first row (row 64q or 128q of the 256-row B box: 8192 or 16384
- * bytes on, a multiple of the 1024-byte swizzle atom). The fence orders the FADDs that read u (the previous
- * chunk's promotion) before the wgmmas that overwrite it. */
+/* FP8_CHUNK64 / FP8_CHUNK128 (BN = 256): issue one N-chunk of a stage, i.e. the chunk's 4 k32 wgmmas as one commit
+ * group into the chunk temporary u (the first with scale-d 0: u = 0 + ...; u's old value is ignored but, for n64, kept
+ * in the same registers: see the m64n64k32 wrappers). da: this warpgroup's A descriptor of the stage, db: the B
+ * descriptor of the chunk's first row (row 64q or 128q of the 256-row B box: 8192 or 16384 bytes on, a multiple of the
+ * 1024-byte swizzle atom). The fence orders the FADDs that read u (the previous chunk's promotion) before the wgmmas
+ * that overwrite it. */
 template <int AT>
 __device__ __forceinline__ void fp8_issue_chunk64(float (&u)[32], uint64_t da, uint64_t db) {
     static_assert(AT == WG_E4M3 || AT == WG_E5M2, "chunked promotion: fp8 only");
@@ -473,7 +476,7 @@ __device__ __forceinline__ void fp8_tile_coords(int t, int tiles_m, int tiles_n,
     *tn = r / rows;
 }
 
-/* ---- 2-CTA clusters (CL = 2, the lab's gemm_wgmma_fp8_kernel_c2): B multicast ----------------------------------------------------------------
+/* ---- 2-CTA clusters (CL = 2, the lab's gemm_wgmma_fp8_kernel_c2): B multicast --------------------------------
  * The two CTAs of a cluster take vertically adjacent tiles (row-blocks 2p and 2p+1, the same column-block), so
  * they need the same B tile: each CTA loads one half of it (BN/2 rows) with a multicast TMA into both CTAs'
  * shared memory (same offset), completing on each CTA's own full barrier, which therefore still expects the
@@ -534,7 +537,8 @@ __device__ __forceinline__ void fp8_mma_stage(float (&acc)[NW / 2], uint32_t a0,
     wgmma_commit();
 }
 
-/* lab variant, FP8_SERIAL_ROT (this and the next two): retire every wgmma group of this warpgroup (its results in t are then final) and release ring slot `slot`. */
+/* lab variant, FP8_SERIAL_ROT (this and the next two): retire every wgmma group of this warpgroup (its results in t are
+ * then final) and release ring slot `slot`. */
 template <int CL, int STAGES, int R>
 __device__ __forceinline__ void fp8_retire_all(float (&t)[R], uint32_t bars, int slot, int lane, uint32_t rank) {
     wgmma_wait<0>();
@@ -561,12 +565,12 @@ __device__ __forceinline__ void fp8_mma_stage_desc(float (&t)[NW / 2], uint64_t 
     wgmma_commit();
 }
 
-/* The unpromoted mainloop (tf32; the lab's fp8 fast accumulation) of one tile: NW = BN, or BN / 2 for a tile whose columns past BN/2
- * all lie past N. The narrow MMA accumulates into d's first NW/2 registers, which hold the same columns in the
- * m64nNW fragment as in the m64nBN one (d[4i + 2h + j] is column 8i + ...); the rest of d is stale and feeds only
- * columns past N, which the epilogue never stores. One stage's MMAs stay in flight across iterations (wait_group
- * 1 retires the previous stage's, which is released then); the loop drains (wait_group 0) before it returns, so
- * the caller's two instantiations never leave different groups in flight (ptxas C7518). */
+/* The unpromoted mainloop (tf32; the lab's fp8 fast accumulation) of one tile: NW = BN, or BN / 2 for a tile whose
+ * columns past BN/2 all lie past N. The narrow MMA accumulates into d's first NW/2 registers, which hold the same
+ * columns in the m64nNW fragment as in the m64nBN one (d[4i + 2h + j] is column 8i + ...); the rest of d is stale and
+ * feeds only columns past N, which the epilogue never stores. One stage's MMAs stay in flight across iterations
+ * (wait_group 1 retires the previous stage's, which is released then); the loop drains (wait_group 0) before it
+ * returns, so the caller's two instantiations never leave different groups in flight (ptxas C7518). */
 template <int NW, int BN, int AT, int CL, int STAGES>
 __device__ __forceinline__ void fp8_plain_tile(float (&d)[BN / 2], uint32_t bars, uint32_t sa, uint32_t sb, int c,
                                                int lane, int ktiles, int &stage, uint32_t &phase, uint32_t rank) {
@@ -637,12 +641,12 @@ __device__ __forceinline__ void fp8_pp_tile(float (&dlo)[64], float (&dhi)[64], 
     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 }
 
-/* lab variant: one stage of FP8_CHUNK64_RA (BN = 192: three 64-column chunks) with A from a[CUR], loaded before: chunk 0 into
- * pX, 1 into pY, 2 into pX (pX = p0 on even stages, p1 on odd ones, so a stage's first chunk never lands on the
- * temporary that still holds the previous stage's last chunk); each chunk's adds run under the next chunk's MMAs;
- * the previous stage's chunk 2 (in pY) is retired, released and added after this stage's chunk 0 is issued, which
- * also frees a[1 - CUR] for the next stage's full-barrier wait and ldmatrix (has_next). No branch around a wgmma:
- * the caller unrolls by two so CUR is a compile-time index. */
+/* lab variant: one stage of FP8_CHUNK64_RA (BN = 192: three 64-column chunks) with A from a[CUR], loaded before: chunk
+ * 0 into pX, 1 into pY, 2 into pX (pX = p0 on even stages, p1 on odd ones, so a stage's first chunk never lands on the
+ * temporary that still holds the previous stage's last chunk); each chunk's adds run under the next chunk's MMAs; the
+ * previous stage's chunk 2 (in pY) is retired, released and added after this stage's chunk 0 is issued, which also
+ * frees a[1 - CUR] for the next stage's full-barrier wait and ldmatrix (has_next). No branch around a wgmma: the caller
+ * unrolls by two so CUR is a compile-time index. */
 template <int CUR, int AT, int CL, int STAGES>
 __device__ __forceinline__ void fp8_ra_stage(float (&d)[96], float (&p0)[32], float (&p1)[32],
                                              uint32_t (&a)[2][FP8_BK / 32][4], uint32_t bars, uint32_t sa,
@@ -954,14 +958,14 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
             }
             if constexpr (PROMOTE == FP8_PIPELINED) {
-                /* lab variant, pipelined promotion: stage kt's wgmmas write t (kt even) or t1 (kt odd); after issuing them,
-                 * wait_group 1 retires the previous stage's group only, so its FADDs into d overlap this stage's
-                 * MMAs instead of stalling the tensor pipe. Unrolled by two so each temporary is named at compile
-                 * time. The loop body has no branch between an issue and its wait and leaves the same group (the
-                 * odd stage's, t1) in flight on every iteration: an earlier version issued the odd stage under
+                /* lab variant, pipelined promotion: stage kt's wgmmas write t (kt even) or t1 (kt odd); after issuing
+                 * them, wait_group 1 retires the previous stage's group only, so its FADDs into d overlap this stage's
+                 * MMAs instead of stalling the tensor pipe. Unrolled by two so each temporary is named at compile time.
+                 * The loop body has no branch between an issue and its wait and leaves the same group (the odd stage's,
+                 * t1) in flight on every iteration: an earlier version issued the odd stage under
                  * `if (kt + 1 < ktiles)` and drained under `if ((ktiles & 1) == 0)`, and ptxas serialised all its
-                 * wgmmas (info C7518). t1 is zeroed per tile so the first retire adds +0. An odd last stage is
-                 * the tail after the loop (a uniform branch, taken or not for the whole tile). */
+                 * wgmmas (info C7518). t1 is zeroed per tile so the first retire adds +0. An odd last stage is the tail after the
+                 * loop (a uniform branch, taken or not for the whole tile). */
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) t1[i] = 0.0f;
                 int kt = 0;
@@ -1066,13 +1070,13 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                 fp8_promote_chunk<96>(d, p1);
             } else if constexpr (PROMOTE == FP8_CHUNK64_RA) {
-                /* lab variant, chunked promotion at BN = 192 with A in registers: PROMOTE == 3's chunks each read the warpgroup's
-                 * 64 x 128 bytes of A from shared memory (4x per stage; ncu: L1/TEX 94% busy at 8192^3); here one
-                 * ldmatrix.x4 per k32 step per stage, into the other of two register buffers while the current
-                 * stage's chunks run. 192 columns, not 256: d 96 + two 32-register temporaries + 2 x 16 A registers
-                 * fit the consumers' 240 (at 256, 224 of them: 116-byte spills); a single A buffer at 256 forced a
-                 * wait_group 0 per stage and measured 3% slower than PROMOTE == 3. The same adds in the same order
-                 * per element as the other promoted kernels. */
+                /* lab variant, chunked promotion at BN = 192 with A in registers: FP8_CHUNK64's chunks each read the
+                 * warpgroup's 64 x 128 bytes of A from shared memory (4x per stage; ncu: L1/TEX 94% busy at 8192^3);
+                 * here one ldmatrix.x4 per k32 step per stage, into the other of two register buffers while the current
+                 * stage's chunks run. 192 columns, not 256: d 96 + two 32-register temporaries + 2 x 16 A registers fit
+                 * the consumers' 240 (at 256, 224 of them: 116-byte spills); a single A buffer at 256 forced a
+                 * wait_group 0 per stage and measured 3% slower than FP8_CHUNK64. The same adds in the same order per
+                 * element as the other promoted kernels. */
                 float p0[32], p1[32];
                 uint32_t a[2][FP8_BK / 32][4];
 #pragma unroll
@@ -1104,10 +1108,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
                 fp8_promote_chunk<64>(d, p1);
             } else if constexpr (PROMOTE == FP8_CHUNK128) {
-                /* lab variant, chunked promotion at BN = 256, serial: two 128-column chunks per stage into one 64-register
-                 * temporary pt (d 128 + pt 64: a second temporary would need 256 registers), each retired with
-                 * wait_group 0 and added before the next is issued; the other consumer warpgroup's MMAs fill
-                 * the gaps (as in PROMOTE == 1, at half the FADDs per gap and a 256-wide tile). */
+                /* lab variant, chunked promotion at BN = 256, serial: two 128-column chunks per stage into one
+                 * 64-register temporary pt (d 128 + pt 64: a second temporary would need 256 registers), each retired
+                 * with wait_group 0 and added before the next is issued; the other consumer warpgroup's MMAs fill the
+                 * gaps (as in FP8_SERIAL, at half the FADDs per gap and a 256-wide tile). */
                 float pt[64];
 #pragma unroll 1
                 for (int kt = 0; kt < ktiles; kt++) {
@@ -1129,12 +1133,12 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                     }
                 }
             } else if constexpr (PROMOTE == FP8_SERIAL_ROT) {
-                /* lab variant, serial promotion (one temporary t: d + t = 144 registers at BN 144), rotated: stage kt's MMAs are
-                 * issued, then the loop waits for stage kt+1 to be full (the barrier check runs under stage kt's
-                 * MMAs), retires stage kt (wait_group 0), releases it, adds t into d and issues stage kt+1 into t.
-                 * This warpgroup's tensor work stops during its adds; the other consumer warpgroup's stage fills
-                 * that gap. One group in flight at every loop entry and the same control flow on every path
-                 * (ptxas C7518). Same adds, same order as PROMOTE == 1. */
+                /* lab variant, serial promotion (one temporary t: d + t = 144 registers at BN 144), rotated: stage kt's
+                 * MMAs are issued, then the loop waits for stage kt+1 to be full (the barrier check runs under stage
+                 * kt's MMAs), retires stage kt (wait_group 0), releases it, adds t into d and issues stage kt+1 into t.
+                 * This warpgroup's tensor work stops during its adds; the other consumer warpgroup's stage fills that
+                 * gap. One group in flight at every loop entry and the same control flow on every path (ptxas C7518).
+                 * Same adds, same order as FP8_SERIAL. */
                 constexpr uint64_t A_STEP = cfg::A_BYTES >> 4, B_STEP = cfg::B_BYTES >> 4; /* descriptor units */
                 const uint64_t da0 = wgmma_desc(sa + c * (64 * FP8_BK)), db0 = wgmma_desc(sb);
                 mbar_wait(bars + 8 * stage, phase);
@@ -1337,24 +1341,23 @@ static forge_status fp8_launch(const void *A, const void *B, void *C, float scal
     return fp8_launch_t<BN, AT, OUT_BF16, PROMOTE, 0>(A, B, C, scale, M, N, K, vec2, dev, sm_count, stream);
 }
 
-/* The promoted kernel of `promote` (FP8_CHUNK64: BN 256; FP8_SERIAL: BN 128 or 192 by fp8_bn_serial) */
-template <int AT, int OUT_BF16>
-static forge_status fp8_launch_promoted(int promote, const void *A, const void *B, void *C, float scale, int M, int N,
-                                        int K, int vec2, int tc, int dev, int sms, cudaStream_t st) {
-    if (promote == FP8_CHUNK64)
-        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-    return fp8_bn_serial(M, N, sms) == 128
-               ? fp8_launch<128, AT, OUT_BF16, FP8_SERIAL>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st)
-               : fp8_launch<192, AT, OUT_BF16, FP8_SERIAL>(A, B, C, scale, M, N, K, vec2, tc, dev, sms, st);
-}
-
 static inline const char *fp8_fmt_name(int f) {
     return f == FORGE_FP8_E4M3 ? "e4m3" : f == FORGE_FP8_E5M2 ? "e5m2" : "?";
 }
 
-/* The argument rules of gemm_fp8.h (FORGE_ERR_UNSUPPORTED with the reason), before any device work. */
-static inline forge_status fp8_nt_check(const void *A, forge_fp8_format a_fmt, const void *B, forge_fp8_format b_fmt,
-                                        const void *C, forge_gemm_out c_type, int M, int N, int K) {
+/* One fp8 call's launch arguments besides the operands and the shape */
+struct fp8_call {
+    int out_bf16, vec2; /* C bf16; C takes float2 / bf16x2 stores */
+    float scale;        /* a_scale * b_scale */
+    int dev, sms;
+    cudaStream_t st;
+};
+
+/* The argument rules of gemm_fp8.h (FORGE_ERR_UNSUPPORTED with the reason, before any device work), then the
+ * device (fp8_device_info) and the launch arguments. */
+static inline forge_status fp8_call_init(fp8_call *k, const void *A, forge_fp8_format a_fmt, const void *B,
+                                         forge_fp8_format b_fmt, const void *C, forge_gemm_out c_type, float a_scale,
+                                         float b_scale, int M, int N, int K, void *stream) {
     const char *why = nullptr;
     const size_t c_elem = c_type == FORGE_GEMM_OUT_BF16 ? 2 : 4;
     if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
@@ -1367,7 +1370,34 @@ static inline forge_status fp8_nt_check(const void *A, forge_fp8_format a_fmt, c
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8 nt (%s x %s, M=%d N=%d K=%d): %s", fp8_fmt_name(a_fmt),
                            fp8_fmt_name(b_fmt), M, N, K, why);
+    FORGE_TRY(fp8_device_info(&k->dev, &k->sms));
+    k->out_bf16 = c_type == FORGE_GEMM_OUT_BF16;
+    k->vec2 = N % 2 == 0 && (uintptr_t)C % (2 * c_elem) == 0;
+    k->scale = a_scale * b_scale;
+    k->st = (cudaStream_t)stream;
     return FORGE_OK;
+}
+
+/* fn(std::integral_constant<int, AT>, std::integral_constant<int, OUT_BF16>) for A's format and C's type: the
+ * caller's instantiation of the four */
+template <typename Fn> static forge_status fp8_with_types(forge_fp8_format a_fmt, int out_bf16, Fn &&fn) {
+    if (a_fmt == FORGE_FP8_E4M3)
+        return out_bf16 ? fn(std::integral_constant<int, WG_E4M3>(), std::integral_constant<int, 1>())
+                        : fn(std::integral_constant<int, WG_E4M3>(), std::integral_constant<int, 0>());
+    return out_bf16 ? fn(std::integral_constant<int, WG_E5M2>(), std::integral_constant<int, 1>())
+                    : fn(std::integral_constant<int, WG_E5M2>(), std::integral_constant<int, 0>());
+}
+
+/* The promoted kernel of `promote` (FP8_CHUNK64: BN 256; FP8_SERIAL: BN 128 or 192 by fp8_bn_serial); tc: the
+ * TMA-store epilogue (the caller checked fp8_c_tma_ok) */
+template <int AT, int OUT_BF16>
+static forge_status fp8_launch_promoted(int promote, const void *A, const void *B, void *C, int M, int N, int K,
+                                        int tc, const fp8_call &k) {
+    if (promote == FP8_CHUNK64)
+        return fp8_launch<256, AT, OUT_BF16, FP8_CHUNK64>(A, B, C, k.scale, M, N, K, k.vec2, tc, k.dev, k.sms, k.st);
+    if (fp8_bn_serial(M, N, k.sms) == 128)
+        return fp8_launch<128, AT, OUT_BF16, FP8_SERIAL>(A, B, C, k.scale, M, N, K, k.vec2, tc, k.dev, k.sms, k.st);
+    return fp8_launch<192, AT, OUT_BF16, FP8_SERIAL>(A, B, C, k.scale, M, N, K, k.vec2, tc, k.dev, k.sms, k.st);
 }
 
 /* ---- tf32 (the same body; no promotion: the tensor core accumulates tf32 products in fp32) ---- */
