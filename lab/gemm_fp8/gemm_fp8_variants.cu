@@ -159,7 +159,7 @@ extern "C" forge_status lab_gemm_tf32_nt(const float *A, const float *B, float *
     FORGE_TRY(lab_resolve_store(store, C, N, 0, "lab gemm_tf32", &tc));
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
-    const int pingpong = sched == LAB_GEMM_SCHED_AUTO ? tc && K <= TF32_PP_MAX_K : sched == LAB_GEMM_SCHED_PINGPONG;
+    const int pingpong = sched == LAB_GEMM_SCHED_AUTO ? tf32_pingpong_rule(tc, K) : sched == LAB_GEMM_SCHED_PINGPONG;
     if (pingpong && !tc)
         return forge_error(FORGE_ERR_UNSUPPORTED,
                            "gemm_tf32 nt (M=%d N=%d K=%d): the ping-pong schedule stores C through TMA, which needs "

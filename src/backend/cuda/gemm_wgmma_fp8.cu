@@ -93,5 +93,5 @@ extern "C" forge_status forge_gemm_tf32_nt(const float *A, const float *B, float
     const int tc = fp8_c_tma_ok(C, N, 0);
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
-    return tf32_launch_sched(tc && K <= TF32_PP_MAX_K, A, B, C, M, N, K, tc, dev, sms, (cudaStream_t)stream);
+    return tf32_launch_sched(tf32_pingpong_rule(tc, K), A, B, C, M, N, K, tc, dev, sms, (cudaStream_t)stream);
 }

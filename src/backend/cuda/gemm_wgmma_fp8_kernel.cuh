@@ -1402,9 +1402,10 @@ static forge_status fp8_launch_promoted(int promote, const void *A, const void *
 
 /* ---- tf32 (the same body; no promotion: the tensor core accumulates tf32 products in fp32) ---- */
 
-/* forge_gemm_tf32_nt's schedule: ping-pong up to this K where C takes the TMA store, cooperative otherwise
+/* forge_gemm_tf32_nt's schedule: ping-pong up to this K where C takes the TMA store (tc), cooperative otherwise
  * (chosen by measurement, lab/notes/gemm-fp8.md: short K is where the epilogue is a large share of the tile) */
 #define TF32_PP_MAX_K 1024
+static inline int tf32_pingpong_rule(int tc, int K) { return tc && K <= TF32_PP_MAX_K; }
 
 /* The argument rules of forge_gemm_tf32_nt (FORGE_ERR_UNSUPPORTED with the reason), before any device work. */
 static inline forge_status tf32_nt_check(const float *A, const float *B, const float *C, int M, int N, int K) {
