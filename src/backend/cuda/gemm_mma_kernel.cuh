@@ -1,6 +1,6 @@
 /*
  * gemm_mma_kernel.cuh: the warp-level tensor-core GEMM kernel (issue 5, rung 2; notes in docs/gemm-mma.md) and
- * its launcher, shared by forge's tf32 entry points (gemm_mma.cu; contract: gemm_mma.h) and the lab's bf16
+ * its launcher, shared by forge's tf32 entry point (gemm_mma.cu; contract: gemm_mma.h) and the lab's bf16
  * instantiation (lab/gemm_mma/).
  *
  *   C (M,N) fp32 [+]= A (M,K) . B (N,K)^T [+ bias (N)]     A, B K-major
