@@ -24,10 +24,7 @@
 #include "../src/bench/bench.h"
 #include "../src/bench/bench_ops.h"
 #include "../src/bench/bench_train.h"
-#include "../src/bench/characterize.h"
 #include "../src/bench/gemm_bench.h"
-#include "../src/bench/gemm_fp8_bench.h"
-#include "../src/bench/gemm_mma_bench.h"
 #include "../src/bench/harness.h"
 #include "../src/base/status.h"
 #include "../src/data/corpus.h"
@@ -502,7 +499,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
 /* ---- forge bench ---------------------------------------------------------------- */
 
 static const char *BENCH_HELP =
-    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|gemm-mma|attention|characterize|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|attention|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
     "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
@@ -511,16 +508,11 @@ static const char *BENCH_HELP =
     "  gemm    bf16 GEMM: forge's wgmma kernel vs cuBLAS (--device cuda only)\n"
     "  gemm-epi  the fused GEMM epilogues alone (bias+GELU, residual, bf16 out, GELU backward,\n"
     "          C +=) vs separate passes, cuBLAS(Lt) (--device cuda only; also part of gemm)\n"
-    "  gemm-mma  bf16/tf32 GEMM: forge's mma.sync kernels vs cuBLAS (CUDA build only)\n"
     "  attention  causal attention: forge's bf16 flash kernels vs forge's unfused fp32 path\n"
     "          (--device cuda only; --quick: the two smaller shapes;\n"
     "          PyTorch SDPA baselines: tools/sdpa_bench.py)\n"
-    "  gemm-fp8  fp8 GEMM: forge's wgmma e4m3/e5m2 kernels vs cuBLASLt fp8 and forge bf16 (CUDA build only)\n"
-    "  characterize  Hopper characterization: cuBLAS/cuBLASLt fp32/tf32/bf16/fp16/fp8 GEMMs,\n"
-    "          matrix-unit ceilings and accumulator probes, clock-state distributions\n"
-    "          (--device cuda only; --reps N, default 100)\n"
     "  --results DIR  where every suite writes its <date>_<commit>/ folder (default results)\n"
-    "  --order sequential|interleaved  how the GEMM suites (gemm, gemm-epi, gemm-mma, gemm-fp8) time a\n"
+    "  --order sequential|interleaved  how the GEMM suites (gemm, gemm-epi) time a\n"
     "          group's cells: interleaved (their default) runs one rep of each cell per round, so all see\n"
     "          the same clocks and the table adds a paired per-round ratio with its CI; sequential times\n"
     "          each cell's reps back to back (the other suites always do)\n"
@@ -577,26 +569,12 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         if (s != FORGE_OK) return fail(s);
         forge_harness_set_default_order(o);
     }
-    if (strcmp(what, "gemm-fp8") == 0) {
-        s = forge_bench_gemm_fp8(stdout, (int)reps);
-        return s == FORGE_OK ? 0 : fail(s);
-    }
-    if (strcmp(what, "gemm-mma") == 0) {
-        s = forge_bench_gemm_mma(stdout, (int)reps);
-        return s == FORGE_OK ? 0 : fail(s);
-    }
     if (strcmp(what, "gemm-epi") == 0) {
         s = forge_bench_gemm_epi(stdout, device, (int)reps, 0);
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "attention") == 0) {
         s = forge_bench_attention(stdout, device, (int)reps, quick);
-        return s == FORGE_OK ? 0 : fail(s);
-    }
-    if (strcmp(what, "characterize") == 0) {
-        int reps_given = 0; /* characterize defaults to 100 reps, not the 10 above */
-        for (int i = 0; i < argc; i++) reps_given |= strncmp(argv[i], "--reps", 6) == 0;
-        s = forge_bench_characterize(stdout, device, reps_given ? (int)reps : 0, results);
         return s == FORGE_OK ? 0 : fail(s);
     }
     int do_train = strcmp(what, "train") == 0 || strcmp(what, "all") == 0;

@@ -6,8 +6,11 @@
 #include <string.h>
 
 #include "lab.h"
+#include "characterize/characterize.h"
 #include "flash/flash_lab.h"
 #include "gemm_bf16/gemm_bf16_variants.h"
+#include "gemm_fp8/gemm_fp8_lab.h"
+#include "gemm_mma/gemm_mma_lab.h"
 
 static const lab_command COMMANDS[] = {
     {"test flash16", "bf16 flash attention variants vs float64 [--quick]", lab_test_flash16},
@@ -15,6 +18,11 @@ static const lab_command COMMANDS[] = {
      lab_bench_attention_variants},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
+    {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},
+    {"test gemm-fp8", "the fp8/tf32 wgmma GEMM variants against a double reference", lab_test_gemm_fp8},
+    {"bench gemm-mma", "mma.sync GEMMs (forge's tf32, the lab's bf16) vs cuBLAS", lab_bench_gemm_mma},
+    {"test gemm-mma", "the bf16 mma.sync GEMM against a double reference", lab_test_gemm_mma},
+    {"bench characterize", "Hopper characterization: library GEMMs, matrix units, clocks", lab_bench_characterize},
     {NULL, NULL, NULL},
 };
 

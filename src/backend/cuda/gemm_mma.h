@@ -1,17 +1,17 @@
 /*
- * gemm_mma.h: forge's warp-level tensor-core GEMMs (issue 5, rung 2 of
- * docs/gemm-ladder.md; notes in docs/gemm-mma.md), plain C.
+ * gemm_mma.h: forge's warp-level tensor-core tf32 GEMM (issue 5, rung 2 of
+ * docs/gemm-ladder.md; notes in docs/gemm-mma.md), plain C: the tf32
+ * trainer's dX and dW (FORGE_MATMUL=tf32). The kernel template is
+ * gemm_mma_kernel.cuh; its bf16 instantiation is the lab's (lab/gemm_mma/).
  *
- *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]      A, B K-major
+ *   C (M,N) fp32 [+]= A . B [+ bias (N)]
  *
- * - forge_gemm_mma_bf16_nt: A, B bf16 (uint16 bit patterns), mma.sync
- *   m16n8k16 bf16 x bf16 -> fp32.
- * - forge_gemm_mma_tf32_nt: A, B fp32; each element is converted in
- *   registers with cvt.rna.tf32.f32 (round to nearest, ties AWAY from zero;
- *   cuBLAS's FAST_TF32 rounds ties to even: the two differ only on exact
- *   ties, by one tf32 ulp = 2^-10 relative of that element), then mma.sync
- *   m16n8k8 tf32 x tf32 -> fp32. Inputs already representable in tf32 (low
- *   13 mantissa bits zero) pass through the conversion unchanged.
+ * A, B fp32; each element is converted in registers with cvt.rna.tf32.f32
+ * (round to nearest, ties AWAY from zero; cuBLAS's FAST_TF32 rounds ties to
+ * even: the two differ only on exact ties, by one tf32 ulp = 2^-10 relative
+ * of that element), then mma.sync m16n8k8 tf32 x tf32 -> fp32. Inputs already
+ * representable in tf32 (low 13 mantissa bits zero) pass through the
+ * conversion unchanged.
  *
  * Any M, N, K >= 0 and any alignment: when K * sizeof(element) is a multiple
  * of 16 and A, B are 16-byte aligned, tiles are loaded with 16-byte cp.async
@@ -34,10 +34,6 @@
 extern "C" {
 #endif
 
-forge_status forge_gemm_mma_bf16_nt(const void *A_bf16, const void *B_bf16, float *C, const float *bias, int M,
-                                    int N, int K, void *stream);
-forge_status forge_gemm_mma_tf32_nt(const float *A, const float *B, float *C, const float *bias, int M, int N,
-                                    int K, void *stream);
 /* The tf32 kernel in the three training layouts (issue 5 integration):
  *   C (M,N) [+]= A . B [+ bias (N)]
  * a_mn = 0: A stored (M,K) (K contiguous); 1: stored (K,M) (M contiguous).
@@ -45,9 +41,8 @@ forge_status forge_gemm_mma_tf32_nt(const float *A, const float *B, float *C, co
  * Instantiated: (0,0) forward Y = X W^T, (0,1) dX = dY W, (1,1) dW = dY^T X;
  * (1,0) returns FORGE_ERR_UNSUPPORTED. accumulate != 0: C += A.B (+ bias),
  * else C = A.B (+ bias). MN-major operands are read with 16-byte cp.async when
- * their contiguous dimension is a multiple of 4 (else scalar loads). Same
- * rounding (cvt.rna) and determinism as forge_gemm_mma_tf32_nt: every element
- * is summed over K in a fixed order by one thread.
+ * their contiguous dimension is a multiple of 4 (else scalar loads).
+ * Deterministic: every element is summed over K in a fixed order by one thread.
  * splits > 1: split-K (for small outputs with a long K, dW): K is cut into
  * at most `splits` ranges of whole 32-wide K tiles; each writes its partial
  * C into work (splits * M * N floats, else FORGE_ERR_ARG), and a second

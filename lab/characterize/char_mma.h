@@ -1,10 +1,9 @@
 /*
- * char_mma.h: the matrix-unit part of `forge bench characterize` (issue 4):
+ * char_mma.h: the matrix-unit part of `forge-lab bench characterize` (issue 4):
  * throughput ceilings of mma.sync (bf16, fp16, tf32, fp8 e4m3), wgmma (bf16,
  * fp8 e4m3) and plain FFMA, each a harness cell, plus accumulator probes
  * (hostile K-reductions, mantissa bits kept by the accumulation) reported as
- * findings. Plain C; the definitions are in src/bench/cuda/char_mma.cu and
- * exist only in the CUDA build (guard calls with #ifdef FORGE_WITH_CUDA).
+ * findings. Plain C; the definitions are in char_mma.cu (the lab is CUDA-only).
  *
  * The decision a caller would otherwise get wrong: the harness's timer
  * records CUDA events on some stream the suite chose. forge_char_mma_run
@@ -20,7 +19,7 @@
 
 #include <stdio.h>
 
-#include "harness.h"
+#include "../../src/bench/harness.h"
 
 #ifdef __cplusplus
 extern "C" {

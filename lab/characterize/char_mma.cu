@@ -1,6 +1,6 @@
 /*
  * char_mma.cu: matrix-unit ceilings and accumulator probes of
- * `forge bench characterize` (issue 4; API in src/bench/char_mma.h).
+ * `forge-lab bench characterize` (issue 4; API in char_mma.h).
  *
  * Kernels (names are what scripts/check_sass.sh matches in the SASS):
  *   char_ffma_kernel            fp32 FFMA chains                      -> FFMA
@@ -60,7 +60,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "../char_mma.h"
+#include "char_mma.h"
 }
 
 /* ---- shapes ----------------------------------------------------------------------- */
@@ -1318,8 +1318,8 @@ static forge_status char_run_impl(forge_harness *h, FILE *out, cudaStream_t user
     for (int k = 0; k < CELL_COUNT && s == FORGE_OK; k++) {
         char_cell *c = &cells[k];
         if (k == CELL_MMA_FP8) {
-            /* Measured on the H200 (2026-11-30): this cell "ran" at 996 TFLOP/s, faster than
-             * bf16 mma.sync, which cannot be a tensor-core rate. ptxas 13.0 lowers e4m3
+            /* Measured (lab/notes/gemm-fp8.md): this cell "ran" faster than bf16 mma.sync,
+             * which cannot be a tensor-core rate. ptxas 13.0 lowers e4m3
              * mma.sync on sm_90a to F2FP + HMMA with a zero accumulator + FADD; with
              * loop-invariant operands the HMMAs are hoisted and the loop times FADDs. The
              * output is still exact, so the checksum gate cannot catch it: the cell is

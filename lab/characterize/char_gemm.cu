@@ -1,5 +1,5 @@
 /*
- * char_gemm.cu: library-GEMM cells of `forge bench characterize` (cuBLAS and
+ * char_gemm.cu: library-GEMM cells of `forge-lab bench characterize` (cuBLAS and
  * cuBLASLt at fp32, tf32, bf16, fp16 and fp8 e4m3), their float64 reference
  * and their check, all on the GPU (declared in char_gemm.h).
  *
@@ -39,18 +39,12 @@
 #include <cublas_v2.h>
 #endif
 
+#include "../../src/backend/cuda/cuda_check.h" /* CUDA_TRY, CUDA_LAUNCH_CHECK */
+
 extern "C" {
-#include "../../base/rng.h"
+#include "../../src/base/rng.h"
 #include "char_gemm.h"
 }
-
-#define CG_CUDA(call)                                                                        \
-    do {                                                                                     \
-        cudaError_t cg_e_ = (call);                                                          \
-        if (cg_e_ != cudaSuccess)                                                            \
-            return forge_error(FORGE_ERR_DEVICE, "%s failed at %s:%d: %s", #call, __FILE__, \
-                               __LINE__, cudaGetErrorString(cg_e_));                         \
-    } while (0)
 
 #define CG_BLAS(call)                                                                        \
     do {                                                                                     \
@@ -58,14 +52,6 @@ extern "C" {
         if (cg_b_ != CUBLAS_STATUS_SUCCESS)                                                  \
             return forge_error(FORGE_ERR_DEVICE, "%s failed at %s:%d: %s", #call, __FILE__, \
                                __LINE__, cublasGetStatusString(cg_b_));                      \
-    } while (0)
-
-#define CG_LAUNCH(kernel_name)                                                                  \
-    do {                                                                                        \
-        cudaError_t cg_l_ = cudaGetLastError();                                                 \
-        if (cg_l_ != cudaSuccess)                                                               \
-            return forge_error(FORGE_ERR_DEVICE, "kernel %s failed to launch at %s:%d: %s",     \
-                               (kernel_name), __FILE__, __LINE__, cudaGetErrorString(cg_l_));   \
     } while (0)
 
 #define CG_MAX_SETS 16
@@ -108,7 +94,7 @@ extern "C" const char *forge_char_gemm_recipe(void) {
 
 #ifdef FORGE_NO_CUBLAS
 /* A build without cuBLAS (make cuda CUBLAS=0): every cell here is a cuBLAS /
- * cuBLASLt cell, so the library-GEMM part does not exist; `forge bench
+ * cuBLASLt cell, so the library-GEMM part does not exist; `forge-lab bench
  * characterize` refuses before it gets here (characterize.c). */
 struct forge_char_gemm {
     int unused;
@@ -452,20 +438,20 @@ extern "C" void forge_char_gemm_free(forge_char_gemm *g) {
 }
 
 static forge_status cg_create(forge_char_gemm *g) {
-    CG_CUDA(cudaSetDevice(g->device));
+    CUDA_TRY(cudaSetDevice(g->device));
     int l2 = 0;
-    CG_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, g->device));
+    CUDA_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, g->device));
     g->l2_bytes = l2 > 0 ? (size_t)l2 : ((size_t)50 << 20);
     CG_BLAS(cublasCreate(&g->blas));
     CG_BLAS(cublasSetStream(g->blas, g->stream));
-    CG_CUDA(cudaMalloc(&g->workspace, CG_WORKSPACE_BYTES));
+    CUDA_TRY(cudaMalloc(&g->workspace, CG_WORKSPACE_BYTES));
     CG_BLAS(cublasSetWorkspace(g->blas, g->workspace, CG_WORKSPACE_BYTES));
     CG_BLAS(cublasLtCreate(&g->lt));
-    CG_CUDA(cudaMalloc(&g->d_one, sizeof(float)));
+    CUDA_TRY(cudaMalloc(&g->d_one, sizeof(float)));
     const float one = 1.0f;
-    CG_CUDA(cudaMemcpy(g->d_one, &one, sizeof one, cudaMemcpyHostToDevice));
-    CG_CUDA(cudaMalloc(&g->d_partials, (size_t)CG_CHECK_BLOCKS * 3 * sizeof(double)));
-    CG_CUDA(cudaMalloc(&g->d_sums, 3 * sizeof(double)));
+    CUDA_TRY(cudaMemcpy(g->d_one, &one, sizeof one, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMalloc(&g->d_partials, (size_t)CG_CHECK_BLOCKS * 3 * sizeof(double)));
+    CUDA_TRY(cudaMalloc(&g->d_sums, 3 * sizeof(double)));
     return FORGE_OK;
 }
 
@@ -547,7 +533,7 @@ static forge_status cg_widen(double *out, const void *in, size_t count, cg_famil
     case CG_FAM_FP16: cg_widen_kernel<CG_FAM_FP16><<<blocks, threads, 0, stream>>>(out, in, count, tf32_mode); break;
     default: cg_widen_kernel<CG_FAM_FP8><<<blocks, threads, 0, stream>>>(out, in, count, tf32_mode); break;
     }
-    CG_LAUNCH("cg_widen_kernel");
+    CUDA_LAUNCH_CHECK("cg_widen_kernel");
     return FORGE_OK;
 }
 
@@ -558,7 +544,7 @@ static forge_status cg_ref_gemm(double *C, const double *A, const double *Bt, in
                            M, N, RG_BM, K, RG_BK);
     dim3 grid(N / RG_BN, M / RG_BM);
     cg_ref_gemm_kernel<<<grid, 256, 0, stream>>>(C, A, Bt, M, N, K);
-    CG_LAUNCH("cg_ref_gemm_kernel");
+    CUDA_LAUNCH_CHECK("cg_ref_gemm_kernel");
     return FORGE_OK;
 }
 
@@ -640,7 +626,7 @@ static forge_status cg_output(forge_char_gemm *g, int n) {
     if (g->dC) cudaFree(g->dC);
     g->dC = NULL;
     g->c_n = 0;
-    CG_CUDA(cudaMalloc(&g->dC, (size_t)n * n * sizeof(float)));
+    CUDA_TRY(cudaMalloc(&g->dC, (size_t)n * n * sizeof(float)));
     g->c_n = n;
     return FORGE_OK;
 }
@@ -734,12 +720,12 @@ static forge_status cg_gemm(forge_char_gemm *g, forge_char_gemm_kind kind, const
 static forge_status cg_compare(forge_char_gemm *g, const float *out, const double *ref, size_t count, double *rel_err,
                                double *unwritten) {
     cg_compare_kernel<<<CG_CHECK_BLOCKS, CG_CHECK_THREADS, 0, g->stream>>>(g->d_partials, out, ref, count);
-    CG_LAUNCH("cg_compare_kernel");
+    CUDA_LAUNCH_CHECK("cg_compare_kernel");
     cg_finish_kernel<<<1, CG_CHECK_THREADS, 0, g->stream>>>(g->d_sums, g->d_partials, CG_CHECK_BLOCKS);
-    CG_LAUNCH("cg_finish_kernel");
+    CUDA_LAUNCH_CHECK("cg_finish_kernel");
     double sums[3] = {0, 0, 0};
-    CG_CUDA(cudaMemcpyAsync(sums, g->d_sums, sizeof sums, cudaMemcpyDeviceToHost, g->stream));
-    CG_CUDA(cudaStreamSynchronize(g->stream));
+    CUDA_TRY(cudaMemcpyAsync(sums, g->d_sums, sizeof sums, cudaMemcpyDeviceToHost, g->stream));
+    CUDA_TRY(cudaStreamSynchronize(g->stream));
     *rel_err = sqrt(sums[0] / sums[1]); /* NaN (garbage) when out holds NaN */
     *unwritten = sums[2];
     return FORGE_OK;
@@ -754,7 +740,7 @@ static forge_status cg_deferred(const forge_char_gemm *g) {
 static forge_status cg_cell_poison(void *ctx) {
     forge_char_gemm *g = (forge_char_gemm *)ctx;
     if (g->deferred != FORGE_OK) return cg_deferred(g);
-    CG_CUDA(cudaMemsetAsync(g->dC, 0xFF, (size_t)g->n * g->n * sizeof(float), g->stream));
+    CUDA_TRY(cudaMemsetAsync(g->dC, 0xFF, (size_t)g->n * g->n * sizeof(float), g->stream));
     return FORGE_OK;
 }
 
@@ -769,7 +755,7 @@ static forge_status cg_cell_check(void *ctx, double *rel_err, int *fully_written
     forge_char_gemm *g = (forge_char_gemm *)ctx;
     if (g->deferred != FORGE_OK) return cg_deferred(g);
     double unwritten = 0;
-    CG_CUDA(cudaStreamSynchronize(g->stream));
+    CUDA_TRY(cudaStreamSynchronize(g->stream));
     FORGE_TRY(cg_compare(g, g->dC, g->dRef, (size_t)g->n * g->n, rel_err, &unwritten));
     *fully_written = unwritten == 0.0;
     return FORGE_OK;
@@ -824,14 +810,14 @@ extern "C" forge_status forge_char_gemm_probe_tf32(forge_char_gemm *g, int n, do
     FORGE_TRY(cg_output(g, n));
     const size_t count = (size_t)n * n;
     double unwritten = 0;
-    CG_CUDA(cudaMemsetAsync(g->dC, 0xFF, count * sizeof(float), g->stream));
+    CUDA_TRY(cudaMemsetAsync(g->dC, 0xFF, count * sizeof(float), g->stream));
     FORGE_TRY(cg_gemm(g, FORGE_CHAR_GEMM_CUBLAS_TF32, g->dA[0], g->dBt[0], g->dC, n));
     FORGE_TRY(cg_compare(g, g->dC, g->dRef, count, &rel_err[0], &unwritten));
     if (unwritten != 0)
         return forge_error(FORGE_ERR_DEVICE, "tf32 probe: cuBLAS left %.0f of %zu outputs unwritten", unwritten,
                            count);
     double *ref = NULL;
-    CG_CUDA(cudaMalloc(&ref, count * sizeof(double)));
+    CUDA_TRY(cudaMalloc(&ref, count * sizeof(double)));
     forge_status s = FORGE_OK;
     for (int mode = 1; mode <= 2 && s == FORGE_OK; mode++) {
         s = cg_reference(g, ref, g->dA[0], g->dBt[0], n, CG_FAM_FP32, mode);

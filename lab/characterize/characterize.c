@@ -1,5 +1,5 @@
 /*
- * characterize.c: the driver of `forge bench characterize` (characterize.h).
+ * characterize.c: the driver of `forge-lab bench characterize` (characterize.h).
  *
  * The decisions a reader would otherwise get wrong:
  * - Two harness runs, two suites. "characterize" holds the library GEMM cells
@@ -19,8 +19,6 @@
  *   of the CUDA-event timer that records every elapsed time; the last
  *   res.reps of a cell's recordings are its timed reps (the check run and the
  *   warm-up come first).
- * - Every CUDA call lives behind FORGE_WITH_CUDA: the CPU-only build compiles
- *   this file to a function that says the suite needs the CUDA build.
  */
 #include "characterize.h"
 
@@ -29,24 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef FORGE_WITH_CUDA
-
-forge_status forge_bench_characterize(FILE *out, const char *device, int reps, const char *results_root) {
-    (void)out, (void)device, (void)reps, (void)results_root;
-    return forge_error(FORGE_ERR_UNSUPPORTED,
-                       "forge bench characterize needs the CUDA build: this binary was built CPU-only (make "
-                       "cuda, then run build/cuda/forge bench characterize --device cuda on a machine with an "
-                       "NVIDIA GPU)");
-}
-
-#else
-
 #include <cuda_runtime.h>
 
+#include "../../src/bench/harness.h"
+#include "../../src/bench/harness_cuda.h"
+#include "../gemm_fp8/bench_opts.h"
+#include "char_gemm.h"
 #include "char_mma.h"
-#include "cuda/char_gemm.h"
-#include "harness.h"
-#include "harness_cuda.h"
 
 #define CHAR_DEVICE 0
 #define CHAR_SEED 1337
@@ -506,7 +493,7 @@ static forge_status char_main_suite(char_state *st, FILE *out, int reps, const c
              "bytes) clamped to [2,16] when inputs + output fit in L2, else 1; reps %d, warmup %d, seed %d; tf32 "
              "conversion probe at 2048; then the matrix-unit cells of char_mma",
              reps, CHAR_WARMUP, CHAR_SEED);
-    snprintf(recipe, sizeof recipe, "GEMM cells: %s. Matrix-unit cells: as src/bench/cuda/char_mma.cu generates them",
+    snprintf(recipe, sizeof recipe, "GEMM cells: %s. Matrix-unit cells: as lab/characterize/char_mma.cu generates them",
              forge_char_gemm_recipe());
     forge_harness *h = NULL;
     FORGE_TRY(char_open(&h, "characterize", results_root, config, recipe, reps, out, timer));
@@ -610,15 +597,11 @@ static forge_status char_run(char_state *st, FILE *out, int reps, const char *re
     return FORGE_OK;
 }
 
-forge_status forge_bench_characterize(FILE *out, const char *device, int reps, const char *results_root) {
-    if (!device || strcmp(device, "cuda") != 0)
-        return forge_error(FORGE_ERR_ARG,
-                           "forge bench characterize measures the GPU: pass --device cuda (got --device %s)",
-                           device ? device : "(none)");
+forge_status lab_characterize_run(FILE *out, int reps, const char *results_root) {
 #ifdef FORGE_NO_CUBLAS
     (void)reps, (void)results_root, (void)out;
     return forge_error(FORGE_ERR_UNSUPPORTED,
-                       "forge bench characterize: skipped: its GEMM cells are cuBLAS/cuBLASLt and this forge was "
+                       "forge-lab bench characterize: skipped: its GEMM cells are cuBLAS/cuBLASLt and this forge was "
                        "built without cuBLAS (make cuda CUBLAS=0); rebuild with cuBLAS to characterize the GPU");
 #endif
     if (reps <= 0) reps = CHAR_DEFAULT_REPS;
@@ -629,4 +612,9 @@ forge_status forge_bench_characterize(FILE *out, const char *device, int reps, c
     return s;
 }
 
-#endif /* FORGE_WITH_CUDA */
+int lab_bench_characterize(int argc, char **argv) {
+    lab_fp8_bench_opts o;
+    const char *usage = "[--reps N (default 100)] [--results DIR] [--order sequential|interleaved]";
+    if (lab_fp8_bench_opts_parse(&o, argc, argv, "bench characterize", usage, NULL) != 0) return 2;
+    return lab_fp8_bench_exit("bench characterize", lab_characterize_run(stdout, o.reps, o.results));
+}

@@ -1,12 +1,15 @@
 /*
- * gemm_fp8_cells.cu: the cells of `forge bench gemm-fp8` (issue 5, fp8 rung).
+ * gemm_fp8_cells.cu: `forge-lab bench gemm-fp8 [--reps N] [--results DIR] [--order ...] [--c2 all|none|only]`
+ * (issue 5, fp8 rung): forge's fp8 and tf32 wgmma GEMMs (gemm_fp8.h) and the lab's variants of them
+ * (gemm_fp8_lab.h) against cuBLASLt fp8 and cuBLAS tf32. Results: results/<date>_<commit>/gemm_fp8*.csv.
  *
  *   C (M,N) = s . A (M,K) . B (N,K)^T      A, B fp8 K-major, fp32 (or bf16) C
  *
  * Per shape, one group: cuBLASLt fp8 e4m3 x e4m3 (fp32 out, the same
  * per-tensor scales, FAST_ACCUM off) is the baseline, measured in the same
  * run; forge's cells are fp8 e4m3 x e4m3 and e5m2 x e4m3 (promoted), the
- * fast-accum variant (for comparison only), e4m3 with bf16 output, and
+ * lab's variants (pipelined, chunked, 144-wide, 2-CTA cluster promotions; the
+ * fast-accum variant, for comparison only), e4m3 with bf16 output, and
  * forge's own bf16 wgmma kernel on the same values (the counterpart of the
  * "accelerated" bar: fp8 must be >= 1.5x it). A second group per shape times
  * forge's tf32 wgmma kernel (the same body, fp32 inputs) against cuBLAS tf32
@@ -38,21 +41,21 @@
  *   with a printed line (gemm_cells_common.h's rule); the forge cells run.
  * - cuBLASLt needs 16-byte-aligned leading dimensions for fp8; the odd shapes
  *   (N = 999) have no cuBLASLt cell, and forge's e4m3 cell is their baseline.
- * - Epilogue A/B (rung 4e): every forge fp8 / tf32 cell takes the default
- *   store (FORGE_GEMM_STORE_AUTO: the TMA-store epilogue where C allows it --
- *   here every shape but N = 999; until session 6 fp32-out fp8 at K > 1024
- *   stored directly, gemm_fp8.h has the measurements; the _c2 cells too since
- *   session 6); the "_direct" cells (forge_fp8_e4m3_direct,
- *   forge_fp8_e4m3_bf16out_direct, forge_wgmma_tf32_direct) force the direct
- *   store and forge_fp8_e4m3_tma the TMA store, through
- *   forge_gemm_fp8_nt_store / forge_gemm_tf32_nt_store, on the same kernel
+ * - Epilogue A/B (rung 4e): every fp8 / tf32 cell takes the default store
+ *   (the TMA-store epilogue where C allows it -- here every shape but N = 999;
+ *   the _c2 cells too; lab/notes/gemm-fp8.md has the measurements); the
+ *   "_direct" cells (forge_fp8_e4m3_direct, forge_fp8_e4m3_bf16out_direct,
+ *   forge_wgmma_tf32_direct) force the direct store and forge_fp8_e4m3_tma the
+ *   TMA store, through lab_gemm_fp8_nt / lab_gemm_tf32_nt, on the same kernel
  *   choice, so one run compares the two epilogues and the rule.
- *   FORGE_FP8_STORE=direct / tma in the environment turns the default cells
- *   too (then the columns measure the same kernel).
  * - forge_wgmma_tf32_pp / _coop: tf32 forced onto the ping-pong schedule
  *   (128 x 128 tiles, one per consumer warpgroup, taking turns; only where N
  *   allows its TMA store, N % 4 == 0) / the cooperative one
- *   (forge_gemm_tf32_nt_sched); forge_wgmma_tf32 takes the AUTO rule.
+ *   (lab_gemm_tf32_nt); forge_wgmma_tf32 takes forge's rule.
+ * - --c2 none: no 2-CTA cluster cells; --c2 only: those, the baseline and
+ *   forge_wgmma_bf16 (their counterpart) only; all (the default): every cell.
+ *   A trap in a cluster kernel (mbarrier timeout) takes the CUDA context and
+ *   fails every later cell, so a first GPU run can do none, then only.
  */
 #include <math.h>
 #include <stdint.h>
@@ -62,18 +65,18 @@
 
 #include <cuda_runtime.h>
 
-#include "gemm_cells_common.h"
+#include "../../src/bench/cuda/gemm_cells_common.h"
 #if GC_HAVE_CUBLAS
 #include <cublasLt.h>
 #endif
 
 extern "C" {
-#include "../gemm_fp8_bench.h"
-#include "../../backend/cuda/gemm.h"
-#include "../../backend/cuda/gemm_fp8.h"
-#include "../../base/rng.h"
+#include "../../src/backend/cuda/gemm.h"
+#include "../../src/base/rng.h"
+#include "bench_opts.h"
+#include "gemm_fp8_lab.h"
 }
-#include "check_sums.cuh"
+#include "../../src/bench/cuda/check_sums.cuh"
 
 #define F8_SET_TARGET_BYTES ((size_t)256 << 20) /* fp8 A + B bytes over all sets: well past the 50 MB L2 */
 #define F8_REF_FLOPS 2e10                         /* budget of the float64 reference per shape */
@@ -288,9 +291,9 @@ static void f8_shape_free(f8_shape *sh) {
     f8_lt_free(sh);
 }
 
-/* The cuBLASLt fp8 plans, tried in order until one RUNS (a heuristic success alone proved nothing on the H200:
- * every cublasLtMatmul of the first version returned NOT_SUPPORTED after cublasLtMatmulAlgoGetHeuristic had
- * succeeded, while char_gemm.cu's plan ran). All share char_gemm's working layout: column-major views of our
+/* The cuBLASLt fp8 plans, tried in order until one RUNS (a heuristic success alone proves nothing: cublasLtMatmul
+ * has returned NOT_SUPPORTED for every algorithm cublasLtMatmulAlgoGetHeuristic offered to a plan where
+ * lab/characterize/char_gemm.cu's plan ran). All share char_gemm's working layout: column-major views of our
  * row-major buffers, Lt A = B (N,K) -> (K,N) ld K, op T; Lt B = A (M,K) -> (K,M) ld K, op N; C = D (N,M) ld N =
  * row-major C (M,N); e4m3 x e4m3, CUBLAS_COMPUTE_32F, fp32 scale type, fp32 C/D, FAST_ACCUM off. They differ only
  * in how the 0.125 enters:
@@ -507,12 +510,12 @@ typedef enum {
     F8_BF16,
     F8_CUBLAS_TF32,
     F8_TF32,
-    F8_E4M3_DIRECT,         /* F8_E4M3 with the direct store (FORGE_GEMM_STORE_DIRECT) */
+    F8_E4M3_DIRECT,         /* F8_E4M3 with the direct store (LAB_GEMM_STORE_DIRECT) */
     F8_E4M3_BF16OUT_DIRECT, /* F8_E4M3_BF16OUT, direct store */
     F8_TF32_DIRECT,         /* F8_TF32, direct store */
-    F8_E4M3_TMA,            /* F8_E4M3 with the TMA store (FORGE_GEMM_STORE_TMA) wherever C allows it */
-    F8_TF32_PP,             /* F8_TF32 on the ping-pong schedule (FORGE_GEMM_SCHED_PINGPONG; N % 4 == 0 only) */
-    F8_TF32_COOP            /* F8_TF32 on the cooperative schedule (FORGE_GEMM_SCHED_COOP) */
+    F8_E4M3_TMA,            /* F8_E4M3 with the TMA store (LAB_GEMM_STORE_TMA) wherever C allows it */
+    F8_TF32_PP,             /* F8_TF32 on the ping-pong schedule (LAB_GEMM_SCHED_PINGPONG; N % 4 == 0 only) */
+    F8_TF32_COOP            /* F8_TF32 on the cooperative schedule (LAB_GEMM_SCHED_COOP) */
 } f8_kind;
 
 typedef struct {
@@ -528,21 +531,21 @@ static double f8_cell_scale(const f8_cell *c) {
                : (double)F8_A_SCALE * (double)F8_B_SCALE;
 }
 
-/* The accumulation mode of the cells that name one promoted (or fast-accum cluster) variant explicitly: e4m3 x e4m3,
- * fp32 out, the default store. */
-static forge_fp8_accum f8_variant_accum(f8_kind k) {
+/* The accumulation mode of the cells that name one variant explicitly: e4m3 x e4m3, fp32 out, the default store. */
+static lab_fp8_accum f8_variant_accum(f8_kind k) {
     switch (k) {
-    case F8_E4M3_PIPE: return FORGE_FP8_PROMOTE_PIPELINED;
-    case F8_E4M3_CHUNK64: return FORGE_FP8_PROMOTE_CHUNK64;
-    case F8_E4M3_CHUNK64_RA: return FORGE_FP8_PROMOTE_CHUNK64_RA;
-    case F8_E4M3_CHUNK128: return FORGE_FP8_PROMOTE_CHUNK128;
-    case F8_E4M3_CHUNK64_C2: return FORGE_FP8_PROMOTE_CHUNK64_C2;
-    case F8_E4M3_FAST_C2: return FORGE_FP8_FAST_ACCUM_C2;
-    case F8_E4M3_PIPE144: return FORGE_FP8_PROMOTE_PIPE144;
-    case F8_E4M3_PIPE144_C2: return FORGE_FP8_PROMOTE_PIPE144_C2;
-    case F8_E4M3_SERIAL144: return FORGE_FP8_PROMOTE_SERIAL144;
-    case F8_E4M3_SERIAL144_C2: return FORGE_FP8_PROMOTE_SERIAL144_C2;
-    default: return FORGE_FP8_PROMOTE;
+    case F8_E4M3_FAST: return LAB_FP8_FAST_ACCUM;
+    case F8_E4M3_PIPE: return LAB_FP8_PROMOTE_PIPELINED;
+    case F8_E4M3_CHUNK64: return LAB_FP8_PROMOTE_CHUNK64;
+    case F8_E4M3_CHUNK64_RA: return LAB_FP8_PROMOTE_CHUNK64_RA;
+    case F8_E4M3_CHUNK128: return LAB_FP8_PROMOTE_CHUNK128;
+    case F8_E4M3_CHUNK64_C2: return LAB_FP8_PROMOTE_CHUNK64_C2;
+    case F8_E4M3_FAST_C2: return LAB_FP8_FAST_ACCUM_C2;
+    case F8_E4M3_PIPE144: return LAB_FP8_PROMOTE_PIPE144;
+    case F8_E4M3_PIPE144_C2: return LAB_FP8_PROMOTE_PIPE144_C2;
+    case F8_E4M3_SERIAL144: return LAB_FP8_PROMOTE_SERIAL144;
+    case F8_E4M3_SERIAL144_C2: return LAB_FP8_PROMOTE_SERIAL144_C2;
+    default: return LAB_FP8_PROMOTE;
     }
 }
 
@@ -557,6 +560,7 @@ static forge_status f8_run(void *ctx, int set) {
     f8_shape *sh = c->sh;
     const int s = set % sh->n_sets;
     switch (c->kind) {
+    case F8_E4M3_FAST:
     case F8_E4M3_PIPE:
     case F8_E4M3_CHUNK64:
     case F8_E4M3_CHUNK64_RA:
@@ -567,35 +571,31 @@ static forge_status f8_run(void *ctx, int set) {
     case F8_E4M3_PIPE144_C2:
     case F8_E4M3_SERIAL144:
     case F8_E4M3_SERIAL144_C2:
-        return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
-                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, f8_variant_accum(c->kind), sh->stream);
+        return lab_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
+                               F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, f8_variant_accum(c->kind),
+                               LAB_GEMM_STORE_AUTO, sh->stream);
     case F8_E4M3:
-    case F8_E4M3_FAST:
     case F8_E4M3_BF16OUT:
         return forge_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C,
                                  c->kind == F8_E4M3_BF16OUT ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32, F8_A_SCALE,
-                                 F8_B_SCALE, sh->M, sh->N, sh->K,
-                                 c->kind == F8_E4M3_FAST ? FORGE_FP8_FAST_ACCUM : FORGE_FP8_PROMOTE, sh->stream);
+                                 F8_B_SCALE, sh->M, sh->N, sh->K, sh->stream);
     case F8_E4M3_DIRECT:
     case F8_E4M3_BF16OUT_DIRECT:
     case F8_E4M3_TMA:
-        return forge_gemm_fp8_nt_store(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C,
-                                       c->kind == F8_E4M3_BF16OUT_DIRECT ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32,
-                                       F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE,
-                                       c->kind == F8_E4M3_TMA ? FORGE_GEMM_STORE_TMA : FORGE_GEMM_STORE_DIRECT,
-                                       sh->stream);
+        return lab_gemm_fp8_nt(sh->A4[s], FORGE_FP8_E4M3, sh->B4[s], FORGE_FP8_E4M3, sh->C,
+                               c->kind == F8_E4M3_BF16OUT_DIRECT ? FORGE_GEMM_OUT_BF16 : FORGE_GEMM_OUT_F32,
+                               F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, LAB_FP8_PROMOTE,
+                               c->kind == F8_E4M3_TMA ? LAB_GEMM_STORE_TMA : LAB_GEMM_STORE_DIRECT, sh->stream);
     case F8_TF32_DIRECT:
-        return forge_gemm_tf32_nt_store(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
-                                        FORGE_GEMM_STORE_DIRECT, sh->stream);
+        return lab_gemm_tf32_nt(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K, LAB_GEMM_STORE_DIRECT,
+                                LAB_GEMM_SCHED_AUTO, sh->stream);
     case F8_TF32_PP:
     case F8_TF32_COOP:
-        return forge_gemm_tf32_nt_sched(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K,
-                                        FORGE_GEMM_STORE_AUTO,
-                                        c->kind == F8_TF32_PP ? FORGE_GEMM_SCHED_PINGPONG : FORGE_GEMM_SCHED_COOP,
-                                        sh->stream);
+        return lab_gemm_tf32_nt(sh->A32[s], sh->B32[s], (float *)sh->C, sh->M, sh->N, sh->K, LAB_GEMM_STORE_AUTO,
+                                c->kind == F8_TF32_PP ? LAB_GEMM_SCHED_PINGPONG : LAB_GEMM_SCHED_COOP, sh->stream);
     case F8_E5M2:
         return forge_gemm_fp8_nt(sh->A5[s], FORGE_FP8_E5M2, sh->B4[s], FORGE_FP8_E4M3, sh->C, FORGE_GEMM_OUT_F32,
-                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, FORGE_FP8_PROMOTE, sh->stream);
+                                 F8_A_SCALE, F8_B_SCALE, sh->M, sh->N, sh->K, sh->stream);
     case F8_BF16:
         return forge_gemm_bf16_nt_wgmma(sh->A16[s], sh->B16[s], (float *)sh->C, NULL, sh->M, sh->N, sh->K,
                                         sh->stream);
@@ -671,10 +671,9 @@ static const char *F8_RECIPE =
     "(subnormals kept); a_scale 0.5, b_scale 0.25 on the fp8 cells; reference: float64 GEMM of the same values on "
     "the GPU over every row_step-th row (row_step odd, reference <= 2e10 flops), poison count over all of C";
 
-extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
+/* c2_sel: 1 every cell, 0 no 2-CTA cluster cells, 2 those, the baseline and forge_wgmma_bf16 only (--c2) */
+static forge_status f8_suite(FILE *out, int reps, int c2_sel) {
     const uint64_t seed = 20261130;
-    const char *c2_env = getenv("FORGE_BENCH_FP8_C2");
-    const int c2_sel = c2_env == NULL || c2_env[0] == '\0' ? 1 : strcmp(c2_env, "0") == 0 ? 0 : strcmp(c2_env, "only") == 0 ? 2 : 1;
     char config[1024];
     int len = snprintf(config, sizeof config,
                        "gemm fp8 nt (C = s.A.B^T, fp32|bf16 out) cells=cublaslt_fp8_e4m3,forge_fp8_e4m3,"
@@ -776,9 +775,7 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
             const f8_kind k = cells[v].kind;
             if (k == F8_LT && sp->odd) continue;
             if (k == F8_TF32_PP && sp->N % 4 != 0) continue; /* ping-pong stores through TMA only */
-            /* FORGE_BENCH_FP8_C2=0: no 2-CTA cluster cells; =only: those, the baseline and forge_wgmma_bf16 (their
-             * counterpart) only. A trap in a cluster kernel (mbarrier timeout) would take the CUDA context and
-             * fail every later cell, so a first GPU run can do =0 then =only. Unset: all cells. */
+            /* --c2 (the top of the file) */
             const int is_c2 = k == F8_E4M3_CHUNK64_C2 || k == F8_E4M3_FAST_C2 || k == F8_E4M3_PIPE144_C2 ||
                                  k == F8_E4M3_SERIAL144_C2;
             if (c2_sel == 0 && is_c2) continue;
@@ -831,4 +828,21 @@ extern "C" forge_status forge_bench_gemm_fp8_cuda(FILE *out, int reps) {
     cudaFree(sh.d_sb);
     cudaFree(sh.d_one);
     return gc_session_close(&ss, s);
+}
+
+extern "C" int lab_bench_gemm_fp8(int argc, char **argv) {
+    lab_fp8_bench_opts o;
+    const char *usage = "[--reps N] [--results DIR] [--order sequential|interleaved] [--c2 all|none|only]";
+    if (lab_fp8_bench_opts_parse(&o, argc, argv, "bench gemm-fp8", usage, "--c2") != 0) return 2;
+    int c2_sel = 1;
+    if (o.own != NULL && strcmp(o.own, "all") != 0) {
+        if (strcmp(o.own, "none") == 0) c2_sel = 0;
+        else if (strcmp(o.own, "only") == 0) c2_sel = 2;
+        else {
+            fprintf(stderr, "forge-lab bench gemm-fp8: --c2 is all, none or only, got \"%s\"\nusage: forge-lab bench "
+                            "gemm-fp8 %s\n", o.own, usage);
+            return 2;
+        }
+    }
+    return lab_fp8_bench_exit("bench gemm-fp8", f8_suite(stdout, o.reps > 0 ? o.reps : 10, c2_sel));
 }

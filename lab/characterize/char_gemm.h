@@ -1,8 +1,7 @@
 /*
- * char_gemm.h: the library-GEMM cells of `forge bench characterize`
+ * char_gemm.h: the library-GEMM cells of `forge-lab bench characterize`
  * (cuBLAS / cuBLASLt at one precision and one square size each), as harness
- * cells. Private to src/bench/characterize.c; defined in char_gemm.cu and
- * present only in the CUDA build.
+ * cells. Private to characterize.c; defined in char_gemm.cu.
  *
  * Every cell computes C = A . B with M = N = K = n in one layout, "TN": A is
  * row-major (M, K), B is stored transposed as Bt (N, K), so both operands are
@@ -20,7 +19,7 @@
 extern "C" {
 #endif
 
-#include "../harness.h"
+#include "../../src/bench/harness.h"
 
 typedef enum {
     FORGE_CHAR_GEMM_CUBLAS_FP32 = 0,      /* cublasGemmEx fp32, CUBLAS_COMPUTE_32F_PEDANTIC */

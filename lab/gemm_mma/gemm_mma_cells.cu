@@ -1,7 +1,9 @@
 /*
- * gemm_mma_cells.cu: the cells of `forge bench gemm-mma` (issue 5, rung 2:
- * the mma.sync kernels of src/backend/cuda/gemm_mma.cu; notes in
- * docs/gemm-mma.md).
+ * gemm_mma_cells.cu: `forge-lab bench gemm-mma [--reps N] [--results DIR]
+ * [--order sequential|interleaved]` (issue 5, rung 2: the mma.sync kernel of
+ * src/backend/cuda/gemm_mma_kernel.cuh, forge's tf32 entry point (gemm_mma.h)
+ * and the lab's bf16 instantiation (gemm_mma_lab.h); notes in
+ * docs/gemm-mma.md). Results: results/<date>_<commit>/gemm_mma*.csv.
  *
  *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B K-major
  *
@@ -35,18 +37,19 @@
  *   --matmul tf32 path; "+acc" shapes add forge_mma_tf32_acc (C starts as
  *   bias rows, accumulate = 1: C = bias + A.B, gated against ref + bias).
  * The inputs, reference, gate, cuBLAS call and session are shared with
- * `forge bench gemm` (gemm_cells_common.cu); this file keeps the shapes and
- * the forge kernels it times.
+ * `forge bench gemm` (src/bench/cuda/gemm_cells_common.cu); this file keeps
+ * the shapes and the kernels it times.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "gemm_cells_common.h"
+#include "../../src/bench/cuda/gemm_cells_common.h"
 
 extern "C" {
-#include "../gemm_mma_bench.h"
-#include "../../backend/cuda/gemm_mma.h"
+#include "../../src/backend/cuda/gemm_mma.h"
+#include "../gemm_fp8/bench_opts.h"
+#include "gemm_mma_lab.h"
 }
 
 typedef enum { GMM_CUBLAS = 0, GMM_FORGE, GMM_FORGE_ACC } gmm_kind; /* gc_cell.kind */
@@ -64,17 +67,14 @@ static forge_status gmm_run(void *ctx, int set) {
     if (c->kind == GMM_CUBLAS) return gc_cublas_gemm(sh, set); /* bf16: COMPUTE_32F, tf32: COMPUTE_32F_FAST_TF32 */
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
     const float *bias = c->use_bias ? sh->bias : NULL;
-    if (sh->tf32 && (sh->a_mn || sh->b_mn || c->kind == GMM_FORGE_ACC))
-        /* the trainer's layouts (NN: B stored (K,N); TN: A (K,M) too); the accumulate cell starts from bias rows
-         * (gc_poison) and adds the product: C = bias + A.B, gated against ref + bias */
+    if (sh->tf32)
+        /* NT, and the trainer's layouts (NN: B stored (K,N); TN: A (K,M) too); the accumulate cell starts from bias
+         * rows (gc_poison) and adds the product: C = bias + A.B, gated against ref + bias */
         return forge_gemm_mma_tf32((const float *)A, sh->a_mn, (const float *)B, sh->b_mn, sh->C,
                                    c->kind == GMM_FORGE_ACC ? NULL : bias, sh->M, sh->N, sh->K,
                                    c->kind == GMM_FORGE_ACC, gmm_splits, (float *)sh->work,
                                    sh->work_bytes / sizeof(float), sh->stream);
-    if (sh->tf32)
-        return forge_gemm_mma_tf32_nt((const float *)A, (const float *)B, sh->C, bias, sh->M, sh->N, sh->K,
-                                      sh->stream);
-    return forge_gemm_mma_bf16_nt(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
+    return lab_gemm_mma_bf16_nt(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
 }
 
 /* ---- the suite ------------------------------------------------------------- */
@@ -112,7 +112,7 @@ static const char *GMM_RECIPE =
     "fp32) for tf32 groups; bias (N): PCG32(seed, stream 999) uniform [-1,1); reference: float64 GEMM of the same "
     "stored values on the GPU";
 
-extern "C" forge_status forge_bench_gemm_mma_cuda(FILE *out, int reps) {
+static forge_status gmm_suite(FILE *out, int reps) {
     const uint64_t seed = 20260506;
     char config[2048];
     int len = snprintf(config, sizeof config,
@@ -170,4 +170,12 @@ extern "C" forge_status forge_bench_gemm_mma_cuda(FILE *out, int reps) {
         }
     }
     return gc_session_close(&ss, s);
+}
+
+extern "C" int lab_bench_gemm_mma(int argc, char **argv) {
+    lab_fp8_bench_opts o;
+    if (lab_fp8_bench_opts_parse(&o, argc, argv, "bench gemm-mma",
+                                 "[--reps N] [--results DIR] [--order sequential|interleaved]", NULL) != 0)
+        return 2;
+    return lab_fp8_bench_exit("bench gemm-mma", gmm_suite(stdout, o.reps > 0 ? o.reps : 10));
 }
