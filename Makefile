@@ -9,7 +9,7 @@
 # CUBLAS=0 (with cuda / test-gpu / ptxas) builds without cuBLAS: -DFORGE_NO_CUBLAS,
 # no -lcublas/-lcublasLt, into build/cuda-nocublas/ (so it never mixes objects
 # with the default build/cuda/). forge's own kernels alone run the trainer;
-# FORGE_MATMUL=cublas is refused, auto falls back to forge, and the bench
+# --matmul cublas is refused, auto falls back to forge, and the bench
 # cells that need cuBLAS are skipped with the reason printed.
 #
 # ARCH trades portability for speed: the default `native` uses every vector
@@ -88,7 +88,7 @@ $(CUDA_OUT)/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2> $(@:.o=.ptxas.txt) || (cat $(@:.o=.ptxas.txt); exit 1)
 	@grep -iE 'warning|error' $(@:.o=.ptxas.txt) || true
 
-# cudart is static; cuBLAS (the FORGE_MATMUL=cublas reference path) is the
+# cudart is static; cuBLAS (the --matmul cublas reference path) is the
 # shared libcublas.so.13 of the toolkit, found through the rpath or LD_LIBRARY_PATH.
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUBLAS_LIBS) -lcudart_static -lrt -ldl -lpthread -lstdc++
 GPU_TEST_SRC := $(shell find tests_gpu -name '*.c' 2>/dev/null | sort)

@@ -5,7 +5,7 @@
  *   forge sample    --ckpt DIR [...]   generate text from a checkpoint
  *   forge tokenize  --tokenizer DIR --out DIR FILES...   text -> token shards
  *   forge tokenizer train --vocab N --out DIR FILES...   train a BPE vocabulary
- *   forge bench     [train|matmul] [--device cpu|cuda]   benchmarks
+ *   forge bench     [train|matmul|ops|gemm|gemm-epi|attention] [--device cpu|cuda]   benchmarks
  *   forge init      --config C --out DIR [--seed S]      write an initialised checkpoint
  *
  * This is the only place that prints errors and chooses exit codes: 2 for bad
@@ -499,7 +499,8 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
 /* ---- forge bench ---------------------------------------------------------------- */
 
 static const char *BENCH_HELP =
-    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|attention|all] [--device cpu|cuda] [--steps N] [--reps N]\n"
+    "usage: forge bench [train|matmul|ops|gemm|gemm-epi|attention|all] [options] [--steps N] [--reps N]\n"
+    "  (the lab's suites, kernel variants and characterization: build/cuda/forge-lab --help)\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
     "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
@@ -570,7 +571,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         forge_harness_set_default_order(o);
     }
     if (strcmp(what, "gemm-epi") == 0) {
-        s = forge_bench_gemm_epi(stdout, device, (int)reps, 0);
+        s = forge_bench_gemm_epi(stdout, device, (int)reps, quick);
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "attention") == 0) {

@@ -5,7 +5,8 @@ Usage: tools/ptx_diff.py BEFORE_DIR AFTER_DIR [--only-after]
 
 Each DIR holds .ptx files (nvcc -ptx of each .cu, one file each; which file a kernel lives in does not
 matter). Every `.entry` (and `.func`) body is cut out under its mangled name, normalised (comments, .loc and
-.file lines dropped, whitespace folded, branch labels' module-position index dropped) and hashed. The report lists the kernels whose PTX differs, and
+.file lines dropped, whitespace folded, branch labels' module-position index and
+internal symbols' path hash dropped) and hashed. The report lists the kernels whose PTX differs, and
 those present on one side only. With --only-after, kernels only in BEFORE are not listed (a move of variant
 kernels out of the product leaves those behind on purpose). Exit status 1 if any kernel present on both
 sides differs, else 0.
@@ -19,6 +20,7 @@ import re
 import sys
 
 LABEL = re.compile(r"\$L__BB\d+_")
+INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]{8}_")
 ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?(\.entry|\.func)\s+(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)")
 
 
@@ -42,7 +44,8 @@ def bodies(path):
                 continue
             # branch labels are numbered by the function's position in its module ($L__BB<index>_<block>):
             # a kernel moved to another file changes its index, not its code
-            buf.append(LABEL.sub("$L__BB_", " ".join(stripped.split())))
+            # and a file-static symbol's name holds a hash of the file's path (_INTERNAL_<hash>_)
+            buf.append(INTERNAL.sub("_INTERNAL_", LABEL.sub("$L__BB_", " ".join(stripped.split()))))
             depth += stripped.count("{") - stripped.count("}")
             if "{" in stripped:
                 started = True

@@ -410,7 +410,7 @@ static void char_print_summary(const char_state *st, FILE *out) {
         if (e->res.status == FORGE_CELL_GARBAGE) {
             snprintf(verdict, sizeof verdict, "garbage (rel_err %.2e > %.0e)", e->res.rel_err, e->res.tolerance);
         } else if (e->res.status == FORGE_CELL_SKIPPED) {
-            snprintf(verdict, sizeof verdict, "skipped (FORGE_BENCH_ONLY)");
+            snprintf(verdict, sizeof verdict, "skipped (--only)");
         } else if (e->res.status != FORGE_CELL_OK) {
             snprintf(verdict, sizeof verdict, "failed (see the harness table)");
         } else if (strcmp(e->suite, "characterize_clock") == 0) {

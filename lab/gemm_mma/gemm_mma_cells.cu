@@ -3,7 +3,7 @@
  * [--order sequential|interleaved]` (issue 5, rung 2: the mma.sync kernel of
  * src/backend/cuda/gemm_mma_kernel.cuh, forge's tf32 entry point (gemm_mma.h)
  * and the lab's bf16 instantiation (gemm_mma_lab.h); notes in
- * docs/gemm-mma.md). Results: results/<date>_<commit>/gemm_mma*.csv.
+ * lab/notes/gemm-mma.md). Results: results/<date>_<commit>/gemm_mma*.csv.
  *
  *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B K-major
  *
@@ -25,7 +25,7 @@
  *   stored values) sees exactly what both kernels multiplied: only
  *   accumulation error remains (~1e-6 relative), far under the 1e-3 (tf32)
  *   and 1e-2 (bf16) tolerances. The rna-vs-rne difference of the kernel's
- *   conversion is therefore NOT exercised here (see docs/gemm-mma.md).
+ *   conversion is therefore NOT exercised here (see lab/notes/gemm-mma.md).
  * - The gate runs on the GPU: sum (c - ref)^2, sum ref^2 in double, and the
  *   count of elements still carrying the poison pattern 0xFFFFFFFF.
  * - The edge shapes (odd M, N, K; +bias) exercise the bounds-checked paths:

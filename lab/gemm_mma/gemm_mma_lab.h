@@ -1,6 +1,6 @@
 /*
  * gemm_mma_lab.h: the lab's bf16 instantiation of forge's warp-level tensor-core GEMM (rung 2 of the GEMM ladder,
- * docs/gemm-ladder.md; the kernel: src/backend/cuda/gemm_mma_kernel.cuh), plain C. forge's bf16 GEMM is the
+ * lab/notes/gemm-ladder.md; the kernel: src/backend/cuda/gemm_mma_kernel.cuh), plain C. forge's bf16 GEMM is the
  * wgmma one (gemm.h); this one is timed by `forge-lab bench gemm-mma` and checked by `forge-lab test gemm-mma`.
  *
  *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]      A, B bf16 (uint16 bit patterns), K-major

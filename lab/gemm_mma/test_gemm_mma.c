@@ -2,7 +2,7 @@
  * test_gemm_mma.c: `forge-lab test gemm-mma [--quick]`: the lab's bf16 mma.sync GEMM (lab_gemm_mma_bf16_nt)
  * against a double reference, through the parity case of tests_gpu/gemm_fp8_case.h (exact values m/8, so every
  * product and fp32 sum here is exact: tolerance 1e-5; poison and guards there). forge's tf32 instantiation of the
- * same kernel is checked by tests_gpu (the matmul ops under FORGE_MATMUL=tf32). Ends with "N passed, N failed";
+ * same kernel is checked by tests_gpu (the matmul ops under the tf32 matmul mode). Ends with "N passed, N failed";
  * exit status 1 on any failure. --quick drops the shapes over 2e7 multiply-adds.
  *
  * Shapes: GF8_SHAPES (K a multiple of 16: the 16-byte cp.async loads), and K odd (K * 2 % 16 != 0: the

@@ -1,5 +1,5 @@
 /*
- * gemm_bench.h: `forge bench gemm`, the GEMM suite of issue 5 (harness.h
+ * gemm_bench.h: `forge bench gemm`, the GEMM suite (harness.h
  * cells: cuBLAS measured in the same run as the baseline of every shape).
  */
 #ifndef FORGE_GEMM_BENCH_H

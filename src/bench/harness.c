@@ -67,7 +67,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h> /* environ (_GNU_SOURCE) */
+#include <unistd.h>
 
 #include "../base/rng.h"
 
@@ -868,23 +868,7 @@ static forge_status write_provenance_json(forge_harness *h) {
             "  \"bootstrap_resamples\": %d,\n  \"timing_order\": \"%s\"",
             p->clock_sm_mhz_start, p->clock_sm_mhz_end, p->clock_mem_mhz_start, p->clock_mem_mhz_end, h->date,
             h->reps, h->warmup, HARNESS_RESAMPLES, forge_timing_order_name(h->order));
-    /* the FORGE_* knobs in force (kernel choices such as FORGE_FLASH16_FWD or FORGE_GEMM_TN_SPLITS change what a
-     * cell measures without changing its name), as one more key before the closing brace */
-    fprintf(f, ",\n  \"forge_env\": {");
-    int n_env = 0;
-    for (char **e = environ; e && *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (strncmp(*e, "FORGE_", 6) != 0 || eq == NULL) continue;
-        char key[128];
-        const size_t kl = (size_t)(eq - *e) < sizeof key - 1 ? (size_t)(eq - *e) : sizeof key - 1;
-        memcpy(key, *e, kl);
-        key[kl] = '\0';
-        fprintf(f, "%s\n    ", n_env++ ? "," : "");
-        json_str(f, key);
-        fputs(": ", f);
-        json_str(f, eq + 1);
-    }
-    fprintf(f, "%s}\n}\n", n_env ? "\n  " : "");
+    fprintf(f, "\n}\n");
     return close_out(f, path);
 }
 

@@ -19,8 +19,8 @@
  * one batch per kv head and concatenate the group's query heads along K
  * (cuda_gemm_params.nseg): one thread sums every contribution to its output
  * element in a fixed order and adds it once. All five products go through
- * the tiled GEMM of matmul.cu (which never uses cuBLAS, whatever
- * FORGE_MATMUL says).
+ * the tiled GEMM of matmul.cu (which never uses cuBLAS, whatever the
+ * matmul mode).
  *
  * Limits: B*NH and B*NKV must fit grid.z (65535); scores use B*NH*T*T floats
  * of att and scratch, the caller's memory.

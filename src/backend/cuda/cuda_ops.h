@@ -155,7 +155,7 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
 forge_status cuda_matmul_run_layout(cuda_ctx *ctx, cuda_mm_layout layout, int use_cublas, float *C, const float *A,
                                     const float *B, int M, int N, int K);
 
-/* ---- matmul_table.cu: the per-shape choice of FORGE_MATMUL=auto ----------
+/* ---- matmul_table.cu: the per-shape choice of the auto matmul mode ----------
  * cuda_mm_table_open loads (or starts) the cache file and prints where it
  * is; cuda_mm_choose returns the cached choice for (layout, M, N, K), or
  * measures both paths once (synchronising the stream: first use of a shape

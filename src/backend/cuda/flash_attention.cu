@@ -44,7 +44,7 @@
  * zeros into shared memory (adding exact zeros to every dot product) and never
  * stored, so the result is the same, at the cost of the padded work (the
  * explicit slower path, e.g. hs = 6 or 8 of the test models). hs > 128 is
- * refused with FORGE_ERR_UNSUPPORTED (FORGE_ATTENTION=materialised runs it).
+ * refused with FORGE_ERR_UNSUPPORTED (--attention materialised runs it).
  *
  * v2: register-blocked forward, dQ and (HS = 64) dK/dV, 128 threads in row
  * groups of 8 lanes with 4-row micro-tiles. They run wherever they apply:
@@ -907,7 +907,7 @@ static forge_status flash_check(const char *op, int B, int Tq, int Tk, int NH, i
     if (HS > 128)
         return forge_error(FORGE_ERR_UNSUPPORTED,
                            "cuda %s: head size %d is above the largest fused fp32 kernel (128); use "
-                           "FORGE_ATTENTION=materialised",
+                           "--attention materialised",
                            op, HS);
     if (B > 65535 || NH > 65535)
         return forge_error(FORGE_ERR_UNSUPPORTED, "cuda %s: B=%d and NH=%d must fit grid.z/y (65535)",

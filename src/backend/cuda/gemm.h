@@ -1,5 +1,5 @@
 /*
- * gemm.h: forge's own GEMM kernels for the matrix units (issue 5), plain C.
+ * gemm.h: forge's own GEMM kernels for the matrix units, plain C.
  *
  *   forge_gemm_bf16_nt:  C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]
  *   forge_gemm_bf16_nn_wgmma:  C (M,N) fp32 (+)= A (M,K) . B (K,N)       dX = dY . W

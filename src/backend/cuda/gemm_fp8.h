@@ -1,5 +1,5 @@
 /*
- * gemm_fp8.h: forge's Hopper fp8 GEMM (issue 5), plain C, and the tf32 and bf16 ping-pong GEMMs that share its
+ * gemm_fp8.h: forge's Hopper fp8 GEMM, plain C, and the tf32 and bf16 ping-pong GEMMs that share its
  * kernel body (gemm_wgmma_fp8_kernel.cuh; the entry points are in gemm_wgmma_fp8.cu).
  *
  *   C (M,N) = (a_scale * b_scale) * A (M,K) . B (N,K)^T      fp32 or bf16 C
@@ -11,7 +11,7 @@
  * them). a_scale and b_scale are the per-tensor dequantisation scales, applied
  * once in the epilogue (C = a_scale * b_scale * sum).
  *
- * Accumulation (docs/hopper-catalog.md: QGMMA keeps only ~14 mantissa bits of
+ * Accumulation (lab/notes/hopper-catalog.md: QGMMA keeps only ~14 mantissa bits of
  * its running sum and truncates): every 128 of K, the wgmma partial sum is
  * added in fp32 to a separate accumulator ("promotion"), so the error does not
  * grow with K. The kernel is picked per shape by a measured rule

@@ -1,5 +1,5 @@
 /*
- * gemm_mma.cu: forge's warp-level tensor-core tf32 GEMM (issue 5, rung 2; the kernel and its launcher:
+ * gemm_mma.cu: forge's warp-level tensor-core tf32 GEMM (rung 2; the kernel and its launcher:
  * gemm_mma_kernel.cuh; contract: gemm_mma.h): the entry point of the tf32 trainer's dX and dW (and of its forward
  * where the wgmma kernel refuses), its split-K rule and the split-K reduction kernel.
  */

@@ -1,7 +1,7 @@
 /*
- * gemm_mma.h: forge's warp-level tensor-core tf32 GEMM (issue 5, rung 2 of
- * docs/gemm-ladder.md; notes in docs/gemm-mma.md), plain C: the tf32
- * trainer's dX and dW (FORGE_MATMUL=tf32). The kernel template is
+ * gemm_mma.h: forge's warp-level tensor-core tf32 GEMM (rung 2 of
+ * lab/notes/gemm-ladder.md; notes in lab/notes/gemm-mma.md), plain C: the tf32
+ * trainer's dX and dW (--matmul tf32). The kernel template is
  * gemm_mma_kernel.cuh; its bf16 instantiation is the lab's (lab/gemm_mma/).
  *
  *   C (M,N) fp32 [+]= A . B [+ bias (N)]
@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-/* The tf32 kernel in the three training layouts (issue 5 integration):
+/* The tf32 kernel in the three training layouts:
  *   C (M,N) [+]= A . B [+ bias (N)]
  * a_mn = 0: A stored (M,K) (K contiguous); 1: stored (K,M) (M contiguous).
  * b_mn = 0: B stored (N,K) (K contiguous); 1: stored (K,N) (N contiguous).

@@ -1,11 +1,11 @@
 /*
- * gemm_mma_kernel.cuh: the warp-level tensor-core GEMM kernel (issue 5, rung 2; notes in docs/gemm-mma.md) and
+ * gemm_mma_kernel.cuh: the warp-level tensor-core GEMM kernel (rung 2; notes in lab/notes/gemm-mma.md) and
  * its launcher, shared by forge's tf32 entry point (gemm_mma.cu; contract: gemm_mma.h) and the lab's bf16
  * instantiation (lab/gemm_mma/).
  *
  *   C (M,N) fp32 [+]= A (M,K) . B (N,K)^T [+ bias (N)]     A, B K-major
  *
- * and, tf32 only, for the trainer's backward layouts (FORGE_MATMUL=tf32):
+ * and, tf32 only, for the trainer's backward layouts (--matmul tf32):
  * A stored (K,M) and/or B stored (K,N) ("MN-major", template flags A_MN /
  * B_MN), with accumulate (C +=).
  *

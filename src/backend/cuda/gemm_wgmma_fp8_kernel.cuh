@@ -18,7 +18,7 @@
  *   (m64nBNk32 .e4m3/.e5m2, both operands K-major: fp8 wgmma has no transpose). tf32 (32 elements per row, k8)
  *   and bf16 (64, k16) read the same 128-byte rows.
  * - Promotion (PROMOTE = FP8_SERIAL): QGMMA's accumulator keeps ~14 mantissa bits and truncates
- *   (docs/hopper-catalog.md), so a stage's 4 wgmmas write a temporary fragment t (the first with scale-d 0: t
+ *   (lab/notes/hopper-catalog.md), so a stage's 4 wgmmas write a temporary fragment t (the first with scale-d 0: t
  *   starts at zero), the warpgroup waits for them, releases the stage and adds t to the fp32 accumulator d. K per
  *   promotion = 128. This doubles the accumulator registers (2 x BN/2 per thread) and serialises one
  *   warpgroup's MMAs with its adds; the other consumer warpgroup's MMAs fill that gap. Hence BN is 128 or 192

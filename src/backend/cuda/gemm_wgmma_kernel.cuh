@@ -1,6 +1,6 @@
 /*
- * gemm_wgmma_kernel.cuh: the Hopper bf16 GEMM's kernel templates and their launch machinery (issue 5, rung 3
- * of docs/gemm-ladder.md): the persistent warp-specialised body shared by the three layouts, its fused
+ * gemm_wgmma_kernel.cuh: the Hopper bf16 GEMM's kernel templates and their launch machinery (rung 3
+ * of lab/notes/gemm-ladder.md): the persistent warp-specialised body shared by the three layouts, its fused
  * epilogue, the split-K / stream-K work schedule, and the host side that encodes the tensor maps and launches
  * one instantiation. Included by gemm_wgmma.cu, which instantiates what the entry points of gemm.h run (the
  * defaults), and by the lab's variants (lab/gemm_bf16/), which instantiate and launch the same templates with

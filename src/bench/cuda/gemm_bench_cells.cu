@@ -1,5 +1,5 @@
 /*
- * gemm_bench_cells.cu: the cells of `forge bench gemm` (issue 5): forge's default bf16 GEMM in the NT, NN and TN
+ * gemm_bench_cells.cu: the cells of `forge bench gemm`: forge's default bf16 GEMM in the NT, NN and TN
  * layouts and its fused epilogues, against cuBLAS.
  *
  *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B bf16 (K-major)
