@@ -2,8 +2,9 @@
 # device_run.sh: the one script run on the GPU machine (an H200), from the
 # repo root, with OUT set to a folder whose files come back.
 #
-# Binaries are PREBUILT on the build machine (`make cuda ARCH=x86-64-v3`) and
-# carried in build/cuda; libcjson.so.1 is carried in .carry/lib. Nothing is
+# Binaries are PREBUILT on the build machine (scripts/device_prepare.sh: stripped,
+# gzipped in .carry/bin, unpacked here into build/cuda); libcjson.so.1 is carried in
+# .carry/lib, the tokenized data in .carry/data. Nothing is
 # compiled here and no GPU setting (clocks, persistence, MIG) is touched.
 #
 # Stages (each logged to $OUT/<stage>.log, each under its own timeout so the
@@ -77,6 +78,15 @@ skip_stage() {
     echo "host: $(uname -srm), $(nproc) cpus"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 } 2>&1 | tee "$OUT/env.txt"
+
+# binaries carried gzipped by scripts/device_prepare.sh
+if [ -d .carry/bin ]; then
+    mkdir -p build/cuda
+    for f in .carry/bin/*.gz; do
+        b=build/cuda/$(basename "$f" .gz)
+        gunzip -c "$f" >"$b" && chmod +x "$b"
+    done
+fi
 
 GPU_TESTS=build/cuda/forge_gpu_tests
 if [ -x "$GPU_TESTS" ]; then

@@ -52,24 +52,37 @@ forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *q
     return forge_tape_push(tape, &e, &p, sizeof p);
 }
 
-static forge_status attention_backward(forge_tape *tape, const forge_tape_entry *e) {
+/* Both forms' backward rule: dqkv +=, with a scratch block the size of what the forward saved (the
+ * materialised form's probabilities, the fused form's lse: it holds D = rowsum(dO * O)) taken from the pool for
+ * the call. The pool never syncs: the block is reused only by later work on the same stream. */
+static forge_status attention_backward_either(forge_tape *tape, const forge_tape_entry *e, int flash) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dqkv;
     FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
     if (!dqkv) return FORGE_OK;
-    OP_REQUIRE(be, attention_backward);
+    if (flash) OP_REQUIRE(be, flash_attention_backward);
+    else OP_REQUIRE(be, attention_backward);
     attention_params p;
     forge_tape_entry_params(e, &p, sizeof p);
     forge_pool *pool = forge_tape_pool(tape);
     size_t scratch_bytes;
     void *scratch;
     FORGE_TRY(forge_pool_block(pool, &scratch, forge_tensor_bytes(e->saved[0]), &scratch_bytes));
-    forge_status s = be->attention_backward(be, forge_f32(dqkv), scratch, forge_f32(e->out->grad),
-                                            forge_f32(e->in[0]), forge_f32(e->saved[0]), p.B, p.T, p.NH, p.NKV,
-                                            p.HS);
-    /* The pool never syncs: the block is reused only by later work on the same stream. */
+    const float *dout = forge_f32(e->out->grad), *qkv = forge_f32(e->in[0]), *saved = forge_f32(e->saved[0]);
+    forge_status s = flash ? be->flash_attention_backward(be, forge_f32(dqkv), scratch, dout, qkv, forge_f32(e->out),
+                                                          saved, p.B, p.T, p.NH, p.NKV, p.HS)
+                           : be->attention_backward(be, forge_f32(dqkv), scratch, dout, qkv, saved, p.B, p.T, p.NH,
+                                                    p.NKV, p.HS);
     forge_pool_block_release(pool, scratch, scratch_bytes);
     return s;
+}
+
+static forge_status attention_backward(forge_tape *tape, const forge_tape_entry *e) {
+    return attention_backward_either(tape, e, 0);
+}
+
+static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_entry *e) {
+    return attention_backward_either(tape, e, 1);
 }
 
 forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV,
@@ -90,26 +103,6 @@ forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tens
                           .saved = {att}};
     attention_params p = {B, T, NH, NKV, HS};
     return forge_tape_push(tape, &e, &p, sizeof p);
-}
-
-static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_entry *e) {
-    forge_backend *be = forge_tape_backend(tape);
-    forge_tensor *dqkv;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
-    if (!dqkv) return FORGE_OK;
-    OP_REQUIRE(be, flash_attention_backward);
-    attention_params p;
-    forge_tape_entry_params(e, &p, sizeof p);
-    forge_pool *pool = forge_tape_pool(tape);
-    size_t scratch_bytes;
-    void *scratch;
-    /* D = rowsum(dO * O): one float per (b, h, t), the size of the saved lse */
-    FORGE_TRY(forge_pool_block(pool, &scratch, forge_tensor_bytes(e->saved[0]), &scratch_bytes));
-    forge_status s = be->flash_attention_backward(be, forge_f32(dqkv), scratch, forge_f32(e->out->grad),
-                                                  forge_f32(e->in[0]), forge_f32(e->out), forge_f32(e->saved[0]),
-                                                  p.B, p.T, p.NH, p.NKV, p.HS);
-    forge_pool_block_release(pool, scratch, scratch_bytes);
-    return s;
 }
 
 forge_status forge_op_flash_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH,
