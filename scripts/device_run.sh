@@ -124,7 +124,7 @@ fi
 
 # ---- SASS: which matrix unit each kernel uses (cuobjdump is on the device) ----
 if want sass; then
-    run_stage sass 60 "$OUT/sass.log" sh scripts/check_sass.sh build/cuda/forge
+    run_stage sass 120 "$OUT/sass.log" sh scripts/check_sass.sh build/cuda/forge build/cuda/forge-lab
 fi
 
 # ---- script stages: scripts/device_<name>.sh, else lab/scripts/device_<name>.sh
