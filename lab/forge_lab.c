@@ -29,6 +29,9 @@ static const lab_command COMMANDS[] = {
 static void usage(FILE *out) {
     fputs("usage: forge-lab COMMAND [options]: the kernel laboratory (lab/README.md)\n", out);
     for (const lab_command *c = COMMANDS; c->name; c++) fprintf(out, "  %-28s %s\n", c->name, c->help);
+    fputs("every bench command takes --reps N, --results DIR and --only \"pat1|pat2\" (only the cells whose\n"
+          "\"name@group\" contains a pattern, as `forge bench --only`); `forge-lab bench NAME --help` prints its usage\n",
+          out);
 }
 
 /* Matches argv's leading words against a command name of one or more words; returns how many it took. */

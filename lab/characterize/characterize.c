@@ -614,7 +614,7 @@ forge_status lab_characterize_run(FILE *out, int reps, const char *results_root)
 
 int lab_bench_characterize(int argc, char **argv) {
     lab_fp8_bench_opts o;
-    const char *usage = "[--reps N (default 100)] [--results DIR] [--order sequential|interleaved]";
+    const char *usage = "[--reps N (default 100)] [--results DIR] [--order sequential|interleaved] [--only PATTERNS]";
     if (lab_fp8_bench_opts_parse(&o, argc, argv, "bench characterize", usage, NULL) != 0) return 2;
     return lab_fp8_bench_exit("bench characterize", lab_characterize_run(stdout, o.reps, o.results));
 }

@@ -1,6 +1,6 @@
 /*
  * bench_attention_variants.c: `forge-lab bench attention-variants [--quick]
- * [--reps N]`: the bf16 flash attention kernels and variants by name, each
+ * [--reps N] [--results DIR] [--only PATTERNS]`: the bf16 flash attention kernels and variants by name, each
  * against forge's unfused fp32 attention, through the machinery of `forge
  * bench attention` (src/bench/cuda/attention_cells.h: same shapes, inputs,
  * float64 gate, harness; results/<date>_<commit>/attention-variants*.csv).
@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../../src/bench/cuda/attention_cells.h"
+#include "../../src/bench/harness.h"
 #include "flash_lab.h"
 #include "flash16_variants.h"
 
@@ -90,8 +91,13 @@ int lab_bench_attention_variants(int argc, char **argv) {
             quick = 1;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--results") == 0 && i + 1 < argc) {
+            forge_harness_set_default_root(argv[++i]);
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            forge_harness_set_cell_filter(argv[++i]);
         } else {
-            fprintf(stderr, "usage: forge-lab bench attention-variants [--quick] [--reps N]\n");
+            fprintf(stderr, "usage: forge-lab bench attention-variants [--quick] [--reps N] [--results DIR] "
+                            "[--only PATTERNS]\n");
             return 2;
         }
     }

@@ -13,7 +13,8 @@
  *   forge_bf16_out, forge_nn_fused_gelu_bwd, forge_direct_store, ...), and the dW C += with the in-kernel
  *   reduction and stream-K (forge_wgmma_bf16_acc_fixup, _acc_streamk).
  * Options: --reps N (default 10, raised to 30 by the harness), --quick (only the shapes with M*N <= 2^21),
- * --tn-splits S (1..32), --results DIR, --order sequential|interleaved. Writes
+ * --tn-splits S (1..32), --results DIR, --order sequential|interleaved, --only "pat1|pat2" (the cells whose
+ * "name@group" contains a pattern, as `forge bench --only`). Writes
  * <results>/<date>_<commit>/gemm_bf16_variants*.csv.
  */
 #include <stdio.h>
@@ -162,7 +163,7 @@ static int lb_epi_cells(const ge_group_spec *g, gc_shape *sh, struct ge_bufs *b,
 
 static int lb_usage(void) {
     fputs("usage: forge-lab bench gemm-bf16-variants [--reps N] [--quick] [--tn-splits S] [--results DIR]\n"
-          "                                          [--order sequential|interleaved]\n",
+          "                                          [--order sequential|interleaved] [--only PATTERNS]\n",
           stderr);
     return 2;
 }
@@ -185,6 +186,8 @@ extern "C" int lab_bench_gemm_bf16_variants(int argc, char **argv) {
             forge_harness_set_default_root(argv[++i]);
         } else if (strcmp(argv[i], "--order") == 0 && has) {
             order = argv[++i];
+        } else if (strcmp(argv[i], "--only") == 0 && has) {
+            forge_harness_set_cell_filter(argv[++i]);
         } else {
             return lb_usage();
         }

@@ -44,6 +44,9 @@ int lab_fp8_bench_opts_parse(lab_fp8_bench_opts *o, int argc, char **argv, const
         } else if ((r = opt_value(argc, argv, &i, "--results", &v)) != 0) {
             if (r < 0) return usage_error(command, usage, "option needs a value: ", "--results");
             o->results = v;
+        } else if ((r = opt_value(argc, argv, &i, "--only", &v)) != 0) {
+            if (r < 0) return usage_error(command, usage, "option needs a value: ", "--only");
+            forge_harness_set_cell_filter(v);
         } else if ((r = opt_value(argc, argv, &i, "--order", &v)) != 0) {
             if (r < 0) return usage_error(command, usage, "option needs a value: ", "--order");
             order = v;

@@ -1,7 +1,8 @@
 /*
  * bench_opts.h: the options of the lab's Hopper benchmark commands (`forge-lab bench gemm-fp8 | gemm-mma |
  * characterize`), those `forge bench` gives its suites: --reps N, --results DIR, --order sequential|interleaved,
- * plus one option of the command's own (e.g. gemm-fp8's --c2). Each takes "--opt VALUE" or "--opt=VALUE".
+ * --only "pat1|pat2" (the cells whose "name@group" contains a pattern), plus one option of the command's own (e.g.
+ * gemm-fp8's --c2). Each takes "--opt VALUE" or "--opt=VALUE".
  */
 #ifndef FORGE_LAB_BENCH_OPTS_H
 #define FORGE_LAB_BENCH_OPTS_H
@@ -13,7 +14,7 @@ typedef struct {
 } lab_fp8_bench_opts;
 
 /* Parses the words after the command's name. own_opt: the name of the command's own option ("--c2"), or NULL.
- * Applies --results and --order to the harness (forge_harness_set_default_root / _order). Returns 0, or prints
+ * Applies --results, --order and --only to the harness (forge_harness_set_default_root / _order / _cell_filter). Returns 0, or prints
  * what was wrong and "usage: forge-lab <command> <usage>" to stderr and returns 2. */
 int lab_fp8_bench_opts_parse(lab_fp8_bench_opts *o, int argc, char **argv, const char *command, const char *usage,
                              const char *own_opt);

@@ -832,7 +832,7 @@ static forge_status f8_suite(FILE *out, int reps, int c2_sel) {
 
 extern "C" int lab_bench_gemm_fp8(int argc, char **argv) {
     lab_fp8_bench_opts o;
-    const char *usage = "[--reps N] [--results DIR] [--order sequential|interleaved] [--c2 all|none|only]";
+    const char *usage = "[--reps N] [--results DIR] [--order sequential|interleaved] [--only PATTERNS] [--c2 all|none|only]";
     if (lab_fp8_bench_opts_parse(&o, argc, argv, "bench gemm-fp8", usage, "--c2") != 0) return 2;
     int c2_sel = 1;
     if (o.own != NULL && strcmp(o.own, "all") != 0) {

@@ -175,7 +175,7 @@ static forge_status gmm_suite(FILE *out, int reps) {
 extern "C" int lab_bench_gemm_mma(int argc, char **argv) {
     lab_fp8_bench_opts o;
     if (lab_fp8_bench_opts_parse(&o, argc, argv, "bench gemm-mma",
-                                 "[--reps N] [--results DIR] [--order sequential|interleaved]", NULL) != 0)
+                                 "[--reps N] [--results DIR] [--order sequential|interleaved] [--only PATTERNS]", NULL) != 0)
         return 2;
     return lab_fp8_bench_exit("bench gemm-mma", gmm_suite(stdout, o.reps > 0 ? o.reps : 10));
 }
