@@ -112,6 +112,19 @@ int fbuf_rand(parity *P, fbuf *b, size_t n, float lo, float hi) {
     return ok;
 }
 
+int fbuf_rand_tril(parity *P, fbuf *b, size_t n, float lo, float hi, int side) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) return 0;
+    const size_t sq = (size_t)side * (size_t)side;
+    for (size_t i = 0; i < n; i++) {
+        const size_t in_mat = sq ? i % sq : 0, row = side ? in_mat / (size_t)side : 0, col = side ? in_mat % (size_t)side : 0;
+        h[i] = col <= row ? rand_range(P, lo, hi) : 0.0f;
+    }
+    int ok = fbuf_upload(P, b, n, h);
+    free(h);
+    return ok;
+}
+
 /* NaN on both sides: forward outputs */
 int fbuf_poison(parity *P, fbuf *b, size_t n) {
     float *h = malloc((n ? n : 1) * sizeof *h);

@@ -54,6 +54,8 @@ void ibuf_free(parity *P, ibuf *b);
 int fbuf_upload(parity *P, fbuf *b, size_t n, const float *host);
 int fbuf_rand(parity *P, fbuf *b, size_t n, float lo, float hi);
 int fbuf_poison(parity *P, fbuf *b, size_t n);
+/* random in [lo, hi) on and below the diagonal of each trailing (side, side) matrix, 0 above it */
+int fbuf_rand_tril(parity *P, fbuf *b, size_t n, float lo, float hi, int side);
 int ibuf_rand(parity *P, ibuf *b, size_t n, int range, int special, int special_pct);
 void check(parity *P, const char *op, const char *shape, const fbuf *b, double tol, int rel);
 

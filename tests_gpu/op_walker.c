@@ -59,6 +59,7 @@
 #define FIELD_B_END
 #define FIELD_IN(T, name, ...) T *name;
 #define FIELD_IN_OPT(T, name, ...) T *name;
+#define FIELD_IN_TRIL(T, name, ...) T *name;
 #define FIELD_OUT(T, name, ...) T *name;
 #define FIELD_ACC(T, name, ...) T *name;
 #define FIELD_ACC_OPT(T, name, ...) T *name;
@@ -78,6 +79,7 @@
 #define LOCAL_B_END
 #define LOCAL_IN(...)
 #define LOCAL_IN_OPT(...)
+#define LOCAL_IN_TRIL(...)
 #define LOCAL_OUT(...)
 #define LOCAL_ACC(...)
 #define LOCAL_ACC_OPT(...)
@@ -100,6 +102,7 @@
                          .lo = (lo_), .hi = (hi_), tol_};
 #define DESC_IN(T, name, len, lo, hi) DESC_BUF(ARG_IN, name, len, lo, hi, .tol = 0)
 #define DESC_IN_OPT(T, name, len, lo, hi) DESC_BUF(ARG_IN_OPT, name, len, lo, hi, .tol = 0)
+#define DESC_IN_TRIL(T, name, len, lo, hi, n) DESC_BUF(ARG_IN_TRIL, name, len, lo, hi, .tril_n = (n))
 #define DESC_OUT(T, name, len, tol) DESC_BUF(ARG_OUT, name, len, 0, 0, PTOL_##tol)
 #define DESC_ACC(T, name, len, tol) DESC_BUF(ARG_ACC, name, len, -1, 1, PTOL_##tol)
 #define DESC_ACC_OPT(T, name, len, tol) DESC_BUF(ARG_ACC_OPT, name, len, -1, 1, PTOL_##tol)
@@ -128,6 +131,7 @@
 #define CALL_B_END
 #define CALL_IN(T, name, ...) , c_->name
 #define CALL_IN_OPT(T, name, ...) , c_->name
+#define CALL_IN_TRIL(T, name, ...) , c_->name
 #define CALL_OUT(T, name, ...) , c_->name
 #define CALL_ACC(T, name, ...) , c_->name
 #define CALL_ACC_OPT(T, name, ...) , c_->name
@@ -149,6 +153,7 @@
     if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "%s" #name "=" fmt, len ? " " : "", value);
 #define SHOW_IN(...)
 #define SHOW_IN_OPT(...)
+#define SHOW_IN_TRIL(...)
 #define SHOW_OUT(...)
 #define SHOW_ACC(...)
 #define SHOW_ACC_OPT(...)
@@ -250,6 +255,7 @@ void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt) {
         case ARG_IDS: ok = ibuf_rand(P, &ids[i], a->len, a->id_range, a->id_special, a->id_pct); break;
         case ARG_OUT:
         case ARG_SCRATCH: ok = fbuf_poison(P, &f[i], a->len); break;
+        case ARG_IN_TRIL: ok = fbuf_rand_tril(P, &f[i], a->len, (float)a->lo, (float)a->hi, a->tril_n); break;
         default: ok = fbuf_rand(P, &f[i], a->len, (float)a->lo, (float)a->hi); break;
         }
         if (!ok) break;

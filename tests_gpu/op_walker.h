@@ -12,7 +12,7 @@
 
 #include "gpu_test.h"
 
-typedef enum { ARG_IN, ARG_IN_OPT, ARG_OUT, ARG_ACC, ARG_ACC_OPT, ARG_INOUT, ARG_IDS, ARG_SCRATCH } arg_role;
+typedef enum { ARG_IN, ARG_IN_OPT, ARG_IN_TRIL, ARG_OUT, ARG_ACC, ARG_ACC_OPT, ARG_INOUT, ARG_IDS, ARG_SCRATCH } arg_role;
 
 typedef struct {
     arg_role role;
@@ -24,6 +24,7 @@ typedef struct {
     int rel;
     double gemm_k; /* > 0: a GEMM(K) tolerance, widened under tf32 */
     int id_range, id_special, id_pct;
+    int tril_n; /* IN_TRIL: the side of its trailing square matrices */
 } arg_desc;
 
 #define MAX_ARGS 16

@@ -22,6 +22,8 @@
  *   SIZE / SCALAR / DIM names.
  *     A(IN, T, name, len, lo, hi)      read-only T[len]; the test fills it uniform in [lo, hi)
  *     A(IN_OPT, T, name, len, lo, hi)  the same, and NULL is allowed
+ *     A(IN_TRIL, T, name, len, lo, hi, n)  the same as IN on and below the diagonal of its trailing (n, n)
+ *                                       matrices, 0 above it (causal probabilities)
  *     A(OUT, T, name, len, tol)        written (=) in full; the test poisons it with NaN first
  *     A(ACC, T, name, len, tol)        accumulated (+=); the test pre-fills it with random values
  *     A(ACC_OPT, T, name, len, tol)    the same, and NULL is allowed (nothing accumulated)
@@ -51,6 +53,9 @@
 #define FORGE_OPF_GEMM 1u
 
 /* A training qkv row: NH query heads, NKV key heads, NKV value heads, HS each. */
+/* The range (lo, hi) of a saved logsumexp over n keys of O(1) scores, so the recomputed probabilities are
+ * probabilities, as the forward would have saved them. */
+#define FORGE_LSE(n) log((double)(n) + 1.0), log((double)(n) + 1.0) + 1.0
 #define FORGE_QKV(NH, NKV, HS) ((size_t)((NH) + 2 * (NKV)) * (HS))
 
 #define FORGE_OP_LIST(X, A, K)                                                                                   \
@@ -181,7 +186,7 @@
       A(ACC, float, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), SUMS(2, (double)T * (NH / NKV))) \
           A(SCRATCH, scratch, (size_t)B * NH * T * T) A(IN, float, dout, (size_t)B * T * NH * HS, -1, 1)         \
               A(IN, float, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1, 1)                                   \
-                  A(IN, float, att, (size_t)B * NH * T * T, 0, 1) A(SIZE, int, B) A(SIZE, int, T)                \
+                  A(IN_TRIL, float, att, (size_t)B * NH * T * T, 0, 1, T) A(SIZE, int, B) A(SIZE, int, T)                \
                       A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                                       \
       FORGE_ATTENTION_CASES(K))                                                                                  \
                                                                                                                  \
@@ -198,7 +203,7 @@
       A(ACC, float, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), ABS(1e-4)) A(SCRATCH, scratch, (size_t)B * NH * T) \
           A(IN, float, dout, (size_t)B * T * NH * HS, -1, 1)                                                     \
               A(IN, float, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                               \
-                  A(IN, float, out, (size_t)B * T * NH * HS, -1, 1) A(IN, float, lse, (size_t)B * NH * T, 0, 2)  \
+                  A(IN, float, out, (size_t)B * T * NH * HS, -1, 1) A(IN, float, lse, (size_t)B * NH * T, FORGE_LSE(T))  \
                       A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),       \
       FORGE_FLASH_CASES(K))                                                                                      \
     /* The general form behind both: queries from qkv_q (B,Tq,..), keys/values from qkv_kv (B,Tk,..); causal    \
@@ -218,7 +223,7 @@
                   A(IN, float, qkv_q, (size_t)B * Tq * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                        \
                       A(IN, float, qkv_kv, (size_t)B * Tk * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                   \
                           A(IN, float, out, (size_t)B * Tq * NH * HS, -1, 1)                                     \
-                              A(IN, float, lse, (size_t)B * NH * Tq, 0, 2) A(SIZE, int, B) A(SIZE, int, Tq)      \
+                              A(IN, float, lse, (size_t)B * NH * Tq, FORGE_LSE(Tk)) A(SIZE, int, B) A(SIZE, int, Tq)      \
                                   A(SIZE, int, Tk) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),          \
       FORGE_FLASH_EXT_CASES(K))                                                                                  \
                                                                                                                  \
@@ -308,6 +313,7 @@ typedef enum { FORGE_OP_LIST(FORGE_OP_ENUM_ENTRY, FORGE_OP_NOTHING, FORGE_OP_NOT
 #define FORGE_ARG_DECL(kind, ...) FORGE_ARG_DECL_##kind(__VA_ARGS__)
 #define FORGE_ARG_DECL_IN(T, name, ...) , const T *name
 #define FORGE_ARG_DECL_IN_OPT(T, name, ...) , const T *name
+#define FORGE_ARG_DECL_IN_TRIL(T, name, ...) , const T *name
 #define FORGE_ARG_DECL_OUT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC_OPT(T, name, ...) , T *name
