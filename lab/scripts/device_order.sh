@@ -9,6 +9,7 @@
 #   gemm_s, fp8_s    the square groups again, sequential (what the earlier sessions measured)
 #   gemm_i2, fp8_i2  both suites interleaved once more, in fresh processes (reproducibility)
 # then tools/reverify.py over every run, and a short table (square groups, main cells) LAST.
+# gemm is `forge bench gemm`, fp8 the lab's `forge-lab bench gemm-fp8` (FORGE_BIN / FORGE_LAB_BIN: other builds).
 # FORGE_ORDER_REPS (default 50) reps per cell; FORGE_ORDER_STAGES restricts the runs (labels as above).
 set -u -o pipefail
 OUT=${OUT:-/tmp/forge-device-out}
@@ -18,23 +19,24 @@ export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_
 REPS=${FORGE_ORDER_REPS:-50}
 STAGES=${FORGE_ORDER_STAGES:-gemm_i fp8_i gemm_s fp8_s gemm_i2 fp8_i2}
 BIN=${FORGE_BIN:-build/cuda/forge}
+LAB=${FORGE_LAB_BIN:-build/cuda/forge-lab}
 SQUARE="M=4096 N=4096 K=4096|M=8192 N=8192 K=8192"
 fails=0
-stage() { # stage LABEL ONLY ORDER SUITE ARGS...
-    local label=$1 only=$2 order=$3 suite=$4
-    shift 4
+stage() { # stage LABEL ONLY ORDER BINARY SUITE ARGS...
+    local label=$1 only=$2 order=$3 bin=$4 suite=$5
+    shift 5
     case " $STAGES " in *" $label "*) ;; *) return 0 ;; esac
     local t0=$(date +%s)
-    FORGE_BENCH_ONLY="$only" "$BIN" bench "$suite" "$@" --reps "$REPS" --order "$order" --results "$OUT/r_$label" \
+    "$bin" bench "$suite" "$@" ${only:+--only "$only"} --reps "$REPS" --order "$order" --results "$OUT/r_$label" \
         > "$OUT/$label.log" 2>&1 || { fails=1; echo "!! $label failed (log tail below)"; tail -n 5 "$OUT/$label.log"; }
     echo "== $label: $suite --order $order${only:+ (only $only)}: $(($(date +%s) - t0)) s"
 }
-stage gemm_i "" interleaved gemm --device cuda
-stage fp8_i "" interleaved gemm-fp8
-stage gemm_s "$SQUARE" sequential gemm --device cuda
-stage fp8_s "$SQUARE" sequential gemm-fp8
-stage gemm_i2 "" interleaved gemm --device cuda
-stage fp8_i2 "" interleaved gemm-fp8
+stage gemm_i "" interleaved "$BIN" gemm --device cuda
+stage fp8_i "" interleaved "$LAB" gemm-fp8
+stage gemm_s "$SQUARE" sequential "$BIN" gemm --device cuda
+stage fp8_s "$SQUARE" sequential "$LAB" gemm-fp8
+stage gemm_i2 "" interleaved "$BIN" gemm --device cuda
+stage fp8_i2 "" interleaved "$LAB" gemm-fp8
 python3 tools/reverify.py "$OUT"/r_* > "$OUT/reverify.log" 2>&1 || fails=1
 echo "== reverify: $(tail -n 1 "$OUT/reverify.log")"
 python3 tools/ratio_table.py --group "M=(4096|8192) N=(4096|8192) K=(4096|8192)" \

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # device_profile.sh: Nsight Compute over the cells where forge is still behind its baseline (issues 5 and 6), on
-# the GPU machine, from the repo root, with OUT set. Binaries prebuilt (make cuda ARCH=x86-64-v3).
+# the GPU machine, from the repo root, with OUT set. Binaries prebuilt (make cuda lab ARCH=x86-64-v3).
 #
-# Each profile is one `forge bench` process with FORGE_BENCH_ONLY selecting ONE cell, so the kernels ncu sees
+# Each profile is one bench process with --only selecting ONE cell, so the kernels ncu sees
 # are that cell's: its gate run (skipped: --launch-skip), then warm-up and timed runs (the first COUNT of
 # those, matched by a kernel-name regex that leaves out the harness's reference / check kernels). ncu runs with
 # --clock-control none (the device's method: never touch clocks) and these sections: SpeedOfLight,
 # ComputeWorkloadAnalysis (pipe utilisation, tensor pipe included), MemoryWorkloadAnalysis (L2 / DRAM),
 # WarpStateStats (stall reasons), LaunchStats, Occupancy. One text report per profile in $OUT/ncu_<name>.txt;
 # a short table of duration, SM / memory throughput and the top stall per kernel is printed last.
+# A profile's suite is a `forge bench` suite (gemm, attention: forge's defaults, run as `build/cuda/forge bench
+# SUITE --device cuda`) or a `forge-lab bench` command (gemm-fp8, attention-variants: the variants by name, run as
+# `build/cuda/forge-lab bench SUITE`).
 # Budget: ~15-25 s per profile (bench set-up + a few replayed kernels); FORGE_PROFILE_LIST picks a subset.
 set -u -o pipefail
 : "${OUT:?set OUT to the folder for logs}"
@@ -17,6 +20,8 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NCU=$(command -v ncu || echo "$CUDA_HOME/bin/ncu")
 FORGE=build/cuda/forge
+LAB=build/cuda/forge-lab
+LAB_SUITES=" $("$LAB" --help 2>/dev/null | awk '$1 == "bench" {print $2}' | tr '\n' ' ') "
 SECTIONS=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
     --section WarpStateStats --section LaunchStats --section Occupancy)
 # FORGE_PROFILE_SOURCE=1: also SourceCounters (the top stall locations by SASS line; a few more replay passes)
@@ -39,12 +44,14 @@ PROFILES=(
     "fp8_8192_pipe144_c2|gemm-fp8|forge_fp8_e4m3_pipe144_c2@fp8 nt M=8192|gemm_wgmma_fp8|1|1"
     "tf32_tall_forge|gemm-fp8|forge_wgmma_tf32@tf32 nt M=65536|gemm_wgmma_tf32|1|1"
     "tf32_tall_cublas|gemm-fp8|cublas_tf32@tf32 nt M=65536|$LIB_RE|1|1"
-    "flash_fwd_base|attention|flash_bf16_fwd_wgmma@fwd B=8 H=16 T=4096|fw_fwd|1|1"
-    "flash_fwd_pp|attention|flash_bf16_fwd_wgmma_pp@fwd B=8 H=16 T=4096|fw_fwd|1|1"
-    "flash_bwd|attention|flash_bf16_fwdbwd_wgmma2@fwd+bwd B=8 H=16 T=4096|fb_d|2|2"
-    "flash_bwd_dkp|attention|flash_bf16_fwdbwd_wgmma2_dkp@fwd+bwd B=8 H=16 T=4096|fb_d|2|2"
-    "flash_bwd_2048|attention|flash_bf16_fwdbwd_wgmma2@fwd+bwd B=16 H=16 T=2048|fb_d|2|2"
-    "flash_bwd_dkp_2048|attention|flash_bf16_fwdbwd_wgmma2_dkp@fwd+bwd B=16 H=16 T=2048|fb_d|2|2"
+    "flash_fwd_default|attention|flash_bf16_fwd_default@fwd B=8 H=16 T=4096|fw_fwd|1|1"
+    "flash_bwd_default|attention|flash_bf16_fwdbwd_default@fwd+bwd B=8 H=16 T=4096|fb_d|2|2"
+    "flash_fwd_base|attention-variants|flash_bf16_fwd_wgmma@fwd B=8 H=16 T=4096|fw_fwd|1|1"
+    "flash_fwd_pp|attention-variants|flash_bf16_fwd_wgmma_pp@fwd B=8 H=16 T=4096|fw_fwd|1|1"
+    "flash_bwd|attention-variants|flash_bf16_fwdbwd_wgmma2@fwd+bwd B=8 H=16 T=4096|fb_d|2|2"
+    "flash_bwd_dkp|attention-variants|flash_bf16_fwdbwd_wgmma2_dkp@fwd+bwd B=8 H=16 T=4096|fb_d|2|2"
+    "flash_bwd_2048|attention-variants|flash_bf16_fwdbwd_wgmma2@fwd+bwd B=16 H=16 T=2048|fb_d|2|2"
+    "flash_bwd_dkp_2048|attention-variants|flash_bf16_fwdbwd_wgmma2_dkp@fwd+bwd B=16 H=16 T=2048|fb_d|2|2"
 )
 # tensor-pipe utilisation, where this ncu knows the metric (an unknown --metrics name would fail every run)
 "$NCU" --query-metrics --chip gh100 >"$OUT/ncu_query_metrics.log" 2>&1
@@ -63,9 +70,10 @@ for p in "${PROFILES[@]}"; do
     if [ -n "$LIST" ] && ! echo " $LIST " | grep -q " $name "; then continue; fi
     echo "==== profile $name: $suite, cell $only, kernels /$kre/ skip $skip count $count"
     t0=$(date +%s)
-    FORGE_BENCH_ONLY="$only" timeout 120 "$NCU" --clock-control none "${SECTIONS[@]}" ${EXTRA[@]+"${EXTRA[@]}"} \
+    case $LAB_SUITES in *" $suite "*) cmd=("$LAB" bench "$suite") ;; *) cmd=("$FORGE" bench "$suite" --device cuda) ;; esac
+    timeout 120 "$NCU" --clock-control none "${SECTIONS[@]}" ${EXTRA[@]+"${EXTRA[@]}"} \
         -k "regex:$kre" --launch-skip "$skip" --launch-count "$count" \
-        "$FORGE" bench "$suite" --device cuda --reps 30 --results /tmp/forge-profile-results >"$OUT/ncu_$name.txt" 2>&1
+        "${cmd[@]}" --reps 30 --only "$only" --results /tmp/forge-profile-results >"$OUT/ncu_$name.txt" 2>&1
     rc=$?
     echo "   rc=$rc ($(($(date +%s) - t0)) s), $(grep -c 'Section: GPU Speed Of Light' "$OUT/ncu_$name.txt") kernel(s) profiled"
     [ $rc = 0 ] || fails=1
