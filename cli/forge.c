@@ -302,6 +302,14 @@ static forge_status sample_run(const sample_options *so) {
     FORGE_TRY(forge_checkpoint_read_config(dir, &cfg));
     forge_tokenizer *tok;
     FORGE_TRY(forge_tokenizer_load(&tok, dir));
+    if (forge_tokenizer_vocab_size(tok) > cfg.vocab_size) {
+        forge_status e = forge_error(FORGE_ERR_DATA,
+                                     "%s: encoder.json has %d ids, more than the model's vocab_size %d "
+                                     "(model.safetensors): the checkpoint's tokenizer and model do not match",
+                                     dir, forge_tokenizer_vocab_size(tok), cfg.vocab_size);
+        forge_tokenizer_free(tok);
+        return e;
+    }
     forge_backend *be = NULL;
     forge_pool *pool = NULL;
     forge_tape *tape = NULL;

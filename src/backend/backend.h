@@ -64,6 +64,11 @@ struct forge_backend {
     forge_status (*copy_device)(forge_backend *be, void *dst, const void *src, size_t bytes);
     forge_status (*memset_zero)(forge_backend *be, void *dst, size_t bytes);
     forge_status (*synchronize)(forge_backend *be);
+    /* An input error a kernel found since the last call (a token id outside its table): FORGE_ERR_DATA naming the
+     * first one, else FORGE_OK. The CPU reference reports such errors from the op itself; a device kernel records
+     * them in device memory instead of stopping, so this synchronises: call it once per step, where the step reads
+     * its loss anyway. */
+    forge_status (*poll_errors)(forge_backend *be);
     void (*destroy)(forge_backend *be);
 
     /* ---- the ops of op_list.h: forge_status (*NAME)(forge_backend *be, ...) */

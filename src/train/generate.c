@@ -21,6 +21,11 @@ forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokeni
                             const forge_generate_options *opt, FILE *out) {
     forge_backend *be = m->be;
     int V = m->cfg.vocab_size, ctx = m->cfg.context_length;
+    if (forge_tokenizer_vocab_size(tok) > V)
+        return forge_error(FORGE_ERR_DATA,
+                           "generate: the tokenizer has %d ids, more than the model's vocab_size %d: the tokenizer "
+                           "and the model do not match",
+                           forge_tokenizer_vocab_size(tok), V);
     int32_t *prompt_ids = NULL;
     size_t n_prompt = 0;
     if (prompt && *prompt)
@@ -60,6 +65,7 @@ forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokeni
         if (s == FORGE_OK)
             s = be->copy_to_host(be, logits, forge_f32(out_logits) + (n - start - 1) * (size_t)V,
                                  (size_t)V * sizeof(float));
+        if (s == FORGE_OK) s = be->poll_errors(be);
         forge_tape_reset(tape);
         if (s != FORGE_OK) break;
         int32_t next = forge_sample_token(logits, V, opt->temperature, opt->top_k, opt->top_p, &rng, scratch);

@@ -122,6 +122,7 @@ static forge_status micro_batch_loss(trainer *tr, float grad_scale, double *loss
     FORGE_TRY(forge_model_forward(tr->model, tr->tape, tr->ids, tr->targets, grad_scale, &losses));
     if (forge_tape_recording(tr->tape)) FORGE_TRY(forge_tape_backward(tr->tape));
     FORGE_TRY(be->copy_to_host(be, tr->host_losses, losses->data, n * sizeof(float)));
+    FORGE_TRY(be->poll_errors(be)); /* a token id outside the table, found on the device */
     forge_tape_reset(tr->tape);
     double s = 0;
     for (size_t i = 0; i < n; i++) s += tr->host_losses[i];

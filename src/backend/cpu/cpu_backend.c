@@ -58,6 +58,11 @@ static forge_status cpu_synchronize(forge_backend *be) {
     return FORGE_OK;
 }
 
+static forge_status cpu_poll_errors(forge_backend *be) {
+    (void)be; /* every CPU op reports a bad input when it runs */
+    return FORGE_OK;
+}
+
 static void cpu_destroy(forge_backend *be) {
     if (!be) return;
     cpu_ctx *ctx = (cpu_ctx *)be->ctx;
@@ -108,6 +113,7 @@ forge_status forge_cpu_backend_create(forge_backend **out, const forge_runtime_o
     be->copy_device = cpu_copy;
     be->memset_zero = cpu_memset_zero;
     be->synchronize = cpu_synchronize;
+    be->poll_errors = cpu_poll_errors;
     be->destroy = cpu_destroy;
 
     FORGE_OP_LIST(FORGE_OP_BIND_CPU, FORGE_OP_NOTHING, FORGE_OP_NOTHING)

@@ -10,9 +10,10 @@
  * the first barrier, so no thread can have overwritten it yet.
  *
  * The CPU backend rejects a target outside [0, V) that is not ignore_index;
- * checking here would need a host sync, so such a row gets a NaN loss
- * instead (the trainer's non-finite check then stops with
- * FORGE_ERR_NUMERIC) and its gradient row is computed without the one-hot.
+ * checking here on the host would need a sync, so such a row gets a NaN loss,
+ * its gradient row is computed without the one-hot, and the id is recorded
+ * in ctx->input_error, which the step reads back once (poll_errors) and
+ * reports as FORGE_ERR_DATA naming it.
  */
 #include "cuda_ops.h"
 
@@ -22,7 +23,8 @@
 
 __global__ void __launch_bounds__(CLS_THREADS)
     classifier_kernel(float *__restrict__ losses, float *__restrict__ logits,
-                      const int32_t *__restrict__ targets, int V, int ignore_index, float grad_scale) {
+                      const int32_t *__restrict__ targets, int V, int ignore_index, float grad_scale,
+                      cuda_input_error *err) {
     __shared__ float scratch[32];
     const int n = blockIdx.x;
     float *x = logits + (size_t)n * V;
@@ -33,6 +35,7 @@ __global__ void __launch_bounds__(CLS_THREADS)
         return;
     }
     const bool y_valid = y >= 0 && y < V;
+    if (!y_valid && threadIdx.x == 0) cuda_report_bad_id(err, CUDA_BAD_ID_CLASSIFIER, n, y, V);
     const float x_y = (threadIdx.x == 0 && y_valid) ? x[y] : 0.0f;
 
     float maxval = -INFINITY;
@@ -57,8 +60,8 @@ forge_status cuda_classifier_forward_backward(forge_backend *be, float *losses, 
     if (V <= 0) return forge_error(FORGE_ERR_ARG, "cuda classifier: V must be > 0, got %d", V);
     if (N <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, logits, targets, V, ignore_index,
-                                                          grad_scale);
+    classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, logits, targets, V, ignore_index, grad_scale,
+                                                          ctx->input_error);
     CUDA_LAUNCH_CHECK("classifier_kernel");
     return FORGE_OK;
 }

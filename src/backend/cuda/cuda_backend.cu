@@ -90,6 +90,21 @@ static forge_status cuda_synchronize(forge_backend *be) {
     return FORGE_OK;
 }
 
+static forge_status cuda_poll_errors(forge_backend *be) {
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    cuda_input_error err;
+    CUDA_TRY(cudaMemcpyAsync(&err, ctx->input_error, sizeof err, cudaMemcpyDeviceToHost, ctx->stream));
+    CUDA_TRY(cudaStreamSynchronize(ctx->stream));
+    if (err.found == 0) return FORGE_OK;
+    CUDA_TRY(cudaMemsetAsync(ctx->input_error, 0, sizeof err, ctx->stream));
+    const char *op = err.found == CUDA_BAD_ID_EMBEDDING ? "embedding" : "classifier";
+    const char *what = err.found == CUDA_BAD_ID_EMBEDDING ? "token id" : "target id";
+    return forge_error(FORGE_ERR_DATA,
+                       "cuda %s: %s %d at row %d is outside the table's [0, %d): the tokens and the model's "
+                       "vocab_size do not match (the row's output is NaN, its gradient skipped)",
+                       op, what, err.id, err.row, err.V);
+}
+
 static void cuda_destroy(forge_backend *be) {
     if (!be) return;
     cuda_ctx *ctx = cuda_get_ctx(be);
@@ -100,6 +115,7 @@ static void cuda_destroy(forge_backend *be) {
 #endif
         cuda_mm_table_close(ctx);
         if (ctx->ws) cudaFree(ctx->ws);
+        if (ctx->input_error) cudaFree(ctx->input_error);
         if (ctx->stream) cudaStreamDestroy(ctx->stream);
         free(ctx);
     }
@@ -157,6 +173,8 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
     ctx->num_sms = prop.multiProcessorCount;
     CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaMalloc((void **)&ctx->ws, CUDA_WS_FLOATS * sizeof(float)));
+    CUDA_TRY(cudaMalloc((void **)&ctx->input_error, sizeof(cuda_input_error)));
+    CUDA_TRY(cudaMemsetAsync(ctx->input_error, 0, sizeof(cuda_input_error), ctx->stream));
 #ifndef FORGE_NO_CUBLAS
     if (ctx->matmul == FORGE_MATMUL_CUBLAS || ctx->matmul == FORGE_MATMUL_AUTO) {
         cublasStatus_t cs = cublasCreate(&ctx->cublas);
@@ -210,6 +228,7 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, const for
     be->copy_device = cuda_copy_device;
     be->memset_zero = cuda_memset_zero;
     be->synchronize = cuda_synchronize;
+    be->poll_errors = cuda_poll_errors;
     be->destroy = cuda_destroy;
 
     FORGE_OP_LIST(FORGE_OP_BIND_CUDA, FORGE_OP_NOTHING, FORGE_OP_NOTHING)

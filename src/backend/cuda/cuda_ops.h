@@ -48,6 +48,28 @@ struct cuda_mm_table; /* matmul_table.cu */
 /* Partials of sumsq_accumulate: a fixed grid, so the sum order never changes. */
 #define CUDA_SUMSQ_BLOCKS 256
 
+/* The first bad input a kernel met since the last poll_errors (device memory, zeroed at creation): a token id
+ * outside [0, V). Kernels claim it with atomicCAS on `found` and fill the rest; the table's poll_errors reads it
+ * back (one small copy, where the step synchronises anyway) and clears it. */
+enum { CUDA_BAD_ID_EMBEDDING = 1, CUDA_BAD_ID_CLASSIFIER = 2 };
+typedef struct {
+    int found; /* 0, or which op found it (CUDA_BAD_ID_*) */
+    int row, id, V;
+} cuda_input_error;
+
+#ifdef __CUDACC__
+/* Records (op, row, id, V) unless an earlier error is recorded; every later one is dropped. */
+__device__ __forceinline__ void cuda_report_bad_id(cuda_input_error *err, int op, int row, int id, int V) {
+    if (atomicCAS(&err->found, 0, -1) == 0) {
+        err->row = row;
+        err->id = id;
+        err->V = V;
+        __threadfence();
+        atomicExch(&err->found, op);
+    }
+}
+#endif
+
 typedef struct {
     int device;
     int num_sms;
@@ -57,6 +79,7 @@ typedef struct {
     cublasHandle_t cublas; /* NULL unless matmul is CUBLAS or AUTO */
     struct cuda_mm_table *mm_table; /* AUTO only: the per-shape choices */
     float *ws;             /* (CUDA_WS_FLOATS) device workspace for partial sums */
+    cuda_input_error *input_error; /* device memory: see cuda_input_error */
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_get_ctx(forge_backend *be) { return (cuda_ctx *)be->ctx; }

@@ -14,11 +14,12 @@
  * thousands; a sort-based grouping is the upgrade if it ever shows in a
  * profile.
  *
- * The backend.h signature does not pass V, so ids cannot be range-checked
- * here without a host sync (the CPU backend rejects negative ids). A
- * negative id makes embedding_forward write NaN into that row (so the loss
- * turns non-finite rather than silently wrong) and is skipped by the
- * backward; ids >= V are the caller's bug and read out of bounds.
+ * An id outside [0, V) is never read through: embedding_forward writes NaN
+ * into that row (so the loss turns non-finite rather than silently wrong),
+ * the backward skips it, and both record it in ctx->input_error, which the
+ * step reads back once (poll_errors) and reports as FORGE_ERR_DATA naming
+ * the id. Checking on the host would need a sync per op; the CPU reference
+ * refuses such an id when the op runs.
  */
 #include "cuda_ops.h"
 
@@ -29,23 +30,29 @@
 
 /* out (N,C) = table (V,C) [ids (N)] ; grid (ceil(C/256), N) */
 __global__ void embedding_forward_kernel(float *__restrict__ out, const int32_t *__restrict__ ids,
-                                         const float *__restrict__ table, int C) {
+                                         const float *__restrict__ table, int C, int V, int row0,
+                                         cuda_input_error *err) {
     int n = blockIdx.y;
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int id = ids[n];
-    out[(size_t)n * C + c] = id >= 0 ? table[(size_t)id * C + c] : __int_as_float(0x7fc00000);
+    const bool valid = id >= 0 && id < V;
+    if (!valid && c == 0) cuda_report_bad_id(err, CUDA_BAD_ID_EMBEDDING, row0 + n, id, V);
+    out[(size_t)n * C + c] = valid ? table[(size_t)id * C + c] : __int_as_float(0x7fc00000);
 }
 
 /* One block per row n; see the file comment for the ownership rule. */
 __global__ void __launch_bounds__(EMB_THREADS)
     embedding_backward_kernel(float *__restrict__ dtable, const float *__restrict__ dout,
-                              const int32_t *__restrict__ ids, int N, int C) {
+                              const int32_t *__restrict__ ids, int N, int C, int V, cuda_input_error *err) {
     __shared__ unsigned match_mask[EMB_THREADS / 32];
     const int n = blockIdx.x;
     const int tid = threadIdx.x;
     const int id = ids[n];
-    if (id < 0) return; /* uniform over the block */
+    if (id < 0 || id >= V) { /* uniform over the block */
+        if (tid == 0) cuda_report_bad_id(err, CUDA_BAD_ID_EMBEDDING, n, id, V);
+        return;
+    }
 
     /* 1. does an earlier row carry the same id? then that row's block owns it */
     for (int k0 = 0; k0 < n; k0 += EMB_THREADS) {
@@ -121,15 +128,14 @@ __global__ void position_backward_kernel(float *__restrict__ dinp, float *__rest
 
 forge_status cuda_embedding_forward(forge_backend *be, float *out, const int32_t *ids,
                                     const float *table, int N, int C, int V) {
-    (void)V; /* the table's rows; ids are not range-checked on the device yet */
     if (N <= 0 || C <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
     /* rows on grid.y (limit 65535): fold very tall N into several launches */
     for (int n0 = 0; n0 < N; n0 += 65535) {
         int rows = N - n0 < 65535 ? N - n0 : 65535;
         dim3 grid((C + EMB_THREADS - 1) / EMB_THREADS, rows);
-        embedding_forward_kernel<<<grid, EMB_THREADS, 0, ctx->stream>>>(out + (size_t)n0 * C,
-                                                                        ids + n0, table, C);
+        embedding_forward_kernel<<<grid, EMB_THREADS, 0, ctx->stream>>>(out + (size_t)n0 * C, ids + n0, table, C,
+                                                                        V, n0, ctx->input_error);
         CUDA_LAUNCH_CHECK("embedding_forward_kernel");
     }
     return FORGE_OK;
@@ -137,10 +143,9 @@ forge_status cuda_embedding_forward(forge_backend *be, float *out, const int32_t
 
 forge_status cuda_embedding_backward(forge_backend *be, float *dtable, const float *dout,
                                      const int32_t *ids, int N, int C, int V) {
-    (void)V;
     if (N <= 0 || C <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    embedding_backward_kernel<<<N, EMB_THREADS, 0, ctx->stream>>>(dtable, dout, ids, N, C);
+    embedding_backward_kernel<<<N, EMB_THREADS, 0, ctx->stream>>>(dtable, dout, ids, N, C, V, ctx->input_error);
     CUDA_LAUNCH_CHECK("embedding_backward_kernel");
     return FORGE_OK;
 }
