@@ -285,10 +285,43 @@ static void test_files(void) {
     CHECK(strstr(forge_error_message(), "configs/tinyy.json") && strstr(forge_error_message(), "tiny-llama"));
 }
 
+static void test_parse_bytes(void) {
+    forge_model_config c, f;
+
+    TEST_CASE("parse_bytes: text without a NUL terminator parses as the file does");
+    static const char text[] = "{" GPT2_BASE ", \"d_model\": 32, \"n_heads\": 2}";
+    size_t n = sizeof text - 1;
+    char *exact = malloc(n); /* no room for a terminator: ASan sees any read past it */
+    memcpy(exact, text, n);
+    CHECK_OK(forge_config_parse_bytes(&c, exact, n, "mem/exact.json"));
+    CHECK(strcmp(c.name, "exact") == 0 && c.d_model == 32);
+    const char *path = write_text(test_tmpdir(), "exact.json", text);
+    CHECK_OK(forge_config_load_file(&f, path));
+    CHECK(configs_equal(&c, &f));
+    /* a prefix is cut JSON: the error is at the end of the text, not past it */
+    CHECK(forge_config_parse_bytes(&c, exact, n - 1, "mem/cut.json") == FORGE_ERR_CONFIG);
+    CHECK(strstr(forge_error_message(), "mem/cut.json") && strstr(forge_error_message(), "end of text"));
+    free(exact);
+
+    TEST_CASE("parse_bytes: a NUL byte or more than 1 MiB is refused, naming the source");
+    static const char nul[] = "{\"family\": \"gpt2\"\0, \"x\": 1}";
+    CHECK(forge_config_parse_bytes(&c, nul, sizeof nul - 1, "mem/nul.json") == FORGE_ERR_CONFIG);
+    CHECK(strstr(forge_error_message(), "mem/nul.json") && strstr(forge_error_message(), "NUL byte at offset 17"));
+    size_t big = (1 << 20) + 1;
+    char *huge = malloc(big);
+    memset(huge, ' ', big);
+    CHECK(forge_config_parse_bytes(&c, huge, big, "mem/big.json") == FORGE_ERR_CONFIG);
+    CHECK(strstr(forge_error_message(), "larger than"));
+    free(huge);
+    CHECK(forge_config_parse_bytes(&c, "", 0, NULL) == FORGE_ERR_CONFIG);
+    CHECK(strstr(forge_error_message(), "<config>") != NULL);
+}
+
 void suite_config(void) {
     test_shipped_configs();
     test_param_counts();
     test_defaults();
     test_errors();
     test_files();
+    test_parse_bytes();
 }

@@ -261,6 +261,41 @@ static void test_shards(void) {
     }
 }
 
+static void test_shard_memory(void) {
+    TEST_CASE("shard open_memory: the file's bytes in memory open as the file does");
+    const char *dir = test_tmpdir();
+    const char *path = path_in(dir, "m.bin");
+    int32_t t[300];
+    for (int i = 0; i < 300; i++) t[i] = (i * 37) % 1000;
+    t[211] = 70000; /* forces uint32 tokens */
+    CHECK_OK(forge_shard_write(path, t, 300, 70001));
+    size_t len = 0;
+    uint8_t *img = (uint8_t *)read_text(path, &len);
+    CHECK(img && len == 1024 + 300 * 4);
+    if (!img) return;
+    forge_shard a, b;
+    CHECK_OK(forge_shard_open(&a, path, 70001));
+    CHECK_OK(forge_shard_open_memory(&b, img, len, "mem.bin", 70001));
+    CHECK(b.map == NULL && b.data == img + 1024 && b.version == a.version && b.n_tokens == a.n_tokens);
+    int bad = 0;
+    for (uint64_t i = 0; b.data && i < b.n_tokens; i++) bad += forge_shard_token(&b, i) != forge_shard_token(&a, i);
+    CHECK_MSG(bad == 0, "%d tokens differ between the file and the memory reader", bad);
+    forge_shard_close(&a);
+    forge_shard_close(&b);
+    CHECK(b.path == NULL && b.data == NULL);
+    CHECK_ERR(forge_shard_open_memory(&b, img, len, "mem.bin", 1000), FORGE_ERR_DATA,
+              "mem.bin: token 70000 at position 211");
+    CHECK_ERR(forge_shard_open_memory(&b, img, len - 1, NULL, 0), FORGE_ERR_DATA, "<memory>: truncated");
+    CHECK_ERR(forge_shard_open_memory(&b, img, 1023, "mem.bin", 0), FORGE_ERR_DATA, "less than the 1024-byte header");
+    CHECK_ERR(forge_shard_open_memory(&b, NULL, 0, "mem.bin", 0), FORGE_ERR_DATA, "file has 0 bytes");
+    CHECK(b.path == NULL);
+    /* a short file is refused before anything is mapped, as before */
+    FILE *f = fopen(path, "wb");
+    if (f) fclose(f);
+    CHECK_ERR(forge_shard_open(&a, path, 0), FORGE_ERR_DATA, "file has 0 bytes");
+    free(img);
+}
+
 /* ------------------------------------------------------------------- loader */
 
 enum { LB = 4, LT = 8 };
@@ -841,6 +876,7 @@ static void test_corpus(void) {
 
 void suite_data(void) {
     test_shards();
+    test_shard_memory();
     test_loader();
     test_tokenize();
     test_corpus();

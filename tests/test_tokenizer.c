@@ -534,6 +534,153 @@ static void test_load_fuzz(void) {
     free(mut);
 }
 
+/* a copy of s[0..n) in a buffer of exactly n bytes: no NUL after it for a reader to lean on */
+static char *exact_copy(const char *s, size_t n) {
+    char *p = malloc(n ? n : 1);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+static void test_load_memory(void) {
+    TEST_CASE("load_memory: the files' bytes in memory, without NUL terminators, load as the files do");
+    size_t cap = 16384;
+    char *json = malloc(cap);
+    size_t n = byte_vocab_json(json, cap);
+    n += (size_t)snprintf(json + n, cap - n, "\"ab\": 256, \"<|endoftext|>\": 257}");
+    static const char merges[] = "#version: 0.2\na b\n";
+    char *enc = exact_copy(json, n), *bpe = exact_copy(merges, sizeof merges - 1);
+    forge_tokenizer *tok = NULL;
+    CHECK_OK(forge_tokenizer_load_memory(&tok, enc, n, "mem/encoder.json", bpe, sizeof merges - 1, "mem/vocab.bpe"));
+    if (tok) {
+        CHECK(forge_tokenizer_vocab_size(tok) == 258 && tok->n_merges == 1);
+        CHECK(round_trips(tok, "cabab \xff<|endoftext|>", 20, 1));
+        forge_tokenizer_free(tok);
+        tok = NULL;
+    }
+    /* messages carry the names given, or the default ones */
+    CHECK(forge_tokenizer_load_memory(&tok, enc, n, "mem/encoder.json", "#x\nb a\n", 7, "mem/vocab.bpe") ==
+          FORGE_ERR_DATA);
+    CHECK(strstr(forge_error_message(), "mem/vocab.bpe:2") && strstr(forge_error_message(), "mem/encoder.json"));
+    CHECK(forge_tokenizer_load_memory(&tok, enc, n - 1, NULL, bpe, sizeof merges - 1, NULL) == FORGE_ERR_DATA);
+    CHECK(strstr(forge_error_message(), "encoder.json:") != NULL);
+    CHECK(forge_tokenizer_load_memory(&tok, NULL, 0, NULL, NULL, 0, NULL) == FORGE_ERR_DATA && tok == NULL);
+    free(enc);
+    free(bpe);
+    free(json);
+}
+
+/* Issue 16: an empty (or cut) vocab.bpe loaded as if the vocabulary were byte-level. */
+static void test_merges_cover(void) {
+    TEST_CASE("load: a vocab.bpe whose merges make too few of encoder.json's tokens is refused");
+    size_t cap = 16384;
+    char *json = malloc(cap);
+    size_t body = byte_vocab_json(json, cap), n;
+    forge_tokenizer *tok = NULL;
+
+    n = body + (size_t)snprintf(json + body, cap - body, "\"ab\": 256, \"<|endoftext|>\": 257}");
+    static const char *const empties[] = {"", "#version: 0.2\n", "\n\n"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(forge_tokenizer_load_memory(&tok, json, n, "t/encoder.json", empties[i], strlen(empties[i]),
+                                          "t/vocab.bpe") == FORGE_ERR_DATA && tok == NULL);
+        const char *m = forge_error_message();
+        CHECK_MSG(strstr(m, "t/vocab.bpe") && strstr(m, "its 0 merges make 0 of the 1 multi-byte tokens of t/encoder.json") &&
+                      strstr(m, "258 ids") && strstr(m, "\"ab\" (id 256)"),
+                  "empty vocab.bpe %d: %s", i, m);
+    }
+    /* three multi-byte tokens, two merges: "abc" is made by none */
+    n = body + (size_t)snprintf(json + body, cap - body,
+                                "\"bc\": 256, \"ab\": 257, \"abc\": 258, \"<|endoftext|>\": 259}");
+    CHECK(forge_tokenizer_load_memory(&tok, json, n, "t/encoder.json", "b c\na b\n", 8, "t/vocab.bpe") ==
+          FORGE_ERR_DATA);
+    CHECK_MSG(strstr(forge_error_message(), "its 2 merges make 2 of the 3") &&
+                  strstr(forge_error_message(), "\"abc\" (id 258)"),
+              "%s", forge_error_message());
+    /* two merges making the same token count once; then all three are made */
+    CHECK(forge_tokenizer_load_memory(&tok, json, n, "t/encoder.json", "b c\na b\na bc\n", 12, "t/vocab.bpe") ==
+          FORGE_OK);
+    forge_tokenizer_free(tok);
+    tok = NULL;
+
+    TEST_CASE("load: a byte-level vocabulary (257 ids, no merges) with an empty vocab.bpe stays valid");
+    n = body + (size_t)snprintf(json + body, cap - body, "\"<|endoftext|>\": 256}");
+    CHECK_OK(forge_tokenizer_load_memory(&tok, json, n, "t/encoder.json", "", 0, "t/vocab.bpe"));
+    if (tok) {
+        CHECK(forge_tokenizer_vocab_size(tok) == 257 && tok->n_merges == 0);
+        CHECK(round_trips(tok, "bytes \x01\xfe<|endoftext|>", 21, 1));
+        forge_tokenizer_free(tok);
+        tok = NULL;
+    }
+    free(json);
+
+    TEST_CASE("load: GPT-2's encoder.json with an empty vocab.bpe is refused with the counts");
+    const char *enc = test_data_path("gpt2-tokenizer/encoder.json");
+    if (!enc) {
+        test_case_skip("../shared/data/gpt2-tokenizer is absent");
+        return;
+    }
+    const char *dir = test_tmpdir();
+    char bpe[600];
+    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
+    CHECK(write_file(bpe, "#version: 0.2\n", 14) == 0);
+    CHECK(forge_tokenizer_load_files(&tok, enc, bpe) == FORGE_ERR_DATA && tok == NULL);
+    CHECK_MSG(strstr(forge_error_message(), bpe) &&
+                  strstr(forge_error_message(), "its 0 merges make 0 of the 50000 multi-byte tokens") &&
+                  strstr(forge_error_message(), "50257 ids"),
+              "%s", forge_error_message());
+}
+
+/* Issue 16: a byte token missing from encoder.json (the other ids left as they
+ * were) was reported as <|endoftext|>'s id being out of range. */
+static void test_missing_byte(void) {
+    TEST_CASE("load: a missing byte token is named as such, with the file");
+    size_t cap = 16384;
+    char *json = malloc(cap), *cut = malloc(cap);
+    size_t n = byte_vocab_json(json, cap);
+    n += (size_t)snprintf(json + n, cap - n, "\"ab\": 256, \"<|endoftext|>\": 257}");
+    /* drop the first entry, "!": 0 (byte 0x21); every other id stays */
+    const char *second = strchr(json, ',') + 2;
+    size_t k = (size_t)snprintf(cut, cap, "{%s", second);
+    forge_tokenizer *tok = NULL;
+    CHECK(forge_tokenizer_load_memory(&tok, cut, k, "t/encoder.json", "a b\n", 4, "t/vocab.bpe") == FORGE_ERR_DATA);
+    const char *m = forge_error_message();
+    CHECK_MSG(strstr(m, "t/encoder.json") && strstr(m, "no token for byte 0x21") && strstr(m, "U+0021") &&
+                  !strstr(m, "endoftext"),
+              "%s", m);
+    /* with every byte present, an id past the end names the key and the free id */
+    k = (size_t)snprintf(cut, cap, "%.*s\"ab\": 258, \"<|endoftext|>\": 257}", (int)(strstr(json, "\"ab\"") - json),
+                         json);
+    CHECK(forge_tokenizer_load_memory(&tok, cut, k, "t/encoder.json", "a b\n", 4, "t/vocab.bpe") == FORGE_ERR_DATA);
+    CHECK_MSG(strstr(forge_error_message(), "key \"ab\": id 258") && strstr(forge_error_message(), "id 256 has no key"),
+              "%s", forge_error_message());
+    free(json);
+    free(cut);
+
+    TEST_CASE("load: GPT-2's encoder.json without the space byte's token names byte 0x20");
+    const char *enc = test_data_path("gpt2-tokenizer/encoder.json");
+    const char *bpe = test_data_path("gpt2-tokenizer/vocab.bpe");
+    if (!enc || !bpe) {
+        test_case_skip("../shared/data/gpt2-tokenizer is absent");
+        return;
+    }
+    size_t len = 0;
+    char *text = read_text(enc, &len);
+    cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    CHECK(root != NULL);
+    if (!root) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "\xc4\xa0"); /* U+0120, GPT-2's spelling of ' ' */
+    char *printed = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    const char *dir = test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    CHECK(printed && write_file(path, printed, strlen(printed)) == 0);
+    cJSON_free(printed);
+    CHECK(forge_tokenizer_load_files(&tok, path, bpe) == FORGE_ERR_DATA && tok == NULL);
+    m = forge_error_message();
+    CHECK_MSG(strstr(m, path) && strstr(m, "no token for byte 0x20") && !strstr(m, "endoftext"), "%s", m);
+}
+
 static void test_errors(void) {
     TEST_CASE("errors: missing files, bad JSON, bad merges, vocab too small");
     const char *dir = test_tmpdir();
@@ -638,5 +785,8 @@ void suite_tokenizer(void) {
     test_train_threads();
     test_load_shared_spelling();
     test_load_fuzz();
+    test_load_memory();
+    test_merges_cover();
+    test_missing_byte();
     test_errors();
 }

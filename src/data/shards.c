@@ -274,6 +274,71 @@ static uint64_t first_token_at_or_above(const forge_shard *s, uint32_t vocab_siz
     return s->n_tokens;
 }
 
+/* Validates the file image h[0..size) (s->path set, s->map as the caller left
+ * it): magic, version, exact size, and the tokens against vocab_size. h is not
+ * read when size is below the header's. */
+static forge_status shard_check(forge_shard *s, const uint8_t *h, uint64_t size, int vocab_size) {
+    const char *path = s->path;
+    if (size < FORGE_SHARD_HEADER_BYTES)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: truncated: file has %llu bytes, less than the %d-byte header", path,
+                           (unsigned long long)size, FORGE_SHARD_HEADER_BYTES);
+    int32_t magic = get_le32(h), version = get_le32(h + 4), count = get_le32(h + 8);
+    if (magic != FORGE_SHARD_MAGIC)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: header[0] (magic) is %d, expected %d: not a token shard", path,
+                           (int)magic, FORGE_SHARD_MAGIC);
+    if (version != FORGE_SHARD_VERSION_U16 && version != FORGE_SHARD_VERSION_U32)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: header[1] (version) is %d, expected 1 (uint16 tokens) or 2 (uint32 "
+                           "tokens)",
+                           path, (int)version);
+    if (count < 0)
+        return forge_error(FORGE_ERR_DATA, "%s: header[2] (token count) is negative (%d)", path,
+                           (int)count);
+    s->version = version;
+    s->token_bytes = version == FORGE_SHARD_VERSION_U16 ? 2 : 4;
+    s->n_tokens = (uint64_t)count;
+    s->data = h + FORGE_SHARD_HEADER_BYTES;
+    uint64_t payload = s->n_tokens * (uint64_t)s->token_bytes;
+    uint64_t expected = FORGE_SHARD_HEADER_BYTES + payload;
+    if (size < expected)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: truncated: header says %llu tokens (%llu bytes) but file has %llu "
+                           "bytes",
+                           path, (unsigned long long)s->n_tokens, (unsigned long long)expected,
+                           (unsigned long long)size);
+    if (size > expected)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: %llu bytes of trailing data: header says %llu tokens (%llu bytes) "
+                           "but file has %llu bytes",
+                           path, (unsigned long long)(size - expected),
+                           (unsigned long long)s->n_tokens, (unsigned long long)expected,
+                           (unsigned long long)size);
+    if (vocab_size > 0 && (s->token_bytes == 4 || vocab_size < 65536)) { /* else every uint16 fits */
+        uint64_t bad = first_token_at_or_above(s, (uint32_t)vocab_size);
+        if (bad < s->n_tokens)
+            return forge_error(FORGE_ERR_DATA,
+                               "%s: token %u at position %llu is >= the vocabulary size %d (shard "
+                               "written with another tokenizer?)",
+                               path, (unsigned)forge_shard_token(s, bad), (unsigned long long)bad,
+                               vocab_size);
+    }
+    return FORGE_OK;
+}
+
+forge_status forge_shard_open_memory(forge_shard *s, const void *data, size_t len, const char *name,
+                                     int vocab_size) {
+    memset(s, 0, sizeof *s);
+    if (!name) name = "<memory>";
+    if (!data && len) return forge_error(FORGE_ERR_ARG, "%s: forge_shard_open_memory: NULL data", name);
+    s->path = dup_string(name);
+    if (!s->path) return forge_error(FORGE_ERR_OOM, "%s: out of memory", name);
+    forge_status r = shard_check(s, data, (uint64_t)len, vocab_size);
+    if (r != FORGE_OK) forge_shard_close(s);
+    return r;
+}
+
 forge_status forge_shard_open(forge_shard *s, const char *path, int vocab_size) {
     memset(s, 0, sizeof *s);
     int fd = open(path, O_RDONLY);
@@ -290,85 +355,32 @@ forge_status forge_shard_open(forge_shard *s, const char *path, int vocab_size) 
         return forge_error(FORGE_ERR_IO, "%s: not a regular file", path);
     }
     uint64_t size = (uint64_t)st.st_size;
-    if (size < FORGE_SHARD_HEADER_BYTES) {
-        close(fd);
-        return forge_error(FORGE_ERR_DATA,
-                           "%s: truncated: file has %llu bytes, less than the %d-byte header", path,
-                           (unsigned long long)size, FORGE_SHARD_HEADER_BYTES);
-    }
     if (size > (uint64_t)SIZE_MAX) {
         close(fd);
         return forge_error(FORGE_ERR_DATA, "%s: %llu bytes is too large to map", path,
                            (unsigned long long)size);
     }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
+    void *map = NULL;
+    if (size >= FORGE_SHARD_HEADER_BYTES) { /* shorter: shard_check refuses it unread */
+        map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        int map_errno = errno;
+        if (map == MAP_FAILED) {
+            close(fd);
+            return forge_error(FORGE_ERR_IO, "%s: mmap of %llu bytes failed: %s", path,
+                               (unsigned long long)size, strerror(map_errno));
+        }
+        s->map = map;
+        s->map_len = (size_t)size;
+    }
     close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED)
-        return forge_error(FORGE_ERR_IO, "%s: mmap of %llu bytes failed: %s", path,
-                           (unsigned long long)size, strerror(map_errno));
-    s->map = map;
-    s->map_len = (size_t)size;
     s->path = dup_string(path);
     if (!s->path) {
         forge_shard_close(s);
         return forge_error(FORGE_ERR_OOM, "%s: out of memory", path);
     }
-
-    const uint8_t *h = map;
-    int32_t magic = get_le32(h), version = get_le32(h + 4), count = get_le32(h + 8);
-    forge_status r = FORGE_OK;
-    if (magic != FORGE_SHARD_MAGIC) {
-        r = forge_error(FORGE_ERR_DATA,
-                        "%s: header[0] (magic) is %d, expected %d: not a token shard", path,
-                        (int)magic, FORGE_SHARD_MAGIC);
-    } else if (version != FORGE_SHARD_VERSION_U16 && version != FORGE_SHARD_VERSION_U32) {
-        r = forge_error(FORGE_ERR_DATA,
-                        "%s: header[1] (version) is %d, expected 1 (uint16 tokens) or 2 (uint32 "
-                        "tokens)",
-                        path, (int)version);
-    } else if (count < 0) {
-        r = forge_error(FORGE_ERR_DATA, "%s: header[2] (token count) is negative (%d)", path,
-                        (int)count);
-    }
-    if (r != FORGE_OK) {
-        forge_shard_close(s);
-        return r;
-    }
-    s->version = version;
-    s->token_bytes = version == FORGE_SHARD_VERSION_U16 ? 2 : 4;
-    s->n_tokens = (uint64_t)count;
-    s->data = h + FORGE_SHARD_HEADER_BYTES;
-    uint64_t payload = s->n_tokens * (uint64_t)s->token_bytes;
-    uint64_t expected = FORGE_SHARD_HEADER_BYTES + payload;
-    if (size < expected) {
-        r = forge_error(FORGE_ERR_DATA,
-                        "%s: truncated: header says %llu tokens (%llu bytes) but file has %llu "
-                        "bytes",
-                        path, (unsigned long long)s->n_tokens, (unsigned long long)expected,
-                        (unsigned long long)size);
-    } else if (size > expected) {
-        r = forge_error(FORGE_ERR_DATA,
-                        "%s: %llu bytes of trailing data: header says %llu tokens (%llu bytes) "
-                        "but file has %llu bytes",
-                        path, (unsigned long long)(size - expected),
-                        (unsigned long long)s->n_tokens, (unsigned long long)expected,
-                        (unsigned long long)size);
-    } else if (vocab_size > 0 &&
-               (s->token_bytes == 4 || vocab_size < 65536)) { /* else every uint16 fits */
-        uint64_t bad = first_token_at_or_above(s, (uint32_t)vocab_size);
-        if (bad < s->n_tokens)
-            r = forge_error(FORGE_ERR_DATA,
-                            "%s: token %u at position %llu is >= the vocabulary size %d (shard "
-                            "written with another tokenizer?)",
-                            path, (unsigned)forge_shard_token(s, bad), (unsigned long long)bad,
-                            vocab_size);
-    }
-    if (r != FORGE_OK) {
-        forge_shard_close(s);
-        return r;
-    }
-    return FORGE_OK;
+    forge_status r = shard_check(s, map, size, vocab_size);
+    if (r != FORGE_OK) forge_shard_close(s);
+    return r;
 }
 
 void forge_shard_read(const forge_shard *s, uint64_t start, size_t n, int32_t *out) {

@@ -70,7 +70,7 @@ typedef struct {
     int token_bytes; /* 2 or 4 */
     uint64_t n_tokens;
     const uint8_t *data; /* (n_tokens * token_bytes) little-endian tokens, inside the mapping */
-    void *map;           /* the whole file, read-only */
+    void *map;           /* the whole file, read-only; NULL from forge_shard_open_memory */
     size_t map_len;
 } forge_shard;
 
@@ -78,6 +78,11 @@ typedef struct {
  * also checks that every token is < vocab_size. On error *s is left closed
  * (safe to pass to forge_shard_close). */
 forge_status forge_shard_open(forge_shard *s, const char *path, int vocab_size);
+/* The same checks on a shard image already in memory (len bytes at data, borrowed:
+ * it must outlive s); name stands for the path in messages (NULL: "<memory>").
+ * s->map stays NULL. forge_shard_open maps the file and shares this code. */
+forge_status forge_shard_open_memory(forge_shard *s, const void *data, size_t len, const char *name,
+                                     int vocab_size);
 void forge_shard_close(forge_shard *s);
 
 /* Token i (< s->n_tokens); no bounds check. */

@@ -201,6 +201,10 @@ typedef struct {
     int16_t cp_to_byte[CP_LIMIT];
 } loader;
 
+/* encoder.json: every key decoded to bytes, then checked as a whole, most
+ * telling error first: a byte without a token (which, with ids left as they
+ * were, would otherwise surface as some later id being out of range), then ids
+ * outside [0, n), then <|endoftext|>. */
 static forge_status load_encoder(loader *L, const char *path, cJSON *root) {
     forge_tokenizer *tok = L->tok;
     if (!cJSON_IsObject(root))
@@ -219,6 +223,8 @@ static forge_status load_encoder(loader *L, const char *path, cJSON *root) {
     if (!L->id_ent || !L->ent_id || !L->keys || tok_strmap_init(&L->strs, (size_t)n) != 0)
         return forge_error(FORGE_ERR_OOM, "out of memory loading %s", path);
     int eot = -1;
+    const char *far_key = NULL; /* the first key whose id is >= n */
+    int far_id = 0;
     forge_status st = FORGE_OK;
     for (cJSON *item = root->child; item; item = item->next) {
         const char *key = item->string ? item->string : "";
@@ -228,24 +234,30 @@ static forge_status load_encoder(loader *L, const char *path, cJSON *root) {
             break;
         }
         double v = item->valuedouble;
-        if (!(v >= 0 && v < n) || v != floor(v)) {
+        if (!(v >= 0 && v <= INT32_MAX) || v != floor(v)) {
             st = forge_error(FORGE_ERR_DATA, "%s: key \"%s\": id %g is not an integer in [0, %d)", path, key, v, n);
             break;
         }
         int id = (int)v;
-        if (L->keys[id]) {
+        if (id >= n) { /* reported after the byte check below */
+            if (!far_key) {
+                far_key = key;
+                far_id = id;
+            }
+        } else if (L->keys[id]) {
             st = forge_error(FORGE_ERR_DATA, "%s: id %d is given to two keys, \"%s\" and \"%s\"", path, id,
                              L->keys[id], key);
             break;
+        } else {
+            L->keys[id] = key;
         }
-        L->keys[id] = key;
         if (strcmp(key, FORGE_TOKENIZER_EOT) == 0) {
             if (eot >= 0) {
                 st = forge_error(FORGE_ERR_DATA, "%s: key \"%s\" appears twice (ids %d and %d)", path, key, eot, id);
                 break;
             }
             eot = id;
-            L->id_ent[id] = -1;
+            if (id < n) L->id_ent[id] = -1;
             continue;
         }
         size_t klen = strlen(key), blen;
@@ -284,25 +296,41 @@ static forge_status load_encoder(loader *L, const char *path, cJSON *root) {
             break;
         }
         L->ent_id[e] = id;
-        L->id_ent[id] = e;
+        if (id < n) L->id_ent[id] = e;
     }
     free(tmp);
     if (st != FORGE_OK) return st;
-    if (eot < 0) return forge_error(FORGE_ERR_DATA, "%s: no \"%s\" token", path, FORGE_TOKENIZER_EOT);
-    if (eot != n - 1)
-        return forge_error(FORGE_ERR_DATA, "%s: \"%s\" is id %d; forge expects it to be the last id, %d", path,
-                           FORGE_TOKENIZER_EOT, eot, n - 1);
     uint32_t b2c[256];
     uint8_t order[256];
     tok_byte_unicode(b2c, order);
     for (int b = 0; b < 256; b++) {
         uint8_t byte = (uint8_t)b;
         int32_t e = tok_strmap_find(&L->strs, &byte, 1, tok_hash_bytes(&byte, 1));
-        if (e < 0)
-            return forge_error(FORGE_ERR_DATA, "%s: no token for byte 0x%02x (spelled U+%04X); byte-level BPE needs all 256",
-                               path, b, (unsigned)b2c[b]);
+        if (e < 0) {
+            char shown[8];
+            if (b2c[b] < 0x80)
+                snprintf(shown, sizeof shown, "%c", (char)b2c[b]);
+            else
+                snprintf(shown, sizeof shown, "%c%c", (char)(0xC0 | (b2c[b] >> 6)), (char)(0x80 | (b2c[b] & 0x3F)));
+            return forge_error(FORGE_ERR_DATA,
+                               "%s: no token for byte 0x%02x (the key \"%s\", U+%04X); byte-level BPE needs a token "
+                               "for each of the 256 bytes",
+                               path, b, shown, (unsigned)b2c[b]);
+        }
         tok->byte_id[b] = L->ent_id[e];
     }
+    if (far_key) {
+        int hole = 0;
+        while (hole < n && L->keys[hole]) hole++;
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: key \"%s\": id %d is not an integer in [0, %d); the %d keys must use the ids 0..%d "
+                           "once each (id %d has no key)",
+                           path, far_key, far_id, n, n, n - 1, hole);
+    }
+    if (eot < 0) return forge_error(FORGE_ERR_DATA, "%s: no \"%s\" token", path, FORGE_TOKENIZER_EOT);
+    if (eot != n - 1)
+        return forge_error(FORGE_ERR_DATA, "%s: \"%s\" is id %d; forge expects it to be the last id, %d", path,
+                           FORGE_TOKENIZER_EOT, eot, n - 1);
     /* token bytes in id order */
     size_t total = L->strs.arena_len + FORGE_TOKENIZER_EOT_LEN;
     tok->tok_data = malloc(total);
@@ -344,7 +372,7 @@ static int32_t merge_token(loader *L, const char *path, int line, const char *en
     return L->ent_id[e];
 }
 
-static forge_status load_merges(loader *L, const char *path, const char *enc_path, char *text, size_t len) {
+static forge_status load_merges(loader *L, const char *path, const char *enc_path, const char *text, size_t len) {
     forge_tokenizer *tok = L->tok;
     size_t cap = 1024;
     tok->merge_left = malloc(cap * sizeof(int32_t));
@@ -360,15 +388,15 @@ static forge_status load_merges(loader *L, const char *path, const char *enc_pat
     forge_status st = FORGE_OK;
     int line = 0;
     for (size_t pos = 0; pos < len && st == FORGE_OK;) {
-        char *s = text + pos;
-        char *nl = memchr(s, '\n', len - pos);
+        const char *s = text + pos;
+        const char *nl = memchr(s, '\n', len - pos);
         size_t n = nl ? (size_t)(nl - s) : len - pos;
         pos += n + 1;
         line++;
         if (n > 0 && s[n - 1] == '\r') n--;
         if (line == 1 && n > 0 && s[0] == '#') continue; /* "#version: 0.2" */
         if (n == 0) continue;
-        char *sp = memchr(s, ' ', n);
+        const char *sp = memchr(s, ' ', n);
         if (!sp || sp == s || sp == s + n - 1 || memchr(sp + 1, ' ', (size_t)(s + n - sp - 1))) {
             st = forge_error(FORGE_ERR_DATA, "%s:%d: expected two tokens separated by one space, got \"%.*s\"", path,
                              line, (int)(n > 80 ? 80 : n), s);
@@ -419,43 +447,69 @@ static forge_status load_merges(loader *L, const char *path, const char *enc_pat
     return st;
 }
 
-forge_status forge_tokenizer_load_files(forge_tokenizer **out, const char *encoder_json, const char *vocab_bpe) {
-    if (!out || !encoder_json || !vocab_bpe)
-        return forge_error(FORGE_ERR_ARG, "forge_tokenizer_load_files: NULL argument");
-    *out = NULL;
-    char *enc_text = NULL, *bpe_text = NULL;
-    size_t enc_len, bpe_len;
-    FORGE_TRY(tok_read_file(encoder_json, &enc_text, &enc_len));
-    forge_status st = tok_read_file(vocab_bpe, &bpe_text, &bpe_len);
-    if (st != FORGE_OK) {
-        free(enc_text);
-        return st;
+/* Every multi-byte token must be the result of some merge: encoding reaches
+ * a token only through one, so a vocab.bpe that makes fewer (an empty or cut
+ * file) would silently give a tokenizer that never emits the others. A
+ * byte-level vocabulary (257 ids, no merges) passes. */
+static forge_status check_merges_cover(loader *L, const char *bpe_name, const char *enc_name) {
+    forge_tokenizer *tok = L->tok;
+    int n = tok->n_vocab, multi = n - 257;
+    uint8_t *made = calloc((size_t)n, 1);
+    if (!made) return forge_error(FORGE_ERR_OOM, "out of memory loading %s", bpe_name);
+    int covered = 0;
+    for (int r = 0; r < tok->n_merges; r++) {
+        int32_t id = tok->merge_result[r];
+        if (!made[id]) covered++;
+        made[id] = 1;
     }
+    forge_status st = FORGE_OK;
+    if (covered < multi) {
+        int id = 0;
+        while (id < n - 1 && (made[id] || tok->tok_off[id + 1] - tok->tok_off[id] == 1)) id++;
+        st = forge_error(FORGE_ERR_DATA,
+                         "%s: its %d merges make %d of the %d multi-byte tokens of %s (%d ids = 256 bytes + %d + "
+                         "<|endoftext|>); no merge makes \"%s\" (id %d), so encoding could never produce it",
+                         bpe_name, tok->n_merges, covered, multi, enc_name, n, multi, L->keys[id], id);
+    }
+    free(made);
+    return st;
+}
+
+forge_status forge_tokenizer_load_memory(forge_tokenizer **out, const char *encoder_json, size_t encoder_len,
+                                         const char *encoder_name, const char *vocab_bpe, size_t vocab_len,
+                                         const char *vocab_name) {
+    if (!out || (!encoder_json && encoder_len) || (!vocab_bpe && vocab_len))
+        return forge_error(FORGE_ERR_ARG, "forge_tokenizer_load_memory: NULL argument");
+    *out = NULL;
+    if (!encoder_name) encoder_name = "encoder.json";
+    if (!vocab_name) vocab_name = "vocab.bpe";
+    forge_status st = FORGE_OK;
     loader L;
     memset(&L, 0, sizeof L);
     cp_to_byte_table(L.cp_to_byte);
     L.tok = tok_alloc();
     cJSON *root = NULL;
     if (!L.tok) {
-        st = forge_error(FORGE_ERR_OOM, "out of memory loading %s", encoder_json);
+        st = forge_error(FORGE_ERR_OOM, "out of memory loading %s", encoder_name);
         goto done;
     }
-    root = cJSON_ParseWithLength(enc_text, enc_len);
+    root = cJSON_ParseWithLength(encoder_json ? encoder_json : "", encoder_len);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         int line = 0, col = 0;
-        if (at && at >= enc_text && at <= enc_text + enc_len) line_col(enc_text, at, &line, &col);
+        if (at && encoder_json && at >= encoder_json && at <= encoder_json + encoder_len)
+            line_col(encoder_json, at, &line, &col);
         st = forge_error(FORGE_ERR_DATA, "%s:%d:%d: malformed JSON (expected an object of \"token\": id pairs)",
-                         encoder_json, line, col);
+                         encoder_name, line, col);
         goto done;
     }
-    st = load_encoder(&L, encoder_json, root);
-    if (st == FORGE_OK) st = load_merges(&L, vocab_bpe, encoder_json, bpe_text, bpe_len);
+    st = load_encoder(&L, encoder_name, root);
+    if (st == FORGE_OK)
+        st = load_merges(&L, vocab_name, encoder_name, vocab_bpe ? vocab_bpe : "", vocab_len);
+    if (st == FORGE_OK) st = check_merges_cover(&L, vocab_name, encoder_name);
     if (st == FORGE_OK) st = tok_finalize(L.tok);
 done:
     cJSON_Delete(root);
-    free(enc_text);
-    free(bpe_text);
     tok_strmap_free(&L.strs);
     free(L.ent_id);
     free(L.id_ent);
@@ -466,6 +520,21 @@ done:
     }
     *out = L.tok;
     return FORGE_OK;
+}
+
+forge_status forge_tokenizer_load_files(forge_tokenizer **out, const char *encoder_json, const char *vocab_bpe) {
+    if (!out || !encoder_json || !vocab_bpe)
+        return forge_error(FORGE_ERR_ARG, "forge_tokenizer_load_files: NULL argument");
+    *out = NULL;
+    char *enc_text = NULL, *bpe_text = NULL;
+    size_t enc_len, bpe_len;
+    FORGE_TRY(tok_read_file(encoder_json, &enc_text, &enc_len));
+    forge_status st = tok_read_file(vocab_bpe, &bpe_text, &bpe_len);
+    if (st == FORGE_OK)
+        st = forge_tokenizer_load_memory(out, enc_text, enc_len, encoder_json, bpe_text, bpe_len, vocab_bpe);
+    free(enc_text);
+    free(bpe_text);
+    return st;
 }
 
 static int join_path(char *buf, size_t cap, const char *dir, const char *name) {

@@ -26,6 +26,12 @@ forge_status forge_tokenizer_load(forge_tokenizer **out, const char *dir);
 /* Loads from explicit paths (GPT-2's files). */
 forge_status forge_tokenizer_load_files(forge_tokenizer **out, const char *encoder_json,
                                         const char *vocab_bpe);
+/* Loads from the two files' contents in memory (neither need be
+ * NUL-terminated); the names stand for the paths in messages (NULL:
+ * "encoder.json", "vocab.bpe"). The file loaders read the files and call this. */
+forge_status forge_tokenizer_load_memory(forge_tokenizer **out, const char *encoder_json, size_t encoder_len,
+                                         const char *encoder_name, const char *vocab_bpe, size_t vocab_len,
+                                         const char *vocab_name);
 /* Writes dir/encoder.json and dir/vocab.bpe (creating dir). */
 forge_status forge_tokenizer_save(const forge_tokenizer *tok, const char *dir);
 

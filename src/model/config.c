@@ -523,6 +523,27 @@ char *forge_config_to_json(const forge_model_config *c) {
 
 #define CONFIG_MAX_BYTES (1 << 20)
 
+forge_status forge_config_parse_bytes(forge_model_config *out, const char *data, size_t len,
+                                      const char *source_name) {
+    const char *src = source_name ? source_name : "<config>";
+    if (!out || (!data && len))
+        return forge_error(FORGE_ERR_ARG, "%s: forge_config_parse_bytes: NULL argument", src);
+    if (len > CONFIG_MAX_BYTES)
+        return forge_error(FORGE_ERR_CONFIG, "%s: larger than %d bytes; expected a small JSON config",
+                           src, CONFIG_MAX_BYTES);
+    const char *nul = len ? memchr(data, '\0', len) : NULL;
+    if (nul)
+        return forge_error(FORGE_ERR_CONFIG, "%s: NUL byte at offset %zu; expected JSON text", src,
+                           (size_t)(nul - data));
+    char *text = malloc(len + 1);
+    if (!text) return forge_error(FORGE_ERR_OOM, "%s: out of memory parsing config", src);
+    if (len) memcpy(text, data, len);
+    text[len] = '\0';
+    forge_status s = forge_config_parse(out, text, src);
+    free(text);
+    return s;
+}
+
 forge_status forge_config_load_file(forge_model_config *out, const char *path) {
     if (!out || !path) return forge_error(FORGE_ERR_ARG, "forge_config_load_file: NULL argument");
     FILE *f = fopen(path, "rb");
@@ -532,6 +553,7 @@ forge_status forge_config_load_file(forge_model_config *out, const char *path) {
         fclose(f);
         return forge_error(FORGE_ERR_OOM, "%s: out of memory reading config", path);
     }
+    /* one byte past the limit, so an over-long file is seen as one */
     size_t n = fread(buf, 1, CONFIG_MAX_BYTES + 1, f);
     int read_err = ferror(f);
     fclose(f);
@@ -539,19 +561,7 @@ forge_status forge_config_load_file(forge_model_config *out, const char *path) {
         free(buf);
         return forge_error(FORGE_ERR_IO, "%s: read error", path);
     }
-    if (n > CONFIG_MAX_BYTES) {
-        free(buf);
-        return forge_error(FORGE_ERR_CONFIG, "%s: larger than %d bytes; expected a small JSON config",
-                           path, CONFIG_MAX_BYTES);
-    }
-    buf[n] = '\0';
-    const char *nul = memchr(buf, '\0', n);
-    if (nul) {
-        size_t at = (size_t)(nul - buf);
-        free(buf);
-        return forge_error(FORGE_ERR_CONFIG, "%s: NUL byte at offset %zu; expected JSON text", path, at);
-    }
-    forge_status s = forge_config_parse(out, buf, path);
+    forge_status s = forge_config_parse_bytes(out, buf, n, path);
     free(buf);
     return s;
 }

@@ -15,6 +15,7 @@
 #ifndef FORGE_CONFIG_H
 #define FORGE_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../base/status.h"
@@ -54,6 +55,12 @@ forge_status forge_config_load_file(forge_model_config *out, const char *path);
  * starts every error message and gives the default name. */
 forge_status forge_config_parse(forge_model_config *out, const char *json_text,
                                 const char *source_name);
+
+/* Parses len bytes of JSON text that need not be NUL-terminated, with the
+ * checks a config file gets: at most 1 MiB and no NUL byte (FORGE_ERR_CONFIG,
+ * naming the offset). forge_config_load_file reads the file and calls this. */
+forge_status forge_config_parse_bytes(forge_model_config *out, const char *data, size_t len,
+                                      const char *source_name);
 
 /* Checks ranges and cross-field constraints (d_model % n_heads, ...). */
 forge_status forge_config_validate(const forge_model_config *cfg, const char *source_name);

@@ -230,7 +230,7 @@ forge_status forge_safetensors_write(const char *path, const forge_st_entry *ent
 
 struct forge_safetensors {
     char *path;
-    void *map;            /* whole file, read-only */
+    void *map;            /* whole file, read-only; NULL when the image is borrowed (open_memory) */
     size_t map_bytes;
     int count;
     forge_st_entry *entries;
@@ -469,6 +469,71 @@ static forge_status parse_header(forge_safetensors *st, const cJSON *root, const
     return s;
 }
 
+/* Validates the whole file image bytes[0..size) into st (st->path set). */
+static forge_status parse_file_image(forge_safetensors *st, const uint8_t *bytes, uint64_t size) {
+    const char *path = st->path;
+    if (size < 8)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: %llu bytes is too short for a safetensors file (8-byte header "
+                           "length missing; truncated?)",
+                           path, (unsigned long long)size);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)bytes[i] << (8 * i);
+    if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > size - 8)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: header length %llu is impossible for a file of %llu bytes (truncated "
+                           "or not a safetensors file)",
+                           path, (unsigned long long)hlen, (unsigned long long)size);
+    const char *text = (const char *)bytes + 8;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
+    if (!root) {
+        long at = (end && end >= text && end <= text + hlen) ? (long)(end - text) : -1;
+        return forge_error(FORGE_ERR_DATA, "%s: header is not valid JSON (error at header byte %ld)",
+                           path, at);
+    }
+    forge_status s = FORGE_OK;
+    /* only padding may follow the JSON value */
+    for (const char *q = end; q && q < text + hlen; q++)
+        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+            s = forge_error(FORGE_ERR_DATA,
+                            "%s: header has trailing bytes after the JSON (at header byte %ld)",
+                            path, (long)(q - text));
+            break;
+        }
+    if (s == FORGE_OK) s = parse_header(st, root, bytes + 8 + hlen, size - 8 - hlen);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* A reader over bytes[0..size) named name; map (owned, munmapped at close) or NULL. */
+static forge_status open_image(forge_safetensors **out, const uint8_t *bytes, uint64_t size,
+                               void *map, const char *name) {
+    forge_safetensors *st = calloc(1, sizeof *st);
+    if (!st || !(st->path = strdup(name))) {
+        if (map) munmap(map, (size_t)size);
+        free(st);
+        return forge_error(FORGE_ERR_OOM, "%s: out of memory", name);
+    }
+    st->map = map;
+    st->map_bytes = (size_t)size;
+    forge_status s = parse_file_image(st, bytes, size);
+    if (s != FORGE_OK) {
+        forge_safetensors_close(st);
+        return s;
+    }
+    *out = st;
+    return FORGE_OK;
+}
+
+forge_status forge_safetensors_open_memory(forge_safetensors **out, const void *data, size_t len,
+                                           const char *name) {
+    if (!out || (!data && len))
+        return forge_error(FORGE_ERR_ARG, "forge_safetensors_open_memory: NULL argument");
+    *out = NULL;
+    return open_image(out, data, (uint64_t)len, NULL, name ? name : "<memory>");
+}
+
 forge_status forge_safetensors_open(forge_safetensors **out, const char *path) {
     if (!out || !path) return forge_error(FORGE_ERR_ARG, "forge_safetensors_open: NULL argument");
     *out = NULL;
@@ -485,61 +550,14 @@ forge_status forge_safetensors_open(forge_safetensors **out, const char *path) {
         return forge_error(FORGE_ERR_IO, "%s: not a regular file", path);
     }
     uint64_t size = (uint64_t)sb.st_size;
-    if (size < 8) {
+    if (size < 8) { /* mmap of an empty file fails; parse_file_image words the error */
         close(fd);
-        return forge_error(FORGE_ERR_DATA,
-                           "%s: %llu bytes is too short for a safetensors file (8-byte header "
-                           "length missing; truncated?)",
-                           path, (unsigned long long)size);
+        static const uint8_t none[8];
+        return open_image(out, none, size, NULL, path);
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     close(fd);
     if (map == MAP_FAILED) return forge_error(FORGE_ERR_IO, "%s: cannot mmap: %s", path, strerror(err));
-
-    forge_safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->path = strdup(path))) {
-        munmap(map, (size_t)size);
-        free(st);
-        return forge_error(FORGE_ERR_OOM, "%s: out of memory", path);
-    }
-    st->map = map;
-    st->map_bytes = (size_t)size;
-
-    const uint8_t *bytes = map;
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)bytes[i] << (8 * i);
-    forge_status s = FORGE_OK;
-    if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > size - 8) {
-        s = forge_error(FORGE_ERR_DATA,
-                        "%s: header length %llu is impossible for a file of %llu bytes (truncated "
-                        "or not a safetensors file)",
-                        path, (unsigned long long)hlen, (unsigned long long)size);
-    } else {
-        const char *text = (const char *)bytes + 8;
-        const char *end = NULL;
-        cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
-        if (!root) {
-            long at = (end && end >= text && end <= text + hlen) ? (long)(end - text) : -1;
-            s = forge_error(FORGE_ERR_DATA, "%s: header is not valid JSON (error at header byte %ld)",
-                            path, at);
-        } else {
-            /* only padding may follow the JSON value */
-            for (const char *q = end; q && q < text + hlen; q++)
-                if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-                    s = forge_error(FORGE_ERR_DATA,
-                                    "%s: header has trailing bytes after the JSON (at header byte %ld)",
-                                    path, (long)(q - text));
-                    break;
-                }
-            if (s == FORGE_OK) s = parse_header(st, root, bytes + 8 + hlen, size - 8 - hlen);
-            cJSON_Delete(root);
-        }
-    }
-    if (s != FORGE_OK) {
-        forge_safetensors_close(st);
-        return s;
-    }
-    *out = st;
-    return FORGE_OK;
+    return open_image(out, map, size, map, path);
 }

@@ -58,6 +58,12 @@ forge_status forge_safetensors_write(const char *path, const forge_st_entry *ent
 /* Maps and validates a file. FORGE_ERR_IO if it cannot be opened,
  * FORGE_ERR_DATA if it is truncated or malformed. */
 forge_status forge_safetensors_open(forge_safetensors **out, const char *path);
+/* The same checks on a file image already in memory (len bytes at data),
+ * which is borrowed: it must outlive the reader, entries point into it. name
+ * stands for the path in messages and forge_safetensors_path (NULL:
+ * "<memory>"). forge_safetensors_open maps the file and shares this code. */
+forge_status forge_safetensors_open_memory(forge_safetensors **out, const void *data, size_t len,
+                                           const char *name);
 void forge_safetensors_close(forge_safetensors *st);
 
 const char *forge_safetensors_path(const forge_safetensors *st);
