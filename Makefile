@@ -4,7 +4,8 @@
 #   test-gpu      run the GPU parity suite (needs a GPU)  bench  CPU benchmarks
 #   asan          tests under AddressSanitizer + UBSan     ptxas   CUDA resource report check
 #   lab           build/cuda/forge-lab: the kernel laboratory (lab/), linked against the CUDA library
-#   clean
+#   fuzz          build the libFuzzer targets (clang, ASan + UBSan) and run each for FUZZ_SECONDS
+#   fuzz-build    only build them (build/fuzz/fuzz_*)     clean
 #
 # CUBLAS=0 (with cuda / test-gpu / ptxas) builds without cuBLAS: -DFORGE_NO_CUBLAS,
 # no -lcublas/-lcublasLt, into build/cuda-nocublas/ (so it never mixes objects
@@ -53,7 +54,7 @@ CPU_OBJ  := $(CORE_SRC:%.c=$(BUILD)/cpu/%.o) $(BUILD)/cpu/src/backend/backend_no
 CUDA_HOST_OBJ := $(CORE_SRC:%.c=$(CUDA_OUT)/%.o)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(CUDA_OUT)/%.o)
 
-.PHONY: all cpu cuda lab test test-gpu bench asan ptxas clean reproduce FORCE
+.PHONY: all cpu cuda lab test test-gpu bench asan ptxas clean reproduce fuzz fuzz-build FORCE
 all: cpu
 cpu: $(BUILD)/forge
 
@@ -133,6 +134,41 @@ reproduce:
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" test
+
+# ---- fuzzing (docs/fuzzing.md). One libFuzzer target per parser, fuzz/fuzz_<name>.c,
+# built with clang and ASan + UBSan (any report aborts) against the parsers'
+# sources only, with coverage instrumentation; cJSON and PCRE2 are the system
+# libraries. `make fuzz` runs each target for FUZZ_SECONDS (one at a time) from
+# its committed seeds (fuzz/corpus/<name>, read-only) plus what it found before
+# (build/fuzz/corpus/<name>), and fails on any crash, leak, timeout or sanitizer
+# report (the input lands in build/fuzz/artifacts/).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_OUT     := $(BUILD)/fuzz
+FUZZ_TARGETS := config safetensors shard tokenizer tokenizer_text
+FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -D_GNU_SOURCE \
+                -fsanitize=address,undefined -fno-sanitize-recover=all $(EXTRA_FUZZ_CFLAGS)
+FUZZ_LIB_SRC := src/base/status.c src/model/config.c src/model/safetensors.c src/data/shards.c \
+                src/data/tokenizer.c src/data/tokenizer_encode.c src/data/tokenizer_map.c
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_OUT)/obj/%.o)
+
+$(FUZZ_OUT)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+# an archive, so each target links (and counts coverage of) only the parser it calls
+$(FUZZ_OUT)/libparsers.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_OUT)/fuzz_%: $(FUZZ_OUT)/obj/fuzz/fuzz_%.o $(FUZZ_OUT)/libparsers.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+
+fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
+.SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_OUT)/obj/fuzz/fuzz_%.o)
+
+fuzz: fuzz-build
+	sh fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_OUT) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf build build-asan

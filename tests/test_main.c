@@ -15,6 +15,7 @@
     X(tokenizer)         \
     X(data)              \
     X(config)            \
+    X(parsers)           \
     X(checkpoint)        \
     X(model)             \
     X(train)             \
