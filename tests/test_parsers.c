@@ -11,11 +11,14 @@
  */
 #include <dirent.h>
 #include <setjmp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/data/tokenizer.h"
 #include "../src/model/safetensors.h"
 #include "test.h"
 
@@ -172,7 +175,84 @@ static void test_safetensors_memory(void) {
     free(img);
 }
 
+/* ---- regression tests for what the fuzzers found (docs/fuzzing.md) ---- */
+
+/* n bytes of data placed so that the byte after them is the first of a
+ * PROT_NONE page: a read one past the end faults, with or without ASan. */
+typedef struct {
+    void *map;
+    size_t map_len;
+    uint8_t *p;
+} guarded;
+
+static int guarded_copy(guarded *g, const void *data, size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t pages = (n + page - 1) / page + 1;
+    g->map_len = pages * page;
+    g->map = mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) return -1;
+    uint8_t *guard = (uint8_t *)g->map + (pages - 1) * page;
+    if (mprotect(guard, page, PROT_NONE) != 0) return -1;
+    g->p = guard - n;
+    memcpy(g->p, data, n);
+    return 0;
+}
+
+static void guarded_free(guarded *g) { munmap(g->map, g->map_len); }
+
+/* cJSON (1.7.15, Debian 12's, and upstream to this day) reads the byte after a
+ * length-delimited text that ends just after a comma inside an object
+ * (parse_object steps past the ',' and parse_string looks at the next byte
+ * before checking the length). Found by fuzz_safetensors and fuzz_tokenizer
+ * linked against an instrumented cJSON (make fuzz-build FUZZ_CJSON_SRC=...).
+ * The safetensors header is parsed in place: a file whose header runs to its
+ * last byte, with a size a multiple of the page size, read one byte past the
+ * mapping. Both parsers now hand cJSON a NUL-terminated copy. */
+static void test_cjson_overread(void) {
+    TEST_CASE("regression (fuzz): a safetensors header ending in ',' is not read past its end");
+    static const uint8_t crash[] = "5\0\0\0\0\0\0\0{\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0],";
+    guarded g;
+    if (guarded_copy(&g, crash, sizeof crash - 1) != 0) {
+        test_case_fail(__FILE__, __LINE__, "cannot set up a guard page");
+        return;
+    }
+    forge_safetensors *st = NULL;
+    CHECK(forge_safetensors_open_memory(&st, g.p, sizeof crash - 1, "crash.safetensors") == FORGE_ERR_DATA);
+    CHECK(st == NULL && strstr(forge_error_message(), "not valid JSON") != NULL);
+    guarded_free(&g);
+    /* a file of exactly one page whose header ends at its last byte with a ',' */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *file = malloc(page);
+    uint64_t hlen = page - 8;
+    for (int i = 0; i < 8; i++) file[i] = (uint8_t)(hlen >> (8 * i));
+    memset(file + 8, ' ', hlen);
+    static const char member[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}";
+    memcpy(file + 8, member, sizeof member - 1);
+    file[page - 1] = ',';
+    char path[600];
+    snprintf(path, sizeof path, "%s/page.safetensors", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(file, 1, page, f) == page);
+    if (f) fclose(f);
+    free(file);
+    CHECK(forge_safetensors_open(&st, path) == FORGE_ERR_DATA && st == NULL);
+    CHECK(strstr(forge_error_message(), path) && strstr(forge_error_message(), "not valid JSON"));
+
+    TEST_CASE("regression (fuzz): an encoder.json ending in ',' is not read past its end");
+    static const uint8_t enc[] = "{\"\":\r\n \x04" "5 \f\n,";
+    if (guarded_copy(&g, enc, sizeof enc - 1) != 0) {
+        test_case_fail(__FILE__, __LINE__, "cannot set up a guard page");
+        return;
+    }
+    forge_tokenizer *tok = NULL;
+    CHECK(forge_tokenizer_load_memory(&tok, (const char *)g.p, sizeof enc - 1, "crash/encoder.json", "", 0, NULL) ==
+          FORGE_ERR_DATA);
+    CHECK(tok == NULL && strstr(forge_error_message(), "crash/encoder.json:") != NULL);
+    guarded_free(&g);
+}
+
 void suite_parsers(void) {
     test_replay();
     test_safetensors_memory();
+    test_cjson_overread();
 }

@@ -475,14 +475,12 @@ static forge_status check_merges_cover(loader *L, const char *bpe_name, const ch
     return st;
 }
 
-forge_status forge_tokenizer_load_memory(forge_tokenizer **out, const char *encoder_json, size_t encoder_len,
-                                         const char *encoder_name, const char *vocab_bpe, size_t vocab_len,
-                                         const char *vocab_name) {
-    if (!out || (!encoder_json && encoder_len) || (!vocab_bpe && vocab_len))
-        return forge_error(FORGE_ERR_ARG, "forge_tokenizer_load_memory: NULL argument");
-    *out = NULL;
-    if (!encoder_name) encoder_name = "encoder.json";
-    if (!vocab_name) vocab_name = "vocab.bpe";
+/* encoder_json[encoder_len] must be a NUL: cJSON before 1.7.18
+ * (DaveGamble/cJSON#800) reads the byte after a length-delimited text that
+ * ends just after a ',' in an object (found by fuzz_tokenizer; docs/fuzzing.md). */
+static forge_status load_terminated(forge_tokenizer **out, const char *encoder_json, size_t encoder_len,
+                                    const char *encoder_name, const char *vocab_bpe, size_t vocab_len,
+                                    const char *vocab_name) {
     forge_status st = FORGE_OK;
     loader L;
     memset(&L, 0, sizeof L);
@@ -493,19 +491,18 @@ forge_status forge_tokenizer_load_memory(forge_tokenizer **out, const char *enco
         st = forge_error(FORGE_ERR_OOM, "out of memory loading %s", encoder_name);
         goto done;
     }
-    root = cJSON_ParseWithLength(encoder_json ? encoder_json : "", encoder_len);
+    root = cJSON_ParseWithLength(encoder_json, encoder_len);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         int line = 0, col = 0;
-        if (at && encoder_json && at >= encoder_json && at <= encoder_json + encoder_len)
-            line_col(encoder_json, at, &line, &col);
+        if (at && at >= encoder_json && at <= encoder_json + encoder_len) line_col(encoder_json, at, &line, &col);
         st = forge_error(FORGE_ERR_DATA, "%s:%d:%d: malformed JSON (expected an object of \"token\": id pairs)",
                          encoder_name, line, col);
         goto done;
     }
     st = load_encoder(&L, encoder_name, root);
     if (st == FORGE_OK)
-        st = load_merges(&L, vocab_name, encoder_name, vocab_bpe ? vocab_bpe : "", vocab_len);
+        st = load_merges(&L, vocab_name, encoder_name, vocab_bpe, vocab_len);
     if (st == FORGE_OK) st = check_merges_cover(&L, vocab_name, encoder_name);
     if (st == FORGE_OK) st = tok_finalize(L.tok);
 done:
@@ -522,6 +519,24 @@ done:
     return FORGE_OK;
 }
 
+forge_status forge_tokenizer_load_memory(forge_tokenizer **out, const char *encoder_json, size_t encoder_len,
+                                         const char *encoder_name, const char *vocab_bpe, size_t vocab_len,
+                                         const char *vocab_name) {
+    if (!out || (!encoder_json && encoder_len) || (!vocab_bpe && vocab_len))
+        return forge_error(FORGE_ERR_ARG, "forge_tokenizer_load_memory: NULL argument");
+    *out = NULL;
+    if (!encoder_name) encoder_name = "encoder.json";
+    if (!vocab_name) vocab_name = "vocab.bpe";
+    char *enc = malloc(encoder_len + 1);
+    if (!enc) return forge_error(FORGE_ERR_OOM, "out of memory loading %s", encoder_name);
+    if (encoder_len) memcpy(enc, encoder_json, encoder_len);
+    enc[encoder_len] = '\0';
+    forge_status st = load_terminated(out, enc, encoder_len, encoder_name, vocab_bpe ? vocab_bpe : "", vocab_len,
+                                      vocab_name);
+    free(enc);
+    return st;
+}
+
 forge_status forge_tokenizer_load_files(forge_tokenizer **out, const char *encoder_json, const char *vocab_bpe) {
     if (!out || !encoder_json || !vocab_bpe)
         return forge_error(FORGE_ERR_ARG, "forge_tokenizer_load_files: NULL argument");
@@ -531,7 +546,7 @@ forge_status forge_tokenizer_load_files(forge_tokenizer **out, const char *encod
     FORGE_TRY(tok_read_file(encoder_json, &enc_text, &enc_len));
     forge_status st = tok_read_file(vocab_bpe, &bpe_text, &bpe_len);
     if (st == FORGE_OK)
-        st = forge_tokenizer_load_memory(out, enc_text, enc_len, encoder_json, bpe_text, bpe_len, vocab_bpe);
+        st = load_terminated(out, enc_text, enc_len, encoder_json, bpe_text, bpe_len, vocab_bpe); /* NUL-terminated */
     free(enc_text);
     free(bpe_text);
     return st;

@@ -484,17 +484,25 @@ static forge_status parse_file_image(forge_safetensors *st, const uint8_t *bytes
                            "%s: header length %llu is impossible for a file of %llu bytes (truncated "
                            "or not a safetensors file)",
                            path, (unsigned long long)hlen, (unsigned long long)size);
-    const char *text = (const char *)bytes + 8;
+    /* cJSON gets a NUL-terminated copy, not the header in place: cJSON before
+     * 1.7.18 (DaveGamble/cJSON#800) reads the byte after a length-delimited
+     * text that ends just after a ',' in an object, which for a header running
+     * to the end of a page-sized file is past the mapping (found by
+     * fuzz_safetensors; docs/fuzzing.md). The copy's NUL is that byte. */
+    char *text = malloc((size_t)hlen + 1);
+    if (!text) return forge_error(FORGE_ERR_OOM, "%s: out of memory for a %llu-byte header", path,
+                                  (unsigned long long)hlen);
+    memcpy(text, bytes + 8, (size_t)hlen);
+    text[hlen] = '\0';
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
+    forge_status s = FORGE_OK;
     if (!root) {
         long at = (end && end >= text && end <= text + hlen) ? (long)(end - text) : -1;
-        return forge_error(FORGE_ERR_DATA, "%s: header is not valid JSON (error at header byte %ld)",
-                           path, at);
+        s = forge_error(FORGE_ERR_DATA, "%s: header is not valid JSON (error at header byte %ld)", path, at);
     }
-    forge_status s = FORGE_OK;
     /* only padding may follow the JSON value */
-    for (const char *q = end; q && q < text + hlen; q++)
+    for (const char *q = end; root && q && q < text + hlen; q++)
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
             s = forge_error(FORGE_ERR_DATA,
                             "%s: header has trailing bytes after the JSON (at header byte %ld)",
@@ -503,6 +511,7 @@ static forge_status parse_file_image(forge_safetensors *st, const uint8_t *bytes
         }
     if (s == FORGE_OK) s = parse_header(st, root, bytes + 8 + hlen, size - 8 - hlen);
     cJSON_Delete(root);
+    free(text);
     return s;
 }
 
