@@ -5,7 +5,8 @@
 #   asan          tests under AddressSanitizer + UBSan     ptxas   CUDA resource report check
 #   lab           build/cuda/forge-lab: the kernel laboratory (lab/), linked against the CUDA library
 #   fuzz          build the libFuzzer targets (clang, ASan + UBSan) and run each for FUZZ_SECONDS
-#   fuzz-build    only build them (build/fuzz/fuzz_*)     clean
+#   fuzz-build    only build them (build/fuzz/fuzz_*)     fuzz-coverage  line coverage of the fuzz corpora
+#   clean
 #
 # CUBLAS=0 (with cuda / test-gpu / ptxas) builds without cuBLAS: -DFORGE_NO_CUBLAS,
 # no -lcublas/-lcublasLt, into build/cuda-nocublas/ (so it never mixes objects
@@ -54,7 +55,7 @@ CPU_OBJ  := $(CORE_SRC:%.c=$(BUILD)/cpu/%.o) $(BUILD)/cpu/src/backend/backend_no
 CUDA_HOST_OBJ := $(CORE_SRC:%.c=$(CUDA_OUT)/%.o)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(CUDA_OUT)/%.o)
 
-.PHONY: all cpu cuda lab test test-gpu bench asan ptxas clean reproduce fuzz fuzz-build FORCE
+.PHONY: all cpu cuda lab test test-gpu bench asan ptxas clean reproduce fuzz fuzz-build fuzz-coverage FORCE
 all: cpu
 cpu: $(BUILD)/forge
 
@@ -144,7 +145,11 @@ asan:
 # report (the input lands in build/fuzz/artifacts/).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_OUT     := $(BUILD)/fuzz
+# FUZZ_CJSON_SRC=dir/cJSON.c compiles that cJSON into the targets, instrumented like the
+# parsers, into build/fuzz-cjson/ (by default Debian's libcjson is linked, and ASan and the
+# coverage counters do not see inside it).
+FUZZ_CJSON_SRC ?=
+FUZZ_OUT     := $(BUILD)/fuzz$(if $(FUZZ_CJSON_SRC),-cjson)
 FUZZ_TARGETS := config safetensors shard tokenizer tokenizer_text
 FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -D_GNU_SOURCE \
                 -fsanitize=address,undefined -fno-sanitize-recover=all $(EXTRA_FUZZ_CFLAGS)
@@ -161,7 +166,12 @@ $(FUZZ_OUT)/libparsers.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(FUZZ_OUT)/fuzz_%: $(FUZZ_OUT)/obj/fuzz/fuzz_%.o $(FUZZ_OUT)/libparsers.a
+FUZZ_CJSON_OBJ := $(if $(FUZZ_CJSON_SRC),$(FUZZ_OUT)/obj/cjson/cJSON.o)
+$(FUZZ_OUT)/obj/cjson/cJSON.o: $(FUZZ_CJSON_SRC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -w -c $< -o $@
+
+$(FUZZ_OUT)/fuzz_%: $(FUZZ_OUT)/obj/fuzz/fuzz_%.o $(FUZZ_OUT)/libparsers.a $(FUZZ_CJSON_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
 
 fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
@@ -169,6 +179,28 @@ fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 
 fuzz: fuzz-build
 	sh fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_OUT) $(FUZZ_TARGETS)
+
+# Source-based line/region coverage (llvm-cov) of each parser over its corpora
+# (fuzz/corpus/<name> and what `make fuzz` found, build/fuzz/corpus/<name>): the
+# same targets built with -fprofile-instr-generate instead of the sanitizers, each
+# input run once. Needs llvm (llvm-profdata, llvm-cov).
+FUZZ_COV_OUT := $(BUILD)/fuzz-cov
+FUZZ_COV_CFLAGS := -std=c11 -O0 -g -D_GNU_SOURCE -fprofile-instr-generate -fcoverage-mapping
+
+$(FUZZ_COV_OUT)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_COV_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_COV_OUT)/libparsers.a: $(FUZZ_LIB_SRC:%.c=$(FUZZ_COV_OUT)/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_COV_OUT)/fuzz_%: $(FUZZ_COV_OUT)/obj/fuzz/fuzz_%.o $(FUZZ_COV_OUT)/libparsers.a
+	$(FUZZ_CC) $(FUZZ_COV_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+.SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_COV_OUT)/obj/fuzz/fuzz_%.o)
+
+fuzz-coverage: $(FUZZ_TARGETS:%=$(FUZZ_COV_OUT)/fuzz_%)
+	sh fuzz/coverage.sh $(FUZZ_COV_OUT) $(FUZZ_OUT)/corpus $(FUZZ_TARGETS)
 
 clean:
 	rm -rf build build-asan
