@@ -97,20 +97,22 @@
 #define DESC_B(...) DESC(__VA_ARGS__) DESC_A
 #define DESC_A_END
 #define DESC_B_END
-#define DESC_BUF(role_, nm_, len_, lo_, hi_, tol_)                                                            \
+/* the element type of an argument of type T * */
+#define ELEM_OF(T) _Generic((T *)0, float *: FORGE_F32, forge_bf16 *: FORGE_BF16, int32_t *: FORGE_I32)
+#define DESC_BUF(role_, T, nm_, len_, lo_, hi_, tol_)                                                         \
     d[n_++] = (arg_desc){.role = role_, .name = #nm_, .offset = offsetof(case_t, nm_), .len = (size_t)(len_),     \
-                         .lo = (lo_), .hi = (hi_), tol_};
-#define DESC_IN(T, name, len, lo, hi) DESC_BUF(ARG_IN, name, len, lo, hi, .tol = 0)
-#define DESC_IN_OPT(T, name, len, lo, hi) DESC_BUF(ARG_IN_OPT, name, len, lo, hi, .tol = 0)
-#define DESC_IN_TRIL(T, name, len, lo, hi, n) DESC_BUF(ARG_IN_TRIL, name, len, lo, hi, .tril_n = (n))
-#define DESC_OUT(T, name, len, tol) DESC_BUF(ARG_OUT, name, len, 0, 0, PTOL_##tol)
-#define DESC_ACC(T, name, len, tol) DESC_BUF(ARG_ACC, name, len, -1, 1, PTOL_##tol)
-#define DESC_ACC_OPT(T, name, len, tol) DESC_BUF(ARG_ACC_OPT, name, len, -1, 1, PTOL_##tol)
-#define DESC_INOUT(T, name, len, lo, hi, tol) DESC_BUF(ARG_INOUT, name, len, lo, hi, PTOL_##tol)
+                         .lo = (lo_), .hi = (hi_), .elem = ELEM_OF(T), tol_};
+#define DESC_IN(T, name, len, lo, hi) DESC_BUF(ARG_IN, T, name, len, lo, hi, .tol = 0)
+#define DESC_IN_OPT(T, name, len, lo, hi) DESC_BUF(ARG_IN_OPT, T, name, len, lo, hi, .tol = 0)
+#define DESC_IN_TRIL(T, name, len, lo, hi, n) DESC_BUF(ARG_IN_TRIL, T, name, len, lo, hi, .tril_n = (n))
+#define DESC_OUT(T, name, len, tol) DESC_BUF(ARG_OUT, T, name, len, 0, 0, PTOL_##tol)
+#define DESC_ACC(T, name, len, tol) DESC_BUF(ARG_ACC, T, name, len, -1, 1, PTOL_##tol)
+#define DESC_ACC_OPT(T, name, len, tol) DESC_BUF(ARG_ACC_OPT, T, name, len, -1, 1, PTOL_##tol)
+#define DESC_INOUT(T, name, len, lo, hi, tol) DESC_BUF(ARG_INOUT, T, name, len, lo, hi, PTOL_##tol)
 #define DESC_IDS(nm_, len_, range_, special_, pct_)                                                             \
     d[n_++] = (arg_desc){.role = ARG_IDS, .name = #nm_, .offset = offsetof(case_t, nm_), .len = (size_t)(len_),   \
-                         .id_range = (range_), .id_special = (special_), .id_pct = (pct_)};
-#define DESC_SCRATCH(name, len) DESC_BUF(ARG_SCRATCH, name, len, 0, 0, .tol = 0)
+                         .elem = FORGE_I32, .id_range = (range_), .id_special = (special_), .id_pct = (pct_)};
+#define DESC_SCRATCH(name, len) DESC_BUF(ARG_SCRATCH, float, name, len, 0, 0, .tol = 0)
 #define DESC_SIZE(T, name)
 #define DESC_SCALAR(T, name)
 #define DESC_PARAMS(T, name)
@@ -122,6 +124,7 @@
 #define PTOL_SUMS(f, K) .tol = (f) * tol_for_sum((double)(K))
 #define PTOL_GEMM(K) .tol = tol_for_sum((double)(K)), .gemm_k = (double)(K)
 #define PTOL_REL(x) .tol = (x), .rel = 1
+#define PTOL_ULP(k) .tol = (k), .ulps = 1
 
 /* mode CALL: the case's fields as the op's arguments */
 #define CALL(kind, ...) CALL_##kind(__VA_ARGS__)
@@ -236,8 +239,10 @@ void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt) {
 
     void *cc = malloc(oc->case_size), *gc = malloc(oc->case_size);
     fbuf f[MAX_ARGS];
+    bbuf h[MAX_ARGS];
     ibuf ids[MAX_ARGS];
     memset(f, 0, sizeof f);
+    memset(h, 0, sizeof h);
     memset(ids, 0, sizeof ids);
     int ok = cc && gc;
     if (ok) {
@@ -251,16 +256,22 @@ void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt) {
             set_ptr(gc, a->offset, NULL);
             continue;
         }
-        switch (a->role) {
-        case ARG_IDS: ok = ibuf_rand(P, &ids[i], a->len, a->id_range, a->id_special, a->id_pct); break;
-        case ARG_OUT:
-        case ARG_SCRATCH: ok = fbuf_poison(P, &f[i], a->len); break;
-        case ARG_IN_TRIL: ok = fbuf_rand_tril(P, &f[i], a->len, (float)a->lo, (float)a->hi, a->tril_n); break;
-        default: ok = fbuf_rand(P, &f[i], a->len, (float)a->lo, (float)a->hi); break;
+        const int poisoned = a->role == ARG_OUT || a->role == ARG_SCRATCH;
+        if (a->elem == FORGE_I32) {
+            ok = ibuf_rand(P, &ids[i], a->len, a->id_range, a->id_special, a->id_pct);
+            if (ok) set_ptr(cc, a->offset, ids[i].c), set_ptr(gc, a->offset, ids[i].g);
+        } else if (a->elem == FORGE_BF16) {
+            ok = a->role == ARG_IN_TRIL ? 0 /* not built: no bf16 op takes a causal matrix */
+                 : poisoned           ? bbuf_poison(P, &h[i], a->len)
+                                      : bbuf_rand(P, &h[i], a->len, (float)a->lo, (float)a->hi);
+            if (ok) set_ptr(cc, a->offset, h[i].c), set_ptr(gc, a->offset, h[i].g);
+        } else {
+            ok = poisoned                   ? fbuf_poison(P, &f[i], a->len)
+                 : a->role == ARG_IN_TRIL ? fbuf_rand_tril(P, &f[i], a->len, (float)a->lo, (float)a->hi, a->tril_n)
+                                          : fbuf_rand(P, &f[i], a->len, (float)a->lo, (float)a->hi);
+            if (ok) set_ptr(cc, a->offset, f[i].c), set_ptr(gc, a->offset, f[i].g);
         }
         if (!ok) break;
-        set_ptr(cc, a->offset, a->role == ARG_IDS ? (void *)ids[i].c : (void *)f[i].c);
-        set_ptr(gc, a->offset, a->role == ARG_IDS ? (void *)ids[i].g : (void *)f[i].g);
     }
     if (ok && ran_ok(P, op, shape, oc->call(P->cpu, cc), oc->call(P->gpu, gc))) {
         for (int i = 0; i < n; i++) {
@@ -270,13 +281,15 @@ void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt) {
             if (!compared) continue;
             char what[160];
             snprintf(what, sizeof what, "%s.%s", op, a->name);
-            check(P, what, shape, &f[i], gemm_tol(P, a), a->rel);
+            if (a->elem == FORGE_BF16) check_bf16(P, what, shape, &h[i], a->tol, a->ulps);
+            else check(P, what, shape, &f[i], gemm_tol(P, a), a->rel);
         }
     } else if (!ok) {
         report(P, 0, op, shape, INFINITY, 0, "(could not set up the case's buffers)");
     }
     for (int i = 0; i < n; i++) {
         fbuf_free(P, &f[i]);
+        bbuf_free(P, &h[i]);
         ibuf_free(P, &ids[i]);
     }
     free(cc);

@@ -22,6 +22,8 @@ typedef struct {
     double lo, hi; /* fill range: IN, IN_OPT, INOUT, and the pre-fill of ACC */
     double tol;    /* compared outputs: max abs error, or relative with rel */
     int rel;
+    int ulps;      /* tol is in units in the last place of the reference value (bf16 outputs) */
+    forge_dtype elem; /* the buffer's element type: FORGE_F32, FORGE_BF16 or FORGE_I32 */
     double gemm_k; /* > 0: a GEMM(K) tolerance, widened under tf32 */
     int id_range, id_special, id_pct;
     int tril_n; /* IN_TRIL: the side of its trailing square matrices */

@@ -16,18 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
+
 #define FORGE_MAX_DIMS 4
-
-typedef enum {
-    FORGE_F32 = 0,
-    FORGE_I32,
-    FORGE_U16,
-    FORGE_BF16,
-    FORGE_DTYPE_COUNT
-} forge_dtype;
-
-size_t forge_dtype_size(forge_dtype dtype);
-const char *forge_dtype_name(forge_dtype dtype);
 
 typedef struct forge_tensor forge_tensor;
 struct forge_tensor {
