@@ -252,7 +252,13 @@
       A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(IN, float, grad, n, -1, 1)                                   \
           A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5)) A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5))               \
               A(SIZE, size_t, n) A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),      \
-      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))
+      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))                                                     \
+                                                                                                                 \
+    /* ---- conversions ------------------------------------------------------------------------------------ */   \
+    /* dst[i] = rn(src[i]): fp32 to bf16, round to nearest even (the parameters' working copy at load) */       \
+    X(cast_bf16, FORGE_BF16, 0,                                                                                  \
+      A(OUT, forge_bf16, dst, n, ULP(0)) A(IN, float, src, n, -3, 3) A(SIZE, size_t, n),                         \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))
 
 /* Shape sets shared by several entries. */
 #define FORGE_MATMUL_CASES(K)                                                                                    \

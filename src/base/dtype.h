@@ -27,7 +27,14 @@ const char *forge_dtype_name(forge_dtype dtype);
 
 typedef uint16_t forge_bf16;
 
-static inline forge_bf16 forge_bf16_from_f32(float f) {
+/* The conversions are shared by the CPU references and the CUDA kernels, so both round with the same code. */
+#ifdef __CUDACC__
+#define FORGE_HOST_DEVICE __host__ __device__
+#else
+#define FORGE_HOST_DEVICE
+#endif
+
+FORGE_HOST_DEVICE static inline forge_bf16 forge_bf16_from_f32(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (forge_bf16)((u >> 16) | 0x0040u); /* NaN: keep it quiet */
@@ -35,7 +42,7 @@ static inline forge_bf16 forge_bf16_from_f32(float f) {
     return (forge_bf16)(u >> 16);
 }
 
-static inline float forge_bf16_to_f32(forge_bf16 h) {
+FORGE_HOST_DEVICE static inline float forge_bf16_to_f32(forge_bf16 h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -43,6 +50,6 @@ static inline float forge_bf16_to_f32(forge_bf16 h) {
 }
 
 /* fp32 rounded to the nearest bf16, kept as fp32: where a kernel rounds an intermediate. */
-static inline float forge_round_bf16(float f) { return forge_bf16_to_f32(forge_bf16_from_f32(f)); }
+FORGE_HOST_DEVICE static inline float forge_round_bf16(float f) { return forge_bf16_to_f32(forge_bf16_from_f32(f)); }
 
 #endif

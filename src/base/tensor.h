@@ -27,7 +27,10 @@ struct forge_tensor {
     int64_t shape[FORGE_MAX_DIMS];
     size_t numel;
     void *data;            /* backend memory */
-    forge_tensor *grad;    /* same shape, F32; NULL until backward needs it */
+    forge_tensor *grad;    /* same shape: F32 for parameters, the tensor's dtype for activations; NULL until
+                            * backward needs it */
+    forge_tensor *working; /* a parameter of a bf16 step: its bf16 working copy (same shape), which the ops read
+                            * and the optimizer rewrites; NULL otherwise */
     int requires_grad;     /* 1 for parameters and anything computed from them */
     int persistent;        /* 1 for parameters: not released by tape reset */
     size_t block_bytes;    /* size of the pool block behind data */

@@ -44,6 +44,21 @@ static forge_tensor *add_param(layout_builder *lb, const char *name, int ndim, i
         t->persistent = g->persistent = 1;
         t->requires_grad = 1;
         t->grad = g;
+        if (m->working_data) {
+            forge_tensor *w = calloc(1, sizeof *w);
+            if (!w) {
+                free(t);
+                free(g);
+                lb->status = forge_error(FORGE_ERR_OOM, "model: out of host memory");
+                return NULL;
+            }
+            *w = *t;
+            w->dtype = FORGE_BF16;
+            w->data = m->working_data + lb->offset;
+            w->grad = NULL;
+            w->requires_grad = 0;
+            t->working = w;
+        }
         snprintf(p->name, sizeof p->name, "%s", name);
         p->t = t;
         p->offset = lb->offset;
@@ -173,6 +188,9 @@ forge_status forge_model_create(forge_model **out, const forge_model_config *cfg
         s = forge_pool_block(pool, (void **)&m->param_data, m->n_elements * sizeof(float), &m->param_block_bytes);
     if (s == FORGE_OK)
         s = forge_pool_block(pool, (void **)&m->grad_data, m->n_elements * sizeof(float), &m->grad_block_bytes);
+    if (s == FORGE_OK && m->be->options.precision == FORGE_TRAIN_BF16)
+        s = forge_pool_block(pool, (void **)&m->working_data, m->n_elements * sizeof(forge_bf16),
+                             &m->working_block_bytes);
     if (s == FORGE_OK) {
         layout_builder create = {.m = m, .creating = 1};
         build_layout(&create);
@@ -192,12 +210,16 @@ void forge_model_free(forge_model *m) {
     if (!m) return;
     if (m->params) {
         for (int i = 0; i < m->n_params; i++) {
-            if (m->params[i].t) free(m->params[i].t->grad);
+            if (m->params[i].t) {
+                free(m->params[i].t->grad);
+                free(m->params[i].t->working);
+            }
             free(m->params[i].t);
         }
     }
     if (m->param_data) forge_pool_block_release(m->pool, m->param_data, m->param_block_bytes);
     if (m->grad_data) forge_pool_block_release(m->pool, m->grad_data, m->grad_block_bytes);
+    if (m->working_data) forge_pool_block_release(m->pool, m->working_data, m->working_block_bytes);
     free(m->params);
     free(m->layers);
     free(m);
@@ -212,7 +234,14 @@ forge_status forge_model_get_params(const forge_model *m, float *host) {
 }
 
 forge_status forge_model_set_params(forge_model *m, const float *host) {
-    return m->be->copy_to_device(m->be, m->param_data, host, m->n_elements * sizeof(float));
+    FORGE_TRY(m->be->copy_to_device(m->be, m->param_data, host, m->n_elements * sizeof(float)));
+    return forge_model_sync_working(m);
+}
+
+forge_status forge_model_sync_working(forge_model *m) {
+    if (!m->working_data) return FORGE_OK;
+    if (!m->be->cast_bf16) return forge_error(FORGE_ERR_UNSUPPORTED, "backend %s does not support cast_bf16", m->be->name);
+    return m->be->cast_bf16(m->be, m->working_data, m->param_data, m->n_elements);
 }
 
 forge_status forge_model_get_grads(const forge_model *m, float *host) {
@@ -240,6 +269,9 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
         return forge_error(FORGE_ERR_ARG, "model: sequence length %lld exceeds context_length %d",
                            (long long)ids->shape[1], c->context_length);
     int NH = c->n_heads, NKV = c->n_kv_heads, HS = c->d_model / c->n_heads;
+    if (m->working_data)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "model %s: the bf16 forward is not built yet (--precision fp32)",
+                           c->name);
     forge_tensor *x, *h, *a, *u;
     FORGE_TRY(forge_op_embedding(tape, &x, ids, m->wte));
     if (m->wpe) FORGE_TRY(forge_op_position(tape, &x, x, m->wpe));
