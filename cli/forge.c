@@ -373,9 +373,10 @@ static const char *TRAIN_HELP =
     "  With no --data: the demo job. Builds a corpus from Debian's `fortunes` package,\n"
     "  trains a BPE vocabulary for it, trains the `tiny` config on the CPU and prints samples.\n"
     "options (defaults in brackets):\n"
-    "  --config NAME|PATH   configs/NAME.json or a JSON file [tiny]\n"
+    "  --config NAME|PATH   configs/NAME.json or a JSON file [tiny; with --resume, the checkpoint's]\n"
     "  --data DIR           train_*.bin / val_*.bin shards + tokenizer, from `forge tokenize`\n"
-    "  --out DIR            checkpoints and log.jsonl [runs/<config>]\n"
+    "  --out DIR            checkpoints and log.jsonl, locked while a run uses it [runs/<config>;\n"
+    "                       with --resume RUN_DIR, RUN_DIR]\n"
 
     "  --steps N            optimizer steps [500; 1000 for the demo]\n"
     "  --batch B            sequences per micro-batch [16]\n"
@@ -386,6 +387,7 @@ static const char *TRAIN_HELP =
     "  --seed S             init and data order [1337]\n"
     "  --eval-every N       val loss every N steps [100]; --eval-batches N [8]\n"
     "  --ckpt-every N       checkpoint every N steps [only at the end]\n"
+    "  --keep-checkpoints N the newest N checkpoints are kept at each save [2]\n"
     "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
     "  --stop-after N       stop after step N with a checkpoint (to resume later)\n"
     "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
@@ -427,6 +429,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     runtime_flags rf = {0};
     long samples = -1, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
+    long keep = o.keep_checkpoints;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
@@ -444,6 +447,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         INT_OPT("--eval-batches", eval_batches, 1, 1 << 20)
         INT_OPT("--ckpt-every", ckpt_every, 0, 1L << 30)
         INT_OPT("--stop-after", stop_after, 0, 1L << 30)
+        INT_OPT("--keep-checkpoints", keep, 1, 1L << 20)
         INT_OPT("--samples", samples, 0, 100)
         FLOAT_OPT("--lr", o.lr, 0.0, 10.0)
         FLOAT_OPT("--warmup-frac", o.warmup_frac, 0.0, 1.0)
@@ -471,11 +475,12 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     o.eval_batches = (int)eval_batches;
     o.ckpt_every = (int)ckpt_every;
     o.stop_after = (int)stop_after;
+    o.keep_checkpoints = (int)keep;
     int demo = o.data_dir == NULL;
     char out_buf[1024], data_buf[1024];
     if (demo) {
         forge_model_config cfg;
-        s = forge_config_resolve(&cfg, o.config, o.configs_dir);
+        s = forge_config_resolve(&cfg, o.config ? o.config : "tiny", o.configs_dir);
         if (s != FORGE_OK) return fail(s);
         snprintf(data_buf, sizeof data_buf, "runs/data-fortunes-%d", cfg.vocab_size);
         s = prepare_demo_data(data_buf, cfg.vocab_size, stdout);
@@ -484,8 +489,36 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         if (samples < 0) samples = 3;
         if (!steps_given) o.steps = 1000; /* ~4-5 minutes on 2 cores */
     }
-    if (!out_dir) {
-        const char *base = strrchr(o.config, '/') ? strrchr(o.config, '/') + 1 : o.config;
+    /* Without --out, a resumed run continues in its run directory: --resume RUN, or --resume RUN/ckpt_N. */
+    char run_dir[1100] = "", latest[1200];
+    if (o.resume) {
+        snprintf(latest, sizeof latest, "%s/latest", o.resume);
+        if (access(latest, F_OK) == 0) {
+            snprintf(run_dir, sizeof run_dir, "%s", o.resume);
+        } else {
+            char parent[1100];
+            snprintf(parent, sizeof parent, "%s", o.resume);
+            size_t len = strlen(parent);
+            while (len > 1 && parent[len - 1] == '/') parent[--len] = '\0';
+            char *slash = strrchr(parent, '/');
+            const char *base = slash ? slash + 1 : parent;
+            int is_ckpt = strncmp(base, "ckpt_", 5) == 0;
+            if (slash) *slash = '\0';
+            else snprintf(parent, sizeof parent, ".");
+            snprintf(latest, sizeof latest, "%s/latest", parent);
+            if (is_ckpt && access(latest, F_OK) == 0) snprintf(run_dir, sizeof run_dir, "%s", parent);
+        }
+    }
+    if (!out_dir && run_dir[0]) {
+        out_dir = run_dir;
+    } else if (!out_dir) {
+        const char *config = o.config ? o.config : "tiny";
+        forge_model_config ckpt_cfg;
+        char ckpt[1100];
+        if (!o.config && o.resume && forge_checkpoint_resolve(o.resume, ckpt, sizeof ckpt) == FORGE_OK &&
+            forge_checkpoint_read_config(ckpt, &ckpt_cfg) == FORGE_OK)
+            config = ckpt_cfg.name; /* a checkpoint directory: runs/<its config's name> */
+        const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
         snprintf(out_buf, sizeof out_buf, "runs/%.*s", (int)strcspn(base, "."), base);
         out_dir = out_buf; /* created (with runs/) by the trainer */
     }

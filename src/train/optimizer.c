@@ -79,6 +79,11 @@ forge_status forge_optimizer_get_state(const forge_optimizer *opt, float *m_host
     return be->copy_to_host(be, v_host, opt->v, bytes);
 }
 
+forge_status forge_optimizer_get_moment(const forge_optimizer *opt, int which, float *host) {
+    forge_backend *be = opt->model->be;
+    return be->copy_to_host(be, host, which ? opt->v : opt->m, opt->model->n_elements * sizeof(float));
+}
+
 forge_status forge_optimizer_set_state(forge_optimizer *opt, const float *m_host, const float *v_host) {
     forge_backend *be = opt->model->be;
     size_t bytes = opt->model->n_elements * sizeof(float);
