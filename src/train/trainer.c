@@ -433,6 +433,22 @@ static void teardown(trainer *tr) {
     forge_backend_destroy(tr->be);
 }
 
+/* A micro-batch that does not fit the device: name the batch, what the run holds and what was asked (the
+ * allocator's message, which stays at the end), and what to change. */
+static forge_status out_of_memory(trainer *tr) {
+    const forge_model *m = tr->model;
+    const double mib = 1048576.0;
+    const double fixed = (double)m->n_elements * (4.0 /* masters */ + 4.0 /* grads */ + 8.0 /* moments */ +
+                                                  (m->working_data ? 2.0 : 0.0)) / mib;
+    forge_pool_stats ps = forge_pool_get_stats(tr->pool);
+    return forge_error_context(FORGE_ERR_OOM,
+                               "out of device memory for a micro-batch of batch %d x seq-len %d (%ld tokens): the "
+                               "model's parameters, gradients and AdamW moments take %.0f MiB, and the pool had "
+                               "reserved %.0f MiB when it asked for more; lower --batch (keep the step's size with "
+                               "--tokens-per-step) or --seq-len. ",
+                               tr->B, tr->T, (long)tr->B * tr->T, fixed, ps.bytes_reserved / mib);
+}
+
 static forge_status run(trainer *tr, forge_train_result *res) {
     const forge_train_options *o = tr->o;
     forge_model_config *cfg = &tr->model->cfg;
@@ -463,7 +479,9 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         for (int micro = 0; micro < tr->accum; micro++) {
             FORGE_TRY(forge_loader_next(tr->train, tr->host_ids, tr->host_targets));
             tr->state.loader_batches++;
-            FORGE_TRY(micro_batch_loss(tr, grad_scale, &loss_sum));
+            forge_status ms = micro_batch_loss(tr, grad_scale, &loss_sum);
+            if (ms == FORGE_ERR_OOM) return out_of_memory(tr);
+            FORGE_TRY(ms);
         }
         float loss = (float)(loss_sum / (double)tokens_per_step);
         float norm;
