@@ -38,7 +38,8 @@
  *     EXACT (1e-6), ABS(x), SUM(K) (a K-long fp32 reduction summed in another
  *     order: 1e-4 * max(1, sqrt(K)/8)), SUMS(f, K) (f * SUM(K)), GEMM(K) (SUM(K)
  *     under fp32 GEMMs; under tf32 the bound of tf32 operand rounding), REL(x)
- *     (relative).
+ *     (relative), ULP(k) (a bf16 output: k bf16 units in the last place of the reference value; ULP(0) is
+ *     bit-identical, and a zero reference wants an exact zero).
  * - CASES: the shapes the parity test runs, K(designated initializers of the
  *   entry's SIZE / SCALAR / PARAMS / DIM fields). Shapes are chosen to miss
  *   every tile size; the test's quick mode skips cases over 1e6 elements.
@@ -85,6 +86,34 @@
       A(ACC, float, dgate, n, ABS(1e-4)) A(ACC, float, dup, n, ABS(1e-4)) A(IN, float, dout, n, -1, 1)           \
           A(IN, float, gate, n, -3, 3) A(IN, float, up, n, -3, 3) A(SIZE, size_t, n),                            \
       K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* bf16 (docs/mixed-precision.md): fp32 arithmetic on the widened inputs, one rounding where a result is     \
+     * stored; a backward rounds dinp after its add (dinp = rn(dinp + dx)). GELU, its gradient and the sigmoid   \
+     * are base/fmath.h's, which the CPU reference and the CUDA kernel evaluate op for op (exp and tanh from     \
+     * basic operations, every product that meets a sum an explicit fma or rounded on its own), so every bf16    \
+     * output here is ULP(0): bit-identical. */                                                                  \
+    /* dst[i] = rn(dst[i] + src[i]) */                                                                           \
+    X(accumulate_bf16, FORGE_BF16, 0,                                                                            \
+      A(ACC, forge_bf16, dst, n, ULP(0)) A(IN, forge_bf16, src, n, -3, 3) A(SIZE, size_t, n),                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* out = rn(gelu(inp)) */                                                                                    \
+    X(gelu_forward_bf16, FORGE_BF16, 0,                                                                          \
+      A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, inp, n, -5, 5) A(SIZE, size_t, n),                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* dinp = rn(dinp + gelu'(inp) dout) */                                                                      \
+    X(gelu_backward_bf16, FORGE_BF16, 0,                                                                         \
+      A(ACC, forge_bf16, dinp, n, ULP(0)) A(IN, forge_bf16, inp, n, -5, 5) A(IN, forge_bf16, dout, n, -1, 1)     \
+          A(SIZE, size_t, n),                                                                                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* out = rn(silu(gate) up) */                                                                                \
+    X(swiglu_forward_bf16, FORGE_BF16, 0,                                                                        \
+      A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3)       \
+          A(SIZE, size_t, n),                                                                                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* dgate = rn(dgate + dout up silu'(gate)), dup = rn(dup + dout silu(gate)) */                               \
+    X(swiglu_backward_bf16, FORGE_BF16, 0,                                                                       \
+      A(ACC, forge_bf16, dgate, n, ULP(0)) A(ACC, forge_bf16, dup, n, ULP(0)) A(IN, forge_bf16, dout, n, -1, 1)  \
+          A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3) A(SIZE, size_t, n),                  \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
                                                                                                                  \
     /* ---- embeddings ---------------------------------------------------------------------------------- */     \
     /* out (N,C) = table[ids[n]]; table (V,C); an id outside [0, V) is an error */                               \
@@ -112,6 +141,21 @@
               A(DIM, maxT),                                                                                      \
       K(.B = 2, .T = 67, .C = 45, .maxT = 80) K(.B = 2, .T = 67, .C = 768, .maxT = 67)                           \
           K(.B = 1, .T = 1, .C = 45, .maxT = 1))                                                                 \
+    /* bf16: out (B,T,C) = rn(wte[ids[b,t]] + wpe[t]) (wpe NULL: the wte row); wte (V,C), wpe (maxT,C), rows     \
+     * [0, T) read. An id outside [0, V) is an error (the CUDA kernel writes a NaN row and poll_errors names     \
+     * it). ULP(0): one rounding of the same fp32 sum on both sides. */                                          \
+    X(encoder_forward_bf16, FORGE_BF16, 0,                                                                       \
+      A(OUT, forge_bf16, out, (size_t)B * T * C, ULP(0)) A(IDS, ids, (size_t)B * T, V, 0, 0)                     \
+          A(IN, forge_bf16, wte, (size_t)V * C, -1, 1) A(IN_OPT, forge_bf16, wpe, (size_t)maxT * C, -1, 1)       \
+              A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, C) A(SIZE, int, V) A(DIM, maxT),                      \
+      FORGE_ENCODER_CASES(K))                                                                                    \
+    /* fp32 accumulators: dwte[ids[n]] += dout[n] in row order n = b*T + t; dwpe[t] += dout[b,t] in order b      \
+     * (dwpe NULL: none). EXACT: the CUDA kernels add in the same order (one owner per id and per (t, c)). */    \
+    X(encoder_backward_bf16, FORGE_BF16, 0,                                                                      \
+      A(ACC, float, dwte, (size_t)V * C, EXACT) A(ACC_OPT, float, dwpe, (size_t)maxT * C, EXACT)                 \
+          A(IN, forge_bf16, dout, (size_t)B * T * C, -1, 1) A(IDS, ids, (size_t)B * T, V, 0, 0) A(SIZE, int, B)  \
+              A(SIZE, int, T) A(SIZE, int, C) A(SIZE, int, V) A(DIM, maxT),                                      \
+      FORGE_ENCODER_CASES(K))                                                                                    \
                                                                                                                  \
     /* ---- matmul: the three training layouts ---------------------------------------------------------- */     \
     /* out (N,OC) = inp (N,C) . weight (OC,C)^T + bias (OC); bias may be NULL */                                 \
@@ -157,6 +201,57 @@
           A(IN, float, dout, (size_t)N * C, -1, 1) A(IN, float, inp, (size_t)N * C, -2, 2)                       \
               A(IN, float, weight, C, -1, 1) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C),      \
       FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                                       \
+    /* bf16 norms: inp/out/dout/dinp bf16, weight/bias/mean/rstd and the parameter gradients fp32. Each row's    \
+     * sums over C run in one fixed order that the CPU reference and the CUDA kernel share (32 lane partials,    \
+     * partial l summing the 8-wide chunks l, l+32, ... in index order, then xor butterflies 16, 8, 4, 2, 1:     \
+     * backend/cpu/norm_bf16.c), so mean, rstd and every per-row value are bit-identical: bf16 outputs ULP(0),   \
+     * mean/rstd EXACT. (A 1-ulp bound would not hold for another order: an output near 0 by cancellation,       \
+     * x-hat w + b or dinp + dx, carries the ~sqrt(C)-ulp difference of the stats as an absolute error, many     \
+     * of its own bf16 ulps.) dweight/dbias are column sums over the N rows, which the GPU adds in row chunks:   \
+     * SUM(N), an N-term fp32 sum in another order, terms |dout x-hat| <= 5 (|x - mean| <= 2.5, rstd <= 2 in     \
+     * the test) as in the fp32 entries. */                                                                      \
+    /* LayerNorm: out = rn((x - mean) rstd weight + bias); saves mean, rstd (N) */                               \
+    X(layernorm_forward_bf16, FORGE_BF16, 0,                                                                     \
+      A(OUT, forge_bf16, out, (size_t)N * C, ULP(0)) A(OUT, float, mean, N, EXACT) A(OUT, float, rstd, N, EXACT) \
+          A(IN, forge_bf16, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1)                            \
+              A(IN, float, bias, C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SCALAR, float, eps),                \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* res = rn(a + b), then the LayerNorm of res (its bf16 values) into out, mean, rstd. res may be a or b. */  \
+    X(residual_layernorm_forward_bf16, FORGE_BF16, 0,                                                            \
+      A(OUT, forge_bf16, res, (size_t)N * C, ULP(0)) A(OUT, forge_bf16, out, (size_t)N * C, ULP(0))              \
+          A(OUT, float, mean, N, EXACT) A(OUT, float, rstd, N, EXACT) A(IN, forge_bf16, a, (size_t)N * C, -2, 2) \
+              A(IN, forge_bf16, b, (size_t)N * C, -1, 1) A(IN, float, weight, C, -1, 1)                          \
+                  A(IN, float, bias, C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SCALAR, float, eps),            \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* dinp = rn(dinp + rstd (g - mean(g) - x-hat mean(g x-hat))), g = weight dout, x-hat = (x - mean) rstd;     \
+     * dweight += sum_n dout x-hat, dbias += sum_n dout (fp32) */                                                \
+    X(layernorm_backward_bf16, FORGE_BF16, 0,                                                                    \
+      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP(0)) A(ACC, float, dweight, C, SUM(N))                          \
+          A(ACC, float, dbias, C, SUM(N)) A(IN, forge_bf16, dout, (size_t)N * C, -1, 1)                          \
+              A(IN, forge_bf16, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1)                        \
+                  A(IN, float, mean, N, -0.5, 0.5) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N)                 \
+                      A(SIZE, int, C),                                                                           \
+      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                    \
+    /* RMSNorm: out = rn(x rstd weight), rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N) */                       \
+    X(rmsnorm_forward_bf16, FORGE_BF16, 0,                                                                       \
+      A(OUT, forge_bf16, out, (size_t)N * C, ULP(0)) A(OUT, float, rstd, N, EXACT)                               \
+          A(IN, forge_bf16, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1) A(SIZE, int, N)            \
+              A(SIZE, int, C) A(SCALAR, float, eps),                                                             \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* res = rn(a + b), then the RMSNorm of res into out, rstd. res may be a or b. */                            \
+    X(residual_rmsnorm_forward_bf16, FORGE_BF16, 0,                                                              \
+      A(OUT, forge_bf16, res, (size_t)N * C, ULP(0)) A(OUT, forge_bf16, out, (size_t)N * C, ULP(0))              \
+          A(OUT, float, rstd, N, EXACT) A(IN, forge_bf16, a, (size_t)N * C, -2, 2)                               \
+              A(IN, forge_bf16, b, (size_t)N * C, -1, 1) A(IN, float, weight, C, -1, 1) A(SIZE, int, N)          \
+                  A(SIZE, int, C) A(SCALAR, float, eps),                                                         \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* dinp = rn(dinp + rstd (g - x-hat mean(g x-hat))), g = weight dout, x-hat = x rstd; dweight += sum_n dout  \
+     * x-hat (fp32) */                                                                                           \
+    X(rmsnorm_backward_bf16, FORGE_BF16, 0,                                                                      \
+      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP(0)) A(ACC, float, dweight, C, SUM(N))                          \
+          A(IN, forge_bf16, dout, (size_t)N * C, -1, 1) A(IN, forge_bf16, inp, (size_t)N * C, -2, 2)             \
+              A(IN, float, weight, C, -1, 1) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C),      \
+      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                    \
                                                                                                                  \
     /* ---- rotary position embedding ------------------------------------------------------------------- */     \
     /* inp/out (B,T,n_heads,HS); the first n_rot heads rotated, the rest copied (packed qkv: q and k rotate,     \
@@ -170,6 +265,22 @@
     X(rope_backward, FORGE_F32, 0,                                                                               \
       A(ACC, float, dinp, (size_t)B * T * n_heads * HS, EXACT)                                                   \
           A(IN, float, dout, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)                \
+              A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
+      FORGE_ROPE_CASES(K))                                                                                       \
+    /* bf16: the rotation in fp32 on the widened values with the fp32 ops' cos/sin table (angles in double,      \
+     * rounded once to float), one rounding to bf16; the backward adds into dinp, then rounds. ULP(1): the       \
+     * table comes from glibc's and CUDA's double pow/cos/sin, which agree within 1e-12 rad at t = 2047 but      \
+     * may, rarely, round an entry to a neighbouring float; the rotation then moves by ~1 fp32 ulp of |x|, its   \
+     * bf16 rounding by one ulp (more only if the rotation also cancels below 2^-16 |x|, rarer still).           \
+     * Everything else is the reference's fp32 expression in its order. out may be inp. */                       \
+    X(rope_forward_bf16, FORGE_BF16, 0,                                                                          \
+      A(OUT, forge_bf16, out, (size_t)B * T * n_heads * HS, ULP(1))                                              \
+          A(IN, forge_bf16, inp, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)            \
+              A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
+      FORGE_ROPE_CASES(K))                                                                                       \
+    X(rope_backward_bf16, FORGE_BF16, 0,                                                                         \
+      A(ACC, forge_bf16, dinp, (size_t)B * T * n_heads * HS, ULP(1))                                             \
+          A(IN, forge_bf16, dout, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)           \
               A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
       FORGE_ROPE_CASES(K))                                                                                       \
                                                                                                                  \
@@ -272,6 +383,12 @@
     K(.N = 4099, .C = 45 EXTRA()) K(.N = 257, .C = 3072 EXTRA()) K(.N = 9000, .C = 96 EXTRA())
 #define FORGE_NORM_EPS() , .eps = 1e-5f
 #define FORGE_NORM_NO_EPS()
+/* Token rows B*T and channels C that miss every tile (C = 45, 1031: no 8-wide vectors), V small (ids repeat:
+ * several rows per owner) and large. */
+#define FORGE_ENCODER_CASES(K)                                                                                   \
+    K(.B = 1, .T = 1, .C = 45, .V = 1000, .maxT = 1) K(.B = 2, .T = 67, .C = 768, .V = 1000, .maxT = 80)         \
+    K(.B = 4, .T = 64, .C = 45, .V = 50, .maxT = 64) K(.B = 1, .T = 257, .C = 1031, .V = 1000, .maxT = 300)      \
+    K(.B = 4, .T = 1025, .C = 64, .V = 7, .maxT = 1100)
 #define FORGE_ROPE_CASES(K)                                                                                      \
     K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 64, .theta = 10000.0f) /* qkv NH=6, NKV=2 */             \
     K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 6, .theta = 10000.0f)                                    \
