@@ -11,6 +11,7 @@
     X(core)              \
     X(ops_forward)       \
     X(ops_bf16)          \
+    X(ops_bf16_attn)     \
     X(gradcheck)         \
     X(flash)             \
     X(tokenizer)         \

@@ -337,6 +337,29 @@
                               A(IN, float, lse, (size_t)B * NH * Tq, FORGE_LSE(Tk)) A(SIZE, int, B) A(SIZE, int, Tq)      \
                                   A(SIZE, int, Tk) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),          \
       FORGE_FLASH_EXT_CASES(K))                                                                                  \
+    /* bf16 (docs/mixed-precision.md): qkv, out, dout, dqkv bf16; lse, the fp32 statistics. Forward: online softmax \
+     * in fp32, P rounded to bf16 for P.V; out rounded. Tolerances (FORGE_FLASH_BF16_*_TOL below): out, the bf16 \
+     * rounding of P at other points (2 u sum_j P_j |v_j| <= 2 u max|v|, u = 2^-9) plus out's own rounding; lse,  \
+     * the fp32 score sums in another order. Inputs in [-1.5, 1.5] as the fp32 entry. The forward's extra cases   \
+     * exceed the CUDA fallback's workspace (batch, kv-head and query-head chunks). */                           \
+    X(flash_attention_forward_bf16, FORGE_BF16, 0,                                                               \
+      A(OUT, forge_bf16, out, (size_t)B * T * NH * HS, ABS(FORGE_FLASH_BF16_OUT_TOL(1.5)))                       \
+          A(OUT, float, lse, (size_t)B * NH * T, ABS(FORGE_FLASH_BF16_LSE_TOL(HS, 1.5)))                         \
+              A(IN, forge_bf16, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5) A(SIZE, int, B)          \
+                  A(SIZE, int, T) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                           \
+      FORGE_FLASH_CASES(K) K(.B = 5, .T = 1024, .NH = 8, .NKV = 8, .HS = 32)                                     \
+          K(.B = 1, .T = 2100, .NH = 16, .NKV = 16, .HS = 32) K(.B = 1, .T = 1100, .NH = 64, .NKV = 1, .HS = 32)) \
+    /* dqkv = rn(dqkv + d) with P and dS rounded to bf16 for their products, as the bf16 kernels; scratch:     \
+     * FORGE_FLASH_BF16_SCRATCH floats (the CUDA fallback's size). Tolerance: FORGE_FLASH_BF16_DQKV_TOL. */       \
+    X(flash_attention_backward_bf16, FORGE_BF16, 0,                                                              \
+      A(ACC, forge_bf16, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), ABS(FORGE_FLASH_BF16_DQKV_TOL)) \
+          A(SCRATCH, scratch, FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS))                                       \
+              A(IN, forge_bf16, dout, (size_t)B * T * NH * HS, -1, 1)                                            \
+                  A(IN, forge_bf16, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                      \
+                      A(IN, forge_bf16, out, (size_t)B * T * NH * HS, -1, 1)                                     \
+                          A(IN, float, lse, (size_t)B * NH * T, FORGE_LSE(T)) A(SIZE, int, B) A(SIZE, int, T)    \
+                              A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                               \
+      FORGE_FLASH_CASES(K))                                                                                      \
                                                                                                                  \
     /* ---- fused classifier ------------------------------------------------------------------------------ */   \
     /* For each row n of logits (N,V): losses[n] = -log softmax(logits[n])[targets[n]], and logits[n] is         \
@@ -351,6 +374,21 @@
               K(.N = 64, .V = 1001, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 10)                  \
                   K(.N = 8, .V = 7, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 50)                 \
                       K(.N = 5, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20))        \
+    /* bf16: the lm head's forward and backward fused, FORGE_CLS_BF16_ROWS(N, V) rows at a time (the (N,V) logits \
+     * never exist whole): logits = rn(inp wte^T); losses[n] = logsumexp - logit[target] (fp32; 0 for an ignore   \
+     * row); dlogits = rn((softmax - onehot) grad_scale) (0 for an ignore row); dinp = rn(dinp + dlogits wte);    \
+     * dwte (fp32) += dlogits^T inp. A target outside [0, V) that is not ignore_index is an error. scratch:       \
+     * FORGE_CLS_BF16_SCRATCH floats. Tolerances: FORGE_CLS_BF16_*_TOL below. */                                 \
+    X(classifier_bf16, FORGE_BF16, 0,                                                                            \
+      A(OUT, float, losses, N, ABS(FORGE_CLS_BF16_LOSS_TOL(C)))                                               \
+          A(ACC, forge_bf16, dinp, (size_t)N * C, ABS(FORGE_CLS_BF16_DINP_TOL(grad_scale)))                      \
+              A(ACC, float, dwte, (size_t)V * C, ABS(FORGE_CLS_BF16_DWTE_TOL(N, grad_scale)))                    \
+                  A(SCRATCH, scratch, FORGE_CLS_BF16_SCRATCH(N, C, V))                                           \
+                      A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, wte, (size_t)V * C, -0.1, 0.1) \
+                          A(IDS, targets, N, V, ignore_index, ignore_pct) A(SIZE, int, N) A(SIZE, int, C)        \
+                              A(SIZE, int, V) A(SCALAR, int, ignore_index) A(SCALAR, float, grad_scale)          \
+                                  A(DIM, ignore_pct),                                                            \
+      FORGE_CLS_BF16_CASES(K))                                                                                   \
                                                                                                                  \
     /* ---- optimizer ------------------------------------------------------------------------------------- */   \
     /* *out_sumsq += sum(x[i]^2), accumulated in the device scalar (no host sync) */                             \
@@ -363,6 +401,15 @@
       A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(IN, float, grad, n, -1, 1)                                   \
           A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5)) A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5))               \
               A(SIZE, size_t, n) A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),      \
+      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))                                                   \
+    /* bf16: the same update, and param_bf16 = rn(param after the update) in the same pass (the bf16 working copy \
+     * of the masters). param, m, v: the fp32 entry's tolerances; param_bf16: one bf16 ulp (param differs from the \
+     * reference by a few fp32 ulps, so its rounding can land one bf16 ulp away). */                              \
+    X(adamw_update_bf16, FORGE_BF16, 0,                                                                          \
+      A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(OUT, forge_bf16, param_bf16, n, ULP(1))                      \
+          A(IN, float, grad, n, -1, 1) A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5))                               \
+              A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5)) A(SIZE, size_t, n)                                    \
+                  A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),                     \
       FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))                                                     \
                                                                                                                  \
     /* ---- conversions ------------------------------------------------------------------------------------ */   \
@@ -418,6 +465,62 @@
     K(.B = 1, .Tq = 70, .Tk = 0, .NH = 2, .NKV = 1, .HS = 64)                                                    \
     K(.B = 1, .Tq = 50, .Tk = 130, .NH = 4, .NKV = 2, .HS = 64)                                                  \
     K(.B = 1, .Tq = 45, .Tk = 30, .NH = 3, .NKV = 3, .HS = 7)
+/* ---- sizes and tolerances of the bf16 entries ------------------------------------------------------------
+ * Flash attention (bf16). Scratch of the backward, in floats: the CUDA fallback (head sizes other than 64 / 128,
+ * layouts the tensor-core kernels refuse) widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward,
+ * whose D takes B*NH*T; the tensor-core path needs less (dq, dk, dv fp32 and delta); +4 aligns the pieces to 16
+ * bytes.
+ * Tolerances (max abs error against the CPU reference; u = 2^-9, the bf16 unit roundoff):
+ * - out: the kernels round P = exp(s - m) at the running max of their key tiles (the fallback does not round it),
+ *   the reference at the final max; each rounding moves a term of sum_j P_j v_j / l by <= u of it, so the two
+ *   exact outputs differ by <= 2u sum_j (P_j / l) |v_j| <= 2u max|v|; each is then rounded to bf16, which can land
+ *   one bf16 ulp apart: 2^-7 for |out| <= max|v| = 1.5 < 2.
+ * - lse: fp32 score sums of exact bf16 products in another order: <= (HS-1) 2^-24 sum_e |q_e k_e| * scale
+ *   <= qmax^2 HS^1.5 2^-24 (qmax = max|q|, |k| <= qmax), plus 2e-5 for exp / log and the final fp32 operations
+ *   (lse <= log(T+1) + 3, a few fp32 ulps of it).
+ * - dqkv = rn(dqkv + d), |dqkv| < 2 here: one bf16 ulp (2^-7) for the rounding of the sum, plus the error of d:
+ *   the rounding of P and dS on either side moves each term of a gradient sum by <= u of it, so d differs by
+ *   <= 2u sum|terms|; with these inputs max|d| <= 0.8 (measured over the cases: the gradients of a softmax with a
+ *   saved lse, |dout| <= 1) and d's error <= 1.2e-3 (the fp32 fallback against the reference); bounded by 2^-6,
+ *   ~2% of max|d|, as the bf16 kernels' own tests bound it at 3e-2 max|ref|. */
+#define FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)                                                              \
+    ((size_t)(B) * (T) * (2 * FORGE_QKV(NH, NKV, HS) + 2 * (size_t)(NH) * (HS)) + (size_t)(B) * (NH) * (T) + 4)
+#define FORGE_FLASH_BF16_OUT_TOL(vmax) (2.0 * ldexp((vmax), -9) + ldexp(1.0, -7))
+#define FORGE_FLASH_BF16_LSE_TOL(HS, qmax) ((qmax) * (qmax) * pow((double)(HS), 1.5) * ldexp(1.0, -24) + 2e-5)
+#define FORGE_FLASH_BF16_DQKV_TOL (ldexp(1.0, -7) + ldexp(1.0, -6))
+/* Classifier (bf16). Rows per chunk: FORGE_CLS_BF16_CHUNK / V (at least 1), above 128 rounded down to a multiple
+ * of 128 (the GEMMs' row tile), at most N. Scratch, in floats: the chunk's logits and dlogits (bf16, (rows, V)
+ * each) and its (rows, C) fp32 product dlogits . wte, +16 to align the pieces to 16 bytes.
+ * Tolerances (inputs: inp in [-1, 1], wte in [-0.1, 0.1], so a logit is a C-term sum of std 0.033 sqrt(C) and
+ * |logit| <= Lmax = 0.2 sqrt(C) (6 std)). A GPU logit is rn() of an fp32 sum in another order, so it can land one
+ * bf16 ulp (<= 2^-7 |logit|) from the reference's (the fp32 sums differ by ~sqrt(C) 2^-24 |logit|, so this is rare:
+ * the bounds take one such event per output, not two):
+ * - loss = lse - logit[target]: one ulp of the target's logit, 2^-7 Lmax, plus 1e-4 for the fp32 sum of V
+ *   exponentials in another order (relative ~sqrt(V) 2^-24 of lse).
+ * - dinp = rn(dinp + dx), |dinp| < 1 + 2 * 0.1 grad_scale < 2: one bf16 ulp (2^-7) for the rounding of the sum,
+ *   plus one dlogit landing one ulp away (<= 2^-7 grad_scale) times |wte| <= 0.1 (< 2^-9 grad_scale).
+ * - dwte (fp32) += an N-long sum: SUM(N) for the order, plus one dlogit one ulp away (<= 2^-7 grad_scale, the
+ *   target's: |p - 1| grad_scale <= grad_scale) times |inp| <= 1. */
+#define FORGE_CLS_BF16_CHUNK (1 << 25)
+#define FORGE_CLS_BF16_CAP(V)                                                                                    \
+    (FORGE_CLS_BF16_CHUNK / (V) >= 128 ? FORGE_CLS_BF16_CHUNK / (V) / 128 * 128                                 \
+     : FORGE_CLS_BF16_CHUNK / (V) >= 1 ? FORGE_CLS_BF16_CHUNK / (V) : 1)
+#define FORGE_CLS_BF16_ROWS(N, V) ((N) < FORGE_CLS_BF16_CAP(V) ? (N) : FORGE_CLS_BF16_CAP(V))
+#define FORGE_CLS_BF16_SCRATCH(N, C, V) ((size_t)FORGE_CLS_BF16_ROWS(N, V) * ((size_t)(V) + (size_t)(C)) + 16)
+#define FORGE_CLS_BF16_LOSS_TOL(C) (0.2 * sqrt((double)(C)) * ldexp(1.0, -7) + 1e-4)
+#define FORGE_CLS_BF16_DINP_TOL(gs) (ldexp(1.0, -7) + (gs) * ldexp(1.0, -9))
+#define FORGE_CLS_BF16_DWTE_TOL(N, gs) (1e-4 * fmax(1.0, sqrt((double)(N)) / 8) + (gs) * ldexp(1.0, -7))
+/* C % 8 != 0 (the SIMT fallback of every GEMM), V % 8 != 0 (the vocabulary tail), V < 8 (tail only), several
+ * chunks (V = 2^20 + 3: 31 rows a chunk) */
+#define FORGE_CLS_BF16_CASES(K)                                                                                  \
+    K(.N = 37, .C = 45, .V = 1000, .ignore_index = -100, .grad_scale = 0.03f, .ignore_pct = 25)                  \
+    K(.N = 1, .C = 64, .V = 1000, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 0)                     \
+    K(.N = 64, .C = 64, .V = 1001, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 10)                   \
+    K(.N = 8, .C = 16, .V = 7, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 50)                      \
+    K(.N = 257, .C = 200, .V = 131, .ignore_index = -100, .grad_scale = 0.5f, .ignore_pct = 10)                  \
+    K(.N = 300, .C = 128, .V = 8192, .ignore_index = -100, .grad_scale = 0.01f, .ignore_pct = 10)                \
+    K(.N = 5, .C = 768, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20)                 \
+    K(.N = 70, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)
 /* clipping active (norm above max_grad_norm), inactive (below), disabled (0); grad_sumsq NULL is the parity
  * test's optional-argument pass */
 #define FORGE_ADAMW_HP(step_, max_norm_)                                                                         \
