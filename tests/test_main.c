@@ -10,6 +10,7 @@
 #define SUITES(X)        \
     X(core)              \
     X(ops_forward)       \
+    X(ops_bf16)          \
     X(gradcheck)         \
     X(flash)             \
     X(tokenizer)         \
