@@ -245,7 +245,7 @@ void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt) {
 void op_walker_run_case_opt(parity *P, const op_cases *oc, int k, unsigned present_mask) {
     const char *name = forge_op_name(oc->op);
     const void *proto = (const char *)oc->cases + (size_t)k * oc->case_size;
-    char op[96], shape[192], dims[160], nulls[96] = "";
+    char op[96], shape[288], dims[160], nulls[96] = "";
     oc->show(proto, dims, sizeof dims);
     arg_desc d[MAX_ARGS];
     int n = oc->layout(proto, d), n_opt = 0, n_null = 0;
