@@ -12,6 +12,7 @@
     X(ops_forward)       \
     X(ops_bf16)          \
     X(ops_bf16_attn)     \
+    X(ops_bf16_matmul)   \
     X(gradcheck)         \
     X(flash)             \
     X(tokenizer)         \

@@ -263,6 +263,11 @@ static double bf16_ulp(double c) {
 }
 
 void check_bf16(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps) {
+    check_bf16_tol(P, op, shape, b, tol, ulps, 0.0);
+}
+
+void check_bf16_tol(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps,
+                    double ulps_abs) {
     size_t total = b->n + GUARD;
     forge_bf16 *h = malloc(total * sizeof *h);
     if (!h || P->gpu->copy_to_host(P->gpu, h, b->g, total * sizeof(forge_bf16)) != FORGE_OK) {
@@ -274,9 +279,13 @@ void check_bf16(parity *P, const char *op, const char *shape, const bbuf *b, dou
     size_t worst = 0, bad_guard = 0;
     for (size_t i = 0; i < b->n; i++) {
         double c = forge_bf16_to_f32(b->c[i]), g = forge_bf16_to_f32(h[i]), err;
-        /* ulps of a zero reference: only an exact zero matches; an absolute tolerance compares zeros like any value */
-        if (isinf(c) || isinf(g) || (ulps && c == 0.0)) err = (c == g) ? 0.0 : INFINITY;
-        else err = fabs(g - c) / (ulps ? bf16_ulp(c) : 1.0);
+        /* an absolute tolerance compares zeros like any value; in ulps, a zero reference takes an exact zero or a
+         * difference within the absolute allowance */
+        const double over = ulps ? fabs(g - c) - ulps_abs : fabs(g - c); /* the part beyond the allowance */
+        if (isinf(c) || isinf(g)) err = (c == g) ? 0.0 : INFINITY;
+        else if (!ulps) err = fabs(g - c);
+        else if (c == 0.0) err = (c == g || over <= 0.0) ? 0.0 : INFINITY;
+        else err = over <= 0.0 ? 0.0 : over / bf16_ulp(c); /* NaN stays NaN */
         if (!(err <= maxerr)) {
             maxerr = isnan(err) ? INFINITY : err;
             worst = i;

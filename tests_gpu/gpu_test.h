@@ -73,6 +73,10 @@ void bbuf_free(parity *P, bbuf *b);
 /* Copies the device side back and prints one PASS/FAIL line: |g - c| <= tol, or with ulps, <= tol bf16 ulps of
  * the reference value (2^(e-7) for c in [2^e, 2^(e+1)); bit equality for c == 0). */
 void check_bf16(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps);
+/* The same with an absolute allowance on top of the ulps (ulps only): |g - c| <= tol ulp(c) + ulps_abs; the error
+ * reported is in ulps of c beyond ulps_abs. */
+void check_bf16_tol(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps,
+                    double ulps_abs);
 
 /* the kernel-level suites (each its own file), run by test_gpu_parity.c's main */
 void run_gemm_fp8_cases(parity *P);

@@ -25,6 +25,7 @@
  *     A(IN_TRIL, T, name, len, lo, hi, n)  the same as IN on and below the diagonal of its trailing (n, n)
  *                                       matrices, 0 above it (causal probabilities)
  *     A(OUT, T, name, len, tol)        written (=) in full; the test poisons it with NaN first
+ *     A(OUT_OPT, T, name, len, tol)    the same, and NULL is allowed (not written)
  *     A(ACC, T, name, len, tol)        accumulated (+=); the test pre-fills it with random values
  *     A(ACC_OPT, T, name, len, tol)    the same, and NULL is allowed (nothing accumulated)
  *     A(INOUT, T, name, len, lo, hi, tol)  read, then overwritten
@@ -38,8 +39,10 @@
  *     EXACT (1e-6), ABS(x), SUM(K) (a K-long fp32 reduction summed in another
  *     order: 1e-4 * max(1, sqrt(K)/8)), SUMS(f, K) (f * SUM(K)), GEMM(K) (SUM(K)
  *     under fp32 GEMMs; under tf32 the bound of tf32 operand rounding), REL(x)
- *     (relative), ULP(k) (a bf16 output: k bf16 units in the last place of the reference value; ULP(0) is
- *     bit-identical, and a zero reference wants an exact zero).
+ *     (relative); bf16 outputs: ULP(k) (k bf16 units in the last place of the reference value; ULP(0) is
+ *     bit-identical, and a zero reference wants an exact zero), ULP_SUMS(k, f, K) (k bf16 ulps of the
+ *     reference value + f * SUM(K)).
+ *   An entry with several optional arguments runs with every subset of them NULL.
  * - CASES: the shapes the parity test runs, K(designated initializers of the
  *   entry's SIZE / SCALAR / PARAMS / DIM fields). Shapes are chosen to miss
  *   every tile size; the test's quick mode skips cases over 1e6 elements.
@@ -175,6 +178,41 @@
           A(IN, float, dout, (size_t)N * OC, -1, 1) A(IN, float, inp, (size_t)N * C, -1, 1) A(SIZE, int, N)      \
               A(SIZE, int, C) A(SIZE, int, OC),                                                                  \
       FORGE_MATMUL_CASES(K))                                                                                     \
+    /* bf16 linear layer (docs/mixed-precision.md): bf16 activations and weights, fp32 bias, fp32 accumulation,  \
+     * one rounding where a bf16 value is stored. Tolerance of a bf16 output: with y_c, y_g the fp32 values the  \
+     * CPU and the GPU round last and |y_g - y_c| <= D, |rn(y_g) - rn(y_c)| <= ulp(c) + 2 D, c = rn(y_c) (each   \
+     * rounding moves a value by at most half the spacing there; the spacing at rn(y_g) exceeds ulp(c) only past \
+     * the next power of two, which y_c is at least ulp(c)/2 below, so D >= ulp(c)/2 then): ULP_SUMS(1, 2 f, K)  \
+     * for D <= f SUM(K). The GPU sums the K exact bf16 products in another order: D = SUM(K) (the fp32          \
+     * entries' bound). ulps alone would not do: an output near 0 (K terms cancelling) has a tiny ulp. Inputs in \
+     * [-1, 1] give |acc| <~ 6 sqrt(K/9) + 1 (mean + 6 sd), which bounds the GELU terms below. */                \
+    /* v = inp (N,C) . weight (OC,C)^T + bias (OC) in fp32 (bias may be NULL); pre NULL: out = rn(v); else       \
+     * pre = rn(v), out = rn(gelu(v)) (tanh GELU of the fp32 v). GELU: D <= max|gelu'| (1.13) SUM(C) + the       \
+     * difference of the two GELU evaluations (fp32 tanhf on the CPU, the GEMM epilogue's exp form on the GPU:   \
+     * a few 1e-7 |v|, 1 + tanh cancelling for v < -4), < 0.37 SUM(C) as SUM >= 1e-4: f = 1.5. */                \
+    X(matmul_forward_bf16, FORGE_BF16, 0,                                                                        \
+      A(OUT, forge_bf16, out, (size_t)N * OC, ULP_SUMS(1, 3, C))                                                 \
+          A(OUT_OPT, forge_bf16, pre, (size_t)N * OC, ULP_SUMS(1, 2, C))                                         \
+              A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, weight, (size_t)OC * C, -1, 1)      \
+                  A(IN_OPT, float, bias, OC, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),            \
+      FORGE_MATMUL_BF16_CASES(K))                                                                                \
+    /* dinp (N,C) = rn(dinp + d), d = dout (N,OC) . weight (OC,C), times gelu'(pre) when pre (N,C) is given (it  \
+     * may be NULL). D <= 1.13 SUM(OC) + |acc| |the two gelu' evaluations' difference| (the tanh form on both;   \
+     * over every bf16 pre in [-3, 3] the CPU's is within 2e-7 of the exact value, the GPU's (tanhf 2 ulps off,  \
+     * FMA contraction) within 7.5e-7: < 1e-6, times |acc| <~ 6 sqrt(OC/9) + 1: < 0.2 SUM(OC)) + the fp32 add    \
+     * (2^-23 |y|): f = 2. */                                                                                    \
+    X(matmul_backward_input_bf16, FORGE_BF16, 0,                                                                 \
+      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP_SUMS(1, 4, OC)) A(IN, forge_bf16, dout, (size_t)N * OC, -1, 1) \
+          A(IN, forge_bf16, weight, (size_t)OC * C, -1, 1) A(IN_OPT, forge_bf16, pre, (size_t)N * C, -3, 3)      \
+              A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),                                                  \
+      FORGE_MATMUL_BF16_CASES(K))                                                                                \
+    /* dweight (OC,C) += dout^T . inp, dbias (OC) += sum_n dout, fp32 (dbias may be NULL): the same N-long sums  \
+     * of exact products of [-1, 1] values as the fp32 entry's, in another order: SUM(N) */                      \
+    X(matmul_backward_weight_bf16, FORGE_BF16, 0,                                                                \
+      A(ACC, float, dweight, (size_t)OC * C, SUM(N)) A(ACC_OPT, float, dbias, OC, SUM(N))                        \
+          A(IN, forge_bf16, dout, (size_t)N * OC, -1, 1) A(IN, forge_bf16, inp, (size_t)N * C, -1, 1)            \
+              A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),                                                  \
+      FORGE_MATMUL_BF16_CASES(K))                                                                                \
                                                                                                                  \
     /* ---- normalisation ------------------------------------------------------------------------------- */     \
     /* LayerNorm over C: out = (x - mean) * rstd * weight + bias; saves mean, rstd (N) */                        \
@@ -424,6 +462,14 @@
     K(.N = 130, .C = 129, .OC = 131) K(.N = 64, .C = 64, .OC = 64) K(.N = 257, .C = 768, .OC = 3072)             \
     K(.N = 257, .C = 3072, .OC = 768) K(.N = 1031, .C = 200, .OC = 2100)                                         \
     K(.N = 1001, .C = 45, .OC = 130) /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
+/* The bf16 GEMMs' fast paths need 8 | K and 8 | the columns of a backward output (TMA's 16-byte rows): all of
+ * them (64, 40, 256, 768, 2304, 3072), the forward's only (OC 29, 2100: direct store of a bf16 C), none (odd C).
+ * 4099 x 1032 exceeds the workspace that stages dX (two row chunks) and takes dW's split-K. */
+#define FORGE_MATMUL_BF16_CASES(K)                                                                               \
+    K(.N = 1, .C = 45, .OC = 29) K(.N = 37, .C = 768, .OC = 29) K(.N = 130, .C = 129, .OC = 131)                 \
+    K(.N = 64, .C = 64, .OC = 64) K(.N = 37, .C = 64, .OC = 40) K(.N = 200, .C = 256, .OC = 384)                 \
+    K(.N = 1001, .C = 45, .OC = 130) K(.N = 256, .C = 768, .OC = 2304) K(.N = 257, .C = 3072, .OC = 768)         \
+    K(.N = 1031, .C = 200, .OC = 2100) K(.N = 4099, .C = 1032, .OC = 64)
 /* EXTRA(): more initializers of every case (the forward's eps) */
 #define FORGE_NORM_CASES(K, EXTRA)                                                                               \
     K(.N = 1, .C = 45 EXTRA()) K(.N = 37, .C = 768 EXTRA()) K(.N = 257, .C = 45 EXTRA())                         \
@@ -541,6 +587,7 @@ typedef enum { FORGE_OP_LIST(FORGE_OP_ENUM_ENTRY, FORGE_OP_NOTHING, FORGE_OP_NOT
 #define FORGE_ARG_DECL_IN_OPT(T, name, ...) , const T *name
 #define FORGE_ARG_DECL_IN_TRIL(T, name, ...) , const T *name
 #define FORGE_ARG_DECL_OUT(T, name, ...) , T *name
+#define FORGE_ARG_DECL_OUT_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_INOUT(T, name, ...) , T *name
