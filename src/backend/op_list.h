@@ -415,12 +415,13 @@
     /* bf16: the lm head's forward and backward fused, FORGE_CLS_BF16_ROWS(N, V) rows at a time (the (N,V) logits \
      * never exist whole): logits = rn(inp wte^T); losses[n] = logsumexp - logit[target] (fp32; 0 for an ignore   \
      * row); dlogits = rn((softmax - onehot) grad_scale) (0 for an ignore row); dinp = rn(dinp + dlogits wte);    \
-     * dwte (fp32) += dlogits^T inp. A target outside [0, V) that is not ignore_index is an error. scratch:       \
+     * dwte (fp32) += dlogits^T inp (dinp, dwte NULL: not computed; both NULL: the loss alone, for evaluation). \
+     * A target outside [0, V) that is not ignore_index is an error. scratch:                                    \
      * FORGE_CLS_BF16_SCRATCH floats. Tolerances: FORGE_CLS_BF16_*_TOL below. */                                 \
     X(classifier_bf16, FORGE_BF16, 0,                                                                            \
       A(OUT, float, losses, N, ABS(FORGE_CLS_BF16_LOSS_TOL(C)))                                               \
-          A(ACC, forge_bf16, dinp, (size_t)N * C, ABS(FORGE_CLS_BF16_DINP_TOL(grad_scale)))                      \
-              A(ACC, float, dwte, (size_t)V * C, ABS(FORGE_CLS_BF16_DWTE_TOL(N, grad_scale)))                    \
+          A(ACC_OPT, forge_bf16, dinp, (size_t)N * C, ABS(FORGE_CLS_BF16_DINP_TOL(grad_scale)))                  \
+              A(ACC_OPT, float, dwte, (size_t)V * C, ABS(FORGE_CLS_BF16_DWTE_TOL(N, grad_scale)))                \
                   A(SCRATCH, scratch, FORGE_CLS_BF16_SCRATCH(N, C, V))                                           \
                       A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, wte, (size_t)V * C, -0.1, 0.1) \
                           A(IDS, targets, N, V, ignore_index, ignore_pct) A(SIZE, int, N) A(SIZE, int, C)        \

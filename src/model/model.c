@@ -260,6 +260,13 @@ static forge_status norm(forge_model *m, forge_tape *tape, forge_tensor **out, f
     return forge_op_rmsnorm(tape, out, x, w, m->cfg.norm_eps);
 }
 
+/* res = x + y, then the norm of res with weight w (and bias b for LayerNorm) */
+static forge_status residual_norm(forge_model *m, forge_tape *tape, forge_tensor **res, forge_tensor **out,
+                                  forge_tensor *x, forge_tensor *y, forge_tensor *w, forge_tensor *b) {
+    return forge_op_residual_norm(tape, res, out, x, y, w, m->cfg.norm == FORGE_NORM_LAYERNORM ? b : NULL,
+                                  m->cfg.norm_eps);
+}
+
 forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_tensor *ids,
                                  const forge_tensor *targets, float grad_scale, forge_tensor **result) {
     const forge_model_config *c = &m->cfg;
@@ -269,16 +276,17 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
         return forge_error(FORGE_ERR_ARG, "model: sequence length %lld exceeds context_length %d",
                            (long long)ids->shape[1], c->context_length);
     int NH = c->n_heads, NKV = c->n_kv_heads, HS = c->d_model / c->n_heads;
-    if (m->working_data)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "model %s: the bf16 forward is not built yet (--precision fp32)",
-                           c->name);
+    /* the activations' dtype: bf16 when the parameters carry a bf16 working copy (docs/mixed-precision.md) */
+    const forge_dtype act = m->working_data ? FORGE_BF16 : FORGE_F32;
+    if (act == FORGE_BF16 && !m->flash_attention)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "model %s: --precision bf16 runs the fused attention only "
+                                                  "(--attention flash)", c->name);
     forge_tensor *x, *h, *a, *u;
-    FORGE_TRY(forge_op_embedding(tape, &x, ids, m->wte));
-    if (m->wpe) FORGE_TRY(forge_op_position(tape, &x, x, m->wpe));
+    FORGE_TRY(forge_op_encoder(tape, &x, ids, m->wte, m->wpe, act));
+    FORGE_TRY(norm(m, tape, &h, x, m->layers[0].norm1_w, m->layers[0].norm1_b));
     for (int l = 0; l < c->n_layers; l++) {
         forge_layer_params *L = &m->layers[l];
-        /* attention block: x = x + proj(attention(rope(qkv(norm1(x))))) */
-        FORGE_TRY(norm(m, tape, &h, x, L->norm1_w, L->norm1_b));
+        /* attention block: x = x + proj(attention(rope(qkv(h)))), then h = norm2(x) */
         FORGE_TRY(forge_op_matmul(tape, &h, h, L->qkv_w, L->qkv_b));
         if (c->positions == FORGE_POSITIONS_ROPE) FORGE_TRY(forge_op_rope(tape, &h, h, NH, NKV, HS, c->rope_theta));
         if (m->flash_attention)
@@ -286,12 +294,10 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
         else
             FORGE_TRY(forge_op_attention(tape, &a, h, NH, NKV, HS));
         FORGE_TRY(forge_op_matmul(tape, &a, a, L->attn_proj_w, L->attn_proj_b));
-        FORGE_TRY(forge_op_add(tape, &x, x, a));
-        /* MLP block: x = x + proj(act(fc(norm2(x)))) */
-        FORGE_TRY(norm(m, tape, &h, x, L->norm2_w, L->norm2_b));
+        FORGE_TRY(residual_norm(m, tape, &x, &h, x, a, L->norm2_w, L->norm2_b));
+        /* MLP block: x = x + proj(act(fc(h))), then h = the next block's norm1 (or the final norm) of x */
         if (c->activation == FORGE_ACTIVATION_GELU) {
-            FORGE_TRY(forge_op_matmul(tape, &u, h, L->fc_w, L->fc_b));
-            FORGE_TRY(forge_op_gelu(tape, &u, u));
+            FORGE_TRY(forge_op_matmul_gelu(tape, &u, h, L->fc_w, L->fc_b));
         } else {
             forge_tensor *gate, *up;
             FORGE_TRY(forge_op_matmul(tape, &gate, h, L->fc_w, L->fc_b));
@@ -299,14 +305,10 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
             FORGE_TRY(forge_op_swiglu(tape, &u, gate, up));
         }
         FORGE_TRY(forge_op_matmul(tape, &u, u, L->mlp_proj_w, L->mlp_proj_b));
-        FORGE_TRY(forge_op_add(tape, &x, x, u));
+        const int last = l == c->n_layers - 1;
+        FORGE_TRY(residual_norm(m, tape, &x, &h, x, u, last ? m->normf_w : m->layers[l + 1].norm1_w,
+                                last ? m->normf_b : m->layers[l + 1].norm1_b));
     }
-    FORGE_TRY(norm(m, tape, &h, x, m->normf_w, m->normf_b));
-    forge_tensor *logits;
-    FORGE_TRY(forge_op_matmul(tape, &logits, h, m->lm_head, NULL));
-    if (!targets) {
-        *result = logits;
-        return FORGE_OK;
-    }
-    return forge_op_classifier(tape, result, logits, targets, -1, grad_scale);
+    if (!targets) return forge_op_matmul(tape, result, h, m->lm_head, NULL);
+    return forge_op_lm_head_classifier(tape, result, h, m->lm_head, targets, -1, grad_scale);
 }

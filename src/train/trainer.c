@@ -457,8 +457,9 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     if (sched.warmup_steps < 1 && o->warmup_frac > 0) sched.warmup_steps = 1;
 
     double h = unigram_entropy(tr->train, cfg->vocab_size);
-    fprintf(out, "model %s (%s): %zu parameters | device %s | %d layers, d_model %d, %d heads (%d kv)\n",
-            cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name, cfg->n_layers,
+    fprintf(out, "model %s (%s): %zu parameters | device %s | precision %s | %d layers, d_model %d, %d heads (%d kv)\n",
+            cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name,
+            forge_train_precision_name(tr->be->options.precision), cfg->n_layers,
             cfg->d_model, cfg->n_heads, cfg->n_kv_heads);
     fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",
             o->data_dir, (unsigned long long)forge_loader_num_tokens(tr->train), tr->B, tr->T, tr->accum,

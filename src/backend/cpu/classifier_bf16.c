@@ -81,9 +81,9 @@ forge_status cpu_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *d
                 x[v] = forge_bf16_from_f32((p - (v == y ? 1.0f : 0.0f)) * grad_scale);
             }
         }
-        /* dinp: a row's sum over the vocabulary in v order, then one rounding */
+        /* dinp: a row's sum over the vocabulary in v order, then one rounding (NULL: the loss only) */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < (dinp ? rows : 0); r++) {
             const int n = n0 + r;
             const forge_bf16 *x = lg + (size_t)r * V;
             float *a = acc + (size_t)r * C;
@@ -96,9 +96,9 @@ forge_status cpu_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *d
             forge_bf16 *di = dinp + (size_t)n * C;
             for (int c = 0; c < C; c++) di[c] = forge_bf16_from_f32(bf(di[c]) + a[c]);
         }
-        /* dwte: each vocabulary row adds the chunk's rows in order */
+        /* dwte: each vocabulary row adds the chunk's rows in order (NULL: not wanted) */
 #pragma omp parallel for schedule(static) num_threads(nt)
-        for (int v = 0; v < V; v++) {
+        for (int v = 0; v < (dwte ? V : 0); v++) {
             float *dw = dwte + (size_t)v * C;
             for (int r = 0; r < rows; r++) {
                 const float g = bf(lg[(size_t)r * V + v]);

@@ -224,7 +224,7 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
     for (int n0 = 0; n0 < N; n0 += R) {
         const int rows = N - n0 < R ? N - n0 : R;
         const forge_bf16 *in = inp + (size_t)n0 * C;
-        forge_bf16 *di = dinp + (size_t)n0 * C;
+        forge_bf16 *di = dinp ? dinp + (size_t)n0 * C : nullptr;
         /* 1. logits = rn(in . wte^T) */
         if (cls16_refused(forge_gemm_bf16_nt_epi(in, wte, logits, rows, V, C, &epi, ctx->stream)))
             FORGE_TRY(cls16_gemm_simt<true>(ctx, logits, in, wte, rows, V, C, C, 1, 1, C, V, 0));
@@ -233,24 +233,24 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
                                                                        ignore_index, grad_scale, ctx->input_error);
         CUDA_LAUNCH_CHECK("cls16_softmax_kernel");
         /* 3. dinp = rn(dinp + dl . wte): the first V8 columns by GEMM, the tail in the rounding pass */
-        if (V8 > 0) {
+        if (dinp && V8 > 0) {
             forge_status st = forge_gemm_bf16_nn_wgmma(dl, wte, prod, rows, C, V8, 0, ctx->stream);
             if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, prod, (const forge_bf16 *)dl, wte, rows, C, V8, V8,
                                                                1, C, 1, C, 0);
             FORGE_TRY(st);
         }
-        const size_t nd = (size_t)rows * C;
-        cls16_dinp_kernel<<<cuda_grid_for(ctx, nd, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
+        const size_t nd = dinp ? (size_t)rows * C : 0;
+        if (nd) cls16_dinp_kernel<<<cuda_grid_for(ctx, nd, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
             (uint16_t *)di, V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT);
-        CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
+        if (nd) CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
         /* 4. dwte += dl^T . in: the first V8 rows by GEMM, the tail rows by their own pass */
-        if (V8 > 0) {
+        if (dwte && V8 > 0) {
             forge_status st = forge_gemm_bf16_tn_wgmma(dl, in, dwte, V8, C, rows, 1, nullptr, 0, ctx->stream);
             if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, dwte, (const forge_bf16 *)dl, in, V8, C, rows, 1,
                                                                V8, C, 1, C, 1);
             FORGE_TRY(st);
         }
-        if (VT > 0) {
+        if (dwte && VT > 0) {
             const size_t nt = (size_t)VT * C;
             cls16_dwte_tail_kernel<<<cuda_grid_for(ctx, nt, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
                 dwte, dl_tail, (const uint16_t *)in, rows, C, V8, VT);
