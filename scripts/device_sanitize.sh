@@ -8,8 +8,8 @@
 #   synccheck  the same
 #   racecheck  the op walk (--only ops --quick), the bf16 flash backward's dQ / dK-dV kernels, the dW C192 kernel,
 #              and one step (with build/cuda-san)
-# One training step: gpt-10m, batch 2 x 64, --matmul fp32 and --matmul tf32 (the precisions the trainer has), on
-# the tokenized TinyStories of .carry/data/ts8192. Every sanitizer log comes back under $OUT; a summary table last.
+# One training step: gpt-10m, batch 2 x 64, in each precision the trainer has (fp32, fp32 with tf32 GEMMs, bf16),
+# on the tokenized TinyStories of .carry/data/ts8192. SAN_TOOLS="memcheck synccheck racecheck" picks the tools. Every sanitizer log comes back under $OUT; a summary table last.
 set -u -o pipefail
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 [ -x "$SAN" ] || { echo "compute-sanitizer not found"; exit 1; }
@@ -51,27 +51,43 @@ run() {
     case $rc in 0) results+=(pass) ;; 124 | 137) results+=("timeout(${T}s)"); fails=1 ;; *) results+=("fail(rc=$rc)"); fails=1 ;; esac
 }
 
-step_args() { # one training step of gpt-10m under --matmul $1
-    echo "forge train --device cuda --matmul $1 --config gpt-10m --data $DATA --out /tmp/forge-san-$1 --steps 1 \
+step_args() { # one training step of gpt-10m: $1 = fp32 | tf32 | bf16
+    local flags="--precision fp32 --matmul fp32"
+    [ "$1" = tf32 ] && flags="--precision fp32 --matmul tf32"
+    [ "$1" = bf16 ] && flags="--precision bf16"
+    echo "forge train --device cuda $flags --config gpt-10m --data $DATA --out /tmp/forge-san-$1 --steps 1 \
 --batch 2 --seq-len 64 --eval-every 0 --quiet"
 }
 
-run memcheck-tests memcheck build/cuda forge_gpu_tests --quick
-run synccheck-tests synccheck build/cuda forge_gpu_tests --quick
-run racecheck-ops racecheck "$SAN_BIN" forge_gpu_tests --only ops --quick
-# the bf16 flash backward's dQ and dK/dV kernels (the P^T hand-off between the consumer warpgroups through shared
-# memory; racecheck over every flash kernel, persistent forward grids included, outruns the stage) and the dW C192
-# kernel
-KERNELS=kns=fb_d run racecheck-flash16-bwd racecheck "$SAN_BIN" forge_gpu_tests --only flash16 --quick
-KERNELS=kns=gemm_wgmma_bf16_tn_c192 run racecheck-gemm-tn racecheck "$SAN_BIN" forge_gpu_tests --only gemm_tn --quick
-for mode in fp32 tf32; do
-    # shellcheck disable=SC2046
-    run "memcheck-step-$mode" memcheck build/cuda $(step_args "$mode")
-    # shellcheck disable=SC2046
-    run "synccheck-step-$mode" synccheck build/cuda $(step_args "$mode")
-    # shellcheck disable=SC2046
-    run "racecheck-step-$mode" racecheck "$SAN_BIN" $(step_args "$mode")
-done
+# SAN_TOOLS picks the tools (one device call has 10 minutes: split them over calls)
+TOOLS=${SAN_TOOLS:-memcheck synccheck racecheck}
+want() { case " $TOOLS " in *" $1 "*) return 0 ;; esac; return 1; }
+if want memcheck; then
+    run memcheck-tests memcheck build/cuda forge_gpu_tests --quick
+    for p in fp32 tf32 bf16; do
+        # shellcheck disable=SC2046
+        run "memcheck-step-$p" memcheck build/cuda $(step_args "$p")
+    done
+fi
+if want synccheck; then
+    run synccheck-tests synccheck build/cuda forge_gpu_tests --quick
+    for p in fp32 tf32 bf16; do
+        # shellcheck disable=SC2046
+        run "synccheck-step-$p" synccheck build/cuda $(step_args "$p")
+    done
+fi
+if want racecheck; then
+    run racecheck-ops racecheck "$SAN_BIN" forge_gpu_tests --only ops --quick
+    # the bf16 flash backward's dQ and dK/dV kernels (the P^T hand-off between the consumer warpgroups through shared
+    # memory; racecheck over every flash kernel, persistent forward grids included, outruns the stage) and the dW
+    # C192 kernel
+    KERNELS=kns=fb_d run racecheck-flash16-bwd racecheck "$SAN_BIN" forge_gpu_tests --only flash16 --quick
+    KERNELS=kns=gemm_wgmma_bf16_tn_c192 run racecheck-gemm-tn racecheck "$SAN_BIN" forge_gpu_tests --only gemm_tn --quick
+    for p in fp32 tf32 bf16; do
+        # shellcheck disable=SC2046
+        run "racecheck-step-$p" racecheck "$SAN_BIN" $(step_args "$p")
+    done
+fi
 
 echo
 echo "== sanitize summary"
