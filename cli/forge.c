@@ -131,7 +131,8 @@ typedef struct {
     "                       tensor-core kernels (not exact fp32); cublas = cuBLAS pedantic fp32; auto = per\n" \
     "                       shape the faster of fp32 and cublas, measured once, cached, printed at start\n"   \
     "  --attention flash|materialised  the fused op (default) or the reference with (B,NH,T,T) scores\n"    \
-    "  --precision fp32     the training step's precision [fp32]\n"                                         \
+    "  --precision P        the step's precision: fp32 (exact), tf32 (fp32 with tf32 GEMMs) or bf16\n"      \
+    "                       (docs/mixed-precision.md) [bf16 on cuda, fp32 on cpu]\n"                        \
     "  --threads N          CPU threads [all cores]\n"                                                      \
     "  --matmul-cache FILE  the auto matmul table's file [$XDG_CACHE_HOME/forge or ~/.cache/forge]\n"
 
@@ -169,7 +170,27 @@ static forge_status runtime_options_build(const char *cmd, const runtime_flags *
         FORGE_TRY(forge_matmul_mode_parse("--matmul", f->matmul, &o->matmul));
     }
     if (f->attention) FORGE_TRY(forge_attention_kind_parse("--attention", f->attention, &o->attention));
-    if (f->precision) FORGE_TRY(forge_train_precision_parse("--precision", f->precision, &o->precision));
+    /* --precision: fp32 (exact), tf32 (fp32 with forge's tf32 GEMMs: --matmul tf32) or bf16; the default is bf16 on
+     * CUDA (unless --matmul picks an fp32 step's GEMM) and fp32 on the CPU */
+    if (f->precision && strcmp(f->precision, "tf32") == 0) {
+        if (o->device != FORGE_DEVICE_CUDA) return usage_error(cmd, "--precision tf32 applies to --device cuda only", NULL);
+        if (f->matmul && o->matmul != FORGE_MATMUL_TF32)
+            return usage_error(cmd, "--precision tf32 runs the tf32 GEMMs: it conflicts with --matmul ", f->matmul);
+        o->precision = FORGE_TRAIN_FP32;
+        o->matmul = FORGE_MATMUL_TF32;
+    } else if (f->precision) {
+        static const char *const valid[] = {"fp32", "tf32", "bf16"};
+        if (forge_train_precision_parse("--precision", f->precision, &o->precision) != FORGE_OK)
+            return forge_error(FORGE_ERR_ARG, "--precision: \"%s\" is not valid: expected \"%s\", \"%s\" or \"%s\"",
+                               f->precision, valid[0], valid[1], valid[2]);
+        if (o->precision == FORGE_TRAIN_BF16 && f->matmul)
+            return forge_error(FORGE_ERR_ARG,
+                               "%s: --matmul %s picks the GEMMs of an fp32 step, and --precision bf16 runs forge's "
+                               "bf16 GEMMs: drop one of them",
+                               cmd, f->matmul);
+    } else if (o->device == FORGE_DEVICE_CUDA && !f->matmul) {
+        o->precision = FORGE_TRAIN_BF16;
+    }
     o->threads = (int)f->threads;
     o->cache_dir = default_cache_dir();
     o->matmul_cache_path = f->matmul_cache;
