@@ -131,7 +131,8 @@ typedef struct {
     "                       tensor-core kernels (not exact fp32); cublas = cuBLAS pedantic fp32; auto = per\n" \
     "                       shape the faster of fp32 and cublas, measured once, cached, printed at start\n"   \
     "  --attention flash|materialised  the fused op (default) or the reference with (B,NH,T,T) scores\n"    \
-    "  --precision fp32     the training step's precision [fp32]\n"                                         \
+    "  --precision P        the step's precision: fp32 (exact), tf32 (fp32 with tf32 GEMMs) or bf16\n"      \
+    "                       (docs/mixed-precision.md) [bf16 on cuda, fp32 on cpu]\n"                        \
     "  --threads N          CPU threads [all cores]\n"                                                      \
     "  --matmul-cache FILE  the auto matmul table's file [$XDG_CACHE_HOME/forge or ~/.cache/forge]\n"
 
@@ -169,7 +170,27 @@ static forge_status runtime_options_build(const char *cmd, const runtime_flags *
         FORGE_TRY(forge_matmul_mode_parse("--matmul", f->matmul, &o->matmul));
     }
     if (f->attention) FORGE_TRY(forge_attention_kind_parse("--attention", f->attention, &o->attention));
-    if (f->precision) FORGE_TRY(forge_train_precision_parse("--precision", f->precision, &o->precision));
+    /* --precision: fp32 (exact), tf32 (fp32 with forge's tf32 GEMMs: --matmul tf32) or bf16; the default is bf16 on
+     * CUDA (unless --matmul picks an fp32 step's GEMM) and fp32 on the CPU */
+    if (f->precision && strcmp(f->precision, "tf32") == 0) {
+        if (o->device != FORGE_DEVICE_CUDA) return usage_error(cmd, "--precision tf32 applies to --device cuda only", NULL);
+        if (f->matmul && o->matmul != FORGE_MATMUL_TF32)
+            return usage_error(cmd, "--precision tf32 runs the tf32 GEMMs: it conflicts with --matmul ", f->matmul);
+        o->precision = FORGE_TRAIN_FP32;
+        o->matmul = FORGE_MATMUL_TF32;
+    } else if (f->precision) {
+        static const char *const valid[] = {"fp32", "tf32", "bf16"};
+        if (forge_train_precision_parse("--precision", f->precision, &o->precision) != FORGE_OK)
+            return forge_error(FORGE_ERR_ARG, "--precision: \"%s\" is not valid: expected \"%s\", \"%s\" or \"%s\"",
+                               f->precision, valid[0], valid[1], valid[2]);
+        if (o->precision == FORGE_TRAIN_BF16 && f->matmul)
+            return forge_error(FORGE_ERR_ARG,
+                               "%s: --matmul %s picks the GEMMs of an fp32 step, and --precision bf16 runs forge's "
+                               "bf16 GEMMs: drop one of them",
+                               cmd, f->matmul);
+    } else if (o->device == FORGE_DEVICE_CUDA && !f->matmul) {
+        o->precision = FORGE_TRAIN_BF16;
+    }
     o->threads = (int)f->threads;
     o->cache_dir = default_cache_dir();
     o->matmul_cache_path = f->matmul_cache;
@@ -373,9 +394,10 @@ static const char *TRAIN_HELP =
     "  With no --data: the demo job. Builds a corpus from Debian's `fortunes` package,\n"
     "  trains a BPE vocabulary for it, trains the `tiny` config on the CPU and prints samples.\n"
     "options (defaults in brackets):\n"
-    "  --config NAME|PATH   configs/NAME.json or a JSON file [tiny]\n"
+    "  --config NAME|PATH   configs/NAME.json or a JSON file [tiny; with --resume, the checkpoint's]\n"
     "  --data DIR           train_*.bin / val_*.bin shards + tokenizer, from `forge tokenize`\n"
-    "  --out DIR            checkpoints and log.jsonl [runs/<config>]\n"
+    "  --out DIR            checkpoints and log.jsonl, locked while a run uses it [runs/<config>;\n"
+    "                       with --resume RUN_DIR, RUN_DIR]\n"
 
     "  --steps N            optimizer steps [500; 1000 for the demo]\n"
     "  --batch B            sequences per micro-batch [16]\n"
@@ -386,6 +408,7 @@ static const char *TRAIN_HELP =
     "  --seed S             init and data order [1337]\n"
     "  --eval-every N       val loss every N steps [100]; --eval-batches N [8]\n"
     "  --ckpt-every N       checkpoint every N steps [only at the end]\n"
+    "  --keep-checkpoints N the newest N checkpoints are kept at each save [2]\n"
     "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
     "  --stop-after N       stop after step N with a checkpoint (to resume later)\n"
     "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
@@ -427,6 +450,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     runtime_flags rf = {0};
     long samples = -1, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
+    long keep = o.keep_checkpoints;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
@@ -444,6 +468,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         INT_OPT("--eval-batches", eval_batches, 1, 1 << 20)
         INT_OPT("--ckpt-every", ckpt_every, 0, 1L << 30)
         INT_OPT("--stop-after", stop_after, 0, 1L << 30)
+        INT_OPT("--keep-checkpoints", keep, 1, 1L << 20)
         INT_OPT("--samples", samples, 0, 100)
         FLOAT_OPT("--lr", o.lr, 0.0, 10.0)
         FLOAT_OPT("--warmup-frac", o.warmup_frac, 0.0, 1.0)
@@ -471,11 +496,12 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     o.eval_batches = (int)eval_batches;
     o.ckpt_every = (int)ckpt_every;
     o.stop_after = (int)stop_after;
+    o.keep_checkpoints = (int)keep;
     int demo = o.data_dir == NULL;
     char out_buf[1024], data_buf[1024];
     if (demo) {
         forge_model_config cfg;
-        s = forge_config_resolve(&cfg, o.config, o.configs_dir);
+        s = forge_config_resolve(&cfg, o.config ? o.config : "tiny", o.configs_dir);
         if (s != FORGE_OK) return fail(s);
         snprintf(data_buf, sizeof data_buf, "runs/data-fortunes-%d", cfg.vocab_size);
         s = prepare_demo_data(data_buf, cfg.vocab_size, stdout);
@@ -484,8 +510,36 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         if (samples < 0) samples = 3;
         if (!steps_given) o.steps = 1000; /* ~4-5 minutes on 2 cores */
     }
-    if (!out_dir) {
-        const char *base = strrchr(o.config, '/') ? strrchr(o.config, '/') + 1 : o.config;
+    /* Without --out, a resumed run continues in its run directory: --resume RUN, or --resume RUN/ckpt_N. */
+    char run_dir[1100] = "", latest[1200];
+    if (o.resume) {
+        snprintf(latest, sizeof latest, "%s/latest", o.resume);
+        if (access(latest, F_OK) == 0) {
+            snprintf(run_dir, sizeof run_dir, "%s", o.resume);
+        } else {
+            char parent[1100];
+            snprintf(parent, sizeof parent, "%s", o.resume);
+            size_t len = strlen(parent);
+            while (len > 1 && parent[len - 1] == '/') parent[--len] = '\0';
+            char *slash = strrchr(parent, '/');
+            const char *base = slash ? slash + 1 : parent;
+            int is_ckpt = strncmp(base, "ckpt_", 5) == 0;
+            if (slash) *slash = '\0';
+            else snprintf(parent, sizeof parent, ".");
+            snprintf(latest, sizeof latest, "%s/latest", parent);
+            if (is_ckpt && access(latest, F_OK) == 0) snprintf(run_dir, sizeof run_dir, "%s", parent);
+        }
+    }
+    if (!out_dir && run_dir[0]) {
+        out_dir = run_dir;
+    } else if (!out_dir) {
+        const char *config = o.config ? o.config : "tiny";
+        forge_model_config ckpt_cfg;
+        char ckpt[1100];
+        if (!o.config && o.resume && forge_checkpoint_resolve(o.resume, ckpt, sizeof ckpt) == FORGE_OK &&
+            forge_checkpoint_read_config(ckpt, &ckpt_cfg) == FORGE_OK)
+            config = ckpt_cfg.name; /* a checkpoint directory: runs/<its config's name> */
+        const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
         snprintf(out_buf, sizeof out_buf, "runs/%.*s", (int)strcspn(base, "."), base);
         out_dir = out_buf; /* created (with runs/) by the trainer */
     }

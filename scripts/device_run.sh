@@ -79,14 +79,16 @@ skip_stage() {
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 } 2>&1 | tee "$OUT/env.txt"
 
-# binaries carried gzipped by scripts/device_prepare.sh
-if [ -d .carry/bin ]; then
-    mkdir -p build/cuda
-    for f in .carry/bin/*.gz; do
-        b=build/cuda/$(basename "$f" .gz)
+# binaries carried gzipped by scripts/device_prepare.sh: .carry/bin -> build/cuda, .carry/bin-san -> build/cuda-san
+for pair in bin:cuda bin-san:cuda-san; do
+    src=.carry/${pair%%:*} dst=build/${pair##*:}
+    [ -d "$src" ] || continue
+    mkdir -p "$dst"
+    for f in "$src"/*.gz; do
+        b=$dst/$(basename "$f" .gz)
         gunzip -c "$f" >"$b" && chmod +x "$b"
     done
-fi
+done
 
 GPU_TESTS=build/cuda/forge_gpu_tests
 if [ -x "$GPU_TESTS" ]; then

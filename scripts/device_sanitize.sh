@@ -1,49 +1,104 @@
 #!/usr/bin/env bash
-# device_sanitize.sh: compute-sanitizer over the newest kernels' quick parity
-# lists (device_run.sh stage "sanitize"): memcheck for the bf16 flash
-# attention and the fp8/tf32 wgmma GEMMs, synccheck and racecheck for the bf16
-# flash kernels (cp.async + barrier ordering and shared-memory hazards, e.g.
-# the dK/dV kernels' P^T handoff, which the numpy emulator cannot see).
+# device_sanitize.sh: compute-sanitizer over the GPU parity suite and one training step of each matmul mode the
+# trainer has (device_run.sh stage "sanitize"), from the repo root with OUT set and the binaries of
+# scripts/device_prepare.sh unpacked: build/cuda (the product) and build/cuda-san (the same code built with
+# WGMMA_WAIT_TIMEOUT_NS = 120 s: racecheck serialises warps, and the default 10 s mbarrier-wait trap can fire in a
+# warp-specialised kernel under it).
+#   memcheck   forge_gpu_tests --quick (every op of the list, the properties, the kernel suites), and one step
+#   synccheck  the same
+#   racecheck  the op walk (--only ops --quick), the bf16 flash backward's dQ / dK-dV kernels, the dW C192 kernel,
+#              and one step (with build/cuda-san)
+# One training step: gpt-10m, batch 2 x 64, in each precision the trainer has (fp32, fp32 with tf32 GEMMs, bf16),
+# on the tokenized TinyStories of .carry/data/ts8192. SAN_TOOLS="memcheck synccheck racecheck" picks the tools. Every sanitizer log comes back under $OUT; a summary table last.
 set -u -o pipefail
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 [ -x "$SAN" ] || { echo "compute-sanitizer not found"; exit 1; }
-LOGS=${OUT:-/tmp} # full sanitizer logs (they come back with $OUT)
-mkdir -p "$LOGS"
+OUT=${OUT:-/tmp/forge-sanitize}
+mkdir -p "$OUT"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+SAN_BIN=build/cuda-san
+[ -x "$SAN_BIN/forge_gpu_tests" ] || SAN_BIN=build/cuda
+DATA=${FORGE_GATE_DATA:-.carry/data/ts8192}
+T=${FORGE_T_SAN_EACH:-150}
+names=()
+results=()
 fails=0
-# racecheck instruments only the wgmma backward kernels fb_dq*, fb_dkdv* (the dK/dV P^T handoff through shared
-# memory between the two consumer warpgroups; racecheck over every flash kernel, persistent forward grids
-# included, overran 90 s) and the dW C192 kernel. Build for it with a long mbarrier-wait timeout
-# (make cuda EXTRA_NVFLAGS=-DWGMMA_WAIT_TIMEOUT_NS=120000000000ull): racecheck serialises warps, and the default
-# 10 s trap fired once in a warp-specialised kernel (lab/notes/2026-12-01.md, session 5). The gemm_fp8 list is not
-# racechecked: its 2-CTA cluster kernels crash racecheck ("failed to handle a hardware exception") even when not
-# instrumented.
-for spec in "memcheck flash16" "memcheck gemm_fp8" "synccheck flash16" "racecheck flash16 --kernel-name kns=fb_d" \
-    "racecheck gemm_tn --kernel-name kns=gemm_wgmma_bf16_tn_c192"; do
-    set -- $spec
-    tool=$1 only=$2
-    shift 2
-    echo "== $tool on forge_gpu_tests --only $only --quick $*"
-    timeout 90 "$SAN" --tool "$tool" "$@" --error-exitcode 3 \
-        build/cuda/forge_gpu_tests --only "$only" --quick > "$LOGS/san-$tool-$only.log" 2>&1
-    rc=$?
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed, " "$LOGS/san-$tool-$only.log" | tail -n 2
-    # racecheck: the reports whose write side is the dK/dV producer's lse/delta slot (fb_kv_produce) are known and
-    # judged a racecheck limitation (lab/notes/2026-12-01.md, session 4: ordered by the ring's empty barrier, arrived
-    # on by one lane per warp after __syncwarp); any other report fails the stage
+
+# run NAME TOOL BINARY_DIR ARGS...: the tool over BINARY_DIR/ARGS, its log in $OUT/san-NAME.log; KERNELS=kns=...
+# limits the tool to the kernels whose name holds the string, KERNELS_EXCLUDE=kns=... leaves those out
+run() {
+    local name=$1 tool=$2 dir=$3
+    shift 3
+    local extra=()
+    [ -n "${KERNELS:-}" ] && extra=(--kernel-name "$KERNELS")
+    [ -n "${KERNELS_EXCLUDE:-}" ] && extra+=(--kernel-name-exclude "$KERNELS_EXCLUDE")
+    # racecheck reports of the dK/dV producer's lse/delta slot (fb_kv_produce) are a known racecheck limitation
+    # (lab/notes/2026-12-01.md: the slot is ordered by the ring's empty barrier, arrived on by one lane per warp
+    # after __syncwarp): not counted; any other report fails
+    local log="$OUT/san-$name.log"
+    echo "== $name: $tool $dir/$*"
+    timeout "$T" "$SAN" --tool "$tool" --error-exitcode 3 "${extra[@]}" "$dir/$@" >"$log" 2>&1
+    local rc=$?
     if [ "$tool" = racecheck ] && [ $rc -eq 3 ]; then
-        races=$(grep -c "Race reported" "$LOGS/san-$tool-$only.log")
-        known=$(grep "Race reported" "$LOGS/san-$tool-$only.log" | grep -c "fb_kv_produce")
-        if [ "$races" -gt 0 ] && [ "$races" -eq "$known" ] &&
-            grep -qE "^[0-9]+ passed, 0 failed" "$LOGS/san-$tool-$only.log"; then
-            echo "   racecheck: $races report(s), all the known lse/delta slot of fb_kv_produce" \
-                "(lab/notes/2026-12-01.md): not counted"
-            rc=0
-        fi
+        local races known
+        races=$(grep -c "Race reported" "$log")
+        known=$(grep "Race reported" "$log" | grep -c "fb_kv_produce")
+        [ "$races" -gt 0 ] && [ "$races" -eq "$known" ] && rc=0 && echo "   $races known fb_kv_produce report(s)"
     fi
-    # the first reports, so a failure explains itself in the stage log
-    [ $rc -eq 0 ] || grep -m 40 -E "^=========" "$LOGS/san-$tool-$only.log"
-    echo "   rc=$rc"
-    [ $rc -eq 0 ] || fails=1
-done
-echo "== device_sanitize: $([ $fails = 0 ] && echo PASS || echo FAIL)"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^[0-9]+ passed, [0-9]+ failed" "$log" | tail -n 2
+    [ $rc -eq 0 ] || grep -m 30 -E "^=========" "$log"
+    names+=("$name")
+    case $rc in 0) results+=(pass) ;; 124 | 137) results+=("timeout(${T}s)"); fails=1 ;; *) results+=("fail(rc=$rc)"); fails=1 ;; esac
+}
+
+step_args() { # one training step of gpt-10m: $1 = fp32 | tf32 | bf16
+    local flags="--precision fp32 --matmul fp32"
+    [ "$1" = tf32 ] && flags="--precision fp32 --matmul tf32"
+    [ "$1" = bf16 ] && flags="--precision bf16"
+    echo "forge train --device cuda $flags --config gpt-10m --data $DATA --out /tmp/forge-san-$1 --steps 1 \
+--batch 2 --seq-len 64 --eval-every 0 --quiet"
+}
+
+# SAN_TOOLS picks the tools (one device call has 10 minutes: split them over calls)
+TOOLS=${SAN_TOOLS:-memcheck synccheck racecheck}
+want() { case " $TOOLS " in *" $1 "*) return 0 ;; esac; return 1; }
+if want memcheck; then
+    run memcheck-tests memcheck build/cuda forge_gpu_tests --quick
+    for p in fp32 tf32 bf16; do
+        # shellcheck disable=SC2046
+        run "memcheck-step-$p" memcheck build/cuda $(step_args "$p")
+    done
+fi
+if want synccheck; then
+    run synccheck-tests synccheck build/cuda forge_gpu_tests --quick
+    for p in fp32 tf32 bf16; do
+        # shellcheck disable=SC2046
+        run "synccheck-step-$p" synccheck build/cuda $(step_args "$p")
+    done
+fi
+if want racecheck; then
+    # racecheck instruments every shared-memory access: the fp32 SIMT GEMM (gemm_kernel, matmul.cu, which the
+    # attention ops run too) outruns a stage over the whole walk, so it is checked on its own, over one small step
+    KERNELS_EXCLUDE=kns=gemm_kernel run racecheck-ops racecheck "$SAN_BIN" forge_gpu_tests --only ops --quick
+    # shellcheck disable=SC2046
+    KERNELS=kns=gemm_kernel run racecheck-simt-gemm racecheck "$SAN_BIN" forge train --device cuda --matmul fp32 \
+        --config gpt-10m --data "$DATA" --out /tmp/forge-san-simt --steps 1 --batch 1 --seq-len 16 --eval-every 0 \
+        --quiet
+    # the bf16 flash backward's dQ and dK/dV kernels (the P^T hand-off between the consumer warpgroups through shared
+    # memory; racecheck over every flash kernel, persistent forward grids included, outruns the stage) and the dW
+    # C192 kernel
+    KERNELS=kns=fb_d run racecheck-flash16-bwd racecheck "$SAN_BIN" forge_gpu_tests --only flash16 --quick
+    KERNELS=kns=gemm_wgmma_bf16_tn_c192 run racecheck-gemm-tn racecheck "$SAN_BIN" forge_gpu_tests --only gemm_tn --quick
+    for p in fp32 tf32 bf16; do
+        # shellcheck disable=SC2046
+        KERNELS_EXCLUDE=kns=gemm_kernel run "racecheck-step-$p" racecheck "$SAN_BIN" $(step_args "$p")
+    done
+fi
+
+echo
+echo "== sanitize summary"
+printf '%-24s %s\n' check result
+for i in "${!names[@]}"; do printf '%-24s %s\n' "${names[$i]}" "${results[$i]}"; done
+echo "device_sanitize: $([ $fails = 0 ] && echo PASS || echo FAIL)"
 exit $fails

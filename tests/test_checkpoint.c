@@ -11,6 +11,7 @@
 
 #include "../src/base/status.h"
 #include "../src/model/safetensors.h"
+#include "../src/train/run_dir.h"
 #include "../src/train/sampler.h"
 #include "../src/base/rng.h"
 
@@ -323,6 +324,94 @@ static void test_atomic_write(void) {
 #undef CHECK_UNCHANGED
 }
 
+/* ------------------------------------------------------- run directory */
+
+static void touch(const char *dir, const char *name) {
+    FILE *f = fopen(join(dir, name), "w");
+    if (f) fclose(f);
+}
+
+/* ckpt_<step> with model and state files (complete) or only a model file */
+static void fake_checkpoint(const char *run, int step, int complete) {
+    char name[64];
+    snprintf(name, sizeof name, "ckpt_%06d", step);
+    mkdir(join(run, name), 0755);
+    snprintf(name, sizeof name, "ckpt_%06d/model.safetensors", step);
+    touch(run, name);
+    snprintf(name, sizeof name, "ckpt_%06d/state.safetensors", step);
+    if (complete) touch(run, name);
+}
+
+static int has_ckpt(const char *run, int step) {
+    char name[64];
+    snprintf(name, sizeof name, "ckpt_%06d", step);
+    return access(join(run, name), F_OK) == 0;
+}
+
+static void test_run_dir(void) {
+    TEST_CASE("run dir: checkpoint names");
+    CHECK(forge_run_dir_checkpoint_step("ckpt_000012") == 12);
+    CHECK(forge_run_dir_checkpoint_step("ckpt_1234567") == 1234567);
+    CHECK(forge_run_dir_checkpoint_step("ckpt_") == -1);
+    CHECK(forge_run_dir_checkpoint_step("ckpt_12.tmp") == -1);
+    CHECK(forge_run_dir_checkpoint_step("ckpt_-1") == -1);
+    CHECK(forge_run_dir_checkpoint_step("ckpt_99999999999") == -1);
+    CHECK(forge_run_dir_checkpoint_step("latest") == -1);
+
+    TEST_CASE("run dir: collection keeps the newest N complete (<= the step) and latest, removes the rest");
+    const char *run = test_tmpdir();
+    for (int i = 1; i <= 6; i++) fake_checkpoint(run, i, 1);
+    fake_checkpoint(run, 7, 0);                 /* half written */
+    fake_checkpoint(run, 9, 1);                 /* past the step: another trajectory */
+    mkdir(join(run, "ckpt_000006/.tokenizer.tmp"), 0755);
+    touch(run, "ckpt_000006/.tokenizer.tmp/vocab.bpe");
+    touch(run, "ckpt_000006/model.safetensors.tmp");
+    touch(run, "latest.tmp");
+    touch(run, "log.jsonl.tmp");
+    touch(run, "notes.txt");                    /* not ours: left alone */
+    mkdir(join(run, "ckpt_old"), 0755);         /* not a checkpoint name: left alone */
+    FILE *f = fopen(join(run, "latest"), "w");
+    fputs("ckpt_000002\n", f);
+    fclose(f);
+    CHECK_OK(forge_run_dir_collect(run, 6, 2));
+    for (int i = 1; i <= 9; i++)
+        CHECK_MSG(has_ckpt(run, i) == (i == 2 || i == 5 || i == 6), "ckpt %d %s", i,
+                  has_ckpt(run, i) ? "kept" : "removed");
+    CHECK(access(join(run, "ckpt_000006/.tokenizer.tmp"), F_OK) != 0);
+    CHECK(access(join(run, "ckpt_000006/model.safetensors.tmp"), F_OK) != 0);
+    CHECK(access(join(run, "ckpt_000006/model.safetensors"), F_OK) == 0);
+    CHECK(access(join(run, "latest.tmp"), F_OK) != 0 && access(join(run, "log.jsonl.tmp"), F_OK) != 0);
+    CHECK(access(join(run, "notes.txt"), F_OK) == 0 && access(join(run, "ckpt_old"), F_OK) == 0);
+    char newest[64];
+    CHECK(forge_run_dir_count_checkpoints(run, newest, sizeof newest) == 3 && strcmp(newest, "ckpt_000006") == 0);
+    CHECK_OK(forge_run_dir_collect(run, 6, 1));
+    CHECK(has_ckpt(run, 2) && !has_ckpt(run, 5) && has_ckpt(run, 6));
+
+    TEST_CASE("run dir: the log is cut back to a step (torn last line dropped), atomically");
+    const char *dir = test_tmpdir();
+    const char *log = join(dir, "log.jsonl");
+    f = fopen(log, "w");
+    fputs("{\"step\": 1, \"loss\": 5.0}\n{\"step\": 2, \"loss\": 4.0}\n{\"step\": 2, \"val_loss\": 4.5}\n"
+          "{\"step\": 3, \"loss\": 3.0}\n{\"step\": 4, \"lo",
+          f);
+    fclose(f);
+    int dropped = -1;
+    CHECK_OK(forge_run_dir_cut_log(log, 2, &dropped));
+    long n = 0;
+    unsigned char *text = slurp(log, &n);
+    const char *want = "{\"step\": 1, \"loss\": 5.0}\n{\"step\": 2, \"loss\": 4.0}\n{\"step\": 2, \"val_loss\": 4.5}\n";
+    CHECK_MSG(text && n == (long)strlen(want) && memcmp(text, want, (size_t)n) == 0, "log now: %.*s", (int)n,
+              text ? (const char *)text : "");
+    free(text);
+    CHECK(dropped == 2);
+    CHECK(access(join(dir, "log.jsonl.tmp"), F_OK) != 0);
+    CHECK_OK(forge_run_dir_cut_log(join(dir, "none.jsonl"), 2, &dropped)); /* a missing log is fine */
+    CHECK(dropped == 0);
+    mkdir(join(dir, "log.jsonl.tmp"), 0755); /* the temporary name taken: an error, the log unchanged */
+    CHECK_ERR(forge_run_dir_cut_log(log, 1, &dropped), FORGE_ERR_IO, log, "log.jsonl.tmp");
+    CHECK(file_size(log) == (long)strlen(want));
+}
+
 /* ------------------------------------------------------------ sampler */
 
 static void softmax(const float *logits, int V, float t, double *p) {
@@ -522,6 +611,7 @@ void suite_checkpoint(void) {
     test_lookup();
     test_corrupt_files();
     test_atomic_write();
+    test_run_dir();
     test_sampler_greedy();
     test_sampler_distribution();
     test_sampler_reference();

@@ -153,7 +153,35 @@ static void test_unsupported_op(void) {
     forge_backend_destroy(be);
 }
 
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_bf16(void) {
+    TEST_CASE("bf16: round to nearest even, exact widening, NaN and infinities");
+    CHECK(forge_bf16_from_f32(1.0f) == 0x3f80 && forge_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(forge_bf16_from_f32(bits_f32(0x3f808000u)) == 0x3f80); /* a tie: to the even 0x3f80 */
+    CHECK(forge_bf16_from_f32(bits_f32(0x3f818000u)) == 0x3f82); /* a tie: to the even 0x3f82 */
+    CHECK(forge_bf16_from_f32(bits_f32(0x3f808001u)) == 0x3f81); /* above the tie: up */
+    CHECK(forge_bf16_from_f32(bits_f32(0xbf807fffu)) == 0xbf80); /* below the tie, negative: down in magnitude */
+    CHECK(forge_bf16_from_f32(bits_f32(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to +inf */
+    CHECK(forge_bf16_from_f32(bits_f32(0xff800000u)) == 0xff80); /* -inf stays */
+    const forge_bf16 nan = forge_bf16_from_f32(bits_f32(0x7f800001u)); /* a signalling NaN whose top half is inf */
+    CHECK(isnan(forge_bf16_to_f32(nan)));
+    CHECK(forge_bf16_from_f32(bits_f32(0x00010000u)) == 0x0001); /* subnormals keep their top half */
+    for (uint32_t u = 0; u < 0x7f800000u; u += 0x00012345u) { /* every bf16 widens and narrows back exactly */
+        const forge_bf16 h = (forge_bf16)(u >> 16);
+        CHECK(forge_bf16_from_f32(forge_bf16_to_f32(h)) == h);
+        const float f = bits_f32(u);
+        if (u >= 0x00800000u && u < 0x7f7f0000u) /* normal, and not rounding up past FLT_MAX: half an ulp */
+            CHECK(fabsf(forge_round_bf16(f) - f) <= ldexpf(fabsf(f), -8));
+    }
+}
+
 void suite_core(void) {
+    test_bf16();
     test_status();
     test_pool_recycles();
     test_pool_persistent();

@@ -10,6 +10,9 @@
 #define SUITES(X)        \
     X(core)              \
     X(ops_forward)       \
+    X(ops_bf16)          \
+    X(ops_bf16_attn)     \
+    X(ops_bf16_matmul)   \
     X(gradcheck)         \
     X(flash)             \
     X(tokenizer)         \

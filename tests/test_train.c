@@ -1,15 +1,22 @@
 /* test_train.c: the trainer end to end: resume is bit-exact, a non-finite
- * loss stops cleanly, checkpoints round-trip, and TinyStories val loss falls. */
+ * loss stops cleanly, checkpoints round-trip, and TinyStories val loss falls;
+ * the guards (finite checkpoints, option and state validation, config
+ * conflicts) and the run directory (lock, collection, log cut, write errors). */
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/data/tokenize.h"
 #include "../src/data/tokenizer.h"
 #include "../src/model/safetensors.h"
 #include "../src/train/checkpoint.h"
+#include "../src/train/run_dir.h"
 #include "../src/train/trainer.h"
 #include "test.h"
 
@@ -82,7 +89,7 @@ static void base_options(forge_train_options *o, const char *config, const char 
     o->progress = devnull;
 }
 
-static void test_resume_exact(const char *json, const char *label) {
+static void test_resume_exact(const char *json, const char *label, forge_train_precision precision) {
     TEST_CASE(label);
     if (!data_dir()) {
         CHECK_MSG(0, "could not build the test data: %s", forge_error_message());
@@ -93,12 +100,14 @@ static void test_resume_exact(const char *json, const char *label) {
     memset(resumed, 0, sizeof resumed);
     forge_train_options o;
     base_options(&o, config, test_tmpdir());
+    o.runtime.precision = precision;
     o.tokens_per_step = 4 * 32 * 2; /* two micro-batches: accumulation is part of the state */
     o.loss_out = straight;
     o.loss_out_cap = 20;
     CHECK_OK(forge_train(&o, NULL));
 
     base_options(&o, config, test_tmpdir());
+    o.runtime.precision = precision;
     o.tokens_per_step = 4 * 32 * 2;
     o.loss_out = resumed;
     o.loss_out_cap = 20;
@@ -114,6 +123,37 @@ static void test_resume_exact(const char *json, const char *label) {
         CHECK_MSG(memcmp(&straight[i], &resumed[i], sizeof(float)) == 0, "step %d: %.9g straight vs %.9g resumed",
                   i + 1, straight[i], resumed[i]);
     CHECK(straight[19] < straight[0]);
+}
+
+/* 20 steps in bf16 and in fp32 from the same init and batches: every step's loss within 2% relative (the bf16
+ * roundings of activations, gradients and weights move the trajectory, a broken op moves it much more), the loss
+ * falls, and a second bf16 run gives the same bits (deterministic). */
+static void test_bf16_tracks_fp32(const char *json, const char *label) {
+    TEST_CASE(label);
+    if (!data_dir()) {
+        CHECK_MSG(0, "could not build the test data: %s", forge_error_message());
+        return;
+    }
+    const char *config = write_config(json);
+    float l32[20], l16[20], again[20];
+    forge_train_options o;
+    const forge_train_precision precisions[3] = {FORGE_TRAIN_FP32, FORGE_TRAIN_BF16, FORGE_TRAIN_BF16};
+    float *losses[3] = {l32, l16, again};
+    for (int r = 0; r < 3; r++) {
+        base_options(&o, config, test_tmpdir());
+        o.runtime.precision = precisions[r];
+        o.loss_out = losses[r];
+        o.loss_out_cap = 20;
+        CHECK_OK(forge_train(&o, NULL));
+    }
+    double worst = 0;
+    for (int i = 0; i < 20; i++) {
+        const double rel = fabs((double)l16[i] - l32[i]) / fabs((double)l32[i]);
+        if (rel > worst) worst = rel;
+    }
+    CHECK_MSG(worst < 2e-2, "worst relative loss difference bf16 vs fp32 %.3g", worst);
+    CHECK(l16[19] < l16[0] - 0.1f);
+    CHECK_MSG(memcmp(l16, again, sizeof l16) == 0, "two bf16 runs differ");
 }
 
 static void test_checkpoint_round_trip(void) {
@@ -147,8 +187,104 @@ static void test_checkpoint_round_trip(void) {
     CHECK(forge_checkpoint_resolve("/nonexistent-forge-dir", ckpt, sizeof ckpt) == FORGE_ERR_IO);
 }
 
+static int msg_has(const char *a, const char *b) {
+    const char *m = forge_error_message();
+    return strstr(m, a) != NULL && (!b || strstr(m, b) != NULL);
+}
+
+#define CHECK_ERR(expr, want, n1, n2)                                                         \
+    do {                                                                                     \
+        forge_status s_ = (expr);                                                            \
+        CHECK_MSG(s_ == (want), "%s: %s, expected %s (%s)", #expr, forge_status_name(s_),    \
+                  forge_status_name(want), forge_error_message());                          \
+        CHECK_MSG(msg_has((n1), (n2)), "message lacks \"%s\"/\"%s\": %s", (n1),              \
+                  (n2) ? (n2) : "", forge_error_message());                                 \
+    } while (0)
+
+static void read_latest(const char *out_dir, char *name, size_t cap) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/latest", out_dir);
+    name[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(name, (int)cap, f)) name[0] = '\0';
+        fclose(f);
+    }
+    name[strcspn(name, "\n")] = '\0';
+}
+
+static void write_latest(const char *out_dir, const char *name) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/latest", out_dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", name);
+        fclose(f);
+    }
+}
+
+static int exists(const char *dir, const char *name) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Rewrites dir/state.safetensors with metadata key `key` set to `value` (NULL removes it) and, when
+ * poison_tensor is set, that tensor's element 7 set to poison. */
+static void edit_state(const char *ckpt, const char *key, const char *value, const char *poison_tensor,
+                       float poison) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/state.safetensors", ckpt);
+    forge_safetensors *st;
+    CHECK_OK(forge_safetensors_open(&st, path));
+    if (!st) return;
+    int n = forge_safetensors_count(st), nm = forge_safetensors_meta_count(st);
+    forge_st_entry e[4];
+    void *copies[4] = {0};
+    const char *keys[16], *vals[16];
+    int k = 0;
+    for (int i = 0; i < n && i < 4; i++) {
+        e[i] = *forge_safetensors_entry(st, i);
+        copies[i] = malloc(e[i].bytes);
+        memcpy(copies[i], e[i].data, e[i].bytes);
+        if (poison_tensor && strcmp(e[i].name, poison_tensor) == 0) memcpy((float *)copies[i] + 7, &poison, 4);
+        e[i].data = copies[i];
+    }
+    for (int i = 0; i < nm && i < 16; i++) {
+        forge_safetensors_meta_at(st, i, &keys[k], &vals[k]);
+        if (key && strcmp(keys[k], key) == 0) {
+            if (!value) continue;
+            vals[k] = value;
+        }
+        k++;
+    }
+    char *tmp = malloc(strlen(path) + 8);
+    sprintf(tmp, "%s.edit", path);
+    CHECK_OK(forge_safetensors_write(tmp, e, n, keys, vals, k)); /* values point into the mapping */
+    forge_safetensors_close(st);
+    CHECK(rename(tmp, path) == 0);
+    free(tmp);
+    for (int i = 0; i < 4; i++) free(copies[i]);
+}
+
+/* A directory's ckpt_* entries, counted; the names joined into list (for messages). */
+static int list_checkpoints(const char *dir, char *list, size_t cap) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    list[0] = '\0';
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "ckpt_", 5) != 0) continue;
+        n++;
+        size_t len = strlen(list);
+        snprintf(list + len, cap - len, "%s%s", len ? " " : "", de->d_name);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
 static void test_nonfinite_stops(void) {
-    TEST_CASE("a non-finite loss stops training with a clear message and keeps the checkpoint");
+    TEST_CASE("resume refuses a checkpoint whose weights are non-finite, naming the file and tensor");
     if (!data_dir()) return;
     forge_train_options o;
     const char *out_dir = test_tmpdir();
@@ -171,12 +307,382 @@ static void test_nonfinite_stops(void) {
     fclose(f);
     o.stop_after = 0;
     o.resume = out_dir;
-    forge_status s = forge_train(&o, NULL);
-    CHECK(s == FORGE_ERR_NUMERIC);
-    CHECK_MSG(strstr(forge_error_message(), "last good checkpoint") != NULL, "message: %s", forge_error_message());
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "model.safetensors: 100 non-finite weights", "\"transformer.");
     char again[1024];
     CHECK_OK(forge_checkpoint_resolve(out_dir, again, sizeof again));
     CHECK(strcmp(again, ckpt) == 0);
+
+    TEST_CASE("weights that turn non-finite are never checkpointed; the message names the last good one");
+    out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 6;
+    o.stop_after = 2;
+    o.ckpt_every = 1;
+    CHECK_OK(forge_train(&o, NULL));
+    /* lr x weight decay overflows: step 3's loss is finite, its update makes the weights infinite */
+    o.stop_after = 0;
+    o.resume = out_dir;
+    o.lr = 1e30f;
+    o.weight_decay = 1e30f;
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "step 3: checkpoint", "not written: the weights hold");
+    CHECK_MSG(msg_has("the first in \"", "last good checkpoint is") && msg_has("ckpt_000002 (resume", NULL),
+              "message: %s", forge_error_message());
+    char hint[700];
+    snprintf(hint, sizeof hint, "(resume with --resume %s and a lower --lr)", out_dir);
+    CHECK_MSG(msg_has(hint, NULL), "message: %s", forge_error_message());
+    char latest[256];
+    read_latest(out_dir, latest, sizeof latest);
+    CHECK_MSG(strcmp(latest, "ckpt_000002") == 0, "latest = %s", latest);
+    CHECK(!exists(out_dir, "ckpt_000003"));
+    o.lr = 3e-3f; /* the named checkpoint really is good: it loads and trains on */
+    o.weight_decay = 0.1f;
+    CHECK_OK(forge_train(&o, NULL));
+
+    TEST_CASE("a non-finite loss after unsaved non-finite weights names the last good checkpoint");
+    out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 8;
+    o.stop_after = 2;
+    o.ckpt_every = 2;
+    CHECK_OK(forge_train(&o, NULL));
+    o.stop_after = 0;
+    o.resume = out_dir;
+    o.lr = 1e30f;
+    o.weight_decay = 1e30f;
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "step 4: the loss is", "last good checkpoint is");
+    CHECK_MSG(msg_has("ckpt_000002 (resume", NULL), "message: %s", forge_error_message());
+    read_latest(out_dir, latest, sizeof latest);
+    CHECK(strcmp(latest, "ckpt_000002") == 0);
+
+    TEST_CASE("no good checkpoint yet: the message says so instead of naming one");
+    base_options(&o, write_config(TINY_GPT2), test_tmpdir());
+    o.steps = 3;
+    o.ckpt_every = 1;
+    o.lr = 1e30f;
+    o.weight_decay = 1e30f;
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "not written", "no good checkpoint of this run yet");
+}
+
+static void test_resume_state_validation(void) {
+    TEST_CASE("resume refuses non-finite AdamW moments, naming the file and the tensor");
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 6;
+    o.stop_after = 3;
+    CHECK_OK(forge_train(&o, NULL));
+    char ckpt[1024], saved[1200], cmd[2600];
+    CHECK_OK(forge_checkpoint_resolve(out_dir, ckpt, sizeof ckpt));
+    snprintf(saved, sizeof saved, "%s/saved.safetensors", out_dir);
+    snprintf(cmd, sizeof cmd, "cp '%s/state.safetensors' '%s'", ckpt, saved);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/state.safetensors'", saved, ckpt);
+    o.stop_after = 0;
+    o.resume = out_dir;
+    edit_state(ckpt, NULL, NULL, "adamw.m", NAN);
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "state.safetensors: tensor \"adamw.m\" holds 1 non-finite",
+              "\"transformer.wte.weight\"");
+    CHECK(system(cmd) == 0);
+    edit_state(ckpt, NULL, NULL, "adamw.v", INFINITY);
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "state.safetensors: tensor \"adamw.v\"", "non-negative");
+    CHECK(system(cmd) == 0);
+    edit_state(ckpt, NULL, NULL, "adamw.v", -1.0f);
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "tensor \"adamw.v\" holds 1 non-finite or negative", NULL);
+
+    TEST_CASE("resume validates every state field: integer, in range, consistent");
+    static const struct {
+        const char *key, *value, *want;
+    } bad[] = {
+        {"step", "-1", "\"step\" = \"-1\": expected an integer in [0, 2147483647]"},
+        {"step", "99999999999", "\"step\" = \"99999999999\": expected an integer in [0, 2147483647]"},
+        {"step", " 3", "\"step\" = \" 3\""},
+        {"step", "3x", "\"step\" = \"3x\""},
+        {"step", "", "\"step\" = \"\""},
+        {"step", "7", "\"step\" = 7 exceeds \"total_steps\" = 6"},
+        {"step", "2", "\"adamw_step\" = 3 but \"step\" = 2"},
+        {"step", NULL, "metadata has no \"step\""},
+        {"total_steps", "0", "\"total_steps\" = 0: expected at least 1"},
+        {"total_steps", "-6", "\"total_steps\" = \"-6\""},
+        {"adamw_step", "4", "\"adamw_step\" = 4 but \"step\" = 3"},
+        {"adamw_step", "18446744073709551616", "\"adamw_step\" = \"18446744073709551616\""},
+        {"loader_batches", "2", "\"loader_batches\" = 2 with \"step\" = 3"},
+        {"loader_batches", "-3", "\"loader_batches\" = \"-3\""},
+        {"loader_batches", "18446744073709551615", "\"loader_batches\" = \"18446744073709551615\""},
+        {"seed", "1e3", "\"seed\" = \"1e3\""},
+        {"seed", "-1337", "\"seed\" = \"-1337\""},
+        {"tokens_seen", "nan", "\"tokens_seen\" = \"nan\": expected a whole number"},
+        {"tokens_seen", "-384", "\"tokens_seen\" = \"-384\""},
+        {"tokens_seen", "1.5", "\"tokens_seen\" = \"1.5\""},
+        {"tokens_seen", "2", "\"tokens_seen\" = 2 with \"loader_batches\" = 3"},
+        {"tokens_seen", NULL, "metadata has no \"tokens_seen\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(system(cmd) == 0);
+        edit_state(ckpt, bad[i].key, bad[i].value, NULL, 0);
+        forge_status st = forge_train(&o, NULL);
+        CHECK_MSG(st == FORGE_ERR_DATA && msg_has("state.safetensors", bad[i].want), "%s = %s: %s: %s", bad[i].key,
+                  bad[i].value ? bad[i].value : "(missing)", forge_status_name(st), forge_error_message());
+    }
+    CHECK(system(cmd) == 0);
+
+    TEST_CASE("resume: --steps below the checkpoint's step is refused; equal to it trains nothing");
+    o.steps = 2;
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "is at step 3, past --steps 2", NULL);
+    o.steps = 3;
+    forge_train_result r;
+    CHECK_OK(forge_train(&o, &r));
+    CHECK(r.steps_done == 0 && strstr(r.last_checkpoint, "ckpt_000003") != NULL);
+    o.steps = 6;
+    CHECK_OK(forge_train(&o, &r));
+    CHECK(r.steps_done == 3);
+}
+
+static void test_option_validation(void) {
+    TEST_CASE("options that make AdamW undefined are refused, naming the flag and the range");
+    forge_train_options o;
+    forge_train_options_default(&o);
+    o.data_dir = "unused";
+    CHECK_OK(forge_train_options_validate(&o));
+    static const struct {
+        const char *flag;
+        float value;
+        const char *want;
+    } bad[] = {
+        {"--beta1", 1.0f, "--beta1 1: expected a finite number in [0, 1)"},
+        {"--beta1", -0.1f, "--beta1 -0.1"},
+        {"--beta2", 1.0f, "--beta2 1: expected a finite number in [0, 1)"},
+        {"--eps", 0.0f, "--eps 0: expected a finite number in (0, inf)"},
+        {"--eps", -1e-8f, "--eps -1e-08"},
+        {"--lr", -1.0f, "--lr -1: expected a finite number in [0, inf)"},
+        {"--lr", NAN, "--lr nan"},
+        {"--lr", INFINITY, "--lr inf"},
+        {"--weight-decay", -0.1f, "--weight-decay -0.1"},
+        {"--weight-decay", NAN, "--weight-decay nan"},
+        {"--grad-clip", INFINITY, "--grad-clip inf"},
+        {"--grad-clip", -1.0f, "--grad-clip -1"},
+        {"--warmup-frac", 1.5f, "--warmup-frac 1.5: expected a finite number in [0, 1]"},
+        {"--warmup-frac", -0.5f, "--warmup-frac -0.5"},
+        {"--min-lr-ratio", 2.0f, "--min-lr-ratio 2: expected a finite number in [0, 1]"},
+        {"--min-lr-ratio", NAN, "--min-lr-ratio nan"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        forge_train_options_default(&o);
+        o.data_dir = "unused";
+        const char *f = bad[i].flag;
+        float *field = strcmp(f, "--beta1") == 0         ? &o.beta1
+                       : strcmp(f, "--beta2") == 0       ? &o.beta2
+                       : strcmp(f, "--eps") == 0         ? &o.eps
+                       : strcmp(f, "--lr") == 0          ? &o.lr
+                       : strcmp(f, "--weight-decay") == 0 ? &o.weight_decay
+                       : strcmp(f, "--grad-clip") == 0   ? &o.grad_clip
+                       : strcmp(f, "--warmup-frac") == 0 ? &o.warmup_frac
+                                                         : &o.min_lr_ratio;
+        *field = bad[i].value;
+        CHECK_ERR(forge_train_options_validate(&o), FORGE_ERR_ARG, bad[i].want, NULL);
+    }
+    /* the ends that are fine */
+    forge_train_options_default(&o);
+    o.data_dir = "unused";
+    o.beta1 = 0.0f;
+    o.beta2 = 0.0f;
+    o.lr = 0.0f;
+    o.weight_decay = 0.0f;
+    o.grad_clip = 0.0f;
+    o.warmup_frac = 1.0f;
+    o.min_lr_ratio = 0.0f;
+    CHECK_OK(forge_train_options_validate(&o));
+    o.keep_checkpoints = 0;
+    CHECK_ERR(forge_train_options_validate(&o), FORGE_ERR_ARG, "--keep-checkpoints 0: expected an integer >= 1",
+              NULL);
+
+    TEST_CASE("forge_train refuses --beta1 1 and --eps 0 --beta2 0 before touching the run directory");
+    if (!data_dir()) return;
+    char out_dir[600];
+    snprintf(out_dir, sizeof out_dir, "%s/run", test_tmpdir());
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.beta1 = 1.0f;
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "--beta1 1", "[0, 1)");
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.eps = 0.0f;
+    o.beta2 = 0.0f;
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "--eps 0", "(0, inf)");
+    CHECK(access(out_dir, F_OK) != 0);
+}
+
+static void test_config_conflict(void) {
+    TEST_CASE("--config with --resume: the same config is fine, a different one is refused naming both");
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    const char *gpt2 = write_config(TINY_GPT2);
+    base_options(&o, gpt2, out_dir);
+    o.steps = 4;
+    o.stop_after = 2;
+    CHECK_OK(forge_train(&o, NULL));
+    o.stop_after = 3;
+    o.resume = out_dir;
+    const char *other = write_config(
+        "{\"family\": \"gpt2\", \"vocab_size\": 320, \"context_length\": 32, \"d_model\": 32,"
+        " \"n_layers\": 3, \"n_heads\": 4}");
+    o.config = other;
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, other, "conflicts with the config of the checkpoint");
+    CHECK_MSG(msg_has("ckpt_000002", "n_layers 3 in --config, 2 in the checkpoint"), "message: %s",
+              forge_error_message());
+    o.config = write_config(TINY_LLAMA);
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "family 1 in --config, 0 in the checkpoint", NULL);
+    o.config = "no-such-config";
+    CHECK(forge_train(&o, NULL) == FORGE_ERR_IO);
+    o.config = gpt2; /* the same one */
+    CHECK_OK(forge_train(&o, NULL));
+    o.config = NULL; /* none: the checkpoint's */
+    o.stop_after = 0;
+    forge_train_result r;
+    CHECK_OK(forge_train(&o, &r));
+    CHECK(r.steps_done == 1);
+}
+
+static void test_run_dir_consistency(void) {
+    TEST_CASE("checkpoint tokenizer files are renamed into place (no temporary directory left)");
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 10;
+    o.ckpt_every = 1;
+    o.stop_after = 5;
+    CHECK_OK(forge_train(&o, NULL));
+    char ckpt[1024];
+    CHECK_OK(forge_checkpoint_resolve(out_dir, ckpt, sizeof ckpt));
+    CHECK(exists(ckpt, "encoder.json") && exists(ckpt, "vocab.bpe") && !exists(ckpt, ".tokenizer.tmp"));
+    forge_tokenizer *tok = NULL;
+    CHECK_OK(forge_tokenizer_load(&tok, ckpt));
+    forge_tokenizer_free(tok);
+
+    TEST_CASE("keep-newest-2 holds across resumes: leftovers of interrupted runs are collected");
+    char list[2000], path[1400];
+    CHECK_MSG(list_checkpoints(out_dir, list, sizeof list) == 2, "after 5 steps: %s", list);
+    /* what a killed run leaves: an older complete checkpoint it had not collected, a half-deleted one,
+     * one half-written past latest, temporary files */
+    snprintf(path, sizeof path, "cp -r '%s/ckpt_000005' '%s/ckpt_000001' && mkdir '%s/ckpt_000002' && "
+             "touch '%s/ckpt_000002/vocab.bpe' && mkdir -p '%s/ckpt_000006/.tokenizer.tmp' && "
+             "touch '%s/ckpt_000006/model.safetensors.tmp' '%s/ckpt_000005/state.safetensors.tmp' '%s/latest.tmp'",
+             out_dir, out_dir, out_dir, out_dir, out_dir, out_dir, out_dir, out_dir);
+    CHECK(system(path) == 0);
+    o.stop_after = 7;
+    o.resume = out_dir;
+    CHECK_OK(forge_train(&o, NULL));
+    CHECK_MSG(list_checkpoints(out_dir, list, sizeof list) == 2 && strstr(list, "ckpt_000006") &&
+                  strstr(list, "ckpt_000007"),
+              "after the resume: %s", list);
+    CHECK(!exists(out_dir, "latest.tmp"));
+    o.stop_after = 0;
+    o.keep_checkpoints = 3;
+    CHECK_OK(forge_train(&o, NULL));
+    CHECK_MSG(list_checkpoints(out_dir, list, sizeof list) == 3 && strstr(list, "ckpt_000010"), "keep 3: %s", list);
+
+    TEST_CASE("log.jsonl after kill + resume: steps past the checkpoint are cut, none repeats");
+    out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 10;
+    o.ckpt_every = 4;
+    o.eval_every = 2;
+    o.stop_after = 6;
+    CHECK_OK(forge_train(&o, NULL));
+    write_latest(out_dir, "ckpt_000004"); /* as if killed after logging steps 5 and 6 */
+    snprintf(path, sizeof path, "%s/log.jsonl", out_dir);
+    FILE *f = fopen(path, "a");
+    if (f) {
+        fputs("{\"step\": 7, \"loss\": 1.", f); /* a torn line */
+        fclose(f);
+    }
+    o.stop_after = 0;
+    o.resume = out_dir;
+    CHECK_OK(forge_train(&o, NULL));
+    int seen[12] = {0}, vals[12] = {0}, lines = 0, torn = 0;
+    char line[512];
+    f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        const char *p = strstr(line, "\"step\": ");
+        int step = p ? atoi(p + 8) : -1;
+        if (step < 1 || step > 10 || !strchr(line, '}')) {
+            torn++;
+            continue;
+        }
+        if (strstr(line, "val_loss")) vals[step]++;
+        else seen[step]++;
+    }
+    if (f) fclose(f);
+    CHECK(torn == 0 && lines == 15);
+    for (int i = 1; i <= 10; i++) {
+        CHECK_MSG(seen[i] == 1, "step %d logged %d times", i, seen[i]);
+        CHECK_MSG(vals[i] == (i % 2 == 0), "val loss of step %d logged %d times", i, vals[i]);
+    }
+}
+
+static void test_run_dir_lock(void) {
+    TEST_CASE("two runs on one --out: the second is refused naming the holder");
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 2;
+    int fd = -1;
+    CHECK_OK(forge_run_dir_lock(out_dir, &fd));
+    char want_buf[64];
+    const char *want = want_buf;
+    snprintf(want_buf, sizeof want_buf, "pid %d on ", (int)getpid());
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_IO, "is in use by another run", want);
+    CHECK(!exists(out_dir, "log.jsonl"));
+    forge_run_dir_unlock(fd);
+    CHECK_OK(forge_train(&o, NULL));
+    CHECK_OK(forge_run_dir_lock(out_dir, &fd)); /* released when forge_train returned */
+    forge_run_dir_unlock(fd);
+
+    TEST_CASE("the run lock of a process killed by SIGKILL is released by the kernel");
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        int cfd;
+        char ok = forge_run_dir_lock(out_dir, &cfd) == FORGE_OK ? 'y' : 'n';
+        if (write(ready[1], &ok, 1) != 1) _exit(1);
+        for (;;) pause();
+    }
+    char ok = 'n';
+    CHECK(child > 0 && read(ready[0], &ok, 1) == 1 && ok == 'y');
+    snprintf(want_buf, sizeof want_buf, "pid %d on ", (int)child);
+    CHECK_ERR(forge_run_dir_lock(out_dir, &fd), FORGE_ERR_IO, "is in use by another run", want);
+    if (child > 0) {
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+    }
+    close(ready[0]);
+    close(ready[1]);
+    CHECK_OK(forge_run_dir_lock(out_dir, &fd));
+    forge_run_dir_unlock(fd);
+}
+
+static void test_log_write_failure(void) {
+    TEST_CASE("a log write failure (disk full) stops the run with an error naming the log");
+    if (access("/dev/full", W_OK) != 0) {
+        test_case_skip("/dev/full not available");
+        return;
+    }
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 4;
+    o.ckpt_every = 1;
+    char log[700];
+    snprintf(log, sizeof log, "%s/log.jsonl", out_dir);
+    CHECK(symlink("/dev/full", log) == 0);
+    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_IO, "log.jsonl: cannot write the log after step 1",
+              "No space left on device");
+    CHECK(!exists(out_dir, "latest")); /* stopped before step 1's checkpoint */
 }
 
 static void test_bad_options(void) {
@@ -253,10 +759,22 @@ static void test_peak_memory_accumulation(void) {
 
 void suite_train(void) {
     test_peak_memory_accumulation();
-    test_resume_exact(TINY_GPT2, "resume: 20 steps == 10 + resume + 10, bitwise (gpt2, accumulation 2)");
-    test_resume_exact(TINY_LLAMA, "resume: 20 steps == 10 + resume + 10, bitwise (llama)");
+    test_resume_exact(TINY_GPT2, "resume: 20 steps == 10 + resume + 10, bitwise (gpt2, accumulation 2)",
+                      FORGE_TRAIN_FP32);
+    test_resume_exact(TINY_LLAMA, "resume: 20 steps == 10 + resume + 10, bitwise (llama)", FORGE_TRAIN_FP32);
+    test_resume_exact(TINY_GPT2, "bf16: resume is bitwise (the working copy re-derived from the masters; gpt2)",
+                      FORGE_TRAIN_BF16);
+    test_resume_exact(TINY_LLAMA, "bf16: resume is bitwise (llama)", FORGE_TRAIN_BF16);
+    test_bf16_tracks_fp32(TINY_GPT2, "bf16 vs fp32 from one init and one data order: the losses agree (gpt2)");
+    test_bf16_tracks_fp32(TINY_LLAMA, "bf16 vs fp32 from one init and one data order: the losses agree (llama)");
     test_checkpoint_round_trip();
     test_nonfinite_stops();
+    test_resume_state_validation();
+    test_option_validation();
+    test_config_conflict();
+    test_run_dir_consistency();
+    test_run_dir_lock();
+    test_log_write_failure();
     test_bad_options();
     test_tinystories_learns();
 }

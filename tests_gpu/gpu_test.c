@@ -204,3 +204,101 @@ void check(parity *P, const char *op, const char *shape, const fbuf *b, double t
     report(P, ok, op, shape, maxerr, tol, why[0] ? why : NULL);
     free(h);
 }
+
+/* ---- bf16 buffers ---------------------------------------------------------------------------------------------- */
+
+#define GUARD_BF16 0x7fbdu /* a NaN no kernel produces */
+
+static int bbuf_upload(parity *P, bbuf *b, size_t n, const forge_bf16 *host) {
+    size_t total = n + GUARD;
+    forge_bf16 *tmp = malloc(total * sizeof *tmp);
+    if (!tmp) return 0;
+    b->n = n;
+    int ok = P->cpu->mem_alloc(P->cpu, (void **)&b->c, (n ? n : 1) * sizeof(forge_bf16)) == FORGE_OK &&
+             P->gpu->mem_alloc(P->gpu, (void **)&b->g, total * sizeof(forge_bf16)) == FORGE_OK;
+    if (ok) {
+        for (size_t i = 0; i < n; i++) tmp[i] = host[i];
+        for (size_t i = 0; i < GUARD; i++) tmp[n + i] = GUARD_BF16;
+        if (n) memcpy(b->c, host, n * sizeof(forge_bf16));
+        ok = P->gpu->copy_to_device(P->gpu, b->g, tmp, total * sizeof(forge_bf16)) == FORGE_OK;
+    }
+    free(tmp);
+    if (!ok) {
+        printf("FAIL alloc/upload of %zu bf16: %s\n", n, forge_error_message());
+        P->failed++;
+        bbuf_free(P, b);
+    }
+    return ok;
+}
+
+int bbuf_rand(parity *P, bbuf *b, size_t n, float lo, float hi) {
+    forge_bf16 *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) return 0;
+    for (size_t i = 0; i < n; i++) h[i] = forge_bf16_from_f32(rand_range(P, lo, hi));
+    int ok = bbuf_upload(P, b, n, h);
+    free(h);
+    return ok;
+}
+
+int bbuf_poison(parity *P, bbuf *b, size_t n) {
+    forge_bf16 *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) return 0;
+    for (size_t i = 0; i < n; i++) h[i] = 0xffffu;
+    int ok = bbuf_upload(P, b, n, h);
+    free(h);
+    return ok;
+}
+
+void bbuf_free(parity *P, bbuf *b) {
+    if (b->c) P->cpu->mem_free(P->cpu, b->c);
+    if (b->g) P->gpu->mem_free(P->gpu, b->g);
+    memset(b, 0, sizeof *b);
+}
+
+/* one bf16 unit in the last place at c: 2^(e - 7) for |c| in [2^e, 2^(e+1)) */
+static double bf16_ulp(double c) {
+    int e;
+    frexp(fabs(c), &e); /* |c| = m 2^e, m in [0.5, 1): the leading power is 2^(e-1) */
+    return ldexp(1.0, e - 1 - 7);
+}
+
+void check_bf16(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps) {
+    check_bf16_tol(P, op, shape, b, tol, ulps, 0.0);
+}
+
+void check_bf16_tol(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps,
+                    double ulps_abs) {
+    size_t total = b->n + GUARD;
+    forge_bf16 *h = malloc(total * sizeof *h);
+    if (!h || P->gpu->copy_to_host(P->gpu, h, b->g, total * sizeof(forge_bf16)) != FORGE_OK) {
+        report(P, 0, op, shape, INFINITY, tol, "(copy_to_host failed)");
+        free(h);
+        return;
+    }
+    double maxerr = 0.0;
+    size_t worst = 0, bad_guard = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        double c = forge_bf16_to_f32(b->c[i]), g = forge_bf16_to_f32(h[i]), err;
+        /* an absolute tolerance compares zeros like any value; in ulps, a zero reference takes an exact zero or a
+         * difference within the absolute allowance */
+        const double over = ulps ? fabs(g - c) - ulps_abs : fabs(g - c); /* the part beyond the allowance */
+        if (isinf(c) || isinf(g)) err = (c == g) ? 0.0 : INFINITY;
+        else if (!ulps) err = fabs(g - c);
+        else if (c == 0.0) err = (c == g || over <= 0.0) ? 0.0 : INFINITY;
+        else err = over <= 0.0 ? 0.0 : over / bf16_ulp(c); /* NaN stays NaN */
+        if (!(err <= maxerr)) {
+            maxerr = isnan(err) ? INFINITY : err;
+            worst = i;
+            if (isnan(err)) break;
+        }
+    }
+    for (size_t i = 0; i < GUARD; i++) bad_guard += h[b->n + i] != GUARD_BF16;
+    char why[256] = "";
+    int ok = maxerr <= tol && bad_guard == 0;
+    if (bad_guard) snprintf(why, sizeof why, "(%zu guard bf16 after the buffer were overwritten)", bad_guard);
+    else if (!ok)
+        snprintf(why, sizeof why, "(worst at [%zu]: cuda %.9g vs cpu %.9g%s)", worst,
+                 (double)forge_bf16_to_f32(h[worst]), (double)forge_bf16_to_f32(b->c[worst]), ulps ? ", in ulps" : "");
+    report(P, ok, op, shape, maxerr, tol, why[0] ? why : NULL);
+    free(h);
+}

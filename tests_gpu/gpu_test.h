@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../src/backend/backend.h"
+#include "../src/base/dtype.h"
 #include "../src/base/rng.h"
 #include "../src/base/status.h"
 
@@ -42,6 +43,12 @@ typedef struct {
     int32_t *c, *g;
 } ibuf;
 
+/* one bf16 tensor on both backends (16-bit patterns, forge_bf16) */
+typedef struct {
+    size_t n;
+    forge_bf16 *c, *g;
+} bbuf;
+
 double tol_for_sum(double K);
 float bits_to_float(uint32_t u);
 float rand_range(parity *P, float lo, float hi);
@@ -58,6 +65,18 @@ int fbuf_poison(parity *P, fbuf *b, size_t n);
 int fbuf_rand_tril(parity *P, fbuf *b, size_t n, float lo, float hi, int side);
 int ibuf_rand(parity *P, ibuf *b, size_t n, int range, int special, int special_pct);
 void check(parity *P, const char *op, const char *shape, const fbuf *b, double tol, int rel);
+
+/* bf16 buffers: random values rounded to bf16 (identical bits on both sides), NaN-poisoned, guarded like fbuf */
+int bbuf_rand(parity *P, bbuf *b, size_t n, float lo, float hi);
+int bbuf_poison(parity *P, bbuf *b, size_t n);
+void bbuf_free(parity *P, bbuf *b);
+/* Copies the device side back and prints one PASS/FAIL line: |g - c| <= tol, or with ulps, <= tol bf16 ulps of
+ * the reference value (2^(e-7) for c in [2^e, 2^(e+1)); bit equality for c == 0). */
+void check_bf16(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps);
+/* The same with an absolute allowance on top of the ulps (ulps only): |g - c| <= tol ulp(c) + ulps_abs; the error
+ * reported is in ulps of c beyond ulps_abs. */
+void check_bf16_tol(parity *P, const char *op, const char *shape, const bbuf *b, double tol, int ulps,
+                    double ulps_abs);
 
 /* the kernel-level suites (each its own file), run by test_gpu_parity.c's main */
 void run_gemm_fp8_cases(parity *P);

@@ -16,8 +16,9 @@
  *   of "+=" fails.
  * - Every device buffer has GUARD floats after it holding a sentinel; a write
  *   past the end fails the case even when memcheck is not running.
- * - An entry with optional arguments (IN_OPT, ACC_OPT) runs twice: with them,
- *   and with them NULL.
+ * - An entry with optional arguments (IN_OPT, OUT_OPT, ACC_OPT) runs with
+ *   them, and with every subset of them NULL (one optional argument: twice).
+ *   A present OUT_OPT is poisoned and compared like OUT.
  * - Ops flagged FORGE_OPF_GEMM run again on a CUDA backend of every other
  *   matmul mode (simt64, simt128, cublas, tf32, auto); under tf32 a GEMM(K)
  *   tolerance is the bound of tf32 operand rounding: each operand is rounded
@@ -61,6 +62,7 @@
 #define FIELD_IN_OPT(T, name, ...) T *name;
 #define FIELD_IN_TRIL(T, name, ...) T *name;
 #define FIELD_OUT(T, name, ...) T *name;
+#define FIELD_OUT_OPT(T, name, ...) T *name;
 #define FIELD_ACC(T, name, ...) T *name;
 #define FIELD_ACC_OPT(T, name, ...) T *name;
 #define FIELD_INOUT(T, name, ...) T *name;
@@ -81,6 +83,7 @@
 #define LOCAL_IN_OPT(...)
 #define LOCAL_IN_TRIL(...)
 #define LOCAL_OUT(...)
+#define LOCAL_OUT_OPT(...)
 #define LOCAL_ACC(...)
 #define LOCAL_ACC_OPT(...)
 #define LOCAL_INOUT(...)
@@ -97,20 +100,23 @@
 #define DESC_B(...) DESC(__VA_ARGS__) DESC_A
 #define DESC_A_END
 #define DESC_B_END
-#define DESC_BUF(role_, nm_, len_, lo_, hi_, tol_)                                                            \
+/* the element type of an argument of type T * */
+#define ELEM_OF(T) _Generic((T *)0, float *: FORGE_F32, forge_bf16 *: FORGE_BF16, int32_t *: FORGE_I32)
+#define DESC_BUF(role_, T, nm_, len_, lo_, hi_, tol_)                                                         \
     d[n_++] = (arg_desc){.role = role_, .name = #nm_, .offset = offsetof(case_t, nm_), .len = (size_t)(len_),     \
-                         .lo = (lo_), .hi = (hi_), tol_};
-#define DESC_IN(T, name, len, lo, hi) DESC_BUF(ARG_IN, name, len, lo, hi, .tol = 0)
-#define DESC_IN_OPT(T, name, len, lo, hi) DESC_BUF(ARG_IN_OPT, name, len, lo, hi, .tol = 0)
-#define DESC_IN_TRIL(T, name, len, lo, hi, n) DESC_BUF(ARG_IN_TRIL, name, len, lo, hi, .tril_n = (n))
-#define DESC_OUT(T, name, len, tol) DESC_BUF(ARG_OUT, name, len, 0, 0, PTOL_##tol)
-#define DESC_ACC(T, name, len, tol) DESC_BUF(ARG_ACC, name, len, -1, 1, PTOL_##tol)
-#define DESC_ACC_OPT(T, name, len, tol) DESC_BUF(ARG_ACC_OPT, name, len, -1, 1, PTOL_##tol)
-#define DESC_INOUT(T, name, len, lo, hi, tol) DESC_BUF(ARG_INOUT, name, len, lo, hi, PTOL_##tol)
+                         .lo = (lo_), .hi = (hi_), .elem = ELEM_OF(T), tol_};
+#define DESC_IN(T, name, len, lo, hi) DESC_BUF(ARG_IN, T, name, len, lo, hi, .tol = 0)
+#define DESC_IN_OPT(T, name, len, lo, hi) DESC_BUF(ARG_IN_OPT, T, name, len, lo, hi, .tol = 0)
+#define DESC_IN_TRIL(T, name, len, lo, hi, n) DESC_BUF(ARG_IN_TRIL, T, name, len, lo, hi, .tril_n = (n))
+#define DESC_OUT(T, name, len, tol) DESC_BUF(ARG_OUT, T, name, len, 0, 0, PTOL_##tol)
+#define DESC_OUT_OPT(T, name, len, tol) DESC_BUF(ARG_OUT_OPT, T, name, len, 0, 0, PTOL_##tol)
+#define DESC_ACC(T, name, len, tol) DESC_BUF(ARG_ACC, T, name, len, -1, 1, PTOL_##tol)
+#define DESC_ACC_OPT(T, name, len, tol) DESC_BUF(ARG_ACC_OPT, T, name, len, -1, 1, PTOL_##tol)
+#define DESC_INOUT(T, name, len, lo, hi, tol) DESC_BUF(ARG_INOUT, T, name, len, lo, hi, PTOL_##tol)
 #define DESC_IDS(nm_, len_, range_, special_, pct_)                                                             \
     d[n_++] = (arg_desc){.role = ARG_IDS, .name = #nm_, .offset = offsetof(case_t, nm_), .len = (size_t)(len_),   \
-                         .id_range = (range_), .id_special = (special_), .id_pct = (pct_)};
-#define DESC_SCRATCH(name, len) DESC_BUF(ARG_SCRATCH, name, len, 0, 0, .tol = 0)
+                         .elem = FORGE_I32, .id_range = (range_), .id_special = (special_), .id_pct = (pct_)};
+#define DESC_SCRATCH(name, len) DESC_BUF(ARG_SCRATCH, float, name, len, 0, 0, .tol = 0)
 #define DESC_SIZE(T, name)
 #define DESC_SCALAR(T, name)
 #define DESC_PARAMS(T, name)
@@ -122,6 +128,8 @@
 #define PTOL_SUMS(f, K) .tol = (f) * tol_for_sum((double)(K))
 #define PTOL_GEMM(K) .tol = tol_for_sum((double)(K)), .gemm_k = (double)(K)
 #define PTOL_REL(x) .tol = (x), .rel = 1
+#define PTOL_ULP(k) .tol = (k), .ulps = 1
+#define PTOL_ULP_SUMS(k, f, K) .tol = (k), .ulps = 1, .ulps_abs = (f) * tol_for_sum((double)(K))
 
 /* mode CALL: the case's fields as the op's arguments */
 #define CALL(kind, ...) CALL_##kind(__VA_ARGS__)
@@ -133,6 +141,7 @@
 #define CALL_IN_OPT(T, name, ...) , c_->name
 #define CALL_IN_TRIL(T, name, ...) , c_->name
 #define CALL_OUT(T, name, ...) , c_->name
+#define CALL_OUT_OPT(T, name, ...) , c_->name
 #define CALL_ACC(T, name, ...) , c_->name
 #define CALL_ACC_OPT(T, name, ...) , c_->name
 #define CALL_INOUT(T, name, ...) , c_->name
@@ -155,6 +164,7 @@
 #define SHOW_IN_OPT(...)
 #define SHOW_IN_TRIL(...)
 #define SHOW_OUT(...)
+#define SHOW_OUT_OPT(...)
 #define SHOW_ACC(...)
 #define SHOW_ACC_OPT(...)
 #define SHOW_INOUT(...)
@@ -216,28 +226,56 @@ static double gemm_tol(const parity *P, const arg_desc *a) {
 
 static void set_ptr(void *c, size_t offset, void *ptr) { memcpy((char *)c + offset, &ptr, sizeof ptr); }
 
+static int is_optional(arg_role role) { return role == ARG_IN_OPT || role == ARG_OUT_OPT || role == ARG_ACC_OPT; }
+
+/* The optional arguments of case k (at most 31 counted). */
+static int n_optional(const op_cases *oc, int k) {
+    arg_desc d[MAX_ARGS];
+    int n = oc->layout((const char *)oc->cases + (size_t)k * oc->case_size, d), count = 0;
+    for (int i = 0; i < n; i++) count += is_optional(d[i].role);
+    return count < 31 ? count : 31;
+}
+
 /* One case of one op, with the optional arguments present (with_opt) or NULL. */
 void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt) {
+    op_walker_run_case_opt(P, oc, k, with_opt ? ~0u : 0u);
+}
+
+/* One case of one op; optional argument j present iff bit j of present_mask is set. */
+void op_walker_run_case_opt(parity *P, const op_cases *oc, int k, unsigned present_mask) {
     const char *name = forge_op_name(oc->op);
     const void *proto = (const char *)oc->cases + (size_t)k * oc->case_size;
-    char op[96], shape[192], dims[160];
+    char op[96], shape[288], dims[160], nulls[96] = "";
     oc->show(proto, dims, sizeof dims);
     arg_desc d[MAX_ARGS];
-    int n = oc->layout(proto, d), has_opt = 0;
+    int n = oc->layout(proto, d), n_opt = 0, n_null = 0;
+    int present[MAX_ARGS]; /* per argument: 0 for an optional argument passed as NULL */
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         total += d[i].len;
-        has_opt |= d[i].role == ARG_IN_OPT || d[i].role == ARG_ACC_OPT;
+        present[i] = 1;
+        if (is_optional(d[i].role)) {
+            present[i] = n_opt < 31 && ((present_mask >> n_opt) & 1u);
+            n_opt++;
+            if (!present[i]) {
+                size_t used = strlen(nulls);
+                snprintf(nulls + used, sizeof nulls - used, "%s%s", n_null++ ? ", " : "", d[i].name);
+            }
+        }
     }
-    if (!with_opt && !has_opt) return;
+    if (n_opt == 0 && present_mask != ~0u) return; /* no optional argument: run once, as "all present" */
     if (P->quick && total > QUICK_MAX_ELEMENTS) return;
     snprintf(op, sizeof op, "%s[%s]", name, forge_matmul_mode_name(P->gpu->options.matmul));
-    snprintf(shape, sizeof shape, "%s%s", dims, with_opt ? "" : " (optional args NULL)");
+    if (n_null == 0) snprintf(shape, sizeof shape, "%s", dims);
+    else if (n_null == n_opt) snprintf(shape, sizeof shape, "%s (optional args NULL)", dims);
+    else snprintf(shape, sizeof shape, "%s (NULL: %s)", dims, nulls);
 
     void *cc = malloc(oc->case_size), *gc = malloc(oc->case_size);
     fbuf f[MAX_ARGS];
+    bbuf h[MAX_ARGS];
     ibuf ids[MAX_ARGS];
     memset(f, 0, sizeof f);
+    memset(h, 0, sizeof h);
     memset(ids, 0, sizeof ids);
     int ok = cc && gc;
     if (ok) {
@@ -246,37 +284,45 @@ void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt) {
     }
     for (int i = 0; i < n && ok; i++) {
         const arg_desc *a = &d[i];
-        if (!with_opt && (a->role == ARG_IN_OPT || a->role == ARG_ACC_OPT)) {
+        if (!present[i]) {
             set_ptr(cc, a->offset, NULL);
             set_ptr(gc, a->offset, NULL);
             continue;
         }
-        switch (a->role) {
-        case ARG_IDS: ok = ibuf_rand(P, &ids[i], a->len, a->id_range, a->id_special, a->id_pct); break;
-        case ARG_OUT:
-        case ARG_SCRATCH: ok = fbuf_poison(P, &f[i], a->len); break;
-        case ARG_IN_TRIL: ok = fbuf_rand_tril(P, &f[i], a->len, (float)a->lo, (float)a->hi, a->tril_n); break;
-        default: ok = fbuf_rand(P, &f[i], a->len, (float)a->lo, (float)a->hi); break;
+        const int poisoned = a->role == ARG_OUT || a->role == ARG_OUT_OPT || a->role == ARG_SCRATCH;
+        if (a->elem == FORGE_I32) {
+            ok = ibuf_rand(P, &ids[i], a->len, a->id_range, a->id_special, a->id_pct);
+            if (ok) set_ptr(cc, a->offset, ids[i].c), set_ptr(gc, a->offset, ids[i].g);
+        } else if (a->elem == FORGE_BF16) {
+            ok = a->role == ARG_IN_TRIL ? 0 /* not built: no bf16 op takes a causal matrix */
+                 : poisoned           ? bbuf_poison(P, &h[i], a->len)
+                                      : bbuf_rand(P, &h[i], a->len, (float)a->lo, (float)a->hi);
+            if (ok) set_ptr(cc, a->offset, h[i].c), set_ptr(gc, a->offset, h[i].g);
+        } else {
+            ok = poisoned                   ? fbuf_poison(P, &f[i], a->len)
+                 : a->role == ARG_IN_TRIL ? fbuf_rand_tril(P, &f[i], a->len, (float)a->lo, (float)a->hi, a->tril_n)
+                                          : fbuf_rand(P, &f[i], a->len, (float)a->lo, (float)a->hi);
+            if (ok) set_ptr(cc, a->offset, f[i].c), set_ptr(gc, a->offset, f[i].g);
         }
         if (!ok) break;
-        set_ptr(cc, a->offset, a->role == ARG_IDS ? (void *)ids[i].c : (void *)f[i].c);
-        set_ptr(gc, a->offset, a->role == ARG_IDS ? (void *)ids[i].g : (void *)f[i].g);
     }
     if (ok && ran_ok(P, op, shape, oc->call(P->cpu, cc), oc->call(P->gpu, gc))) {
         for (int i = 0; i < n; i++) {
             const arg_desc *a = &d[i];
-            int compared = a->role == ARG_OUT || a->role == ARG_ACC || a->role == ARG_INOUT ||
-                           (a->role == ARG_ACC_OPT && with_opt);
+            int compared = present[i] && (a->role == ARG_OUT || a->role == ARG_OUT_OPT || a->role == ARG_ACC ||
+                                          a->role == ARG_INOUT || a->role == ARG_ACC_OPT);
             if (!compared) continue;
             char what[160];
             snprintf(what, sizeof what, "%s.%s", op, a->name);
-            check(P, what, shape, &f[i], gemm_tol(P, a), a->rel);
+            if (a->elem == FORGE_BF16) check_bf16_tol(P, what, shape, &h[i], a->tol, a->ulps, a->ulps_abs);
+            else check(P, what, shape, &f[i], gemm_tol(P, a), a->rel);
         }
     } else if (!ok) {
         report(P, 0, op, shape, INFINITY, 0, "(could not set up the case's buffers)");
     }
     for (int i = 0; i < n; i++) {
         fbuf_free(P, &f[i]);
+        bbuf_free(P, &h[i]);
         ibuf_free(P, &ids[i]);
     }
     free(cc);
@@ -296,8 +342,10 @@ void op_walker_walk(parity *P, unsigned flag_mask) {
             continue;
         }
         for (int k = 0; k < oc->n_cases; k++) {
+            /* every subset of the optional arguments, all present first, all NULL last */
+            const unsigned full = (1u << n_optional(oc, k)) - 1u;
             op_walker_run_case(P, oc, k, 1);
-            op_walker_run_case(P, oc, k, 0);
+            for (unsigned mask = full; mask-- > 0;) op_walker_run_case_opt(P, oc, k, mask);
         }
     }
 }

@@ -12,7 +12,9 @@
 
 #include "gpu_test.h"
 
-typedef enum { ARG_IN, ARG_IN_OPT, ARG_IN_TRIL, ARG_OUT, ARG_ACC, ARG_ACC_OPT, ARG_INOUT, ARG_IDS, ARG_SCRATCH } arg_role;
+typedef enum {
+    ARG_IN, ARG_IN_OPT, ARG_IN_TRIL, ARG_OUT, ARG_OUT_OPT, ARG_ACC, ARG_ACC_OPT, ARG_INOUT, ARG_IDS, ARG_SCRATCH
+} arg_role;
 
 typedef struct {
     arg_role role;
@@ -22,6 +24,9 @@ typedef struct {
     double lo, hi; /* fill range: IN, IN_OPT, INOUT, and the pre-fill of ACC */
     double tol;    /* compared outputs: max abs error, or relative with rel */
     int rel;
+    int ulps;      /* tol is in units in the last place of the reference value (bf16 outputs) */
+    double ulps_abs; /* with ulps: an absolute allowance on top of the ulps (ULP_SUMS) */
+    forge_dtype elem; /* the buffer's element type: FORGE_F32, FORGE_BF16 or FORGE_I32 */
     double gemm_k; /* > 0: a GEMM(K) tolerance, widened under tf32 */
     int id_range, id_special, id_pct;
     int tril_n; /* IN_TRIL: the side of its trailing square matrices */
@@ -47,5 +52,7 @@ extern const op_cases OP_WALKER_CASES[FORGE_OP_COUNT];
 void op_walker_walk(parity *P, unsigned flag_mask);
 /* Case k of one op, with the optional arguments present (with_opt = 1) or NULL. */
 void op_walker_run_case(parity *P, const op_cases *oc, int k, int with_opt);
+/* Case k with optional argument j (in argument order) present iff bit j of present_mask is set. */
+void op_walker_run_case_opt(parity *P, const op_cases *oc, int k, unsigned present_mask);
 
 #endif

@@ -3,7 +3,7 @@
  * the CUDA backend against the CPU reference backend (cpu_reference = 1),
  * walked generically by op_walker.c (nothing here is written per op), under
  * every matmul mode for the GEMM-backed ops. Then a few properties no single call shows (determinism, refusals, memory,
- * the pool, the auto matmul table), and the kernel suites of the bf16/fp8
+ * the pool, the auto matmul table, ops in place, token ids outside the table), and the kernel suites of the bf16/fp8
  * GEMMs and bf16 flash attention (test_gemm_*_kernels.c,
  * test_flash16_kernels.c), which are not backend ops.
  *
@@ -61,6 +61,110 @@ static void case_rope_in_place(parity *P) {
         check(P, "rope_forward(in-place)", shape, &buf, 1e-6, 0);
     fbuf_free(P, &inp);
     fbuf_free(P, &buf);
+}
+
+/* The bf16 encoder with ids outside [0, V) (rows 1 and 3): the forward writes NaN rows and the valid rows' sums,
+ * the backward skips the bad rows, and poll_errors names the first bad id once (then reads clear). The CPU
+ * reference refuses such ids, so the expected values are computed here. */
+static void case_encoder_bf16_bad_ids(parity *P) {
+    const int B = 2, T = 3, C = 40, V = 10, N = B * T;
+    const char *shape = "B=2 T=3 C=40 V=10, ids[1] = 10, ids[3] = -2";
+    bbuf wte = {0}, wpe = {0}, out = {0}, dout = {0};
+    fbuf dwte = {0};
+    ibuf ids = {0};
+    forge_bf16 *h = malloc((size_t)N * C * sizeof *h);
+    float *hw = malloc((size_t)V * C * sizeof *hw);
+    int ok = h && hw && bbuf_rand(P, &wte, (size_t)V * C, -1, 1) && bbuf_rand(P, &wpe, (size_t)T * C, -1, 1) &&
+             bbuf_poison(P, &out, (size_t)N * C) && bbuf_rand(P, &dout, (size_t)N * C, -1, 1) &&
+             fbuf_rand(P, &dwte, (size_t)V * C, -1, 1) && ibuf_rand(P, &ids, N, V, 0, 0);
+    if (ok) {
+        ids.c[1] = V;
+        ids.c[3] = -2;
+        ok = P->gpu->copy_to_device(P->gpu, ids.g, ids.c, N * sizeof(int32_t)) == FORGE_OK;
+        (void)P->gpu->poll_errors(P->gpu); /* clear anything an earlier case left */
+    }
+    forge_status st = ok ? P->gpu->encoder_forward_bf16(P->gpu, out.g, ids.g, wte.g, wpe.g, B, T, C, V) : FORGE_OK;
+    forge_status polled = ok && st == FORGE_OK ? P->gpu->poll_errors(P->gpu) : FORGE_OK;
+    /* the first bad row a thread records: either one */
+    int named = polled == FORGE_ERR_DATA && (strstr(forge_error_message(), "token id 10 at row 1") != NULL ||
+                                             strstr(forge_error_message(), "token id -2 at row 3") != NULL);
+    ok = ok && st == FORGE_OK && named && P->gpu->poll_errors(P->gpu) == FORGE_OK &&
+         P->gpu->copy_to_host(P->gpu, h, out.g, (size_t)N * C * sizeof *h) == FORGE_OK;
+    size_t wrong = 0;
+    for (int n = 0; ok && n < N; n++)
+        for (int c = 0; c < C; c++) {
+            const float got = forge_bf16_to_f32(h[(size_t)n * C + c]);
+            const int id = ids.c[n];
+            if (id < 0 || id >= V) wrong += !isnan(got);
+            else
+                wrong += got != forge_bf16_to_f32(forge_bf16_from_f32(forge_bf16_to_f32(wte.c[(size_t)id * C + c]) +
+                                                                      forge_bf16_to_f32(wpe.c[(size_t)(n % T) * C + c])));
+        }
+    report(P, ok && wrong == 0, "encoder_forward_bf16(bad ids)", shape, (double)wrong, 0,
+           !ok ? (named ? "(launch, poll or copy failed)" : "(poll_errors did not name a bad id and its row)")
+               : wrong ? "(valid rows differ or bad rows not NaN)" : NULL);
+
+    /* backward: dwte += dout rows 0, 2, 4, 5 at their ids, in row order; rows 1 and 3 skipped */
+    ok = ok && P->gpu->encoder_backward_bf16(P->gpu, dwte.g, NULL, dout.g, ids.g, B, T, C, V) == FORGE_OK;
+    named = ok && P->gpu->poll_errors(P->gpu) == FORGE_ERR_DATA;
+    ok = ok && named && P->gpu->copy_to_host(P->gpu, hw, dwte.g, (size_t)V * C * sizeof *hw) == FORGE_OK;
+    for (int n = 0; ok && n < N; n++)
+        if (ids.c[n] >= 0 && ids.c[n] < V)
+            for (int c = 0; c < C; c++) dwte.c[(size_t)ids.c[n] * C + c] += forge_bf16_to_f32(dout.c[(size_t)n * C + c]);
+    wrong = 0;
+    for (size_t i = 0; ok && i < (size_t)V * C; i++) wrong += hw[i] != dwte.c[i];
+    report(P, ok && wrong == 0, "encoder_backward_bf16(bad ids)", shape, (double)wrong, 0,
+           !ok ? "(launch, poll_errors or copy failed)" : wrong ? "(dwte differs from the valid rows' sums)" : NULL);
+    free(h);
+    free(hw);
+    bbuf_free(P, &wte);
+    bbuf_free(P, &wpe);
+    bbuf_free(P, &out);
+    bbuf_free(P, &dout);
+    fbuf_free(P, &dwte);
+    ibuf_free(P, &ids);
+}
+
+/* bf16 ops in place: rope (out == inp) and the residual norms (res == a, res == b) give the reference's bits. */
+static void case_bf16_in_place(parity *P) {
+    const int B = 2, T = 67, n_heads = 10, n_rot = 8, HS = 64, N = 37, C = 768;
+    const size_t n = (size_t)B * T * n_heads * HS, nc = (size_t)N * C;
+    bbuf x = {0}, a = {0}, b = {0}, out = {0};
+    fbuf w = {0}, bias = {0}, mean = {0}, rstd = {0};
+    const char *shape = "B=2 T=67 n_heads=10 n_rot=8 HS=64";
+    if (bbuf_rand(P, &x, n, -1, 1) &&
+        ran_ok(P, "rope_forward_bf16(in-place)", shape,
+               P->cpu->rope_forward_bf16(P->cpu, x.c, x.c, B, T, n_heads, n_rot, HS, 10000.0f),
+               P->gpu->rope_forward_bf16(P->gpu, x.g, x.g, B, T, n_heads, n_rot, HS, 10000.0f)))
+        check_bf16(P, "rope_forward_bf16(in-place)", shape, &x, 1, 1);
+    shape = "N=37 C=768";
+    if (bbuf_rand(P, &a, nc, -2, 2) && bbuf_rand(P, &b, nc, -1, 1) && bbuf_poison(P, &out, nc) &&
+        fbuf_rand(P, &w, C, -1, 1) && fbuf_rand(P, &bias, C, -1, 1) && fbuf_poison(P, &mean, N) &&
+        fbuf_poison(P, &rstd, N)) {
+        if (ran_ok(P, "residual_layernorm_forward_bf16(res = a)", shape,
+                   P->cpu->residual_layernorm_forward_bf16(P->cpu, a.c, out.c, mean.c, rstd.c, a.c, b.c, w.c, bias.c,
+                                                           N, C, 1e-5f),
+                   P->gpu->residual_layernorm_forward_bf16(P->gpu, a.g, out.g, mean.g, rstd.g, a.g, b.g, w.g, bias.g,
+                                                           N, C, 1e-5f))) {
+            check_bf16(P, "residual_layernorm_forward_bf16(res = a).res", shape, &a, 0, 1);
+            check_bf16(P, "residual_layernorm_forward_bf16(res = a).out", shape, &out, 0, 1);
+            check(P, "residual_layernorm_forward_bf16(res = a).rstd", shape, &rstd, TOL_EXACT, 0);
+        }
+        if (ran_ok(P, "residual_rmsnorm_forward_bf16(res = b)", shape,
+                   P->cpu->residual_rmsnorm_forward_bf16(P->cpu, b.c, out.c, rstd.c, a.c, b.c, w.c, N, C, 1e-5f),
+                   P->gpu->residual_rmsnorm_forward_bf16(P->gpu, b.g, out.g, rstd.g, a.g, b.g, w.g, N, C, 1e-5f))) {
+            check_bf16(P, "residual_rmsnorm_forward_bf16(res = b).res", shape, &b, 0, 1);
+            check_bf16(P, "residual_rmsnorm_forward_bf16(res = b).out", shape, &out, 0, 1);
+        }
+    }
+    bbuf_free(P, &x);
+    bbuf_free(P, &a);
+    bbuf_free(P, &b);
+    bbuf_free(P, &out);
+    fbuf_free(P, &w);
+    fbuf_free(P, &bias);
+    fbuf_free(P, &mean);
+    fbuf_free(P, &rstd);
 }
 
 static void case_flash_deterministic(parity *P, int B, int T, int NH, int NKV, int HS) {
@@ -275,6 +379,8 @@ int main(int argc, char **argv) {
         }
 #endif
         case_rope_in_place(&P);
+        case_bf16_in_place(&P);
+        case_encoder_bf16_bad_ids(&P);
         case_flash_deterministic(&P, 2, 333, 4, 2, 64);
         case_flash_deterministic(&P, 1, 300, 4, 1, 128);
         case_flash_unsupported(&P);

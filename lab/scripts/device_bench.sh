@@ -5,6 +5,6 @@ set -u -o pipefail
 fails=0
 build/cuda/forge bench ops --device cuda || fails=1
 build/cuda/forge bench ops --device cuda --matmul cublas || fails=1
-build/cuda/forge bench train --device cuda --steps 30 || fails=1
+build/cuda/forge bench train --device cuda --steps 30 || fails=1 # bf16, the default on cuda
 build/cuda/forge bench train --device cuda --steps 30 --matmul cublas || fails=1
 exit $fails

@@ -36,7 +36,7 @@ fi
 echo "== 3. gpt-10m, 200 steps: materialised vs flash"
 for mode in materialised flash; do
     rm -rf "/tmp/flash32-$mode"
-    timeout 100 build/cuda/forge train --device cuda --config gpt-10m --attention "$mode" \
+    timeout 100 build/cuda/forge train --device cuda --precision fp32 --config gpt-10m --attention "$mode" \
         --data .carry/data/ts8192 --out "/tmp/flash32-$mode" --steps 200 --batch 8 --seq-len 512 \
         --eval-every 0 --quiet --lr 6e-4 || { echo "FAIL: training with $mode"; fails=1; }
     cp "/tmp/flash32-$mode/log.jsonl" "$OUT/train_$mode.jsonl" 2>/dev/null

@@ -24,7 +24,7 @@ FORGE_GOLDEN_DEVICE=cuda build/cuda/forge_tests golden || fails=1
 run_compare() { # name config data batch seqlen
     local name=$1 cfg=$2 data=$3 batch=$4 seq=$5
     echo "== train $name: 50 steps on cuda"
-    build/cuda/forge train --device cuda --config "$cfg" --data "$data" --out "/tmp/gpu-$name" --steps 50 \
+    build/cuda/forge train --device cuda --precision fp32 --config "$cfg" --data "$data" --out "/tmp/gpu-$name" --steps 50 \
         --batch "$batch" --seq-len "$seq" --eval-every 0 --quiet --lr 6e-4 || { fails=1; return; }
     tail -n 1 "/tmp/gpu-$name/log.jsonl"
     python3 tools/compare_losses.py ".carry/ref/${name}_cpu.jsonl" "/tmp/gpu-$name/log.jsonl" --rel 1e-4 || fails=1
@@ -34,7 +34,7 @@ run_compare gpt10m gpt-10m .carry/data/ts8192 8 256
 
 echo "== peak memory vs accumulation (gpt-10m, cuda)"
 for acc in 1 8; do
-    build/cuda/forge train --device cuda --config gpt-10m --data .carry/data/ts8192 --out "/tmp/gpu-acc$acc" \
+    build/cuda/forge train --device cuda --precision fp32 --config gpt-10m --data .carry/data/ts8192 --out "/tmp/gpu-acc$acc" \
         --steps 2 --batch 8 --seq-len 256 --tokens-per-step $((2048 * acc)) --eval-every 0 --quiet || fails=1
 done
 python3 - <<'PY' || fails=1

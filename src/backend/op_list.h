@@ -25,6 +25,7 @@
  *     A(IN_TRIL, T, name, len, lo, hi, n)  the same as IN on and below the diagonal of its trailing (n, n)
  *                                       matrices, 0 above it (causal probabilities)
  *     A(OUT, T, name, len, tol)        written (=) in full; the test poisons it with NaN first
+ *     A(OUT_OPT, T, name, len, tol)    the same, and NULL is allowed (not written)
  *     A(ACC, T, name, len, tol)        accumulated (+=); the test pre-fills it with random values
  *     A(ACC_OPT, T, name, len, tol)    the same, and NULL is allowed (nothing accumulated)
  *     A(INOUT, T, name, len, lo, hi, tol)  read, then overwritten
@@ -38,7 +39,10 @@
  *     EXACT (1e-6), ABS(x), SUM(K) (a K-long fp32 reduction summed in another
  *     order: 1e-4 * max(1, sqrt(K)/8)), SUMS(f, K) (f * SUM(K)), GEMM(K) (SUM(K)
  *     under fp32 GEMMs; under tf32 the bound of tf32 operand rounding), REL(x)
- *     (relative).
+ *     (relative); bf16 outputs: ULP(k) (k bf16 units in the last place of the reference value; ULP(0) is
+ *     bit-identical, and a zero reference wants an exact zero), ULP_SUMS(k, f, K) (k bf16 ulps of the
+ *     reference value + f * SUM(K)).
+ *   An entry with several optional arguments runs with every subset of them NULL.
  * - CASES: the shapes the parity test runs, K(designated initializers of the
  *   entry's SIZE / SCALAR / PARAMS / DIM fields). Shapes are chosen to miss
  *   every tile size; the test's quick mode skips cases over 1e6 elements.
@@ -85,6 +89,34 @@
       A(ACC, float, dgate, n, ABS(1e-4)) A(ACC, float, dup, n, ABS(1e-4)) A(IN, float, dout, n, -1, 1)           \
           A(IN, float, gate, n, -3, 3) A(IN, float, up, n, -3, 3) A(SIZE, size_t, n),                            \
       K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* bf16 (docs/mixed-precision.md): fp32 arithmetic on the widened inputs, one rounding where a result is     \
+     * stored; a backward rounds dinp after its add (dinp = rn(dinp + dx)). GELU, its gradient and the sigmoid   \
+     * are base/fmath.h's, which the CPU reference and the CUDA kernel evaluate op for op (exp and tanh from     \
+     * basic operations, every product that meets a sum an explicit fma or rounded on its own), so every bf16    \
+     * output here is ULP(0): bit-identical. */                                                                  \
+    /* dst[i] = rn(dst[i] + src[i]) */                                                                           \
+    X(accumulate_bf16, FORGE_BF16, 0,                                                                            \
+      A(ACC, forge_bf16, dst, n, ULP(0)) A(IN, forge_bf16, src, n, -3, 3) A(SIZE, size_t, n),                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* out = rn(gelu(inp)) */                                                                                    \
+    X(gelu_forward_bf16, FORGE_BF16, 0,                                                                          \
+      A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, inp, n, -5, 5) A(SIZE, size_t, n),                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* dinp = rn(dinp + gelu'(inp) dout) */                                                                      \
+    X(gelu_backward_bf16, FORGE_BF16, 0,                                                                         \
+      A(ACC, forge_bf16, dinp, n, ULP(0)) A(IN, forge_bf16, inp, n, -5, 5) A(IN, forge_bf16, dout, n, -1, 1)     \
+          A(SIZE, size_t, n),                                                                                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* out = rn(silu(gate) up) */                                                                                \
+    X(swiglu_forward_bf16, FORGE_BF16, 0,                                                                        \
+      A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3)       \
+          A(SIZE, size_t, n),                                                                                    \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* dgate = rn(dgate + dout up silu'(gate)), dup = rn(dup + dout silu(gate)) */                               \
+    X(swiglu_backward_bf16, FORGE_BF16, 0,                                                                       \
+      A(ACC, forge_bf16, dgate, n, ULP(0)) A(ACC, forge_bf16, dup, n, ULP(0)) A(IN, forge_bf16, dout, n, -1, 1)  \
+          A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3) A(SIZE, size_t, n),                  \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
                                                                                                                  \
     /* ---- embeddings ---------------------------------------------------------------------------------- */     \
     /* out (N,C) = table[ids[n]]; table (V,C); an id outside [0, V) is an error */                               \
@@ -112,6 +144,21 @@
               A(DIM, maxT),                                                                                      \
       K(.B = 2, .T = 67, .C = 45, .maxT = 80) K(.B = 2, .T = 67, .C = 768, .maxT = 67)                           \
           K(.B = 1, .T = 1, .C = 45, .maxT = 1))                                                                 \
+    /* bf16: out (B,T,C) = rn(wte[ids[b,t]] + wpe[t]) (wpe NULL: the wte row); wte (V,C), wpe (maxT,C), rows     \
+     * [0, T) read. An id outside [0, V) is an error (the CUDA kernel writes a NaN row and poll_errors names     \
+     * it). ULP(0): one rounding of the same fp32 sum on both sides. */                                          \
+    X(encoder_forward_bf16, FORGE_BF16, 0,                                                                       \
+      A(OUT, forge_bf16, out, (size_t)B * T * C, ULP(0)) A(IDS, ids, (size_t)B * T, V, 0, 0)                     \
+          A(IN, forge_bf16, wte, (size_t)V * C, -1, 1) A(IN_OPT, forge_bf16, wpe, (size_t)maxT * C, -1, 1)       \
+              A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, C) A(SIZE, int, V) A(DIM, maxT),                      \
+      FORGE_ENCODER_CASES(K))                                                                                    \
+    /* fp32 accumulators: dwte[ids[n]] += dout[n] in row order n = b*T + t; dwpe[t] += dout[b,t] in order b      \
+     * (dwpe NULL: none). EXACT: the CUDA kernels add in the same order (one owner per id and per (t, c)). */    \
+    X(encoder_backward_bf16, FORGE_BF16, 0,                                                                      \
+      A(ACC, float, dwte, (size_t)V * C, EXACT) A(ACC_OPT, float, dwpe, (size_t)maxT * C, EXACT)                 \
+          A(IN, forge_bf16, dout, (size_t)B * T * C, -1, 1) A(IDS, ids, (size_t)B * T, V, 0, 0) A(SIZE, int, B)  \
+              A(SIZE, int, T) A(SIZE, int, C) A(SIZE, int, V) A(DIM, maxT),                                      \
+      FORGE_ENCODER_CASES(K))                                                                                    \
                                                                                                                  \
     /* ---- matmul: the three training layouts ---------------------------------------------------------- */     \
     /* out (N,OC) = inp (N,C) . weight (OC,C)^T + bias (OC); bias may be NULL */                                 \
@@ -131,6 +178,41 @@
           A(IN, float, dout, (size_t)N * OC, -1, 1) A(IN, float, inp, (size_t)N * C, -1, 1) A(SIZE, int, N)      \
               A(SIZE, int, C) A(SIZE, int, OC),                                                                  \
       FORGE_MATMUL_CASES(K))                                                                                     \
+    /* bf16 linear layer (docs/mixed-precision.md): bf16 activations and weights, fp32 bias, fp32 accumulation,  \
+     * one rounding where a bf16 value is stored. Tolerance of a bf16 output: with y_c, y_g the fp32 values the  \
+     * CPU and the GPU round last and |y_g - y_c| <= D, |rn(y_g) - rn(y_c)| <= ulp(c) + 2 D, c = rn(y_c) (each   \
+     * rounding moves a value by at most half the spacing there; the spacing at rn(y_g) exceeds ulp(c) only past \
+     * the next power of two, which y_c is at least ulp(c)/2 below, so D >= ulp(c)/2 then): ULP_SUMS(1, 2 f, K)  \
+     * for D <= f SUM(K). The GPU sums the K exact bf16 products in another order: D = SUM(K) (the fp32          \
+     * entries' bound). ulps alone would not do: an output near 0 (K terms cancelling) has a tiny ulp. Inputs in \
+     * [-1, 1] give |acc| <~ 6 sqrt(K/9) + 1 (mean + 6 sd), which bounds the GELU terms below. */                \
+    /* v = inp (N,C) . weight (OC,C)^T + bias (OC) in fp32 (bias may be NULL); pre NULL: out = rn(v); else       \
+     * pre = rn(v), out = rn(gelu(v)) (tanh GELU of the fp32 v). GELU: D <= max|gelu'| (1.13) SUM(C) + the       \
+     * difference of the two GELU evaluations (fp32 tanhf on the CPU, the GEMM epilogue's exp form on the GPU:   \
+     * a few 1e-7 |v|, 1 + tanh cancelling for v < -4), < 0.37 SUM(C) as SUM >= 1e-4: f = 1.5. */                \
+    X(matmul_forward_bf16, FORGE_BF16, 0,                                                                        \
+      A(OUT, forge_bf16, out, (size_t)N * OC, ULP_SUMS(1, 3, C))                                                 \
+          A(OUT_OPT, forge_bf16, pre, (size_t)N * OC, ULP_SUMS(1, 2, C))                                         \
+              A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, weight, (size_t)OC * C, -1, 1)      \
+                  A(IN_OPT, float, bias, OC, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),            \
+      FORGE_MATMUL_BF16_CASES(K))                                                                                \
+    /* dinp (N,C) = rn(dinp + d), d = dout (N,OC) . weight (OC,C), times gelu'(pre) when pre (N,C) is given (it  \
+     * may be NULL). D <= 1.13 SUM(OC) + |acc| |the two gelu' evaluations' difference| (the tanh form on both;   \
+     * over every bf16 pre in [-3, 3] the CPU's is within 2e-7 of the exact value, the GPU's (tanhf 2 ulps off,  \
+     * FMA contraction) within 7.5e-7: < 1e-6, times |acc| <~ 6 sqrt(OC/9) + 1: < 0.2 SUM(OC)) + the fp32 add    \
+     * (2^-23 |y|): f = 2. */                                                                                    \
+    X(matmul_backward_input_bf16, FORGE_BF16, 0,                                                                 \
+      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP_SUMS(1, 4, OC)) A(IN, forge_bf16, dout, (size_t)N * OC, -1, 1) \
+          A(IN, forge_bf16, weight, (size_t)OC * C, -1, 1) A(IN_OPT, forge_bf16, pre, (size_t)N * C, -3, 3)      \
+              A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),                                                  \
+      FORGE_MATMUL_BF16_CASES(K))                                                                                \
+    /* dweight (OC,C) += dout^T . inp, dbias (OC) += sum_n dout, fp32 (dbias may be NULL): the same N-long sums  \
+     * of exact products of [-1, 1] values as the fp32 entry's, in another order: SUM(N) */                      \
+    X(matmul_backward_weight_bf16, FORGE_BF16, 0,                                                                \
+      A(ACC, float, dweight, (size_t)OC * C, SUM(N)) A(ACC_OPT, float, dbias, OC, SUM(N))                        \
+          A(IN, forge_bf16, dout, (size_t)N * OC, -1, 1) A(IN, forge_bf16, inp, (size_t)N * C, -1, 1)            \
+              A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),                                                  \
+      FORGE_MATMUL_BF16_CASES(K))                                                                                \
                                                                                                                  \
     /* ---- normalisation ------------------------------------------------------------------------------- */     \
     /* LayerNorm over C: out = (x - mean) * rstd * weight + bias; saves mean, rstd (N) */                        \
@@ -157,6 +239,57 @@
           A(IN, float, dout, (size_t)N * C, -1, 1) A(IN, float, inp, (size_t)N * C, -2, 2)                       \
               A(IN, float, weight, C, -1, 1) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C),      \
       FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                                       \
+    /* bf16 norms: inp/out/dout/dinp bf16, weight/bias/mean/rstd and the parameter gradients fp32. Each row's    \
+     * sums over C run in one fixed order that the CPU reference and the CUDA kernel share (32 lane partials,    \
+     * partial l summing the 8-wide chunks l, l+32, ... in index order, then xor butterflies 16, 8, 4, 2, 1:     \
+     * backend/cpu/norm_bf16.c), so mean, rstd and every per-row value are bit-identical: bf16 outputs ULP(0),   \
+     * mean/rstd EXACT. (A 1-ulp bound would not hold for another order: an output near 0 by cancellation,       \
+     * x-hat w + b or dinp + dx, carries the ~sqrt(C)-ulp difference of the stats as an absolute error, many     \
+     * of its own bf16 ulps.) dweight/dbias are column sums over the N rows, which the GPU adds in row chunks:   \
+     * SUM(N), an N-term fp32 sum in another order, terms |dout x-hat| <= 5 (|x - mean| <= 2.5, rstd <= 2 in     \
+     * the test) as in the fp32 entries. */                                                                      \
+    /* LayerNorm: out = rn((x - mean) rstd weight + bias); saves mean, rstd (N) */                               \
+    X(layernorm_forward_bf16, FORGE_BF16, 0,                                                                     \
+      A(OUT, forge_bf16, out, (size_t)N * C, ULP(0)) A(OUT, float, mean, N, EXACT) A(OUT, float, rstd, N, EXACT) \
+          A(IN, forge_bf16, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1)                            \
+              A(IN, float, bias, C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SCALAR, float, eps),                \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* res = rn(a + b), then the LayerNorm of res (its bf16 values) into out, mean, rstd. res may be a or b. */  \
+    X(residual_layernorm_forward_bf16, FORGE_BF16, 0,                                                            \
+      A(OUT, forge_bf16, res, (size_t)N * C, ULP(0)) A(OUT, forge_bf16, out, (size_t)N * C, ULP(0))              \
+          A(OUT, float, mean, N, EXACT) A(OUT, float, rstd, N, EXACT) A(IN, forge_bf16, a, (size_t)N * C, -2, 2) \
+              A(IN, forge_bf16, b, (size_t)N * C, -1, 1) A(IN, float, weight, C, -1, 1)                          \
+                  A(IN, float, bias, C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SCALAR, float, eps),            \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* dinp = rn(dinp + rstd (g - mean(g) - x-hat mean(g x-hat))), g = weight dout, x-hat = (x - mean) rstd;     \
+     * dweight += sum_n dout x-hat, dbias += sum_n dout (fp32) */                                                \
+    X(layernorm_backward_bf16, FORGE_BF16, 0,                                                                    \
+      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP(0)) A(ACC, float, dweight, C, SUM(N))                          \
+          A(ACC, float, dbias, C, SUM(N)) A(IN, forge_bf16, dout, (size_t)N * C, -1, 1)                          \
+              A(IN, forge_bf16, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1)                        \
+                  A(IN, float, mean, N, -0.5, 0.5) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N)                 \
+                      A(SIZE, int, C),                                                                           \
+      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                    \
+    /* RMSNorm: out = rn(x rstd weight), rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N) */                       \
+    X(rmsnorm_forward_bf16, FORGE_BF16, 0,                                                                       \
+      A(OUT, forge_bf16, out, (size_t)N * C, ULP(0)) A(OUT, float, rstd, N, EXACT)                               \
+          A(IN, forge_bf16, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1) A(SIZE, int, N)            \
+              A(SIZE, int, C) A(SCALAR, float, eps),                                                             \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* res = rn(a + b), then the RMSNorm of res into out, rstd. res may be a or b. */                            \
+    X(residual_rmsnorm_forward_bf16, FORGE_BF16, 0,                                                              \
+      A(OUT, forge_bf16, res, (size_t)N * C, ULP(0)) A(OUT, forge_bf16, out, (size_t)N * C, ULP(0))              \
+          A(OUT, float, rstd, N, EXACT) A(IN, forge_bf16, a, (size_t)N * C, -2, 2)                               \
+              A(IN, forge_bf16, b, (size_t)N * C, -1, 1) A(IN, float, weight, C, -1, 1) A(SIZE, int, N)          \
+                  A(SIZE, int, C) A(SCALAR, float, eps),                                                         \
+      FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
+    /* dinp = rn(dinp + rstd (g - x-hat mean(g x-hat))), g = weight dout, x-hat = x rstd; dweight += sum_n dout  \
+     * x-hat (fp32) */                                                                                           \
+    X(rmsnorm_backward_bf16, FORGE_BF16, 0,                                                                      \
+      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP(0)) A(ACC, float, dweight, C, SUM(N))                          \
+          A(IN, forge_bf16, dout, (size_t)N * C, -1, 1) A(IN, forge_bf16, inp, (size_t)N * C, -2, 2)             \
+              A(IN, float, weight, C, -1, 1) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C),      \
+      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                    \
                                                                                                                  \
     /* ---- rotary position embedding ------------------------------------------------------------------- */     \
     /* inp/out (B,T,n_heads,HS); the first n_rot heads rotated, the rest copied (packed qkv: q and k rotate,     \
@@ -170,6 +303,22 @@
     X(rope_backward, FORGE_F32, 0,                                                                               \
       A(ACC, float, dinp, (size_t)B * T * n_heads * HS, EXACT)                                                   \
           A(IN, float, dout, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)                \
+              A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
+      FORGE_ROPE_CASES(K))                                                                                       \
+    /* bf16: the rotation in fp32 on the widened values with the fp32 ops' cos/sin table (angles in double,      \
+     * rounded once to float), one rounding to bf16; the backward adds into dinp, then rounds. ULP(1): the       \
+     * table comes from glibc's and CUDA's double pow/cos/sin, which agree within 1e-12 rad at t = 2047 but      \
+     * may, rarely, round an entry to a neighbouring float; the rotation then moves by ~1 fp32 ulp of |x|, its   \
+     * bf16 rounding by one ulp (more only if the rotation also cancels below 2^-16 |x|, rarer still).           \
+     * Everything else is the reference's fp32 expression in its order. out may be inp. */                       \
+    X(rope_forward_bf16, FORGE_BF16, 0,                                                                          \
+      A(OUT, forge_bf16, out, (size_t)B * T * n_heads * HS, ULP(1))                                              \
+          A(IN, forge_bf16, inp, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)            \
+              A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
+      FORGE_ROPE_CASES(K))                                                                                       \
+    X(rope_backward_bf16, FORGE_BF16, 0,                                                                         \
+      A(ACC, forge_bf16, dinp, (size_t)B * T * n_heads * HS, ULP(1))                                             \
+          A(IN, forge_bf16, dout, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)           \
               A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
       FORGE_ROPE_CASES(K))                                                                                       \
                                                                                                                  \
@@ -226,6 +375,29 @@
                               A(IN, float, lse, (size_t)B * NH * Tq, FORGE_LSE(Tk)) A(SIZE, int, B) A(SIZE, int, Tq)      \
                                   A(SIZE, int, Tk) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),          \
       FORGE_FLASH_EXT_CASES(K))                                                                                  \
+    /* bf16 (docs/mixed-precision.md): qkv, out, dout, dqkv bf16; lse, the fp32 statistics. Forward: online softmax \
+     * in fp32, P rounded to bf16 for P.V; out rounded. Tolerances (FORGE_FLASH_BF16_*_TOL below): out, the bf16 \
+     * rounding of P at other points (2 u sum_j P_j |v_j| <= 2 u max|v|, u = 2^-9) plus out's own rounding; lse,  \
+     * the fp32 score sums in another order. Inputs in [-1.5, 1.5] as the fp32 entry. The forward's extra cases   \
+     * exceed the CUDA fallback's workspace (batch, kv-head and query-head chunks). */                           \
+    X(flash_attention_forward_bf16, FORGE_BF16, 0,                                                               \
+      A(OUT, forge_bf16, out, (size_t)B * T * NH * HS, ABS(FORGE_FLASH_BF16_OUT_TOL(1.5)))                       \
+          A(OUT, float, lse, (size_t)B * NH * T, ABS(FORGE_FLASH_BF16_LSE_TOL(HS, 1.5)))                         \
+              A(IN, forge_bf16, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5) A(SIZE, int, B)          \
+                  A(SIZE, int, T) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                           \
+      FORGE_FLASH_CASES(K) K(.B = 5, .T = 1024, .NH = 8, .NKV = 8, .HS = 32)                                     \
+          K(.B = 1, .T = 2100, .NH = 16, .NKV = 16, .HS = 32) K(.B = 1, .T = 1100, .NH = 64, .NKV = 1, .HS = 32)) \
+    /* dqkv = rn(dqkv + d) with P and dS rounded to bf16 for their products, as the bf16 kernels; scratch:     \
+     * FORGE_FLASH_BF16_SCRATCH floats (the CUDA fallback's size). Tolerance: FORGE_FLASH_BF16_DQKV_TOL. */       \
+    X(flash_attention_backward_bf16, FORGE_BF16, 0,                                                              \
+      A(ACC, forge_bf16, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), ABS(FORGE_FLASH_BF16_DQKV_TOL)) \
+          A(SCRATCH, scratch, FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS))                                       \
+              A(IN, forge_bf16, dout, (size_t)B * T * NH * HS, -1, 1)                                            \
+                  A(IN, forge_bf16, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                      \
+                      A(IN, forge_bf16, out, (size_t)B * T * NH * HS, -1, 1)                                     \
+                          A(IN, float, lse, (size_t)B * NH * T, FORGE_LSE(T)) A(SIZE, int, B) A(SIZE, int, T)    \
+                              A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                               \
+      FORGE_FLASH_CASES(K))                                                                                      \
                                                                                                                  \
     /* ---- fused classifier ------------------------------------------------------------------------------ */   \
     /* For each row n of logits (N,V): losses[n] = -log softmax(logits[n])[targets[n]], and logits[n] is         \
@@ -240,6 +412,22 @@
               K(.N = 64, .V = 1001, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 10)                  \
                   K(.N = 8, .V = 7, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 50)                 \
                       K(.N = 5, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20))        \
+    /* bf16: the lm head's forward and backward fused, FORGE_CLS_BF16_ROWS(N, V) rows at a time (the (N,V) logits \
+     * never exist whole): logits = rn(inp wte^T); losses[n] = logsumexp - logit[target] (fp32; 0 for an ignore   \
+     * row); dlogits = rn((softmax - onehot) grad_scale) (0 for an ignore row); dinp = rn(dinp + dlogits wte);    \
+     * dwte (fp32) += dlogits^T inp (dinp, dwte NULL: not computed; both NULL: the loss alone, for evaluation). \
+     * A target outside [0, V) that is not ignore_index is an error. scratch:                                    \
+     * FORGE_CLS_BF16_SCRATCH floats. Tolerances: FORGE_CLS_BF16_*_TOL below. */                                 \
+    X(classifier_bf16, FORGE_BF16, 0,                                                                            \
+      A(OUT, float, losses, N, ABS(FORGE_CLS_BF16_LOSS_TOL(C)))                                               \
+          A(ACC_OPT, forge_bf16, dinp, (size_t)N * C, ABS(FORGE_CLS_BF16_DINP_TOL(grad_scale)))                  \
+              A(ACC_OPT, float, dwte, (size_t)V * C, ABS(FORGE_CLS_BF16_DWTE_TOL(N, grad_scale)))                \
+                  A(SCRATCH, scratch, FORGE_CLS_BF16_SCRATCH(N, C, V))                                           \
+                      A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, wte, (size_t)V * C, -0.1, 0.1) \
+                          A(IDS, targets, N, V, ignore_index, ignore_pct) A(SIZE, int, N) A(SIZE, int, C)        \
+                              A(SIZE, int, V) A(SCALAR, int, ignore_index) A(SCALAR, float, grad_scale)          \
+                                  A(DIM, ignore_pct),                                                            \
+      FORGE_CLS_BF16_CASES(K))                                                                                   \
                                                                                                                  \
     /* ---- optimizer ------------------------------------------------------------------------------------- */   \
     /* *out_sumsq += sum(x[i]^2), accumulated in the device scalar (no host sync) */                             \
@@ -252,7 +440,22 @@
       A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(IN, float, grad, n, -1, 1)                                   \
           A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5)) A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5))               \
               A(SIZE, size_t, n) A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),      \
-      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))
+      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))                                                   \
+    /* bf16: the same update, and param_bf16 = rn(param after the update) in the same pass (the bf16 working copy \
+     * of the masters). param, m, v: the fp32 entry's tolerances; param_bf16: one bf16 ulp (param differs from the \
+     * reference by a few fp32 ulps, so its rounding can land one bf16 ulp away). */                              \
+    X(adamw_update_bf16, FORGE_BF16, 0,                                                                          \
+      A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(OUT, forge_bf16, param_bf16, n, ULP(1))                      \
+          A(IN, float, grad, n, -1, 1) A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5))                               \
+              A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5)) A(SIZE, size_t, n)                                    \
+                  A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),                     \
+      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))                                                     \
+                                                                                                                 \
+    /* ---- conversions ------------------------------------------------------------------------------------ */   \
+    /* dst[i] = rn(src[i]): fp32 to bf16, round to nearest even (the parameters' working copy at load) */       \
+    X(cast_bf16, FORGE_BF16, 0,                                                                                  \
+      A(OUT, forge_bf16, dst, n, ULP(0)) A(IN, float, src, n, -3, 3) A(SIZE, size_t, n),                         \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))
 
 /* Shape sets shared by several entries. */
 #define FORGE_MATMUL_CASES(K)                                                                                    \
@@ -260,12 +463,26 @@
     K(.N = 130, .C = 129, .OC = 131) K(.N = 64, .C = 64, .OC = 64) K(.N = 257, .C = 768, .OC = 3072)             \
     K(.N = 257, .C = 3072, .OC = 768) K(.N = 1031, .C = 200, .OC = 2100)                                         \
     K(.N = 1001, .C = 45, .OC = 130) /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
+/* The bf16 GEMMs' fast paths need 8 | K and 8 | the columns of a backward output (TMA's 16-byte rows): all of
+ * them (64, 40, 256, 768, 2304, 3072), the forward's only (OC 29, 2100: direct store of a bf16 C), none (odd C).
+ * 4099 x 1032 exceeds the workspace that stages dX (two row chunks) and takes dW's split-K. */
+#define FORGE_MATMUL_BF16_CASES(K)                                                                               \
+    K(.N = 1, .C = 45, .OC = 29) K(.N = 37, .C = 768, .OC = 29) K(.N = 130, .C = 129, .OC = 131)                 \
+    K(.N = 64, .C = 64, .OC = 64) K(.N = 37, .C = 64, .OC = 40) K(.N = 200, .C = 256, .OC = 384)                 \
+    K(.N = 1001, .C = 45, .OC = 130) K(.N = 256, .C = 768, .OC = 2304) K(.N = 257, .C = 3072, .OC = 768)         \
+    K(.N = 1031, .C = 200, .OC = 2100) K(.N = 4099, .C = 1032, .OC = 64)
 /* EXTRA(): more initializers of every case (the forward's eps) */
 #define FORGE_NORM_CASES(K, EXTRA)                                                                               \
     K(.N = 1, .C = 45 EXTRA()) K(.N = 37, .C = 768 EXTRA()) K(.N = 257, .C = 45 EXTRA())                         \
     K(.N = 4099, .C = 45 EXTRA()) K(.N = 257, .C = 3072 EXTRA()) K(.N = 9000, .C = 96 EXTRA())
 #define FORGE_NORM_EPS() , .eps = 1e-5f
 #define FORGE_NORM_NO_EPS()
+/* Token rows B*T and channels C that miss every tile (C = 45, 1031: no 8-wide vectors), V small (ids repeat:
+ * several rows per owner) and large. */
+#define FORGE_ENCODER_CASES(K)                                                                                   \
+    K(.B = 1, .T = 1, .C = 45, .V = 1000, .maxT = 1) K(.B = 2, .T = 67, .C = 768, .V = 1000, .maxT = 80)         \
+    K(.B = 4, .T = 64, .C = 45, .V = 50, .maxT = 64) K(.B = 1, .T = 257, .C = 1031, .V = 1000, .maxT = 300)      \
+    K(.B = 4, .T = 1025, .C = 64, .V = 7, .maxT = 1100)
 #define FORGE_ROPE_CASES(K)                                                                                      \
     K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 64, .theta = 10000.0f) /* qkv NH=6, NKV=2 */             \
     K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 6, .theta = 10000.0f)                                    \
@@ -295,6 +512,62 @@
     K(.B = 1, .Tq = 70, .Tk = 0, .NH = 2, .NKV = 1, .HS = 64)                                                    \
     K(.B = 1, .Tq = 50, .Tk = 130, .NH = 4, .NKV = 2, .HS = 64)                                                  \
     K(.B = 1, .Tq = 45, .Tk = 30, .NH = 3, .NKV = 3, .HS = 7)
+/* ---- sizes and tolerances of the bf16 entries ------------------------------------------------------------
+ * Flash attention (bf16). Scratch of the backward, in floats: the CUDA fallback (head sizes other than 64 / 128,
+ * layouts the tensor-core kernels refuse) widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward,
+ * whose D takes B*NH*T; the tensor-core path needs less (dq, dk, dv fp32 and delta); +4 aligns the pieces to 16
+ * bytes.
+ * Tolerances (max abs error against the CPU reference; u = 2^-9, the bf16 unit roundoff):
+ * - out: the kernels round P = exp(s - m) at the running max of their key tiles (the fallback does not round it),
+ *   the reference at the final max; each rounding moves a term of sum_j P_j v_j / l by <= u of it, so the two
+ *   exact outputs differ by <= 2u sum_j (P_j / l) |v_j| <= 2u max|v|; each is then rounded to bf16, which can land
+ *   one bf16 ulp apart: 2^-7 for |out| <= max|v| = 1.5 < 2.
+ * - lse: fp32 score sums of exact bf16 products in another order: <= (HS-1) 2^-24 sum_e |q_e k_e| * scale
+ *   <= qmax^2 HS^1.5 2^-24 (qmax = max|q|, |k| <= qmax), plus 2e-5 for exp / log and the final fp32 operations
+ *   (lse <= log(T+1) + 3, a few fp32 ulps of it).
+ * - dqkv = rn(dqkv + d), |dqkv| < 2 here: one bf16 ulp (2^-7) for the rounding of the sum, plus the error of d:
+ *   the rounding of P and dS on either side moves each term of a gradient sum by <= u of it, so d differs by
+ *   <= 2u sum|terms|; with these inputs max|d| <= 0.8 (measured over the cases: the gradients of a softmax with a
+ *   saved lse, |dout| <= 1) and d's error <= 1.2e-3 (the fp32 fallback against the reference); bounded by 2^-6,
+ *   ~2% of max|d|, as the bf16 kernels' own tests bound it at 3e-2 max|ref|. */
+#define FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)                                                              \
+    ((size_t)(B) * (T) * (2 * FORGE_QKV(NH, NKV, HS) + 2 * (size_t)(NH) * (HS)) + (size_t)(B) * (NH) * (T) + 4)
+#define FORGE_FLASH_BF16_OUT_TOL(vmax) (2.0 * ldexp((vmax), -9) + ldexp(1.0, -7))
+#define FORGE_FLASH_BF16_LSE_TOL(HS, qmax) ((qmax) * (qmax) * pow((double)(HS), 1.5) * ldexp(1.0, -24) + 2e-5)
+#define FORGE_FLASH_BF16_DQKV_TOL (ldexp(1.0, -7) + ldexp(1.0, -6))
+/* Classifier (bf16). Rows per chunk: FORGE_CLS_BF16_CHUNK / V (at least 1), above 128 rounded down to a multiple
+ * of 128 (the GEMMs' row tile), at most N. Scratch, in floats: the chunk's logits and dlogits (bf16, (rows, V)
+ * each) and its (rows, C) fp32 product dlogits . wte, +16 to align the pieces to 16 bytes.
+ * Tolerances (inputs: inp in [-1, 1], wte in [-0.1, 0.1], so a logit is a C-term sum of std 0.033 sqrt(C) and
+ * |logit| <= Lmax = 0.2 sqrt(C) (6 std)). A GPU logit is rn() of an fp32 sum in another order, so it can land one
+ * bf16 ulp (<= 2^-7 |logit|) from the reference's (the fp32 sums differ by ~sqrt(C) 2^-24 |logit|, so this is rare:
+ * the bounds take one such event per output, not two):
+ * - loss = lse - logit[target]: one ulp of the target's logit, 2^-7 Lmax, plus 1e-4 for the fp32 sum of V
+ *   exponentials in another order (relative ~sqrt(V) 2^-24 of lse).
+ * - dinp = rn(dinp + dx), |dinp| < 1 + 2 * 0.1 grad_scale < 2: one bf16 ulp (2^-7) for the rounding of the sum,
+ *   plus one dlogit landing one ulp away (<= 2^-7 grad_scale) times |wte| <= 0.1 (< 2^-9 grad_scale).
+ * - dwte (fp32) += an N-long sum: SUM(N) for the order, plus one dlogit one ulp away (<= 2^-7 grad_scale, the
+ *   target's: |p - 1| grad_scale <= grad_scale) times |inp| <= 1. */
+#define FORGE_CLS_BF16_CHUNK (1 << 25)
+#define FORGE_CLS_BF16_CAP(V)                                                                                    \
+    (FORGE_CLS_BF16_CHUNK / (V) >= 128 ? FORGE_CLS_BF16_CHUNK / (V) / 128 * 128                                 \
+     : FORGE_CLS_BF16_CHUNK / (V) >= 1 ? FORGE_CLS_BF16_CHUNK / (V) : 1)
+#define FORGE_CLS_BF16_ROWS(N, V) ((N) < FORGE_CLS_BF16_CAP(V) ? (N) : FORGE_CLS_BF16_CAP(V))
+#define FORGE_CLS_BF16_SCRATCH(N, C, V) ((size_t)FORGE_CLS_BF16_ROWS(N, V) * ((size_t)(V) + (size_t)(C)) + 16)
+#define FORGE_CLS_BF16_LOSS_TOL(C) (0.2 * sqrt((double)(C)) * ldexp(1.0, -7) + 1e-4)
+#define FORGE_CLS_BF16_DINP_TOL(gs) (ldexp(1.0, -7) + (gs) * ldexp(1.0, -9))
+#define FORGE_CLS_BF16_DWTE_TOL(N, gs) (1e-4 * fmax(1.0, sqrt((double)(N)) / 8) + (gs) * ldexp(1.0, -7))
+/* C % 8 != 0 (the SIMT fallback of every GEMM), V % 8 != 0 (the vocabulary tail), V < 8 (tail only), several
+ * chunks (V = 2^20 + 3: 31 rows a chunk) */
+#define FORGE_CLS_BF16_CASES(K)                                                                                  \
+    K(.N = 37, .C = 45, .V = 1000, .ignore_index = -100, .grad_scale = 0.03f, .ignore_pct = 25)                  \
+    K(.N = 1, .C = 64, .V = 1000, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 0)                     \
+    K(.N = 64, .C = 64, .V = 1001, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 10)                   \
+    K(.N = 8, .C = 16, .V = 7, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 50)                      \
+    K(.N = 257, .C = 200, .V = 131, .ignore_index = -100, .grad_scale = 0.5f, .ignore_pct = 10)                  \
+    K(.N = 300, .C = 128, .V = 8192, .ignore_index = -100, .grad_scale = 0.01f, .ignore_pct = 10)                \
+    K(.N = 5, .C = 768, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20)                 \
+    K(.N = 70, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)
 /* clipping active (norm above max_grad_norm), inactive (below), disabled (0); grad_sumsq NULL is the parity
  * test's optional-argument pass */
 #define FORGE_ADAMW_HP(step_, max_norm_)                                                                         \
@@ -315,6 +588,7 @@ typedef enum { FORGE_OP_LIST(FORGE_OP_ENUM_ENTRY, FORGE_OP_NOTHING, FORGE_OP_NOT
 #define FORGE_ARG_DECL_IN_OPT(T, name, ...) , const T *name
 #define FORGE_ARG_DECL_IN_TRIL(T, name, ...) , const T *name
 #define FORGE_ARG_DECL_OUT(T, name, ...) , T *name
+#define FORGE_ARG_DECL_OUT_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_INOUT(T, name, ...) , T *name

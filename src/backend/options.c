@@ -18,7 +18,7 @@ static const char *const DEVICE_NAMES[FORGE_DEVICE_COUNT] = {"cpu", "cuda"};
 static const char *const MATMUL_NAMES[FORGE_MATMUL_COUNT] = {"fp32", "tf32", "cublas", "auto", "simt64",
                                                              "simt128"};
 static const char *const ATTENTION_NAMES[FORGE_ATTENTION_COUNT] = {"flash", "materialised"};
-static const char *const PRECISION_NAMES[FORGE_TRAIN_PRECISION_COUNT] = {"fp32"};
+static const char *const PRECISION_NAMES[FORGE_TRAIN_PRECISION_COUNT] = {"fp32", "bf16"};
 
 /* index of s in names[0..n), or -1 */
 static int find_name(const char *s, const char *const *names, int n) {

@@ -37,9 +37,11 @@ typedef enum {
     FORGE_ATTENTION_COUNT
 } forge_attention_kind;
 
-/* The precision of the training step. fp32 is the only one today; the mixed-precision engine adds more. */
+/* The precision of the training step (docs/mixed-precision.md): fp32 (exact, the reference) or bf16 (fp32 masters,
+ * moments and weight gradients; bf16 working weights, activations and activation gradients). */
 typedef enum {
     FORGE_TRAIN_FP32 = 0,
+    FORGE_TRAIN_BF16,
     FORGE_TRAIN_PRECISION_COUNT
 } forge_train_precision;
 
@@ -64,7 +66,7 @@ forge_status forge_device_parse(const char *what, const char *s, forge_device_ki
 forge_status forge_matmul_mode_parse(const char *what, const char *s, forge_matmul_mode *out);
 /* "flash", "materialised" */
 forge_status forge_attention_kind_parse(const char *what, const char *s, forge_attention_kind *out);
-/* "fp32" */
+/* "fp32", "bf16" */
 forge_status forge_train_precision_parse(const char *what, const char *s, forge_train_precision *out);
 
 const char *forge_device_name(forge_device_kind k);

@@ -1,4 +1,4 @@
-/* tensor.c: dtype metadata and shape printing. */
+/* tensor.c: dtype metadata (dtype.h) and shape printing. */
 #include "tensor.h"
 
 #include <stdio.h>

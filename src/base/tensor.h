@@ -16,18 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
+
 #define FORGE_MAX_DIMS 4
-
-typedef enum {
-    FORGE_F32 = 0,
-    FORGE_I32,
-    FORGE_U16,
-    FORGE_BF16,
-    FORGE_DTYPE_COUNT
-} forge_dtype;
-
-size_t forge_dtype_size(forge_dtype dtype);
-const char *forge_dtype_name(forge_dtype dtype);
 
 typedef struct forge_tensor forge_tensor;
 struct forge_tensor {
@@ -36,7 +27,10 @@ struct forge_tensor {
     int64_t shape[FORGE_MAX_DIMS];
     size_t numel;
     void *data;            /* backend memory */
-    forge_tensor *grad;    /* same shape, F32; NULL until backward needs it */
+    forge_tensor *grad;    /* same shape: F32 for parameters, the tensor's dtype for activations; NULL until
+                            * backward needs it */
+    forge_tensor *working; /* a parameter of a bf16 step: its bf16 working copy (same shape), which the ops read
+                            * and the optimizer rewrites; NULL otherwise */
     int requires_grad;     /* 1 for parameters and anything computed from them */
     int persistent;        /* 1 for parameters: not released by tape reset */
     size_t block_bytes;    /* size of the pool block behind data */

@@ -169,21 +169,25 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
     char config[256], suite[64];
     snprintf(suite, sizeof suite, "train_cpu");
     /* one results file per matmul path: cuBLAS and forge runs of a commit share a folder */
-    if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_matmul_mode_name(be->options.matmul));
-    snprintf(config, sizeof config, "train backend=%s cases=%s:%dx%d,%s:%dx%d", be->name, cases[0].config,
-             cases[0].B, cases[0].T, cases[1].config, cases[1].B, cases[1].T);
+    const char *precision = forge_train_precision_name(be->options.precision);
+    if (cuda && be->options.precision == FORGE_TRAIN_BF16) snprintf(suite, sizeof suite, "train_cuda_bf16");
+    else if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_matmul_mode_name(be->options.matmul));
+    snprintf(config, sizeof config, "train backend=%s precision=%s cases=%s:%dx%d,%s:%dx%d", be->name, precision,
+             cases[0].config, cases[0].B, cases[0].T, cases[1].config, cases[1].B, cases[1].T);
     forge_harness_config hc = {.suite = suite, .results_root = NULL, .config_text = config,
                                .input_recipe = TRAIN_RECIPE, .seed = 7, .reps = steps, .warmup = 3, .out = out};
     forge_harness *h = NULL;
     if (s == FORGE_OK) s = forge_harness_open(&h, &hc, &bs.prov, &bs.timer);
     if (s == FORGE_OK)
-        fprintf(out, "== forge bench train (%s, fp32): full steps on random tokens; check = forward losses vs the "
-                     "CPU reference on the same parameters\n", be->name);
+        fprintf(out, "== forge bench train (%s, %s): full steps on random tokens; check = forward losses vs the "
+                     "CPU reference on the same parameters\n", be->name, precision);
     double mfu[2] = {0, 0}, peak_mib[2] = {0, 0}, tok_s[2] = {0, 0};
     int bad = 0;
     /* the tf32 matmul mode rounds the linear layers' operands to tf32: its losses are gated at the tf32
      * tolerance, every other path at fp32's */
-    const forge_precision prec = cuda && be->options.matmul == FORGE_MATMUL_TF32 ? FORGE_PREC_TF32 : FORGE_PREC_FP32;
+    const forge_precision prec = be->options.precision == FORGE_TRAIN_BF16                  ? FORGE_PREC_BF16
+                                 : cuda && be->options.matmul == FORGE_MATMUL_TF32 ? FORGE_PREC_TF32
+                                                                                   : FORGE_PREC_FP32;
     for (int i = 0; i < 2 && s == FORGE_OK; i++) {
         train_cell c;
         s = train_cell_init(&c, be, ref, configs_dir, &cases[i]);

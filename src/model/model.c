@@ -44,6 +44,21 @@ static forge_tensor *add_param(layout_builder *lb, const char *name, int ndim, i
         t->persistent = g->persistent = 1;
         t->requires_grad = 1;
         t->grad = g;
+        if (m->working_data) {
+            forge_tensor *w = calloc(1, sizeof *w);
+            if (!w) {
+                free(t);
+                free(g);
+                lb->status = forge_error(FORGE_ERR_OOM, "model: out of host memory");
+                return NULL;
+            }
+            *w = *t;
+            w->dtype = FORGE_BF16;
+            w->data = m->working_data + lb->offset;
+            w->grad = NULL;
+            w->requires_grad = 0;
+            t->working = w;
+        }
         snprintf(p->name, sizeof p->name, "%s", name);
         p->t = t;
         p->offset = lb->offset;
@@ -173,6 +188,9 @@ forge_status forge_model_create(forge_model **out, const forge_model_config *cfg
         s = forge_pool_block(pool, (void **)&m->param_data, m->n_elements * sizeof(float), &m->param_block_bytes);
     if (s == FORGE_OK)
         s = forge_pool_block(pool, (void **)&m->grad_data, m->n_elements * sizeof(float), &m->grad_block_bytes);
+    if (s == FORGE_OK && m->be->options.precision == FORGE_TRAIN_BF16)
+        s = forge_pool_block(pool, (void **)&m->working_data, m->n_elements * sizeof(forge_bf16),
+                             &m->working_block_bytes);
     if (s == FORGE_OK) {
         layout_builder create = {.m = m, .creating = 1};
         build_layout(&create);
@@ -192,12 +210,16 @@ void forge_model_free(forge_model *m) {
     if (!m) return;
     if (m->params) {
         for (int i = 0; i < m->n_params; i++) {
-            if (m->params[i].t) free(m->params[i].t->grad);
+            if (m->params[i].t) {
+                free(m->params[i].t->grad);
+                free(m->params[i].t->working);
+            }
             free(m->params[i].t);
         }
     }
     if (m->param_data) forge_pool_block_release(m->pool, m->param_data, m->param_block_bytes);
     if (m->grad_data) forge_pool_block_release(m->pool, m->grad_data, m->grad_block_bytes);
+    if (m->working_data) forge_pool_block_release(m->pool, m->working_data, m->working_block_bytes);
     free(m->params);
     free(m->layers);
     free(m);
@@ -212,7 +234,14 @@ forge_status forge_model_get_params(const forge_model *m, float *host) {
 }
 
 forge_status forge_model_set_params(forge_model *m, const float *host) {
-    return m->be->copy_to_device(m->be, m->param_data, host, m->n_elements * sizeof(float));
+    FORGE_TRY(m->be->copy_to_device(m->be, m->param_data, host, m->n_elements * sizeof(float)));
+    return forge_model_sync_working(m);
+}
+
+forge_status forge_model_sync_working(forge_model *m) {
+    if (!m->working_data) return FORGE_OK;
+    if (!m->be->cast_bf16) return forge_error(FORGE_ERR_UNSUPPORTED, "backend %s does not support cast_bf16", m->be->name);
+    return m->be->cast_bf16(m->be, m->working_data, m->param_data, m->n_elements);
 }
 
 forge_status forge_model_get_grads(const forge_model *m, float *host) {
@@ -231,6 +260,13 @@ static forge_status norm(forge_model *m, forge_tape *tape, forge_tensor **out, f
     return forge_op_rmsnorm(tape, out, x, w, m->cfg.norm_eps);
 }
 
+/* res = x + y, then the norm of res with weight w (and bias b for LayerNorm) */
+static forge_status residual_norm(forge_model *m, forge_tape *tape, forge_tensor **res, forge_tensor **out,
+                                  forge_tensor *x, forge_tensor *y, forge_tensor *w, forge_tensor *b) {
+    return forge_op_residual_norm(tape, res, out, x, y, w, m->cfg.norm == FORGE_NORM_LAYERNORM ? b : NULL,
+                                  m->cfg.norm_eps);
+}
+
 forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_tensor *ids,
                                  const forge_tensor *targets, float grad_scale, forge_tensor **result) {
     const forge_model_config *c = &m->cfg;
@@ -240,13 +276,17 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
         return forge_error(FORGE_ERR_ARG, "model: sequence length %lld exceeds context_length %d",
                            (long long)ids->shape[1], c->context_length);
     int NH = c->n_heads, NKV = c->n_kv_heads, HS = c->d_model / c->n_heads;
+    /* the activations' dtype: bf16 when the parameters carry a bf16 working copy (docs/mixed-precision.md) */
+    const forge_dtype act = m->working_data ? FORGE_BF16 : FORGE_F32;
+    if (act == FORGE_BF16 && !m->flash_attention)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "model %s: --precision bf16 runs the fused attention only "
+                                                  "(--attention flash)", c->name);
     forge_tensor *x, *h, *a, *u;
-    FORGE_TRY(forge_op_embedding(tape, &x, ids, m->wte));
-    if (m->wpe) FORGE_TRY(forge_op_position(tape, &x, x, m->wpe));
+    FORGE_TRY(forge_op_encoder(tape, &x, ids, m->wte, m->wpe, act));
+    FORGE_TRY(norm(m, tape, &h, x, m->layers[0].norm1_w, m->layers[0].norm1_b));
     for (int l = 0; l < c->n_layers; l++) {
         forge_layer_params *L = &m->layers[l];
-        /* attention block: x = x + proj(attention(rope(qkv(norm1(x))))) */
-        FORGE_TRY(norm(m, tape, &h, x, L->norm1_w, L->norm1_b));
+        /* attention block: x = x + proj(attention(rope(qkv(h)))), then h = norm2(x) */
         FORGE_TRY(forge_op_matmul(tape, &h, h, L->qkv_w, L->qkv_b));
         if (c->positions == FORGE_POSITIONS_ROPE) FORGE_TRY(forge_op_rope(tape, &h, h, NH, NKV, HS, c->rope_theta));
         if (m->flash_attention)
@@ -254,12 +294,10 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
         else
             FORGE_TRY(forge_op_attention(tape, &a, h, NH, NKV, HS));
         FORGE_TRY(forge_op_matmul(tape, &a, a, L->attn_proj_w, L->attn_proj_b));
-        FORGE_TRY(forge_op_add(tape, &x, x, a));
-        /* MLP block: x = x + proj(act(fc(norm2(x)))) */
-        FORGE_TRY(norm(m, tape, &h, x, L->norm2_w, L->norm2_b));
+        FORGE_TRY(residual_norm(m, tape, &x, &h, x, a, L->norm2_w, L->norm2_b));
+        /* MLP block: x = x + proj(act(fc(h))), then h = the next block's norm1 (or the final norm) of x */
         if (c->activation == FORGE_ACTIVATION_GELU) {
-            FORGE_TRY(forge_op_matmul(tape, &u, h, L->fc_w, L->fc_b));
-            FORGE_TRY(forge_op_gelu(tape, &u, u));
+            FORGE_TRY(forge_op_matmul_gelu(tape, &u, h, L->fc_w, L->fc_b));
         } else {
             forge_tensor *gate, *up;
             FORGE_TRY(forge_op_matmul(tape, &gate, h, L->fc_w, L->fc_b));
@@ -267,14 +305,10 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
             FORGE_TRY(forge_op_swiglu(tape, &u, gate, up));
         }
         FORGE_TRY(forge_op_matmul(tape, &u, u, L->mlp_proj_w, L->mlp_proj_b));
-        FORGE_TRY(forge_op_add(tape, &x, x, u));
+        const int last = l == c->n_layers - 1;
+        FORGE_TRY(residual_norm(m, tape, &x, &h, x, u, last ? m->normf_w : m->layers[l + 1].norm1_w,
+                                last ? m->normf_b : m->layers[l + 1].norm1_b));
     }
-    FORGE_TRY(norm(m, tape, &h, x, m->normf_w, m->normf_b));
-    forge_tensor *logits;
-    FORGE_TRY(forge_op_matmul(tape, &logits, h, m->lm_head, NULL));
-    if (!targets) {
-        *result = logits;
-        return FORGE_OK;
-    }
-    return forge_op_classifier(tape, result, logits, targets, -1, grad_scale);
+    if (!targets) return forge_op_matmul(tape, result, h, m->lm_head, NULL);
+    return forge_op_lm_head_classifier(tape, result, h, m->lm_head, targets, -1, grad_scale);
 }

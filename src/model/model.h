@@ -56,6 +56,8 @@ typedef struct {
     size_t n_elements;              /* total parameter count */
     float *param_data, *grad_data;  /* the two flat device blocks */
     size_t param_block_bytes, grad_block_bytes;
+    forge_bf16 *working_data;       /* bf16 step: the parameters' bf16 working copy, same layout; else NULL */
+    size_t working_block_bytes;
     forge_tensor *wte, *wpe, *normf_w, *normf_b, *lm_head; /* lm_head == wte when tied */
     forge_layer_params *layers;
     int flash_attention; /* 1: fused attention (default); 0: the materialised reference (runtime options) */
@@ -76,6 +78,10 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
                                  const forge_tensor *targets, float grad_scale, forge_tensor **result);
 
 forge_status forge_model_zero_grad(forge_model *m);
+
+/* bf16 step: rewrites the working copy from the fp32 masters (forge_model_set_params does; the optimizer keeps it
+ * current after every update). No-op otherwise. */
+forge_status forge_model_sync_working(forge_model *m);
 
 /* Host copies of the whole flat blocks (n_elements floats). */
 forge_status forge_model_get_params(const forge_model *m, float *host);

@@ -29,9 +29,14 @@ static forge_status rope_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_tensor *dx;
     FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
     if (!dx) return FORGE_OK;
-    OP_REQUIRE(be, rope_backward);
     rope_params p;
     forge_tape_entry_params(e, &p, sizeof p);
+    if (op_is_bf16(dx)) {
+        OP_REQUIRE(be, rope_backward_bf16);
+        return be->rope_backward_bf16(be, forge_bf16p(dx), forge_bf16p(e->out->grad), p.B, p.T, p.n_heads, p.n_rot,
+                                      p.HS, p.theta);
+    }
+    OP_REQUIRE(be, rope_backward);
     return be->rope_backward(be, forge_f32(dx), forge_f32(e->out->grad), p.B, p.T, p.n_heads, p.n_rot, p.HS,
                              p.theta);
 }
@@ -39,13 +44,19 @@ static forge_status rope_backward(forge_tape *tape, const forge_tape_entry *e) {
 forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV, int HS,
                            float theta) {
     forge_backend *be = forge_tape_backend(tape);
-    OP_REQUIRE(be, rope_forward);
+    const int bf16 = op_is_bf16(qkv);
+    if (bf16) OP_REQUIRE(be, rope_forward_bf16);
+    else OP_REQUIRE(be, rope_forward);
     FORGE_TRY(check_qkv("rope", qkv, NH, NKV, HS));
     if (HS % 2) return forge_error(FORGE_ERR_ARG, "rope: head size %d must be even", HS);
     int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
-    FORGE_TRY(op_new(tape, out, 3, qkv->shape));
+    FORGE_TRY(op_new_dtype(tape, out, qkv->dtype, 3, qkv->shape));
     forge_tensor *o = *out;
-    FORGE_TRY(be->rope_forward(be, forge_f32(o), forge_f32(qkv), B, T, NH + 2 * NKV, NH + NKV, HS, theta));
+    if (bf16)
+        FORGE_TRY(be->rope_forward_bf16(be, forge_bf16p(o), forge_bf16p(qkv), B, T, NH + 2 * NKV, NH + NKV, HS,
+                                        theta));
+    else
+        FORGE_TRY(be->rope_forward(be, forge_f32(o), forge_f32(qkv), B, T, NH + 2 * NKV, NH + NKV, HS, theta));
     o->requires_grad = qkv->requires_grad;
     forge_tape_entry e = {.op = "rope", .backward = rope_backward, .out = o, .in = {qkv}};
     rope_params p = {B, T, NH + 2 * NKV, NH + NKV, HS, theta};
@@ -85,9 +96,34 @@ static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_
     return attention_backward_either(tape, e, 1);
 }
 
+/* bf16: dqkv += (bf16), with the scratch the op list states (the delta rows and the fp32 gradients of the bf16
+ * kernels, or the widened operands of their fallback) taken from the pool for the call */
+static forge_status flash_attention_backward_bf16(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *dqkv;
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
+    if (!dqkv) return FORGE_OK;
+    OP_REQUIRE(be, flash_attention_backward_bf16);
+    attention_params p;
+    forge_tape_entry_params(e, &p, sizeof p);
+    forge_pool *pool = forge_tape_pool(tape);
+    size_t scratch_bytes;
+    void *scratch;
+    FORGE_TRY(forge_pool_block(pool, &scratch, FORGE_FLASH_BF16_SCRATCH(p.B, p.T, p.NH, p.NKV, p.HS) * sizeof(float),
+                               &scratch_bytes));
+    forge_status s = be->flash_attention_backward_bf16(be, forge_bf16p(dqkv), scratch, forge_bf16p(e->out->grad),
+                                                       forge_bf16p(e->in[0]), forge_bf16p(e->out),
+                                                       forge_f32(e->saved[0]), p.B, p.T, p.NH, p.NKV, p.HS);
+    forge_pool_block_release(pool, scratch, scratch_bytes);
+    return s;
+}
+
 forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV,
                                 int HS) {
     forge_backend *be = forge_tape_backend(tape);
+    if (op_is_bf16(qkv))
+        return forge_error(FORGE_ERR_UNSUPPORTED, "attention: the materialised reference runs in fp32 only "
+                                                  "(--attention flash with --precision bf16)");
     OP_REQUIRE(be, attention_forward);
     FORGE_TRY(check_qkv("attention", qkv, NH, NKV, HS));
     int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
@@ -108,20 +144,26 @@ forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tens
 forge_status forge_op_flash_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH,
                                       int NKV, int HS) {
     forge_backend *be = forge_tape_backend(tape);
-    OP_REQUIRE(be, flash_attention_forward);
+    const int bf16 = op_is_bf16(qkv);
+    if (bf16) OP_REQUIRE(be, flash_attention_forward_bf16);
+    else OP_REQUIRE(be, flash_attention_forward);
     FORGE_TRY(check_qkv("flash attention", qkv, NH, NKV, HS));
     int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
     int64_t oshape[3] = {B, T, (int64_t)NH * HS};
     int64_t lshape[3] = {B, NH, T};
     forge_tensor *lse;
-    FORGE_TRY(op_new(tape, out, 3, oshape));
+    FORGE_TRY(op_new_dtype(tape, out, qkv->dtype, 3, oshape));
     FORGE_TRY(op_new(tape, &lse, 3, lshape));
     forge_tensor *o = *out;
-    FORGE_TRY(be->flash_attention_forward(be, forge_f32(o), forge_f32(lse), forge_f32(qkv), B, T, NH, NKV,
-                                          HS));
+    if (bf16)
+        FORGE_TRY(be->flash_attention_forward_bf16(be, forge_bf16p(o), forge_f32(lse), forge_bf16p(qkv), B, T, NH, NKV,
+                                                   HS));
+    else
+        FORGE_TRY(be->flash_attention_forward(be, forge_f32(o), forge_f32(lse), forge_f32(qkv), B, T, NH, NKV, HS));
     o->requires_grad = qkv->requires_grad;
     /* the output itself is read by the backward (D = rowsum(dO * O)) */
-    forge_tape_entry e = {.op = "flash_attention", .backward = flash_attention_backward, .out = o,
+    forge_tape_entry e = {.op = "flash_attention",
+                          .backward = bf16 ? flash_attention_backward_bf16 : flash_attention_backward, .out = o,
                           .in = {qkv}, .saved = {lse}};
     attention_params p = {B, T, NH, NKV, HS};
     return forge_tape_push(tape, &e, &p, sizeof p);

@@ -12,9 +12,24 @@
                                (be)->name, #entry);                                        \
     } while (0)
 
-/* A fresh transient f32 tensor shaped like `like` but with the last dim = last. */
+/* A fresh transient tensor of like's dtype shaped like `like` but with the last dim = last. */
 forge_status op_new_like(forge_tape *tape, forge_tensor **out, const forge_tensor *like, int64_t last);
+/* A fresh transient f32 tensor; op_new_dtype of another dtype (bf16 activations). */
 forge_status op_new(forge_tape *tape, forge_tensor **out, int ndim, const int64_t *shape);
+forge_status op_new_dtype(forge_tape *tape, forge_tensor **out, forge_dtype dtype, int ndim, const int64_t *shape);
+/* A zeroed transient tensor (a gradient the op itself accumulates into). */
+forge_status op_new_zeros(forge_tape *tape, forge_tensor **out, forge_dtype dtype, int ndim, const int64_t *shape);
+
+/* The bf16 step (docs/mixed-precision.md): an activation in bf16 selects an op's bf16 kernels, which read the
+ * parameters' bf16 working copy (t->working) for GEMM operands and embedding tables, and their fp32 masters for
+ * biases and norm weights. */
+static inline int op_is_bf16(const forge_tensor *t) { return t->dtype == FORGE_BF16; }
+static inline forge_bf16 *forge_bf16p(const forge_tensor *t) { return (forge_bf16 *)t->data; }
+/* Records out = a + b (computed by the caller, e.g. a fused residual norm) on the tape: its rule adds out's
+ * gradient into a's and b's, in their dtype. */
+forge_status op_record_add(forge_tape *tape, forge_tensor *out, forge_tensor *a, forge_tensor *b);
+/* The working copy of a parameter a bf16 op reads, or FORGE_ERR_ARG naming the op. */
+forge_status op_working(const char *op, const forge_tensor *param, const forge_bf16 **data);
 /* rows = numel / last dim */
 static inline int op_rows(const forge_tensor *t) { return (int)(t->numel / (size_t)t->shape[t->ndim - 1]); }
 static inline int op_cols(const forge_tensor *t) { return (int)t->shape[t->ndim - 1]; }

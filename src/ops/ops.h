@@ -20,13 +20,24 @@ forge_status forge_op_embedding(forge_tape *tape, forge_tensor **out, const forg
                                 forge_tensor *table);
 /* out (B,T,C) = x + wpe[t] */
 forge_status forge_op_position(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *wpe);
+/* The model's first op: out (B,T,C) = wte[ids] (+ wpe[t] when wpe is not NULL), with activations of `dtype`: fp32
+ * runs embedding then position; bf16 runs the fused encoder on the parameters' working copies. */
+forge_status forge_op_encoder(forge_tape *tape, forge_tensor **out, const forge_tensor *ids, forge_tensor *wte,
+                              forge_tensor *wpe, forge_dtype dtype);
 /* out (..., OC) = x (..., C) . weight (OC, C)^T + bias; bias may be NULL */
 forge_status forge_op_matmul(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
                              forge_tensor *bias);
+/* out = gelu(x . weight^T + bias): fp32 runs matmul then gelu; bf16 fuses GELU into the GEMM */
+forge_status forge_op_matmul_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
+                                  forge_tensor *bias);
 forge_status forge_op_layernorm(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
                                 forge_tensor *bias, float eps);
 forge_status forge_op_rmsnorm(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
                               float eps);
+/* res = a + b, then out = LayerNorm(res) (bias given) or RMSNorm(res) (bias NULL): the residual stream's add and
+ * the next block's norm (fused into one kernel for bf16) */
+forge_status forge_op_residual_norm(forge_tape *tape, forge_tensor **res, forge_tensor **out, forge_tensor *a,
+                                    forge_tensor *b, forge_tensor *weight, forge_tensor *bias, float eps);
 /* qkv (B,T,(NH+2NKV)*HS): rotates the NH+NKV query and key heads */
 forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV, int HS,
                            float theta);
@@ -44,5 +55,13 @@ forge_status forge_op_flash_attention(forge_tape *tape, forge_tensor **out, forg
  * it must be its last use); when recording it becomes its own gradient. */
 forge_status forge_op_classifier(forge_tape *tape, forge_tensor **losses, forge_tensor *logits,
                                  const forge_tensor *targets, int ignore_index, float grad_scale);
+
+/* The lm head and the classifier: losses (B, T) of logits = x . lm_head^T. fp32: the matmul, then the fused
+ * classifier above (the logits become their own gradient). bf16: one op that runs the head's forward and backward
+ * chunk by chunk of rows, accumulating the gradients of x and lm_head at once when the tape records (the (N, V)
+ * logits never exist whole); not recording, the losses alone. */
+forge_status forge_op_lm_head_classifier(forge_tape *tape, forge_tensor **losses, forge_tensor *x,
+                                         forge_tensor *lm_head, const forge_tensor *targets, int ignore_index,
+                                         float grad_scale);
 
 #endif

@@ -10,27 +10,38 @@ static forge_status check_same(const char *op, const forge_tensor *a, const forg
     return FORGE_OK;
 }
 
+/* da += dout, db += dout, in the activations' dtype */
 static forge_status add_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
-    OP_REQUIRE(be, accumulate);
+    const int bf16 = op_is_bf16(e->out);
+    if (bf16) OP_REQUIRE(be, accumulate_bf16);
+    else OP_REQUIRE(be, accumulate);
     for (int i = 0; i < 2; i++) {
         forge_tensor *d;
         FORGE_TRY(forge_tape_grad(tape, e->in[i], &d));
-        if (d) FORGE_TRY(be->accumulate(be, forge_f32(d), forge_f32(e->out->grad), d->numel));
+        if (d && bf16) FORGE_TRY(be->accumulate_bf16(be, forge_bf16p(d), forge_bf16p(e->out->grad), d->numel));
+        else if (d) FORGE_TRY(be->accumulate(be, forge_f32(d), forge_f32(e->out->grad), d->numel));
     }
     return FORGE_OK;
 }
 
+forge_status op_record_add(forge_tape *tape, forge_tensor *out, forge_tensor *a, forge_tensor *b) {
+    out->requires_grad = a->requires_grad || b->requires_grad;
+    forge_tape_entry e = {.op = "add", .backward = add_backward, .out = out, .in = {a, b}};
+    return forge_tape_push(tape, &e, NULL, 0);
+}
+
 forge_status forge_op_add(forge_tape *tape, forge_tensor **out, forge_tensor *a, forge_tensor *b) {
     forge_backend *be = forge_tape_backend(tape);
+    if (op_is_bf16(a))
+        return forge_error(FORGE_ERR_UNSUPPORTED, "add: bf16 residual adds are fused into the next norm "
+                                                  "(forge_op_residual_norm)");
     OP_REQUIRE(be, add_forward);
     FORGE_TRY(check_same("add", a, b));
     FORGE_TRY(op_new(tape, out, a->ndim, a->shape));
     forge_tensor *o = *out;
     FORGE_TRY(be->add_forward(be, forge_f32(o), forge_f32(a), forge_f32(b), a->numel));
-    o->requires_grad = a->requires_grad || b->requires_grad;
-    forge_tape_entry e = {.op = "add", .backward = add_backward, .out = o, .in = {a, b}};
-    return forge_tape_push(tape, &e, NULL, 0);
+    return op_record_add(tape, o, a, b);
 }
 
 static forge_status gelu_backward(forge_tape *tape, const forge_tape_entry *e) {
@@ -38,16 +49,23 @@ static forge_status gelu_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_tensor *dx;
     FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
     if (!dx) return FORGE_OK;
+    if (op_is_bf16(dx)) {
+        OP_REQUIRE(be, gelu_backward_bf16);
+        return be->gelu_backward_bf16(be, forge_bf16p(dx), forge_bf16p(e->in[0]), forge_bf16p(e->out->grad),
+                                      dx->numel);
+    }
     OP_REQUIRE(be, gelu_backward);
     return be->gelu_backward(be, forge_f32(dx), forge_f32(e->in[0]), forge_f32(e->out->grad), dx->numel);
 }
 
 forge_status forge_op_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x) {
     forge_backend *be = forge_tape_backend(tape);
-    OP_REQUIRE(be, gelu_forward);
-    FORGE_TRY(op_new(tape, out, x->ndim, x->shape));
+    if (op_is_bf16(x)) OP_REQUIRE(be, gelu_forward_bf16);
+    else OP_REQUIRE(be, gelu_forward);
+    FORGE_TRY(op_new_dtype(tape, out, x->dtype, x->ndim, x->shape));
     forge_tensor *o = *out;
-    FORGE_TRY(be->gelu_forward(be, forge_f32(o), forge_f32(x), x->numel));
+    if (op_is_bf16(x)) FORGE_TRY(be->gelu_forward_bf16(be, forge_bf16p(o), forge_bf16p(x), x->numel));
+    else FORGE_TRY(be->gelu_forward(be, forge_f32(o), forge_f32(x), x->numel));
     o->requires_grad = x->requires_grad;
     forge_tape_entry e = {.op = "gelu", .backward = gelu_backward, .out = o, .in = {x}};
     return forge_tape_push(tape, &e, NULL, 0);
@@ -59,19 +77,27 @@ static forge_status swiglu_backward(forge_tape *tape, const forge_tape_entry *e)
     FORGE_TRY(forge_tape_grad(tape, e->in[0], &dgate));
     FORGE_TRY(forge_tape_grad(tape, e->in[1], &dup));
     if (!dgate && !dup) return FORGE_OK;
-    OP_REQUIRE(be, swiglu_backward);
     if (!dgate || !dup) return forge_error(FORGE_ERR_UNSUPPORTED, "swiglu: gate and up must both need grads");
+    if (op_is_bf16(dgate)) {
+        OP_REQUIRE(be, swiglu_backward_bf16);
+        return be->swiglu_backward_bf16(be, forge_bf16p(dgate), forge_bf16p(dup), forge_bf16p(e->out->grad),
+                                        forge_bf16p(e->in[0]), forge_bf16p(e->in[1]), e->out->numel);
+    }
+    OP_REQUIRE(be, swiglu_backward);
     return be->swiglu_backward(be, forge_f32(dgate), forge_f32(dup), forge_f32(e->out->grad),
                                forge_f32(e->in[0]), forge_f32(e->in[1]), e->out->numel);
 }
 
 forge_status forge_op_swiglu(forge_tape *tape, forge_tensor **out, forge_tensor *gate, forge_tensor *up) {
     forge_backend *be = forge_tape_backend(tape);
-    OP_REQUIRE(be, swiglu_forward);
+    const int bf16 = op_is_bf16(gate);
+    if (bf16) OP_REQUIRE(be, swiglu_forward_bf16);
+    else OP_REQUIRE(be, swiglu_forward);
     FORGE_TRY(check_same("swiglu", gate, up));
-    FORGE_TRY(op_new(tape, out, gate->ndim, gate->shape));
+    FORGE_TRY(op_new_dtype(tape, out, gate->dtype, gate->ndim, gate->shape));
     forge_tensor *o = *out;
-    FORGE_TRY(be->swiglu_forward(be, forge_f32(o), forge_f32(gate), forge_f32(up), o->numel));
+    if (bf16) FORGE_TRY(be->swiglu_forward_bf16(be, forge_bf16p(o), forge_bf16p(gate), forge_bf16p(up), o->numel));
+    else FORGE_TRY(be->swiglu_forward(be, forge_f32(o), forge_f32(gate), forge_f32(up), o->numel));
     o->requires_grad = gate->requires_grad || up->requires_grad;
     forge_tape_entry e = {.op = "swiglu", .backward = swiglu_backward, .out = o, .in = {gate, up}};
     return forge_tape_push(tape, &e, NULL, 0);

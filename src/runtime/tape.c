@@ -59,7 +59,10 @@ forge_status forge_tape_grad(forge_tape *tape, forge_tensor *t, forge_tensor **g
     *grad = NULL;
     if (!t || !t->requires_grad) return FORGE_OK;
     if (!t->grad) {
-        FORGE_TRY(forge_pool_tensor_zeros(tape->pool, &t->grad, FORGE_F32, t->ndim, t->shape, 0));
+        /* an activation's gradient has the activation's dtype (bf16 in a bf16 step); parameters' are fp32 and
+         * exist already */
+        const forge_dtype gd = t->dtype == FORGE_BF16 ? FORGE_BF16 : FORGE_F32;
+        FORGE_TRY(forge_pool_tensor_zeros(tape->pool, &t->grad, gd, t->ndim, t->shape, 0));
     }
     *grad = t->grad;
     return FORGE_OK;

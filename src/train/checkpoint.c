@@ -2,7 +2,10 @@
 #include "checkpoint.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,20 +117,127 @@ forge_status forge_checkpoint_write_values(const char *path, const forge_model *
     return s;
 }
 
+/* The HF tensor holding flat element `index` of the parameter block, and that tensor's range. */
+static void hf_tensor_at(const forge_model *m, size_t index, char *name, size_t cap, size_t *begin,
+                         size_t *end) {
+    snprintf(name, cap, "?");
+    *begin = *end = index;
+    for (int i = 0; i < m->n_params; i++) {
+        const forge_param *p = &m->params[i];
+        if (index < p->offset || index >= p->offset + p->t->numel) continue;
+        hf_layout L;
+        param_layout(m, p, &L);
+        *begin = p->offset;
+        *end = p->offset + p->t->numel;
+        snprintf(name, cap, "%s", L.name[0]);
+        for (int k = 0; k < L.n && L.n > 1; k++) {
+            size_t b = p->offset + L.offset[k], e = b + (size_t)(L.shape[k][0] * L.shape[k][1]);
+            if (index >= b && index < e) {
+                snprintf(name, cap, "%s", L.name[k]);
+                *begin = b;
+                *end = e;
+            }
+        }
+        return;
+    }
+}
+
+static size_t count_bad(const unsigned char *bytes, size_t begin, size_t end, int nonnegative,
+                        size_t *first) {
+    size_t bad = 0;
+    *first = end;
+    for (size_t i = begin; i < end; i++) {
+        float x;
+        memcpy(&x, bytes + i * sizeof(float), sizeof x); /* a file's data need not be aligned */
+        if (!isfinite(x) || (nonnegative && x < 0.0f)) {
+            if (!bad) *first = i;
+            bad++;
+        }
+    }
+    return bad;
+}
+
+size_t forge_checkpoint_find_nonfinite(const forge_model *m, const void *values, int nonnegative, char *first,
+                                       size_t cap, size_t *in_first) {
+    size_t at, begin, end;
+    size_t total = count_bad(values, 0, m->n_elements, nonnegative, &at);
+    if (cap) first[0] = '\0';
+    if (in_first) *in_first = 0;
+    if (total) {
+        hf_tensor_at(m, at, first, cap, &begin, &end);
+        size_t dummy;
+        if (in_first) *in_first = count_bad(values, begin, end, nonnegative, &dummy);
+    }
+    return total;
+}
+
+/* FORGE_ERR_NUMERIC when values (laid out like the parameters) hold a non-finite value. */
+static forge_status check_values(const forge_model *m, const float *values, const char *what, const char *dir,
+                                 int nonnegative) {
+    char first[160];
+    size_t there;
+    size_t bad = forge_checkpoint_find_nonfinite(m, values, nonnegative, first, sizeof first, &there);
+    if (!bad) return FORGE_OK;
+    return forge_error(FORGE_ERR_NUMERIC,
+                       "checkpoint %s not written: %s hold %zu %s values, the first in \"%s\" (%zu of them there)",
+                       dir, what, bad, nonnegative ? "non-finite or negative" : "non-finite", first, there);
+}
+
+/* fsync a file that was written with stdio and closed (the tokenizer's). */
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    close(fd);
+    return r;
+}
+
+/* The tokenizer's files go to dir/.tokenizer.tmp/ first, then each is renamed into dir. */
+static forge_status save_tokenizer(const char *dir, const forge_tokenizer *tok) {
+    static const char *files[] = {"encoder.json", "vocab.bpe"};
+    char tmp_dir[1200], from[1300], to[1300];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/.tokenizer.tmp", dir);
+    forge_status s = forge_tokenizer_save(tok, tmp_dir);
+    for (size_t i = 0; s == FORGE_OK && i < sizeof files / sizeof files[0]; i++) {
+        snprintf(from, sizeof from, "%s/%s", tmp_dir, files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        if (fsync_path(from) != 0 || rename(from, to) != 0)
+            s = forge_error(FORGE_ERR_IO, "cannot move %s to %s: %s", from, to, strerror(errno));
+    }
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(from, sizeof from, "%s/%s", tmp_dir, files[i]);
+        unlink(from);
+    }
+    rmdir(tmp_dir);
+    return s;
+}
+
 forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const forge_optimizer *opt,
                                    const forge_train_state *state, const forge_tokenizer *tok) {
-    if (mkdir_one(dir) != 0)
-        return forge_error(FORGE_ERR_IO, "checkpoint: cannot create directory %s: %s", dir, strerror(errno));
     size_t n = m->n_elements;
     float *host = malloc(n * sizeof(float));
     float *host2 = malloc(n * sizeof(float));
+    int with_state = opt && state;
     forge_status s = FORGE_OK;
     if (!host || !host2) s = forge_error(FORGE_ERR_OOM, "checkpoint: out of host memory for %zu parameters", n);
+    /* Nothing is written until every value is known to be finite: the weights, then each moment
+     * (copied into host2 one after the other, and again for writing, so the host holds two
+     * blocks as before). */
     if (s == FORGE_OK) s = forge_model_get_params(m, host);
+    if (s == FORGE_OK) s = check_values(m, host, "the weights", dir, 0);
+    if (s == FORGE_OK && with_state) s = forge_optimizer_get_moment(opt, 0, host2);
+    if (s == FORGE_OK && with_state) s = check_values(m, host2, "the AdamW first moments (adamw.m)", dir, 0);
+    if (s == FORGE_OK && with_state) s = forge_optimizer_get_moment(opt, 1, host2);
+    if (s == FORGE_OK && with_state)
+        s = check_values(m, host2, "the AdamW second moments (adamw.v)", dir, 1);
+    if (s == FORGE_OK && mkdir_one(dir) != 0)
+        s = forge_error(FORGE_ERR_IO, "checkpoint: cannot create directory %s: %s", dir, strerror(errno));
+    /* state.safetensors last: a directory holding it (and model.safetensors) is complete */
+    if (s == FORGE_OK && tok) s = save_tokenizer(dir, tok);
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MODEL_FILE);
     if (s == FORGE_OK) s = forge_checkpoint_write_values(path, m, host);
-    if (s == FORGE_OK && opt && state) {
+    if (s == FORGE_OK && with_state) {
         s = forge_optimizer_get_state(opt, host, host2);
         char step[32], total[32], batches[32], seed[32], seen[64], ostep[32];
         snprintf(step, sizeof step, "%d", state->step);
@@ -145,9 +255,9 @@ forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const 
         snprintf(path, sizeof path, "%s/%s", dir, CKPT_STATE_FILE);
         if (s == FORGE_OK) s = forge_safetensors_write(path, st, 2, keys, vals, 6);
     }
-    if (s == FORGE_OK && tok) s = forge_tokenizer_save(tok, dir);
     free(host);
     free(host2);
+    if (s == FORGE_ERR_NUMERIC) return s; /* the message names the directory already */
     if (s != FORGE_OK) return forge_error_context(s, "saving checkpoint %s: ", dir);
     return FORGE_OK;
 }
@@ -196,23 +306,50 @@ forge_status forge_checkpoint_load_weights(const char *path, forge_model *m) {
                 memcpy(host + p->offset + L.offset[k], e->data, e->bytes);
         }
     }
+    if (s == FORGE_OK) {
+        char first[160];
+        size_t there, bad = forge_checkpoint_find_nonfinite(m, host, 0, first, sizeof first, &there);
+        if (bad)
+            s = forge_error(FORGE_ERR_DATA,
+                            "%s: %zu non-finite weights, the first in \"%s\" (%zu of them there); forge never "
+                            "writes such a checkpoint: expected finite values",
+                            file, bad, first, there);
+    }
     if (s == FORGE_OK) s = forge_model_set_params(m, host);
     free(host);
     forge_safetensors_close(st);
     return s;
 }
 
-static forge_status meta_u64(const forge_safetensors *st, const char *key, uint64_t *out) {
+/* An unsigned decimal integer in [0, max]: digits only (strtoull would take "-1" as 2^64 - 1). */
+static forge_status meta_uint(const forge_safetensors *st, const char *key, uint64_t max, uint64_t *out) {
     const char *v = forge_safetensors_meta(st, key);
-    char *end;
     if (!v) return forge_error(FORGE_ERR_DATA, "%s: metadata has no \"%s\"", forge_safetensors_path(st), key);
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || *end || end == v)
-        return forge_error(FORGE_ERR_DATA, "%s: metadata \"%s\" = \"%s\", expected an integer",
-                           forge_safetensors_path(st), key, v);
+    uint64_t x = 0;
+    int ok = v[0] != '\0' && strlen(v) <= 20;
+    for (const char *p = v; ok && *p; p++) {
+        if (*p < '0' || *p > '9' || x > (UINT64_MAX - (uint64_t)(*p - '0')) / 10) ok = 0;
+        else x = x * 10 + (uint64_t)(*p - '0');
+    }
+    if (!ok || x > max)
+        return forge_error(FORGE_ERR_DATA, "%s: metadata \"%s\" = \"%s\": expected an integer in [0, %" PRIu64 "]",
+                           forge_safetensors_path(st), key, v, max);
     *out = x;
     return FORGE_OK;
+}
+
+/* The moments must be finite (and v >= 0): a bad one turns every weight it touches into NaN at the first step. */
+static forge_status check_moment(const forge_safetensors *st, const forge_optimizer *opt, const forge_st_entry *e,
+                                 int nonnegative) {
+    char first[160];
+    size_t there, bad = forge_checkpoint_find_nonfinite(opt->model, e->data, nonnegative, first, sizeof first,
+                                                        &there);
+    if (!bad) return FORGE_OK;
+    return forge_error(FORGE_ERR_DATA,
+                       "%s: tensor \"%s\" holds %zu %s values, the first in the slice of \"%s\" (%zu of them "
+                       "there): expected finite%s AdamW moments",
+                       forge_safetensors_path(st), e->name, bad, nonnegative ? "non-finite or negative" : "non-finite",
+                       first, there, nonnegative ? ", non-negative" : "");
 }
 
 forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, forge_train_state *state) {
@@ -223,21 +360,61 @@ forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, 
     int64_t shape[1] = {(int64_t)opt->model->n_elements};
     const forge_st_entry *m, *v;
     uint64_t step, total, batches, seed, ostep;
+    const uint64_t max_batches = (uint64_t)1 << 53; /* tokens_seen is a double: exact below 2^53 */
     forge_status s = forge_safetensors_get(st, "adamw.m", "F32", 1, shape, &m);
     if (s == FORGE_OK) s = forge_safetensors_get(st, "adamw.v", "F32", 1, shape, &v);
-    if (s == FORGE_OK) s = meta_u64(st, "step", &step);
-    if (s == FORGE_OK) s = meta_u64(st, "total_steps", &total);
-    if (s == FORGE_OK) s = meta_u64(st, "loader_batches", &batches);
-    if (s == FORGE_OK) s = meta_u64(st, "seed", &seed);
-    if (s == FORGE_OK) s = meta_u64(st, "adamw_step", &ostep);
+    if (s == FORGE_OK) s = meta_uint(st, "step", INT_MAX, &step);
+    if (s == FORGE_OK) s = meta_uint(st, "total_steps", INT_MAX, &total);
+    if (s == FORGE_OK) s = meta_uint(st, "loader_batches", max_batches, &batches);
+    if (s == FORGE_OK) s = meta_uint(st, "seed", UINT64_MAX, &seed);
+    if (s == FORGE_OK) s = meta_uint(st, "adamw_step", INT_MAX, &ostep);
+    double seen = 0;
+    if (s == FORGE_OK) {
+        const char *sv = forge_safetensors_meta(st, "tokens_seen");
+        char *end = NULL;
+        if (sv) {
+            errno = 0;
+            seen = strtod(sv, &end);
+        }
+        if (!sv)
+            s = forge_error(FORGE_ERR_DATA, "%s: metadata has no \"tokens_seen\"", file);
+        else if (errno || end == sv || *end || !(seen >= 0) || seen > 0x1p53 || seen != floor(seen))
+            s = forge_error(FORGE_ERR_DATA,
+                            "%s: metadata \"tokens_seen\" = \"%s\": expected a whole number in [0, 2^53]", file,
+                            sv);
+    }
+    /* consistency: every step draws at least one batch of at least one token, and AdamW stepped once per step */
+    if (s == FORGE_OK && total < 1)
+        s = forge_error(FORGE_ERR_DATA, "%s: metadata \"total_steps\" = 0: expected at least 1", file);
+    if (s == FORGE_OK && step > total)
+        s = forge_error(FORGE_ERR_DATA,
+                        "%s: metadata \"step\" = %" PRIu64 " exceeds \"total_steps\" = %" PRIu64
+                        ": expected step <= total_steps",
+                        file, step, total);
+    if (s == FORGE_OK && ostep != step)
+        s = forge_error(FORGE_ERR_DATA,
+                        "%s: metadata \"adamw_step\" = %" PRIu64 " but \"step\" = %" PRIu64
+                        ": expected one AdamW update per step",
+                        file, ostep, step);
+    if (s == FORGE_OK && (batches < step || (step == 0) != (batches == 0)))
+        s = forge_error(FORGE_ERR_DATA,
+                        "%s: metadata \"loader_batches\" = %" PRIu64 " with \"step\" = %" PRIu64
+                        ": expected at least one batch per step (and none before the first)",
+                        file, batches, step);
+    if (s == FORGE_OK && (seen < (double)batches || (step == 0) != (seen == 0)))
+        s = forge_error(FORGE_ERR_DATA,
+                        "%s: metadata \"tokens_seen\" = %.17g with \"loader_batches\" = %" PRIu64
+                        ": expected at least one token per batch",
+                        file, seen, batches);
+    if (s == FORGE_OK) s = check_moment(st, opt, m, 0);
+    if (s == FORGE_OK) s = check_moment(st, opt, v, 1);
     if (s == FORGE_OK) s = forge_optimizer_set_state(opt, m->data, v->data);
     if (s == FORGE_OK) {
-        const char *seen = forge_safetensors_meta(st, "tokens_seen");
         state->step = (int)step;
         state->total_steps = (int)total;
         state->loader_batches = batches;
         state->seed = seed;
-        state->tokens_seen = seen ? strtod(seen, NULL) : 0;
+        state->tokens_seen = seen;
         opt->step = (int)ostep;
     }
     forge_safetensors_close(st);
@@ -280,6 +457,11 @@ forge_status forge_checkpoint_set_latest(const char *run_dir, const char *name) 
     if (!ok || rename(tmp, file) != 0) {
         unlink(tmp);
         return forge_error(FORGE_ERR_IO, "cannot write %s: %s", file, strerror(errno));
+    }
+    int dfd = open(run_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd); /* best effort: the rename itself is what a crash must not tear */
+        close(dfd);
     }
     return FORGE_OK;
 }

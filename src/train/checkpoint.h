@@ -8,9 +8,18 @@
  *                      state in the metadata: step, batches drawn, seed
  *   encoder.json, vocab.bpe  the tokenizer the model was trained with
  *
- * Every file is written to a temporary name and renamed, and a run directory's
- * "latest" file (also renamed into place) names the newest complete
- * checkpoint, so an interruption at any point leaves the previous one usable.
+ * Every file is written to a temporary name and renamed (the tokenizer's two
+ * files through DIR/.tokenizer.tmp/), state.safetensors last, and a run
+ * directory's "latest" file (also renamed into place) names the newest
+ * complete checkpoint, so an interruption at any point leaves the previous one
+ * usable.
+ *
+ * A checkpoint never holds a non-finite value: the saver checks the weights
+ * and both moments on the host copies it makes anyway (no extra device work
+ * or sync per step) before it creates anything, and refuses with
+ * FORGE_ERR_NUMERIC naming the first bad tensor and the count. The loaders
+ * refuse such values too (FORGE_ERR_DATA), and load_state validates every
+ * trainer field: an integer, in range, consistent with the others.
  */
 #ifndef FORGE_CHECKPOINT_H
 #define FORGE_CHECKPOINT_H
@@ -28,7 +37,9 @@ typedef struct {
     double tokens_seen;
 } forge_train_state;
 
-/* Writes a checkpoint into dir (created). opt, state and tok may be NULL. */
+/* Writes a checkpoint into dir (created). opt, state and tok may be NULL.
+ * FORGE_ERR_NUMERIC, with nothing created or written, when the weights or the
+ * moments hold a non-finite value (or adamw.v a negative one). */
 forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const forge_optimizer *opt,
                                    const forge_train_state *state, const forge_tokenizer *tok);
 
@@ -42,6 +53,13 @@ forge_status forge_checkpoint_read_config(const char *path, forge_model_config *
 forge_status forge_checkpoint_load_weights(const char *path, forge_model *m);
 /* Loads optimizer moments and trainer state from dir/state.safetensors. */
 forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, forge_train_state *state);
+
+/* Counts the non-finite values (with nonnegative, also the negative ones) of
+ * n_elements floats laid out like m's parameters; `values` need not be
+ * aligned. first (cap bytes) gets the Hugging Face name of the tensor holding
+ * the first one, *in_first how many that tensor holds. */
+size_t forge_checkpoint_find_nonfinite(const forge_model *m, const void *values, int nonnegative, char *first,
+                                       size_t cap, size_t *in_first);
 
 /* Resolves a run directory (reads its "latest" file) or a checkpoint
  * directory to the checkpoint directory; out has cap bytes. */

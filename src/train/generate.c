@@ -62,9 +62,15 @@ forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokeni
         s = forge_pool_tensor(forge_tape_pool(tape), &ids, FORGE_I32, 2, shape, 0);
         if (s == FORGE_OK) s = be->copy_to_device(be, ids->data, seq + start, (n - start) * sizeof(int32_t));
         if (s == FORGE_OK) s = forge_model_forward(m, tape, ids, NULL, 0.0f, &out_logits);
-        if (s == FORGE_OK)
+        if (s == FORGE_OK && out_logits->dtype == FORGE_BF16) { /* a bf16 step's logits: widened here */
+            forge_bf16 *row = (forge_bf16 *)scratch; /* scratch holds 2V floats: room for V bf16 */
+            s = be->copy_to_host(be, row, (forge_bf16 *)out_logits->data + (n - start - 1) * (size_t)V,
+                                 (size_t)V * sizeof(forge_bf16));
+            for (int v = 0; s == FORGE_OK && v < V; v++) logits[v] = forge_bf16_to_f32(row[v]);
+        } else if (s == FORGE_OK) {
             s = be->copy_to_host(be, logits, forge_f32(out_logits) + (n - start - 1) * (size_t)V,
                                  (size_t)V * sizeof(float));
+        }
         if (s == FORGE_OK) s = be->poll_errors(be);
         forge_tape_reset(tape);
         if (s != FORGE_OK) break;

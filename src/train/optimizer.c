@@ -6,9 +6,9 @@
 
 forge_status forge_optimizer_create(forge_optimizer **out, forge_model *model, forge_adamw_config cfg) {
     forge_backend *be = model->be;
-    if (!be->adamw_update || !be->sumsq_accumulate)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "backend %s does not support adamw_update/sumsq_accumulate",
-                           be->name);
+    if (!be->sumsq_accumulate || !(model->working_data ? (void *)be->adamw_update_bf16 : (void *)be->adamw_update))
+        return forge_error(FORGE_ERR_UNSUPPORTED, "backend %s does not support %s/sumsq_accumulate", be->name,
+                           model->working_data ? "adamw_update_bf16" : "adamw_update");
     forge_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return forge_error(FORGE_ERR_OOM, "optimizer: out of host memory");
     opt->model = model;
@@ -66,8 +66,14 @@ forge_status forge_optimizer_update(forge_optimizer *opt, float lr) {
             .max_grad_norm = opt->cfg.max_grad_norm,
             .step = opt->step,
         };
-        FORGE_TRY(be->adamw_update(be, model->param_data + p->offset, model->grad_data + p->offset,
-                                   opt->m + p->offset, opt->v + p->offset, p->t->numel, opt->grad_sumsq, hp));
+        if (model->working_data) { /* bf16 step: the working copy rewritten in the same pass */
+            FORGE_TRY(be->adamw_update_bf16(be, model->param_data + p->offset, model->working_data + p->offset,
+                                            model->grad_data + p->offset, opt->m + p->offset, opt->v + p->offset,
+                                            p->t->numel, opt->grad_sumsq, hp));
+        } else {
+            FORGE_TRY(be->adamw_update(be, model->param_data + p->offset, model->grad_data + p->offset,
+                                       opt->m + p->offset, opt->v + p->offset, p->t->numel, opt->grad_sumsq, hp));
+        }
     }
     return FORGE_OK;
 }
@@ -77,6 +83,11 @@ forge_status forge_optimizer_get_state(const forge_optimizer *opt, float *m_host
     size_t bytes = opt->model->n_elements * sizeof(float);
     FORGE_TRY(be->copy_to_host(be, m_host, opt->m, bytes));
     return be->copy_to_host(be, v_host, opt->v, bytes);
+}
+
+forge_status forge_optimizer_get_moment(const forge_optimizer *opt, int which, float *host) {
+    forge_backend *be = opt->model->be;
+    return be->copy_to_host(be, host, which ? opt->v : opt->m, opt->model->n_elements * sizeof(float));
 }
 
 forge_status forge_optimizer_set_state(forge_optimizer *opt, const float *m_host, const float *v_host) {

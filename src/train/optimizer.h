@@ -38,6 +38,8 @@ forge_status forge_optimizer_update(forge_optimizer *opt, float lr);
 
 /* Host copies of the moments, for checkpoints. */
 forge_status forge_optimizer_get_state(const forge_optimizer *opt, float *m_host, float *v_host);
+/* One moment's host copy: which 0 = m, 1 = v. */
+forge_status forge_optimizer_get_moment(const forge_optimizer *opt, int which, float *host);
 forge_status forge_optimizer_set_state(forge_optimizer *opt, const float *m_host, const float *v_host);
 
 #endif

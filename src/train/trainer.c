@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include "../model/model.h"
 #include "checkpoint.h"
 #include "optimizer.h"
+#include "run_dir.h"
 #include "schedule.h"
 #include "../base/clock.h"
 #include "../base/fs.h"
@@ -38,8 +40,9 @@ void forge_train_install_signal_handlers(void) {
 
 void forge_train_options_default(forge_train_options *o) {
     memset(o, 0, sizeof *o);
-    o->config = "tiny";
+    o->config = NULL; /* tiny; on resume, the checkpoint's */
     o->configs_dir = "configs";
+    o->keep_checkpoints = 2;
     o->out_dir = "runs/tiny";
     forge_runtime_options_default(&o->runtime);
     o->batch_size = 16;
@@ -56,6 +59,49 @@ void forge_train_options_default(forge_train_options *o) {
     o->eval_every = 100;
     o->eval_batches = 8;
     o->progress = NULL;
+}
+
+/* x in the interval lo..hi (each end open or closed; hi may be INFINITY) and finite. */
+static forge_status check_number(const char *flag, double x, double lo, int lo_open, double hi, int hi_open,
+                                 const char *why) {
+    int ok = isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+    if (ok) return FORGE_OK;
+    char hi_s[32];
+    if (isinf(hi)) snprintf(hi_s, sizeof hi_s, "inf");
+    else snprintf(hi_s, sizeof hi_s, "%g", hi);
+    return forge_error(FORGE_ERR_ARG, "train: %s %g: expected a finite number in %c%g, %s%c%s%s%s", flag, x,
+                       lo_open ? '(' : '[', lo, hi_s, hi_open ? ')' : ']', why ? " (" : "", why ? why : "",
+                       why ? ")" : "");
+}
+
+static forge_status check_count(const char *flag, long x, long lo) {
+    if (x >= lo) return FORGE_OK;
+    return forge_error(FORGE_ERR_ARG, "train: %s %ld: expected an integer >= %ld", flag, x, lo);
+}
+
+forge_status forge_train_options_validate(const forge_train_options *o) {
+    if (!o->data_dir || !o->data_dir[0]) return forge_error(FORGE_ERR_ARG, "train: no data directory (--data DIR)");
+    if (!o->out_dir || !o->out_dir[0]) return forge_error(FORGE_ERR_ARG, "train: no run directory (--out DIR)");
+    FORGE_TRY(check_count("--batch", o->batch_size, 1));
+    FORGE_TRY(check_count("--steps", o->steps, 1));
+    FORGE_TRY(check_count("--seq-len", o->seq_len, 0));
+    FORGE_TRY(check_count("--tokens-per-step", o->tokens_per_step, 0));
+    FORGE_TRY(check_count("--eval-every", o->eval_every, 0));
+    FORGE_TRY(check_count("--eval-batches", o->eval_batches, 1));
+    FORGE_TRY(check_count("--ckpt-every", o->ckpt_every, 0));
+    FORGE_TRY(check_count("--stop-after", o->stop_after, 0));
+    FORGE_TRY(check_count("--keep-checkpoints", o->keep_checkpoints, 1));
+    FORGE_TRY(check_number("--lr", o->lr, 0, 0, INFINITY, 1, NULL));
+    FORGE_TRY(check_number("--warmup-frac", o->warmup_frac, 0, 0, 1, 0, "a fraction of --steps"));
+    FORGE_TRY(check_number("--min-lr-ratio", o->min_lr_ratio, 0, 0, 1, 0, "a fraction of --lr"));
+    FORGE_TRY(check_number("--weight-decay", o->weight_decay, 0, 0, INFINITY, 1, NULL));
+    FORGE_TRY(check_number("--grad-clip", o->grad_clip, 0, 0, INFINITY, 1, "0 = no clipping"));
+    FORGE_TRY(check_number("--beta1", o->beta1, 0, 0, 1, 1,
+                           "at 1 AdamW's bias correction 1 - beta1^t is 0 and the update 0/0"));
+    FORGE_TRY(check_number("--beta2", o->beta2, 0, 0, 1, 1,
+                           "at 1 AdamW's bias correction 1 - beta2^t is 0 and the update divides by 0"));
+    FORGE_TRY(check_number("--eps", o->eps, 0, 1, INFINITY, 1, "AdamW divides by sqrt(v) + eps, and v can be 0"));
+    return FORGE_OK;
 }
 
 static void format_duration(double s, char *buf, size_t cap) {
@@ -108,10 +154,50 @@ typedef struct {
     int32_t *host_ids, *host_targets;
     float *host_losses;
     FILE *log;
+    char log_path[1100];
+    int lock_fd;
     int B, T, accum;
     forge_train_state state;
-    char last_ckpt[1200], prev_ckpt[1200];
+    char last_ckpt[1200]; /* the newest checkpoint known good: saved by this run (checked) or resumed from */
 } trainer;
+
+static int same_dir(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* How to continue from the last good checkpoint: "--resume OUT" when OUT's latest names it. */
+static const char *resume_hint(const trainer *tr, char *buf, size_t cap) {
+    char own[1024];
+    if (forge_checkpoint_resolve(tr->o->out_dir, own, sizeof own) == FORGE_OK && same_dir(own, tr->last_ckpt))
+        snprintf(buf, cap, "--resume %s", tr->o->out_dir);
+    else
+        snprintf(buf, cap, "--resume %s --out %s", tr->last_ckpt, tr->o->out_dir);
+    return buf;
+}
+
+/* A failed log write stops the run like a failed checkpoint write: the error names the file. */
+static forge_status log_failed(trainer *tr, int err) {
+    return forge_error(FORGE_ERR_IO, "%s: cannot write the log after step %d: %s; stopping (the last checkpoint is %s)",
+                       tr->log_path, tr->state.step, strerror(err), tr->last_ckpt[0] ? tr->last_ckpt : "(none)");
+}
+
+static forge_status log_printf(trainer *tr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static forge_status log_printf(trainer *tr, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    int r = vfprintf(tr->log, fmt, ap);
+    va_end(ap);
+    if (r < 0 || ferror(tr->log)) return log_failed(tr, errno ? errno : EIO);
+    return FORGE_OK;
+}
+
+static forge_status log_flush(trainer *tr) {
+    errno = 0;
+    if (fflush(tr->log) != 0 || ferror(tr->log)) return log_failed(tr, errno ? errno : EIO);
+    return FORGE_OK;
+}
 
 static forge_status micro_batch_loss(trainer *tr, float grad_scale, double *loss_sum) {
     forge_backend *be = tr->be;
@@ -151,42 +237,91 @@ static forge_status evaluate(trainer *tr, float *val_loss) {
     return FORGE_OK;
 }
 
-static void remove_checkpoint_dir(const char *dir) {
-    static const char *files[] = {"model.safetensors", "state.safetensors", "encoder.json", "vocab.bpe"};
-    char path[1400];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
-}
-
 static forge_status save_checkpoint(trainer *tr) {
     const forge_train_options *o = tr->o;
     char name[64], dir[1100];
     snprintf(name, sizeof name, "ckpt_%06d", tr->state.step);
     snprintf(dir, sizeof dir, "%s/%s", o->out_dir, name);
-    FORGE_TRY(forge_checkpoint_save(dir, tr->model, tr->opt, &tr->state, tr->tok));
+    forge_status s = forge_checkpoint_save(dir, tr->model, tr->opt, &tr->state, tr->tok);
+    if (s == FORGE_ERR_NUMERIC) {
+        char why[1600], hint[2400];
+        snprintf(why, sizeof why, "%s", forge_error_message());
+        if (tr->last_ckpt[0])
+            return forge_error(FORGE_ERR_NUMERIC,
+                               "step %d: %s; stopping. The last good checkpoint is %s (resume with %s and a lower "
+                               "--lr)",
+                               tr->state.step, why, tr->last_ckpt, resume_hint(tr, hint, sizeof hint));
+        return forge_error(FORGE_ERR_NUMERIC, "step %d: %s; stopping. There is no good checkpoint of this run yet",
+                           tr->state.step, why);
+    }
+    FORGE_TRY(s);
     FORGE_TRY(forge_checkpoint_set_latest(o->out_dir, name));
-    /* Keep the newest two, so a checkpoint that turns out bad still has a predecessor. */
-    if (tr->prev_ckpt[0] && strcmp(tr->prev_ckpt, dir) != 0) remove_checkpoint_dir(tr->prev_ckpt);
-    if (strcmp(tr->last_ckpt, dir) != 0) snprintf(tr->prev_ckpt, sizeof tr->prev_ckpt, "%s", tr->last_ckpt);
     snprintf(tr->last_ckpt, sizeof tr->last_ckpt, "%s", dir);
+    /* Keep the newest N (a checkpoint that turns out bad still has a predecessor), whatever earlier,
+     * interrupted runs of this directory left behind. */
+    if (forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
+        fprintf(tr->out, "note: old checkpoints not collected: %s\n", forge_error_message());
     return FORGE_OK;
+}
+
+/* The first field that differs between two configs (the name aside), as "FIELD A vs B"; 0 if none. */
+static int config_differs(const forge_model_config *a, const forge_model_config *b, char *what, size_t cap) {
+#define INT_FIELD(f)                                                                  \
+    if (a->f != b->f) {                                                               \
+        snprintf(what, cap, "%s %d in --config, %d in the checkpoint", #f, (int)a->f, (int)b->f); \
+        return 1;                                                                     \
+    }
+#define FLOAT_FIELD(f)                                                                \
+    if (a->f != b->f) {                                                               \
+        snprintf(what, cap, "%s %g in --config, %g in the checkpoint", #f, a->f, b->f); \
+        return 1;                                                                     \
+    }
+    INT_FIELD(family)
+    INT_FIELD(vocab_size)
+    INT_FIELD(context_length)
+    INT_FIELD(d_model)
+    INT_FIELD(n_layers)
+    INT_FIELD(n_heads)
+    INT_FIELD(n_kv_heads)
+    INT_FIELD(ffn_hidden)
+    INT_FIELD(norm)
+    FLOAT_FIELD(norm_eps)
+    INT_FIELD(positions)
+    FLOAT_FIELD(rope_theta)
+    INT_FIELD(activation)
+    INT_FIELD(bias)
+    INT_FIELD(tied_embeddings)
+    FLOAT_FIELD(init_std)
+#undef INT_FIELD
+#undef FLOAT_FIELD
+    return 0;
 }
 
 static forge_status setup(trainer *tr, forge_model_config *cfg) {
     const forge_train_options *o = tr->o;
+    FORGE_TRY(forge_train_options_validate(o));
+    /* One run per directory: taken before anything in it is read or written. */
+    FORGE_TRY(forge_mkdir_p(o->out_dir));
+    FORGE_TRY(forge_run_dir_lock(o->out_dir, &tr->lock_fd));
+
     char ckpt_dir[1024] = "";
     if (o->resume) {
         FORGE_TRY(forge_checkpoint_resolve(o->resume, ckpt_dir, sizeof ckpt_dir));
         FORGE_TRY(forge_checkpoint_read_config(ckpt_dir, cfg));
+        if (o->config) {
+            forge_model_config given;
+            char what[256];
+            FORGE_TRY(forge_config_resolve(&given, o->config, o->configs_dir));
+            if (config_differs(&given, cfg, what, sizeof what))
+                return forge_error(FORGE_ERR_ARG,
+                                   "train: --config %s conflicts with the config of the checkpoint %s (%s): a "
+                                   "resumed run keeps its checkpoint's config; leave --config out or give the "
+                                   "same one",
+                                   o->config, ckpt_dir, what);
+        }
     } else {
-        FORGE_TRY(forge_config_resolve(cfg, o->config, o->configs_dir));
+        FORGE_TRY(forge_config_resolve(cfg, o->config ? o->config : "tiny", o->configs_dir));
     }
-    if (!o->data_dir) return forge_error(FORGE_ERR_ARG, "train: no data directory (--data DIR)");
-    if (o->batch_size < 1) return forge_error(FORGE_ERR_ARG, "train: --batch must be >= 1");
-    if (o->steps < 1) return forge_error(FORGE_ERR_ARG, "train: --steps must be >= 1");
     tr->B = o->batch_size;
     tr->T = o->seq_len > 0 ? o->seq_len : cfg->context_length;
     if (tr->T > cfg->context_length)
@@ -213,12 +348,6 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
                                "%s: vocab_size %d is smaller than the tokenizer's %d ids in %s", cfg->name,
                                cfg->vocab_size, forge_tokenizer_vocab_size(tr->tok), o->data_dir);
     }
-    FORGE_TRY(forge_loader_open(&tr->train, o->data_dir, "train", tr->B, tr->T, o->seed, cfg->vocab_size));
-    forge_status vs = forge_loader_open(&tr->val, o->data_dir, "val", tr->B, tr->T, o->seed, cfg->vocab_size);
-    if (vs != FORGE_OK) {
-        fprintf(tr->out, "note: no validation split (%s); val loss is skipped\n", forge_error_message());
-        tr->val = NULL;
-    }
 
     FORGE_TRY(forge_model_create(&tr->model, cfg, tr->pool, o->seed));
     forge_adamw_config ac = {o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
@@ -228,13 +357,34 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     if (o->resume) {
         FORGE_TRY(forge_checkpoint_load_weights(ckpt_dir, tr->model));
         FORGE_TRY(forge_checkpoint_load_state(ckpt_dir, tr->opt, &tr->state));
+        if (tr->state.step > o->steps)
+            return forge_error(FORGE_ERR_ARG,
+                               "train: the checkpoint %s is at step %d, past --steps %d: expected --steps >= %d",
+                               ckpt_dir, tr->state.step, o->steps, tr->state.step);
         if (tr->state.total_steps != o->steps)
             fprintf(tr->out, "note: the checkpoint planned %d steps; continuing to --steps %d\n",
                     tr->state.total_steps, o->steps);
+        if (tr->state.seed != o->seed)
+            fprintf(tr->out, "note: continuing with the checkpoint's seed %llu (the data order), not --seed %llu\n",
+                    (unsigned long long)tr->state.seed, (unsigned long long)o->seed);
         tr->state.total_steps = o->steps;
-        FORGE_TRY(forge_loader_seek(tr->train, tr->state.loader_batches));
         snprintf(tr->last_ckpt, sizeof tr->last_ckpt, "%s", ckpt_dir);
+        /* Continuing this directory's own latest checkpoint: collect what the interrupted run left (it may
+         * have died before its last collection), so the directory never holds more than keep + 1. */
+        char own[1024];
+        if (forge_checkpoint_resolve(o->out_dir, own, sizeof own) == FORGE_OK && same_dir(own, ckpt_dir) &&
+            forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
+            fprintf(tr->out, "note: old checkpoints not collected: %s\n", forge_error_message());
     }
+    /* Batch k is a function of (seed, k): the checkpoint's seed and counter continue its data order. */
+    FORGE_TRY(forge_loader_open(&tr->train, o->data_dir, "train", tr->B, tr->T, tr->state.seed, cfg->vocab_size));
+    forge_status vs =
+        forge_loader_open(&tr->val, o->data_dir, "val", tr->B, tr->T, tr->state.seed, cfg->vocab_size);
+    if (vs != FORGE_OK) {
+        fprintf(tr->out, "note: no validation split (%s); val loss is skipped\n", forge_error_message());
+        tr->val = NULL;
+    }
+    if (o->resume) FORGE_TRY(forge_loader_seek(tr->train, tr->state.loader_batches));
     int64_t shape[2] = {tr->B, tr->T};
     FORGE_TRY(forge_pool_tensor(tr->pool, &tr->ids, FORGE_I32, 2, shape, 1));
     FORGE_TRY(forge_pool_tensor(tr->pool, &tr->targets, FORGE_I32, 2, shape, 1));
@@ -245,16 +395,31 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     if (!tr->host_ids || !tr->host_targets || !tr->host_losses)
         return forge_error(FORGE_ERR_OOM, "train: out of host memory for batch buffers");
 
-    FORGE_TRY(forge_mkdir_p(o->out_dir));
-    char log_path[1100];
-    snprintf(log_path, sizeof log_path, "%s/log.jsonl", o->out_dir);
-    tr->log = fopen(log_path, o->resume ? "a" : "w");
-    if (!tr->log) return forge_error(FORGE_ERR_IO, "train: cannot open %s: %s", log_path, strerror(errno));
+    snprintf(tr->log_path, sizeof tr->log_path, "%s/log.jsonl", o->out_dir);
+    if (o->resume) {
+        /* The interrupted run may have logged steps past its checkpoint: they are trained again. */
+        int dropped = 0;
+        FORGE_TRY(forge_run_dir_cut_log(tr->log_path, tr->state.step, &dropped));
+        if (dropped)
+            fprintf(tr->out, "note: %s cut back to step %d (%d line(s) after the checkpoint dropped)\n",
+                    tr->log_path, tr->state.step, dropped);
+    } else {
+        char newest[256];
+        int old = forge_run_dir_count_checkpoints(o->out_dir, newest, sizeof newest);
+        if (old)
+            fprintf(tr->out,
+                    "note: %s holds %d checkpoint(s) of an earlier run (newest %s); this new run replaces them at "
+                    "its first checkpoint (continue that run with --resume %s instead)\n",
+                    o->out_dir, old, newest, o->out_dir);
+    }
+    tr->log = fopen(tr->log_path, o->resume ? "a" : "w");
+    if (!tr->log) return forge_error(FORGE_ERR_IO, "train: cannot open %s: %s", tr->log_path, strerror(errno));
     return FORGE_OK;
 }
 
 static void teardown(trainer *tr) {
     if (tr->log) fclose(tr->log);
+    forge_run_dir_unlock(tr->lock_fd);
     free(tr->host_ids);
     free(tr->host_targets);
     free(tr->host_losses);
@@ -268,6 +433,22 @@ static void teardown(trainer *tr) {
     forge_backend_destroy(tr->be);
 }
 
+/* A micro-batch that does not fit the device: name the batch, what the run holds and what was asked (the
+ * allocator's message, which stays at the end), and what to change. */
+static forge_status out_of_memory(trainer *tr) {
+    const forge_model *m = tr->model;
+    const double mib = 1048576.0;
+    const double fixed = (double)m->n_elements * (4.0 /* masters */ + 4.0 /* grads */ + 8.0 /* moments */ +
+                                                  (m->working_data ? 2.0 : 0.0)) / mib;
+    forge_pool_stats ps = forge_pool_get_stats(tr->pool);
+    return forge_error_context(FORGE_ERR_OOM,
+                               "out of device memory for a micro-batch of batch %d x seq-len %d (%ld tokens): the "
+                               "model's parameters, gradients and AdamW moments take %.0f MiB, and the pool had "
+                               "reserved %.0f MiB when it asked for more; lower --batch (keep the step's size with "
+                               "--tokens-per-step) or --seq-len. ",
+                               tr->B, tr->T, (long)tr->B * tr->T, fixed, ps.bytes_reserved / mib);
+}
+
 static forge_status run(trainer *tr, forge_train_result *res) {
     const forge_train_options *o = tr->o;
     forge_model_config *cfg = &tr->model->cfg;
@@ -276,8 +457,9 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     if (sched.warmup_steps < 1 && o->warmup_frac > 0) sched.warmup_steps = 1;
 
     double h = unigram_entropy(tr->train, cfg->vocab_size);
-    fprintf(out, "model %s (%s): %zu parameters | device %s | %d layers, d_model %d, %d heads (%d kv)\n",
-            cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name, cfg->n_layers,
+    fprintf(out, "model %s (%s): %zu parameters | device %s | precision %s | %d layers, d_model %d, %d heads (%d kv)\n",
+            cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name,
+            forge_train_precision_name(tr->be->options.precision), cfg->n_layers,
             cfg->d_model, cfg->n_heads, cfg->n_kv_heads);
     fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",
             o->data_dir, (unsigned long long)forge_loader_num_tokens(tr->train), tr->B, tr->T, tr->accum,
@@ -298,19 +480,27 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         for (int micro = 0; micro < tr->accum; micro++) {
             FORGE_TRY(forge_loader_next(tr->train, tr->host_ids, tr->host_targets));
             tr->state.loader_batches++;
-            FORGE_TRY(micro_batch_loss(tr, grad_scale, &loss_sum));
+            forge_status ms = micro_batch_loss(tr, grad_scale, &loss_sum);
+            if (ms == FORGE_ERR_OOM) return out_of_memory(tr);
+            FORGE_TRY(ms);
         }
         float loss = (float)(loss_sum / (double)tokens_per_step);
         float norm;
         FORGE_TRY(forge_optimizer_grad_norm(tr->opt));
         FORGE_TRY(forge_optimizer_read_grad_norm(tr->opt, &norm));
         if (!isfinite(loss) || !isfinite(norm)) {
+            if (!tr->last_ckpt[0])
+                return forge_error(FORGE_ERR_NUMERIC,
+                                   "step %d: the %s is %g; stopping without saving. There is no good checkpoint "
+                                   "of this run yet (start again with a lower --lr)",
+                                   tr->state.step + 1, isfinite(loss) ? "gradient norm" : "loss",
+                                   isfinite(loss) ? norm : loss);
+            char hint[2400];
             return forge_error(FORGE_ERR_NUMERIC,
                                "step %d: the %s is %g; stopping without saving. The last good checkpoint is "
-                               "%s (resume with --resume %s and a lower --lr)",
+                               "%s (resume with %s and a lower --lr)",
                                tr->state.step + 1, isfinite(loss) ? "gradient norm" : "loss",
-                               isfinite(loss) ? norm : loss, tr->last_ckpt[0] ? tr->last_ckpt : "(none)",
-                               o->out_dir);
+                               isfinite(loss) ? norm : loss, tr->last_ckpt, resume_hint(tr, hint, sizeof hint));
         }
         float lr = forge_lr_at(&sched, tr->state.step);
         FORGE_TRY(forge_optimizer_update(tr->opt, lr));
@@ -325,10 +515,10 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         res->steps_done++;
         if (o->loss_out && tr->state.step - 1 < o->loss_out_cap) o->loss_out[tr->state.step - 1] = loss;
         forge_pool_stats ps = forge_pool_get_stats(tr->pool);
-        fprintf(tr->log,
-                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": %.1f, "
-                "\"step_s\": %.4f, \"peak_mib\": %.1f}\n",
-                tr->state.step, loss, lr, norm, tok_s, dt, ps.peak_reserved / 1048576.0);
+        FORGE_TRY(log_printf(tr,
+                             "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": "
+                             "%.1f, \"step_s\": %.4f, \"peak_mib\": %.1f}\n",
+                             tr->state.step, loss, lr, norm, tok_s, dt, ps.peak_reserved / 1048576.0));
         int last = tr->state.step == o->steps;
         if (!o->quiet && (tr->state.step % 10 == 0 || tr->state.step <= 3 || last)) {
             char eta[32];
@@ -343,11 +533,11 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             FORGE_TRY(evaluate(tr, &vl));
             if (!isnan(vl)) {
                 res->last_val_loss = vl;
-                fprintf(tr->log, "{\"step\": %d, \"val_loss\": %.6f}\n", tr->state.step, vl);
+                FORGE_TRY(log_printf(tr, "{\"step\": %d, \"val_loss\": %.6f}\n", tr->state.step, vl));
                 if (!o->quiet) fprintf(out, "step %5d/%d | val loss %.4f\n", tr->state.step, o->steps, vl);
             }
         }
-        fflush(tr->log);
+        FORGE_TRY(log_flush(tr)); /* before the checkpoint: a checkpoint's steps are always in the log */
         if ((o->ckpt_every > 0 && tr->state.step % o->ckpt_every == 0) || last || stopping)
             FORGE_TRY(save_checkpoint(tr));
         if (stopping) {
@@ -358,6 +548,10 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             break;
         }
     }
+    FILE *log = tr->log;
+    tr->log = NULL;
+    errno = 0;
+    if (fclose(log) != 0) return log_failed(tr, errno ? errno : EIO);
     double elapsed = forge_now_seconds() - t_start;
     res->tokens_per_second = res->steps_done ? res->steps_done * (double)tokens_per_step / elapsed : 0;
     res->peak_bytes = forge_pool_get_stats(tr->pool).peak_reserved;
@@ -371,6 +565,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
 forge_status forge_train(const forge_train_options *o, forge_train_result *result) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
+    tr.lock_fd = -1;
     tr.o = o;
     tr.out = o->progress ? o->progress : stdout;
     forge_train_result local;

@@ -18,7 +18,8 @@
 #include "../base/status.h"
 
 typedef struct {
-    const char *config;     /* name in configs/ or a path */
+    const char *config;     /* name in configs/ or a path; NULL = tiny, or with resume the checkpoint's
+                               (given with resume, it must equal the checkpoint's config) */
     const char *configs_dir;/* where bare config names are looked up */
     const char *data_dir;   /* train_*.bin, val_*.bin, encoder.json, vocab.bpe */
     const char *out_dir;    /* checkpoints, log.jsonl */
@@ -32,6 +33,7 @@ typedef struct {
     int eval_every, eval_batches; /* eval_every 0 = only at the end */
     int ckpt_every;               /* 0 = only at the end */
     int stop_after;               /* stop (with a checkpoint) after this step; 0 = run to the end */
+    int keep_checkpoints;         /* newest complete checkpoints kept at each save (plus `latest`) [2] */
     forge_runtime_options runtime; /* device, matmul mode, attention, precision, threads, cache paths */
     int quiet;                    /* no progress lines */
     float *loss_out;              /* if set, loss_out[step-1] = that step's loss */
@@ -40,6 +42,12 @@ typedef struct {
 } forge_train_options;
 
 void forge_train_options_default(forge_train_options *o);
+
+/* FORGE_ERR_ARG naming the flag and what was expected for any option that
+ * makes training undefined: beta1, beta2 outside [0, 1), eps <= 0, a negative
+ * or non-finite lr / weight decay / grad clip, warm-up or min-lr fractions
+ * outside [0, 1], counts below their minimum. forge_train calls it first. */
+forge_status forge_train_options_validate(const forge_train_options *o);
 
 /* Results a caller (tests, the CLI) can inspect. */
 typedef struct {
@@ -51,6 +59,11 @@ typedef struct {
     char last_checkpoint[1200];
 } forge_train_result;
 
+/* Trains. The run directory (o->out_dir) is locked for the call (run_dir.h);
+ * with o->resume the checkpoint is validated (finite values, consistent
+ * state), log.jsonl is cut back to its step and training continues
+ * bit-identically. A checkpoint is never written with non-finite values, and
+ * a log or checkpoint write failure stops the run with FORGE_ERR_IO. */
 forge_status forge_train(const forge_train_options *o, forge_train_result *result);
 
 /* Set by SIGINT/SIGTERM; the loop saves a checkpoint and stops at the end of the step. */

@@ -12,6 +12,10 @@
  * applied by scaling the gradient buffers first. The global norm lives in a
  * device scalar that sumsq_accumulate filled, so neither the clip nor the norm
  * needs a host round trip (on the GPU that would be a synchronisation per step).
+ *
+ * adamw_update_bf16 is the same update (the same code) that also writes the
+ * bf16 working copy of the parameters, rn(param after the update), in the
+ * same pass (docs/mixed-precision.md).
  */
 #include <math.h>
 
@@ -27,10 +31,12 @@ forge_status cpu_sumsq_accumulate(forge_backend *be, float *out_sumsq, const flo
     return FORGE_OK;
 }
 
-forge_status cpu_adamw_update(forge_backend *be, float *param, const float *grad, float *m,
-                              float *v, size_t n, const float *grad_sumsq, forge_adamw_params hp) {
-    if (hp.step < 1)
-        return forge_error(FORGE_ERR_ARG, "cpu adamw_update: step is 1-based, got %d", hp.step);
+/* The update of both entries: param_bf16 NULL (adamw_update) or the bf16 copy rn(param) written in the same pass
+ * (adamw_update_bf16). */
+static forge_status adamw_run(forge_backend *be, const char *op, float *param, forge_bf16 *param_bf16,
+                              const float *grad, float *m, float *v, size_t n, const float *grad_sumsq,
+                              forge_adamw_params hp) {
+    if (hp.step < 1) return forge_error(FORGE_ERR_ARG, "cpu %s: step is 1-based, got %d", op, hp.step);
     float clip = 1.0f;
     if (grad_sumsq && hp.max_grad_norm > 0.0f) {
         float norm = sqrtf(*grad_sumsq);
@@ -49,7 +55,19 @@ forge_status cpu_adamw_update(forge_backend *be, float *param, const float *grad
         v[i] = vi;
         float mhat = mi / bc1;
         float vhat = vi / bc2;
-        param[i] -= hp.lr * (mhat / (sqrtf(vhat) + hp.eps) + hp.weight_decay * param[i]);
+        float p = param[i] - hp.lr * (mhat / (sqrtf(vhat) + hp.eps) + hp.weight_decay * param[i]);
+        param[i] = p;
+        if (param_bf16) param_bf16[i] = forge_bf16_from_f32(p);
     }
     return FORGE_OK;
+}
+
+forge_status cpu_adamw_update(forge_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                              const float *grad_sumsq, forge_adamw_params hp) {
+    return adamw_run(be, "adamw_update", param, NULL, grad, m, v, n, grad_sumsq, hp);
+}
+
+forge_status cpu_adamw_update_bf16(forge_backend *be, float *param, forge_bf16 *param_bf16, const float *grad,
+                                   float *m, float *v, size_t n, const float *grad_sumsq, forge_adamw_params hp) {
+    return adamw_run(be, "adamw_update_bf16", param, param_bf16, grad, m, v, n, grad_sumsq, hp);
 }

@@ -40,8 +40,13 @@ static inline int cpu_is_reference(const forge_backend *be) {
 /* Floats of matmul packing buffer the context allocates for `threads` threads (matmul.c). */
 size_t cpu_matmul_pack_floats(int threads);
 
+/* RoPE's cos/sin table (T, HS/2, 2), angles in double rounded once to float, and its argument checks (rope.c),
+ * shared by the fp32 and bf16 entries. The caller frees the table. */
+forge_status cpu_rope_table(float **out, int T, int HS, float theta, const char *op);
+forge_status cpu_rope_check_args(const char *op, int n_heads, int n_rot, int HS, float theta);
+
 /* Every op of op_list.h, one file per family: elementwise.c, embedding.c, matmul.c, layernorm.c,
- * rmsnorm.c, rope.c, attention.c, flash_attention.c, classifier.c, adamw.c. */
+ * rmsnorm.c, rope.c, attention.c, flash_attention.c, classifier.c, adamw.c; the bf16 entries in *_bf16.c. */
 FORGE_OP_LIST(FORGE_OP_PROTOTYPE_CPU, FORGE_ARG_DECL, FORGE_OP_NOTHING)
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * elementwise.c: accumulate, residual add, GELU and SwiGLU on the CPU.
+ * elementwise.c: accumulate, residual add, GELU and SwiGLU on the CPU, and the
+ * fp32 -> bf16 cast.
  *
  * GELU is the tanh approximation GPT-2 was trained with (llm.c gelu_forward),
  * not the exact erf form. Its backward uses 1 - tanh^2 for sech^2 rather than
@@ -82,5 +83,12 @@ forge_status cpu_swiglu_backward(forge_backend *be, float *dgate, float *dup, co
         dgate[i] += dout[i] * up[i] * dsilu;
         dup[i] += dout[i] * silu;
     }
+    return FORGE_OK;
+}
+
+forge_status cpu_cast_bf16(forge_backend *be, forge_bf16 *dst, const float *src, size_t n) {
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (size_t i = 0; i < n; i++) dst[i] = forge_bf16_from_f32(src[i]);
     return FORGE_OK;
 }

@@ -21,8 +21,8 @@
 
 #include "cpu_ops.h"
 
-/* cs (T, HS/2, 2): cos, sin of angle(t, i) */
-static forge_status rope_table(float **out, int T, int HS, float theta, const char *op) {
+/* cs (T, HS/2, 2): cos, sin of angle(t, i); the caller frees it (also rope_bf16.c's table) */
+forge_status cpu_rope_table(float **out, int T, int HS, float theta, const char *op) {
     int half = HS / 2;
     float *cs = malloc((size_t)T * half * 2 * sizeof(float) + 1);
     if (!cs)
@@ -39,7 +39,7 @@ static forge_status rope_table(float **out, int T, int HS, float theta, const ch
     return FORGE_OK;
 }
 
-static forge_status check_args(const char *op, int n_heads, int n_rot, int HS, float theta) {
+forge_status cpu_rope_check_args(const char *op, int n_heads, int n_rot, int HS, float theta) {
     if (HS <= 0 || HS % 2 != 0)
         return forge_error(FORGE_ERR_ARG, "cpu %s: head size must be even and > 0, got %d", op, HS);
     if (n_rot < 0 || n_rot > n_heads)
@@ -55,9 +55,9 @@ static forge_status check_args(const char *op, int n_heads, int n_rot, int HS, f
 static forge_status rope_rotate(forge_backend *be, float *out, const float *inp, int B, int T, int n_heads,
                                 int n_rot, int HS, float theta, float sin_sign, int accumulate,
                                 const char *op) {
-    FORGE_TRY(check_args(op, n_heads, n_rot, HS, theta));
+    FORGE_TRY(cpu_rope_check_args(op, n_heads, n_rot, HS, theta));
     float *cs;
-    FORGE_TRY(rope_table(&cs, T, HS, theta, op));
+    FORGE_TRY(cpu_rope_table(&cs, T, HS, theta, op));
     int half = HS / 2, nt = cpu_threads(be);
     /* out, inp (B,T,n_heads,HS); for the forward pass out may equal inp */
 #pragma omp parallel for collapse(2) num_threads(nt)

@@ -188,8 +188,14 @@ void cuda_mm_table_close(cuda_ctx *ctx);
 forge_status cuda_mm_choose(cuda_ctx *ctx, cuda_mm_layout layout, int M, int N, int K, int *use_cublas);
 
 
+/* ---- rope.cu: RoPE's argument checks, and its cos/sin table (T, HS/2, 2) into ctx->ws (angles in double, rounded
+ * once to float, as the CPU's), shared by the fp32 and bf16 entries --------------------------------------- */
+forge_status cuda_rope_check_args(const char *op, int n_heads, int n_rot, int HS, float theta);
+forge_status cuda_rope_table(cuda_ctx *ctx, int T, int HS, float theta, const char *op);
+
 /* ---- every op of op_list.h: cuda_NAME(forge_backend *be, ...), one .cu file per family (elementwise,
- * embedding, matmul, layernorm, rmsnorm, rope, attention, flash_attention, classifier, adamw) ---------- */
+ * embedding, matmul, layernorm, rmsnorm, rope, attention, flash_attention, classifier, adamw; the bf16 entries
+ * in *_bf16.cu) ------------------------------------------------------------------------------------------------ */
 FORGE_OP_LIST(FORGE_OP_PROTOTYPE_CUDA, FORGE_ARG_DECL, FORGE_OP_NOTHING)
 
 #endif

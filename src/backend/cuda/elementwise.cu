@@ -1,5 +1,6 @@
 /*
- * elementwise.cu: accumulate, residual add, GELU and SwiGLU on the GPU.
+ * elementwise.cu: accumulate, residual add, GELU and SwiGLU on the GPU, and
+ * the fp32 -> bf16 cast (base/dtype.h's rounding, the same code as the CPU).
  *
  * Same formulas as backend/cpu/elementwise.c: GELU is the tanh approximation
  * (GPT-2), and its backward uses 1 - tanh^2 for sech^2 (coshf overflows for
@@ -132,5 +133,18 @@ forge_status cuda_swiglu_backward(forge_backend *be, float *dgate, float *dup, c
     swiglu_backward_kernel<<<cuda_grid_for(ctx, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0,
                              ctx->stream>>>(dgate, dup, dout, gate, up, n);
     CUDA_LAUNCH_CHECK("swiglu_backward_kernel");
+    return FORGE_OK;
+}
+
+__global__ void cast_bf16_kernel(forge_bf16 *__restrict__ dst, const float *__restrict__ src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = forge_bf16_from_f32(src[i]);
+}
+
+forge_status cuda_cast_bf16(forge_backend *be, forge_bf16 *dst, const float *src, size_t n) {
+    if (n == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    cast_bf16_kernel<<<cuda_grid_for(ctx, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, ctx->stream>>>(dst, src, n);
+    CUDA_LAUNCH_CHECK("cast_bf16_kernel");
     return FORGE_OK;
 }

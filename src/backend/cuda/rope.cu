@@ -73,7 +73,7 @@ __global__ void rope_kernel(float *out, const float *inp, /* may alias: no __res
 
 /* ---- launchers ---------------------------------------------------------- */
 
-static forge_status rope_check_args(const char *op, int n_heads, int n_rot, int HS, float theta) {
+forge_status cuda_rope_check_args(const char *op, int n_heads, int n_rot, int HS, float theta) {
     if (HS <= 0 || HS % 2 != 0)
         return forge_error(FORGE_ERR_ARG, "cuda %s: head size must be even and > 0, got %d", op, HS);
     if (n_rot < 0 || n_rot > n_heads)
@@ -84,24 +84,28 @@ static forge_status rope_check_args(const char *op, int n_heads, int n_rot, int 
     return FORGE_OK;
 }
 
-static forge_status rope_run(forge_backend *be, float *out, const float *inp, int B, int T, int n_heads,
-                             int n_rot, int HS, float theta, int backward) {
-    const char *op = backward ? "rope_backward" : "rope_forward";
-    FORGE_TRY(rope_check_args(op, n_heads, n_rot, HS, theta));
-    size_t total = (size_t)B * T * n_heads * (HS / 2);
-    if (total == 0) return FORGE_OK;
-    cuda_ctx *ctx = cuda_get_ctx(be);
+forge_status cuda_rope_table(cuda_ctx *ctx, int T, int HS, float theta, const char *op) {
     size_t table = (size_t)T * HS; /* T * half * 2 floats */
     if (table > CUDA_WS_FLOATS)
         return forge_error(FORGE_ERR_UNSUPPORTED,
                            "cuda %s: T * HS = %zu exceeds the %zu-float cos/sin workspace", op, table,
                            CUDA_WS_FLOATS);
-    if (n_rot > 0) {
-        size_t pairs = (size_t)T * (HS / 2);
-        rope_table_kernel<<<cuda_grid_for(ctx, pairs, ROPE_THREADS), ROPE_THREADS, 0, ctx->stream>>>(
-            ctx->ws, T, HS, theta);
-        CUDA_LAUNCH_CHECK("rope_table_kernel");
-    }
+    size_t pairs = (size_t)T * (HS / 2);
+    if (pairs == 0) return FORGE_OK;
+    rope_table_kernel<<<cuda_grid_for(ctx, pairs, ROPE_THREADS), ROPE_THREADS, 0, ctx->stream>>>(ctx->ws, T, HS,
+                                                                                                   theta);
+    CUDA_LAUNCH_CHECK("rope_table_kernel");
+    return FORGE_OK;
+}
+
+static forge_status rope_run(forge_backend *be, float *out, const float *inp, int B, int T, int n_heads,
+                             int n_rot, int HS, float theta, int backward) {
+    const char *op = backward ? "rope_backward" : "rope_forward";
+    FORGE_TRY(cuda_rope_check_args(op, n_heads, n_rot, HS, theta));
+    size_t total = (size_t)B * T * n_heads * (HS / 2);
+    if (total == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    if (n_rot > 0) FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, op));
     unsigned grid = cuda_grid_for(ctx, total, ROPE_THREADS);
     if (backward)
         rope_kernel<true><<<grid, ROPE_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads, n_rot, HS,

@@ -1,0 +1,261 @@
+/*
+ * classifier_bf16.cu: the lm head's forward and backward fused, bf16, on the
+ * GPU (op_list.h: classifier_bf16; rounding points in docs/mixed-precision.md;
+ * CPU reference in cpu/classifier_bf16.c).
+ *
+ * Rows go in chunks of R = FORGE_CLS_BF16_ROWS(N, V) (op_list.h), so the
+ * (N, V) logits never exist whole. Per chunk of `rows` rows, in the scratch:
+ *   1. logits (rows, V) bf16 = rn(inp . wte^T): forge's NT GEMM with the bf16
+ *      epilogue (fp32 accumulate, one rounding);
+ *   2. one block per row: max, sum of exp, loss = max + log(sum) - logit[y]
+ *      (fp32), dlogits = rn((softmax - onehot) grad_scale) (0 for an ignore row);
+ *   3. dinp: the NN GEMM dlogits . wte into an fp32 (rows, C) buffer, then one
+ *      pass dinp = rn(dinp + that);
+ *   4. dwte (fp32) += dlogits^T . inp: the TN GEMM, accumulating (unsplit: no
+ *      workspace, so no partials).
+ * The wgmma GEMMs need 16-byte row strides: K % 8 for the NT (K = C) and
+ * N % 8 = C % 8 for the NN and TN, and V % 8 for the NN's K and the TN's M.
+ * V is often odd (GPT-2's 50257), so dlogits are stored in two pieces: the
+ * first V8 = V - V % 8 columns (rows, V8), which the NN and TN GEMMs take, and
+ * the last V % 8 columns (rows, V % 8), which two small kernels fold in: the
+ * dinp pass adds their products with wte's last rows, and a dwte pass adds
+ * their products with inp into dwte's last rows. Every GEMM the wgmma kernels
+ * refuse (C % 8 != 0, a pointer not 16-byte aligned, not an sm_90 device)
+ * runs on the SIMT kernel below instead (any shape, strided operands, fp32
+ * accumulate in k order).
+ *
+ * Deterministic: every output element is written by one thread with a fixed
+ * summation order (the unsplit TN, the row blocks' fixed-tree reductions);
+ * no atomics. The scratch layout (16-byte aligned pieces): logits (R*V bf16),
+ * dlogits (R*V8 bf16), its tail (R*(V % 8) bf16), the dinp product (R*C
+ * fp32): FORGE_CLS_BF16_SCRATCH floats.
+ *
+ * A target outside [0, V) that is not ignore_index: the CPU reference returns
+ * an error; here (no host sync) the row's loss is NaN, its dlogits are the
+ * softmax without the one-hot, and the id is recorded with cuda_report_bad_id
+ * (CUDA_BAD_ID_CLASSIFIER), which the step's poll_errors reports.
+ */
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_ops.h"
+#include "gemm.h"
+
+#define CLS16_THREADS 512  /* softmax rows */
+#define CLS16_EW_THREADS 256
+#define CLS16_TILE 64      /* SIMT GEMM tile (M and N) */
+#define CLS16_TK 16        /* SIMT GEMM k step */
+
+__device__ __forceinline__ float cls16_ld(const uint16_t *p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
+__device__ __forceinline__ uint16_t cls16_rn(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+
+/* ---- the SIMT GEMM fallback --------------------------------------------------------------------------------------
+ * C[m][n] (=, or += with accumulate) sum_k A(m,k) B(k,n), A(m,k) = A[m*a_m + k*a_k], B(k,n) = B[k*b_k + n*b_n],
+ * C row-major with row stride ldc; OUT_BF16: C is bf16, rn(sum) (no accumulate). 64 x 64 tiles, 256 threads of
+ * 4 x 4 outputs; the k loop runs in order, so every element's sum has one order. One-dimensional grid of tiles
+ * (M and N can each exceed a grid.y). */
+template <bool OUT_BF16>
+__global__ void __launch_bounds__(256)
+    cls16_gemm_simt_kernel(void *__restrict__ C, const uint16_t *__restrict__ A, const uint16_t *__restrict__ B, int M,
+                           int N, int K, long long a_m, long long a_k, long long b_k, long long b_n, long long ldc,
+                           int accumulate) {
+    __shared__ float As[CLS16_TK][CLS16_TILE], Bs[CLS16_TK][CLS16_TILE];
+    const int tiles_n = (N + CLS16_TILE - 1) / CLS16_TILE;
+    const int m0 = (int)(blockIdx.x / tiles_n) * CLS16_TILE, n0 = (int)(blockIdx.x % tiles_n) * CLS16_TILE;
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += CLS16_TK) {
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + 256 * r;
+            /* consecutive threads along whichever index is contiguous in memory */
+            const int am = a_k == 1 ? e / CLS16_TK : e % CLS16_TILE, ak = a_k == 1 ? e % CLS16_TK : e / CLS16_TILE;
+            const int bn = b_k == 1 ? e / CLS16_TK : e % CLS16_TILE, bk = b_k == 1 ? e % CLS16_TK : e / CLS16_TILE;
+            const int gm = m0 + am, gka = k0 + ak, gn = n0 + bn, gkb = k0 + bk;
+            As[ak][am] = gm < M && gka < K ? cls16_ld(A + gm * a_m + gka * a_k) : 0.0f;
+            Bs[bk][bn] = gn < N && gkb < K ? cls16_ld(B + gkb * b_k + gn * b_n) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < CLS16_TK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty * 4 + i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx * 4 + j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int m = m0 + ty * 4 + i;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int n = n0 + tx * 4 + j;
+            if (n >= N) continue;
+            if (OUT_BF16) {
+                ((uint16_t *)C)[m * ldc + n] = cls16_rn(acc[i][j]);
+            } else {
+                float *c = (float *)C + m * ldc + n;
+                *c = accumulate ? *c + acc[i][j] : acc[i][j];
+            }
+        }
+    }
+}
+
+/* ---- softmax cross-entropy over one chunk's bf16 logits ---------------------------------------------------------- */
+
+__global__ void __launch_bounds__(CLS16_THREADS)
+    cls16_softmax_kernel(float *__restrict__ losses, uint16_t *__restrict__ dl, uint16_t *__restrict__ dl_tail,
+                         const uint16_t *__restrict__ logits, const int32_t *__restrict__ targets, int n0, int V,
+                         int V8, int ignore_index, float grad_scale, cuda_input_error *err) {
+    __shared__ float scratch[32];
+    const int r = blockIdx.x, n = n0 + r, VT = V - V8;
+    const uint16_t *x = logits + (size_t)r * V;
+    uint16_t *d = dl + (size_t)r * V8, *dt = dl_tail + (size_t)r * VT;
+    const int y = targets[n];
+    if (y == ignore_index) { /* uniform over the block */
+        for (int i = threadIdx.x; i < V8; i += CLS16_THREADS) d[i] = 0;
+        for (int i = threadIdx.x; i < VT; i += CLS16_THREADS) dt[i] = 0;
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        return;
+    }
+    const bool y_valid = y >= 0 && y < V;
+    if (!y_valid && threadIdx.x == 0) cuda_report_bad_id(err, CUDA_BAD_ID_CLASSIFIER, n, y, V);
+
+    float maxval = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += CLS16_THREADS) maxval = fmaxf(maxval, cls16_ld(x + i));
+    maxval = block_max(maxval, scratch);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += CLS16_THREADS) sum += expf(cls16_ld(x + i) - maxval);
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0)
+        losses[n] = y_valid ? maxval + logf(sum) - cls16_ld(x + y) : __int_as_float(0x7fc00000);
+    const float inv = 1.0f / sum;
+    for (int i = threadIdx.x; i < V; i += CLS16_THREADS) {
+        const float p = expf(cls16_ld(x + i) - maxval) * inv;
+        const uint16_t g = cls16_rn((p - (i == y ? 1.0f : 0.0f)) * grad_scale);
+        if (i < V8) d[i] = g;
+        else dt[i - V8] = g;
+    }
+}
+
+/* dinp (rows, C) = rn(dinp + prod + sum_t dl_tail[r][t] wte[V8 + t]); prod NULL: no NN product (V8 == 0) */
+__global__ void __launch_bounds__(CLS16_EW_THREADS)
+    cls16_dinp_kernel(uint16_t *__restrict__ dinp, const float *__restrict__ prod, const uint16_t *__restrict__ dl_tail,
+                      const uint16_t *__restrict__ wte, int rows, int C, int V8, int VT) {
+    const size_t n = (size_t)rows * C;
+    for (size_t i = blockIdx.x * (size_t)CLS16_EW_THREADS + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * CLS16_EW_THREADS) {
+        const size_t r = i / (size_t)C, c = i - r * (size_t)C;
+        float a = prod ? prod[i] : 0.0f;
+        for (int t = 0; t < VT; t++) a += cls16_ld(dl_tail + r * VT + t) * cls16_ld(wte + (size_t)(V8 + t) * C + c);
+        dinp[i] = cls16_rn(cls16_ld(dinp + i) + a);
+    }
+}
+
+/* dwte[V8 + t][c] += sum_r dl_tail[r][t] inp[r][c] (the chunk's rows in order) */
+__global__ void __launch_bounds__(CLS16_EW_THREADS)
+    cls16_dwte_tail_kernel(float *__restrict__ dwte, const uint16_t *__restrict__ dl_tail,
+                           const uint16_t *__restrict__ inp, int rows, int C, int V8, int VT) {
+    const size_t n = (size_t)VT * C;
+    for (size_t i = blockIdx.x * (size_t)CLS16_EW_THREADS + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * CLS16_EW_THREADS) {
+        const size_t t = i / (size_t)C, c = i - t * (size_t)C;
+        float s = 0.0f;
+        for (int r = 0; r < rows; r++) s += cls16_ld(dl_tail + (size_t)r * VT + t) * cls16_ld(inp + (size_t)r * C + c);
+        dwte[(V8 + t) * (size_t)C + c] += s;
+    }
+}
+
+/* ---- host ----------------------------------------------------------------------------------------------------- */
+
+static void *cls16_align16(void *p) { return (void *)(((uintptr_t)p + 15) & ~(uintptr_t)15); }
+
+template <bool OUT_BF16>
+static forge_status cls16_gemm_simt(cuda_ctx *ctx, void *C, const forge_bf16 *A, const forge_bf16 *B, int M, int N,
+                                    int K, long long a_m, long long a_k, long long b_k, long long b_n, long long ldc,
+                                    int accumulate) {
+    const long long tiles =
+        (long long)((M + CLS16_TILE - 1) / CLS16_TILE) * (long long)((N + CLS16_TILE - 1) / CLS16_TILE);
+    if (tiles > 0x7fffffffLL)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "cuda classifier_bf16: a %d x %d GEMM has too many tiles", M, N);
+    cls16_gemm_simt_kernel<OUT_BF16><<<(unsigned)tiles, 256, 0, ctx->stream>>>(
+        C, (const uint16_t *)A, (const uint16_t *)B, M, N, K, a_m, a_k, b_k, b_n, ldc, accumulate);
+    CUDA_LAUNCH_CHECK("cls16_gemm_simt_kernel");
+    return FORGE_OK;
+}
+
+/* a wgmma GEMM's status: FORGE_ERR_UNSUPPORTED (refused before any launch) clears the message, and the caller runs
+ * the SIMT kernel */
+static int cls16_refused(forge_status st) {
+    if (st != FORGE_ERR_UNSUPPORTED) return 0;
+    forge_error_clear();
+    return 1;
+}
+
+forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *dinp, float *dwte, float *scratch,
+                                  const forge_bf16 *inp, const forge_bf16 *wte, const int32_t *targets, int N, int C,
+                                  int V, int ignore_index, float grad_scale) {
+    if (N < 0 || C <= 0 || V <= 0)
+        return forge_error(FORGE_ERR_ARG, "cuda classifier_bf16: need N >= 0, C > 0, V > 0, got N=%d C=%d V=%d", N,
+                           C, V);
+    if (N == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    const int R = FORGE_CLS_BF16_ROWS(N, V), V8 = V - V % 8, VT = V % 8;
+    uint16_t *logits = (uint16_t *)cls16_align16(scratch);
+    uint16_t *dl = (uint16_t *)cls16_align16(logits + (size_t)R * V);
+    uint16_t *dl_tail = dl + (size_t)R * V8; /* R*V8*2 bytes: a multiple of 16 */
+    float *prod = (float *)cls16_align16(dl_tail + (size_t)R * VT);
+    forge_gemm_epilogue epi;
+    memset(&epi, 0, sizeof epi);
+    epi.out_bf16 = 1;
+
+    for (int n0 = 0; n0 < N; n0 += R) {
+        const int rows = N - n0 < R ? N - n0 : R;
+        const forge_bf16 *in = inp + (size_t)n0 * C;
+        forge_bf16 *di = dinp ? dinp + (size_t)n0 * C : nullptr;
+        /* 1. logits = rn(in . wte^T) */
+        if (cls16_refused(forge_gemm_bf16_nt_epi(in, wte, logits, rows, V, C, &epi, ctx->stream)))
+            FORGE_TRY(cls16_gemm_simt<true>(ctx, logits, in, wte, rows, V, C, C, 1, 1, C, V, 0));
+        /* 2. losses and dlogits */
+        cls16_softmax_kernel<<<rows, CLS16_THREADS, 0, ctx->stream>>>(losses, dl, dl_tail, logits, targets, n0, V, V8,
+                                                                       ignore_index, grad_scale, ctx->input_error);
+        CUDA_LAUNCH_CHECK("cls16_softmax_kernel");
+        /* 3. dinp = rn(dinp + dl . wte): the first V8 columns by GEMM, the tail in the rounding pass */
+        if (dinp && V8 > 0) {
+            forge_status st = forge_gemm_bf16_nn_wgmma(dl, wte, prod, rows, C, V8, 0, ctx->stream);
+            if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, prod, (const forge_bf16 *)dl, wte, rows, C, V8, V8,
+                                                               1, C, 1, C, 0);
+            FORGE_TRY(st);
+        }
+        const size_t nd = dinp ? (size_t)rows * C : 0;
+        if (nd) cls16_dinp_kernel<<<cuda_grid_for(ctx, nd, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
+            (uint16_t *)di, V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT);
+        if (nd) CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
+        /* 4. dwte += dl^T . in: the first V8 rows by GEMM, the tail rows by their own pass */
+        if (dwte && V8 > 0) {
+            forge_status st = forge_gemm_bf16_tn_wgmma(dl, in, dwte, V8, C, rows, 1, nullptr, 0, ctx->stream);
+            if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, dwte, (const forge_bf16 *)dl, in, V8, C, rows, 1,
+                                                               V8, C, 1, C, 1);
+            FORGE_TRY(st);
+        }
+        if (dwte && VT > 0) {
+            const size_t nt = (size_t)VT * C;
+            cls16_dwte_tail_kernel<<<cuda_grid_for(ctx, nt, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
+                dwte, dl_tail, (const uint16_t *)in, rows, C, V8, VT);
+            CUDA_LAUNCH_CHECK("cls16_dwte_tail_kernel");
+        }
+    }
+    return FORGE_OK;
+}

@@ -1,0 +1,155 @@
+/*
+ * elementwise_bf16.cu: the bf16 accumulate, GELU and SwiGLU on the GPU; the reference is
+ * backend/cpu/elementwise_bf16.c (docs/mixed-precision.md).
+ *
+ * Bit-identical to the CPU: each element is the reference's expression, op for op, on the same base/fmath.h
+ * functions (GELU, its derivative, the sigmoid: exp and tanh from basic operations, not the device's expf/tanhf),
+ * with one rounding per stored result; products that meet a sum are explicit fmaf's on both sides.
+ *
+ * One grid-stride kernel per op over 8-wide chunks (one 16-byte vector per operand) when every pointer is 16-byte
+ * aligned, then the n % 8 tail element by element; element by element throughout otherwise. The op's body is
+ * written once, for W elements (W = 8 or 1).
+ */
+#include "../../base/fmath.h"
+#include "bf16_io.cuh"
+
+#define EW_THREADS 256
+
+/* ---- the ops: run<W>(i) does elements [i, i + W) --------------------------------------------------------------- */
+
+struct accumulate_op { /* dst = rn(dst + src) */
+    forge_bf16 *dst;
+    const forge_bf16 *src;
+    template <int W>
+    __device__ __forceinline__ void run(size_t i) const {
+        float d[W], s[W];
+        bf16_load<W>(d, dst + i);
+        bf16_load<W>(s, src + i);
+#pragma unroll
+        for (int k = 0; k < W; k++) d[k] = d[k] + s[k];
+        bf16_store<W>(dst + i, d);
+    }
+};
+
+struct gelu_forward_op { /* out = rn(gelu(inp)) */
+    forge_bf16 *out;
+    const forge_bf16 *inp;
+    template <int W>
+    __device__ __forceinline__ void run(size_t i) const {
+        float x[W];
+        bf16_load<W>(x, inp + i);
+#pragma unroll
+        for (int k = 0; k < W; k++) x[k] = forge_gelu(x[k]);
+        bf16_store<W>(out + i, x);
+    }
+};
+
+struct gelu_backward_op { /* dinp = rn(dinp + gelu'(inp) dout) */
+    forge_bf16 *dinp;
+    const forge_bf16 *inp, *dout;
+    template <int W>
+    __device__ __forceinline__ void run(size_t i) const {
+        float d[W], x[W], g[W];
+        bf16_load<W>(d, dinp + i);
+        bf16_load<W>(x, inp + i);
+        bf16_load<W>(g, dout + i);
+#pragma unroll
+        for (int k = 0; k < W; k++) d[k] = fmaf(forge_gelu_grad(x[k]), g[k], d[k]);
+        bf16_store<W>(dinp + i, d);
+    }
+};
+
+struct swiglu_forward_op { /* out = rn(gate sig(gate) up) */
+    forge_bf16 *out;
+    const forge_bf16 *gate, *up;
+    template <int W>
+    __device__ __forceinline__ void run(size_t i) const {
+        float g[W], u[W];
+        bf16_load<W>(g, gate + i);
+        bf16_load<W>(u, up + i);
+#pragma unroll
+        for (int k = 0; k < W; k++) g[k] = g[k] * forge_sigmoid(g[k]) * u[k];
+        bf16_store<W>(out + i, g);
+    }
+};
+
+struct swiglu_backward_op { /* dgate = rn(dgate + dout up silu'(gate)), dup = rn(dup + dout silu(gate)) */
+    forge_bf16 *dgate, *dup;
+    const forge_bf16 *dout, *gate, *up;
+    template <int W>
+    __device__ __forceinline__ void run(size_t i) const {
+        float dg[W], du[W], d[W], g[W], u[W];
+        bf16_load<W>(dg, dgate + i);
+        bf16_load<W>(du, dup + i);
+        bf16_load<W>(d, dout + i);
+        bf16_load<W>(g, gate + i);
+        bf16_load<W>(u, up + i);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float sig = forge_sigmoid(g[k]);
+            const float dsilu = sig * fmaf(g[k], 1.0f - sig, 1.0f); /* silu'(g) = sig (1 + g (1 - sig)) */
+            dg[k] = fmaf(d[k] * u[k], dsilu, dg[k]);
+            du[k] = fmaf(d[k], g[k] * sig, du[k]);
+        }
+        bf16_store<W>(dgate + i, dg);
+        bf16_store<W>(dup + i, du);
+    }
+};
+
+/* ---- the kernel and its launch ----------------------------------------------------------------------------------- */
+
+template <class Op, bool VEC>
+__global__ void __launch_bounds__(EW_THREADS) elementwise_bf16_kernel(Op op, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t head = 0;
+    if (VEC) {
+        head = n / 8 * 8;
+        for (size_t i = tid * 8; i < head; i += stride * 8) op.template run<8>(i);
+    }
+    for (size_t i = head + tid; i < n; i += stride) op.template run<1>(i);
+}
+
+template <class Op>
+static forge_status elementwise_launch(forge_backend *be, const Op &op, size_t n, bool aligned, const char *name) {
+    if (n == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    if (aligned && n >= 8)
+        elementwise_bf16_kernel<Op, true>
+            <<<cuda_grid_for(ctx, n / 8, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
+    else
+        elementwise_bf16_kernel<Op, false><<<cuda_grid_for(ctx, n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
+    CUDA_LAUNCH_CHECK(name);
+    return FORGE_OK;
+}
+
+static bool aligned(const void *a, const void *b, const void *c = NULL, const void *d = NULL,
+                    const void *e = NULL) {
+    return bf16_aligned16(a) && bf16_aligned16(b) && bf16_aligned16(c) && bf16_aligned16(d) && bf16_aligned16(e);
+}
+
+forge_status cuda_accumulate_bf16(forge_backend *be, forge_bf16 *dst, const forge_bf16 *src, size_t n) {
+    return elementwise_launch(be, accumulate_op{dst, src}, n, aligned(dst, src), "accumulate_bf16");
+}
+
+forge_status cuda_gelu_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *inp, size_t n) {
+    return elementwise_launch(be, gelu_forward_op{out, inp}, n, aligned(out, inp), "gelu_forward_bf16");
+}
+
+forge_status cuda_gelu_backward_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *inp,
+                                     const forge_bf16 *dout, size_t n) {
+    return elementwise_launch(be, gelu_backward_op{dinp, inp, dout}, n, aligned(dinp, inp, dout),
+                              "gelu_backward_bf16");
+}
+
+forge_status cuda_swiglu_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *gate,
+                                      const forge_bf16 *up, size_t n) {
+    return elementwise_launch(be, swiglu_forward_op{out, gate, up}, n, aligned(out, gate, up),
+                              "swiglu_forward_bf16");
+}
+
+forge_status cuda_swiglu_backward_bf16(forge_backend *be, forge_bf16 *dgate, forge_bf16 *dup,
+                                       const forge_bf16 *dout, const forge_bf16 *gate, const forge_bf16 *up,
+                                       size_t n) {
+    return elementwise_launch(be, swiglu_backward_op{dgate, dup, dout, gate, up}, n,
+                              aligned(dgate, dup, dout, gate, up), "swiglu_backward_bf16");
+}
