@@ -200,7 +200,7 @@ static int guarded_copy(guarded *g, const void *data, size_t n) {
 
 static void guarded_free(guarded *g) { munmap(g->map, g->map_len); }
 
-/* cJSON (1.7.15, Debian 12's, and upstream to this day) reads the byte after a
+/* cJSON (1.7.15, Debian 12's; DaveGamble/cJSON#800) reads the byte after a
  * length-delimited text that ends just after a comma inside an object
  * (parse_object steps past the ',' and parse_string looks at the next byte
  * before checking the length). Found by fuzz_safetensors and fuzz_tokenizer

@@ -475,8 +475,8 @@ static forge_status check_merges_cover(loader *L, const char *bpe_name, const ch
     return st;
 }
 
-/* encoder_json[encoder_len] must be a NUL: cJSON before 1.7.18
- * (DaveGamble/cJSON#800) reads the byte after a length-delimited text that
+/* encoder_json[encoder_len] must be a NUL: cJSON (1.7.15 at
+ * least; DaveGamble/cJSON#800) reads the byte after a length-delimited text that
  * ends just after a ',' in an object (found by fuzz_tokenizer; docs/fuzzing.md). */
 static forge_status load_terminated(forge_tokenizer **out, const char *encoder_json, size_t encoder_len,
                                     const char *encoder_name, const char *vocab_bpe, size_t vocab_len,

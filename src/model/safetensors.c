@@ -484,8 +484,8 @@ static forge_status parse_file_image(forge_safetensors *st, const uint8_t *bytes
                            "%s: header length %llu is impossible for a file of %llu bytes (truncated "
                            "or not a safetensors file)",
                            path, (unsigned long long)hlen, (unsigned long long)size);
-    /* cJSON gets a NUL-terminated copy, not the header in place: cJSON before
-     * 1.7.18 (DaveGamble/cJSON#800) reads the byte after a length-delimited
+    /* cJSON gets a NUL-terminated copy, not the header in place: cJSON (1.7.15
+     * at least; DaveGamble/cJSON#800) reads the byte after a length-delimited
      * text that ends just after a ',' in an object, which for a header running
      * to the end of a page-sized file is past the mapping (found by
      * fuzz_safetensors; docs/fuzzing.md). The copy's NUL is that byte. */
