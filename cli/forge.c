@@ -582,6 +582,12 @@ static const char *BENCH_HELP =
     "  --only \"pat1|pat2\"  run only the cells whose \"name@group\" contains a pattern\n"
     "          (one shape for a profiler: --only \"(gpt2 dW mlp fc)\" forge bench gemm)\n"
     "  --quick  the smaller shapes only (attention, gemm-epi)\n"
+    "train only:\n"
+    "  --cases \"CONFIG:BxT,...\"  the models and batches (default gpt-10m:32x512,gpt2-124m:8x1024 on cuda)\n"
+    "  --breakdown  after the timed steps, one step op by op: device time per op and between ops\n"
+    "  --baseline CMD  step CMD (python3 tools/torch_train_bench.py: PyTorch, torch.compile, bf16\n"
+    "          autocast, fused AdamW, SDPA) in turn with forge, --steps rounds, and print the paired\n"
+    "          ratio with its CI and both peak memories\n"
     "runtime options (train, ops):\n" RUNTIME_HELP;
 
 static int cmd_bench(int argc, char **argv, const char *argv0) {
@@ -596,6 +602,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     /* ops shapes: 0 = the gpt-10m default of the device (see BENCH_HELP) */
     long ops_b = 0, ops_t = 0, ops_c = 384, ops_nh = 6;
     const char *results = NULL, *order = NULL, *only = NULL;
+    forge_bench_train_options to = {0};
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
@@ -605,6 +612,12 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
             quick = 1;
             continue;
         }
+        if (strcmp(argv[a.i], "--breakdown") == 0) {
+            to.breakdown = 1;
+            continue;
+        }
+        STR_OPT("--cases", to.cases)
+        STR_OPT("--baseline", to.baseline)
         INT_OPT("--steps", steps, 1, 100000)
         INT_OPT("--reps", reps, 1, 100000)
         STR_OPT("--results", results)
@@ -655,7 +668,8 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     }
     if (do_matmul) s = forge_bench_cpu_matmul(stdout, (int)reps);
     if (do_gemm) s = forge_bench_gemm(stdout, device, (int)reps);
-    if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, &rt, configs_dir(argv0), (int)steps);
+    to.steps = (int)steps;
+    if (s == FORGE_OK && do_train) s = forge_bench_train(stdout, &rt, configs_dir(argv0), &to);
     return s == FORGE_OK ? 0 : fail(s);
 }
 

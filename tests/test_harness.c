@@ -12,7 +12,11 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "../src/backend/backend.h"
+#include "../src/bench/bench_train.h"
+#include "../src/bench/coprocess.h"
 #include "../src/bench/harness.h"
+#include "../src/bench/op_profile.h"
 
 /* ---- fake timer: stop() returns base_ms * (1 + jitter[k % 5] * spread) ---- */
 
@@ -608,5 +612,87 @@ void suite_harness(void) {
         for (int i = 0; i < 100000; i++) x += i;
         CHECK_OK(t.stop(t.ctx, &ms));
         CHECK(ms >= 0 && ms < 1000);
+    }
+
+    TEST_CASE("op profile: counts every call per op, restores the table, refuses a second profile and overflow");
+    {
+        forge_backend *be = NULL;
+        CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
+        if (!be) return;
+        const void *acc0 = (const void *)be->accumulate, *ms0 = (const void *)be->memset_zero;
+        forge_bench_marks marks;
+        CHECK_OK(forge_cpu_bench_marks_create(&marks, 8)); /* room for 4 calls */
+        forge_op_profile *p = NULL, *q = NULL;
+        CHECK_OK(forge_op_profile_attach(&p, be, &marks));
+        CHECK(forge_op_profile_attach(&q, be, &marks) == FORGE_ERR_ARG && q == NULL);
+        forge_error_clear();
+        float a[5] = {1, 2, 3, 4, 5}, b[5] = {1, 1, 1, 1, 1}, g[5];
+        CHECK_OK(be->accumulate(be, a, b, 5));
+        CHECK_OK(be->accumulate(be, a, b, 5));
+        CHECK_OK(be->gelu_forward(be, g, a, 5));
+        CHECK_OK(be->memset_zero(be, b, sizeof b));
+        CHECK(a[0] == 3 && a[4] == 7 && b[2] == 0); /* the wrapped ops did their work */
+        forge_op_profile_result r;
+        CHECK_OK(forge_op_profile_detach(p, &r));
+        CHECK(r.calls[FORGE_OP_accumulate] == 2 && r.calls[FORGE_OP_gelu_forward] == 1 &&
+              r.calls[FORGE_PROFILE_MEMSET] == 1 && r.n_calls == 4);
+        CHECK(r.span_ms >= 0 && r.between_ms >= -1e-9 && r.ms[FORGE_OP_accumulate] >= 0);
+        CHECK((const void *)be->accumulate == acc0 && (const void *)be->memset_zero == ms0);
+        CHECK(strcmp(forge_op_profile_slot_name(FORGE_OP_gelu_forward), "gelu_forward") == 0);
+        /* a fifth call does not fit: it still runs, and detach reports the overflow */
+        CHECK_OK(forge_op_profile_attach(&p, be, &marks));
+        for (int i = 0; i < 5; i++) CHECK_OK(be->accumulate(be, a, b, 5));
+        CHECK(forge_op_profile_detach(p, &r) == FORGE_ERR_ARG);
+        CHECK(strstr(forge_error_message(), "more than 4 calls") != NULL);
+        forge_error_clear();
+        CHECK((const void *)be->accumulate == acc0);
+        marks.destroy(marks.ctx);
+        forge_backend_destroy(be);
+    }
+
+    TEST_CASE("coprocess: line protocol, exit status, a helper that ends early");
+    {
+        forge_coprocess c;
+        char line[64];
+        CHECK_OK(forge_coprocess_start(&c, "echo ready; read a; echo \"got $a\"; exit 3"));
+        CHECK_OK(forge_coprocess_recv(&c, line, sizeof line));
+        CHECK(strcmp(line, "ready") == 0);
+        CHECK_OK(forge_coprocess_send(&c, "step"));
+        CHECK_OK(forge_coprocess_recv(&c, line, sizeof line));
+        CHECK(strcmp(line, "got step") == 0);
+        CHECK(forge_coprocess_recv(&c, line, sizeof line) == FORGE_ERR_IO);
+        forge_error_clear();
+        CHECK(forge_coprocess_finish(&c) == FORGE_ERR_IO);
+        CHECK(strstr(forge_error_message(), "status 3") != NULL);
+        forge_error_clear();
+    }
+
+    TEST_CASE("bench train --baseline: rounds stepped in turn with a stand-in baseline, --breakdown, --cases");
+    {
+        /* the stand-in answers every step with 2 ms and ends with the JSON line */
+        const char *fake = "sh -c 'echo ready; while read c; do if [ \"$c\" = end ]; then "
+                           "echo \"{\\\"median_ms\\\": 2.0, \\\"peak_mib\\\": 5, \\\"torch\\\": \\\"fake\\\"}\"; "
+                           "exit 0; fi; echo 2.0; done' --";
+        forge_runtime_options rt;
+        forge_runtime_options_default(&rt);
+        rt.threads = 1;
+        forge_harness_set_default_root(test_tmpdir());
+        char path[4096];
+        FILE *out = tmpfile();
+        forge_bench_train_options o = {.steps = 3, .cases = "tiny:2x16", .breakdown = 1, .baseline = fake};
+        CHECK_OK(forge_bench_train(out, &rt, "configs", &o));
+        rewind(out);
+        size_t n = out ? fread(path, 1, sizeof path - 1, out) : 0;
+        path[n] = 0;
+        CHECK_MSG(strstr(path, "step span") != NULL && strstr(path, "matmul_forward") != NULL,
+                  "breakdown table missing: %.300s", path);
+        CHECK_MSG(strstr(path, "baseline") != NULL && strstr(path, "torch fake") != NULL &&
+                  strstr(path, "peak forge") != NULL, "paired line missing: %.300s", path);
+        if (out) fclose(out);
+        o.cases = "tiny:2by16";
+        CHECK(forge_bench_train(stdout, &rt, "configs", &o) == FORGE_ERR_ARG);
+        CHECK(strstr(forge_error_message(), "CONFIG:BxT") != NULL);
+        forge_error_clear();
+        forge_harness_set_default_root(NULL);
     }
 }

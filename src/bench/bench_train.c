@@ -10,10 +10,14 @@
  * device buffer is poisoned with NaN first). The backward pass and optimizer
  * are covered by the parity suite and the GPU-vs-CPU training comparison.
  * MFU is printed against a stated peak: for the CPU the measured FMA peak of
- * all threads, for CUDA the H200's dense fp32 (non-tensor) rate.
+ * all threads, for CUDA the H200's dense bf16 rate (bf16 step) or its dense
+ * fp32 (non-tensor) rate. --breakdown adds one step op by op (op_profile.h);
+ * --baseline steps another framework's process in turn with forge (the paired
+ * ratio: both see the same clocks).
  */
 #include "bench_train.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +28,11 @@
 #include "../base/rng.h"
 #include "bench.h"
 #include "bench_session.h"
+#include "coprocess.h"
 #include "harness.h"
+#include "op_profile.h"
 #ifdef FORGE_WITH_CUDA
-#include "../backend/cuda/cuda_backend.h"
+#include "harness_cuda.h"
 #endif
 
 double forge_train_flops_per_token(long long params, int n_layers, int seq_len, int d_model) {
@@ -154,41 +160,176 @@ static const char *TRAIN_RECIPE =
     "train: model init forge_model_create(seed 1); tokens PCG32 forge_rng_seed(7, 0), ids then targets, "
     "forge_rng_below(vocab); one batch; AdamW lr 1e-4 betas 0.9/0.95 wd 0.1 clip 1.0";
 
-forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const char *configs_dir, int steps) {
+#define BENCH_TRAIN_MAX_CASES 4
+
+/* "CONFIG:BxT[,CONFIG:BxT...]" into cases (names point into buf). */
+static forge_status parse_cases(const char *spec, char *buf, size_t cap, bench_case *cases, int *n) {
+    *n = 0;
+    if (strlen(spec) >= cap) return forge_error(FORGE_ERR_ARG, "bench train --cases: too long");
+    strcpy(buf, spec);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(tok, ':');
+        int B = 0, T = 0, used = 0;
+        if (!colon || sscanf(colon + 1, "%dx%d%n", &B, &T, &used) != 2 || colon[1 + used] != 0 || B < 1 || T < 1)
+            return forge_error(FORGE_ERR_ARG, "bench train --cases: \"%s\" is not CONFIG:BxT (e.g. gpt2-124m:16x1024)",
+                               tok);
+        if (*n == BENCH_TRAIN_MAX_CASES)
+            return forge_error(FORGE_ERR_ARG, "bench train --cases: at most %d cases", BENCH_TRAIN_MAX_CASES);
+        *colon = 0;
+        cases[(*n)++] = (bench_case){tok, B, T};
+    }
+    if (*n == 0) return forge_error(FORGE_ERR_ARG, "bench train --cases: no case in \"%s\"", spec);
+    return FORGE_OK;
+}
+
+/* One step op by op (op_profile.h), printed. */
+static forge_status breakdown(FILE *out, train_cell *c, const char *name) {
+    forge_bench_marks marks;
+    const int capacity = 1 << 16;
+#ifdef FORGE_WITH_CUDA
+    if (c->be->kind == FORGE_DEVICE_CUDA)
+        FORGE_TRY(forge_cuda_bench_marks_create(&marks, forge_cuda_backend_stream(c->be), capacity));
+    else
+#endif
+        FORGE_TRY(forge_cpu_bench_marks_create(&marks, capacity));
+    FORGE_TRY(c->be->synchronize(c->be)); /* the span starts with this step's first op */
+    forge_op_profile *p = NULL;
+    forge_status s = forge_op_profile_attach(&p, c->be, &marks);
+    if (s == FORGE_OK) {
+        forge_status r = train_cell_run(c, 0);
+        forge_op_profile_result res;
+        s = forge_op_profile_detach(p, &res);
+        if (r != FORGE_OK) s = r;
+        if (s == FORGE_OK) {
+            fprintf(out, "-- %s: one step op by op (device time between stamps around each call; ops under 0.5%% "
+                         "folded)\n", name);
+            forge_op_profile_print(out, &res, 0.005);
+        }
+    }
+    marks.destroy(marks.ctx);
+    return s;
+}
+
+/* The baseline's result: the JSON object on its last line. */
+typedef struct {
+    double median_ms, peak_mib;
+    char torch[64], device[128];
+} baseline_result;
+
+static forge_status parse_baseline_json(const char *line, const char *what, baseline_result *b) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j) return forge_error(FORGE_ERR_DATA, "bench train: the baseline \"%s\" ended with \"%.120s\", not JSON",
+                               what, line);
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "median_ms");
+    const cJSON *pk = cJSON_GetObjectItemCaseSensitive(j, "peak_mib");
+    const cJSON *tv = cJSON_GetObjectItemCaseSensitive(j, "torch");
+    const cJSON *dv = cJSON_GetObjectItemCaseSensitive(j, "device");
+    forge_status s = FORGE_OK;
+    if (!cJSON_IsNumber(ms) || !cJSON_IsNumber(pk))
+        s = forge_error(FORGE_ERR_DATA, "bench train: the baseline's JSON lacks median_ms or peak_mib: %.200s", line);
+    else {
+        b->median_ms = ms->valuedouble;
+        b->peak_mib = pk->valuedouble;
+        snprintf(b->torch, sizeof b->torch, "%s", cJSON_IsString(tv) ? tv->valuestring : "?");
+        snprintf(b->device, sizeof b->device, "%s", cJSON_IsString(dv) ? dv->valuestring : "?");
+    }
+    cJSON_Delete(j);
+    return s;
+}
+
+/* The baseline stepped in turn with forge: a round times one forge step (the suite's timer) and then one baseline
+ * step (its own CUDA events), so both see the same clocks and thermal state; the ratio is per round. */
+static forge_status paired_baseline(FILE *out, train_cell *c, const forge_bench_timer *timer, const char *command,
+                                    const char *config_path, int rounds, double *forge_med, double *ratio,
+                                    double *ratio_lo, double *ratio_hi, baseline_result *b) {
+    char cmd[2048], line[4096];
+    snprintf(cmd, sizeof cmd, "%s --serve --config '%s' --batch %d --seq %d", command, config_path, c->B, c->T);
+    forge_coprocess cp;
+    FORGE_TRY(forge_coprocess_start(&cp, cmd));
+    double *f = malloc((size_t)rounds * sizeof(double)), *t = malloc((size_t)rounds * sizeof(double));
+    double *r = malloc((size_t)rounds * sizeof(double));
+    forge_status s = f && t && r ? FORGE_OK : forge_error(FORGE_ERR_OOM, "bench train: %d rounds", rounds);
+    if (s == FORGE_OK) s = forge_coprocess_recv(&cp, line, sizeof line); /* compiled and warmed up */
+    if (s == FORGE_OK && strcmp(line, "ready") != 0)
+        s = forge_error(FORGE_ERR_DATA, "bench train: the baseline said \"%.200s\", expected \"ready\"", line);
+    for (int i = 0; i < rounds && s == FORGE_OK; i++) {
+        s = timer->start(timer->ctx);
+        if (s == FORGE_OK) s = train_cell_run(c, 0);
+        if (s == FORGE_OK) s = timer->stop(timer->ctx, &f[i]);
+        if (s == FORGE_OK) s = forge_coprocess_send(&cp, "step");
+        if (s == FORGE_OK) s = forge_coprocess_recv(&cp, line, sizeof line);
+        if (s == FORGE_OK && (sscanf(line, "%lf", &t[i]) != 1 || !(t[i] > 0)))
+            s = forge_error(FORGE_ERR_DATA, "bench train: the baseline answered \"%.200s\" to step", line);
+        if (s == FORGE_OK) r[i] = t[i] / f[i];
+    }
+    if (s == FORGE_OK) s = forge_coprocess_send(&cp, "end");
+    if (s == FORGE_OK) s = forge_coprocess_recv(&cp, line, sizeof line);
+    if (s == FORGE_OK) s = parse_baseline_json(line, command, b);
+    forge_status fin = forge_coprocess_finish(&cp);
+    if (s == FORGE_OK) s = fin;
+    if (s == FORGE_OK) {
+        *forge_med = forge_harness_median(f, rounds);
+        b->median_ms = forge_harness_median(t, rounds); /* the paired rounds', not the script's own reps */
+        *ratio = forge_harness_median(r, rounds);
+        forge_harness_bootstrap_ci(r, rounds, 7, 10000, ratio_lo, ratio_hi);
+    }
+    free(f), free(t), free(r);
+    (void)out;
+    return s;
+}
+
+forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const char *configs_dir,
+                               const forge_bench_train_options *o) {
     forge_backend *be = NULL, *ref = NULL;
     FORGE_TRY(forge_backend_create(&be, rt->device, rt));
     int cuda = be->kind == FORGE_DEVICE_CUDA;
     /* the CPU device checks against the plain reference loops; CUDA against the tiled CPU backend */
     forge_status s = forge_backend_create_cpu(&ref, 0, cuda ? 0 : 1);
-    double peak = cuda ? 67e12 : forge_bench_cpu_peak_flops();
+    /* MFU against the H200's dense bf16 tensor rate for a bf16 step, its dense fp32 rate otherwise */
+    const int bf16 = be->options.precision == FORGE_TRAIN_BF16;
+    double peak = cuda ? (bf16 ? 989e12 : 67e12) : forge_bench_cpu_peak_flops();
+    const char *peak_what = !cuda ? "the measured FMA peak of all threads"
+                            : bf16 ? "the H200's dense bf16 datasheet rate"
+                                   : "the H200's dense fp32 datasheet rate";
     forge_bench_session bs = {0};
     if (s == FORGE_OK) s = forge_bench_session_begin(&bs, be);
     static const bench_case cpu_cases[] = {{"tiny", 16, 128}, {"gpt-10m", 2, 128}};
     static const bench_case cuda_cases[] = {{"gpt-10m", 32, 512}, {"gpt2-124m", 8, 1024}};
-    const bench_case *cases = cuda ? cuda_cases : cpu_cases;
-    char config[256], suite[64];
+    bench_case cases[BENCH_TRAIN_MAX_CASES];
+    char case_buf[512];
+    int n_cases = 2;
+    memcpy(cases, cuda ? cuda_cases : cpu_cases, 2 * sizeof *cases);
+    if (s == FORGE_OK && o->cases) s = parse_cases(o->cases, case_buf, sizeof case_buf, cases, &n_cases);
+    char config[1024], suite[64];
     snprintf(suite, sizeof suite, "train_cpu");
     /* one results file per matmul path: cuBLAS and forge runs of a commit share a folder */
     const char *precision = forge_train_precision_name(be->options.precision);
-    if (cuda && be->options.precision == FORGE_TRAIN_BF16) snprintf(suite, sizeof suite, "train_cuda_bf16");
+    if (cuda && bf16) snprintf(suite, sizeof suite, "train_cuda_bf16");
     else if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_matmul_mode_name(be->options.matmul));
-    snprintf(config, sizeof config, "train backend=%s precision=%s cases=%s:%dx%d,%s:%dx%d", be->name, precision,
-             cases[0].config, cases[0].B, cases[0].T, cases[1].config, cases[1].B, cases[1].T);
+    int len = snprintf(config, sizeof config, "train backend=%s precision=%s cases=", be->name, precision);
+    for (int i = 0; i < n_cases && len < (int)sizeof config; i++)
+        len += snprintf(config + len, sizeof config - (size_t)len, "%s%s:%dx%d", i ? "," : "", cases[i].config,
+                        cases[i].B, cases[i].T);
     forge_harness_config hc = {.suite = suite, .results_root = NULL, .config_text = config,
-                               .input_recipe = TRAIN_RECIPE, .seed = 7, .reps = steps, .warmup = 3, .out = out};
+                               .input_recipe = TRAIN_RECIPE, .seed = 7, .reps = o->steps, .warmup = 3, .out = out};
     forge_harness *h = NULL;
     if (s == FORGE_OK) s = forge_harness_open(&h, &hc, &bs.prov, &bs.timer);
     if (s == FORGE_OK)
         fprintf(out, "== forge bench train (%s, %s): full steps on random tokens; check = forward losses vs the "
                      "CPU reference on the same parameters\n", be->name, precision);
-    double mfu[2] = {0, 0}, peak_mib[2] = {0, 0}, tok_s[2] = {0, 0};
+    double mfu[BENCH_TRAIN_MAX_CASES] = {0}, peak_mib[BENCH_TRAIN_MAX_CASES] = {0};
+    double tok_s[BENCH_TRAIN_MAX_CASES] = {0};
+    double ratio[BENCH_TRAIN_MAX_CASES], ratio_lo[BENCH_TRAIN_MAX_CASES], ratio_hi[BENCH_TRAIN_MAX_CASES];
+    double paired_ms[BENCH_TRAIN_MAX_CASES];
+    baseline_result base[BENCH_TRAIN_MAX_CASES];
+    memset(base, 0, sizeof base);
     int bad = 0;
     /* the tf32 matmul mode rounds the linear layers' operands to tf32: its losses are gated at the tf32
      * tolerance, every other path at fp32's */
-    const forge_precision prec = be->options.precision == FORGE_TRAIN_BF16                  ? FORGE_PREC_BF16
+    const forge_precision prec = bf16                                                    ? FORGE_PREC_BF16
                                  : cuda && be->options.matmul == FORGE_MATMUL_TF32 ? FORGE_PREC_TF32
                                                                                    : FORGE_PREC_FP32;
-    for (int i = 0; i < 2 && s == FORGE_OK; i++) {
+    for (int i = 0; i < n_cases && s == FORGE_OK; i++) {
         train_cell c;
         s = train_cell_init(&c, be, ref, configs_dir, &cases[i]);
         double tokens = (double)c.B * c.T;
@@ -207,13 +348,34 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
             mfu[i] = peak > 0 ? flops / (r.median_ms / 1000) / peak : 0;
             peak_mib[i] = forge_pool_get_stats(c.pool).peak_reserved / 1048576.0;
         }
+        if (s == FORGE_OK && o->breakdown) s = breakdown(out, &c, name);
+        if (s == FORGE_OK && o->baseline) {
+            char path[1024];
+            if (strchr(cases[i].config, '/') || strstr(cases[i].config, ".json"))
+                snprintf(path, sizeof path, "%s", cases[i].config);
+            else
+                snprintf(path, sizeof path, "%s/%s.json", configs_dir, cases[i].config);
+            fprintf(out, "-- %s: the baseline, %d rounds of one forge step and one baseline step (%s)\n", name,
+                    o->steps, o->baseline);
+            fflush(out);
+            s = paired_baseline(out, &c, &bs.timer, o->baseline, path, o->steps, &paired_ms[i], &ratio[i],
+                                &ratio_lo[i], &ratio_hi[i], &base[i]);
+        }
         train_cell_free(&c);
     }
     s = forge_bench_session_end(&bs, h, s);
-    for (int i = 0; i < 2 && s == FORGE_OK; i++)
-        fprintf(out, "%-10s B=%-3d T=%-5d | %9.0f tok/s | peak %8.1f MiB | MFU %5.1f%% of %.1f GFLOP/s (%s)\n",
-                cases[i].config, cases[i].B, cases[i].T, tok_s[i], peak_mib[i], 100 * mfu[i], peak / 1e9,
-                cuda ? "the H200's dense fp32 datasheet rate" : "the measured FMA peak of all threads");
+    for (int i = 0; i < n_cases && s == FORGE_OK; i++)
+        fprintf(out, "%-10s B=%-3d T=%-5d | %9.0f tok/s | peak %8.1f MiB | MFU %5.1f%% of %.1f TFLOP/s (%s)\n",
+                cases[i].config, cases[i].B, cases[i].T, tok_s[i], peak_mib[i], 100 * mfu[i], peak / 1e12,
+                peak_what);
+    for (int i = 0; i < n_cases && s == FORGE_OK && o->baseline; i++) {
+        const double tokens = (double)cases[i].B * cases[i].T;
+        fprintf(out, "%-10s B=%-3d T=%-5d | paired: forge %9.0f tok/s, baseline %9.0f tok/s (torch %s) | forge / "
+                     "baseline %.3fx [%.3f, %.3f] | peak forge %.0f / baseline %.0f MiB\n",
+                cases[i].config, cases[i].B, cases[i].T, tokens / (paired_ms[i] / 1000),
+                tokens / (base[i].median_ms / 1000), base[i].torch, ratio[i], ratio_lo[i], ratio_hi[i], peak_mib[i],
+                base[i].peak_mib);
+    }
     if (s == FORGE_OK && bad) s = forge_error(FORGE_ERR_NUMERIC, "bench train: %d cell(s) failed the check", bad);
     forge_backend_destroy(ref);
     forge_backend_destroy(be);

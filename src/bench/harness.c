@@ -922,3 +922,28 @@ forge_bench_timer forge_cpu_bench_timer(void) {
     forge_bench_timer t = {NULL, cpu_timer_start, cpu_timer_stop};
     return t;
 }
+
+/* ---- CPU marks --------------------------------------------------------------- */
+
+static forge_status cpu_marks_record(void *ctx, int slot) {
+    clock_gettime(CLOCK_MONOTONIC, (struct timespec *)ctx + slot);
+    return FORGE_OK;
+}
+
+static forge_status cpu_marks_elapsed(void *ctx, int a, int b, double *ms) {
+    const struct timespec *t = ctx;
+    *ms = (double)(t[b].tv_sec - t[a].tv_sec) * 1e3 + (double)(t[b].tv_nsec - t[a].tv_nsec) * 1e-6;
+    return FORGE_OK;
+}
+
+forge_status forge_cpu_bench_marks_create(forge_bench_marks *out, int capacity) {
+    memset(out, 0, sizeof *out);
+    if (capacity < 1) return forge_error(FORGE_ERR_ARG, "forge_cpu_bench_marks_create: capacity %d < 1", capacity);
+    out->ctx = calloc((size_t)capacity, sizeof(struct timespec));
+    if (!out->ctx) return forge_error(FORGE_ERR_OOM, "forge_cpu_bench_marks_create: %d stamps", capacity);
+    out->capacity = capacity;
+    out->record = cpu_marks_record;
+    out->elapsed = cpu_marks_elapsed;
+    out->destroy = free;
+    return FORGE_OK;
+}

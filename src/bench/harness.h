@@ -70,6 +70,19 @@ typedef struct {
     forge_status (*stop)(void *ctx, double *elapsed_ms); /* waits for completion */
 } forge_bench_timer;
 
+/* Time stamps for a breakdown of one run (op_profile.h): record(ctx, i) stamps slot i in [0, capacity) on the
+ * suite's stream without waiting (a CUDA event; on the CPU the monotonic clock, ops being synchronous there);
+ * elapsed(ctx, a, b, &ms) waits for slot b, then gives the time from stamp a to stamp b. */
+typedef struct {
+    void *ctx;
+    int capacity;
+    forge_status (*record)(void *ctx, int slot);
+    forge_status (*elapsed)(void *ctx, int a, int b, double *ms);
+    void (*destroy)(void *ctx);
+} forge_bench_marks;
+
+forge_status forge_cpu_bench_marks_create(forge_bench_marks *out, int capacity);
+
 /* Provenance: every field is required (non-empty strings, sm_count > 0). */
 typedef struct {
     char commit[64];       /* git commit, built in at compile time */

@@ -20,6 +20,10 @@ extern "C" {
 forge_status forge_cuda_bench_timer_create(forge_bench_timer *out, void *cuda_stream);
 void forge_cuda_bench_timer_destroy(forge_bench_timer *timer);
 
+/* forge_bench_marks of `capacity` CUDA events recorded on cuda_stream (created with timing, never waited on
+ * until elapsed()). Free with marks.destroy(marks.ctx). */
+forge_status forge_cuda_bench_marks_create(forge_bench_marks *out, void *cuda_stream, int capacity);
+
 /* Fills the GPU fields of p for CUDA device `device`: gpu_name, sm_count,
  * driver ("13.0" from cudaDriverGetVersion, plus the NVML driver string in
  * parentheses when libnvidia-ml.so.1 loads), toolkit ("CUDA 13.0" from

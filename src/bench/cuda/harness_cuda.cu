@@ -32,6 +32,64 @@ extern "C" {
                                __LINE__, cudaGetErrorString(hcuda_e_));                       \
     } while (0)
 
+/* ---- marks: one event per slot ------------------------------------------------- */
+
+typedef struct {
+    cudaStream_t stream;
+    int n;
+    cudaEvent_t *ev;
+} cuda_marks_ctx;
+
+static void cuda_marks_destroy(void *p) {
+    cuda_marks_ctx *m = (cuda_marks_ctx *)p;
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) cudaEventDestroy(m->ev[i]);
+    free(m->ev);
+    free(m);
+}
+
+static forge_status cuda_marks_record(void *p, int slot) {
+    cuda_marks_ctx *m = (cuda_marks_ctx *)p;
+    HCUDA_TRY(cudaEventRecord(m->ev[slot], m->stream));
+    return FORGE_OK;
+}
+
+static forge_status cuda_marks_elapsed(void *p, int a, int b, double *ms) {
+    cuda_marks_ctx *m = (cuda_marks_ctx *)p;
+    float f = 0;
+    HCUDA_TRY(cudaEventSynchronize(m->ev[b]));
+    HCUDA_TRY(cudaEventElapsedTime(&f, m->ev[a], m->ev[b]));
+    *ms = (double)f;
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_cuda_bench_marks_create(forge_bench_marks *out, void *cuda_stream, int capacity) {
+    memset(out, 0, sizeof *out);
+    if (capacity < 1) return forge_error(FORGE_ERR_ARG, "forge_cuda_bench_marks_create: capacity %d < 1", capacity);
+    cuda_marks_ctx *m = (cuda_marks_ctx *)calloc(1, sizeof *m);
+    if (m) m->ev = (cudaEvent_t *)calloc((size_t)capacity, sizeof(cudaEvent_t));
+    if (!m || !m->ev) {
+        free(m);
+        return forge_error(FORGE_ERR_OOM, "forge_cuda_bench_marks_create: %d events", capacity);
+    }
+    m->stream = (cudaStream_t)cuda_stream;
+    for (; m->n < capacity; m->n++) {
+        cudaError_t e = cudaEventCreate(&m->ev[m->n]);
+        if (e != cudaSuccess) {
+            const int made = m->n;
+            cuda_marks_destroy(m);
+            return forge_error(FORGE_ERR_DEVICE, "forge_cuda_bench_marks_create: cudaEventCreate (%d of %d): %s",
+                               made, capacity, cudaGetErrorString(e));
+        }
+    }
+    out->ctx = m;
+    out->capacity = capacity;
+    out->record = cuda_marks_record;
+    out->elapsed = cuda_marks_elapsed;
+    out->destroy = cuda_marks_destroy;
+    return FORGE_OK;
+}
+
 /* ---- timer --------------------------------------------------------------------- */
 
 typedef struct {
