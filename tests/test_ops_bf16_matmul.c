@@ -178,7 +178,7 @@ static void test_forward_ties(void) {
 /* ---- backward: against the fp32 ops on the same inputs -------------------------------------------------------- */
 
 static void check_backward_input(forge_backend *be, forge_backend *ref32, int N, int C, int OC, int with_pre,
-                                 uint64_t seed) {
+                                 uint64_t seed, int accumulate) {
     forge_rng r;
     forge_rng_seed(&r, seed, 5);
     const size_t nc = (size_t)N * C;
@@ -191,7 +191,12 @@ static void check_backward_input(forge_backend *be, forge_backend *ref32, int N,
         CHECK_MSG(0, "out of memory");
         goto done;
     }
-    CHECK_OK(be->matmul_backward_input_bf16(be, dinp, dout, w, with_pre ? pre : NULL, N, C, OC));
+    if (!accumulate) /* written, not added: what was there (NaN here) must not matter */
+        for (size_t i = 0; i < nc; i++) {
+            dinp[i] = (forge_bf16)0x7fc0;
+            dinp32[i] = 0.0f;
+        }
+    CHECK_OK(be->matmul_backward_input_bf16(be, dinp, dout, w, with_pre ? pre : NULL, N, C, OC, accumulate));
     /* fp32: tmp = dout . W; dinp32 += tmp (times gelu'(pre)) */
     CHECK_OK(ref32->matmul_backward_input(ref32, tmp, dout32, w32, N, C, OC));
     if (with_pre) CHECK_OK(ref32->gelu_backward(ref32, dinp32, pre32, tmp, nc));
@@ -213,17 +218,19 @@ done:
 }
 
 static void test_backward_input(void) {
-    TEST_CASE("matmul_backward_input_bf16: the fp32 backward (and gelu_backward) of the same inputs, rounded");
+    TEST_CASE("matmul_backward_input_bf16: the fp32 backward (and gelu_backward) of the same inputs, rounded; "
+              "accumulate = 0 writes");
     forge_backend *ref32 = cpu_backend(1);
     if (!ref32) return;
     for (int reference = 1; reference >= 0; reference--) {
         forge_backend *be = cpu_backend(reference);
         if (!be) break;
-        for (int with_pre = 0; with_pre <= 1; with_pre++) {
-            check_backward_input(be, ref32, 13, 40, 300, with_pre, 21);
-            check_backward_input(be, ref32, 1, 7, 3, with_pre, 22);
-            check_backward_input(be, ref32, 37, 129, 45, with_pre, 23);
-        }
+        for (int with_pre = 0; with_pre <= 1; with_pre++)
+            for (int acc = 0; acc <= 1; acc++) {
+                check_backward_input(be, ref32, 13, 40, 300, with_pre, 21, acc);
+                check_backward_input(be, ref32, 1, 7, 3, with_pre, 22, acc);
+                check_backward_input(be, ref32, 37, 129, 45, with_pre, 23, acc);
+            }
         forge_backend_destroy(be);
     }
     forge_backend_destroy(ref32);

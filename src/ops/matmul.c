@@ -6,7 +6,8 @@
  * bf16 activations run the bf16 entries on the weight's working copy, the
  * bias read in fp32: forward with GELU fused into the GEMM's epilogue, which
  * then also stores the pre-activation; its backward takes the GELU derivative
- * first (gelu_backward_bf16 into a zeroed bf16 buffer), then the two GEMMs.
+ * first (gelu_backward_bf16 into a zeroed bf16 buffer), then the two GEMMs; dX
+ * is written rather than added when it is x's first gradient.
  */
 #include "op_common.h"
 
@@ -42,7 +43,8 @@ static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entr
     matmul_params p;
     forge_tape_entry_params(e, &p, sizeof p);
     forge_tensor *dx, *dw, *db;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    int dx_fresh = 0; /* the first gradient of x: dX is written, not added (no zeroing pass) */
+    FORGE_TRY(forge_tape_grad_fresh(tape, e->in[0], &dx, &dx_fresh));
     FORGE_TRY(forge_tape_grad(tape, e->in[1], &dw));
     FORGE_TRY(forge_tape_grad(tape, e->in[2], &db));
     const forge_tensor *pre = e->saved[0];
@@ -59,7 +61,8 @@ static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entr
         const forge_bf16 *w16;
         OP_REQUIRE(be, matmul_backward_input_bf16);
         s = op_working("matmul", e->in[1], &w16);
-        if (s == FORGE_OK) s = be->matmul_backward_input_bf16(be, forge_bf16p(dx), dout, w16, NULL, p.N, p.C, p.OC);
+        if (s == FORGE_OK)
+            s = be->matmul_backward_input_bf16(be, forge_bf16p(dx), dout, w16, NULL, p.N, p.C, p.OC, !dx_fresh);
     }
     if (s == FORGE_OK && (dw || db)) {
         OP_REQUIRE(be, matmul_backward_weight_bf16);

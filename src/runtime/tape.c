@@ -68,6 +68,19 @@ forge_status forge_tape_grad(forge_tape *tape, forge_tensor *t, forge_tensor **g
     return FORGE_OK;
 }
 
+forge_status forge_tape_grad_fresh(forge_tape *tape, forge_tensor *t, forge_tensor **grad, int *fresh) {
+    *grad = NULL;
+    *fresh = 0;
+    if (!t || !t->requires_grad) return FORGE_OK;
+    if (!t->grad) {
+        const forge_dtype gd = t->dtype == FORGE_BF16 ? FORGE_BF16 : FORGE_F32;
+        FORGE_TRY(forge_pool_tensor(tape->pool, &t->grad, gd, t->ndim, t->shape, 0));
+        *fresh = 1;
+    }
+    *grad = t->grad;
+    return FORGE_OK;
+}
+
 forge_status forge_tape_backward(forge_tape *tape) {
     for (size_t i = tape->n; i-- > 0;) {
         const forge_tape_entry *e = &tape->entries[i];

@@ -62,6 +62,10 @@ void forge_tape_entry_params(const forge_tape_entry *e, void *params, size_t byt
 /* The gradient of t, allocated zeroed if it does not exist yet; NULL (and
  * FORGE_OK) when t does not require a gradient. */
 forge_status forge_tape_grad(forge_tape *tape, forge_tensor *t, forge_tensor **grad);
+/* The same for an op that can either write or add its contribution: when the gradient does not exist yet
+ * (this op is the first to contribute, the replay being in reverse), it is allocated uninitialised and
+ * *fresh = 1, and the caller must write every element (no zeroing pass); else *fresh = 0 and the caller adds. */
+forge_status forge_tape_grad_fresh(forge_tape *tape, forge_tensor *t, forge_tensor **grad, int *fresh);
 
 forge_status forge_tape_backward(forge_tape *tape);
 void forge_tape_reset(forge_tape *tape);

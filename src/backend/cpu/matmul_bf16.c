@@ -70,7 +70,8 @@ forge_status cpu_matmul_forward_bf16(forge_backend *be, forge_bf16 *out, forge_b
 }
 
 forge_status cpu_matmul_backward_input_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *dout,
-                                            const forge_bf16 *weight, const forge_bf16 *pre, int N, int C, int OC) {
+                                            const forge_bf16 *weight, const forge_bf16 *pre, int N, int C, int OC,
+                                            int accumulate) {
     FORGE_TRY(check_sizes("matmul_backward_input_bf16", N, C, OC));
     if (N == 0 || C == 0) return FORGE_OK;
     int nt = cpu_threads(be), failed = 0;
@@ -92,7 +93,7 @@ forge_status cpu_matmul_backward_input_bf16(forge_backend *be, forge_bf16 *dinp,
             for (int c = 0; c < C; c++) {
                 float d = acc[c];
                 if (pre) d *= gelu_grad_f32(bf(pre[(size_t)n * C + c]));
-                row[c] = forge_bf16_from_f32(bf(row[c]) + d);
+                row[c] = forge_bf16_from_f32(accumulate ? bf(row[c]) + d : d);
             }
         }
         free(acc);

@@ -164,17 +164,27 @@ __global__ void __launch_bounds__(CLS16_EW_THREADS)
     }
 }
 
-/* dwte[V8 + t][c] += sum_r dl_tail[r][t] inp[r][c] (the chunk's rows in order) */
-__global__ void __launch_bounds__(CLS16_EW_THREADS)
+/* dwte[V8 + t][c] += sum_r dl_tail[r][t] inp[r][c] over the chunk's rows. Block (32 columns, CLS16_TAIL_LANES
+ * row lanes) per (column group, t): lane y sums rows y, y + LANES, ... in order, then lane 0 adds the lanes' sums
+ * in lane order (a fixed order: deterministic), so the rows are read by many threads at once instead of one
+ * thread walking all of them. */
+#define CLS16_TAIL_LANES 32
+__global__ void __launch_bounds__(32 * CLS16_TAIL_LANES)
     cls16_dwte_tail_kernel(float *__restrict__ dwte, const uint16_t *__restrict__ dl_tail,
                            const uint16_t *__restrict__ inp, int rows, int C, int V8, int VT) {
-    const size_t n = (size_t)VT * C;
-    for (size_t i = blockIdx.x * (size_t)CLS16_EW_THREADS + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * CLS16_EW_THREADS) {
-        const size_t t = i / (size_t)C, c = i - t * (size_t)C;
-        float s = 0.0f;
-        for (int r = 0; r < rows; r++) s += cls16_ld(dl_tail + (size_t)r * VT + t) * cls16_ld(inp + (size_t)r * C + c);
-        dwte[(V8 + t) * (size_t)C + c] += s;
+    __shared__ float part[CLS16_TAIL_LANES][33];
+    const int c = blockIdx.x * 32 + threadIdx.x, t = blockIdx.y;
+    float s = 0.0f;
+    if (c < C)
+        for (int r = threadIdx.y; r < rows; r += CLS16_TAIL_LANES)
+            s += cls16_ld(dl_tail + (size_t)r * VT + t) * cls16_ld(inp + (size_t)r * C + c);
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int y = 0; y < CLS16_TAIL_LANES; y++) sum += part[y][threadIdx.x];
+        dwte[(V8 + t) * (size_t)C + c] += sum;
     }
 }
 
@@ -251,9 +261,9 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
             FORGE_TRY(st);
         }
         if (dwte && VT > 0) {
-            const size_t nt = (size_t)VT * C;
-            cls16_dwte_tail_kernel<<<cuda_grid_for(ctx, nt, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
-                dwte, dl_tail, (const uint16_t *)in, rows, C, V8, VT);
+            const dim3 grid((unsigned)((C + 31) / 32), (unsigned)VT), block(32, CLS16_TAIL_LANES);
+            cls16_dwte_tail_kernel<<<grid, block, 0, ctx->stream>>>(dwte, dl_tail, (const uint16_t *)in, rows, C,
+                                                                     V8, VT);
             CUDA_LAUNCH_CHECK("cls16_dwte_tail_kernel");
         }
     }

@@ -105,6 +105,25 @@ static forge_status cuda_poll_errors(forge_backend *be) {
                        op, what, err.id, err.row, err.V);
 }
 
+forge_status cuda_tn_workspace(cuda_ctx *ctx, size_t bytes) {
+    if (bytes <= ctx->tn_ws_bytes) return FORGE_OK;
+    if (ctx->tn_ws) {
+        CUDA_TRY(cudaFree(ctx->tn_ws)); /* waits for the work queued with the old one */
+        ctx->tn_ws = NULL;
+        ctx->tn_ws_bytes = 0;
+    }
+    cudaError_t e = cudaMalloc((void **)&ctx->tn_ws, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        ctx->tn_ws = NULL;
+        return forge_error(e == cudaErrorMemoryAllocation ? FORGE_ERR_OOM : FORGE_ERR_DEVICE,
+                           "cuda: %.1f MiB of split-K workspace for the dW GEMM: %s", bytes / 1048576.0,
+                           cudaGetErrorString(e));
+    }
+    ctx->tn_ws_bytes = bytes;
+    return FORGE_OK;
+}
+
 static void cuda_destroy(forge_backend *be) {
     if (!be) return;
     cuda_ctx *ctx = cuda_get_ctx(be);
@@ -115,6 +134,7 @@ static void cuda_destroy(forge_backend *be) {
 #endif
         cuda_mm_table_close(ctx);
         if (ctx->ws) cudaFree(ctx->ws);
+        if (ctx->tn_ws) cudaFree(ctx->tn_ws);
         if (ctx->input_error) cudaFree(ctx->input_error);
         if (ctx->stream) cudaStreamDestroy(ctx->stream);
         free(ctx);

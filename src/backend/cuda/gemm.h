@@ -62,12 +62,15 @@
  *     v = acc + bias[n]                          bias (N) fp32, or NULL (no bias)
  *     pre_out[m][n] = v                          only with gelu; pre_out (M,N) of C's type, or NULL (no store)
  *     v = gelu(v)                                gelu != 0: the tanh approximation (GPT-2, elementwise.cu)
- *     v = v * gelu'(dgelu_pre[m][n])             dgelu_pre (M,N) fp32, or NULL; nn only (dpre = dA . gelu'(pre))
- *     v = v + residual[m][n]                     residual (M,N) fp32, or NULL; residual == C is C += (fp32 C)
+ *     v = v * gelu'(dgelu_pre[m][n])             dgelu_pre (M,N), or NULL; nn only (dpre = dA . gelu'(pre))
+ *     v = v + residual[m][n]                     residual (M,N), or NULL; residual == C is C += the rest
  *     C[m][n] = v                                fp32, or bf16 (round to nearest even) when out_bf16
+ * residual and dgelu_pre are fp32, except in the nn bf16 form (out_bf16 on nn), where they are bf16 like C:
+ * there residual == C is the bf16 dX accumulation C = rn(C + d), d = dA . W [* gelu'(pre)], in one pass.
  * A zeroed descriptor (or a NULL one) is the plain GEMM. Built combinations (others return
  * FORGE_ERR_UNSUPPORTED naming what is missing): nt: any bias / residual / pre_out with gelu on or off and
- * out_bf16 on or off, no dgelu_pre; nn: any residual with dgelu_pre or without, fp32 out, no bias or gelu.
+ * out_bf16 on or off, no dgelu_pre; nn: any residual with dgelu_pre or without, fp32 or bf16 out (bf16 with
+ * residual or dgelu_pre: stored from the registers), no bias or gelu.
  * Row-major (M,N) buffers with row stride N. C, pre_out, residual and dgelu_pre must be 4-byte aligned (2 for a
  * bf16 C / pre_out); every buffer except residual (which may be C) must not overlap another. 2-element vector
  * accesses are used when N is even and every (M,N) buffer allows them (8-byte aligned fp32, 4-byte bf16).
@@ -78,9 +81,9 @@
  */
 typedef struct {
     const float *bias;      /* (N) */
-    const float *residual;  /* (M,N) fp32; may be C (fp32 C only): C += the rest */
+    const void *residual;   /* (M,N) fp32 (nn bf16: bf16); may be C (nt: fp32 C only): C += the rest */
     void *pre_out;          /* (M,N), C's type: the pre-activation, for the GELU backward */
-    const float *dgelu_pre; /* (M,N) fp32 pre-activation: multiplies by gelu'(pre) (nn only) */
+    const void *dgelu_pre;  /* (M,N) fp32 (nn bf16: bf16) pre-activation: multiplies by gelu'(pre) (nn only) */
     int gelu;               /* apply GELU (tanh approximation) after the bias */
     int out_bf16;           /* C (and pre_out) are bf16 (uint16_t bit patterns), else fp32 */
 } forge_gemm_epilogue;

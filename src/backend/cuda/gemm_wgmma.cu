@@ -412,15 +412,17 @@ static const char *gemm_epi_refusal(int layout, const void *C, const forge_gemm_
     const uintptr_t c_align = e->out_bf16 ? 2 : 4;
     if (layout == GEMM_NN && (e->bias != nullptr || e->gelu || e->pre_out != nullptr))
         return "bias, gelu and pre_out are forward (nt) epilogues; nn takes residual and dgelu_pre";
-    if (layout == GEMM_NN && e->out_bf16) return "bf16 output is not built for nn (dX is fp32)";
     if (layout == GEMM_NT && e->dgelu_pre != nullptr) return "dgelu_pre is the dX (nn) epilogue";
     if (e->pre_out != nullptr && !e->gelu) return "pre_out is only written with gelu (it is v before GELU)";
-    if (e->out_bf16 && (const void *)e->residual == C)
-        return "residual == C (C +=) needs an fp32 C; residual is always fp32";
+    if (layout == GEMM_NT && e->out_bf16 && e->residual == C)
+        return "residual == C (C +=) needs an fp32 C on nt; its residual is fp32";
+    /* nn bf16: residual and dgelu_pre are bf16 like C */
+    const uintptr_t in_align = layout == GEMM_NN && e->out_bf16 ? 2 : 4;
     if ((uintptr_t)C % c_align != 0 || (uintptr_t)e->pre_out % c_align != 0)
         return "C and pre_out must be aligned to their element size";
-    if ((uintptr_t)e->bias % 4 != 0 || (uintptr_t)e->residual % 4 != 0 || (uintptr_t)e->dgelu_pre % 4 != 0)
-        return "bias, residual and dgelu_pre must be 4-byte aligned";
+    if ((uintptr_t)e->bias % 4 != 0 || (uintptr_t)e->residual % in_align != 0 ||
+        (uintptr_t)e->dgelu_pre % in_align != 0)
+        return "bias, residual and dgelu_pre must be aligned to their element size";
     return nullptr;
 }
 
@@ -445,9 +447,9 @@ static gemm_epi_dev gemm_epi_from(void *C, const forge_gemm_epilogue *e) {
     gemm_epi_dev ep = {};
     ep.C = C;
     ep.bias = e->bias;
-    ep.res = e->residual;
+    ep.res = (const float *)e->residual; /* bf16 in the nn bf16 form: the kernel's GEMM_EPI_BF16_IN reads it so */
     ep.pre = e->pre_out;
-    ep.dpre = e->dgelu_pre;
+    ep.dpre = (const float *)e->dgelu_pre;
     return ep;
 }
 
@@ -548,6 +550,21 @@ forge_status gemm_bf16_nn_epi_launch(const void *A_bf16, const void *B_bf16, voi
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const gemm_epi_dev ep = gemm_epi_from(C, e);
+    /* bf16 dX: bf16 C, residual and dgelu_pre; the plain product (the first gradient of a tensor) stores through
+     * TMA, the rest from the registers (the entry asks for TMA only for the plain one) */
+    if (e->out_bf16 && tma_store && (e->dgelu_pre != nullptr || e->residual != nullptr))
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nn (M=%d N=%d K=%d): a bf16 C with residual or "
+                           "dgelu_pre is stored from the registers", M, N, K);
+    if (e->out_bf16 && tma_store)
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_BF16 | GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, dev,
+                                                                                sm_count);
+    if (e->out_bf16 && e->dgelu_pre != nullptr)
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_BF16 | GEMM_EPI_BF16_IN>(A_bf16, B_bf16, ep, M,
+                                                                                                N, K, st, dev,
+                                                                                                sm_count);
+    if (e->out_bf16)
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_BF16 | GEMM_EPI_BF16_IN>(A_bf16, B_bf16, ep, M, N, K, st, dev,
+                                                                              sm_count);
     /* dgelu + TMA store: BN 128 only (the chunk loads of dgelu_pre next to 128 accumulators would spill) */
     if (e->dgelu_pre != nullptr && tma_store)
         return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, 0,
@@ -564,8 +581,8 @@ extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
-    return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, e, gemm_epi_tma_refusal(C, N, e) == nullptr,
-                                   (cudaStream_t)stream);
+    const int tma = gemm_epi_tma_refusal(C, N, e) == nullptr && !(e->out_bf16 && e->dgelu_pre != nullptr);
+    return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, e, tma, (cudaStream_t)stream);
 }
 
 extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,

@@ -165,6 +165,7 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
 #define GEMM_EPI_BF16 2  /* C and pre_out are bf16 */
 #define GEMM_EPI_DGELU 4 /* v *= gelu'(dpre[m][n]) (the GELU backward fused into dX) */
 #define GEMM_EPI_TMA_STORE 8 /* stage C (fp32 or bf16) in shared memory, store it with TMA (see gemm_epilogue) */
+#define GEMM_EPI_BF16_IN 16  /* res and dpre are bf16 (the nn bf16 dX, C = rn(C + d)); the register store only */
 #define GEMM_BIAS_BAR 3      /* named barrier of the 256 consumer threads (the tile's shared bias) */
 #define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GEMM_GELU_C 0.044715f
@@ -204,6 +205,18 @@ __device__ __forceinline__ float gemm_gelu_grad(float x) {
 __device__ __forceinline__ float2 gemm_ld2(const float *p, int vec, bool has1) {
     if (vec) return *reinterpret_cast<const float2 *>(p);
     return make_float2(p[0], has1 ? p[1] : 0.0f);
+}
+
+/* p[off], p[off + 1] of a bf16 (BIN) or fp32 buffer, widened; the second only if has1; one load when vec */
+template <bool BIN>
+__device__ __forceinline__ float2 gemm_ld2_in(const float *p, size_t off, int vec, bool has1) {
+    if constexpr (BIN) {
+        const __nv_bfloat16 *q = reinterpret_cast<const __nv_bfloat16 *>(p) + off;
+        if (vec) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(q));
+        return make_float2(__bfloat162float(q[0]), has1 ? __bfloat162float(q[1]) : 0.0f);
+    } else {
+        return gemm_ld2(p + off, vec, has1);
+    }
 }
 
 /* base[off], base[off + 1] (the second only if has1) = v0, v1 as fp32 or bf16, one vector store when vec */
@@ -292,8 +305,10 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                                               int M, int N, const CUtensorMap *tm_c = nullptr, uint32_t sout = 0,
                                               const CUtensorMap *tm_pre = nullptr) {
     constexpr bool GELU = (EPI & GEMM_EPI_GELU) != 0, BF16 = (EPI & GEMM_EPI_BF16) != 0,
-                   DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0;
+                   DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0,
+                   BIN = (EPI & GEMM_EPI_BF16_IN) != 0;
     static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
+    static_assert(!BIN || (!TMA && BF16), "bf16 residual / dgelu_pre: bf16 C, register store");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */
     /* 192: 96 accumulators in 152 registers; 96 (the C192 kernel): 12 column groups */
@@ -359,9 +374,9 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                     const size_t off = (size_t)row * N + col;
                     rv[ii][h] = make_float2(0.0f, 0.0f);
                     pv[ii][h] = make_float2(0.0f, 0.0f);
-                    if (e.res != nullptr && in) rv[ii][h] = gemm_ld2(e.res + off, e.vec2, col + 1 < N);
+                    if (e.res != nullptr && in) rv[ii][h] = gemm_ld2_in<BIN>(e.res, off, e.vec2, col + 1 < N);
                     if constexpr (DGELU) {
-                        if (in) pv[ii][h] = gemm_ld2(e.dpre + off, e.vec2, col + 1 < N);
+                        if (in) pv[ii][h] = gemm_ld2_in<BIN>(e.dpre, off, e.vec2, col + 1 < N);
                     }
                 }
             }
@@ -958,9 +973,9 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     const int grid = (int)(want < sm_count ? want : sm_count);
     /* 2-element accesses: N even (an even column's pair then never straddles a row end) and every (M,N) buffer
      * aligned for them (8 bytes fp32, 4 bytes bf16) */
-    const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8;
+    const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8, in_align = (EPI & GEMM_EPI_BF16_IN) ? 4 : 8;
     ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % c_align == 0 && (uintptr_t)ep.pre % c_align == 0 &&
-              (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.dpre % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
+              (uintptr_t)ep.res % in_align == 0 && (uintptr_t)ep.dpre % in_align == 0 && (uintptr_t)ep.work % 8 == 0;
     if (kernel_nt != nullptr)
         kernel_nt<<<grid, threads, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, tm_pre);
     else

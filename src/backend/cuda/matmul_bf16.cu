@@ -4,7 +4,8 @@
  *
  *   forward          v (N,OC) = inp (N,C) . weight (OC,C)^T + bias (OC)
  *                    pre NULL: out = rn(v); else pre = rn(v), out = rn(gelu(v))
- *   backward_input   dinp (N,C) = rn(dinp + d), d = dout (N,OC) . weight (OC,C) [* gelu'(pre)]
+ *   backward_input   dinp (N,C) = rn(dinp + d) (or rn(d): accumulate = 0), d = dout (N,OC) . weight (OC,C)
+ *                    [* gelu'(pre)]
  *   backward_weight  dweight (OC,C) += dout^T . inp (fp32);  dbias (OC) += sum_n dout (fp32)
  *
  * Paths. Each op runs forge's Hopper bf16 GEMM (gemm.h) where its rules hold
@@ -14,14 +15,13 @@
  * each output summed over k in order by one thread, the epilogue fused).
  * - forward: forge_gemm_bf16_nt_epi with the whole epilogue fused (bias, GELU,
  *   pre_out, bf16 stores); no workspace.
- * - backward_input: the NN GEMM writes d (fp32) for a block of rows into the
- *   context's workspace, then mm_bf16_dx_accum_kernel applies gelu'(pre) (bf16
- *   pre read directly, elementwise.cu's tanh formula) and the rounding
- *   accumulate dinp = rn(dinp + d). The GEMM's dgelu_pre epilogue is not used:
- *   it wants an fp32 pre, and the accumulate pass reads d anyway. Rows go in
- *   blocks that fit the workspace (16 MiB), so any N works.
+ * - backward_input: forge_gemm_bf16_nn_epi in its bf16 form, one pass: the
+ *   epilogue multiplies by gelu'(pre) (bf16 pre read directly) and stores
+ *   dinp = rn(dinp + d), or rn(d) through TMA when it writes the first
+ *   gradient; no workspace, no second pass.
  * - backward_weight: the TN split-K GEMM accumulates into dweight directly
- *   (its partial slices in the workspace, reduced in a fixed order); dbias is
+ *   (its partial slices in ctx->tn_ws, sized to its plan, reduced in a fixed
+ *   order); dbias is
  *   the ordered two-pass column sum (reduce.cu) over the bf16 dout.
  * Deterministic: no atomics; every sum has a fixed order for given arguments.
  * Nothing synchronises with the host. Ops share the workspace because they are
@@ -72,13 +72,13 @@ __device__ __forceinline__ float mmb_gelu_grad(float x) {
  * along its rows, so a warp's loads are contiguous either way. Each output is summed over k = 0, 1, ... by one
  * thread with fmaf (the product of two bf16 values is exact in fp32, so this is the CPU reference's sum), then:
  * - NT: v = acc + bias[n]; pre_out != NULL: pre_out = rn(v), v = gelu(v); C (bf16) = rn(v)
- * - NN: d = acc [* gelu'(pre_in)]; C (bf16) = rn(C + d)
+ * - NN: d = acc [* gelu'(pre_in)]; C (bf16) = rn(C + d), or rn(d) without accumulate
  * - TN: C (fp32) += acc */
 template <int L>
 __global__ void __launch_bounds__(MMB_THREADS)
     mm_bf16_simt_kernel(const uint16_t *__restrict__ A, const uint16_t *__restrict__ B, void *C,
                         uint16_t *__restrict__ pre_out, const uint16_t *__restrict__ pre_in,
-                        const float *__restrict__ bias, int M, int N, int K, int tile_n0) {
+                        const float *__restrict__ bias, int M, int N, int K, int tile_n0, int accumulate) {
     __shared__ float As[MMB_BK][MMB_TILE + 1];
     __shared__ float Bs[MMB_BK][MMB_TILE + 1];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -143,21 +143,11 @@ __global__ void __launch_bounds__(MMB_THREADS)
                 float d = acc[i][j];
                 if (pre_in != nullptr) d *= mmb_gelu_grad(mmb_bf(pre_in[idx]));
                 uint16_t *c = static_cast<uint16_t *>(C) + idx;
-                *c = mmb_rn(mmb_bf(*c) + d);
+                *c = mmb_rn(accumulate ? mmb_bf(*c) + d : d);
             } else {
                 static_cast<float *>(C)[idx] += acc[i][j];
             }
         }
-    }
-}
-
-/* dinp[i] = rn(dinp[i] + d[i] [* gelu'(pre[i])]) over n elements: the NN GEMM path's epilogue */
-__global__ void mm_bf16_dx_accum_kernel(uint16_t *__restrict__ dinp, const float *__restrict__ d,
-                                        const uint16_t *__restrict__ pre, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float v = d[i];
-        if (pre != nullptr) v *= mmb_gelu_grad(mmb_bf(pre[i]));
-        dinp[i] = mmb_rn(mmb_bf(dinp[i]) + v);
     }
 }
 
@@ -188,14 +178,15 @@ static bool aligned(const void *p, uintptr_t bytes) { return (uintptr_t)p % byte
 /* The SIMT kernel over the whole output, column tiles in launches of at most MMB_MAX_TILES_Y. */
 template <int L>
 static forge_status mm_bf16_simt(cuda_ctx *ctx, const void *A, const void *B, void *C, uint16_t *pre_out,
-                                 const uint16_t *pre_in, const float *bias, int M, int N, int K, const char *what) {
+                                 const uint16_t *pre_in, const float *bias, int M, int N, int K, const char *what,
+                                 int accumulate = 1) {
     if (M <= 0 || N <= 0) return FORGE_OK;
     const long long tiles_m = (M + MMB_TILE - 1) / MMB_TILE, tiles_n = (N + MMB_TILE - 1) / MMB_TILE;
     for (long long t0 = 0; t0 < tiles_n; t0 += MMB_MAX_TILES_Y) {
         const long long tn = tiles_n - t0 < MMB_MAX_TILES_Y ? tiles_n - t0 : MMB_MAX_TILES_Y;
         const dim3 grid((unsigned)tiles_m, (unsigned)tn);
         mm_bf16_simt_kernel<L><<<grid, MMB_THREADS, 0, ctx->stream>>>(
-            (const uint16_t *)A, (const uint16_t *)B, C, pre_out, pre_in, bias, M, N, K, (int)t0);
+            (const uint16_t *)A, (const uint16_t *)B, C, pre_out, pre_in, bias, M, N, K, (int)t0, accumulate);
         CUDA_LAUNCH_CHECK(what);
     }
     return FORGE_OK;
@@ -238,38 +229,34 @@ forge_status cuda_matmul_forward_bf16(forge_backend *be, forge_bf16 *out, forge_
 }
 
 forge_status cuda_matmul_backward_input_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *dout,
-                                             const forge_bf16 *weight, const forge_bf16 *pre, int N, int C, int OC) {
+                                             const forge_bf16 *weight, const forge_bf16 *pre, int N, int C, int OC,
+                                             int accumulate) {
     if (N < 0 || C < 0 || OC < 0)
         return forge_error(FORGE_ERR_ARG,
                            "cuda matmul_backward_input_bf16: sizes must be >= 0, got N=%d C=%d OC=%d", N, C, OC);
-    if (N == 0 || C == 0 || OC == 0) return FORGE_OK; /* d = 0: rn(dinp + 0) = dinp */
+    if (N == 0 || C == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    /* gemm.h's nn rules (K = OC and the output's C multiples of 8, 16-byte operands); d of at least one row fits
-     * the workspace. Rows go in blocks of whole 128-row tiles where the workspace holds one. */
-    if (OC % 8 == 0 && C % 8 == 0 && aligned(dout, 16) && aligned(weight, 16) && (size_t)C <= CUDA_WS_FLOATS) {
-        long long rows = (long long)(CUDA_WS_FLOATS / (size_t)C);
-        if (rows >= 128) rows -= rows % 128;
-        if (rows > N) rows = N;
-        for (long long m0 = 0; m0 < N; m0 += rows) {
-            const int mc = (int)(N - m0 < rows ? N - m0 : rows);
-            int fallback = 0;
-            /* dout + m0*OC stays 16-byte aligned: OC % 8 == 0 */
-            FORGE_TRY(mm_bf16_take(forge_gemm_bf16_nn_wgmma(dout + (size_t)m0 * OC, weight, ctx->ws, mc, C, OC, 0,
-                                                             (void *)ctx->stream),
-                                   &fallback));
-            if (fallback) {
-                if (m0 == 0) break; /* refused before anything ran: the SIMT path does it all */
-                return forge_error(FORGE_ERR_DEVICE, "cuda matmul_backward_input_bf16: the nn GEMM refused a row "
-                                   "block after accepting the first");
-            }
-            const size_t n = (size_t)mc * C;
-            mm_bf16_dx_accum_kernel<<<cuda_grid_for(ctx, n, 256), 256, 0, ctx->stream>>>(
-                dinp + (size_t)m0 * C, ctx->ws, pre != NULL ? pre + (size_t)m0 * C : NULL, n);
-            CUDA_LAUNCH_CHECK("mm_bf16_dx_accum_kernel");
-            if (m0 + mc >= N) return FORGE_OK;
-        }
+    if (OC == 0) { /* d = 0: rn(dinp + 0) = dinp, rn(0) = 0 */
+        if (!accumulate) CUDA_TRY(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof *dinp, ctx->stream));
+        return FORGE_OK;
     }
-    return mm_bf16_simt<MMB_NN>(ctx, dout, weight, dinp, NULL, pre, NULL, N, C, OC, "mm_bf16_simt_kernel<NN>");
+    /* gemm.h's nn rules (K = OC and the output's C multiples of 8, 16-byte operands, element-aligned bf16
+     * dinp and pre). Writing (the first gradient of a tensor, no pre) stores through TMA; accumulating, or
+     * with pre, the epilogue reads dinp / pre and stores from the registers. */
+    if (OC % 8 == 0 && C % 8 == 0 && aligned(dout, 16) && aligned(weight, 16) && aligned(dinp, 2) &&
+        aligned(pre, 2)) {
+        forge_gemm_epilogue e;
+        memset(&e, 0, sizeof e);
+        e.residual = accumulate ? dinp : NULL; /* dinp = rn(dinp + d), else rn(d) */
+        e.dgelu_pre = pre;
+        e.out_bf16 = 1;
+        int fallback = 0;
+        FORGE_TRY(mm_bf16_take(forge_gemm_bf16_nn_epi(dout, weight, dinp, N, C, OC, &e, (void *)ctx->stream),
+                               &fallback));
+        if (!fallback) return FORGE_OK;
+    }
+    return mm_bf16_simt<MMB_NN>(ctx, dout, weight, dinp, NULL, pre, NULL, N, C, OC, "mm_bf16_simt_kernel<NN>",
+                                accumulate);
 }
 
 forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight, float *dbias, const forge_bf16 *dout,
@@ -283,10 +270,16 @@ forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight,
         int fallback = 1;
         /* gemm.h's tn rules (M = OC and N = C multiples of 8, 16-byte operands, 4-byte C); split-K partials in
          * the workspace, reduced in slice order */
-        if (OC % 8 == 0 && C % 8 == 0 && aligned(dout, 16) && aligned(inp, 16) && aligned(dweight, 4))
-            FORGE_TRY(mm_bf16_take(forge_gemm_bf16_tn_wgmma(dout, inp, dweight, OC, C, N, 1, ctx->ws,
-                                                            CUDA_WS_FLOATS * sizeof(float), (void *)ctx->stream),
+        if (OC % 8 == 0 && C % 8 == 0 && aligned(dout, 16) && aligned(inp, 16) && aligned(dweight, 4)) {
+            /* the workspace the plan wants (its split-K slices), so the plan is never cut down to what a fixed
+             * buffer holds */
+            size_t need = 0;
+            FORGE_TRY(forge_gemm_bf16_tn_workspace(OC, C, N, &need));
+            FORGE_TRY(cuda_tn_workspace(ctx, need));
+            FORGE_TRY(mm_bf16_take(forge_gemm_bf16_tn_wgmma(dout, inp, dweight, OC, C, N, 1, ctx->tn_ws,
+                                                            ctx->tn_ws_bytes, (void *)ctx->stream),
                                    &fallback));
+        }
         if (fallback)
             FORGE_TRY(mm_bf16_simt<MMB_TN>(ctx, dout, inp, dweight, NULL, NULL, NULL, OC, C, N,
                                            "mm_bf16_simt_kernel<TN>"));
