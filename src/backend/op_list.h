@@ -546,9 +546,10 @@
 #define FORGE_FLASH_BF16_OUT_TOL(vmax) (2.0 * ldexp((vmax), -9) + ldexp(1.0, -7))
 #define FORGE_FLASH_BF16_LSE_TOL(HS, qmax) ((qmax) * (qmax) * pow((double)(HS), 1.5) * ldexp(1.0, -24) + 2e-5)
 #define FORGE_FLASH_BF16_DQKV_TOL (ldexp(1.0, -7) + ldexp(1.0, -6))
-/* Classifier (bf16). Rows per chunk: FORGE_CLS_BF16_CHUNK / V (at least 1), above 128 rounded down to a multiple
- * of 128 (the GEMMs' row tile), at most N. Scratch, in floats: the chunk's logits and dlogits (bf16, (rows, V)
- * each) and its (rows, C) fp32 product dlogits . wte, +16 to align the pieces to 16 bytes.
+/* Classifier (bf16). Rows per chunk: FORGE_CLS_BF16_CHUNK / V (at least 1, at most FORGE_CLS_BF16_MAX_ROWS), above
+ * 128 rounded down to a multiple of 128 (the GEMMs' row tile), at most N. Scratch, in floats: the chunk's logits
+ * and dlogits (bf16, (rows, V) each) and its (rows, C) fp32 product dlogits . wte, +16 to align the pieces to 16
+ * bytes.
  * Tolerances (inputs: inp in [-1, 1], wte in [-0.1, 0.1], so a logit is a C-term sum of std 0.033 sqrt(C) and
  * |logit| <= Lmax = 0.2 sqrt(C) (6 std)). A GPU logit is rn() of an fp32 sum in another order, so it can land one
  * bf16 ulp (<= 2^-7 |logit|) from the reference's (the fp32 sums differ by ~sqrt(C) 2^-24 |logit|, so this is rare:
@@ -559,14 +560,18 @@
  *   plus one dlogit landing one ulp away (<= 2^-7 grad_scale) times |wte| <= 0.1 (< 2^-9 grad_scale).
  * - dwte (fp32) += an N-long sum: SUM(N) for the order, plus one dlogit one ulp away (<= 2^-7 grad_scale, the
  *   target's: |p - 1| grad_scale <= grad_scale) times |inp| <= 1. */
-/* 2^27 logits a chunk (256 MiB of bf16): GPT-2's 50257-id vocabulary gets 2560 rows, so dinp's NN GEMM
- * (rows x C over K = V, which cannot split K) has 20 x 6 tiles of 128 x 128 at C = 768, about one wave of an
- * H200's 132 SMs, and dwte's fp32 read-modify-write happens once per 2560 rows (docs/results.md has the
- * measurement behind the size) */
+/* 2^27 logits a chunk (256 MiB of bf16), at most 4096 rows: GPT-2's 50257-id vocabulary gets 2560 rows, so dinp's
+ * NN GEMM (rows x C over K = V, which cannot split K) has 20 x 6 tiles of 128 x 128 at C = 768, about one wave of
+ * the target GPU's SMs, and dwte's fp32 read-modify-write happens once per 2560 rows; a small vocabulary stops at 4096
+ * rows (8192 ids: 140 MiB of scratch rather than 562 MiB for 16k rows), where its GEMMs are short anyway
+ * (docs/results.md has the measurements behind the sizes) */
 #define FORGE_CLS_BF16_CHUNK (1 << 27)
+#define FORGE_CLS_BF16_MAX_ROWS 4096
 #define FORGE_CLS_BF16_CAP(V)                                                                                    \
-    (FORGE_CLS_BF16_CHUNK / (V) >= 128 ? FORGE_CLS_BF16_CHUNK / (V) / 128 * 128                                 \
-     : FORGE_CLS_BF16_CHUNK / (V) >= 1 ? FORGE_CLS_BF16_CHUNK / (V) : 1)
+    (FORGE_CLS_BF16_CHUNK / (V) >= FORGE_CLS_BF16_MAX_ROWS ? FORGE_CLS_BF16_MAX_ROWS                             \
+     : FORGE_CLS_BF16_CHUNK / (V) >= 128                   ? FORGE_CLS_BF16_CHUNK / (V) / 128 * 128              \
+     : FORGE_CLS_BF16_CHUNK / (V) >= 1                     ? FORGE_CLS_BF16_CHUNK / (V)                          \
+                                                           : 1)
 #define FORGE_CLS_BF16_ROWS(N, V) ((N) < FORGE_CLS_BF16_CAP(V) ? (N) : FORGE_CLS_BF16_CAP(V))
 #define FORGE_CLS_BF16_SCRATCH(N, C, V) ((size_t)FORGE_CLS_BF16_ROWS(N, V) * ((size_t)(V) + (size_t)(C)) + 16)
 #define FORGE_CLS_BF16_LOSS_TOL(C) (0.2 * sqrt((double)(C)) * ldexp(1.0, -7) + 1e-4)

@@ -164,6 +164,13 @@ void forge_pool_release(forge_pool *pool, forge_tensor *t) {
     pool_free_tensor(pool, t);
 }
 
+void forge_pool_release_grad(forge_pool *pool, forge_tensor *t) {
+    if (!t || !t->grad || t->grad == t || t->grad->persistent) return;
+    pool_unlink(pool, t->grad);
+    pool_free_tensor(pool, t->grad);
+    t->grad = NULL;
+}
+
 void forge_pool_release_transient(forge_pool *pool) {
     /* First drop references from persistent tensors to transient grads, then free. */
     for (forge_tensor *t = pool->live; t; t = t->next_live)

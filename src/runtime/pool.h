@@ -42,6 +42,8 @@ forge_status forge_pool_tensor_zeros(forge_pool *pool, forge_tensor **out, forge
 
 /* Returns a tensor (and its grad, unless the grad aliases it) to the pool. */
 void forge_pool_release(forge_pool *pool, forge_tensor *t);
+/* Returns t's gradient (a transient tensor other than t itself) to the pool and clears t->grad. */
+void forge_pool_release_grad(forge_pool *pool, forge_tensor *t);
 /* Releases every live non-persistent tensor: called by the tape every micro-batch. */
 void forge_pool_release_transient(forge_pool *pool);
 /* Returns cached blocks to the backend. */

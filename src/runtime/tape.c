@@ -87,6 +87,14 @@ forge_status forge_tape_backward(forge_tape *tape) {
         if (!e->out->grad) continue; /* nothing downstream needed this output */
         forge_status s = e->backward(tape, e);
         if (s != FORGE_OK) return forge_error_context(s, "backward of %s (tape entry %zu): ", e->op, i);
+        /* The output's gradient is dead once its producer has passed it on: no earlier entry can reference this
+         * output (it did not exist before entry i). Returning it now lets the next layers' gradients reuse the
+         * block, so a step holds a few activation gradients at a time, not all of them. An op writing in place
+         * (its output is one of its inputs) shares the input's gradient, which earlier entries still need. */
+        int in_place = 0;
+        for (int k = 0; k < FORGE_TAPE_MAX_INPUTS; k++)
+            if (e->in[k] && (e->in[k] == e->out || (e->in[k]->grad && e->in[k]->grad == e->out->grad))) in_place = 1;
+        if (!in_place) forge_pool_release_grad(tape->pool, e->out);
     }
     return FORGE_OK;
 }
