@@ -20,31 +20,11 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "fuzz_round_trip.h"
 #include "../src/data/tokenizer.h"
 #include "../src/data/tokenizer_internal.h"
 
 #define FAIL(...) FUZZ_FAIL("tokenizer", __VA_ARGS__)
-
-static void round_trip(const forge_tokenizer *tok, const uint8_t *text, size_t len, int allow_special) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    forge_status s = forge_tokenizer_encode(tok, (const char *)text, len, allow_special, &ids, &n);
-    if (s != FORGE_OK) FAIL("encode failed: %s", forge_error_message());
-    if (n > len) FAIL("%zu ids for %zu bytes", n, len);
-    int V = forge_tokenizer_vocab_size(tok);
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= V) FAIL("id %d outside [0, %d)", ids[i], V);
-        if (!allow_special && ids[i] == V - 1) FAIL("eot id without allow_special");
-    }
-    char *back = NULL;
-    size_t back_len = 0;
-    s = forge_tokenizer_decode(tok, ids, n, &back, &back_len);
-    if (s != FORGE_OK) FAIL("decode failed: %s", forge_error_message());
-    if (back_len != len || memcmp(back, text, len) != 0)
-        FAIL("round trip (allow_special %d): %zu bytes in, %zu out", allow_special, len, back_len);
-    free(ids);
-    free(back);
-}
 
 #ifndef FORGE_FUZZ_REPLAY
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
@@ -85,8 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                             forge_error_message());
         return 0;
     }
-    round_trip(tok, text, text_len, 0);
-    round_trip(tok, text, text_len, 1);
+    fuzz_round_trip("tokenizer", tok, text, text_len, 0);
+    fuzz_round_trip("tokenizer", tok, text, text_len, 1);
     if (text_len >= 2 && text_len <= TOK_BPE_SHORT) {
         int32_t a[TOK_BPE_SHORT], b[TOK_BPE_SHORT];
         size_t na = tok_bpe_piece(tok, text, text_len, a, 0), nb = tok_bpe_piece(tok, text, text_len, b, 1);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "fuzz_round_trip.h"
 #include "../src/data/tokenizer.h"
 #include "../src/data/tokenizer_internal.h"
 
@@ -109,30 +110,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static void round_trip(const uint8_t *text, size_t len, int allow_special) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    forge_status s = forge_tokenizer_encode(tok, (const char *)text, len, allow_special, &ids, &n);
-    if (s != FORGE_OK) FAIL("encode failed: %s", forge_error_message());
-    if (n > len) FAIL("%zu ids for %zu bytes", n, len);
-    int V = forge_tokenizer_vocab_size(tok);
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= V) FAIL("id %d outside [0, %d)", ids[i], V);
-        if (!allow_special && ids[i] == V - 1) FAIL("eot id without allow_special");
-    }
-    char *back = NULL;
-    size_t back_len = 0;
-    s = forge_tokenizer_decode(tok, ids, n, &back, &back_len);
-    if (s != FORGE_OK) FAIL("decode failed: %s", forge_error_message());
-    if (back_len != len || memcmp(back, text, len) != 0)
-        FAIL("round trip (allow_special %d): %zu bytes in, %zu out", allow_special, len, back_len);
-    free(ids);
-    free(back);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    round_trip(data, size, 0);
-    round_trip(data, size, 1);
+    fuzz_round_trip("tokenizer_text", tok, data, size, 0);
+    fuzz_round_trip("tokenizer_text", tok, data, size, 1);
     size_t k = size < TOK_BPE_SHORT ? size : TOK_BPE_SHORT;
     if (k >= 2) {
         int32_t a[TOK_BPE_SHORT], b[TOK_BPE_SHORT];
