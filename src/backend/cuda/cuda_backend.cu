@@ -230,7 +230,9 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, const for
     ctx->matmul = mode;
     ctx->cache_dir = options->cache_dir;
     ctx->matmul_cache_path = options->matmul_cache_path;
-    be->name = cuda_backend_name(mode);
+    /* a bf16 step's GEMMs are forge's bf16 kernels whatever the matmul mode (which picks the fp32 step's) */
+    be->name = options->precision == FORGE_TRAIN_BF16 ? "cuda (bf16: forge wgmma GEMMs, flash attention)"
+                                                      : cuda_backend_name(mode);
     be->kind = FORGE_DEVICE_CUDA;
     be->options = *options;
     be->options.matmul = mode; /* what runs */
