@@ -31,6 +31,7 @@
 #include "../src/data/tokenize.h"
 #include "../src/data/tokenizer.h"
 #include "../src/train/checkpoint.h"
+#include "../src/train/evaluate.h"
 #include "../src/train/generate.h"
 #include "../src/train/trainer.h"
 #include "../src/base/fs.h"
@@ -316,41 +317,58 @@ typedef struct {
     long top_k;
 } sample_options;
 
-static forge_status sample_run(const sample_options *so) {
+/* A checkpoint loaded for inference (sample, eval): its tokenizer (refused when it has more ids than the model's
+ * vocabulary) and its model on the runtime's backend. */
+typedef struct {
     char dir[1024];
     forge_model_config cfg;
-    FORGE_TRY(forge_checkpoint_resolve(so->ckpt, dir, sizeof dir));
-    FORGE_TRY(forge_checkpoint_read_config(dir, &cfg));
     forge_tokenizer *tok;
-    FORGE_TRY(forge_tokenizer_load(&tok, dir));
-    if (forge_tokenizer_vocab_size(tok) > cfg.vocab_size) {
-        forge_status e = forge_error(FORGE_ERR_DATA,
-                                     "%s: encoder.json has %d ids, more than the model's vocab_size %d "
-                                     "(model.safetensors): the checkpoint's tokenizer and model do not match",
-                                     dir, forge_tokenizer_vocab_size(tok), cfg.vocab_size);
-        forge_tokenizer_free(tok);
-        return e;
-    }
-    forge_backend *be = NULL;
-    forge_pool *pool = NULL;
-    forge_tape *tape = NULL;
-    forge_model *m = NULL;
-    forge_status s = forge_backend_create(&be, so->runtime.device, &so->runtime);
-    if (s == FORGE_OK) s = forge_pool_create(&pool, be);
-    if (s == FORGE_OK) s = forge_tape_create(&tape, pool);
-    if (s == FORGE_OK) s = forge_model_create(&m, &cfg, pool, 0);
-    if (s == FORGE_OK) s = forge_checkpoint_load_weights(dir, m);
+    forge_backend *be;
+    forge_pool *pool;
+    forge_tape *tape;
+    forge_model *m;
+} loaded_ckpt;
+
+static void loaded_ckpt_close(loaded_ckpt *c) {
+    forge_model_free(c->m);
+    forge_tape_destroy(c->tape);
+    forge_pool_destroy(c->pool);
+    forge_backend_destroy(c->be);
+    forge_tokenizer_free(c->tok);
+    memset(c, 0, sizeof *c);
+}
+
+static forge_status loaded_ckpt_open(loaded_ckpt *c, const char *ckpt, const forge_runtime_options *runtime) {
+    memset(c, 0, sizeof *c);
+    FORGE_TRY(forge_checkpoint_resolve(ckpt, c->dir, sizeof c->dir));
+    FORGE_TRY(forge_checkpoint_read_config(c->dir, &c->cfg));
+    FORGE_TRY(forge_tokenizer_load(&c->tok, c->dir));
+    forge_status s = FORGE_OK;
+    if (forge_tokenizer_vocab_size(c->tok) > c->cfg.vocab_size)
+        s = forge_error(FORGE_ERR_DATA,
+                        "%s: encoder.json has %d ids, more than the model's vocab_size %d "
+                        "(model.safetensors): the checkpoint's tokenizer and model do not match",
+                        c->dir, forge_tokenizer_vocab_size(c->tok), c->cfg.vocab_size);
+    if (s == FORGE_OK) s = forge_backend_create(&c->be, runtime->device, runtime);
+    if (s == FORGE_OK) s = forge_pool_create(&c->pool, c->be);
+    if (s == FORGE_OK) s = forge_tape_create(&c->tape, c->pool);
+    if (s == FORGE_OK) s = forge_model_create(&c->m, &c->cfg, c->pool, 0);
+    if (s == FORGE_OK) s = forge_checkpoint_load_weights(c->dir, c->m);
+    if (s != FORGE_OK) loaded_ckpt_close(c);
+    return s;
+}
+
+static forge_status sample_run(const sample_options *so) {
+    loaded_ckpt c;
+    FORGE_TRY(loaded_ckpt_open(&c, so->ckpt, &so->runtime));
+    forge_status s = FORGE_OK;
     for (long i = 0; i < so->count && s == FORGE_OK; i++) {
         forge_generate_options go = {(int)so->tokens, so->temperature, (int)so->top_k, so->top_p,
                                      (uint64_t)(so->seed + i), 1};
         if (so->count > 1) printf("--- sample %ld ---\n", i + 1);
-        s = forge_generate(m, tape, tok, so->prompt, &go, stdout);
+        s = forge_generate(c.m, c.tape, c.tok, so->prompt, &go, stdout);
     }
-    forge_model_free(m);
-    forge_tape_destroy(tape);
-    forge_pool_destroy(pool);
-    forge_backend_destroy(be);
-    forge_tokenizer_free(tok);
+    loaded_ckpt_close(&c);
     return s;
 }
 
@@ -384,6 +402,71 @@ static int cmd_sample(int argc, char **argv) {
     }
     s = runtime_options_build("sample", &rf, &so.runtime);
     if (s == FORGE_OK) s = sample_run(&so);
+    return s == FORGE_OK ? 0 : fail(s);
+}
+
+/* ---- forge eval ----------------------------------------------------------------- */
+
+static const char *EVAL_HELP =
+    "usage: forge eval --ckpt DIR --data DIR|FILE [--batch B] [--seq-len T] [runtime options]\n"
+    "  The checkpoint's loss on held-out tokens: mean loss (nats per token), perplexity and bits per\n"
+    "  byte (the loss in bits over the bytes the predicted tokens decode to; <|endoftext|> counts none).\n"
+    "  DIR is a run directory (its newest checkpoint) or a checkpoint directory. --data: a directory's\n"
+    "  val_NNN.bin shards (from `forge tokenize`), one .bin shard, or a text file (tokenized with the\n"
+    "  checkpoint's tokenizer). Windows of T tokens, each predicted from the ones before it in its window.\n"
+    "  Defaults: --batch 8 --seq-len the config's context_length\n"
+    "runtime options:\n" RUNTIME_HELP;
+
+static int cmd_eval(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(EVAL_HELP, stdout);
+        return 0;
+    }
+    const char *ckpt = NULL, *data = NULL, *v;
+    long batch = 8, seq = 0;
+    runtime_flags rf = {0};
+    args a = {argc, argv, 0, {0}, 0};
+    forge_status s = FORGE_OK;
+    for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        if (runtime_flag(&a, &rf, &s)) continue;
+        STR_OPT("--ckpt", ckpt)
+        STR_OPT("--data", data)
+        INT_OPT("--batch", batch, 1, 1 << 16)
+        INT_OPT("--seq-len", seq, 1, 1 << 20)
+        return fail(usage_error("eval", "unknown argument ", argv[a.i]));
+    }
+    if (s != FORGE_OK) return fail(s);
+    if (!ckpt || !data) {
+        fputs(EVAL_HELP, stderr);
+        return 2;
+    }
+    forge_runtime_options rt;
+    s = runtime_options_build("eval", &rf, &rt);
+    if (s != FORGE_OK) return fail(s);
+    loaded_ckpt c;
+    s = loaded_ckpt_open(&c, ckpt, &rt);
+    if (s != FORGE_OK) return fail(s);
+    int32_t *tokens = NULL;
+    size_t n = 0;
+    uint32_t *bytes_of = NULL;
+    int bytes_V = 0;
+    char what[1400];
+    forge_eval_result r;
+    const int T = seq > 0 ? (int)seq : c.cfg.context_length;
+    s = forge_eval_load_tokens(data, c.tok, c.cfg.vocab_size, &tokens, &n, what, sizeof what);
+    if (s == FORGE_OK) s = forge_eval_token_bytes(c.tok, &bytes_of, &bytes_V);
+    if (s == FORGE_OK) {
+        printf("eval: %s on %s (%s, %s): %zu tokens, batch %ld x %d\n", c.dir, what, c.be->name,
+               forge_train_precision_name(c.be->options.precision), n, batch, T);
+        fflush(stdout);
+        s = forge_evaluate(c.m, c.tape, tokens, n, (int)batch, T, bytes_of, bytes_V, stderr, &r);
+    }
+    if (s == FORGE_OK)
+        printf("eval: %llu tokens (%llu bytes) | loss %.6f | perplexity %.4f | bits per byte %.6f\n",
+               (unsigned long long)r.tokens, (unsigned long long)r.bytes, r.loss, r.perplexity, r.bits_per_byte);
+    free(tokens);
+    free(bytes_of);
+    loaded_ckpt_close(&c);
     return s == FORGE_OK ? 0 : fail(s);
 }
 
@@ -724,6 +807,7 @@ static const char *MAIN_HELP =
     "usage: forge <command> [options]   (forge <command> --help for details)\n"
     "  train       train a model; with no options, the CPU demo job\n"
     "  sample      generate text from a checkpoint\n"
+    "  eval        a checkpoint's loss, perplexity and bits per byte on held-out data\n"
     "  tokenize    text files -> token shards\n"
     "  tokenizer   tokenizer train: learn a BPE vocabulary\n"
     "  bench       benchmarks\n"
@@ -739,6 +823,7 @@ int main(int argc, char **argv) {
     char **rest = argv + 2;
     if (strcmp(cmd, "train") == 0) return cmd_train(n, rest, argv[0]);
     if (strcmp(cmd, "sample") == 0) return cmd_sample(n, rest);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(n, rest);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(n, rest);
     if (strcmp(cmd, "tokenizer") == 0) return cmd_tokenizer(n, rest);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(n, rest, argv[0]);

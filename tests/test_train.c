@@ -12,10 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../src/data/shards.h"
 #include "../src/data/tokenize.h"
 #include "../src/data/tokenizer.h"
 #include "../src/model/safetensors.h"
 #include "../src/train/checkpoint.h"
+#include "../src/train/evaluate.h"
+#include "../src/runtime/pool.h"
+#include "../src/model/config.h"
 #include "../src/train/run_dir.h"
 #include "../src/train/trainer.h"
 #include "test.h"
@@ -757,6 +761,106 @@ static void test_peak_memory_accumulation(void) {
     CHECK_MSG(peak[0] == peak[1] && peak[0] > 0, "peak %zu bytes (accum 1) vs %zu (accum 8)", peak[0], peak[1]);
 }
 
+static void test_eval(void) {
+    TEST_CASE("eval: every token after the first predicted once, the mean of direct forwards, bits per byte, sources");
+    const char *dir = data_dir();
+    if (!dir) {
+        CHECK_MSG(0, "could not build the test data: %s", forge_error_message());
+        return;
+    }
+    forge_model_config cfg;
+    forge_backend *be = NULL;
+    forge_pool *pool = NULL;
+    forge_tape *tape = NULL;
+    forge_model *m = NULL;
+    forge_tokenizer *tok = NULL;
+    int32_t *all = NULL, *one = NULL;
+    uint32_t *bytes_of = NULL;
+    size_t n_all = 0, n_one = 0;
+    int V = 0;
+    char what[1400], path[1200];
+    CHECK_OK(forge_config_load_file(&cfg, write_config(TINY_GPT2)));
+    CHECK_OK(forge_backend_create_cpu(&be, 2, 0));
+    if (be) CHECK_OK(forge_pool_create(&pool, be));
+    if (pool) CHECK_OK(forge_tape_create(&tape, pool));
+    if (tape) CHECK_OK(forge_model_create(&m, &cfg, pool, 5));
+    CHECK_OK(forge_tokenizer_load(&tok, dir));
+    if (!m || !tok) goto done;
+    CHECK_OK(forge_eval_load_tokens(dir, tok, cfg.vocab_size, &all, &n_all, what, sizeof what));
+    CHECK_OK(forge_eval_token_bytes(tok, &bytes_of, &V));
+    if (!all || !bytes_of) goto done;
+    /* 3 batches of 4 windows of 16 and a partial fourth: n - 1 = 3 * 64 + 7 predicted tokens */
+    const int B = 4, T = 16;
+    const size_t n = (size_t)3 * B * T + 8;
+    CHECK(n_all >= n);
+    forge_eval_result r;
+    CHECK_OK(forge_evaluate(m, tape, all, n, B, T, bytes_of, V, NULL, &r));
+    /* the same windows one at a time, B = 1, the tail padded with ignored targets */
+    double sum = 0.0;
+    uint64_t bytes = 0;
+    int64_t shape[2] = {1, T};
+    forge_tensor *ids = NULL, *tg = NULL, *losses = NULL;
+    CHECK_OK(forge_pool_tensor(pool, &ids, FORGE_I32, 2, shape, 1));
+    CHECK_OK(forge_pool_tensor(pool, &tg, FORGE_I32, 2, shape, 1));
+    forge_tape_set_recording(tape, 0);
+    for (size_t w = 0; ids && tg && w * T < n - 1; w++) {
+        for (int t = 0; t < T; t++) {
+            const size_t p = w * T + (size_t)t;
+            ((int32_t *)ids->data)[t] = p < n - 1 ? all[p] : 0;
+            ((int32_t *)tg->data)[t] = p < n - 1 ? all[p + 1] : -1;
+        }
+        CHECK_OK(forge_model_forward(m, tape, ids, tg, 0.0f, &losses));
+        for (int t = 0; t < T; t++)
+            if (((int32_t *)tg->data)[t] >= 0) sum += ((const float *)losses->data)[t];
+        forge_tape_reset(tape);
+    }
+    forge_tape_set_recording(tape, 1);
+    for (size_t p = 1; p < n; p++) bytes += bytes_of[all[p]];
+    CHECK_MSG(r.tokens == n - 1 && r.bytes == bytes, "%llu tokens, %llu bytes; expected %zu, %llu",
+              (unsigned long long)r.tokens, (unsigned long long)r.bytes, n - 1, (unsigned long long)bytes);
+    CHECK_MSG(fabs(r.loss - sum / (double)(n - 1)) <= 1e-6 * fabs(r.loss), "loss %.9g vs %.9g one window at a time",
+              r.loss, sum / (double)(n - 1));
+    CHECK(fabs(r.perplexity - exp(r.loss)) <= 1e-9 * r.perplexity);
+    CHECK(fabs(r.bits_per_byte - sum / log(2.0) / (double)bytes) <= 1e-6 * r.bits_per_byte);
+    /* sources: the first val shard alone is a prefix of the directory's tokens; a text file is its encoding */
+    CHECK_OK(forge_shard_path(path, sizeof path, dir, "val", 0));
+    CHECK_OK(forge_eval_load_tokens(path, tok, cfg.vocab_size, &one, &n_one, what, sizeof what));
+    CHECK(one && n_one <= n_all && memcmp(one, all, n_one * sizeof *one) == 0);
+    free(one);
+    one = NULL;
+    snprintf(path, sizeof path, "%s/eval_text.txt", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("The cat sat on the mat. <|endoftext|> It looked at the dog.\n", f);
+        fclose(f);
+    }
+    CHECK_OK(forge_eval_load_tokens(path, tok, cfg.vocab_size, &one, &n_one, what, sizeof what));
+    int32_t *enc = NULL;
+    size_t n_enc = 0;
+    const char *text = "The cat sat on the mat. <|endoftext|> It looked at the dog.\n";
+    CHECK_OK(forge_tokenizer_encode(tok, text, strlen(text), 0, &enc, &n_enc));
+    CHECK(one && enc && n_one == n_enc && memcmp(one, enc, n_enc * sizeof *enc) == 0);
+    for (size_t i = 0; one && i < n_one; i++) CHECK(one[i] != forge_tokenizer_eot(tok)); /* ordinary text */
+    free(enc);
+    /* errors: no val shards; too few tokens; a window longer than the context */
+    const char *empty = test_tmpdir();
+    CHECK(forge_eval_load_tokens(empty, tok, cfg.vocab_size, &one, &n_one, what, sizeof what) == FORGE_ERR_DATA);
+    CHECK(strstr(forge_error_message(), "no val_NNN.bin") != NULL);
+    forge_error_clear();
+    CHECK(forge_evaluate(m, tape, all, 1, B, T, bytes_of, V, NULL, &r) == FORGE_ERR_ARG);
+    CHECK(forge_evaluate(m, tape, all, n, B, cfg.context_length + 1, bytes_of, V, NULL, &r) == FORGE_ERR_ARG);
+    forge_error_clear();
+done:
+    free(all);
+    free(one);
+    free(bytes_of);
+    forge_tokenizer_free(tok);
+    forge_model_free(m);
+    forge_tape_destroy(tape);
+    forge_pool_destroy(pool);
+    forge_backend_destroy(be);
+}
+
 void suite_train(void) {
     test_peak_memory_accumulation();
     test_resume_exact(TINY_GPT2, "resume: 20 steps == 10 + resume + 10, bitwise (gpt2, accumulation 2)",
@@ -777,4 +881,5 @@ void suite_train(void) {
     test_log_write_failure();
     test_bad_options();
     test_tinystories_learns();
+    test_eval();
 }
