@@ -16,6 +16,7 @@
 #include "../src/data/tokenizer_internal.h"
 #include "../src/base/rng.h"
 #include "test.h"
+#include "../src/base/fs.h"
 
 static forge_tokenizer *load_gpt2(void) {
     const char *enc = test_data_path("gpt2-tokenizer/encoder.json");
@@ -38,7 +39,7 @@ static int write_file(const char *path, const char *data, size_t len) {
 
 static char *read_text(const char *path, size_t *len) {
     char *data = NULL;
-    if (tok_read_file(path, &data, len) != FORGE_OK) return NULL;
+    if (forge_read_file(path, &data, len) != FORGE_OK) return NULL;
     return data;
 }
 

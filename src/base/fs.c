@@ -1,7 +1,9 @@
-/* fs.c: mkdir -p. */
+/* fs.c: mkdir -p, reading a whole file. */
 #include "fs.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -21,5 +23,50 @@ forge_status forge_mkdir_p(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return forge_error(FORGE_ERR_IO, "%s: exists and is not a directory", path);
+    return FORGE_OK;
+}
+
+forge_status forge_read_file(const char *path, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return forge_error(FORGE_ERR_IO, "%s: cannot open text file: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return forge_error(FORGE_ERR_IO, "%s: is a directory, expected a text file", path);
+    }
+    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 65536, n = 0;
+    char *b = malloc(cap);
+    if (!b) {
+        fclose(f);
+        return forge_error(FORGE_ERR_OOM, "%s: cannot allocate %zu bytes to read it", path, cap);
+    }
+    for (;;) {
+        if (n + 1 >= cap) { /* keep room for the NUL; files may grow or be pipes */
+            char *g = realloc(b, cap * 2);
+            if (!g) {
+                free(b);
+                fclose(f);
+                return forge_error(FORGE_ERR_OOM, "%s: cannot allocate %zu bytes to read it", path,
+                                   cap * 2);
+            }
+            b = g;
+            cap *= 2;
+        }
+        size_t k = fread(b + n, 1, cap - 1 - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(b);
+        return forge_error(FORGE_ERR_IO, "%s: read failed after %zu bytes", path, n);
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
     return FORGE_OK;
 }

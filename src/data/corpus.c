@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L /* mmap, pwrite, fsync, clock_gettime */
 #endif
 #include "corpus.h"
+#include "../base/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -54,36 +55,6 @@ static int write_entries(FILE *out, const char *text, size_t len, size_t *n_docs
         pos = eol + 1;
     }
     return 0;
-}
-
-static forge_status read_file(const char *path, char **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return forge_error(FORGE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        size_t k = fread(b + n, 1, cap - n, f);
-        n += k;
-        if (n < cap) break;
-        char *g = realloc(b, cap * 2);
-        if (!g) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = g;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!b) return forge_error(FORGE_ERR_OOM, "%s: out of memory reading it", path);
-    if (err) {
-        free(b);
-        return forge_error(FORGE_ERR_IO, "%s: read failed", path);
-    }
-    *buf = b;
-    *len = n;
-    return FORGE_OK;
 }
 
 forge_status forge_corpus_fortunes_from(const char *dir, const char *out_path, size_t *n_docs) {
@@ -154,7 +125,7 @@ forge_status forge_corpus_fortunes_from(const char *dir, const char *out_path, s
         char path[4096], *text = NULL;
         size_t len = 0;
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        r = read_file(path, &text, &len);
+        r = forge_read_file(path, &text, &len);
         if (r != FORGE_OK) break;
         if (write_entries(out, text, len, &count) != 0)
             r = forge_error(FORGE_ERR_IO, "%s: write failed (disk full?): %s", tmp,

@@ -31,52 +31,6 @@ static double doc_hash(uint64_t seed, uint64_t doc) {
     return (double)(forge_hash64(seed ^ forge_hash64(doc)) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* Reads a whole file; *buf is malloc'ed (NUL-terminated, len excludes it). */
-static forge_status read_whole_file(const char *path, char **buf, size_t *len) {
-    *buf = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return forge_error(FORGE_ERR_IO, "%s: cannot open text file: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
-        fclose(f);
-        return forge_error(FORGE_ERR_IO, "%s: is a directory, expected a text file", path);
-    }
-    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 65536, n = 0;
-    char *b = malloc(cap);
-    if (!b) {
-        fclose(f);
-        return forge_error(FORGE_ERR_OOM, "%s: cannot allocate %zu bytes to read it", path, cap);
-    }
-    for (;;) {
-        if (n + 1 >= cap) { /* keep room for the NUL; files may grow or be pipes */
-            char *g = realloc(b, cap * 2);
-            if (!g) {
-                free(b);
-                fclose(f);
-                return forge_error(FORGE_ERR_OOM, "%s: cannot allocate %zu bytes to read it", path,
-                                   cap * 2);
-            }
-            b = g;
-            cap *= 2;
-        }
-        size_t k = fread(b + n, 1, cap - 1 - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(b);
-        return forge_error(FORGE_ERR_IO, "%s: read failed after %zu bytes", path, n);
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return FORGE_OK;
-}
-
 /* ------------------------------------------------------------ document split */
 
 typedef struct {
@@ -226,7 +180,7 @@ forge_status forge_tokenize_files_with(const forge_text_encoder *enc, const char
     for (int f = 0; f < n; f++) {
         char *text;
         size_t len;
-        forge_status rs = read_whole_file(files[f], &text, &len);
+        forge_status rs = forge_read_file(files[f], &text, &len);
         if (rs != FORGE_OK) {
             free(cut);
             return rs;
@@ -279,7 +233,7 @@ forge_status forge_tokenize_files_with(const forge_text_encoder *enc, const char
     for (int f = 0; f < n && r == FORGE_OK; f++) {
         char *text;
         size_t len;
-        r = read_whole_file(files[f], &text, &len);
+        r = forge_read_file(files[f], &text, &len);
         if (r != FORGE_OK) break;
         double tf = forge_now_seconds();
         uint64_t file_docs = 0, file_tokens = 0;

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "tokenizer_internal.h"
+#include "../base/fs.h"
 
 void tok_byte_unicode(uint32_t byte_to_cp[256], uint8_t order[256]) {
     int printable[256] = {0};
@@ -83,45 +84,6 @@ static int unicode_to_bytes(const char *s, size_t n, const int16_t cp_to_byte[CP
     }
     *out_n = k;
     return 0;
-}
-
-/* Reads a whole file; *data is NUL-terminated. */
-forge_status tok_read_file(const char *path, char **data, size_t *len) {
-    *data = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return forge_error(FORGE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return forge_error(FORGE_ERR_OOM, "out of memory reading %s", path);
-    }
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *b = realloc(buf, cap * 2);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return forge_error(FORGE_ERR_OOM, "out of memory reading %s (%zu bytes so far)", path, n);
-            }
-            buf = b;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return forge_error(FORGE_ERR_IO, "read error on %s after %zu bytes", path, n);
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return FORGE_OK;
 }
 
 forge_tokenizer *tok_alloc(void) { return calloc(1, sizeof(forge_tokenizer)); }
@@ -543,8 +505,8 @@ forge_status forge_tokenizer_load_files(forge_tokenizer **out, const char *encod
     *out = NULL;
     char *enc_text = NULL, *bpe_text = NULL;
     size_t enc_len, bpe_len;
-    FORGE_TRY(tok_read_file(encoder_json, &enc_text, &enc_len));
-    forge_status st = tok_read_file(vocab_bpe, &bpe_text, &bpe_len);
+    FORGE_TRY(forge_read_file(encoder_json, &enc_text, &enc_len));
+    forge_status st = forge_read_file(vocab_bpe, &bpe_text, &bpe_len);
     if (st == FORGE_OK)
         st = load_terminated(out, enc_text, enc_len, encoder_json, bpe_text, bpe_len, vocab_bpe); /* NUL-terminated */
     free(enc_text);

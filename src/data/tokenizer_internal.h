@@ -135,7 +135,6 @@ size_t tok_bpe_piece(const forge_tokenizer *tok, const uint8_t *p, size_t n, int
 forge_status tok_compile_regex(pcre2_code **re);
 
 /* Reads a whole file; *data is malloc'ed and NUL-terminated. */
-forge_status tok_read_file(const char *path, char **data, size_t *len);
 
 /* Allocates an empty tokenizer (calloc). */
 forge_tokenizer *tok_alloc(void);

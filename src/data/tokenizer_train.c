@@ -37,6 +37,7 @@
 #endif
 
 #include "tokenizer_internal.h"
+#include "../base/fs.h"
 #include "../base/clock.h"
 
 /* ---- 1. counting ---- */
@@ -111,7 +112,7 @@ static int is_ascii_alnum(uint8_t c) {
 static forge_status count_file(const pcre2_code *re, const char *path, counter *total) {
     char *data;
     size_t len;
-    FORGE_TRY(tok_read_file(path, &data, &len));
+    FORGE_TRY(forge_read_file(path, &data, &len));
     const uint8_t *text = (const uint8_t *)data;
     int nt = 1;
 #ifdef _OPENMP

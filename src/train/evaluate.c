@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "../base/clock.h"
+#include "../base/fs.h"
 #include "../data/shards.h"
 #include "../runtime/pool.h"
 
@@ -92,31 +93,9 @@ static forge_status load_dir(const char *dir, int vocab_size, int32_t **out, siz
 
 static forge_status load_text(const char *path, const forge_tokenizer *tok, int vocab_size, int32_t **out,
                               size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return forge_error(FORGE_ERR_IO, "eval: cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap);
-    size_t got;
-    while (text && (got = fread(text + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            char *nt = realloc(text, cap * 2);
-            if (!nt) {
-                free(text);
-                text = NULL;
-                break;
-            }
-            text = nt;
-            cap *= 2;
-        }
-    }
-    const int read_error = ferror(f);
-    fclose(f);
-    if (!text) return forge_error(FORGE_ERR_OOM, "eval: out of host memory reading %s", path);
-    if (read_error) {
-        free(text);
-        return forge_error(FORGE_ERR_IO, "eval: error reading %s", path);
-    }
+    char *text = NULL;
+    size_t len = 0;
+    FORGE_TRY(forge_read_file(path, &text, &len));
     forge_status s = forge_tokenizer_encode(tok, text, len, 0, out, n);
     free(text);
     FORGE_TRY(s);
