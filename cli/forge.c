@@ -32,6 +32,7 @@
 #include "../src/data/tokenizer.h"
 #include "../src/train/checkpoint.h"
 #include "../src/train/evaluate.h"
+#include "../src/train/plot.h"
 #include "../src/train/generate.h"
 #include "../src/train/trainer.h"
 #include "../src/base/fs.h"
@@ -470,6 +471,51 @@ static int cmd_eval(int argc, char **argv) {
     return s == FORGE_OK ? 0 : fail(s);
 }
 
+/* ---- forge plot ----------------------------------------------------------------- */
+
+static const char *PLOT_HELP =
+    "usage: forge plot RUN_DIR... [--out FILE.png]\n"
+    "  The training and val loss of one or more runs (their log.jsonl) against the tokens trained on,\n"
+    "  overlaid in one PNG (gnuplot). Default --out: the first run's loss.png. forge train draws its\n"
+    "  own at the end of a run.\n";
+
+static int cmd_plot(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(PLOT_HELP, stdout);
+        return 0;
+    }
+    const char *out = NULL, *v;
+    const char **runs = calloc((size_t)argc + 1, sizeof *runs);
+    if (!runs) return fail(forge_error(FORGE_ERR_OOM, "plot: out of memory"));
+    int n = 0;
+    args a = {argc, argv, 0, {0}, 0};
+    forge_status s = FORGE_OK;
+    for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
+        STR_OPT("--out", out)
+        if (argv[a.i][0] == '-') {
+            free(runs);
+            return fail(usage_error("plot", "unknown argument ", argv[a.i]));
+        }
+        runs[n++] = argv[a.i];
+    }
+    char png[1100];
+    if (s == FORGE_OK && n == 0) {
+        free(runs);
+        fputs(PLOT_HELP, stderr);
+        return 2;
+    }
+    if (s == FORGE_OK) {
+        if (!out) {
+            snprintf(png, sizeof png, "%s/loss.png", runs[0]);
+            out = png;
+        }
+        s = forge_plot_runs(runs, n, out);
+    }
+    if (s == FORGE_OK) printf("plot: %d run(s) -> %s\n", n, out);
+    free(runs);
+    return s == FORGE_OK ? 0 : fail(s);
+}
+
 /* ---- forge train ---------------------------------------------------------------- */
 
 static const char *TRAIN_HELP =
@@ -808,6 +854,7 @@ static const char *MAIN_HELP =
     "  train       train a model; with no options, the CPU demo job\n"
     "  sample      generate text from a checkpoint\n"
     "  eval        a checkpoint's loss, perplexity and bits per byte on held-out data\n"
+    "  plot        loss curves of runs to a PNG\n"
     "  tokenize    text files -> token shards\n"
     "  tokenizer   tokenizer train: learn a BPE vocabulary\n"
     "  bench       benchmarks\n"
@@ -824,6 +871,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(n, rest, argv[0]);
     if (strcmp(cmd, "sample") == 0) return cmd_sample(n, rest);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(n, rest);
+    if (strcmp(cmd, "plot") == 0) return cmd_plot(n, rest);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(n, rest);
     if (strcmp(cmd, "tokenizer") == 0) return cmd_tokenizer(n, rest);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(n, rest, argv[0]);

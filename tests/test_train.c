@@ -18,6 +18,7 @@
 #include "../src/model/safetensors.h"
 #include "../src/train/checkpoint.h"
 #include "../src/train/evaluate.h"
+#include "../src/train/plot.h"
 #include "../src/runtime/pool.h"
 #include "../src/model/config.h"
 #include "../src/train/run_dir.h"
@@ -861,6 +862,50 @@ done:
     forge_backend_destroy(be);
 }
 
+static void write_log(const char *dir, const char *text) {
+    char p[1200];
+    mkdir(dir, 0755);
+    snprintf(p, sizeof p, "%s/log.jsonl", dir);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void test_plot(void) {
+    TEST_CASE("plot: runs' logs overlaid into a PNG (gnuplot); a log without loss and odd paths are refused");
+    char a[1100], b[1100], png[1100], bad[1100];
+    snprintf(a, sizeof a, "%s/run-a", test_tmpdir());
+    snprintf(b, sizeof b, "%s/run-b", test_tmpdir());
+    snprintf(bad, sizeof bad, "%s/run-bad", test_tmpdir());
+    snprintf(png, sizeof png, "%s/both.png", test_tmpdir());
+    write_log(a, "{\"step\": 1, \"tokens\": 512, \"loss\": 5.0}\n{\"step\": 2, \"tokens\": 1024, \"loss\": 4.0}\n"
+                 "{\"step\": 2, \"tokens\": 1024, \"val_loss\": 4.5}\n{\"step\": 3, \"tok"); /* a torn last line */
+    write_log(b, "{\"step\": 1, \"loss\": 6.0}\n{\"step\": 2, \"loss\": 5.5}\n"); /* before the tokens field */
+    write_log(bad, "{\"hello\": 1}\n");
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("  (gnuplot not installed: the drawing itself is skipped)\n");
+    } else {
+        const char *runs[2] = {a, b};
+        CHECK_OK(forge_plot_runs(runs, 2, png));
+        FILE *f = fopen(png, "rb");
+        unsigned char magic[8] = {0};
+        if (f) {
+            CHECK(fread(magic, 1, 8, f) == 8);
+            fclose(f);
+        }
+        CHECK_MSG(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "%s is not a PNG", png);
+    }
+    const char *bad_runs[1] = {bad};
+    CHECK(forge_plot_runs(bad_runs, 1, png) == FORGE_ERR_IO);
+    CHECK(strstr(forge_error_message(), "holds no loss") != NULL);
+    forge_error_clear();
+    const char *quoted[1] = {"run\"x"};
+    CHECK(forge_plot_runs(quoted, 1, png) == FORGE_ERR_ARG);
+    forge_error_clear();
+}
+
 void suite_train(void) {
     test_peak_memory_accumulation();
     test_resume_exact(TINY_GPT2, "resume: 20 steps == 10 + resume + 10, bitwise (gpt2, accumulation 2)",
@@ -882,4 +927,5 @@ void suite_train(void) {
     test_bad_options();
     test_tinystories_learns();
     test_eval();
+    test_plot();
 }

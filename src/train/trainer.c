@@ -1,5 +1,6 @@
 /* trainer.c: the training loop, evaluation, logging and checkpoint cadence. */
 #include "trainer.h"
+#include "plot.h"
 
 #include <errno.h>
 #include <math.h>
@@ -516,9 +517,10 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         if (o->loss_out && tr->state.step - 1 < o->loss_out_cap) o->loss_out[tr->state.step - 1] = loss;
         forge_pool_stats ps = forge_pool_get_stats(tr->pool);
         FORGE_TRY(log_printf(tr,
-                             "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": "
-                             "%.1f, \"step_s\": %.4f, \"peak_mib\": %.1f}\n",
-                             tr->state.step, loss, lr, norm, tok_s, dt, ps.peak_reserved / 1048576.0));
+                             "{\"step\": %d, \"tokens\": %.0f, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
+                             "\"tokens_per_s\": %.1f, \"step_s\": %.4f, \"peak_mib\": %.1f}\n",
+                             tr->state.step, tr->state.tokens_seen, loss, lr, norm, tok_s, dt,
+                             ps.peak_reserved / 1048576.0));
         int last = tr->state.step == o->steps;
         if (!o->quiet && (tr->state.step % 10 == 0 || tr->state.step <= 3 || last)) {
             char eta[32];
@@ -533,7 +535,8 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             FORGE_TRY(evaluate(tr, &vl));
             if (!isnan(vl)) {
                 res->last_val_loss = vl;
-                FORGE_TRY(log_printf(tr, "{\"step\": %d, \"val_loss\": %.6f}\n", tr->state.step, vl));
+                FORGE_TRY(log_printf(tr, "{\"step\": %d, \"tokens\": %.0f, \"val_loss\": %.6f}\n", tr->state.step,
+                                     tr->state.tokens_seen, vl));
                 if (!o->quiet) fprintf(out, "step %5d/%d | val loss %.4f\n", tr->state.step, o->steps, vl);
             }
         }
@@ -559,6 +562,14 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     if (!o->quiet)
         fprintf(out, "done: %d steps in %.1fs (%.0f tok/s) | final loss %.4f (unigram entropy %.3f) | %s\n",
                 res->steps_done, elapsed, res->tokens_per_second, res->last_loss, h, tr->last_ckpt);
+    if (!o->quiet) { /* the loss curve beside the log; without gnuplot, a note instead */
+        char png[1100];
+        snprintf(png, sizeof png, "%s/loss.png", o->out_dir);
+        const char *runs[1] = {o->out_dir};
+        if (forge_plot_runs(runs, 1, png) == FORGE_OK) fprintf(out, "loss curve: %s\n", png);
+        else fprintf(out, "note: no loss curve: %s\n", forge_error_message());
+        forge_error_clear();
+    }
     return FORGE_OK;
 }
 
