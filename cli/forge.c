@@ -304,9 +304,10 @@ static int cmd_tokenize(int argc, char **argv) {
 /* ---- forge sample --------------------------------------------------------------- */
 
 static const char *SAMPLE_HELP =
-    "usage: forge sample --ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
+    "usage: forge sample --ckpt DIR [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature T]\n"
     "                    [--top-k K] [--top-p P] [--seed S] [--count N] [runtime options]\n"
-    "  DIR is a run directory (its newest checkpoint is used) or a checkpoint directory.\n"
+    "  DIR is a run directory (its newest checkpoint is used) or a checkpoint directory. Tokens are\n"
+    "  printed as they are produced; a sample ends at <|endoftext|> or after N tokens.\n"
     "  Defaults: --tokens 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 --count 1\n"
     "runtime options:\n" RUNTIME_HELP;
 
@@ -380,6 +381,8 @@ static int cmd_sample(int argc, char **argv) {
     }
     sample_options so = {.prompt = "", .tokens = 200, .count = 1, .seed = 1, .temperature = 0.8f, .top_p = 0.95f,
                          .top_k = 40};
+    const char *prompt_file = NULL;
+    char *prompt_text = NULL;
     runtime_flags rf = {0};
     args a = {argc, argv, 0, {0}, 0};
     const char *v;
@@ -388,6 +391,7 @@ static int cmd_sample(int argc, char **argv) {
         if (runtime_flag(&a, &rf, &s)) continue;
         STR_OPT("--ckpt", so.ckpt)
         STR_OPT("--prompt", so.prompt)
+        STR_OPT("--prompt-file", prompt_file)
         INT_OPT("--tokens", so.tokens, 1, 1 << 20)
         INT_OPT("--count", so.count, 1, 1000)
         INT_OPT("--seed", so.seed, 0, LONG_MAX)
@@ -401,8 +405,18 @@ static int cmd_sample(int argc, char **argv) {
         fputs(SAMPLE_HELP, stderr);
         return 2;
     }
-    s = runtime_options_build("sample", &rf, &so.runtime);
+    if (prompt_file && so.prompt[0])
+        return fail(forge_error(FORGE_ERR_ARG, "sample: give --prompt or --prompt-file, not both"));
+    size_t prompt_len = 0;
+    if (prompt_file) {
+        s = forge_read_file(prompt_file, &prompt_text, &prompt_len);
+        if (s == FORGE_OK && strlen(prompt_text) != prompt_len)
+            s = forge_error(FORGE_ERR_ARG, "sample: %s holds a NUL byte; a prompt is text", prompt_file);
+        if (s == FORGE_OK) so.prompt = prompt_text;
+    }
+    if (s == FORGE_OK) s = runtime_options_build("sample", &rf, &so.runtime);
     if (s == FORGE_OK) s = sample_run(&so);
+    free(prompt_text);
     return s == FORGE_OK ? 0 : fail(s);
 }
 
