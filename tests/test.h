@@ -55,4 +55,17 @@ const char *test_tmpdir(void);
             test_case_fail(__FILE__, __LINE__, "%s failed: %s", #expr, forge_error_message()); \
     } while (0)
 
+/* 1 if the current error message contains a and, when b is not NULL, b too. */
+int test_msg_has(const char *a, const char *b);
+
+/* expr must return the status want with a message containing n1 (and n2, unless NULL) */
+#define CHECK_ERR_MSG(expr, want, n1, n2)                                                     \
+    do {                                                                                     \
+        forge_status s_ = (expr);                                                            \
+        CHECK_MSG(s_ == (want), "%s: %s, expected %s (%s)", #expr, forge_status_name(s_),    \
+                  forge_status_name(want), forge_error_message());                          \
+        CHECK_MSG(test_msg_has((n1), (n2)), "message lacks \"%s\"/\"%s\": %s", (n1),         \
+                  (n2) ? (n2) : "", forge_error_message());                                 \
+    } while (0)
+
 #endif

@@ -62,19 +62,6 @@ static void write_raw(const char *path, const char *header, const void *data, si
     fclose(f);
 }
 
-static int msg_has(const char *a, const char *b) {
-    const char *m = forge_error_message();
-    return strstr(m, a) != NULL && (!b || strstr(m, b) != NULL);
-}
-
-#define CHECK_ERR(expr, want, n1, n2)                                                         \
-    do {                                                                                     \
-        forge_status s_ = (expr);                                                            \
-        CHECK_MSG(s_ == (want), "%s: %s, expected %s (%s)", #expr, forge_status_name(s_),    \
-                  forge_status_name(want), forge_error_message());                          \
-        CHECK_MSG(msg_has((n1), (n2)), "message lacks \"%s\"/\"%s\": %s", (n1),              \
-                  (n2) ? (n2) : "", forge_error_message());                                 \
-    } while (0)
 
 static float w_data[6] = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f};
 static int32_t ids_data[4] = {7, -1, 2147483647, 0};
@@ -176,12 +163,12 @@ static void test_lookup(void) {
     if (!st) return;
     CHECK(forge_safetensors_find(st, "h.0.attn.bias") == NULL);
     const forge_st_entry *e = NULL;
-    CHECK_ERR(forge_safetensors_get(st, "h.0.attn.bias", "F32", 0, NULL, &e), FORGE_ERR_DATA,
+    CHECK_ERR_MSG(forge_safetensors_get(st, "h.0.attn.bias", "F32", 0, NULL, &e), FORGE_ERR_DATA,
               "h.0.attn.bias", path);
     int64_t want[2] = {3, 2};
-    CHECK_ERR(forge_safetensors_get(st, "h.0.attn.weight", "F32", 2, want, &e), FORGE_ERR_DATA,
+    CHECK_ERR_MSG(forge_safetensors_get(st, "h.0.attn.weight", "F32", 2, want, &e), FORGE_ERR_DATA,
               "has shape (2, 3), expected (3, 2)", path);
-    CHECK_ERR(forge_safetensors_get(st, "ids", "F32", 1, NULL, &e), FORGE_ERR_DATA, "\"ids\"",
+    CHECK_ERR_MSG(forge_safetensors_get(st, "ids", "F32", 1, NULL, &e), FORGE_ERR_DATA, "\"ids\"",
               "dtype I32, expected F32");
     int64_t good[2] = {2, 3};
     CHECK_OK(forge_safetensors_get(st, "h.0.attn.weight", "F32", 2, good, &e));
@@ -196,7 +183,7 @@ static void test_corrupt_files(void) {
     float data[4] = {0};
 
     TEST_CASE("missing file");
-    CHECK_ERR(forge_safetensors_open(&st, join(dir, "none.safetensors")), FORGE_ERR_IO,
+    CHECK_ERR_MSG(forge_safetensors_open(&st, join(dir, "none.safetensors")), FORGE_ERR_IO,
               "none.safetensors", NULL);
     CHECK(st == NULL);
 
@@ -204,58 +191,58 @@ static void test_corrupt_files(void) {
     write_sample(path);
     long full = file_size(path);
     CHECK(truncate(path, full - 4) == 0);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "\"step\"");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "\"step\"");
     CHECK(truncate(path, 40) == 0); /* inside the header */
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "header length");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "header length");
     CHECK(truncate(path, 5) == 0);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "too short");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "too short");
     CHECK(truncate(path, 0) == 0);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "too short");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "too short");
 
     TEST_CASE("corrupt header JSON");
     write_raw(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]  ", data,
               sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "not valid JSON");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "not valid JSON");
     write_raw(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}} x", data,
               sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "trailing");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "trailing");
     write_raw(path, "[1, 2]", data, sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "not a JSON object");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "not a JSON object");
     write_raw(path, "{\"a\": {\"dtype\": \"F31\", \"shape\": [4], \"data_offsets\": [0, 16]}}", data,
               sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "\"F31\"");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "\"F31\"");
     write_raw(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [-4], \"data_offsets\": [0, 16]}}", data,
               sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "shape[0]");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "shape[0]");
     write_raw(path, "{\"__metadata__\": {\"n\": 3}}", data, 0);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "\"n\"");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, path, "\"n\"");
 
     TEST_CASE("offsets out of range, wrong size, overlapping");
     write_raw(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [100], \"data_offsets\": [0, 400]}}", data,
               sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "out of range");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "out of range");
     write_raw(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [12, 8]}}", data,
               sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "out of range");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "out of range");
     write_raw(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [0, 12]}}", data,
               sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "needs 16 bytes");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "needs 16 bytes");
     write_raw(path,
               "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
               " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
               data, sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "\"b\"");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "\"b\"");
     write_raw(path, /* an empty tensor inside "a" must not hide the overlap of "a" and "b" */
               "{\"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 12]},"
               " \"e\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [4, 4]},"
               " \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}",
               data, sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "overlap", "\"b\"");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "overlap", "\"b\"");
     write_raw(path,
               "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
               " \"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
               data, sizeof data);
-    CHECK_ERR(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "twice");
+    CHECK_ERR_MSG(forge_safetensors_open(&st, path), FORGE_ERR_DATA, "\"a\"", "twice");
     CHECK(st == NULL);
 }
 
@@ -280,19 +267,19 @@ static void test_atomic_write(void) {
 
     TEST_CASE("atomic write: temp file cannot be created");
     CHECK(mkdir(tmp, 0755) == 0); /* path.tmp taken by a directory */
-    CHECK_ERR(forge_safetensors_write(path, &e2, 1, NULL, NULL, 0), FORGE_ERR_IO, path, ".tmp");
+    CHECK_ERR_MSG(forge_safetensors_write(path, &e2, 1, NULL, NULL, 0), FORGE_ERR_IO, path, ".tmp");
     CHECK_UNCHANGED();
     CHECK(rmdir(tmp) == 0);
 
     TEST_CASE("atomic write: bad entry leaves the old file and no temp");
     forge_st_entry bad = e2;
     bad.bytes = 4;
-    CHECK_ERR(forge_safetensors_write(path, &bad, 1, NULL, NULL, 0), FORGE_ERR_ARG, "\"x\"", "needs 8");
+    CHECK_ERR_MSG(forge_safetensors_write(path, &bad, 1, NULL, NULL, 0), FORGE_ERR_ARG, "\"x\"", "needs 8");
     bad = e2;
     bad.dtype = "F33";
-    CHECK_ERR(forge_safetensors_write(path, &bad, 1, NULL, NULL, 0), FORGE_ERR_ARG, "\"x\"", "F33");
+    CHECK_ERR_MSG(forge_safetensors_write(path, &bad, 1, NULL, NULL, 0), FORGE_ERR_ARG, "\"x\"", "F33");
     forge_st_entry dup[2] = {e2, e2};
-    CHECK_ERR(forge_safetensors_write(path, dup, 2, NULL, NULL, 0), FORGE_ERR_ARG, "\"x\"", "twice");
+    CHECK_ERR_MSG(forge_safetensors_write(path, dup, 2, NULL, NULL, 0), FORGE_ERR_ARG, "\"x\"", "twice");
     CHECK_UNCHANGED();
     CHECK(access(tmp, F_OK) != 0);
 
@@ -302,13 +289,13 @@ static void test_atomic_write(void) {
     snprintf(child, sizeof child, "%s/child", dirtarget);
     CHECK(mkdir(dirtarget, 0755) == 0);
     CHECK(mkdir(child, 0755) == 0);
-    CHECK_ERR(forge_safetensors_write(dirtarget, &e2, 1, NULL, NULL, 0), FORGE_ERR_IO, dirtarget,
+    CHECK_ERR_MSG(forge_safetensors_write(dirtarget, &e2, 1, NULL, NULL, 0), FORGE_ERR_IO, dirtarget,
               "rename");
     CHECK(access(join(dir, "adir.tmp"), F_OK) != 0);
 
     TEST_CASE("atomic write: nonexistent directory");
     const char *nodir = join(dir, "no/such/dir/x.safetensors");
-    CHECK_ERR(forge_safetensors_write(nodir, &e2, 1, NULL, NULL, 0), FORGE_ERR_IO, nodir, NULL);
+    CHECK_ERR_MSG(forge_safetensors_write(nodir, &e2, 1, NULL, NULL, 0), FORGE_ERR_IO, nodir, NULL);
     CHECK(access(nodir, F_OK) != 0);
 
     TEST_CASE("atomic write: a good write replaces the file");
@@ -408,7 +395,7 @@ static void test_run_dir(void) {
     CHECK_OK(forge_run_dir_cut_log(join(dir, "none.jsonl"), 2, &dropped)); /* a missing log is fine */
     CHECK(dropped == 0);
     mkdir(join(dir, "log.jsonl.tmp"), 0755); /* the temporary name taken: an error, the log unchanged */
-    CHECK_ERR(forge_run_dir_cut_log(log, 1, &dropped), FORGE_ERR_IO, log, "log.jsonl.tmp");
+    CHECK_ERR_MSG(forge_run_dir_cut_log(log, 1, &dropped), FORGE_ERR_IO, log, "log.jsonl.tmp");
     CHECK(file_size(log) == (long)strlen(want));
 }
 

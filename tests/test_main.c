@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/base/status.h"
+
 #define SUITES(X)        \
     X(core)              \
     X(ops_forward)       \
@@ -112,4 +114,9 @@ int main(int argc, char **argv) {
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_root);
     printf("%d passed, %d failed, %d skipped\n", n_passed, n_failed, n_skipped);
     return n_failed ? 1 : 0;
+}
+
+int test_msg_has(const char *a, const char *b) {
+    const char *m = forge_error_message();
+    return strstr(m, a) != NULL && (!b || strstr(m, b) != NULL);
 }

@@ -192,19 +192,6 @@ static void test_checkpoint_round_trip(void) {
     CHECK(forge_checkpoint_resolve("/nonexistent-forge-dir", ckpt, sizeof ckpt) == FORGE_ERR_IO);
 }
 
-static int msg_has(const char *a, const char *b) {
-    const char *m = forge_error_message();
-    return strstr(m, a) != NULL && (!b || strstr(m, b) != NULL);
-}
-
-#define CHECK_ERR(expr, want, n1, n2)                                                         \
-    do {                                                                                     \
-        forge_status s_ = (expr);                                                            \
-        CHECK_MSG(s_ == (want), "%s: %s, expected %s (%s)", #expr, forge_status_name(s_),    \
-                  forge_status_name(want), forge_error_message());                          \
-        CHECK_MSG(msg_has((n1), (n2)), "message lacks \"%s\"/\"%s\": %s", (n1),              \
-                  (n2) ? (n2) : "", forge_error_message());                                 \
-    } while (0)
 
 static void read_latest(const char *out_dir, char *name, size_t cap) {
     char path[700];
@@ -312,7 +299,7 @@ static void test_nonfinite_stops(void) {
     fclose(f);
     o.stop_after = 0;
     o.resume = out_dir;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "model.safetensors: 100 non-finite weights", "\"transformer.");
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_DATA, "model.safetensors: 100 non-finite weights", "\"transformer.");
     char again[1024];
     CHECK_OK(forge_checkpoint_resolve(out_dir, again, sizeof again));
     CHECK(strcmp(again, ckpt) == 0);
@@ -329,12 +316,12 @@ static void test_nonfinite_stops(void) {
     o.resume = out_dir;
     o.lr = 1e30f;
     o.weight_decay = 1e30f;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "step 3: checkpoint", "not written: the weights hold");
-    CHECK_MSG(msg_has("the first in \"", "last good checkpoint is") && msg_has("ckpt_000002 (resume", NULL),
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "step 3: checkpoint", "not written: the weights hold");
+    CHECK_MSG(test_msg_has("the first in \"", "last good checkpoint is") && test_msg_has("ckpt_000002 (resume", NULL),
               "message: %s", forge_error_message());
     char hint[700];
     snprintf(hint, sizeof hint, "(resume with --resume %s and a lower --lr)", out_dir);
-    CHECK_MSG(msg_has(hint, NULL), "message: %s", forge_error_message());
+    CHECK_MSG(test_msg_has(hint, NULL), "message: %s", forge_error_message());
     char latest[256];
     read_latest(out_dir, latest, sizeof latest);
     CHECK_MSG(strcmp(latest, "ckpt_000002") == 0, "latest = %s", latest);
@@ -354,8 +341,8 @@ static void test_nonfinite_stops(void) {
     o.resume = out_dir;
     o.lr = 1e30f;
     o.weight_decay = 1e30f;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "step 4: the loss is", "last good checkpoint is");
-    CHECK_MSG(msg_has("ckpt_000002 (resume", NULL), "message: %s", forge_error_message());
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "step 4: the loss is", "last good checkpoint is");
+    CHECK_MSG(test_msg_has("ckpt_000002 (resume", NULL), "message: %s", forge_error_message());
     read_latest(out_dir, latest, sizeof latest);
     CHECK(strcmp(latest, "ckpt_000002") == 0);
 
@@ -365,7 +352,7 @@ static void test_nonfinite_stops(void) {
     o.ckpt_every = 1;
     o.lr = 1e30f;
     o.weight_decay = 1e30f;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "not written", "no good checkpoint of this run yet");
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_NUMERIC, "not written", "no good checkpoint of this run yet");
 }
 
 static void test_resume_state_validation(void) {
@@ -386,14 +373,14 @@ static void test_resume_state_validation(void) {
     o.stop_after = 0;
     o.resume = out_dir;
     edit_state(ckpt, NULL, NULL, "adamw.m", NAN);
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "state.safetensors: tensor \"adamw.m\" holds 1 non-finite",
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_DATA, "state.safetensors: tensor \"adamw.m\" holds 1 non-finite",
               "\"transformer.wte.weight\"");
     CHECK(system(cmd) == 0);
     edit_state(ckpt, NULL, NULL, "adamw.v", INFINITY);
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "state.safetensors: tensor \"adamw.v\"", "non-negative");
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_DATA, "state.safetensors: tensor \"adamw.v\"", "non-negative");
     CHECK(system(cmd) == 0);
     edit_state(ckpt, NULL, NULL, "adamw.v", -1.0f);
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_DATA, "tensor \"adamw.v\" holds 1 non-finite or negative", NULL);
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_DATA, "tensor \"adamw.v\" holds 1 non-finite or negative", NULL);
 
     TEST_CASE("resume validates every state field: integer, in range, consistent");
     static const struct {
@@ -426,14 +413,14 @@ static void test_resume_state_validation(void) {
         CHECK(system(cmd) == 0);
         edit_state(ckpt, bad[i].key, bad[i].value, NULL, 0);
         forge_status st = forge_train(&o, NULL);
-        CHECK_MSG(st == FORGE_ERR_DATA && msg_has("state.safetensors", bad[i].want), "%s = %s: %s: %s", bad[i].key,
+        CHECK_MSG(st == FORGE_ERR_DATA && test_msg_has("state.safetensors", bad[i].want), "%s = %s: %s: %s", bad[i].key,
                   bad[i].value ? bad[i].value : "(missing)", forge_status_name(st), forge_error_message());
     }
     CHECK(system(cmd) == 0);
 
     TEST_CASE("resume: --steps below the checkpoint's step is refused; equal to it trains nothing");
     o.steps = 2;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "is at step 3, past --steps 2", NULL);
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_ARG, "is at step 3, past --steps 2", NULL);
     o.steps = 3;
     forge_train_result r;
     CHECK_OK(forge_train(&o, &r));
@@ -484,7 +471,7 @@ static void test_option_validation(void) {
                        : strcmp(f, "--warmup-frac") == 0 ? &o.warmup_frac
                                                          : &o.min_lr_ratio;
         *field = bad[i].value;
-        CHECK_ERR(forge_train_options_validate(&o), FORGE_ERR_ARG, bad[i].want, NULL);
+        CHECK_ERR_MSG(forge_train_options_validate(&o), FORGE_ERR_ARG, bad[i].want, NULL);
     }
     /* the ends that are fine */
     forge_train_options_default(&o);
@@ -498,7 +485,7 @@ static void test_option_validation(void) {
     o.min_lr_ratio = 0.0f;
     CHECK_OK(forge_train_options_validate(&o));
     o.keep_checkpoints = 0;
-    CHECK_ERR(forge_train_options_validate(&o), FORGE_ERR_ARG, "--keep-checkpoints 0: expected an integer >= 1",
+    CHECK_ERR_MSG(forge_train_options_validate(&o), FORGE_ERR_ARG, "--keep-checkpoints 0: expected an integer >= 1",
               NULL);
 
     TEST_CASE("forge_train refuses --beta1 1 and --eps 0 --beta2 0 before touching the run directory");
@@ -507,11 +494,11 @@ static void test_option_validation(void) {
     snprintf(out_dir, sizeof out_dir, "%s/run", test_tmpdir());
     base_options(&o, write_config(TINY_GPT2), out_dir);
     o.beta1 = 1.0f;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "--beta1 1", "[0, 1)");
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_ARG, "--beta1 1", "[0, 1)");
     base_options(&o, write_config(TINY_GPT2), out_dir);
     o.eps = 0.0f;
     o.beta2 = 0.0f;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "--eps 0", "(0, inf)");
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_ARG, "--eps 0", "(0, inf)");
     CHECK(access(out_dir, F_OK) != 0);
 }
 
@@ -531,11 +518,11 @@ static void test_config_conflict(void) {
         "{\"family\": \"gpt2\", \"vocab_size\": 320, \"context_length\": 32, \"d_model\": 32,"
         " \"n_layers\": 3, \"n_heads\": 4}");
     o.config = other;
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, other, "conflicts with the config of the checkpoint");
-    CHECK_MSG(msg_has("ckpt_000002", "n_layers 3 in --config, 2 in the checkpoint"), "message: %s",
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_ARG, other, "conflicts with the config of the checkpoint");
+    CHECK_MSG(test_msg_has("ckpt_000002", "n_layers 3 in --config, 2 in the checkpoint"), "message: %s",
               forge_error_message());
     o.config = write_config(TINY_LLAMA);
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_ARG, "family 1 in --config, 0 in the checkpoint", NULL);
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_ARG, "family 1 in --config, 0 in the checkpoint", NULL);
     o.config = "no-such-config";
     CHECK(forge_train(&o, NULL) == FORGE_ERR_IO);
     o.config = gpt2; /* the same one */
@@ -638,7 +625,7 @@ static void test_run_dir_lock(void) {
     char want_buf[64];
     const char *want = want_buf;
     snprintf(want_buf, sizeof want_buf, "pid %d on ", (int)getpid());
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_IO, "is in use by another run", want);
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_IO, "is in use by another run", want);
     CHECK(!exists(out_dir, "log.jsonl"));
     forge_run_dir_unlock(fd);
     CHECK_OK(forge_train(&o, NULL));
@@ -659,7 +646,7 @@ static void test_run_dir_lock(void) {
     char ok = 'n';
     CHECK(child > 0 && read(ready[0], &ok, 1) == 1 && ok == 'y');
     snprintf(want_buf, sizeof want_buf, "pid %d on ", (int)child);
-    CHECK_ERR(forge_run_dir_lock(out_dir, &fd), FORGE_ERR_IO, "is in use by another run", want);
+    CHECK_ERR_MSG(forge_run_dir_lock(out_dir, &fd), FORGE_ERR_IO, "is in use by another run", want);
     if (child > 0) {
         kill(child, SIGKILL);
         waitpid(child, NULL, 0);
@@ -685,7 +672,7 @@ static void test_log_write_failure(void) {
     char log[700];
     snprintf(log, sizeof log, "%s/log.jsonl", out_dir);
     CHECK(symlink("/dev/full", log) == 0);
-    CHECK_ERR(forge_train(&o, NULL), FORGE_ERR_IO, "log.jsonl: cannot write the log after step 1",
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_IO, "log.jsonl: cannot write the log after step 1",
               "No space left on device");
     CHECK(!exists(out_dir, "latest")); /* stopped before step 1's checkpoint */
 }
