@@ -555,6 +555,8 @@ static const char *TRAIN_HELP =
     "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
     "  --stop-after N       stop after step N with a checkpoint (to resume later)\n"
     "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
+    "  --no-graph           run every step op by op (on CUDA the second step is recorded as a\n"
+    "                       graph and later steps replay it: one launch a step)\n"
     "  Ctrl-C saves a checkpoint at the end of the current step and exits.\n"
     "runtime options:\n" RUNTIME_HELP;
 
@@ -623,6 +625,10 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         FLOAT_OPT("--eps", o.eps, 0.0, 1.0)
         if (strcmp(argv[a.i], "--quiet") == 0) {
             o.quiet = 1;
+            continue;
+        }
+        if (strcmp(argv[a.i], "--no-graph") == 0) {
+            o.no_graph = 1;
             continue;
         }
         return fail(usage_error("train", "unknown argument ", argv[a.i]));

@@ -160,6 +160,55 @@ int ibuf_rand(parity *P, ibuf *b, size_t n, int range, int special, int special_
     return ok;
 }
 
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int ibuf_spans(parity *P, ibuf *b, int count, size_t total) {
+    if (count < 1 || (size_t)count > total) {
+        printf("FAIL spans: %d spans of %zu elements\n", count, total);
+        P->failed++;
+        return 0;
+    }
+    size_t *cut = malloc((size_t)(count + 1) * sizeof *cut);
+    forge_adamw_span *sp = malloc((size_t)count * sizeof *sp);
+    int ok = cut && sp;
+    if (ok) {
+        /* count - 1 distinct interior cut points, so every span is non-empty */
+        cut[0] = 0;
+        cut[count] = total;
+        for (int k = 1; k < count; k++) {
+            int fresh;
+            do {
+                cut[k] = 1 + (size_t)forge_rng_below(&P->rng, (uint64_t)(total - 1));
+                fresh = 1;
+                for (int j = 1; j < k; j++) fresh &= cut[j] != cut[k];
+            } while (!fresh);
+        }
+        qsort(cut + 1, (size_t)(count > 1 ? count - 1 : 0), sizeof *cut, cmp_size);
+        for (int k = 0; k < count; k++)
+            sp[k] = (forge_adamw_span){.begin = cut[k], .n = (uint32_t)(cut[k + 1] - cut[k]),
+                                       .weight_decay = forge_rng_below(&P->rng, 2) ? 0.1f : 0.0f};
+    }
+    const size_t bytes = (size_t)count * sizeof *sp;
+    b->n = bytes / sizeof(int32_t);
+    ok = ok && P->cpu->mem_alloc(P->cpu, (void **)&b->c, bytes) == FORGE_OK &&
+         P->gpu->mem_alloc(P->gpu, (void **)&b->g, bytes) == FORGE_OK;
+    if (ok) {
+        memcpy(b->c, sp, bytes);
+        ok = P->gpu->copy_to_device(P->gpu, b->g, sp, bytes) == FORGE_OK;
+    }
+    free(cut);
+    free(sp);
+    if (!ok) {
+        printf("FAIL alloc/upload of %d spans: %s\n", count, forge_error_message());
+        P->failed++;
+        ibuf_free(P, b);
+    }
+    return ok;
+}
+
 /* Copies the device side back and prints one PASS/FAIL line. rel = 1
  * compares |g - c| <= tol * |c| instead (printed maxerr is then relative). */
 void check(parity *P, const char *op, const char *shape, const fbuf *b, double tol, int rel) {

@@ -64,6 +64,8 @@ int fbuf_poison(parity *P, fbuf *b, size_t n);
 /* random in [lo, hi) on and below the diagonal of each trailing (side, side) matrix, 0 above it */
 int fbuf_rand_tril(parity *P, fbuf *b, size_t n, float lo, float hi, int side);
 int ibuf_rand(parity *P, ibuf *b, size_t n, int range, int special, int special_pct);
+/* count forge_adamw_spans (4 int32 each) cutting [0, total) at random points, weight decay 0 or 0.1 each */
+int ibuf_spans(parity *P, ibuf *b, int count, size_t total);
 void check(parity *P, const char *op, const char *shape, const fbuf *b, double tol, int rel);
 
 /* bf16 buffers: random values rounded to bf16 (identical bits on both sides), NaN-poisoned, guarded like fbuf */

@@ -67,6 +67,7 @@
 #define FIELD_ACC_OPT(T, name, ...) T *name;
 #define FIELD_INOUT(T, name, ...) T *name;
 #define FIELD_IDS(name, ...) int32_t *name;
+#define FIELD_SPANS(name, ...) forge_adamw_span *name;
 #define FIELD_SCRATCH(name, ...) float *name;
 #define FIELD_SIZE(T, name) T name;
 #define FIELD_SCALAR(T, name) T name;
@@ -88,6 +89,7 @@
 #define LOCAL_ACC_OPT(...)
 #define LOCAL_INOUT(...)
 #define LOCAL_IDS(...)
+#define LOCAL_SPANS(...)
 #define LOCAL_SCRATCH(...)
 #define LOCAL_SIZE(T, name) const T name = c_->name;
 #define LOCAL_SCALAR(T, name) const T name = c_->name;
@@ -116,6 +118,10 @@
 #define DESC_IDS(nm_, len_, range_, special_, pct_)                                                             \
     d[n_++] = (arg_desc){.role = ARG_IDS, .name = #nm_, .offset = offsetof(case_t, nm_), .len = (size_t)(len_),   \
                          .elem = FORGE_I32, .id_range = (range_), .id_special = (special_), .id_pct = (pct_)};
+#define DESC_SPANS(nm_, total_, count_)                                                                         \
+    d[n_++] = (arg_desc){.role = ARG_SPANS, .name = #nm_, .offset = offsetof(case_t, nm_),                        \
+                         .len = (size_t)(count_) * (sizeof(forge_adamw_span) / sizeof(int32_t)), .elem = FORGE_I32, \
+                         .span_total = (size_t)(total_)};
 #define DESC_SCRATCH(name, len) DESC_BUF(ARG_SCRATCH, float, name, len, 0, 0, .tol = 0)
 #define DESC_SIZE(T, name)
 #define DESC_SCALAR(T, name)
@@ -146,6 +152,7 @@
 #define CALL_ACC_OPT(T, name, ...) , c_->name
 #define CALL_INOUT(T, name, ...) , c_->name
 #define CALL_IDS(name, ...) , c_->name
+#define CALL_SPANS(name, ...) , c_->name
 #define CALL_SCRATCH(name, ...) , c_->name
 #define CALL_SIZE(T, name) , c_->name
 #define CALL_SCALAR(T, name) , c_->name
@@ -169,6 +176,7 @@
 #define SHOW_ACC_OPT(...)
 #define SHOW_INOUT(...)
 #define SHOW_IDS(...)
+#define SHOW_SPANS(...)
 #define SHOW_SCRATCH(...)
 #define SHOW_SIZE(T, name) SHOW_VALUE("%lld", name, (long long)c_->name)
 #define SHOW_SCALAR(T, name) SHOW_VALUE("%g", name, (double)c_->name)
@@ -290,7 +298,10 @@ void op_walker_run_case_opt(parity *P, const op_cases *oc, int k, unsigned prese
             continue;
         }
         const int poisoned = a->role == ARG_OUT || a->role == ARG_OUT_OPT || a->role == ARG_SCRATCH;
-        if (a->elem == FORGE_I32) {
+        if (a->role == ARG_SPANS) {
+            ok = ibuf_spans(P, &ids[i], a->len / (sizeof(forge_adamw_span) / sizeof(int32_t)), a->span_total);
+            if (ok) set_ptr(cc, a->offset, ids[i].c), set_ptr(gc, a->offset, ids[i].g);
+        } else if (a->elem == FORGE_I32) {
             ok = ibuf_rand(P, &ids[i], a->len, a->id_range, a->id_special, a->id_pct);
             if (ok) set_ptr(cc, a->offset, ids[i].c), set_ptr(gc, a->offset, ids[i].g);
         } else if (a->elem == FORGE_BF16) {

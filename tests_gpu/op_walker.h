@@ -13,7 +13,7 @@
 #include "gpu_test.h"
 
 typedef enum {
-    ARG_IN, ARG_IN_OPT, ARG_IN_TRIL, ARG_OUT, ARG_OUT_OPT, ARG_ACC, ARG_ACC_OPT, ARG_INOUT, ARG_IDS, ARG_SCRATCH
+    ARG_IN, ARG_IN_OPT, ARG_IN_TRIL, ARG_OUT, ARG_OUT_OPT, ARG_ACC, ARG_ACC_OPT, ARG_INOUT, ARG_IDS, ARG_SPANS, ARG_SCRATCH
 } arg_role;
 
 typedef struct {
@@ -30,6 +30,7 @@ typedef struct {
     double gemm_k; /* > 0: a GEMM(K) tolerance, widened under tf32 */
     int id_range, id_special, id_pct;
     int tril_n; /* IN_TRIL: the side of its trailing square matrices */
+    size_t span_total; /* SPANS: the elements the spans cut up */
 } arg_desc;
 
 #define MAX_ARGS 16

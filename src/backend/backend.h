@@ -40,15 +40,22 @@
 
 typedef struct forge_backend forge_backend;
 
-/* Hyper-parameters of one AdamW update, passed by value. */
+/* The constant hyper-parameters of the AdamW update, passed by value. What changes from step to step (the learning
+ * rate, the bias corrections) is read from device memory (the adamw entry of op_list.h), and the weight decay comes
+ * with each span. */
 typedef struct {
-    float lr;           /* learning rate for this step */
     float beta1, beta2; /* moment decay rates */
     float eps;          /* added outside the square root: m / (sqrt(v) + eps) */
-    float weight_decay; /* decoupled: p -= lr * wd * p; 0 for rank < 2 params */
     float max_grad_norm;/* clip threshold; <= 0 disables clipping */
-    int step;           /* 1-based step, for bias correction */
 } forge_adamw_params;
+
+/* One tensor (or a piece of one) in the flat parameter buffer the multi-tensor AdamW updates: elements
+ * [begin, begin + n), decoupled weight decay weight_decay (0 for biases and norms). 16 bytes. */
+typedef struct {
+    uint64_t begin;
+    uint32_t n;
+    float weight_decay;
+} forge_adamw_span;
 
 struct forge_backend {
     const char *name; /* names the device and, on CUDA, the matmul path: every log line that names it says which GEMM ran */
@@ -70,6 +77,16 @@ struct forge_backend {
      * its loss anyway. */
     forge_status (*poll_errors)(forge_backend *be);
     void (*destroy)(forge_backend *be);
+
+    /* ---- graphs: NULL where ops only run eagerly (the CPU) -------------------------------------------------
+     * The ops issued between capture_begin and capture_end are recorded, not run, and graph_launch replays them
+     * with the same pointers, sizes and scalars; what changes between replays must live in device memory the
+     * recorded ops read. capture_end fails (and the caller runs eagerly) if an op could not be recorded.
+     * graph_launch fails with FORGE_ERR_STALE if the backend has since replaced a workspace the graph uses. */
+    forge_status (*capture_begin)(forge_backend *be);
+    forge_status (*capture_end)(forge_backend *be, void **graph);
+    forge_status (*graph_launch)(forge_backend *be, void *graph);
+    void (*graph_destroy)(forge_backend *be, void *graph);
 
     /* ---- the ops of op_list.h: forge_status (*NAME)(forge_backend *be, ...) */
 #define FORGE_OP_FIELD(name, dtype, flags, args, cases) forge_status (*name)(forge_backend * be args);

@@ -30,6 +30,8 @@
  *     A(ACC_OPT, T, name, len, tol)    the same, and NULL is allowed (nothing accumulated)
  *     A(INOUT, T, name, len, lo, hi, tol)  read, then overwritten
  *     A(IDS, name, len, range, special, pct)  const int32_t[len] in [0, range); pct % of them `special`
+ *     A(SPANS, name, n, count)         const forge_adamw_span[count]: the test cuts [0, n) into count random spans,
+ *                                       each with weight decay 0 or 0.1
  *     A(SCRATCH, name, len)            float workspace of len, contents undefined before and after
  *     A(SIZE, T, name)                 a size (int or size_t) taken from the case
  *     A(SCALAR, T, name)               a value taken from the case
@@ -430,27 +432,31 @@
                                   A(DIM, ignore_pct),                                                            \
       FORGE_CLS_BF16_CASES(K))                                                                                   \
                                                                                                                  \
-    /* ---- optimizer ------------------------------------------------------------------------------------- */   \
-    /* *out_sumsq += sum(x[i]^2), accumulated in the device scalar (no host sync) */                             \
-    X(sumsq_accumulate, FORGE_F32, 0,                                                                            \
-      A(ACC, float, out_sumsq, 1, REL(1e-5)) A(IN, float, x, n, -1, 1) A(SIZE, size_t, n),                       \
+    /* ---- reductions and the optimizer --------------------------------------------------------------------- */   \
+    /* *out_sum += sum(x[i]), into a device scalar (the step's loss: no host sync). The GPU sums in a fixed      \
+     * order (the same bits every run); the CPU in double. */                                                    \
+    X(sum_accumulate, FORGE_F32, 0,                                                                              \
+      A(ACC, float, out_sum, 1, REL(1e-5)) A(IN, float, x, n, -1, 1) A(SIZE, size_t, n),                         \
       K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
-    /* AdamW on n elements. The clip factor min(1, max_norm / sqrt(*grad_sumsq)) is computed from the device     \
-     * scalar and folded into the gradient read (grad_sumsq NULL or max_grad_norm <= 0: no clipping). */         \
-    X(adamw_update, FORGE_F32, 0,                                                                                \
-      A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(IN, float, grad, n, -1, 1)                                   \
-          A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5)) A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5))               \
-              A(SIZE, size_t, n) A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),      \
-      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))                                                   \
-    /* bf16: the same update, and param_bf16 = rn(param after the update) in the same pass (the bf16 working copy \
-     * of the masters). param, m, v: the fp32 entry's tolerances; param_bf16: one bf16 ulp (param differs from the \
-     * reference by a few fp32 ulps, so its rounding can land one bf16 ulp away). */                              \
-    X(adamw_update_bf16, FORGE_BF16, 0,                                                                          \
-      A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(OUT, forge_bf16, param_bf16, n, ULP(1))                      \
+    /* *out_sumsq = sum(x[i]^2) (the global gradient norm's square, for clipping), in one launch on the GPU */   \
+    X(sumsq, FORGE_F32, 0,                                                                                       \
+      A(OUT, float, out_sumsq, 1, REL(1e-5)) A(IN, float, x, n, -1, 1) A(SIZE, size_t, n),                       \
+      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* AdamW over every tensor of one flat buffer in one launch: span s updates [begin, begin + n) with its      \
+     * weight decay. The clip factor min(1, max_norm / sqrt(*grad_sumsq)) comes from the device scalar, folded   \
+     * into the gradient read (grad_sumsq NULL or max_grad_norm <= 0: no clipping); a non-finite *grad_sumsq     \
+     * leaves everything untouched (a step that overflowed is skipped without a host round trip). The step's     \
+     * changing scalars are read from device memory, so a captured step replays with new ones: step[0] = lr,     \
+     * step[1] = 1 - beta1^t, step[2] = 1 - beta2^t. param_bf16 (bf16 training) gets rn(param after the update) \
+     * in the same pass: one bf16 ulp (param differs from the reference by a few fp32 ulps, so its rounding can   \
+     * land one bf16 ulp away). */                                                                               \
+    X(adamw, FORGE_F32, 0,                                                                                       \
+      A(INOUT, float, param, n, -1, 1, ABS(1e-5)) A(OUT_OPT, forge_bf16, param_bf16, n, ULP(1))                  \
           A(IN, float, grad, n, -1, 1) A(INOUT, float, m, n, -0.1, 0.1, ABS(1e-5))                               \
-              A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5)) A(SIZE, size_t, n)                                    \
-                  A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(PARAMS, forge_adamw_params, hp),                     \
-      FORGE_ADAMW_CASES(K, 37) FORGE_ADAMW_CASES(K, 100003))                                                     \
+              A(INOUT, float, v, n, 1e-4, 1e-2, ABS(1e-5)) A(SIZE, size_t, n) A(SPANS, spans, n, n_spans)        \
+                  A(SIZE, int, n_spans) A(IN_OPT, float, grad_sumsq, 1, 1, 100) A(IN, float, step, 3, 0.05, 1)   \
+                      A(PARAMS, forge_adamw_params, hp),                                                         \
+      FORGE_ADAMW_CASES(K, 37, 1) FORGE_ADAMW_CASES(K, 100003, 7) FORGE_ADAMW_CASES(K, 300001, 40))             \
                                                                                                                  \
     /* ---- conversions ------------------------------------------------------------------------------------ */   \
     /* dst[i] = rn(src[i]): fp32 to bf16, round to nearest even (the parameters' working copy at load) */       \
@@ -589,13 +595,12 @@
     K(.N = 5, .C = 768, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20)                 \
     K(.N = 300, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)
 /* clipping active (norm above max_grad_norm), inactive (below), disabled (0); grad_sumsq NULL is the parity
- * test's optional-argument pass */
-#define FORGE_ADAMW_HP(step_, max_norm_)                                                                         \
-    {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,                             \
-     .max_grad_norm = (max_norm_), .step = (step_)}
-#define FORGE_ADAMW_CASES(K, n_)                                                                                 \
-    K(.n = n_, .hp = FORGE_ADAMW_HP(1, 1.0f)) K(.n = n_, .hp = FORGE_ADAMW_HP(10, 1.0f))                         \
-    K(.n = n_, .hp = FORGE_ADAMW_HP(1, 1e9f)) K(.n = n_, .hp = FORGE_ADAMW_HP(10, 0.0f))
+ * test's optional-argument pass. n_spans_ random spans cover the n_ elements. */
+#define FORGE_ADAMW_HP(max_norm_) {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = (max_norm_)}
+#define FORGE_ADAMW_CASES(K, n_, n_spans_)                                                                       \
+    K(.n = n_, .n_spans = n_spans_, .hp = FORGE_ADAMW_HP(1.0f))                                                  \
+    K(.n = n_, .n_spans = n_spans_, .hp = FORGE_ADAMW_HP(1e9f))                                                  \
+    K(.n = n_, .n_spans = n_spans_, .hp = FORGE_ADAMW_HP(0.0f))
 
 /* The op enum and names (FORGE_OP_accumulate, ...; forge_op_name). */
 #define FORGE_OP_ENUM_ENTRY(name, dtype, flags, args, cases) FORGE_OP_##name,
@@ -613,6 +618,7 @@ typedef enum { FORGE_OP_LIST(FORGE_OP_ENUM_ENTRY, FORGE_OP_NOTHING, FORGE_OP_NOT
 #define FORGE_ARG_DECL_ACC_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_INOUT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_IDS(name, ...) , const int32_t *name
+#define FORGE_ARG_DECL_SPANS(name, ...) , const forge_adamw_span *name
 #define FORGE_ARG_DECL_SCRATCH(name, ...) , float *name
 #define FORGE_ARG_DECL_SIZE(T, name) , T name
 #define FORGE_ARG_DECL_SCALAR(T, name) , T name

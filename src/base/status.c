@@ -43,7 +43,7 @@ void forge_error_clear(void) { error_message[0] = '\0'; }
 const char *forge_status_name(forge_status status) {
     static const char *names[] = {
         "ok", "bad argument", "bad config", "I/O error", "bad data",
-        "out of memory", "numeric error", "unsupported", "device error", "interrupted",
+        "out of memory", "numeric error", "unsupported", "device error", "interrupted", "stale graph",
     };
     _Static_assert(sizeof names / sizeof names[0] == FORGE_STATUS_COUNT,
                    "status names out of step with forge_status");

@@ -20,6 +20,7 @@ typedef enum {
     FORGE_ERR_UNSUPPORTED, /* backend lacks an op, or a shape it cannot do */
     FORGE_ERR_DEVICE,      /* a device runtime call failed */
     FORGE_ERR_INTERRUPTED, /* stopped by a signal; state was saved */
+    FORGE_ERR_STALE,       /* a recorded graph no longer matches the memory it uses: record it again */
     FORGE_STATUS_COUNT
 } forge_status;
 

@@ -49,6 +49,7 @@ typedef enum {
     BUF_UPDATE,  /* accumulated into or updated in place: reset to its start values */
     BUF_SCRATCH, /* workspace, contents undefined: not checked */
     BUF_IDS,     /* int32 ids in [0, V), OPS_SETS sets */
+    BUF_SPAN,    /* one forge_adamw_span (4 floats' room) covering the N*C parameters, weight decay 0.1 */
     BUF_PROBS    /* input (B*NH, T, T) of causal softmax rows: zero above the
                   * diagonal, rows summing to 1, as attention_forward saves them
                   * (the CUDA backward skips the upper triangle) */
@@ -130,8 +131,9 @@ static forge_status call_classifier(forge_backend *be, const ops_shape *s, void 
     return be->classifier_forward_backward(be, P(0), P(1), (const int32_t *)p[2], s->N, s->V, -1, 1e-4f);
 }
 static forge_status call_adamw(forge_backend *be, const ops_shape *s, void *const *p) {
-    forge_adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
-    return be->adamw_update(be, P(0), PC(1), P(2), P(3), (size_t)s->N * s->C, PC(4), hp);
+    forge_adamw_params hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = 1.0f};
+    return be->adamw(be, P(0), NULL, PC(1), P(2), P(3), (size_t)s->N * s->C, (const forge_adamw_span *)p[5], 1,
+                     PC(4), PC(6), hp);
 }
 #undef P
 #undef PC
@@ -217,9 +219,10 @@ static int ops_table(ops_desc *o, const ops_shape *s) {
     o[k++] = (ops_desc){"classifier_forward_backward", 3,
                         {{BUF_OUT, N, 0, 0}, {BUF_UPDATE, N * V, -4, 4}, {BUF_IDS, N, 0, 0}}, call_classifier,
                         NULL, 0};
-    o[k++] = (ops_desc){"adamw_update (N*C params)", 5,
+    o[k++] = (ops_desc){"adamw (N*C params)", 7,
                         {{BUF_UPDATE, N * C, a, b}, {BUF_IN, N * C, -0.01f, 0.01f}, {BUF_UPDATE, N * C, -0.01f, 0.01f},
-                         {BUF_UPDATE, N * C, 0.0f, 1e-4f}, {BUF_IN, 1, 0.5f, 2.0f}},
+                         {BUF_UPDATE, N * C, 0.0f, 1e-4f}, {BUF_IN, 1, 0.5f, 2.0f}, {BUF_SPAN, 4, 0, 0},
+                         {BUF_IN, 3, 0.5f, 1.0f}},
                         call_adamw, NULL, 0};
     return k;
 }
@@ -248,7 +251,7 @@ static void causal_rows(float *x, size_t n, int T) {
     }
 }
 
-static int is_input(buf_kind k) { return k == BUF_IN || k == BUF_IDS || k == BUF_PROBS; }
+static int is_input(buf_kind k) { return k == BUF_IN || k == BUF_IDS || k == BUF_PROBS || k == BUF_SPAN; }
 static int buf_sets(buf_kind k) { return is_input(k) ? OPS_SETS : 1; }
 
 static void ops_cell_free(ops_cell *c) {
@@ -270,7 +273,10 @@ static forge_status ops_cell_init(ops_cell *c, forge_rng *rng) {
             if (b->kind == BUF_OUT || b->kind == BUF_SCRATCH) continue;
             c->init[i][k] = malloc(b->n * sizeof(float));
             if (!c->init[i][k]) return forge_error(FORGE_ERR_OOM, "bench ops: %s: out of host memory", c->op->name);
-            if (b->kind == BUF_IDS) {
+            if (b->kind == BUF_SPAN) {
+                const forge_adamw_span sp = {0, (uint32_t)((size_t)c->s->N * c->s->C), 0.1f};
+                memcpy(c->init[i][k], &sp, sizeof sp);
+            } else if (b->kind == BUF_IDS) {
                 int32_t *ids = c->init[i][k];
                 for (size_t j = 0; j < b->n; j++) ids[j] = (int32_t)forge_rng_below(rng, (uint64_t)c->V);
             } else {

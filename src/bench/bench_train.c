@@ -25,6 +25,7 @@
 #include "../backend/backend.h"
 #include "../model/model.h"
 #include "../train/optimizer.h"
+#include "../train/step.h"
 #include "../base/rng.h"
 #include "bench.h"
 #include "bench_session.h"
@@ -52,6 +53,8 @@ typedef struct {
     forge_tape *tape, *ref_tape;
     forge_model *m, *ref_model;
     forge_optimizer *opt;
+    forge_step *step;
+    int eager; /* the step op by op (the profile of --breakdown) */
     forge_tensor *ids, *tgt, *ref_ids, *ref_tgt;
     float *host_params, *host_losses, *ref_losses;
     int32_t *host_tokens;
@@ -60,13 +63,9 @@ typedef struct {
 static forge_status train_cell_run(void *ctx, int input_set) {
     (void)input_set; /* one batch: the parameters change every step anyway */
     train_cell *c = ctx;
-    forge_tensor *losses;
-    FORGE_TRY(forge_model_zero_grad(c->m));
-    FORGE_TRY(forge_model_forward(c->m, c->tape, c->ids, c->tgt, 1.0f / (c->B * c->T), &losses));
-    FORGE_TRY(forge_tape_backward(c->tape));
-    forge_tape_reset(c->tape);
-    FORGE_TRY(forge_optimizer_grad_norm(c->opt));
-    return forge_optimizer_update(c->opt, 1e-4f);
+    const size_t n = (size_t)c->B * c->T;
+    /* the trainer's step: launched, not waited for (the harness times the device) */
+    return (c->eager ? forge_step_launch_eager : forge_step_launch)(c->step, c->host_tokens, c->host_tokens + n, 1e-4f);
 }
 
 static forge_status train_cell_poison(void *ctx) {
@@ -119,6 +118,9 @@ static forge_status train_cell_init(train_cell *c, forge_backend *be, forge_back
     FORGE_TRY(forge_model_create(&c->m, &c->cfg, c->pool, 1));
     forge_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     FORGE_TRY(forge_optimizer_create(&c->opt, c->m, ac));
+    forge_step_options so = {.B = c->B, .T = c->T, .accum = 1, .grad_scale = 1.0f / (float)(c->B * c->T),
+                             .use_graph = 1};
+    FORGE_TRY(forge_step_create(&c->step, c->m, c->tape, c->opt, &so));
     FORGE_TRY(forge_pool_tensor(c->pool, &c->ids, FORGE_I32, 2, shape, 1));
     FORGE_TRY(forge_pool_tensor(c->pool, &c->tgt, FORGE_I32, 2, shape, 1));
     FORGE_TRY(forge_pool_create(&c->ref_pool, ref));
@@ -143,6 +145,7 @@ static forge_status train_cell_init(train_cell *c, forge_backend *be, forge_back
 }
 
 static void train_cell_free(train_cell *c) {
+    forge_step_free(c->step);
     forge_optimizer_free(c->opt);
     forge_model_free(c->m);
     forge_model_free(c->ref_model);
@@ -196,7 +199,9 @@ static forge_status breakdown(FILE *out, train_cell *c, const char *name) {
     forge_op_profile *p = NULL;
     forge_status s = forge_op_profile_attach(&p, c->be, &marks);
     if (s == FORGE_OK) {
+        c->eager = 1;
         forge_status r = train_cell_run(c, 0);
+        c->eager = 0;
         forge_op_profile_result res;
         s = forge_op_profile_detach(p, &res);
         if (r != FORGE_OK) s = r;

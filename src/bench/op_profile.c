@@ -68,6 +68,7 @@ static void stamp_end(int i) {
 #define PROF_PASS_ACC_OPT(T, name, ...) , name
 #define PROF_PASS_INOUT(T, name, ...) , name
 #define PROF_PASS_IDS(name, ...) , name
+#define PROF_PASS_SPANS(name, ...) , name
 #define PROF_PASS_SCRATCH(name, ...) , name
 #define PROF_PASS_SIZE(T, name) , name
 #define PROF_PASS_SCALAR(T, name) , name

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct {
@@ -21,7 +22,80 @@ struct forge_pool {
     size_t n_free, cap_free;
     forge_tensor *live; /* singly linked through next_live */
     forge_pool_stats stats;
+    /* Graph pinning (pool.h): the blocks handed out while recording, then the pinned ones among them. */
+    int recording;
+    void **noted;
+    size_t n_noted, cap_noted;
+    int recording_failed; /* out of host memory for the notes: nothing is pinned */
+    size_t pinned_out;    /* pinned blocks handed out now */
+    int pinned_lost;      /* a pinned block went back to the backend */
 };
+
+static void pool_note(forge_pool *pool, void *ptr) {
+    for (size_t i = 0; i < pool->n_noted; i++)
+        if (pool->noted[i] == ptr) return;
+    if (pool->n_noted == pool->cap_noted) {
+        size_t cap = pool->cap_noted ? 2 * pool->cap_noted : 256;
+        void **nn = realloc(pool->noted, cap * sizeof *nn);
+        if (!nn) {
+            pool->recording_failed = 1;
+            return;
+        }
+        pool->noted = nn;
+        pool->cap_noted = cap;
+    }
+    pool->noted[pool->n_noted++] = ptr;
+}
+
+static int pool_is_free(const forge_pool *pool, const void *ptr) {
+    for (size_t i = 0; i < pool->n_free; i++)
+        if (pool->free_blocks[i].ptr == ptr) return 1;
+    return 0;
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The pinned blocks are sorted (record_end): a lookup per allocation and release is a binary search. */
+static int pool_is_pinned(const forge_pool *pool, void *ptr) {
+    if (pool->recording || pool->n_noted == 0) return 0;
+    return bsearch(&ptr, pool->noted, pool->n_noted, sizeof *pool->noted, cmp_ptr) != NULL;
+}
+
+void forge_pool_record_begin(forge_pool *pool) {
+    pool->n_noted = 0;
+    pool->recording_failed = 0;
+    pool->recording = 1;
+}
+
+forge_status forge_pool_record_end(forge_pool *pool) {
+    pool->recording = 0;
+    if (pool->recording_failed) {
+        pool->n_noted = 0;
+        return forge_error(FORGE_ERR_OOM, "pool: out of host memory noting the blocks of a recorded graph");
+    }
+    /* Blocks still handed out belong to their holders (tensors made during the recording that outlive it);
+     * the free ones are the graph's scratch: pinned. */
+    size_t k = 0;
+    for (size_t i = 0; i < pool->n_noted; i++)
+        if (pool_is_free(pool, pool->noted[i])) pool->noted[k++] = pool->noted[i];
+    pool->n_noted = k;
+    qsort(pool->noted, k, sizeof *pool->noted, cmp_ptr);
+    pool->pinned_out = 0;
+    pool->pinned_lost = 0;
+    return FORGE_OK;
+}
+
+int forge_pool_pinned_free(const forge_pool *pool) { return pool->pinned_out == 0 && !pool->pinned_lost; }
+
+void forge_pool_unpin(forge_pool *pool) {
+    pool->recording = 0;
+    pool->n_noted = 0;
+    pool->pinned_out = 0;
+    pool->pinned_lost = 0;
+}
 
 /* Size classes: 512-byte granules below 1 MiB, 1 MiB granules above, so
  * slightly different shapes still share blocks without wasting much. */
@@ -73,6 +147,8 @@ forge_status forge_pool_block(forge_pool *pool, void **out, size_t bytes, size_t
         if (pool->stats.bytes_reserved > pool->stats.peak_reserved)
             pool->stats.peak_reserved = pool->stats.bytes_reserved;
     }
+    if (pool->recording) pool_note(pool, *out);
+    else if (pool_is_pinned(pool, *out)) pool->pinned_out++;
     pool->stats.bytes_in_use += got;
     if (pool->stats.bytes_in_use > pool->stats.peak_in_use)
         pool->stats.peak_in_use = pool->stats.bytes_in_use;
@@ -82,10 +158,12 @@ forge_status forge_pool_block(forge_pool *pool, void **out, size_t bytes, size_t
 
 static void pool_give_back(forge_pool *pool, void *ptr, size_t block_bytes) {
     if (!ptr) return;
+    if (pool_is_pinned(pool, ptr)) pool->pinned_out--;
     if (pool->n_free == pool->cap_free) {
         size_t cap = pool->cap_free ? 2 * pool->cap_free : 64;
         pool_block *nb = realloc(pool->free_blocks, cap * sizeof *nb);
         if (!nb) { /* cannot cache it: return it to the backend instead */
+            if (pool_is_pinned(pool, ptr)) pool->pinned_lost = 1;
             pool->be->mem_free(pool->be, ptr);
             pool->stats.bytes_reserved -= block_bytes;
             pool->stats.bytes_in_use -= block_bytes;
@@ -188,11 +266,16 @@ void forge_pool_release_transient(forge_pool *pool) {
 }
 
 void forge_pool_trim(forge_pool *pool) {
+    size_t kept = 0;
     for (size_t i = 0; i < pool->n_free; i++) {
+        if (pool_is_pinned(pool, pool->free_blocks[i].ptr)) { /* a recorded graph's scratch stays allocated */
+            pool->free_blocks[kept++] = pool->free_blocks[i];
+            continue;
+        }
         pool->be->mem_free(pool->be, pool->free_blocks[i].ptr);
         pool->stats.bytes_reserved -= pool->free_blocks[i].bytes;
     }
-    pool->n_free = 0;
+    pool->n_free = kept;
 }
 
 void forge_pool_destroy(forge_pool *pool) {
@@ -202,8 +285,10 @@ void forge_pool_destroy(forge_pool *pool) {
         pool->live = t->next_live;
         pool_free_tensor(pool, t);
     }
+    forge_pool_unpin(pool);
     forge_pool_trim(pool);
     free(pool->free_blocks);
+    free(pool->noted);
     free(pool);
 }
 

@@ -54,6 +54,16 @@ void forge_pool_trim(forge_pool *pool);
 forge_status forge_pool_block(forge_pool *pool, void **out, size_t bytes, size_t *block_bytes);
 void forge_pool_block_release(forge_pool *pool, void *ptr, size_t block_bytes);
 
+/* Pinning for a recorded graph (runtime/graph.c), whose ops keep the raw pointers they were recorded with:
+ * between record_begin and record_end every block handed out is noted; at record_end the noted blocks that are
+ * free again (the step's activations and scratch) are pinned. A pinned block may still be handed out between
+ * replays (evaluation reuses it), but forge_pool_trim keeps it allocated, and forge_pool_pinned_free says whether
+ * every pinned block is free, which a replay needs. unpin drops the pins. One recording per pool at a time. */
+void forge_pool_record_begin(forge_pool *pool);
+forge_status forge_pool_record_end(forge_pool *pool);
+int forge_pool_pinned_free(const forge_pool *pool);
+void forge_pool_unpin(forge_pool *pool);
+
 forge_pool_stats forge_pool_get_stats(const forge_pool *pool);
 void forge_pool_reset_peak(forge_pool *pool);
 forge_backend *forge_pool_backend(const forge_pool *pool);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../runtime/tape.h"
+#include "step.h"
 #include "../data/loader.h"
 #include "../data/shards.h"
 #include "../data/tokenizer.h"
@@ -151,9 +152,8 @@ typedef struct {
     forge_optimizer *opt;
     forge_loader *train, *val;
     forge_tokenizer *tok;
-    forge_tensor *ids, *targets; /* (B, T) i32 on the device */
-    int32_t *host_ids, *host_targets;
-    float *host_losses;
+    forge_step *step;            /* the device step: its batches, loss and recorded graph */
+    int32_t *host_ids, *host_targets; /* (accum, B, T): the step's micro-batches */
     FILE *log;
     char log_path[1100];
     int lock_fd;
@@ -200,23 +200,6 @@ static forge_status log_flush(trainer *tr) {
     return FORGE_OK;
 }
 
-static forge_status micro_batch_loss(trainer *tr, float grad_scale, double *loss_sum) {
-    forge_backend *be = tr->be;
-    size_t n = (size_t)tr->B * tr->T;
-    FORGE_TRY(be->copy_to_device(be, tr->ids->data, tr->host_ids, n * sizeof(int32_t)));
-    FORGE_TRY(be->copy_to_device(be, tr->targets->data, tr->host_targets, n * sizeof(int32_t)));
-    forge_tensor *losses;
-    FORGE_TRY(forge_model_forward(tr->model, tr->tape, tr->ids, tr->targets, grad_scale, &losses));
-    if (forge_tape_recording(tr->tape)) FORGE_TRY(forge_tape_backward(tr->tape));
-    FORGE_TRY(be->copy_to_host(be, tr->host_losses, losses->data, n * sizeof(float)));
-    FORGE_TRY(be->poll_errors(be)); /* a token id outside the table, found on the device */
-    forge_tape_reset(tr->tape);
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += tr->host_losses[i];
-    *loss_sum += s;
-    return FORGE_OK;
-}
-
 static forge_status evaluate(trainer *tr, float *val_loss) {
     *val_loss = NAN;
     if (!tr->val) return FORGE_OK;
@@ -228,8 +211,10 @@ static forge_status evaluate(trainer *tr, float *val_loss) {
     double sum = 0;
     forge_status s = FORGE_OK;
     for (int i = 0; i < batches && s == FORGE_OK; i++) {
+        double batch_sum = 0;
         s = forge_loader_val_batch(tr->val, (uint64_t)i, tr->host_ids, tr->host_targets);
-        if (s == FORGE_OK) s = micro_batch_loss(tr, 0.0f, &sum);
+        if (s == FORGE_OK) s = forge_step_eval(tr->step, tr->host_ids, tr->host_targets, &batch_sum);
+        sum += batch_sum;
     }
     forge_tape_set_recording(tr->tape, 1);
     forge_tape_reset(tr->tape);
@@ -386,14 +371,16 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
         tr->val = NULL;
     }
     if (o->resume) FORGE_TRY(forge_loader_seek(tr->train, tr->state.loader_batches));
-    int64_t shape[2] = {tr->B, tr->T};
-    FORGE_TRY(forge_pool_tensor(tr->pool, &tr->ids, FORGE_I32, 2, shape, 1));
-    FORGE_TRY(forge_pool_tensor(tr->pool, &tr->targets, FORGE_I32, 2, shape, 1));
-    size_t n = (size_t)tr->B * tr->T;
+    forge_step_options so = {.B = tr->B,
+                             .T = tr->T,
+                             .accum = tr->accum,
+                             .grad_scale = 1.0f / (float)((long)tr->B * tr->T * tr->accum),
+                             .use_graph = !o->no_graph};
+    FORGE_TRY(forge_step_create(&tr->step, tr->model, tr->tape, tr->opt, &so));
+    size_t n = (size_t)tr->accum * tr->B * tr->T;
     tr->host_ids = malloc(n * sizeof(int32_t));
     tr->host_targets = malloc(n * sizeof(int32_t));
-    tr->host_losses = malloc(n * sizeof(float));
-    if (!tr->host_ids || !tr->host_targets || !tr->host_losses)
+    if (!tr->host_ids || !tr->host_targets)
         return forge_error(FORGE_ERR_OOM, "train: out of host memory for batch buffers");
 
     snprintf(tr->log_path, sizeof tr->log_path, "%s/log.jsonl", o->out_dir);
@@ -423,7 +410,7 @@ static void teardown(trainer *tr) {
     forge_run_dir_unlock(tr->lock_fd);
     free(tr->host_ids);
     free(tr->host_targets);
-    free(tr->host_losses);
+    forge_step_free(tr->step);
     forge_optimizer_free(tr->opt);
     forge_model_free(tr->model);
     forge_loader_free(tr->train);
@@ -471,24 +458,26 @@ static forge_status run(trainer *tr, forge_train_result *res) {
 
     double t_start = forge_now_seconds(), avg_step = 0;
     long tokens_per_step = (long)tr->B * tr->T * tr->accum;
-    float grad_scale = 1.0f / (float)tokens_per_step;
+    const size_t micro_tokens = (size_t)tr->B * tr->T;
     res->first_loss = NAN;
     res->last_val_loss = NAN;
     while (tr->state.step < o->steps) {
         double t0 = forge_now_seconds();
-        FORGE_TRY(forge_model_zero_grad(tr->model));
-        double loss_sum = 0;
         for (int micro = 0; micro < tr->accum; micro++) {
-            FORGE_TRY(forge_loader_next(tr->train, tr->host_ids, tr->host_targets));
+            FORGE_TRY(forge_loader_next(tr->train, tr->host_ids + micro * micro_tokens,
+                                        tr->host_targets + micro * micro_tokens));
             tr->state.loader_batches++;
-            forge_status ms = micro_batch_loss(tr, grad_scale, &loss_sum);
-            if (ms == FORGE_ERR_OOM) return out_of_memory(tr);
-            FORGE_TRY(ms);
         }
-        float loss = (float)(loss_sum / (double)tokens_per_step);
-        float norm;
-        FORGE_TRY(forge_optimizer_grad_norm(tr->opt));
-        FORGE_TRY(forge_optimizer_read_grad_norm(tr->opt, &norm));
+        float lr = forge_lr_at(&sched, tr->state.step);
+        float loss, norm;
+        forge_status ss = forge_step_launch(tr->step, tr->host_ids, tr->host_targets, lr);
+        if (ss == FORGE_OK) ss = forge_step_finish(tr->step, &loss, &norm);
+        if (ss == FORGE_ERR_OOM) return out_of_memory(tr);
+        FORGE_TRY(ss);
+        int mode_changed;
+        const char *mode = forge_step_mode(tr->step, &mode_changed);
+        if (mode_changed && !o->quiet) fprintf(out, "note: the steps now run %s\n", mode);
+        /* A non-finite norm made AdamW skip the update on the device: the parameters are the last step's. */
         if (!isfinite(loss) || !isfinite(norm)) {
             if (!tr->last_ckpt[0])
                 return forge_error(FORGE_ERR_NUMERIC,
@@ -503,9 +492,6 @@ static forge_status run(trainer *tr, forge_train_result *res) {
                                tr->state.step + 1, isfinite(loss) ? "gradient norm" : "loss",
                                isfinite(loss) ? norm : loss, tr->last_ckpt, resume_hint(tr, hint, sizeof hint));
         }
-        float lr = forge_lr_at(&sched, tr->state.step);
-        FORGE_TRY(forge_optimizer_update(tr->opt, lr));
-        FORGE_TRY(tr->be->synchronize(tr->be));
         tr->state.step++;
         tr->state.tokens_seen += (double)tokens_per_step;
         double dt = forge_now_seconds() - t0;

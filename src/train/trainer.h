@@ -36,6 +36,7 @@ typedef struct {
     int keep_checkpoints;         /* newest complete checkpoints kept at each save (plus `latest`) [2] */
     forge_runtime_options runtime; /* device, matmul mode, attention, precision, threads, cache paths */
     int quiet;                    /* no progress lines */
+    int no_graph;                 /* run every step op by op, never as a recorded graph (train/step.h) */
     float *loss_out;              /* if set, loss_out[step-1] = that step's loss */
     int loss_out_cap;
     FILE *progress;               /* where progress lines go (stdout by default) */

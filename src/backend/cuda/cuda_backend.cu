@@ -121,6 +121,7 @@ forge_status cuda_tn_workspace(cuda_ctx *ctx, size_t bytes) {
                            cudaGetErrorString(e));
     }
     ctx->tn_ws_bytes = bytes;
+    ctx->ws_generation++; /* a recorded graph that used the old one must not run */
     return FORGE_OK;
 }
 
@@ -136,6 +137,7 @@ static void cuda_destroy(forge_backend *be) {
         if (ctx->ws) cudaFree(ctx->ws);
         if (ctx->tn_ws) cudaFree(ctx->tn_ws);
         if (ctx->input_error) cudaFree(ctx->input_error);
+        if (ctx->reduce_done) cudaFree(ctx->reduce_done);
         if (ctx->stream) cudaStreamDestroy(ctx->stream);
         free(ctx);
     }
@@ -195,6 +197,8 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
     CUDA_TRY(cudaMalloc((void **)&ctx->ws, CUDA_WS_FLOATS * sizeof(float)));
     CUDA_TRY(cudaMalloc((void **)&ctx->input_error, sizeof(cuda_input_error)));
     CUDA_TRY(cudaMemsetAsync(ctx->input_error, 0, sizeof(cuda_input_error), ctx->stream));
+    CUDA_TRY(cudaMalloc((void **)&ctx->reduce_done, sizeof(unsigned)));
+    CUDA_TRY(cudaMemsetAsync(ctx->reduce_done, 0, sizeof(unsigned), ctx->stream));
 #ifndef FORGE_NO_CUBLAS
     if (ctx->matmul == FORGE_MATMUL_CUBLAS || ctx->matmul == FORGE_MATMUL_AUTO) {
         cublasStatus_t cs = cublasCreate(&ctx->cublas);
@@ -252,6 +256,10 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, const for
     be->synchronize = cuda_synchronize;
     be->poll_errors = cuda_poll_errors;
     be->destroy = cuda_destroy;
+    be->capture_begin = cuda_capture_begin;
+    be->capture_end = cuda_capture_end;
+    be->graph_launch = cuda_graph_launch;
+    be->graph_destroy = cuda_graph_destroy;
 
     FORGE_OP_LIST(FORGE_OP_BIND_CUDA, FORGE_OP_NOTHING, FORGE_OP_NOTHING)
 

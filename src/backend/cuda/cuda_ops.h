@@ -45,7 +45,7 @@ struct cuda_mm_table; /* matmul_table.cu */
 
 /* Floats of workspace: partial sums of the two-pass reductions. 16 MiB. */
 #define CUDA_WS_FLOATS ((size_t)4 << 20)
-/* Partials of sumsq_accumulate: a fixed grid, so the sum order never changes. */
+/* Partials of the one-launch reductions (sum_accumulate, sumsq): a fixed grid, so the sum order never changes. */
 #define CUDA_SUMSQ_BLOCKS 256
 
 /* The first bad input a kernel met since the last poll_errors (device memory, zeroed at creation): a token id
@@ -82,12 +82,20 @@ typedef struct {
     float *tn_ws;          /* the bf16 dW GEMM's split-K slices (cuda_tn_workspace), grown to its plans */
     size_t tn_ws_bytes;
     cuda_input_error *input_error; /* device memory: see cuda_input_error */
+    unsigned *reduce_done; /* device counter of the one-launch reductions (adamw.cu): 0 between launches */
+    unsigned ws_generation; /* bumped when a workspace a recorded graph may use is replaced (tn_ws) */
 } cuda_ctx;
 
 /* At least `bytes` of split-K workspace for the bf16 dW GEMM (forge_gemm_bf16_tn_workspace's plan), in
  * ctx->tn_ws. Grows by reallocation, which waits for the device: that happens in a run's first step (the
  * shapes of a model's dW GEMMs do not change), never in a steady one. */
 forge_status cuda_tn_workspace(cuda_ctx *ctx, size_t bytes);
+
+/* graph.cu: the backend table's graph entries */
+forge_status cuda_capture_begin(forge_backend *be);
+forge_status cuda_capture_end(forge_backend *be, void **graph);
+forge_status cuda_graph_launch(forge_backend *be, void *graph);
+void cuda_graph_destroy(forge_backend *be, void *graph);
 
 static inline cuda_ctx *cuda_get_ctx(forge_backend *be) { return (cuda_ctx *)be->ctx; }
 
