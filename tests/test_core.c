@@ -65,6 +65,43 @@ static void test_pool_persistent(void) {
     forge_backend_destroy(be);
 }
 
+static void test_pool_pins(void) {
+    TEST_CASE("pool: the blocks a recording used are pinned: reusable between replays, kept by trim, checked free");
+    forge_backend *be;
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
+    forge_pool *pool;
+    CHECK_OK(forge_pool_create(&pool, be));
+    int64_t small[1] = {1000}, big[1] = {300000};
+    forge_tensor *keep, *a, *b;
+    CHECK_OK(forge_pool_tensor(pool, &keep, FORGE_F32, 1, small, 1)); /* before the recording: not pinned */
+    forge_pool_record_begin(pool);
+    CHECK_OK(forge_pool_tensor(pool, &a, FORGE_F32, 1, big, 0));
+    CHECK_OK(forge_pool_tensor(pool, &b, FORGE_F32, 1, small, 1)); /* outlives the recording: its holder's */
+    void *scratch = a->data;
+    forge_pool_release(pool, a);
+    CHECK_OK(forge_pool_record_end(pool));
+    CHECK(forge_pool_pinned_free(pool));
+    /* handed out again (an evaluation between replays): not free until released */
+    CHECK_OK(forge_pool_tensor(pool, &a, FORGE_F32, 1, big, 0));
+    CHECK(a->data == scratch && !forge_pool_pinned_free(pool));
+    forge_pool_release(pool, a);
+    CHECK(forge_pool_pinned_free(pool));
+    /* trim returns the unpinned cached blocks only: the scratch stays reserved, at the same address */
+    forge_pool_release(pool, b);
+    size_t before = forge_pool_get_stats(pool).bytes_reserved;
+    forge_pool_trim(pool);
+    size_t after = forge_pool_get_stats(pool).bytes_reserved;
+    CHECK(after < before && after >= 300000 * sizeof(float));
+    CHECK_OK(forge_pool_tensor(pool, &a, FORGE_F32, 1, big, 0));
+    CHECK(a->data == scratch);
+    forge_pool_release(pool, a);
+    forge_pool_unpin(pool);
+    forge_pool_trim(pool);
+    CHECK(forge_pool_get_stats(pool).bytes_reserved == keep->block_bytes);
+    forge_pool_destroy(pool);
+    forge_backend_destroy(be);
+}
+
 /* y = sum((a*b-ish): out = gelu(x W^T) + x ; checks the tape's accumulation on a
  * tensor used twice against finite differences of the whole composition. */
 static void test_tape_composition(void) {
@@ -185,6 +222,7 @@ void suite_core(void) {
     test_status();
     test_pool_recycles();
     test_pool_persistent();
+    test_pool_pins();
     test_tape_composition();
     test_unsupported_op();
 }

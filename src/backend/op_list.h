@@ -584,7 +584,8 @@
 #define FORGE_CLS_BF16_DINP_TOL(gs) (ldexp(1.0, -7) + (gs) * ldexp(1.0, -9))
 #define FORGE_CLS_BF16_DWTE_TOL(N, gs) (1e-4 * fmax(1.0, sqrt((double)(N)) / 8) + (gs) * ldexp(1.0, -7))
 /* C % 8 != 0 (the SIMT fallback of every GEMM), V % 8 != 0 (the vocabulary tail), V < 8 (tail only), several
- * chunks (V = 2^20 + 3: 127 rows a chunk) */
+ * chunks (V = 2^20 + 3: 127 rows a chunk); chunks of rows % 8 == 0 with C % 8 == 0 take the CUDA kernel's
+ * transposed layout (N = 64, 8, 256 and 1800: 896 + 896 + 8 rows, V odd) */
 #define FORGE_CLS_BF16_CASES(K)                                                                                  \
     K(.N = 37, .C = 45, .V = 1000, .ignore_index = -100, .grad_scale = 0.03f, .ignore_pct = 25)                  \
     K(.N = 1, .C = 64, .V = 1000, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 0)                     \
@@ -593,7 +594,9 @@
     K(.N = 257, .C = 200, .V = 131, .ignore_index = -100, .grad_scale = 0.5f, .ignore_pct = 10)                  \
     K(.N = 300, .C = 128, .V = 8192, .ignore_index = -100, .grad_scale = 0.01f, .ignore_pct = 10)                \
     K(.N = 5, .C = 768, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20)                 \
-    K(.N = 300, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)
+    K(.N = 300, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)               \
+    K(.N = 256, .C = 64, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 10)               \
+    K(.N = 1800, .C = 8, .V = 131101, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)
 /* clipping active (norm above max_grad_norm), inactive (below), disabled (0); grad_sumsq NULL is the parity
  * test's optional-argument pass. n_spans_ random spans cover the n_ elements. */
 #define FORGE_ADAMW_HP(max_norm_) {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = (max_norm_)}

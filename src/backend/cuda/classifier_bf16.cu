@@ -188,6 +188,100 @@ __global__ void __launch_bounds__(32 * CLS16_TAIL_LANES)
     }
 }
 
+/* ---- the transposed chunk: logits^T (V, rows), dlogits^T written over them -------------------------------------
+ * A row's logits are a column: lane l of a warp takes row r0 + l, so a warp reads 32 consecutive rows (64 bytes)
+ * of one vocabulary id per access. The vocabulary is cut into `splits` ranges (grid.y); a block's 8 warps take
+ * every 8th id of its range. Pass 1 keeps a running (max, sum of exp) per thread, combines the 8 warps in warp order
+ * and writes one partial per (range, row); pass 2 combines the ranges' partials in range order (every block the
+ * same: deterministic), writes the loss (range 0) and rewrites its range's logits as dlogits. */
+#define CLS16T_ROWS 32
+#define CLS16T_WARPS 8
+
+__device__ __forceinline__ void cls16t_merge(float &m, float &s, float m2, float s2) {
+    if (m2 == -INFINITY) return;
+    if (m == -INFINITY) {
+        m = m2;
+        s = s2;
+        return;
+    }
+    const float mx = fmaxf(m, m2);
+    s = s * expf(m - mx) + s2 * expf(m2 - mx);
+    m = mx;
+}
+
+__global__ void __launch_bounds__(32 * CLS16T_WARPS)
+    cls16t_partial_kernel(float *__restrict__ part, const uint16_t *__restrict__ xt, int rows, int V, int per_split) {
+    __shared__ float sm[CLS16T_WARPS][CLS16T_ROWS], ss[CLS16T_WARPS][CLS16T_ROWS];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = blockIdx.x * CLS16T_ROWS + lane;
+    const int v0 = blockIdx.y * per_split, v1 = min(V, v0 + per_split);
+    float m = -INFINITY, s = 0.0f;
+    if (r < rows)
+        for (int v = v0 + w; v < v1; v += CLS16T_WARPS) {
+            const float x = cls16_ld(xt + (size_t)v * rows + r);
+            if (x > m) {
+                s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
+                m = x;
+            } else {
+                s += expf(x - m);
+            }
+        }
+    sm[w][lane] = m;
+    ss[w][lane] = s;
+    __syncthreads();
+    if (w == 0 && r < rows) {
+        float M = sm[0][lane], S = ss[0][lane];
+        for (int k = 1; k < CLS16T_WARPS; k++) cls16t_merge(M, S, sm[k][lane], ss[k][lane]);
+        const size_t at = (size_t)blockIdx.y * rows + r;
+        part[2 * at] = M;
+        part[2 * at + 1] = S;
+    }
+}
+
+__global__ void __launch_bounds__(32 * CLS16T_WARPS)
+    cls16t_grad_kernel(float *__restrict__ losses, uint16_t *__restrict__ xt, const float *__restrict__ part,
+                       const int32_t *__restrict__ targets, int n0, int rows, int V, int per_split, int splits,
+                       int ignore_index, float grad_scale, cuda_input_error *err) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = blockIdx.x * CLS16T_ROWS + lane;
+    if (r >= rows) return;
+    const int n = n0 + r, y = targets[n];
+    const int v0 = blockIdx.y * per_split, v1 = min(V, v0 + per_split);
+    if (y == ignore_index) {
+        for (int v = v0 + w; v < v1; v += CLS16T_WARPS) xt[(size_t)v * rows + r] = 0;
+        if (blockIdx.y == 0 && w == 0) losses[n] = 0.0f;
+        return;
+    }
+    float M = -INFINITY, S = 0.0f;
+    for (int k = 0; k < splits; k++) cls16t_merge(M, S, part[2 * ((size_t)k * rows + r)], part[2 * ((size_t)k * rows + r) + 1]);
+    const bool y_valid = y >= 0 && y < V;
+    if (blockIdx.y == 0 && w == 0 && !y_valid) cuda_report_bad_id(err, CUDA_BAD_ID_CLASSIFIER, n, y, V);
+    const float inv = 1.0f / S;
+    for (int v = v0 + w; v < v1; v += CLS16T_WARPS) {
+        uint16_t *x = xt + (size_t)v * rows + r;
+        const float p = expf(cls16_ld(x) - M) * inv;
+        *x = cls16_rn((p - (v == y ? 1.0f : 0.0f)) * grad_scale);
+    }
+    if (blockIdx.y == 0 && w == 0) losses[n] = y_valid ? M + logf(S) : __int_as_float(0x7fc00000);
+}
+
+/* losses[n] -= logit[target] for the chunk's rows, read from the logits before pass 2 rewrites them (launched
+ * between the passes; an ignored or bad row is left alone: pass 2 writes 0 or NaN over it) */
+__global__ void cls16t_target_kernel(float *__restrict__ tl, const uint16_t *__restrict__ xt,
+                                     const int32_t *__restrict__ targets, int n0, int rows, int V) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const int y = targets[n0 + r];
+    tl[r] = y >= 0 && y < V ? cls16_ld(xt + (size_t)y * rows + r) : 0.0f;
+}
+
+/* losses[n] = (M + log S) - logit[target] for the valid rows (pass 2 wrote M + log S) */
+__global__ void cls16t_loss_kernel(float *__restrict__ losses, const float *__restrict__ tl,
+                                   const int32_t *__restrict__ targets, int n0, int rows, int V, int ignore_index) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const int y = targets[n0 + r];
+    if (y != ignore_index && y >= 0 && y < V) losses[n0 + r] -= tl[r];
+}
+
 /* ---- host ----------------------------------------------------------------------------------------------------- */
 
 static void *cls16_align16(void *p) { return (void *)(((uintptr_t)p + 15) & ~(uintptr_t)15); }
@@ -214,6 +308,52 @@ static int cls16_refused(forge_status st) {
     return 1;
 }
 
+/* One chunk in the transposed layout (the header of the kernels above): logits^T = rn(wte . in^T) (NT, M = V, TMA
+ * store: rows % 8 == 0), the two passes, dinp += dlogits . wte as the TN product dlogits^T^T . wte (K = V, split-K)
+ * and dwte += dlogits^T . in as the NN product (K = rows). V needs no 16-byte alignment anywhere. */
+static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, float *dwte, uint16_t *xt,
+                                 float *prod, const forge_bf16 *in, const forge_bf16 *wte, const int32_t *targets,
+                                 int n0, int rows, int C, int V, int ignore_index, float grad_scale) {
+    forge_gemm_epilogue epi;
+    memset(&epi, 0, sizeof epi);
+    epi.out_bf16 = 1;
+    if (cls16_refused(forge_gemm_bf16_nt_epi(wte, in, xt, V, rows, C, &epi, ctx->stream)))
+        FORGE_TRY(cls16_gemm_simt<true>(ctx, xt, wte, in, V, rows, C, C, 1, 1, C, rows, 0));
+    const int splits = V < 1024 ? 1 : (V + 1023) / 1024 < 16 ? (V + 1023) / 1024 : 16;
+    const int per_split = (V + splits - 1) / splits;
+    float *part = ctx->ws, *tl = ctx->ws + 2 * (size_t)splits * rows; /* 2 * 16 * 4096 + 4096 floats at most */
+    const dim3 grid((unsigned)((rows + CLS16T_ROWS - 1) / CLS16T_ROWS), (unsigned)splits), block(32 * CLS16T_WARPS);
+    cls16t_partial_kernel<<<grid, block, 0, ctx->stream>>>(part, xt, rows, V, per_split);
+    CUDA_LAUNCH_CHECK("cls16t_partial_kernel");
+    cls16t_target_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(tl, xt, targets, n0, rows, V);
+    CUDA_LAUNCH_CHECK("cls16t_target_kernel");
+    cls16t_grad_kernel<<<grid, block, 0, ctx->stream>>>(losses, xt, part, targets, n0, rows, V, per_split, splits,
+                                                       ignore_index, grad_scale, ctx->input_error);
+    CUDA_LAUNCH_CHECK("cls16t_grad_kernel");
+    cls16t_loss_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(losses, tl, targets, n0, rows, V, ignore_index);
+    CUDA_LAUNCH_CHECK("cls16t_loss_kernel");
+    const forge_bf16 *dlt = (const forge_bf16 *)xt;
+    if (di) {
+        size_t need = 0;
+        forge_status st = forge_gemm_bf16_tn_workspace(rows, C, V, &need);
+        if (st == FORGE_OK) st = cuda_tn_workspace(ctx, need);
+        if (st == FORGE_OK)
+            st = forge_gemm_bf16_tn_wgmma(dlt, wte, prod, rows, C, V, 0, ctx->tn_ws, ctx->tn_ws_bytes, ctx->stream);
+        if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, prod, dlt, wte, rows, C, V, 1, rows, C, 1, C, 0);
+        FORGE_TRY(st);
+        const size_t nd = (size_t)rows * C;
+        cls16_dinp_kernel<<<cuda_grid_for(ctx, nd, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
+            (uint16_t *)di, prod, nullptr, (const uint16_t *)wte, rows, C, V, 0);
+        CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
+    }
+    if (dwte) {
+        forge_status st = forge_gemm_bf16_nn_wgmma(dlt, in, dwte, V, C, rows, 1, ctx->stream);
+        if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, dwte, dlt, in, V, C, rows, rows, 1, C, 1, C, 1);
+        FORGE_TRY(st);
+    }
+    return FORGE_OK;
+}
+
 forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *dinp, float *dwte, float *scratch,
                                   const forge_bf16 *inp, const forge_bf16 *wte, const int32_t *targets, int N, int C,
                                   int V, int ignore_index, float grad_scale) {
@@ -235,6 +375,11 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
         const int rows = N - n0 < R ? N - n0 : R;
         const forge_bf16 *in = inp + (size_t)n0 * C;
         forge_bf16 *di = dinp ? dinp + (size_t)n0 * C : nullptr;
+        if (rows % 8 == 0 && C % 8 == 0) { /* every GEMM on the wgmma path with a 16-byte row stride */
+            FORGE_TRY(cls16t_chunk(ctx, losses, di, dwte, logits, prod, in, wte, targets, n0, rows, C, V, ignore_index,
+                                   grad_scale));
+            continue;
+        }
         /* 1. logits = rn(in . wte^T) */
         if (cls16_refused(forge_gemm_bf16_nt_epi(in, wte, logits, rows, V, C, &epi, ctx->stream)))
             FORGE_TRY(cls16_gemm_simt<true>(ctx, logits, in, wte, rows, V, C, C, 1, 1, C, V, 0));
