@@ -24,6 +24,9 @@ typedef struct {
     const char *data_dir;   /* train_*.bin, val_*.bin, encoder.json, vocab.bpe */
     const char *out_dir;    /* checkpoints, log.jsonl */
     const char *resume;     /* run or checkpoint directory, or NULL */
+    const char *init;       /* a fresh run (step 0, new optimizer) from these weights: a forge run or checkpoint
+                               directory, or a Hugging Face save_pretrained directory (its config.json is mapped,
+                               model/hf.h); NULL = initialise from seed. Excludes resume. */
     int batch_size;         /* B */
     int seq_len;            /* T; 0 = the config's context length */
     long tokens_per_step;   /* 0 = B*T (no accumulation) */
