@@ -347,14 +347,23 @@ static void loaded_ckpt_close(loaded_ckpt *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* The tokenizer of a loaded checkpoint: --tokenizer DIR, else the checkpoint's own files (forge's encoder.json +
- * vocab.bpe, or the vocab.json + merges.txt of a Hugging Face GPT-2 directory). */
-static forge_status load_ckpt_tokenizer(loaded_ckpt *c, const char *tokenizer_dir) {
-    if (tokenizer_dir) return forge_tokenizer_load(&c->tok, tokenizer_dir);
+static int has_tokenizer(const char *dir) {
     char enc[1100], hf[1100];
-    snprintf(enc, sizeof enc, "%s/encoder.json", c->dir);
-    snprintf(hf, sizeof hf, "%s/vocab.json", c->dir);
-    if (access(enc, F_OK) != 0 && access(hf, F_OK) != 0)
+    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+    snprintf(hf, sizeof hf, "%s/vocab.json", dir);
+    return access(enc, F_OK) == 0 || access(hf, F_OK) == 0;
+}
+
+/* The tokenizer of a loaded checkpoint: --tokenizer DIR, else the checkpoint's own files (forge's encoder.json +
+ * vocab.bpe, or the vocab.json + merges.txt of a Hugging Face GPT-2 directory), else fallback_dir's (eval: the
+ * --data directory, whose shards were made with it; NULL: none). */
+static forge_status load_ckpt_tokenizer(loaded_ckpt *c, const char *tokenizer_dir, const char *fallback_dir) {
+    if (tokenizer_dir) return forge_tokenizer_load(&c->tok, tokenizer_dir);
+    if (!has_tokenizer(c->dir) && fallback_dir && has_tokenizer(fallback_dir)) {
+        printf("note: %s has no tokenizer; using %s's\n", c->dir, fallback_dir);
+        return forge_tokenizer_load(&c->tok, fallback_dir);
+    }
+    if (!has_tokenizer(c->dir))
         return forge_error(FORGE_ERR_IO,
                            "%s has no tokenizer (encoder.json + vocab.bpe, or Hugging Face's vocab.json + "
                            "merges.txt): pass --tokenizer DIR (e.g. the --data directory of `forge tokenize`)",
@@ -363,11 +372,11 @@ static forge_status load_ckpt_tokenizer(loaded_ckpt *c, const char *tokenizer_di
 }
 
 static forge_status loaded_ckpt_open(loaded_ckpt *c, const char *ckpt, const char *tokenizer_dir,
-                                     const forge_runtime_options *runtime) {
+                                     const char *fallback_dir, const forge_runtime_options *runtime) {
     memset(c, 0, sizeof *c);
     FORGE_TRY(forge_checkpoint_resolve(ckpt, c->dir, sizeof c->dir));
     FORGE_TRY(forge_checkpoint_read_config(c->dir, &c->cfg));
-    FORGE_TRY(load_ckpt_tokenizer(c, tokenizer_dir));
+    FORGE_TRY(load_ckpt_tokenizer(c, tokenizer_dir, fallback_dir));
     forge_status s = FORGE_OK;
     if (forge_tokenizer_vocab_size(c->tok) > c->cfg.vocab_size)
         s = forge_error(FORGE_ERR_DATA,
@@ -386,7 +395,7 @@ static forge_status loaded_ckpt_open(loaded_ckpt *c, const char *ckpt, const cha
 
 static forge_status sample_run(const sample_options *so) {
     loaded_ckpt c;
-    FORGE_TRY(loaded_ckpt_open(&c, so->ckpt, so->tokenizer, &so->runtime));
+    FORGE_TRY(loaded_ckpt_open(&c, so->ckpt, so->tokenizer, NULL, &so->runtime));
     forge_status s = FORGE_OK;
     for (long i = 0; i < so->count && s == FORGE_OK; i++) {
         forge_generate_options go = {(int)so->tokens, so->temperature, (int)so->top_k, so->top_p,
@@ -461,7 +470,8 @@ static const char *EVAL_HELP =
     "  val_NNN.bin shards (from `forge tokenize`), one .bin shard, or a text file (tokenized with the\n"
     "  checkpoint's tokenizer). Windows of T tokens, each predicted from the ones before it in its window.\n"
     "  Defaults: --batch 8 --seq-len the config's context_length\n"
-    "  --tokenizer DIR      encoder.json + vocab.bpe (or vocab.json + merges.txt) [DIR's own]\n"
+    "  --tokenizer DIR      encoder.json + vocab.bpe (or vocab.json + merges.txt) [DIR's own; else a --data\n"
+    "                       directory's]\n"
     "  --dump-logits FILE   also write the logits (T, V) of the first window and its ids (T) to FILE\n"
     "                       (safetensors: \"logits\" F32, \"ids\" I32), to compare with another implementation\n"
     "runtime options:\n" RUNTIME_HELP;
@@ -535,7 +545,9 @@ static int cmd_eval(int argc, char **argv) {
     s = runtime_options_build("eval", &rf, &rt);
     if (s != FORGE_OK) return fail(s);
     loaded_ckpt c;
-    s = loaded_ckpt_open(&c, ckpt, tokenizer, &rt);
+    struct stat data_st;
+    const int data_is_dir = stat(data, &data_st) == 0 && S_ISDIR(data_st.st_mode);
+    s = loaded_ckpt_open(&c, ckpt, tokenizer, data_is_dir ? data : NULL, &rt);
     if (s != FORGE_OK) return fail(s);
     int32_t *tokens = NULL;
     size_t n = 0;
