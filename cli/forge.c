@@ -330,6 +330,7 @@ typedef struct {
  * vocabulary) and its model on the runtime's backend. */
 typedef struct {
     char dir[1024];
+    const char *tok_from; /* the tokenizer's directory, for messages */
     forge_model_config cfg;
     forge_tokenizer *tok;
     forge_backend *be;
@@ -358,9 +359,11 @@ static int has_tokenizer(const char *dir) {
  * vocab.bpe, or the vocab.json + merges.txt of a Hugging Face GPT-2 directory), else fallback_dir's (eval: the
  * --data directory, whose shards were made with it; NULL: none). */
 static forge_status load_ckpt_tokenizer(loaded_ckpt *c, const char *tokenizer_dir, const char *fallback_dir) {
+    c->tok_from = tokenizer_dir ? tokenizer_dir : c->dir;
     if (tokenizer_dir) return forge_tokenizer_load(&c->tok, tokenizer_dir);
     if (!has_tokenizer(c->dir) && fallback_dir && has_tokenizer(fallback_dir)) {
         printf("note: %s has no tokenizer; using %s's\n", c->dir, fallback_dir);
+        c->tok_from = fallback_dir;
         return forge_tokenizer_load(&c->tok, fallback_dir);
     }
     if (!has_tokenizer(c->dir))
@@ -380,10 +383,9 @@ static forge_status loaded_ckpt_open(loaded_ckpt *c, const char *ckpt, const cha
     forge_status s = FORGE_OK;
     if (forge_tokenizer_vocab_size(c->tok) > c->cfg.vocab_size)
         s = forge_error(FORGE_ERR_DATA,
-                        "%s: the tokenizer (%s) has %d ids, more than the model's vocab_size %d: the tokenizer and "
-                        "the model do not match",
-                        c->dir, tokenizer_dir ? tokenizer_dir : "the checkpoint's", forge_tokenizer_vocab_size(c->tok),
-                        c->cfg.vocab_size);
+                        "%s: the tokenizer of %s has %d ids, more than the model's vocab_size %d: the tokenizer "
+                        "and the model do not match",
+                        c->dir, c->tok_from, forge_tokenizer_vocab_size(c->tok), c->cfg.vocab_size);
     if (s == FORGE_OK) s = forge_backend_create(&c->be, runtime->device, runtime);
     if (s == FORGE_OK) s = forge_pool_create(&c->pool, c->be);
     if (s == FORGE_OK) s = forge_tape_create(&c->tape, c->pool);
@@ -481,7 +483,7 @@ static forge_status dump_logits(loaded_ckpt *c, const int32_t *tokens, size_t n,
     const int Tw = n < (size_t)T ? (int)n : T, V = c->cfg.vocab_size;
     forge_backend *be = c->be;
     float *host = malloc((size_t)Tw * V * sizeof *host);
-    forge_bf16 *wide = NULL;
+    forge_bf16 *narrow = NULL;
     if (!host) return forge_error(FORGE_ERR_OOM, "eval --dump-logits: out of host memory");
     const int was_recording = forge_tape_recording(c->tape);
     forge_tape_set_recording(c->tape, 0);
@@ -491,10 +493,10 @@ static forge_status dump_logits(loaded_ckpt *c, const int32_t *tokens, size_t n,
     if (s == FORGE_OK) s = be->copy_to_device(be, ids->data, tokens, (size_t)Tw * sizeof *tokens);
     if (s == FORGE_OK) s = forge_model_forward(c->m, c->tape, ids, NULL, 0.0f, &logits);
     if (s == FORGE_OK && logits->dtype == FORGE_BF16) { /* a bf16 step's logits, widened */
-        wide = malloc((size_t)Tw * V * sizeof *wide);
-        s = wide ? be->copy_to_host(be, wide, logits->data, (size_t)Tw * V * sizeof *wide)
-                 : forge_error(FORGE_ERR_OOM, "eval --dump-logits: out of host memory");
-        for (size_t i = 0; s == FORGE_OK && i < (size_t)Tw * V; i++) host[i] = forge_bf16_to_f32(wide[i]);
+        narrow = malloc((size_t)Tw * V * sizeof *narrow);
+        s = narrow ? be->copy_to_host(be, narrow, logits->data, (size_t)Tw * V * sizeof *narrow)
+                   : forge_error(FORGE_ERR_OOM, "eval --dump-logits: out of host memory");
+        for (size_t i = 0; s == FORGE_OK && i < (size_t)Tw * V; i++) host[i] = forge_bf16_to_f32(narrow[i]);
     } else if (s == FORGE_OK) {
         s = be->copy_to_host(be, host, logits->data, (size_t)Tw * V * sizeof *host);
     }
@@ -512,7 +514,7 @@ static forge_status dump_logits(loaded_ckpt *c, const int32_t *tokens, size_t n,
         s = forge_safetensors_write(path, e, 2, keys, vals, 1);
     }
     free(host);
-    free(wide);
+    free(narrow);
     return s;
 }
 
