@@ -567,6 +567,13 @@ static void test_hf_errors(void) {
         if (llama_cases[i].n2) CHECK_MSG(test_msg_has(llama_cases[i].n2, NULL), "%s", forge_error_message());
     }
 
+    TEST_CASE("HF in: config.json that is not JSON, or not an object, is named");
+    const char *bad[] = {"{\"model_type\": \"gpt2\",", "[1, 2]", ""};
+    for (int i = 0; i < 3; i++) {
+        CHECK_ERR_MSG(forge_hf_config_parse(&got, bad[i], strlen(bad[i]), "x/config.json", "x"), FORGE_ERR_CONFIG,
+                      "x/config.json", i == 1 ? "JSON object" : "not valid JSON");
+    }
+
     TEST_CASE("HF in: a tensor of the wrong shape names the file, the tensor and both shapes");
     const char *dir = test_tmpdir();
     make_hf_dir(&e, &c, dir, "F32", NULL, NULL);

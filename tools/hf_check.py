@@ -33,6 +33,10 @@ import subprocess
 import sys
 import tempfile
 
+# Nothing here may reach the network (the GPU machine has none): every model is local or built from a config.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
 RESULTS = []  # (check, ok, detail)
 
 

@@ -139,6 +139,9 @@ forge_status forge_hf_config_to_json(const forge_model_config *c, int eot_id, ch
 
 /* ------------------------------------------------------------------- in */
 
+/* HF configs are a few KB; the cap keeps a wrong file (a weights file given as config.json) from being parsed. */
+#define HF_CONFIG_MAX_BYTES (1 << 20)
+
 /* A key that may be absent or null (then the default holds), else must have the type. */
 static const cJSON *item(const cJSON *root, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
@@ -346,8 +349,20 @@ forge_status forge_hf_config_parse(forge_model_config *out, const char *json, si
     if (!out || (!json && len)) return forge_error(FORGE_ERR_ARG, "%s: forge_hf_config_parse: NULL argument", src);
     if (len && memchr(json, '\0', len))
         return forge_error(FORGE_ERR_CONFIG, "%s: holds a NUL byte; expected JSON text", src);
-    cJSON *root = cJSON_ParseWithLength(json ? json : "", len);
-    if (!root) return forge_error(FORGE_ERR_CONFIG, "%s: not valid JSON", src);
+    if (len > HF_CONFIG_MAX_BYTES)
+        return forge_error(FORGE_ERR_CONFIG, "%s: larger than %d bytes; expected a small JSON config", src,
+                           HF_CONFIG_MAX_BYTES);
+    /* cJSON gets a NUL-terminated copy: given a length it may read the byte past the text (safetensors.c says
+     * when), and the input here need not be terminated. */
+    char *text = malloc(len + 1);
+    if (!text) return forge_error(FORGE_ERR_OOM, "%s: out of memory", src);
+    if (len) memcpy(text, json, len);
+    text[len] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    long at = end && end >= text && end <= text + len ? (long)(end - text) : -1;
+    free(text);
+    if (!root) return forge_error(FORGE_ERR_CONFIG, "%s: not valid JSON (error at byte %ld)", src, at);
     forge_model_config c;
     memset(&c, 0, sizeof c);
     snprintf(c.name, sizeof c.name, "%s", name && name[0] ? name : "hf-model");
