@@ -79,6 +79,9 @@ class Ctx:
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
         self.tdev = "cuda" if args.device.startswith("cuda") and torch.cuda.is_available() else "cpu"
+        import transformers
+        self.versions = f"torch {torch.__version__} on {self.tdev}, transformers {transformers.__version__}"
+        print(self.versions, flush=True)
 
     def forge(self, sub, *rest):
         cmd = [self.args.forge, sub, *rest]
@@ -337,8 +340,10 @@ def main():
     args.forge = os.path.abspath(args.forge)
     work = args.work or tempfile.mkdtemp(prefix="forge-hf-check-")
     os.makedirs(work, exist_ok=True)
+    versions = "torch/transformers not loaded"
     try:
         ctx = Ctx(args, work)
+        versions = ctx.versions
         ctx.prepare_data()
         if not args.skip_out:
             ctx.check_out()
@@ -349,7 +354,7 @@ def main():
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
-    print("\n== hf_check summary (device %s) ==" % args.device)
+    print(f"\n== hf_check summary (forge --device {args.device}; {versions}) ==")
     w = max([len(c) for c, _, _ in RESULTS] + [5])
     for c, ok, detail in RESULTS:
         print(f"{'PASS' if ok else 'FAIL'}  {c:<{w}}  {detail}")
