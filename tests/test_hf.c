@@ -21,6 +21,7 @@
 #include "../src/model/model.h"
 #include "../src/model/safetensors.h"
 #include "../src/train/checkpoint.h"
+#include "../src/train/generate.h"
 #include "../src/train/trainer.h"
 #include "test.h"
 
@@ -702,6 +703,51 @@ static void test_tokenizer_and_init(void) {
     }
     forge_tokenizer_free(t1);
     forge_tokenizer_free(t2);
+
+    TEST_CASE("sample --ids: the prompt's ids on one line, the greedy new ids on the next");
+    {
+        env ge;
+        CHECK(env_open(&ge));
+        forge_model_config gc = small_config(0, 1, 1);
+        gc.vocab_size = 320;
+        forge_model *gm = NULL;
+        forge_tokenizer *tok = NULL;
+        CHECK_OK(forge_model_create(&gm, &gc, ge.pool, 8));
+        CHECK_OK(forge_tokenizer_load(&tok, data));
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        forge_generate_options go = {.max_tokens = 4, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1,
+                                     .stop_at_eot = 1, .print_ids = 1};
+        const char *prompt = "The hen";
+        if (gm && tok && mem) CHECK_OK(forge_generate(gm, ge.tape, tok, prompt, &go, mem));
+        if (mem) fclose(mem);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (tok) CHECK_OK(forge_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n));
+        char want[256] = "";
+        for (size_t i = 0; i < n; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? " " : "", (int)ids[i]);
+        strcat(want, "\n");
+        CHECK_MSG(buf && strncmp(buf, want, strlen(want)) == 0, "prompt line \"%s\", expected \"%s\"",
+                  buf ? buf : "", want);
+        int news = 0;
+        const char *line2 = buf ? strchr(buf, '\n') : NULL;
+        for (const char *q = line2 ? line2 + 1 : ""; *q && *q != '\n';) {
+            char *end;
+            long id = strtol(q, &end, 10);
+            CHECK(end != q && id >= 0 && id < forge_tokenizer_eot(tok));
+            if (end == q) break;
+            news++;
+            q = end + (*end == ' ');
+        }
+        CHECK(news <= 4 && line2 && buf[len - 1] == '\n');
+        free(ids);
+        free(buf);
+        forge_tokenizer_free(tok);
+        forge_model_free(gm);
+        env_close(&ge);
+    }
 
     TEST_CASE("train --init DIR (an HF directory): a new run starts from its weights; --resume with it is refused");
     env e;
