@@ -83,6 +83,9 @@ static forge_status check_count(const char *flag, long x, long lo) {
 forge_status forge_train_options_validate(const forge_train_options *o) {
     if (!o->data_dir || !o->data_dir[0]) return forge_error(FORGE_ERR_ARG, "train: no data directory (--data DIR)");
     if (!o->out_dir || !o->out_dir[0]) return forge_error(FORGE_ERR_ARG, "train: no run directory (--out DIR)");
+    if (o->resume && o->init)
+        return forge_error(FORGE_ERR_ARG, "train: --resume %s and --init %s: give one (--resume continues a run, "
+                           "--init starts a new one from a model's weights)", o->resume, o->init);
     FORGE_TRY(check_count("--batch", o->batch_size, 1));
     FORGE_TRY(check_count("--steps", o->steps, 1));
     FORGE_TRY(check_count("--seq-len", o->seq_len, 0));
@@ -306,9 +309,6 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     FORGE_TRY(forge_run_dir_lock(o->out_dir, &tr->lock_fd));
 
     char ckpt_dir[1024] = "";
-    if (o->resume && o->init)
-        return forge_error(FORGE_ERR_ARG, "train: --resume %s and --init %s: give one (--resume continues a run, "
-                           "--init starts a new one from a model's weights)", o->resume, o->init);
     if (o->init) {
         /* --init: the model (config and weights) comes from DIR; the run itself is new (step 0, fresh AdamW
          * moments, this run's seed and data order). */

@@ -49,7 +49,7 @@ void forge_train_options_default(forge_train_options *o);
 /* FORGE_ERR_ARG naming the flag and what was expected for any option that
  * makes training undefined: beta1, beta2 outside [0, 1), eps <= 0, a negative
  * or non-finite lr / weight decay / grad clip, warm-up or min-lr fractions
- * outside [0, 1], counts below their minimum. forge_train calls it first. */
+ * outside [0, 1], counts below their minimum, --resume with --init. forge_train calls it first. */
 forge_status forge_train_options_validate(const forge_train_options *o);
 
 /* Results a caller (tests, the CLI) can inspect. */
