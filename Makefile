@@ -153,7 +153,7 @@ FUZZ_OUT     := $(BUILD)/fuzz$(if $(FUZZ_CJSON_SRC),-cjson)
 FUZZ_TARGETS := config safetensors shard tokenizer tokenizer_text
 FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -D_GNU_SOURCE \
                 -fsanitize=address,undefined -fno-sanitize-recover=all $(EXTRA_FUZZ_CFLAGS)
-FUZZ_LIB_SRC := src/base/status.c src/base/fs.c src/model/config.c src/model/safetensors.c src/data/shards.c \
+FUZZ_LIB_SRC := src/base/status.c src/base/fs.c src/model/config.c src/model/hf.c src/model/safetensors.c src/data/shards.c \
                 src/data/tokenizer.c src/data/tokenizer_encode.c src/data/tokenizer_map.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_OUT)/obj/%.o)
 

@@ -30,6 +30,8 @@
 #include "../src/data/corpus.h"
 #include "../src/data/tokenize.h"
 #include "../src/data/tokenizer.h"
+#include "../src/model/hf.h"
+#include "../src/model/safetensors.h"
 #include "../src/train/checkpoint.h"
 #include "../src/train/evaluate.h"
 #include "../src/train/plot.h"
@@ -305,24 +307,30 @@ static int cmd_tokenize(int argc, char **argv) {
 
 static const char *SAMPLE_HELP =
     "usage: forge sample --ckpt DIR [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature T]\n"
-    "                    [--top-k K] [--top-p P] [--seed S] [--count N] [runtime options]\n"
-    "  DIR is a run directory (its newest checkpoint is used) or a checkpoint directory. Tokens are\n"
-    "  printed as they are produced; a sample ends at <|endoftext|> or after N tokens.\n"
+    "                    [--top-k K] [--top-p P] [--seed S] [--count N] [--tokenizer DIR] [--ids]\n"
+    "                    [runtime options]\n"
+    "  DIR is a run directory (its newest checkpoint is used), a checkpoint directory or a Hugging Face\n"
+    "  save_pretrained directory (GPT-2 or Llama: config.json + model.safetensors). Tokens are printed as\n"
+    "  they are produced; a sample ends at <|endoftext|> or after N tokens. --temperature 0 is greedy.\n"
+    "  --tokenizer DIR  encoder.json + vocab.bpe (or vocab.json + merges.txt) [DIR's own]\n"
+    "  --ids            print token ids instead of text: the prompt's on one line, the new ones on the next\n"
     "  Defaults: --tokens 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 --count 1\n"
     "runtime options:\n" RUNTIME_HELP;
 
 typedef struct {
-    const char *ckpt, *prompt;
+    const char *ckpt, *prompt, *tokenizer;
     forge_runtime_options runtime;
     long tokens, count, seed;
     float temperature, top_p;
     long top_k;
+    int print_ids;
 } sample_options;
 
 /* A checkpoint loaded for inference (sample, eval): its tokenizer (refused when it has more ids than the model's
  * vocabulary) and its model on the runtime's backend. */
 typedef struct {
     char dir[1024];
+    const char *tok_from; /* the tokenizer's directory, for messages */
     forge_model_config cfg;
     forge_tokenizer *tok;
     forge_backend *be;
@@ -340,17 +348,44 @@ static void loaded_ckpt_close(loaded_ckpt *c) {
     memset(c, 0, sizeof *c);
 }
 
-static forge_status loaded_ckpt_open(loaded_ckpt *c, const char *ckpt, const forge_runtime_options *runtime) {
+static int has_tokenizer(const char *dir) {
+    char enc[1100], hf[1100];
+    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+    snprintf(hf, sizeof hf, "%s/vocab.json", dir);
+    return access(enc, F_OK) == 0 || access(hf, F_OK) == 0;
+}
+
+/* The tokenizer of a loaded checkpoint: --tokenizer DIR, else the checkpoint's own files (forge's encoder.json +
+ * vocab.bpe, or the vocab.json + merges.txt of a Hugging Face GPT-2 directory), else fallback_dir's (eval: the
+ * --data directory, whose shards were made with it; NULL: none). */
+static forge_status load_ckpt_tokenizer(loaded_ckpt *c, const char *tokenizer_dir, const char *fallback_dir) {
+    c->tok_from = tokenizer_dir ? tokenizer_dir : c->dir;
+    if (tokenizer_dir) return forge_tokenizer_load(&c->tok, tokenizer_dir);
+    if (!has_tokenizer(c->dir) && fallback_dir && has_tokenizer(fallback_dir)) {
+        printf("note: %s has no tokenizer; using %s's\n", c->dir, fallback_dir);
+        c->tok_from = fallback_dir;
+        return forge_tokenizer_load(&c->tok, fallback_dir);
+    }
+    if (!has_tokenizer(c->dir))
+        return forge_error(FORGE_ERR_IO,
+                           "%s has no tokenizer (encoder.json + vocab.bpe, or Hugging Face's vocab.json + "
+                           "merges.txt): pass --tokenizer DIR (e.g. the --data directory of `forge tokenize`)",
+                           c->dir);
+    return forge_tokenizer_load(&c->tok, c->dir);
+}
+
+static forge_status loaded_ckpt_open(loaded_ckpt *c, const char *ckpt, const char *tokenizer_dir,
+                                     const char *fallback_dir, const forge_runtime_options *runtime) {
     memset(c, 0, sizeof *c);
     FORGE_TRY(forge_checkpoint_resolve(ckpt, c->dir, sizeof c->dir));
     FORGE_TRY(forge_checkpoint_read_config(c->dir, &c->cfg));
-    FORGE_TRY(forge_tokenizer_load(&c->tok, c->dir));
+    FORGE_TRY(load_ckpt_tokenizer(c, tokenizer_dir, fallback_dir));
     forge_status s = FORGE_OK;
     if (forge_tokenizer_vocab_size(c->tok) > c->cfg.vocab_size)
         s = forge_error(FORGE_ERR_DATA,
-                        "%s: encoder.json has %d ids, more than the model's vocab_size %d "
-                        "(model.safetensors): the checkpoint's tokenizer and model do not match",
-                        c->dir, forge_tokenizer_vocab_size(c->tok), c->cfg.vocab_size);
+                        "%s: the tokenizer of %s has %d ids, more than the model's vocab_size %d: the tokenizer "
+                        "and the model do not match",
+                        c->dir, c->tok_from, forge_tokenizer_vocab_size(c->tok), c->cfg.vocab_size);
     if (s == FORGE_OK) s = forge_backend_create(&c->be, runtime->device, runtime);
     if (s == FORGE_OK) s = forge_pool_create(&c->pool, c->be);
     if (s == FORGE_OK) s = forge_tape_create(&c->tape, c->pool);
@@ -362,11 +397,11 @@ static forge_status loaded_ckpt_open(loaded_ckpt *c, const char *ckpt, const for
 
 static forge_status sample_run(const sample_options *so) {
     loaded_ckpt c;
-    FORGE_TRY(loaded_ckpt_open(&c, so->ckpt, &so->runtime));
+    FORGE_TRY(loaded_ckpt_open(&c, so->ckpt, so->tokenizer, NULL, &so->runtime));
     forge_status s = FORGE_OK;
     for (long i = 0; i < so->count && s == FORGE_OK; i++) {
         forge_generate_options go = {(int)so->tokens, so->temperature, (int)so->top_k, so->top_p,
-                                     (uint64_t)(so->seed + i), 1};
+                                     (uint64_t)(so->seed + i), 1, so->print_ids};
         if (so->count > 1) printf("--- sample %ld ---\n", i + 1);
         s = forge_generate(c.m, c.tape, c.tok, so->prompt, &go, stdout);
     }
@@ -392,6 +427,11 @@ static int cmd_sample(int argc, char **argv) {
         STR_OPT("--ckpt", so.ckpt)
         STR_OPT("--prompt", so.prompt)
         STR_OPT("--prompt-file", prompt_file)
+        STR_OPT("--tokenizer", so.tokenizer)
+        if (strcmp(argv[a.i], "--ids") == 0) {
+            so.print_ids = 1;
+            continue;
+        }
         INT_OPT("--tokens", so.tokens, 1, 1 << 20)
         INT_OPT("--count", so.count, 1, 1000)
         INT_OPT("--seed", so.seed, 0, LONG_MAX)
@@ -423,21 +463,67 @@ static int cmd_sample(int argc, char **argv) {
 /* ---- forge eval ----------------------------------------------------------------- */
 
 static const char *EVAL_HELP =
-    "usage: forge eval --ckpt DIR --data DIR|FILE [--batch B] [--seq-len T] [runtime options]\n"
+    "usage: forge eval --ckpt DIR --data DIR|FILE [--batch B] [--seq-len T] [--tokenizer DIR]\n"
+    "                  [--dump-logits FILE] [runtime options]\n"
     "  The checkpoint's loss on held-out tokens: mean loss (nats per token), perplexity and bits per\n"
     "  byte (the loss in bits over the bytes the predicted tokens decode to; <|endoftext|> counts none).\n"
-    "  DIR is a run directory (its newest checkpoint) or a checkpoint directory. --data: a directory's\n"
+    "  DIR is a run directory (its newest checkpoint), a checkpoint directory or a Hugging Face\n"
+    "  save_pretrained directory (GPT-2 or Llama: config.json + model.safetensors). --data: a directory's\n"
     "  val_NNN.bin shards (from `forge tokenize`), one .bin shard, or a text file (tokenized with the\n"
     "  checkpoint's tokenizer). Windows of T tokens, each predicted from the ones before it in its window.\n"
     "  Defaults: --batch 8 --seq-len the config's context_length\n"
+    "  --tokenizer DIR      encoder.json + vocab.bpe (or vocab.json + merges.txt) [DIR's own; else a --data\n"
+    "                       directory's]\n"
+    "  --dump-logits FILE   also write the logits (T, V) of the first window and its ids (T) to FILE\n"
+    "                       (safetensors: \"logits\" F32, \"ids\" I32), to compare with another implementation\n"
     "runtime options:\n" RUNTIME_HELP;
+
+/* The logits of one window, tokens[0, T), as a safetensors file ("logits" (T, V) F32 and "ids" (T) I32). */
+static forge_status dump_logits(loaded_ckpt *c, const int32_t *tokens, size_t n, int T, const char *path) {
+    const int Tw = n < (size_t)T ? (int)n : T, V = c->cfg.vocab_size;
+    forge_backend *be = c->be;
+    float *host = malloc((size_t)Tw * V * sizeof *host);
+    forge_bf16 *narrow = NULL;
+    if (!host) return forge_error(FORGE_ERR_OOM, "eval --dump-logits: out of host memory");
+    const int was_recording = forge_tape_recording(c->tape);
+    forge_tape_set_recording(c->tape, 0);
+    const int64_t shape[2] = {1, Tw};
+    forge_tensor *ids = NULL, *logits = NULL;
+    forge_status s = forge_pool_tensor(forge_tape_pool(c->tape), &ids, FORGE_I32, 2, shape, 0);
+    if (s == FORGE_OK) s = be->copy_to_device(be, ids->data, tokens, (size_t)Tw * sizeof *tokens);
+    if (s == FORGE_OK) s = forge_model_forward(c->m, c->tape, ids, NULL, 0.0f, &logits);
+    if (s == FORGE_OK && logits->dtype == FORGE_BF16) { /* a bf16 step's logits, widened */
+        narrow = malloc((size_t)Tw * V * sizeof *narrow);
+        s = narrow ? be->copy_to_host(be, narrow, logits->data, (size_t)Tw * V * sizeof *narrow)
+                   : forge_error(FORGE_ERR_OOM, "eval --dump-logits: out of host memory");
+        for (size_t i = 0; s == FORGE_OK && i < (size_t)Tw * V; i++) host[i] = forge_bf16_to_f32(narrow[i]);
+    } else if (s == FORGE_OK) {
+        s = be->copy_to_host(be, host, logits->data, (size_t)Tw * V * sizeof *host);
+    }
+    if (s == FORGE_OK) s = be->poll_errors(be);
+    forge_tape_reset(c->tape);
+    forge_tape_set_recording(c->tape, was_recording);
+    if (s == FORGE_OK) {
+        forge_st_entry e[2] = {
+            {.name = "logits", .dtype = "F32", .ndim = 2, .shape = {Tw, V}, .data = host,
+             .bytes = (size_t)Tw * V * sizeof(float)},
+            {.name = "ids", .dtype = "I32", .ndim = 1, .shape = {Tw}, .data = tokens,
+             .bytes = (size_t)Tw * sizeof(int32_t)},
+        };
+        const char *keys[] = {"format"}, *vals[] = {"pt"};
+        s = forge_safetensors_write(path, e, 2, keys, vals, 1);
+    }
+    free(host);
+    free(narrow);
+    return s;
+}
 
 static int cmd_eval(int argc, char **argv) {
     if (wants_help(argc, argv)) {
         fputs(EVAL_HELP, stdout);
         return 0;
     }
-    const char *ckpt = NULL, *data = NULL, *v;
+    const char *ckpt = NULL, *data = NULL, *tokenizer = NULL, *dump = NULL, *v;
     long batch = 8, seq = 0;
     runtime_flags rf = {0};
     args a = {argc, argv, 0, {0}, 0};
@@ -446,6 +532,8 @@ static int cmd_eval(int argc, char **argv) {
         if (runtime_flag(&a, &rf, &s)) continue;
         STR_OPT("--ckpt", ckpt)
         STR_OPT("--data", data)
+        STR_OPT("--tokenizer", tokenizer)
+        STR_OPT("--dump-logits", dump)
         INT_OPT("--batch", batch, 1, 1 << 16)
         INT_OPT("--seq-len", seq, 1, 1 << 20)
         return fail(usage_error("eval", "unknown argument ", argv[a.i]));
@@ -459,7 +547,9 @@ static int cmd_eval(int argc, char **argv) {
     s = runtime_options_build("eval", &rf, &rt);
     if (s != FORGE_OK) return fail(s);
     loaded_ckpt c;
-    s = loaded_ckpt_open(&c, ckpt, &rt);
+    struct stat data_st;
+    const int data_is_dir = stat(data, &data_st) == 0 && S_ISDIR(data_st.st_mode);
+    s = loaded_ckpt_open(&c, ckpt, tokenizer, data_is_dir ? data : NULL, &rt);
     if (s != FORGE_OK) return fail(s);
     int32_t *tokens = NULL;
     size_t n = 0;
@@ -479,6 +569,10 @@ static int cmd_eval(int argc, char **argv) {
     if (s == FORGE_OK)
         printf("eval: %llu tokens (%llu bytes) | loss %.6f | perplexity %.4f | bits per byte %.6f\n",
                (unsigned long long)r.tokens, (unsigned long long)r.bytes, r.loss, r.perplexity, r.bits_per_byte);
+    if (s == FORGE_OK && dump) {
+        s = dump_logits(&c, tokens, n, T, dump);
+        if (s == FORGE_OK) printf("eval: logits of the first window written to %s\n", dump);
+    }
     free(tokens);
     free(bytes_of);
     loaded_ckpt_close(&c);
@@ -553,6 +647,9 @@ static const char *TRAIN_HELP =
     "  --ckpt-every N       checkpoint every N steps [only at the end]\n"
     "  --keep-checkpoints N the newest N checkpoints are kept at each save [2]\n"
     "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
+    "  --init DIR           start a new run (step 0, fresh optimizer) from DIR's weights and config: a forge\n"
+    "                       run or checkpoint directory, or a Hugging Face save_pretrained directory of a\n"
+    "                       GPT-2 or Llama model (config.json + model.safetensors), to fine-tune it\n"
     "  --stop-after N       stop after step N with a checkpoint (to resume later)\n"
     "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
     "  --no-graph           run every step op by op (on CUDA the second step is recorded as a\n"
@@ -583,6 +680,25 @@ static forge_status prepare_demo_data(const char *data_dir, int vocab, FILE *out
     return s;
 }
 
+/* A config with no Hugging Face equivalent gets no config.json in its checkpoints (model/hf.h): said once, at the
+ * start, rather than at every save. Best effort: a config that does not load is reported by the command itself. */
+static void hf_note(const char *init, const char *config, const char *configs_dir) {
+    forge_model_config cfg;
+    char dir[1100], why[256];
+    forge_status s = init ? forge_checkpoint_resolve(init, dir, sizeof dir) : FORGE_OK;
+    if (s == FORGE_OK)
+        s = init ? forge_checkpoint_read_config(dir, &cfg)
+                 : forge_config_resolve(&cfg, config ? config : "tiny", configs_dir);
+    if (s != FORGE_OK) {
+        forge_error_clear();
+        return;
+    }
+    if (!forge_hf_expressible(&cfg, why, sizeof why))
+        printf("note: config %s has no Hugging Face equivalent (%s): its checkpoints carry no config.json, so "
+               "transformers cannot load them\n",
+               cfg.name, why);
+}
+
 static int cmd_train(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
         fputs(TRAIN_HELP, stdout);
@@ -604,6 +720,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         STR_OPT("--data", o.data_dir)
         STR_OPT("--out", out_dir)
         STR_OPT("--resume", o.resume)
+        STR_OPT("--init", o.init)
         INT_OPT("--steps", steps, 1, 1L << 30)
         INT_OPT("--batch", batch, 1, 1 << 20)
         INT_OPT("--seq-len", seq, 1, 1 << 24)
@@ -685,7 +802,8 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         const char *config = o.config ? o.config : "tiny";
         forge_model_config ckpt_cfg;
         char ckpt[1100];
-        if (!o.config && o.resume && forge_checkpoint_resolve(o.resume, ckpt, sizeof ckpt) == FORGE_OK &&
+        const char *from = o.resume ? o.resume : o.init;
+        if (!o.config && from && forge_checkpoint_resolve(from, ckpt, sizeof ckpt) == FORGE_OK &&
             forge_checkpoint_read_config(ckpt, &ckpt_cfg) == FORGE_OK)
             config = ckpt_cfg.name; /* a checkpoint directory: runs/<its config's name> */
         const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
@@ -693,6 +811,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         out_dir = out_buf; /* created (with runs/) by the trainer */
     }
     o.out_dir = out_dir;
+    if (!o.resume) hf_note(o.init, o.config, o.configs_dir);
     forge_train_install_signal_handlers();
     forge_train_result res;
     s = forge_train(&o, &res);
@@ -827,7 +946,8 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
 static const char *INIT_HELP =
     "usage: forge init --config NAME|PATH --out DIR [--seed S]\n"
     "  Writes DIR/model.safetensors: the model as `forge train` initialises it (Hugging Face\n"
-    "  names, config in the metadata), e.g. to compare forge against another framework.\n";
+    "  names, config in the metadata) and, when the config has a Hugging Face equivalent, DIR/config.json\n"
+    "  for transformers' from_pretrained, e.g. to compare forge against another framework.\n";
 
 static int cmd_init(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
@@ -854,6 +974,7 @@ static int cmd_init(int argc, char **argv, const char *argv0) {
     forge_pool *pool = NULL;
     forge_model *m = NULL;
     s = forge_config_resolve(&cfg, config, configs_dir(argv0));
+    if (s == FORGE_OK) hf_note(NULL, config, configs_dir(argv0));
     if (s == FORGE_OK) s = forge_backend_create(&be, FORGE_DEVICE_CPU, NULL);
     if (s == FORGE_OK) s = forge_pool_create(&pool, be);
     if (s == FORGE_OK) s = forge_model_create(&m, &cfg, pool, (uint64_t)seed);

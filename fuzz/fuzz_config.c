@@ -1,8 +1,9 @@
 /*
- * fuzz_config.c: libFuzzer target for the model config parser (src/model/config.c).
+ * fuzz_config.c: libFuzzer target for the model config parsers: forge's own
+ * (src/model/config.c) and the Hugging Face config.json mapping (src/model/hf.c).
  *
- * The input is the bytes of a config file. Whatever they are, parsing must
- * return a status without a sanitizer report; when it succeeds, the config
+ * The input is the bytes of a config file. Whatever they are, both parsers must
+ * return a status without a sanitizer report; when one succeeds, the config
  * must survive its own round trip: to_json() and parse() give back an equal
  * struct, and param_count() runs on it (UBSan checks its int64 arithmetic).
  */
@@ -13,6 +14,7 @@
 
 #include "fuzz.h"
 #include "../src/model/config.h"
+#include "../src/model/hf.h"
 
 static int same_config(const forge_model_config *a, const forge_model_config *b) {
     return strcmp(a->name, b->name) == 0 && a->family == b->family && a->vocab_size == b->vocab_size &&
@@ -25,7 +27,31 @@ static int same_config(const forge_model_config *a, const forge_model_config *b)
 
 #define FAIL(...) FUZZ_FAIL("config", __VA_ARGS__)
 
+/* The same bytes as a Hugging Face config.json: a status, and when it maps, HF JSON that maps back to it. */
+static void fuzz_hf(const uint8_t *data, size_t size) {
+    forge_model_config cfg, back;
+    forge_status s = forge_hf_config_parse(&cfg, (const char *)data, size, "config.json", "fuzz");
+    if (s != FORGE_OK) {
+        if (s != FORGE_ERR_CONFIG && s != FORGE_ERR_UNSUPPORTED)
+            FAIL("hf: unexpected status %s: %s", forge_status_name(s), forge_error_message());
+        return;
+    }
+    if (forge_config_validate(&cfg, "config.json") != FORGE_OK)
+        FAIL("hf: mapped but does not validate: %s", forge_error_message());
+    char *json = NULL;
+    if (forge_hf_config_to_json(&cfg, -1, &json) != FORGE_OK) FAIL("hf: to_json failed: %s", forge_error_message());
+    forge_status sb = forge_hf_config_parse(&back, json, strlen(json), "back.json", "fuzz");
+    int same = sb == FORGE_OK && same_config(&cfg, &back);
+    if (!same) {
+        fprintf(stderr, "%s\n", json);
+        free(json);
+        FAIL("hf: to_json does not map back to the same config: %s", sb ? forge_error_message() : "fields differ");
+    }
+    free(json);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_hf(data, size);
     forge_model_config cfg;
     forge_status s = forge_config_parse_bytes(&cfg, (const char *)data, size, "fuzz.json");
     if (s != FORGE_OK) {

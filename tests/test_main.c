@@ -22,6 +22,7 @@
     X(config)            \
     X(parsers)           \
     X(checkpoint)        \
+    X(hf)                \
     X(model)             \
     X(train)             \
     X(golden)            \

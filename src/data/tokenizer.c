@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -525,6 +526,12 @@ forge_status forge_tokenizer_load(forge_tokenizer **out, const char *dir) {
     char enc[4096], bpe[4096];
     if (!join_path(enc, sizeof enc, dir, "encoder.json") || !join_path(bpe, sizeof bpe, dir, "vocab.bpe"))
         return forge_error(FORGE_ERR_ARG, "tokenizer directory path too long: %s", dir);
+    /* Hugging Face's GPT2Tokenizer saves the same two files as vocab.json and merges.txt: read them when
+     * GPT-2's names are absent, so a save_pretrained directory brings its tokenizer along. */
+    char hf_enc[4096], hf_bpe[4096];
+    if (access(enc, F_OK) != 0 && join_path(hf_enc, sizeof hf_enc, dir, "vocab.json") &&
+        join_path(hf_bpe, sizeof hf_bpe, dir, "merges.txt") && access(hf_enc, F_OK) == 0)
+        return forge_tokenizer_load_files(out, hf_enc, hf_bpe);
     return forge_tokenizer_load_files(out, enc, bpe);
 }
 

@@ -21,7 +21,8 @@
 
 typedef struct forge_tokenizer forge_tokenizer;
 
-/* Loads encoder.json + vocab.bpe from a directory (as written by _save). */
+/* Loads encoder.json + vocab.bpe from a directory (as written by _save), or, when encoder.json is absent,
+ * vocab.json + merges.txt (the same files under the names Hugging Face's GPT2Tokenizer saves them as). */
 forge_status forge_tokenizer_load(forge_tokenizer **out, const char *dir);
 /* Loads from explicit paths (GPT-2's files). */
 forge_status forge_tokenizer_load_files(forge_tokenizer **out, const char *encoder_json,

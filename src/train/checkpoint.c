@@ -12,10 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/fs.h"
+#include "../model/hf.h"
 #include "../model/safetensors.h"
 
 #define CKPT_MODEL_FILE "model.safetensors"
 #define CKPT_STATE_FILE "state.safetensors"
+#define CKPT_HF_CONFIG "config.json"
 
 /* Llama stores q, k and v separately: the k and v names replace "q_proj". */
 static void qkv_name(const char *q_name, const char *which, char *out, size_t cap) {
@@ -212,6 +215,34 @@ static forge_status save_tokenizer(const char *dir, const forge_tokenizer *tok) 
     return s;
 }
 
+/* dir/config.json in Hugging Face's schema, beside model.safetensors, so from_pretrained(dir) loads the checkpoint
+ * (model/hf.h); written through a temporary name like every other file. A config with no HF equivalent gets none
+ * (and a stale one from an earlier save is removed): the CLI says why when the run starts. */
+static forge_status save_hf_config(const char *dir, const forge_model_config *cfg, const forge_tokenizer *tok) {
+    char path[1200], tmp[1300];
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_CONFIG);
+    if (!forge_hf_expressible(cfg, NULL, 0)) {
+        if (unlink(path) != 0 && errno != ENOENT)
+            return forge_error(FORGE_ERR_IO, "cannot remove the stale %s: %s", path, strerror(errno));
+        return FORGE_OK;
+    }
+    char *json = NULL;
+    FORGE_TRY(forge_hf_config_to_json(cfg, tok ? forge_tokenizer_eot(tok) : -1, &json));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL;
+    if (ok) ok = fputs(json, f) >= 0 && fputc('\n', f) != EOF;
+    if (f) ok = fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(json);
+    if (!ok || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return forge_error(FORGE_ERR_IO, "cannot write %s: %s", path, strerror(err));
+    }
+    return FORGE_OK;
+}
+
 forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const forge_optimizer *opt,
                                    const forge_train_state *state, const forge_tokenizer *tok) {
     size_t n = m->n_elements;
@@ -237,6 +268,7 @@ forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const 
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MODEL_FILE);
     if (s == FORGE_OK) s = forge_checkpoint_write_values(path, m, host);
+    if (s == FORGE_OK) s = save_hf_config(dir, &m->cfg, tok);
     if (s == FORGE_OK && with_state) {
         s = forge_optimizer_get_state(opt, host, host2);
         char step[32], total[32], batches[32], seed[32], seen[64], ostep[32];
@@ -270,18 +302,86 @@ static void model_file(const char *path, char *out, size_t cap) {
         snprintf(out, cap, "%s/%s", path, CKPT_MODEL_FILE);
 }
 
+/* The directory holding a model file, and its last component (a config name for an HF directory). */
+static void file_dir(const char *file, char *dir, size_t cap, const char **base) {
+    snprintf(dir, cap, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, cap, ".");
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = '\0';
+    const char *b = strrchr(dir, '/');
+    *base = b ? b + 1 : dir;
+    if (strcmp(*base, ".") == 0 || strcmp(*base, "..") == 0 || !(*base)[0]) *base = "hf-model";
+}
+
+/* A directory written by Hugging Face's save_pretrained: its config.json, mapped to forge's (model/hf.h). */
+static forge_status read_hf_config(const char *file, forge_model_config *cfg) {
+    char dir[1200], hf[1300];
+    const char *base;
+    file_dir(file, dir, sizeof dir, &base);
+    snprintf(hf, sizeof hf, "%s/%s", dir, CKPT_HF_CONFIG);
+    if (access(hf, F_OK) != 0)
+        return forge_error(FORGE_ERR_DATA,
+                           "%s: no \"forge_config\" in the metadata and no %s beside it: expected a forge checkpoint "
+                           "or a Hugging Face save_pretrained directory (config.json + model.safetensors)",
+                           file, hf);
+    char *text = NULL;
+    size_t len = 0;
+    FORGE_TRY(forge_read_file(hf, &text, &len));
+    forge_status s = forge_hf_config_parse(cfg, text, len, hf, base);
+    free(text);
+    return s;
+}
+
 forge_status forge_checkpoint_read_config(const char *path, forge_model_config *cfg) {
     char file[1200];
     model_file(path, file, sizeof file);
     forge_safetensors *st;
     FORGE_TRY(forge_safetensors_open(&st, file));
     const char *json = forge_safetensors_meta(st, "forge_config");
-    forge_status s;
-    if (!json)
-        s = forge_error(FORGE_ERR_DATA, "%s: no \"forge_config\" in the metadata (not a forge checkpoint?)", file);
-    else
-        s = forge_config_parse(cfg, json, file);
+    forge_status s = json ? forge_config_parse(cfg, json, file) : read_hf_config(file, cfg);
     forge_safetensors_close(st);
+    return s;
+}
+
+/* The tensor a file stores under an HF name: the name itself or, in a base model's file (GPT2Model, LlamaModel,
+ * as some hub repositories hold them), the name without its "transformer." / "model." prefix. */
+static const forge_st_entry *find_hf_tensor(const forge_safetensors *st, const char *name) {
+    const forge_st_entry *e = forge_safetensors_find(st, name);
+    if (e) return e;
+    if (strncmp(name, "transformer.", 12) == 0) return forge_safetensors_find(st, name + 12);
+    if (strncmp(name, "model.", 6) == 0) return forge_safetensors_find(st, name + 6);
+    return NULL;
+}
+
+/* Tensors an HF file may hold that are no forge parameter and no learned value: GPT-2's causal-mask buffers
+ * (older transformers saved them), Llama's RoPE frequencies, and a tied model's lm_head.weight (the embedding). */
+static int ignorable_tensor(const char *name, int tied) {
+    static const char *const suffixes[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && strcmp(name + n - k, suffixes[i]) == 0) return 1;
+    }
+    return tied && strcmp(name, "lm_head.weight") == 0;
+}
+
+/* Copies one file tensor (F32, BF16 or F16; the file's data need not be aligned) into dst, widened to fp32 and,
+ * for a GPT-2 Conv1D weight stored (in, out), transposed to forge's (out, in). */
+static forge_status load_tensor(const forge_safetensors *st, const forge_st_entry *e, int transposed, int64_t rows,
+                                int64_t cols, float *dst) {
+    const size_t n = (size_t)rows * (size_t)cols;
+    if (strcmp(e->dtype, "F32") != 0 && strcmp(e->dtype, "BF16") != 0 && strcmp(e->dtype, "F16") != 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: tensor \"%s\" has dtype %s: expected F32, BF16 or F16 (widened to fp32 on load)",
+                           forge_safetensors_path(st), e->name, e->dtype);
+    if (!transposed) return forge_hf_to_f32(dst, e->data, n, e->dtype);
+    float *tmp = malloc(n * sizeof *tmp + 1);
+    if (!tmp) return forge_error(FORGE_ERR_OOM, "checkpoint: out of host memory for tensor \"%s\"", e->name);
+    forge_status s = forge_hf_to_f32(tmp, e->data, n, e->dtype);
+    if (s == FORGE_OK) transpose(dst, tmp, rows, cols);
+    free(tmp);
     return s;
 }
 
@@ -290,21 +390,34 @@ forge_status forge_checkpoint_load_weights(const char *path, forge_model *m) {
     model_file(path, file, sizeof file);
     forge_safetensors *st;
     FORGE_TRY(forge_safetensors_open(&st, file));
+    const int count = forge_safetensors_count(st);
     float *host = malloc(m->n_elements * sizeof(float));
-    forge_status s = host ? FORGE_OK : forge_error(FORGE_ERR_OOM, "checkpoint: out of host memory");
+    char *used = calloc((size_t)count + 1, 1);
+    forge_status s = host && used ? FORGE_OK : forge_error(FORGE_ERR_OOM, "checkpoint: out of host memory");
     for (int i = 0; s == FORGE_OK && i < m->n_params; i++) {
         const forge_param *p = &m->params[i];
         hf_layout L;
         param_layout(m, p, &L);
         for (int k = 0; s == FORGE_OK && k < L.n; k++) {
-            const forge_st_entry *e;
-            s = forge_safetensors_get(st, L.name[k], "F32", L.ndim, L.shape[k], &e);
+            const forge_st_entry *e = find_hf_tensor(st, L.name[k]);
+            /* get() checks the shape, and words the error for a missing tensor */
+            s = forge_safetensors_get(st, e ? e->name : L.name[k], NULL, L.ndim, L.shape[k], &e);
             if (s != FORGE_OK) break;
-            if (p->export_kind == FORGE_EXPORT_TRANSPOSED && L.ndim == 2)
-                transpose(host + p->offset, e->data, L.shape[k][0], L.shape[k][1]);
-            else
-                memcpy(host + p->offset + L.offset[k], e->data, e->bytes);
+            used[e - forge_safetensors_entry(st, 0)] = 1;
+            int transposed = p->export_kind == FORGE_EXPORT_TRANSPOSED && L.ndim == 2;
+            s = load_tensor(st, e, transposed, L.shape[k][0], L.ndim > 1 ? L.shape[k][1] : 1,
+                            host + p->offset + L.offset[k]);
         }
+    }
+    /* A tensor that fits nowhere means the file is another model than the config describes (a classification
+     * head, a different architecture): loading the rest would silently drop weights. */
+    for (int i = 0; s == FORGE_OK && i < count; i++) {
+        const forge_st_entry *e = forge_safetensors_entry(st, i);
+        if (!used[i] && !ignorable_tensor(e->name, m->cfg.tied_embeddings))
+            s = forge_error(FORGE_ERR_DATA,
+                            "%s: tensor \"%s\" is no parameter of the model its config describes (%s, family %s, %d "
+                            "layers): expected only that model's tensors",
+                            file, e->name, m->cfg.name, forge_family_name(m->cfg.family), m->cfg.n_layers);
     }
     if (s == FORGE_OK) {
         char first[160];
@@ -317,6 +430,7 @@ forge_status forge_checkpoint_load_weights(const char *path, forge_model *m) {
     }
     if (s == FORGE_OK) s = forge_model_set_params(m, host);
     free(host);
+    free(used);
     forge_safetensors_close(st);
     return s;
 }
@@ -440,6 +554,19 @@ forge_status forge_checkpoint_resolve(const char *path, char *out, size_t cap) {
         snprintf(out, cap, "%s", path);
         return FORGE_OK;
     }
+    /* What a Hugging Face directory may hold instead of one model.safetensors: said plainly, with the way out */
+    snprintf(file, sizeof file, "%s/%s.index.json", path, CKPT_MODEL_FILE);
+    if (access(file, F_OK) == 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: a sharded checkpoint (%s): forge reads one %s; save it again in one file, e.g. "
+                           "model.save_pretrained(DIR, max_shard_size=\"1000GB\")",
+                           path, file, CKPT_MODEL_FILE);
+    snprintf(file, sizeof file, "%s/pytorch_model.bin", path);
+    if (access(file, F_OK) == 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: holds pytorch_model.bin (a pickle) and no %s: forge reads safetensors only; save it "
+                           "again with model.save_pretrained(DIR, safe_serialization=True)",
+                           path, CKPT_MODEL_FILE);
     return forge_error(FORGE_ERR_IO, "%s: not a run directory (no \"latest\" file) nor a checkpoint (no %s)",
                        path, CKPT_MODEL_FILE);
 }

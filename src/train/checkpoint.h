@@ -1,9 +1,12 @@
 /*
  * checkpoint.h: what a checkpoint directory holds, and how it is written.
  *
- *   model.safetensors  weights under Hugging Face names, config JSON in the
- *                      metadata ("forge_config"), so `forge sample` needs
- *                      nothing else
+ *   model.safetensors  weights under Hugging Face names and layouts, config
+ *                      JSON in the metadata ("forge_config"), so `forge
+ *                      sample` needs nothing else
+ *   config.json        the config in Hugging Face's schema (model/hf.h), so
+ *                      transformers' from_pretrained(DIR) loads the
+ *                      checkpoint; absent for a config HF cannot express
  *   state.safetensors  AdamW moments (flat, parameter layout) and the trainer
  *                      state in the metadata: step, batches drawn, seed
  *   encoder.json, vocab.bpe  the tokenizer the model was trained with
@@ -47,9 +50,13 @@ forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const 
  * or their gradients) as a safetensors file under the HF names. */
 forge_status forge_checkpoint_write_values(const char *path, const forge_model *m, const float *values);
 
-/* Reads the config from dir/model.safetensors (or a .safetensors path). */
+/* Reads the config from dir/model.safetensors (or a .safetensors path): forge's own from its metadata, else
+ * (a directory written by Hugging Face's save_pretrained) the config.json beside it, mapped (model/hf.h). */
 forge_status forge_checkpoint_read_config(const char *path, forge_model_config *cfg);
-/* Loads weights into an existing model of the same config. */
+/* Loads weights into an existing model of the same config: F32, or BF16/F16 widened to fp32; under HF's names or,
+ * in a base model's file, without their "transformer." / "model." prefix. A missing tensor, a wrong shape, another
+ * dtype, or a tensor that is no parameter of the model (a classification head...) is an error naming the file and
+ * the tensor; GPT-2's saved mask buffers, RoPE frequencies and a tied lm_head copy are skipped. */
 forge_status forge_checkpoint_load_weights(const char *path, forge_model *m);
 /* Loads optimizer moments and trainer state from dir/state.safetensors. */
 forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, forge_train_state *state);
@@ -62,7 +69,10 @@ size_t forge_checkpoint_find_nonfinite(const forge_model *m, const void *values,
                                        size_t cap, size_t *in_first);
 
 /* Resolves a run directory (reads its "latest" file) or a checkpoint
- * directory to the checkpoint directory; out has cap bytes. */
+ * directory (forge's, or an HF one holding model.safetensors) to the
+ * checkpoint directory; out has cap bytes. An HF directory holding only a
+ * sharded checkpoint or pytorch_model.bin is FORGE_ERR_UNSUPPORTED, saying
+ * how to save it in one safetensors file. */
 forge_status forge_checkpoint_resolve(const char *path, char *out, size_t cap);
 /* Atomically points run_dir/latest at checkpoint directory name `name`. */
 forge_status forge_checkpoint_set_latest(const char *run_dir, const char *name);

@@ -47,8 +47,9 @@ forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokeni
     } else {
         memcpy(seq, prompt_ids, n_prompt * sizeof *seq);
         n = n_prompt;
-        fwrite(prompt, 1, strlen(prompt), out);
+        if (!opt->print_ids) fwrite(prompt, 1, strlen(prompt), out);
     }
+    for (size_t i = 0; opt->print_ids && i < n; i++) fprintf(out, "%d%s", (int)seq[i], i + 1 < n ? " " : "\n");
     free(prompt_ids);
     forge_rng rng;
     forge_rng_seed(&rng, opt->seed, 0x73616d70 /* "samp" */);
@@ -78,7 +79,8 @@ forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokeni
         if (next >= forge_tokenizer_vocab_size(tok)) next = forge_tokenizer_eot(tok); /* padded vocab rows */
         if (opt->stop_at_eot && next == forge_tokenizer_eot(tok)) break;
         seq[n++] = next;
-        write_token(tok, next, out);
+        if (opt->print_ids) fprintf(out, "%s%d", i ? " " : "", (int)next);
+        else write_token(tok, next, out);
         fflush(out);
     }
     fputs("\n", out);

@@ -21,6 +21,9 @@ typedef struct {
     float top_p;
     uint64_t seed;
     int stop_at_eot; /* end the sample at <|endoftext|> */
+    int print_ids;   /* write token ids instead of text: the prompt's on one line (a lone <|endoftext|> for an
+                        empty prompt), the new ones on the next, space-separated; what a token-for-token
+                        comparison with another implementation reads (tools/hf_check.py) */
 } forge_generate_options;
 
 /* Continues `prompt` (may be empty: starts a new document) and writes the

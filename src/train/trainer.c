@@ -84,6 +84,9 @@ static forge_status check_count(const char *flag, long x, long lo) {
 forge_status forge_train_options_validate(const forge_train_options *o) {
     if (!o->data_dir || !o->data_dir[0]) return forge_error(FORGE_ERR_ARG, "train: no data directory (--data DIR)");
     if (!o->out_dir || !o->out_dir[0]) return forge_error(FORGE_ERR_ARG, "train: no run directory (--out DIR)");
+    if (o->resume && o->init)
+        return forge_error(FORGE_ERR_ARG, "train: --resume %s and --init %s: give one (--resume continues a run, "
+                           "--init starts a new one from a model's weights)", o->resume, o->init);
     FORGE_TRY(check_count("--batch", o->batch_size, 1));
     FORGE_TRY(check_count("--steps", o->steps, 1));
     FORGE_TRY(check_count("--seq-len", o->seq_len, 0));
@@ -291,7 +294,22 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     FORGE_TRY(forge_run_dir_lock(o->out_dir, &tr->lock_fd));
 
     char ckpt_dir[1024] = "";
-    if (o->resume) {
+    if (o->init) {
+        /* --init: the model (config and weights) comes from DIR; the run itself is new (step 0, fresh AdamW
+         * moments, this run's seed and data order). */
+        FORGE_TRY(forge_checkpoint_resolve(o->init, ckpt_dir, sizeof ckpt_dir));
+        FORGE_TRY(forge_checkpoint_read_config(ckpt_dir, cfg));
+        if (o->config) {
+            forge_model_config given;
+            char what[256];
+            FORGE_TRY(forge_config_resolve(&given, o->config, o->configs_dir));
+            if (config_differs(&given, cfg, what, sizeof what))
+                return forge_error(FORGE_ERR_ARG,
+                                   "train: --config %s conflicts with the config of --init %s (%s): the weights "
+                                   "fix the architecture; leave --config out or give the same one",
+                                   o->config, ckpt_dir, what);
+        }
+    } else if (o->resume) {
         FORGE_TRY(forge_checkpoint_resolve(o->resume, ckpt_dir, sizeof ckpt_dir));
         FORGE_TRY(forge_checkpoint_read_config(ckpt_dir, cfg));
         if (o->config) {
@@ -340,6 +358,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     FORGE_TRY(forge_optimizer_create(&tr->opt, tr->model, ac));
     tr->state.total_steps = o->steps;
     tr->state.seed = o->seed;
+    if (o->init) FORGE_TRY(forge_checkpoint_load_weights(ckpt_dir, tr->model));
     if (o->resume) {
         FORGE_TRY(forge_checkpoint_load_weights(ckpt_dir, tr->model));
         FORGE_TRY(forge_checkpoint_load_state(ckpt_dir, tr->opt, &tr->state));

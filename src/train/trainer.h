@@ -24,6 +24,9 @@ typedef struct {
     const char *data_dir;   /* train_*.bin, val_*.bin, encoder.json, vocab.bpe */
     const char *out_dir;    /* checkpoints, log.jsonl */
     const char *resume;     /* run or checkpoint directory, or NULL */
+    const char *init;       /* a fresh run (step 0, new optimizer) from these weights: a forge run or checkpoint
+                               directory, or a Hugging Face save_pretrained directory (its config.json is mapped,
+                               model/hf.h); NULL = initialise from seed. Excludes resume. */
     int batch_size;         /* B */
     int seq_len;            /* T; 0 = the config's context length */
     long tokens_per_step;   /* 0 = B*T (no accumulation) */
@@ -47,7 +50,7 @@ void forge_train_options_default(forge_train_options *o);
 /* FORGE_ERR_ARG naming the flag and what was expected for any option that
  * makes training undefined: beta1, beta2 outside [0, 1), eps <= 0, a negative
  * or non-finite lr / weight decay / grad clip, warm-up or min-lr fractions
- * outside [0, 1], counts below their minimum. forge_train calls it first. */
+ * outside [0, 1], counts below their minimum, --resume with --init. forge_train calls it first. */
 forge_status forge_train_options_validate(const forge_train_options *o);
 
 /* Results a caller (tests, the CLI) can inspect. */
