@@ -57,6 +57,9 @@ const char *test_tmpdir(void);
 
 /* 1 if the current error message contains a and, when b is not NULL, b too. */
 int test_msg_has(const char *a, const char *b);
+/* A data directory for training tests: a `vocab`-id BPE trained on text_path, saved in dir, and text_path
+ * tokenized into dir's shards (10% val). 1 on success. */
+int test_tokenized_dir(const char *dir, const char *text_path, int vocab);
 
 /* expr must return the status want with a message containing n1 (and n2, unless NULL) */
 #define CHECK_ERR_MSG(expr, want, n1, n2)                                                     \

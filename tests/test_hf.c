@@ -658,13 +658,7 @@ static const char *tiny_data(void) {
     for (int i = 0; i < 400; i++)
         fprintf(out, "The hen %d pecked at the corn and the fox watched.\n<|endoftext|>\n", i % 13);
     fclose(out);
-    const char *files[1] = {text};
-    forge_tokenizer *tok;
-    if (forge_tokenizer_train(&tok, files, 1, 300, 0) != FORGE_OK) return NULL;
-    forge_status s = forge_tokenizer_save(tok, dir);
-    if (s == FORGE_OK) s = forge_tokenize_files(tok, files, 1, dir, 0.1, 1, NULL);
-    forge_tokenizer_free(tok);
-    return s == FORGE_OK ? dir : NULL;
+    return test_tokenized_dir(dir, text, 300) ? dir : NULL;
 }
 
 static void test_tokenizer_and_init(void) {

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "../src/base/status.h"
+#include "../src/data/tokenize.h"
+#include "../src/data/tokenizer.h"
 
 #define SUITES(X)        \
     X(core)              \
@@ -120,4 +122,14 @@ int main(int argc, char **argv) {
 int test_msg_has(const char *a, const char *b) {
     const char *m = forge_error_message();
     return strstr(m, a) != NULL && (!b || strstr(m, b) != NULL);
+}
+
+int test_tokenized_dir(const char *dir, const char *text_path, int vocab) {
+    const char *files[1] = {text_path};
+    forge_tokenizer *tok;
+    if (forge_tokenizer_train(&tok, files, 1, vocab, 0) != FORGE_OK) return 0;
+    forge_status s = forge_tokenizer_save(tok, dir);
+    if (s == FORGE_OK) s = forge_tokenize_files(tok, files, 1, dir, 0.1, 1, NULL);
+    forge_tokenizer_free(tok);
+    return s == FORGE_OK;
 }

@@ -56,13 +56,7 @@ static const char *data_dir(void) {
             fprintf(out, "The cat %d sat on the mat and looked at the dog.\n<|endoftext|>\n", i % 17);
     }
     fclose(out);
-    const char *files[1] = {text};
-    forge_tokenizer *tok;
-    if (forge_tokenizer_train(&tok, files, 1, 320, 0) != FORGE_OK) return NULL;
-    forge_status s = forge_tokenizer_save(tok, dir);
-    if (s == FORGE_OK) s = forge_tokenize_files(tok, files, 1, dir, 0.1, 1, NULL);
-    forge_tokenizer_free(tok);
-    return s == FORGE_OK ? dir : NULL;
+    return test_tokenized_dir(dir, text, 320) ? dir : NULL;
 }
 
 static const char *write_config(const char *json) {
