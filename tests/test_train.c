@@ -829,6 +829,8 @@ static void test_eval(void) {
     CHECK(one && enc && n_one == n_enc && memcmp(one, enc, n_enc * sizeof *enc) == 0);
     for (size_t i = 0; one && i < n_one; i++) CHECK(one[i] != forge_tokenizer_eot(tok)); /* ordinary text */
     free(enc);
+    free(one); /* the call below sets it (to NULL, failing) */
+    one = NULL;
     /* errors: no val shards; too few tokens; a window longer than the context */
     const char *empty = test_tmpdir();
     CHECK(forge_eval_load_tokens(empty, tok, cfg.vocab_size, &one, &n_one, what, sizeof what) == FORGE_ERR_DATA);
