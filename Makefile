@@ -28,6 +28,19 @@ GIT_DIRTY  := $(shell git diff --quiet HEAD 2>/dev/null && echo 0 || echo 1)
 CFLAGS   := -std=c11 $(OPT) -march=$(ARCH) -fopenmp -Wall -Wextra -D_GNU_SOURCE -g $(EXTRA_CFLAGS) \
             -DFORGE_GIT_COMMIT='"$(GIT_COMMIT)"' -DFORGE_GIT_DIRTY=$(GIT_DIRTY)
 LDLIBS   := -lcjson -lpcre2-8 -lm
+# MPI=1 builds the MPI communicator (src/runtime/comm.c, docs/distributed.md): `mpirun -np N forge train` then
+# runs N data-parallel ranks. The default is 1 where mpicc is found (Open MPI: libopenmpi-dev), else 0; a build
+# without it trains on one device as before and refuses to run under mpirun with more than one rank.
+MPICC    ?= mpicc
+MPI      ?= $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1 || echo 0)
+ifeq ($(MPI),1)
+MPI_CFLAGS := -DFORGE_WITH_MPI $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -show 2>/dev/null | \
+                tr ' ' '\n' | grep '^-I' | tr '\n' ' ')
+MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -show 2>/dev/null | \
+                tr ' ' '\n' | grep -E '^-(L|l|Wl)' | tr '\n' ' ') -lpthread
+CFLAGS   += $(MPI_CFLAGS)
+LDLIBS   += $(MPI_LIBS)
+endif
 CUDA_HOME ?= /usr/local/cuda
 NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=c++17 \
             -Xcompiler -fopenmp,-Wall,-Wextra $(EXTRA_NVFLAGS)
@@ -62,6 +75,14 @@ cpu: $(BUILD)/forge
 $(BUILD)/cpu/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# The communicator's objects depend on MPI=0/1: a stamp holding the value rebuilds them when it changes.
+MPI_STAMP := $(BUILD)/.mpi-$(MPI)
+$(MPI_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.mpi-*
+	@touch $@
+$(BUILD)/cpu/src/runtime/comm.o $(CUDA_OUT)/src/runtime/comm.o: $(MPI_STAMP)
 
 # provenance.o is the one object that reads FORGE_GIT_COMMIT/FORGE_GIT_DIRTY:
 # rebuilt on every make so the commit baked into results is never stale.
