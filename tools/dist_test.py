@@ -39,6 +39,8 @@ import crash_test  # noqa: E402  (its data, config and checkpoint checks)
 LOSS_BOUND = 2e-5     # |loss difference| per logged step (the log prints 6 decimals)
 WEIGHT_BOUND = 1e-4   # max |weight difference| after the run
 ZERO1_BOUND = 1e-5    # ZeRO-1 against the replicated optimizer (only the norm's summation order differs)
+BF16_BOUND = 5e-3     # --precision bf16: the same reordering, seen through bf16 roundings of weights and activations
+BF16_WEIGHT_BOUND = 0.05  # bf16: an element whose gradient is noise moves up to lr = 3e-3 a step either way
 TIMEOUT = 10          # --dist-timeout of the failure runs, seconds
 STEPS = 20
 
@@ -236,6 +238,14 @@ def main():
         bitwise = all(same_files(d("two"), d("two_zero1"), f"{last}/{f}")
                       for f in ("model.safetensors", "state.safetensors"))
         print(f"note ZeRO-1 and replicated checkpoints {'identical bit for bit' if bitwise else 'differ (within bound)'}")
+
+        # the bf16 step (CPU reference of the mixed-precision path): ZeRO-1 re-rounds the working copy from the
+        # gathered masters
+        for name, ranks, extra in (("one_bf16", 0, []), ("two_zero1_bf16", 2, ["--zero1"])):
+            r = train(forge, ranks, data, cfg, d(name), extra + ["--precision", "bf16"])
+            ok(r.returncode == 0, f"train {name}", r.stdout[-800:])
+        compare_runs("bf16: 2 ranks ZeRO-1 vs 1 process x 2 micro-batches", d("one_bf16"), d("two_zero1_bf16"),
+                     BF16_BOUND, BF16_WEIGHT_BOUND, True)
 
         # stop at step 10 and resume on the same 2 ranks: the uninterrupted run, bit for bit
         for extra in ([], ["--zero1"]):

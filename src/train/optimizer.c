@@ -136,12 +136,11 @@ forge_status forge_optimizer_update(forge_optimizer *opt) {
                         model->grad_data + lo, opt->m, opt->v, opt->hi - lo, opt->spans, opt->n_spans,
                         opt->grad_sumsq, opt->step_scalars, hp));
     if (!opt->zero1) return FORGE_OK;
-    /* every rank's updated range to every rank: the fp32 masters, and the bf16 working copy the next forward
-     * reads (half the bytes of gathering the masters again) */
+    /* every rank's updated range of the fp32 masters to every rank; the bf16 working copy is then re-rounded from
+     * them here (the bits AdamW wrote for this rank's range) rather than gathered too: one local pass instead of
+     * 2 bytes a parameter more on the wire (docs/distributed.md) */
     FORGE_TRY(forge_comm_all_gather(opt->comm, be, model->param_data, model->n_elements, sizeof(float)));
-    if (model->working_data)
-        FORGE_TRY(forge_comm_all_gather(opt->comm, be, model->working_data, model->n_elements, sizeof(forge_bf16)));
-    return FORGE_OK;
+    return forge_model_sync_working(model);
 }
 
 forge_status forge_optimizer_gather(forge_optimizer *opt) {
