@@ -564,7 +564,8 @@ static const char *TRAIN_HELP =
     "  --zero1              shard the AdamW moments over the ranks (ZeRO-1): gradients\n"
     "                       reduce-scattered, each rank updates its range, weights all-gathered\n"
     "  --dist-timeout S     abort every rank when a collective waits longer than S seconds (a\n"
-    "                       rank died or hangs) [600]; it covers rank 0's evaluation and checkpoints\n"
+    "                       rank died or hangs) [600; 0 = never]; it must cover rank 0's evaluation\n"
+    "                       and checkpoints, which the other ranks wait for\n"
     "  Ctrl-C saves a checkpoint at the end of the current step and exits.\n"
     "runtime options:\n" RUNTIME_HELP;
 

@@ -105,7 +105,9 @@ forge_status forge_optimizer_reduce_grads(forge_optimizer *opt) {
 
 forge_status forge_optimizer_grad_norm(forge_optimizer *opt) {
     forge_backend *be = opt->model->be;
-    FORGE_TRY(be->sumsq(be, opt->grad_sumsq, opt->model->grad_data + opt->lo, opt->hi - opt->lo));
+    /* a rank with an empty range (more ranks than parameters) adds 0: no zero-size launch */
+    if (opt->hi > opt->lo) FORGE_TRY(be->sumsq(be, opt->grad_sumsq, opt->model->grad_data + opt->lo, opt->hi - opt->lo));
+    else FORGE_TRY(be->memset_zero(be, opt->grad_sumsq, sizeof(float)));
     if (!opt->comm) return FORGE_OK;
     if (opt->zero1) return forge_comm_all_reduce_sum(opt->comm, be, opt->grad_sumsq, 1);
     /* every rank holds the same summed gradient, but a threaded sumsq need not add its partials in the same order
@@ -132,9 +134,10 @@ forge_status forge_optimizer_update(forge_optimizer *opt) {
                              .max_grad_norm = opt->cfg.max_grad_norm};
     /* the bf16 step rewrites the working copy in the same pass; with zero1 the blocks from this rank's lo on */
     const size_t lo = opt->lo;
-    FORGE_TRY(be->adamw(be, model->param_data + lo, model->working_data ? model->working_data + lo : NULL,
-                        model->grad_data + lo, opt->m, opt->v, opt->hi - lo, opt->spans, opt->n_spans,
-                        opt->grad_sumsq, opt->step_scalars, hp));
+    if (opt->n_spans > 0)
+        FORGE_TRY(be->adamw(be, model->param_data + lo, model->working_data ? model->working_data + lo : NULL,
+                            model->grad_data + lo, opt->m, opt->v, opt->hi - lo, opt->spans, opt->n_spans,
+                            opt->grad_sumsq, opt->step_scalars, hp));
     if (!opt->zero1) return FORGE_OK;
     /* every rank's updated range of the fp32 masters to every rank; the bf16 working copy is then re-rounded from
      * them here (the bits AdamW wrote for this rank's range) rather than gathered too: one local pass instead of
