@@ -36,6 +36,8 @@ LDLIBS   := -lcjson -lpcre2-8 -lm
 MPICC    ?= mpicc
 MPI      ?= $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1 || echo 0)
 CUDA_MPI ?= 0
+# NCCL=1 (with CUDA_MPI=1): CUDA buffers go through NCCL instead of being staged through host memory for MPI.
+NCCL     ?= 0
 ifneq ($(MPI)$(CUDA_MPI),00)
 MPI_CFLAGS_1 := -DFORGE_WITH_MPI $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -show 2>/dev/null | \
                 tr ' ' '\n' | grep '^-I' | tr '\n' ' ')
@@ -46,6 +48,13 @@ CPU_MPI_CFLAGS  := $(if $(filter 1,$(MPI)),$(MPI_CFLAGS_1))
 CPU_MPI_LIBS    := $(if $(filter 1,$(MPI)),$(MPI_LIBS_1))
 CUDA_MPI_CFLAGS := $(if $(filter 1,$(CUDA_MPI)),$(MPI_CFLAGS_1))
 CUDA_MPI_LIBS   := $(if $(filter 1,$(CUDA_MPI)),$(MPI_LIBS_1))
+ifeq ($(NCCL),1)
+ifneq ($(CUDA_MPI),1)
+$(error NCCL=1 needs CUDA_MPI=1: MPI starts the ranks and hands out NCCL's id)
+endif
+CUDA_MPI_CFLAGS += -DFORGE_WITH_NCCL
+CUDA_MPI_LIBS   += -lnccl
+endif
 CUDA_HOME ?= /usr/local/cuda
 NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=c++17 \
             -Xcompiler -fopenmp,-Wall,-Wextra $(EXTRA_NVFLAGS)
@@ -82,12 +91,12 @@ $(BUILD)/cpu/%.o: %.c
 	$(CC) $(CFLAGS) $(CPU_MPI_CFLAGS) -MMD -MP -c $< -o $@
 
 # The communicator's objects depend on MPI=0/1: a stamp holding the value rebuilds them when it changes.
-$(BUILD)/cpu/.mpi-$(MPI) $(CUDA_OUT)/.mpi-$(CUDA_MPI):
+$(BUILD)/cpu/.mpi-$(MPI) $(CUDA_OUT)/.mpi-$(CUDA_MPI)$(NCCL):
 	@mkdir -p $(dir $@)
 	@rm -f $(dir $@).mpi-*
 	@touch $@
 $(BUILD)/cpu/src/runtime/comm.o: $(BUILD)/cpu/.mpi-$(MPI)
-$(CUDA_OUT)/src/runtime/comm.o: $(CUDA_OUT)/.mpi-$(CUDA_MPI)
+$(CUDA_OUT)/src/runtime/comm.o $(CUDA_OUT)/cli/forge.o: $(CUDA_OUT)/.mpi-$(CUDA_MPI)$(NCCL)
 
 # provenance.o is the one object that reads FORGE_GIT_COMMIT/FORGE_GIT_DIRTY:
 # rebuilt on every make so the commit baked into results is never stale.

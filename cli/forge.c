@@ -688,7 +688,11 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
                                 "a build with MPI (install Open MPI, e.g. libopenmpi-dev, then `make MPI=1`)",
                                 ranks));
     if (ranks >= 1 && forge_comm_mpi_built()) {
-        s = forge_comm_create_mpi(&comm, dist_timeout);
+        /* the communicator goes with the backend: NCCL for CUDA where built, else MPI (CUDA buffers staged) */
+        if (o.runtime.device == FORGE_DEVICE_CUDA && forge_comm_nccl_built())
+            s = forge_comm_create_nccl(&comm, dist_timeout);
+        else
+            s = forge_comm_create_mpi(&comm, dist_timeout);
         if (s != FORGE_OK) return fail(s);
     }
     if (forge_comm_size(comm) > 1) {

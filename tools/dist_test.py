@@ -20,7 +20,10 @@ and "N passed, N failed"; exit 1 on any failure. Python 3 standard library only.
 With --no-mpi-build FORGE is a build without MPI (make MPI=0): it must train on one process as ever, and refuse to
 run as one of 2 ranks (rather than train twice into one directory).
 
-usage: tools/dist_test.py [--forge build/forge] [--keep-dir] [--no-mpi-build]
+On GPUs (not run yet): --device cuda with a CUDA build linked with MPI (make cuda CUDA_MPI=1 [NCCL=1]) runs the
+same checks with --device cuda --precision fp32 (each rank on the GPU of its local rank, so 2 GPUs).
+
+usage: tools/dist_test.py [--forge build/forge] [--keep-dir] [--no-mpi-build] [--device cuda]
 """
 import argparse
 import array
@@ -45,7 +48,7 @@ TIMEOUT = 10          # --dist-timeout of the failure runs, seconds
 STEPS = 20
 
 passed = failed = 0
-report = None
+DEVICE = []  # --device cuda --precision fp32 on GPUs
 
 
 def ok(cond, what, detail=""):
@@ -74,7 +77,11 @@ def mpirun(n):
 def train(forge, ranks, data, cfg, out, extra=(), timeout=300):
     cmd = [forge, "train", "--data", data, "--config", cfg, "--out", out, "--steps", str(STEPS), "--batch", "4",
            "--seq-len", "64", "--tokens-per-step", "512", "--ckpt-every", "5", "--eval-every", "10",
-           "--eval-batches", "2", "--threads", "1", "--quiet", "--dist-timeout", str(TIMEOUT * 6)] + list(extra)
+           "--eval-batches", "2", "--threads", "1", "--quiet", "--dist-timeout", str(TIMEOUT * 6)] + DEVICE + list(extra)
+    if DEVICE and "--precision" in extra:  # the bf16 case: its own precision
+        cmd = [c for i, c in enumerate(cmd) if not (c == "fp32" and cmd[i - 1] == "--precision")]
+        i = cmd.index("--precision")
+        del cmd[i]
     if ranks > 0:
         cmd = mpirun(ranks) + cmd
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -148,7 +155,7 @@ def failure_run(forge, data, cfg, out, sig, what):
     """Starts 2 ranks, sends `sig` to rank 1 once a checkpoint exists; (exit code, seconds after the signal, output)."""
     cmd = mpirun(2) + [forge, "train", "--data", data, "--config", cfg, "--out", out, "--steps", "100000",
                        "--batch", "4", "--seq-len", "64", "--tokens-per-step", "512", "--ckpt-every", "3",
-                       "--eval-every", "0", "--threads", "1", "--quiet", "--dist-timeout", str(TIMEOUT)]
+                       "--eval-every", "0", "--threads", "1", "--quiet", "--dist-timeout", str(TIMEOUT)] + DEVICE
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                          env=mpi_env(), start_new_session=True)
     t_end = time.time() + 60
@@ -204,7 +211,10 @@ def main():
     ap.add_argument("--forge", default="build/forge")
     ap.add_argument("--keep-dir", action="store_true")
     ap.add_argument("--no-mpi-build", action="store_true")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
+    if args.device == "cuda":
+        DEVICE.extend(["--device", "cuda", "--precision", "fp32"])
     forge = os.path.abspath(args.forge)
     if args.no_mpi_build:
         return no_mpi_build(forge)

@@ -14,6 +14,14 @@
 #include <mpi.h>
 #include <pthread.h>
 #endif
+#ifdef FORGE_WITH_NCCL /* the CUDA build with CUDA_MPI=1 NCCL=1: MPI starts the job, NCCL moves device memory */
+#ifndef FORGE_WITH_MPI
+#error "NCCL=1 needs MPI to start the job and hand out NCCL's id: build with CUDA_MPI=1"
+#endif
+#include <nccl.h>
+
+#include "../backend/cuda/cuda_backend.h"
+#endif
 
 enum { COMM_SINGLE, COMM_MPI };
 
@@ -33,13 +41,32 @@ struct forge_comm {
     _Atomic(const char *) wait_what;
     atomic_int stop;
 #endif
+#ifdef FORGE_WITH_NCCL
+    int use_nccl;    /* CUDA buffers go through NCCL (made at the first collective, on the backend's device) */
+    int nccl_ready;
+    ncclComm_t nccl;
+    void *stream;    /* the CUDA backend's stream: NCCL runs in order with the step's kernels */
+#endif
 };
 
 int forge_comm_rank(const forge_comm *c) { return c ? c->rank : 0; }
 int forge_comm_size(const forge_comm *c) { return c ? c->size : 1; }
 int forge_comm_local_rank(const forge_comm *c) { return c ? c->local_rank : 0; }
 int forge_comm_local_size(const forge_comm *c) { return c ? c->local_size : 1; }
-const char *forge_comm_name(const forge_comm *c) { return c && c->kind == COMM_MPI ? "mpi" : "single"; }
+const char *forge_comm_name(const forge_comm *c) {
+#ifdef FORGE_WITH_NCCL
+    if (c && c->use_nccl) return "nccl, started by mpi";
+#endif
+    return c && c->kind == COMM_MPI ? "mpi" : "single";
+}
+
+int forge_comm_nccl_built(void) {
+#ifdef FORGE_WITH_NCCL
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 void forge_comm_range(size_t n, int size, int r, size_t *lo, size_t *hi) {
     size_t shard = size > 0 ? (n + (size_t)size - 1) / (size_t)size : n;
@@ -58,13 +85,15 @@ forge_status forge_comm_create_single(forge_comm **out) {
     return FORGE_OK;
 }
 
+#ifndef FORGE_WITH_NCCL
 forge_status forge_comm_create_nccl(forge_comm **out, double timeout_s) {
     (void)timeout_s;
     *out = NULL;
     return forge_error(FORGE_ERR_UNSUPPORTED,
-                       "comm: the NCCL communicator is not built yet: expected the MPI one, which stages CUDA "
-                       "buffers through host memory (docs/distributed.md)");
+                       "comm: this forge was built without NCCL: expected `make cuda CUDA_MPI=1 NCCL=1`, or the MPI "
+                       "communicator, which stages CUDA buffers through host memory (docs/distributed.md)");
 }
+#endif
 
 #ifndef FORGE_WITH_MPI
 
@@ -191,6 +220,9 @@ forge_status forge_comm_create_mpi(forge_comm **out, double timeout_s) {
 
 void forge_comm_destroy(forge_comm *c) {
     if (!c) return;
+#ifdef FORGE_WITH_NCCL
+    if (c->nccl_ready) ncclCommDestroy(c->nccl);
+#endif
     if (c->kind == COMM_MPI) {
         if (c->watchdog_started) {
             atomic_store(&c->stop, 1);
@@ -251,8 +283,99 @@ static forge_status stage_out(forge_backend *be, void *buf, const void *host, si
     return be->copy_to_device(be, (char *)buf + from, (const char *)host + from, bytes);
 }
 
+#ifdef FORGE_WITH_NCCL
+forge_status forge_comm_create_nccl(forge_comm **out, double timeout_s) {
+    FORGE_TRY(forge_comm_create_mpi(out, timeout_s));
+    (*out)->use_nccl = 1;
+    return FORGE_OK;
+}
+
+static forge_status nccl_failed(forge_comm *c, ncclResult_t r, const char *what) {
+    return forge_error(FORGE_ERR_DEVICE, "comm: rank %d of %d: %s failed: %s", c->rank, c->size, what,
+                       ncclGetErrorString(r));
+}
+
+/* Whether be's buffers go through NCCL; the NCCL communicator is made the first time (every rank reaches the same
+ * first collective), on the device the backend runs on: rank 0's id broadcast over MPI. */
+static forge_status nccl_use(forge_comm *c, forge_backend *be, int *use) {
+    *use = c->use_nccl && be->kind == FORGE_DEVICE_CUDA;
+    if (!*use || c->nccl_ready) return FORGE_OK;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (c->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) return nccl_failed(c, r, "ncclGetUniqueId");
+    }
+    MPI_TRY(c, "the NCCL id's broadcast (MPI_Bcast)", MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->world));
+    wait_begin(c, "NCCL set-up (ncclCommInitRank)");
+    ncclResult_t r = ncclCommInitRank(&c->nccl, c->size, id, c->rank);
+    wait_end(c);
+    if (r != ncclSuccess) return nccl_failed(c, r, "ncclCommInitRank");
+    c->stream = forge_cuda_backend_stream(be);
+    c->nccl_ready = 1;
+    return FORGE_OK;
+}
+
+/* Waits for the NCCL call just queued, under the watchdog: an NCCL collective whose peer died never completes. */
+static forge_status nccl_wait(forge_comm *c, forge_backend *be, ncclResult_t r, const char *what) {
+    if (r != ncclSuccess) return nccl_failed(c, r, what);
+    wait_begin(c, what);
+    forge_status s = be->synchronize(be);
+    wait_end(c);
+    return s;
+}
+
+/* NCCL's reduce-scatter and all-gather take equal counts: a block that N does not divide goes through a padded
+ * device copy of N * ceil(n / N) elements (allocated per call: the backend, not the communicator, owns device
+ * memory, and it is gone before the communicator; the fast path, n % N == 0, works in place). */
+static forge_status nccl_reduce_scatter(forge_comm *c, forge_backend *be, float *buf, size_t n) {
+    const size_t N = (size_t)c->size, shard = (n + N - 1) / N;
+    size_t lo, hi;
+    forge_comm_range(n, c->size, c->rank, &lo, &hi);
+    const char *what = "reduce-scatter (ncclReduceScatter)";
+    if (shard * N == n)
+        return nccl_wait(c, be, ncclReduceScatter(buf, buf + lo, shard, ncclFloat, ncclSum, c->nccl, c->stream), what);
+    float *tmp;
+    FORGE_TRY(be->mem_alloc(be, (void **)&tmp, shard * N * sizeof(float)));
+    forge_status s = be->copy_device(be, tmp, buf, n * sizeof(float));
+    if (s == FORGE_OK) s = be->memset_zero(be, tmp + n, (shard * N - n) * sizeof(float));
+    if (s == FORGE_OK)
+        s = nccl_wait(c, be, ncclReduceScatter(tmp, tmp + (size_t)c->rank * shard, shard, ncclFloat, ncclSum, c->nccl,
+                                               c->stream), what);
+    if (s == FORGE_OK && hi > lo) s = be->copy_device(be, buf + lo, tmp + lo, (hi - lo) * sizeof(float));
+    if (s == FORGE_OK) s = be->synchronize(be);
+    be->mem_free(be, tmp);
+    return s;
+}
+
+static forge_status nccl_all_gather(forge_comm *c, forge_backend *be, void *buf, size_t n, size_t eb) {
+    const size_t N = (size_t)c->size, shard = (n + N - 1) / N;
+    size_t lo, hi;
+    forge_comm_range(n, c->size, c->rank, &lo, &hi);
+    const char *what = "all-gather (ncclAllGather)";
+    char *b = buf;
+    if (shard * N == n)
+        return nccl_wait(c, be, ncclAllGather(b + lo * eb, b, shard * eb, ncclUint8, c->nccl, c->stream), what);
+    char *tmp;
+    FORGE_TRY(be->mem_alloc(be, (void **)&tmp, shard * N * eb));
+    forge_status s = hi > lo ? be->copy_device(be, tmp + lo * eb, b + lo * eb, (hi - lo) * eb) : FORGE_OK;
+    if (s == FORGE_OK)
+        s = nccl_wait(c, be, ncclAllGather(tmp + (size_t)c->rank * shard * eb, tmp, shard * eb, ncclUint8, c->nccl,
+                                           c->stream), what);
+    if (s == FORGE_OK) s = be->copy_device(be, b, tmp, n * eb);
+    if (s == FORGE_OK) s = be->synchronize(be);
+    be->mem_free(be, tmp);
+    return s;
+}
+#endif /* FORGE_WITH_NCCL */
+
 forge_status forge_comm_reduce_scatter_sum(forge_comm *c, forge_backend *be, float *buf, size_t n) {
     if (!c || c->size == 1) return FORGE_OK;
+#ifdef FORGE_WITH_NCCL
+    int nccl;
+    FORGE_TRY(nccl_use(c, be, &nccl));
+    if (nccl) return nccl_reduce_scatter(c, be, buf, n);
+#endif
     int *counts, *displs;
     FORGE_TRY(range_table(c, n, &counts, &displs));
     size_t lo, hi;
@@ -299,6 +422,11 @@ forge_status forge_comm_all_gather(forge_comm *c, forge_backend *be, void *buf, 
     if (!c || c->size == 1) return FORGE_OK;
     if (elem_bytes != 4 && elem_bytes != 2)
         return forge_error(FORGE_ERR_ARG, "comm: all-gather of %zu-byte elements: expected 4 or 2", elem_bytes);
+#ifdef FORGE_WITH_NCCL
+    int nccl;
+    FORGE_TRY(nccl_use(c, be, &nccl));
+    if (nccl) return nccl_all_gather(c, be, buf, n, elem_bytes);
+#endif
     int *counts, *displs;
     FORGE_TRY(range_table(c, n, &counts, &displs));
     size_t lo, hi;
@@ -320,6 +448,13 @@ forge_status forge_comm_all_gather(forge_comm *c, forge_backend *be, void *buf, 
 
 forge_status forge_comm_all_reduce_sum(forge_comm *c, forge_backend *be, float *buf, size_t n) {
     if (!c || c->size == 1) return FORGE_OK;
+#ifdef FORGE_WITH_NCCL
+    int nccl;
+    FORGE_TRY(nccl_use(c, be, &nccl));
+    if (nccl)
+        return nccl_wait(c, be, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream),
+                         "all-reduce (ncclAllReduce)");
+#endif
     /* the two halves of a ring all-reduce, with forge's own rank-order sum in between */
     FORGE_TRY(forge_comm_reduce_scatter_sum(c, be, buf, n));
     return forge_comm_all_gather(c, be, buf, n, sizeof(float));
@@ -327,6 +462,13 @@ forge_status forge_comm_all_reduce_sum(forge_comm *c, forge_backend *be, float *
 
 forge_status forge_comm_broadcast(forge_comm *c, forge_backend *be, void *buf, size_t bytes, int root) {
     if (!c || c->size == 1) return FORGE_OK;
+#ifdef FORGE_WITH_NCCL
+    int nccl;
+    FORGE_TRY(nccl_use(c, be, &nccl));
+    if (nccl)
+        return nccl_wait(c, be, ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->nccl, c->stream),
+                         "broadcast (ncclBroadcast)");
+#endif
     if (bytes > (size_t)INT_MAX)
         return forge_error(FORGE_ERR_ARG, "comm: broadcast of %zu bytes: expected at most %d", bytes, INT_MAX);
     void *host;

@@ -5,8 +5,8 @@
  * one communicator; a run without mpirun holds the single-rank one, whose
  * collectives do nothing, so the trainer has one code path. Buffers are the
  * given backend's memory: host memory on the CPU; device memory elsewhere, staged
- * through a host buffer by the MPI communicator (an NCCL communicator would
- * take device pointers directly: not built yet, forge_comm_create_nccl says so).
+ * through a host buffer by the MPI communicator, or handed to NCCL as they are
+ * by the NCCL one (forge_comm_create_nccl).
  *
  * Every collective splits an n-element block into N contiguous ranges
  * (forge_comm_range: ceil(n / N) elements each, the last ones shorter or
@@ -37,8 +37,11 @@ int forge_comm_mpi_built(void);
 /* Initialises MPI and makes the communicator of MPI_COMM_WORLD; collectives that wait longer than timeout_s
  * seconds abort the job (timeout_s <= 0: never). FORGE_ERR_UNSUPPORTED in a build without MPI. */
 forge_status forge_comm_create_mpi(forge_comm **out, double timeout_s);
-/* NCCL on CUDA device memory: not built yet (FORGE_ERR_UNSUPPORTED naming what to use instead). */
+/* MPI to start the job and NCCL for CUDA device memory (the CUDA build with CUDA_MPI=1 NCCL=1; elsewhere
+ * FORGE_ERR_UNSUPPORTED naming what to use instead). Buffers of another backend still go through MPI. NCCL sums
+ * in its own (ring) order: every rank gets the same bits, but they depend on N and NCCL's algorithm choice. */
 forge_status forge_comm_create_nccl(forge_comm **out, double timeout_s);
+int forge_comm_nccl_built(void);
 /* Finalises MPI where it was initialised. NULL is fine. */
 void forge_comm_destroy(forge_comm *c);
 /* Ends every rank of the job now with exit status code (MPI_Abort); the single-rank one returns. */
@@ -49,7 +52,7 @@ int forge_comm_size(const forge_comm *c);
 /* The rank among the ranks of this host, and how many there are (the device index, the CPU threads). */
 int forge_comm_local_rank(const forge_comm *c);
 int forge_comm_local_size(const forge_comm *c);
-const char *forge_comm_name(const forge_comm *c); /* "single", "mpi" */
+const char *forge_comm_name(const forge_comm *c); /* "single", "mpi", "nccl, started by mpi" */
 
 /* Rank r's range [*lo, *hi) of an n-element block split over size ranks. */
 void forge_comm_range(size_t n, int size, int r, size_t *lo, size_t *hi);
