@@ -391,8 +391,8 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
         /* Continuing this directory's own latest checkpoint: collect what the interrupted run left (it may
          * have died before its last collection), so the directory never holds more than keep + 1. */
         char own[1024];
-        if (tr->rank == 0 && forge_checkpoint_resolve(o->out_dir, own, sizeof own) == FORGE_OK && same_dir(own, ckpt_dir) &&
-            forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
+        if (tr->rank == 0 && forge_checkpoint_resolve(o->out_dir, own, sizeof own) == FORGE_OK &&
+            same_dir(own, ckpt_dir) && forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
             fprintf(tr->out, "note: old checkpoints not collected: %s\n", forge_error_message());
     }
     /* Batch k is a function of (seed, k): the checkpoint's seed and counter continue its data order. */
@@ -564,7 +564,8 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         FORGE_TRY(forge_comm_any(o->comm, stopping, &stopping)); /* a signal may reach the ranks at other steps */
         int interrupted;
         FORGE_TRY(forge_comm_any(o->comm, stop_requested, &interrupted));
-        if ((tr->rank == 0 && o->eval_every > 0 && tr->state.step % o->eval_every == 0) || (tr->rank == 0 && last)) {
+        /* rank 0 alone evaluates (the others wait for it at the next collective) */
+        if (tr->rank == 0 && ((o->eval_every > 0 && tr->state.step % o->eval_every == 0) || last)) {
             float vl;
             FORGE_TRY(evaluate(tr, &vl));
             if (!isnan(vl)) {
