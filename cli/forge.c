@@ -695,7 +695,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
             s = forge_comm_create_mpi(&comm, dist_timeout);
         if (s != FORGE_OK) return fail(s);
     }
-    if (forge_comm_size(comm) > 1) {
+    if (forge_comm_active(comm)) {
         o.comm = comm;
         /* one device per rank: the rank's index among the ranks of its host picks the GPU (cuda:N offsets it) */
         if (o.runtime.device == FORGE_DEVICE_CUDA) o.runtime.device_index += forge_comm_local_rank(comm);

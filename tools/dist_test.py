@@ -23,7 +23,11 @@ run as one of 2 ranks (rather than train twice into one directory).
 On GPUs (not run yet): --device cuda with a CUDA build linked with MPI (make cuda CUDA_MPI=1 [NCCL=1]) runs the
 same checks with --device cuda --precision fp32 (each rank on the GPU of its local rank, so 2 GPUs).
 
-usage: tools/dist_test.py [--forge build/forge] [--keep-dir] [--no-mpi-build] [--device cuda]
+--one-rank: only the one-rank gate: `mpirun -np 1` (with and without --zero1) equals a plain run bit for bit. On
+one GPU with the NCCL build (make cuda CUDA_MPI=1 NCCL=1; --device cuda) that run goes through NCCL's calls (one
+rank: identities) and the op-by-op step, so it is the NCCL path's parity gate on a single H200.
+
+usage: tools/dist_test.py [--forge build/forge] [--keep-dir] [--no-mpi-build] [--device cuda] [--one-rank]
 """
 import argparse
 import array
@@ -206,12 +210,25 @@ def no_mpi_build(forge):
     return 1 if failed else 0
 
 
+def one_rank_gate(forge, data, cfg, d):
+    r = train(forge, 0, data, cfg, d("plain"))
+    ok(r.returncode == 0, "train plain (no mpirun)", r.stdout[-800:])
+    last = f"ckpt_{STEPS:06d}"
+    for extra in ([], ["--zero1"]):
+        out = d("np1" + "".join(extra))
+        r = train(forge, 1, data, cfg, out, extra)
+        same = r.returncode == 0 and losses(out) == losses(d("plain")) and all(
+            same_files(d("plain"), out, f"{last}/{f}") for f in ("model.safetensors", "state.safetensors"))
+        ok(same, f"mpirun -np 1 {' '.join(extra)}: the plain run bit for bit", r.stdout[-800:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--forge", default="build/forge")
     ap.add_argument("--keep-dir", action="store_true")
     ap.add_argument("--no-mpi-build", action="store_true")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--one-rank", action="store_true")
     args = ap.parse_args()
     if args.device == "cuda":
         DEVICE.extend(["--device", "cuda", "--precision", "fp32"])
@@ -233,6 +250,10 @@ def main():
     try:
         data, cfg = crash_test.make_data(forge, work, 1)
         d = lambda name: os.path.join(work, name)  # noqa: E731
+        one_rank_gate(forge, data, cfg, d)
+        if args.one_rank:
+            print(f"{passed} passed, {failed} failed")
+            return 1 if failed else 0
 
         # the references: 1 process with 2 micro-batches, 2 ranks with one each (replicated and ZeRO-1)
         runs = {"one": (0, []), "two": (2, []), "two_zero1": (2, ["--zero1"])}

@@ -60,6 +60,14 @@ const char *forge_comm_name(const forge_comm *c) {
     return c && c->kind == COMM_MPI ? "mpi" : "single";
 }
 
+int forge_comm_active(const forge_comm *c) {
+    if (!c) return 0;
+#ifdef FORGE_WITH_NCCL
+    if (c->use_nccl) return 1; /* one rank too: the one-GPU gate runs NCCL's calls (identities with one rank) */
+#endif
+    return c->size > 1;
+}
+
 int forge_comm_nccl_built(void) {
 #ifdef FORGE_WITH_NCCL
     return 1;
@@ -370,7 +378,7 @@ static forge_status nccl_all_gather(forge_comm *c, forge_backend *be, void *buf,
 #endif /* FORGE_WITH_NCCL */
 
 forge_status forge_comm_reduce_scatter_sum(forge_comm *c, forge_backend *be, float *buf, size_t n) {
-    if (!c || c->size == 1) return FORGE_OK;
+    if (!forge_comm_active(c)) return FORGE_OK;
 #ifdef FORGE_WITH_NCCL
     int nccl;
     FORGE_TRY(nccl_use(c, be, &nccl));
@@ -419,7 +427,7 @@ forge_status forge_comm_reduce_scatter_sum(forge_comm *c, forge_backend *be, flo
 }
 
 forge_status forge_comm_all_gather(forge_comm *c, forge_backend *be, void *buf, size_t n, size_t elem_bytes) {
-    if (!c || c->size == 1) return FORGE_OK;
+    if (!forge_comm_active(c)) return FORGE_OK;
     if (elem_bytes != 4 && elem_bytes != 2)
         return forge_error(FORGE_ERR_ARG, "comm: all-gather of %zu-byte elements: expected 4 or 2", elem_bytes);
 #ifdef FORGE_WITH_NCCL
@@ -447,7 +455,7 @@ forge_status forge_comm_all_gather(forge_comm *c, forge_backend *be, void *buf, 
 }
 
 forge_status forge_comm_all_reduce_sum(forge_comm *c, forge_backend *be, float *buf, size_t n) {
-    if (!c || c->size == 1) return FORGE_OK;
+    if (!forge_comm_active(c)) return FORGE_OK;
 #ifdef FORGE_WITH_NCCL
     int nccl;
     FORGE_TRY(nccl_use(c, be, &nccl));
@@ -461,7 +469,7 @@ forge_status forge_comm_all_reduce_sum(forge_comm *c, forge_backend *be, float *
 }
 
 forge_status forge_comm_broadcast(forge_comm *c, forge_backend *be, void *buf, size_t bytes, int root) {
-    if (!c || c->size == 1) return FORGE_OK;
+    if (!forge_comm_active(c)) return FORGE_OK;
 #ifdef FORGE_WITH_NCCL
     int nccl;
     FORGE_TRY(nccl_use(c, be, &nccl));

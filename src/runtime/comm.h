@@ -52,6 +52,9 @@ int forge_comm_size(const forge_comm *c);
 /* The rank among the ranks of this host, and how many there are (the device index, the CPU threads). */
 int forge_comm_local_rank(const forge_comm *c);
 int forge_comm_local_size(const forge_comm *c);
+/* Whether the collectives do anything: more than one rank, or NCCL (whose calls run even for one rank, so a
+ * one-GPU run checks the NCCL path against a plain run, bit for bit). The trainer uses a communicator only then. */
+int forge_comm_active(const forge_comm *c);
 const char *forge_comm_name(const forge_comm *c); /* "single", "mpi", "nccl, started by mpi" */
 
 /* Rank r's range [*lo, *hi) of an n-element block split over size ranks. */

@@ -43,7 +43,7 @@ forge_status forge_optimizer_create_dist(forge_optimizer **out, forge_model *mod
     if (!opt) return forge_error(FORGE_ERR_OOM, "optimizer: out of host memory");
     opt->model = model;
     opt->cfg = cfg;
-    opt->comm = forge_comm_size(comm) > 1 ? comm : NULL;
+    opt->comm = forge_comm_active(comm) ? comm : NULL;
     opt->zero1 = opt->comm && zero1;
     opt->lo = 0;
     opt->hi = model->n_elements;

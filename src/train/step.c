@@ -51,7 +51,7 @@ forge_status forge_step_create(forge_step **out, forge_model *model, forge_tape 
         forge_step_free(st);
         return s;
     }
-    if (forge_comm_size(o->comm) > 1) st->o.use_graph = 0; /* a collective cannot be recorded into a graph yet */
+    if (forge_comm_active(o->comm)) st->o.use_graph = 0; /* a collective cannot be recorded into a graph yet */
     set_mode(st, st->o.use_graph && forge_graph_supported(st->pool) ? "graph" : "eager");
     st->mode_changed = 0;
     *out = st;

@@ -488,7 +488,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",
             o->data_dir, (unsigned long long)forge_loader_num_tokens(tr->train), tr->B, tr->T, tr->accum * tr->ranks,
             (long)tr->B * tr->T * tr->accum * tr->ranks);
-    if (tr->ranks > 1)
+    if (forge_comm_active(o->comm))
         fprintf(out, "data parallel: %d ranks (%s), %d micro-batch(es) each per step | optimizer state %s\n",
                 tr->ranks, forge_comm_name(o->comm), tr->accum,
                 o->zero1 ? "sharded (ZeRO-1): gradients reduce-scattered, weights all-gathered"
