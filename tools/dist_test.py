@@ -124,6 +124,16 @@ def compare_runs(what, ref, other, loss_bound, weight_bound, first_bitwise=False
     if first_bitwise:
         ok(la.get(1) == lb.get(1), f"{what}: step 1 loss identical", f"{la.get(1)} vs {lb.get(1)}")
     last = f"ckpt_{STEPS:06d}"
+    # the same files as a single process: the same tensors (names, shapes, dtypes) and the same trainer state
+    heads = []
+    for run in (ref, other):
+        h = {}
+        for f in ("model.safetensors", "state.safetensors"):
+            header, _ = crash_test.read_safetensors(os.path.join(run, last, f))
+            h[f] = {k: (v if k == "__metadata__" else (v["dtype"], v["shape"])) for k, v in header.items()}
+        h["files"] = sorted(os.listdir(os.path.join(run, last)))
+        heads.append(h)
+    ok(heads[0] == heads[1], f"{what}: the checkpoint holds the same files, tensors and trainer state")
     dw = max_diff(values(os.path.join(ref, last, "model.safetensors")),
                   values(os.path.join(other, last, "model.safetensors")))
     dm = max_diff(values(os.path.join(ref, last, "state.safetensors")),
