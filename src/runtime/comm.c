@@ -1,4 +1,4 @@
-/* comm.c: the single-rank and MPI communicators (comm.h). */
+/* comm.c: the single-rank, MPI and NCCL (CUDA builds with CUDA_MPI=1 NCCL=1) communicators (comm.h). */
 #include "comm.h"
 
 #include <limits.h>

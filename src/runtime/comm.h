@@ -2,8 +2,9 @@
  * comm.h: the communicator of a data-parallel run (docs/distributed.md).
  *
  * A run of N ranks (one process and one device each, started by mpirun) holds
- * one communicator; a run without mpirun holds the single-rank one, whose
- * collectives do nothing, so the trainer has one code path. Buffers are the
+ * one communicator; a run without mpirun holds none: every function takes
+ * NULL as the single-rank communicator (rank 0 of 1, collectives that do
+ * nothing), so the trainer has one code path. Buffers are the
  * given backend's memory: host memory on the CPU; device memory elsewhere, staged
  * through a host buffer by the MPI communicator, or handed to NCCL as they are
  * by the NCCL one (forge_comm_create_nccl).
