@@ -28,6 +28,33 @@ GIT_DIRTY  := $(shell git diff --quiet HEAD 2>/dev/null && echo 0 || echo 1)
 CFLAGS   := -std=c11 $(OPT) -march=$(ARCH) -fopenmp -Wall -Wextra -D_GNU_SOURCE -g $(EXTRA_CFLAGS) \
             -DFORGE_GIT_COMMIT='"$(GIT_COMMIT)"' -DFORGE_GIT_DIRTY=$(GIT_DIRTY)
 LDLIBS   := -lcjson -lpcre2-8 -lm
+# MPI=1 builds the CPU binaries with the MPI communicator (src/runtime/comm.c, docs/distributed.md):
+# `mpirun -np N forge train` then runs N data-parallel ranks. The default is 1 where mpicc is found (Open MPI:
+# libopenmpi-dev), else 0; a build without it trains on one device as before and refuses to run as one of several
+# ranks. The CUDA build links MPI only when asked (CUDA_MPI=1): its binaries are carried to GPU machines that
+# may have no libmpi.
+MPICC    ?= mpicc
+MPI      ?= $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1 || echo 0)
+CUDA_MPI ?= 0
+# NCCL=1 (with CUDA_MPI=1): CUDA buffers go through NCCL instead of being staged through host memory for MPI.
+NCCL     ?= 0
+ifneq ($(MPI)$(CUDA_MPI),00)
+MPI_CFLAGS_1 := -DFORGE_WITH_MPI $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -show 2>/dev/null | \
+                tr ' ' '\n' | grep '^-I' | tr '\n' ' ')
+MPI_LIBS_1   := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -show 2>/dev/null | \
+                tr ' ' '\n' | grep -E '^-(L|l|Wl)' | tr '\n' ' ') -lpthread
+endif
+CPU_MPI_CFLAGS  := $(if $(filter 1,$(MPI)),$(MPI_CFLAGS_1))
+CPU_MPI_LIBS    := $(if $(filter 1,$(MPI)),$(MPI_LIBS_1))
+CUDA_MPI_CFLAGS := $(if $(filter 1,$(CUDA_MPI)),$(MPI_CFLAGS_1))
+CUDA_MPI_LIBS   := $(if $(filter 1,$(CUDA_MPI)),$(MPI_LIBS_1))
+ifeq ($(NCCL),1)
+ifneq ($(CUDA_MPI),1)
+$(error NCCL=1 needs CUDA_MPI=1: MPI starts the ranks and hands out NCCL's id)
+endif
+CUDA_MPI_CFLAGS += -DFORGE_WITH_NCCL
+CUDA_MPI_LIBS   += -lnccl
+endif
 CUDA_HOME ?= /usr/local/cuda
 NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -lineinfo -std=c++17 \
             -Xcompiler -fopenmp,-Wall,-Wextra $(EXTRA_NVFLAGS)
@@ -61,7 +88,15 @@ cpu: $(BUILD)/forge
 
 $(BUILD)/cpu/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) $(CPU_MPI_CFLAGS) -MMD -MP -c $< -o $@
+
+# The communicator's objects depend on MPI=0/1: a stamp holding the value rebuilds them when it changes.
+$(BUILD)/cpu/.mpi-$(MPI) $(CUDA_OUT)/.mpi-$(CUDA_MPI)$(NCCL):
+	@mkdir -p $(dir $@)
+	@rm -f $(dir $@).mpi-*
+	@touch $@
+$(BUILD)/cpu/src/runtime/comm.o: $(BUILD)/cpu/.mpi-$(MPI)
+$(CUDA_OUT)/src/runtime/comm.o $(CUDA_OUT)/cli/forge.o: $(CUDA_OUT)/.mpi-$(CUDA_MPI)$(NCCL)
 
 # provenance.o is the one object that reads FORGE_GIT_COMMIT/FORGE_GIT_DIRTY:
 # rebuilt on every make so the commit baked into results is never stale.
@@ -69,10 +104,10 @@ FORCE:
 $(BUILD)/cpu/src/bench/provenance.o $(CUDA_OUT)/src/bench/provenance.o: FORCE
 
 $(BUILD)/forge: $(CPU_OBJ) $(BUILD)/cpu/cli/forge.o
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CPU_MPI_LIBS)
 
 $(BUILD)/forge_tests: $(CPU_OBJ) $(TEST_SRC:%.c=$(BUILD)/cpu/%.o)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CPU_MPI_LIBS)
 
 test: $(BUILD)/forge_tests $(BUILD)/forge
 	./$(BUILD)/forge_tests
@@ -83,7 +118,7 @@ test: $(BUILD)/forge_tests $(BUILD)/forge
 # them (scripts/check_ptxas.py). nvcc warnings are echoed from that report.
 $(CUDA_OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DFORGE_WITH_CUDA $(CUBLAS_DEF) -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) $(CUDA_MPI_CFLAGS) -DFORGE_WITH_CUDA $(CUBLAS_DEF) -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
 
 $(CUDA_OUT)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -92,7 +127,8 @@ $(CUDA_OUT)/%.o: %.cu
 
 # cudart is static; cuBLAS (the --matmul cublas reference path) is the
 # shared libcublas.so.13 of the toolkit, found through the rpath or LD_LIBRARY_PATH.
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUBLAS_LIBS) -lcudart_static -lrt -ldl -lpthread -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUBLAS_LIBS) -lcudart_static -lrt -ldl -lpthread -lstdc++ \
+             $(CUDA_MPI_LIBS)
 GPU_TEST_SRC := $(shell find tests_gpu -name '*.c' 2>/dev/null | sort)
 
 cuda: $(CUDA_OUT)/forge $(CUDA_OUT)/forge_tests $(CUDA_OUT)/forge_gpu_tests

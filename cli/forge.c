@@ -32,6 +32,7 @@
 #include "../src/data/tokenizer.h"
 #include "../src/model/hf.h"
 #include "../src/model/safetensors.h"
+#include "../src/runtime/comm.h"
 #include "../src/train/checkpoint.h"
 #include "../src/train/evaluate.h"
 #include "../src/train/plot.h"
@@ -654,6 +655,14 @@ static const char *TRAIN_HELP =
     "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
     "  --no-graph           run every step op by op (on CUDA the second step is recorded as a\n"
     "                       graph and later steps replay it: one launch a step)\n"
+    "data parallel (docs/distributed.md): `mpirun -np N forge train ...` runs N ranks, one device each\n"
+    "  (cuda: the device of the rank's index on its host); the global batch is --tokens-per-step, of\n"
+    "  which each rank runs 1/N of the micro-batches, so the loss curve does not depend on N.\n"
+    "  --zero1              shard the AdamW moments over the ranks (ZeRO-1): gradients\n"
+    "                       reduce-scattered, each rank updates its range, weights all-gathered\n"
+    "  --dist-timeout S     abort every rank when a collective waits longer than S seconds (a\n"
+    "                       rank died or hangs) [600; 0 = never]; it must cover rank 0's evaluation\n"
+    "                       and checkpoints, which the other ranks wait for\n"
     "  Ctrl-C saves a checkpoint at the end of the current step and exits.\n"
     "runtime options:\n" RUNTIME_HELP;
 
@@ -699,6 +708,34 @@ static void hf_note(const char *init, const char *config, const char *configs_di
                cfg.name, why);
 }
 
+/* The ranks mpirun announced in the environment (Open MPI, MPICH's PMI, MVAPICH), 0 when not launched by one. */
+static int launched_ranks(void) {
+    static const char *const keys[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = getenv(keys[i]);
+        long n;
+        if (v && parse_int(keys[i], v, 1, INT_MAX, &n) == FORGE_OK) return (int)n;
+    }
+    forge_error_clear();
+    return 0;
+}
+
+/* A failure of one rank of several ends every rank (MPI_Abort) after printing its message: the others may wait in
+ * a collective it will never join. An interruption is agreed by every rank first (trainer.c), so each exits alone. */
+static int train_fail(forge_status s, forge_comm *comm) {
+    if (forge_comm_size(comm) <= 1) {
+        int code = fail(s);
+        forge_comm_destroy(comm);
+        return code;
+    }
+    fprintf(stderr, "forge: rank %d of %d: %s%s\n", forge_comm_rank(comm), forge_comm_size(comm),
+            s == FORGE_ERR_INTERRUPTED ? "" : "error: ", forge_error_message());
+    int code = forge_status_exit_code(s);
+    if (s != FORGE_ERR_INTERRUPTED) forge_comm_abort(comm, code);
+    forge_comm_destroy(comm);
+    return code;
+}
+
 static int cmd_train(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
         fputs(TRAIN_HELP, stdout);
@@ -712,6 +749,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     long samples = -1, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
     long keep = o.keep_checkpoints;
+    float dist_timeout = 600.0f;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
@@ -740,6 +778,11 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         FLOAT_OPT("--beta1", o.beta1, 0.0, 1.0)
         FLOAT_OPT("--beta2", o.beta2, 0.0, 1.0)
         FLOAT_OPT("--eps", o.eps, 0.0, 1.0)
+        FLOAT_OPT("--dist-timeout", dist_timeout, 0.0, 1e7)
+        if (strcmp(argv[a.i], "--zero1") == 0) {
+            o.zero1 = 1;
+            continue;
+        }
         if (strcmp(argv[a.i], "--quiet") == 0) {
             o.quiet = 1;
             continue;
@@ -752,6 +795,36 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     }
     if (s == FORGE_OK) s = runtime_options_build("train", &rf, &o.runtime);
     if (s != FORGE_OK) return fail(s);
+    /* Under mpirun: the MPI communicator (a build without it refuses more than one rank rather than run N
+     * independent copies); otherwise none, and the run is a single process as it always was. */
+    forge_comm *comm = NULL;
+    int ranks = launched_ranks();
+    if (ranks > 1 && !forge_comm_mpi_built())
+        return fail(forge_error(FORGE_ERR_UNSUPPORTED,
+                                "train: launched as one of %d ranks, but this forge was built without MPI: expected "
+                                "a build with MPI (install Open MPI, e.g. libopenmpi-dev, then `make MPI=1`)",
+                                ranks));
+    if (ranks >= 1 && forge_comm_mpi_built()) {
+        /* the communicator goes with the backend: NCCL for CUDA where built, else MPI (CUDA buffers staged) */
+        if (o.runtime.device == FORGE_DEVICE_CUDA && forge_comm_nccl_built())
+            s = forge_comm_create_nccl(&comm, dist_timeout);
+        else
+            s = forge_comm_create_mpi(&comm, dist_timeout);
+        if (s != FORGE_OK) return fail(s);
+    }
+    if (forge_comm_active(comm)) {
+        o.comm = comm;
+        /* one device per rank: the rank's index among the ranks of its host picks the GPU (cuda:N offsets it) */
+        if (o.runtime.device == FORGE_DEVICE_CUDA) o.runtime.device_index += forge_comm_local_rank(comm);
+        /* CPU ranks of one host share its cores instead of each starting a thread per core */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (o.runtime.device == FORGE_DEVICE_CPU && rf.threads == 0 && cores > 0) {
+            long share = cores / forge_comm_local_size(comm);
+            o.runtime.threads = share > 0 ? (int)share : 1;
+        }
+    } else if (o.zero1) {
+        o.zero1 = 0; /* one rank holds every shard: ZeRO-1 is the plain optimizer */
+    }
     int steps_given = steps > 0;
     if (steps_given) o.steps = (int)steps;
     o.batch_size = (int)batch;
@@ -768,10 +841,13 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     if (demo) {
         forge_model_config cfg;
         s = forge_config_resolve(&cfg, o.config ? o.config : "tiny", o.configs_dir);
-        if (s != FORGE_OK) return fail(s);
+        if (s != FORGE_OK) return train_fail(s, comm);
         snprintf(data_buf, sizeof data_buf, "runs/data-fortunes-%d", cfg.vocab_size);
-        s = prepare_demo_data(data_buf, cfg.vocab_size, stdout);
-        if (s != FORGE_OK) return fail(s);
+        /* rank 0 builds the demo data once; the others wait for it */
+        if (forge_comm_rank(comm) == 0) s = prepare_demo_data(data_buf, cfg.vocab_size, stdout);
+        if (s != FORGE_OK) return train_fail(s, comm);
+        s = forge_comm_barrier(comm);
+        if (s != FORGE_OK) return train_fail(s, comm);
         o.data_dir = data_buf;
         if (samples < 0) samples = 3;
         if (!steps_given) o.steps = 1000; /* ~4-5 minutes on 2 cores */
@@ -815,8 +891,10 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     forge_train_install_signal_handlers();
     forge_train_result res;
     s = forge_train(&o, &res);
-    if (s != FORGE_OK) return fail(s);
-    if (samples > 0) {
+    if (s != FORGE_OK) return train_fail(s, comm);
+    int rank = forge_comm_rank(comm);
+    forge_comm_destroy(comm);
+    if (samples > 0 && rank == 0) {
         printf("\n=== %ld samples from %s (temperature 0.8, top-k 40) ===\n", samples, res.last_checkpoint);
         sample_options so = {.ckpt = res.last_checkpoint, .prompt = "", .runtime = o.runtime, .tokens = 120,
                              .count = samples, .seed = 1, .temperature = 0.8f, .top_p = 0.95f, .top_k = 40};

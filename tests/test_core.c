@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "../src/backend/backend.h"
+#include "../src/runtime/comm.h"
 #include "../src/runtime/pool.h"
 #include "../src/runtime/tape.h"
 #include "../src/ops/ops.h"
@@ -217,6 +218,55 @@ static void test_bf16(void) {
     }
 }
 
+static void test_comm_ranges(void) {
+    TEST_CASE("comm: the ranks' ranges tile the block in order (ceil(n / N) each, shorter or empty at the end)");
+    static const size_t ns[] = {0, 1, 2, 7, 8, 9, 124672, 1000003};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (int size = 1; size <= 9; size++) {
+            size_t next = 0, shard = (ns[i] + (size_t)size - 1) / (size_t)size;
+            for (int r = 0; r < size; r++) {
+                size_t lo, hi;
+                forge_comm_range(ns[i], size, r, &lo, &hi);
+                CHECK_MSG(lo == next && hi >= lo && hi - lo <= shard && hi <= ns[i], "n %zu size %d rank %d: [%zu, %zu)",
+                          ns[i], size, r, lo, hi);
+                next = hi;
+            }
+            CHECK_MSG(next == ns[i], "n %zu size %d: the ranges end at %zu", ns[i], size, next);
+        }
+}
+
+static void test_comm_single(void) {
+    TEST_CASE("comm: the single-rank communicator is rank 0 of 1 and its collectives leave the data as it is");
+    forge_comm *c;
+    forge_backend *be;
+    CHECK_OK(forge_comm_create_single(&c));
+    CHECK_OK(forge_backend_create_cpu(&be, 1, 0));
+    CHECK(forge_comm_rank(c) == 0 && forge_comm_size(c) == 1 && forge_comm_local_size(c) == 1);
+    CHECK(strcmp(forge_comm_name(c), "single") == 0);
+    float x[5] = {1, -2, 3.5f, 0, 1e-30f}, y[5];
+    memcpy(y, x, sizeof x);
+    CHECK_OK(forge_comm_all_reduce_sum(c, be, x, 5));
+    CHECK_OK(forge_comm_reduce_scatter_sum(c, be, x, 5));
+    CHECK_OK(forge_comm_all_gather(c, be, x, 5, sizeof(float)));
+    CHECK_OK(forge_comm_broadcast(c, be, x, sizeof x, 0));
+    CHECK(memcmp(x, y, sizeof x) == 0);
+    float full[5] = {0};
+    CHECK_OK(forge_comm_gather(c, be, x, 5, full, 0));
+    CHECK(memcmp(full, y, sizeof y) == 0);
+    int any = -1;
+    CHECK_OK(forge_comm_any(c, 0, &any));
+    CHECK(any == 0);
+    CHECK_OK(forge_comm_any(c, 3, &any));
+    CHECK(any == 1);
+    CHECK_OK(forge_comm_barrier(c));
+    forge_comm_abort(c, 1); /* returns: one rank has no job to end */
+    forge_comm_destroy(c);
+    forge_backend_destroy(be);
+    CHECK(forge_comm_create_nccl(&c, 1.0) == FORGE_ERR_UNSUPPORTED && c == NULL);
+    CHECK(strstr(forge_error_message(), "NCCL") != NULL);
+    forge_error_clear();
+}
+
 void suite_core(void) {
     test_bf16();
     test_status();
@@ -225,4 +275,6 @@ void suite_core(void) {
     test_pool_pins();
     test_tape_composition();
     test_unsupported_op();
+    test_comm_ranges();
+    test_comm_single();
 }

@@ -16,6 +16,7 @@
 #define FORGE_OPTIMIZER_H
 
 #include "../model/model.h"
+#include "../runtime/comm.h"
 
 typedef struct {
     float beta1, beta2, eps, weight_decay, max_grad_norm;
@@ -31,6 +32,13 @@ typedef struct {
     int n_spans;
     size_t m_bytes, v_bytes, s_bytes, x_bytes, spans_bytes;
     int step;            /* updates begun so far */
+    /* Data parallel (docs/distributed.md): the ranks' communicator (NULL: one rank). With zero1 this rank owns
+     * elements [lo, hi) of the flat blocks (forge_comm_range): m and v hold only that range, the spans are cut
+     * to it and counted from lo, and the gradients are reduce-scattered instead of all-reduced. */
+    forge_comm *comm;
+    int zero1;
+    size_t lo, hi;
+    float *gathered_m, *gathered_v; /* host, rank 0, between forge_optimizer_gather and _release_gathered */
 } forge_optimizer;
 
 /* Elements per span of the multi-tensor AdamW: one GPU block each, so the blocks are balanced (124M parameters
@@ -38,12 +46,20 @@ typedef struct {
 #define FORGE_ADAMW_SPAN 65536
 
 forge_status forge_optimizer_create(forge_optimizer **out, forge_model *model, forge_adamw_config cfg);
+/* The same for one rank of a data-parallel run over comm (NULL or one rank: as forge_optimizer_create), with the
+ * optimizer state sharded over the ranks when zero1 is set (ZeRO stage 1). */
+forge_status forge_optimizer_create_dist(forge_optimizer **out, forge_model *model, forge_adamw_config cfg,
+                                         forge_comm *comm, int zero1);
 void forge_optimizer_free(forge_optimizer *opt);
 
 /* Counts the next update and writes its learning rate and bias corrections to device memory (a copy, no wait);
  * call it before the step's device work, outside a recorded graph. */
 forge_status forge_optimizer_begin_step(forge_optimizer *opt, float lr);
-/* The squared global norm of the gradients into the device scalar (one launch). */
+/* Sums the ranks' gradients after the backward: all-reduced into every rank's block, or with zero1
+ * reduce-scattered (each rank's range summed into its own block). Nothing with one rank. */
+forge_status forge_optimizer_reduce_grads(forge_optimizer *opt);
+/* The squared global norm of the gradients into the device scalar (one launch; with zero1 each rank's range,
+ * then the partial sums all-reduced in rank order). */
 forge_status forge_optimizer_grad_norm(forge_optimizer *opt);
 /* Reads the norm computed by forge_optimizer_grad_norm (synchronises). */
 forge_status forge_optimizer_read_grad_norm(forge_optimizer *opt, float *norm);
@@ -51,7 +67,13 @@ forge_status forge_optimizer_read_grad_norm(forge_optimizer *opt, float *norm);
  * forge_optimizer_grad_norm; a non-finite norm leaves the parameters and moments untouched. */
 forge_status forge_optimizer_update(forge_optimizer *opt);
 
-/* Host copies of the moments, for checkpoints. */
+/* zero1: collects every rank's range of m and v into host copies on rank 0, which forge_optimizer_get_state and
+ * _get_moment then read (a collective: every rank calls it; nothing without zero1). */
+forge_status forge_optimizer_gather(forge_optimizer *opt);
+void forge_optimizer_release_gathered(forge_optimizer *opt);
+
+/* Host copies of the moments (all n_elements), for checkpoints; set_state takes all n_elements and keeps this
+ * rank's range with zero1. */
 forge_status forge_optimizer_get_state(const forge_optimizer *opt, float *m_host, float *v_host);
 /* One moment's host copy: which 0 = m, 1 = v. */
 forge_status forge_optimizer_get_moment(const forge_optimizer *opt, int which, float *host);

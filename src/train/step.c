@@ -51,7 +51,8 @@ forge_status forge_step_create(forge_step **out, forge_model *model, forge_tape 
         forge_step_free(st);
         return s;
     }
-    set_mode(st, o->use_graph && forge_graph_supported(st->pool) ? "graph" : "eager");
+    if (forge_comm_active(o->comm)) st->o.use_graph = 0; /* a collective cannot be recorded into a graph yet */
+    set_mode(st, st->o.use_graph && forge_graph_supported(st->pool) ? "graph" : "eager");
     st->mode_changed = 0;
     *out = st;
     return FORGE_OK;
@@ -96,6 +97,9 @@ static forge_status device_step(forge_step *st) {
         forge_tape_reset(st->tape);
         FORGE_TRY(s);
     }
+    /* data parallel: every rank's gradients and loss summed (the step's global batch is every rank's micro-batches) */
+    FORGE_TRY(forge_optimizer_reduce_grads(st->opt));
+    FORGE_TRY(forge_comm_all_reduce_sum(st->o.comm, be, st->loss_sum, 1));
     FORGE_TRY(forge_optimizer_grad_norm(st->opt));
     return forge_optimizer_update(st->opt);
 }
@@ -164,7 +168,7 @@ forge_status forge_step_finish(forge_step *st, float *loss, float *norm) {
     FORGE_TRY(be->copy_to_host(be, &sum, st->loss_sum, sizeof sum)); /* waits for the step */
     FORGE_TRY(be->poll_errors(be)); /* a token id outside the table, found on the device */
     FORGE_TRY(forge_optimizer_read_grad_norm(st->opt, norm));
-    *loss = sum / (float)((double)st->o.accum * st->o.B * st->o.T);
+    *loss = sum / (float)((double)st->o.accum * forge_comm_size(st->o.comm) * st->o.B * st->o.T);
     return FORGE_OK;
 }
 

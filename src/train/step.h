@@ -3,7 +3,8 @@
  * `forge bench train` run it.
  *
  * A step is: zero the gradients; per micro-batch the forward, the backward
- * and the loss summed into a device scalar; the global gradient norm; AdamW.
+ * and the loss summed into a device scalar; in a data-parallel run the sum of
+ * the ranks' gradients (optimizer.h) and losses; the global gradient norm; AdamW.
  * The host uploads the step's batches and learning rate first and reads the
  * loss and norm after: inside the step nothing waits for the host. On a
  * backend that records graphs (CUDA) the first step runs op by op (it warms
@@ -25,6 +26,9 @@ typedef struct {
     int accum;        /* micro-batches per step */
     float grad_scale; /* the loss gradient's scale: 1 / tokens per step */
     int use_graph;    /* record and replay the step where the backend can */
+    forge_comm *comm; /* data parallel: the ranks (NULL: one); each runs accum micro-batches of the global step, the
+                         gradients and losses are summed over the ranks (the optimizer's communicator) and the
+                         step runs op by op (the collectives wait on the host) */
 } forge_step_options;
 
 typedef struct forge_step forge_step;

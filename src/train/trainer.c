@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../runtime/comm.h"
 #include "../runtime/tape.h"
 #include "step.h"
 #include "../data/loader.h"
@@ -160,7 +161,9 @@ typedef struct {
     FILE *log;
     char log_path[1100];
     int lock_fd;
-    int B, T, accum;
+    int B, T, accum;             /* accum: this rank's micro-batches per step */
+    int rank, ranks;             /* data parallel: this process's rank of `ranks` (one: 0 of 1) */
+    FILE *null_out;              /* ranks other than 0 print nowhere */
     forge_train_state state;
     char last_ckpt[1200]; /* the newest checkpoint known good: saved by this run (checked) or resumed from */
 } trainer;
@@ -188,6 +191,7 @@ static forge_status log_failed(trainer *tr, int err) {
 
 static forge_status log_printf(trainer *tr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static forge_status log_printf(trainer *tr, const char *fmt, ...) {
+    if (!tr->log) return FORGE_OK; /* a rank other than 0 */
     va_list ap;
     va_start(ap, fmt);
     errno = 0;
@@ -198,6 +202,7 @@ static forge_status log_printf(trainer *tr, const char *fmt, ...) {
 }
 
 static forge_status log_flush(trainer *tr) {
+    if (!tr->log) return FORGE_OK;
     errno = 0;
     if (fflush(tr->log) != 0 || ferror(tr->log)) return log_failed(tr, errno ? errno : EIO);
     return FORGE_OK;
@@ -231,7 +236,17 @@ static forge_status save_checkpoint(trainer *tr) {
     char name[64], dir[1100];
     snprintf(name, sizeof name, "ckpt_%06d", tr->state.step);
     snprintf(dir, sizeof dir, "%s/%s", o->out_dir, name);
+    /* Data parallel: every rank holds the same weights; with ZeRO-1 rank 0 first gathers every rank's range of
+     * the moments, then writes alone the files of a single-process run (so any number of ranks resumes them).
+     * The others wait at the barrier: a rank 0 that fails aborts them (cli/forge.c), one that dies trips their
+     * watchdog, and the files are written by rename as ever, so no one can leave a torn checkpoint. */
+    FORGE_TRY(forge_optimizer_gather(tr->opt));
+    if (tr->rank != 0) {
+        snprintf(tr->last_ckpt, sizeof tr->last_ckpt, "%s", dir);
+        return forge_comm_barrier(o->comm);
+    }
     forge_status s = forge_checkpoint_save(dir, tr->model, tr->opt, &tr->state, tr->tok);
+    forge_optimizer_release_gathered(tr->opt);
     if (s == FORGE_ERR_NUMERIC) {
         char why[1600], hint[2400];
         snprintf(why, sizeof why, "%s", forge_error_message());
@@ -250,7 +265,7 @@ static forge_status save_checkpoint(trainer *tr) {
      * interrupted runs of this directory left behind. */
     if (forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
         fprintf(tr->out, "note: old checkpoints not collected: %s\n", forge_error_message());
-    return FORGE_OK;
+    return forge_comm_barrier(o->comm);
 }
 
 /* The first field that differs between two configs (the name aside), as "FIELD A vs B"; 0 if none. */
@@ -289,9 +304,19 @@ static int config_differs(const forge_model_config *a, const forge_model_config 
 static forge_status setup(trainer *tr, forge_model_config *cfg) {
     const forge_train_options *o = tr->o;
     FORGE_TRY(forge_train_options_validate(o));
-    /* One run per directory: taken before anything in it is read or written. */
-    FORGE_TRY(forge_mkdir_p(o->out_dir));
-    FORGE_TRY(forge_run_dir_lock(o->out_dir, &tr->lock_fd));
+    tr->rank = forge_comm_rank(o->comm);
+    tr->ranks = forge_comm_size(o->comm);
+    if (tr->rank != 0) {
+        tr->null_out = fopen("/dev/null", "w");
+        if (!tr->null_out) return forge_error(FORGE_ERR_IO, "train: rank %d: cannot open /dev/null: %s", tr->rank,
+                                              strerror(errno));
+        tr->out = tr->null_out;
+    }
+    /* One run per directory: taken before anything in it is read or written (by rank 0, the one that writes). */
+    if (tr->rank == 0) {
+        FORGE_TRY(forge_mkdir_p(o->out_dir));
+        FORGE_TRY(forge_run_dir_lock(o->out_dir, &tr->lock_fd));
+    }
 
     char ckpt_dir[1024] = "";
     if (o->init) {
@@ -338,6 +363,14 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
                            "train: --tokens-per-step %ld is not a multiple of batch x seq-len = %ld", tps,
                            per_micro);
     tr->accum = (int)(tps / per_micro);
+    /* The global step is the same micro-batches whatever the number of ranks: rank r runs the r-th 1/N of them. */
+    if (tr->accum % tr->ranks != 0)
+        return forge_error(FORGE_ERR_ARG,
+                           "train: --tokens-per-step %ld is %d micro-batch(es) of batch x seq-len = %ld: expected a "
+                           "multiple of the %d ranks (each rank runs the same number; the global batch never "
+                           "depends on the ranks), e.g. --tokens-per-step %ld for one micro-batch per rank",
+                           tps, tr->accum, per_micro, tr->ranks, per_micro * tr->ranks);
+    tr->accum /= tr->ranks;
 
     FORGE_TRY(forge_backend_create(&tr->be, o->runtime.device, &o->runtime));
     FORGE_TRY(forge_pool_create(&tr->pool, tr->be));
@@ -355,7 +388,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
 
     FORGE_TRY(forge_model_create(&tr->model, cfg, tr->pool, o->seed));
     forge_adamw_config ac = {o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
-    FORGE_TRY(forge_optimizer_create(&tr->opt, tr->model, ac));
+    FORGE_TRY(forge_optimizer_create_dist(&tr->opt, tr->model, ac, o->comm, o->zero1));
     tr->state.total_steps = o->steps;
     tr->state.seed = o->seed;
     if (o->init) FORGE_TRY(forge_checkpoint_load_weights(ckpt_dir, tr->model));
@@ -377,8 +410,8 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
         /* Continuing this directory's own latest checkpoint: collect what the interrupted run left (it may
          * have died before its last collection), so the directory never holds more than keep + 1. */
         char own[1024];
-        if (forge_checkpoint_resolve(o->out_dir, own, sizeof own) == FORGE_OK && same_dir(own, ckpt_dir) &&
-            forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
+        if (tr->rank == 0 && forge_checkpoint_resolve(o->out_dir, own, sizeof own) == FORGE_OK &&
+            same_dir(own, ckpt_dir) && forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
             fprintf(tr->out, "note: old checkpoints not collected: %s\n", forge_error_message());
     }
     /* Batch k is a function of (seed, k): the checkpoint's seed and counter continue its data order. */
@@ -393,8 +426,9 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     forge_step_options so = {.B = tr->B,
                              .T = tr->T,
                              .accum = tr->accum,
-                             .grad_scale = 1.0f / (float)((long)tr->B * tr->T * tr->accum),
-                             .use_graph = !o->no_graph};
+                             .grad_scale = 1.0f / (float)((long)tr->B * tr->T * tr->accum * tr->ranks),
+                             .use_graph = !o->no_graph,
+                             .comm = o->comm};
     FORGE_TRY(forge_step_create(&tr->step, tr->model, tr->tape, tr->opt, &so));
     size_t n = (size_t)tr->accum * tr->B * tr->T;
     tr->host_ids = malloc(n * sizeof(int32_t));
@@ -403,6 +437,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
         return forge_error(FORGE_ERR_OOM, "train: out of host memory for batch buffers");
 
     snprintf(tr->log_path, sizeof tr->log_path, "%s/log.jsonl", o->out_dir);
+    if (tr->rank != 0) return FORGE_OK; /* the log and the run directory are rank 0's */
     if (o->resume) {
         /* The interrupted run may have logged steps past its checkpoint: they are trained again. */
         int dropped = 0;
@@ -426,6 +461,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
 
 static void teardown(trainer *tr) {
     if (tr->log) fclose(tr->log);
+    if (tr->null_out) fclose(tr->null_out);
     forge_run_dir_unlock(tr->lock_fd);
     free(tr->host_ids);
     free(tr->host_targets);
@@ -469,24 +505,33 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             forge_train_precision_name(tr->be->options.precision), cfg->n_layers,
             cfg->d_model, cfg->n_heads, cfg->n_kv_heads);
     fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",
-            o->data_dir, (unsigned long long)forge_loader_num_tokens(tr->train), tr->B, tr->T, tr->accum,
-            (long)tr->B * tr->T * tr->accum);
+            o->data_dir, (unsigned long long)forge_loader_num_tokens(tr->train), tr->B, tr->T, tr->accum * tr->ranks,
+            (long)tr->B * tr->T * tr->accum * tr->ranks);
+    if (forge_comm_active(o->comm))
+        fprintf(out, "data parallel: %d ranks (%s), %d micro-batch(es) each per step | optimizer state %s\n",
+                tr->ranks, forge_comm_name(o->comm), tr->accum,
+                o->zero1 ? "sharded (ZeRO-1): gradients reduce-scattered, weights all-gathered"
+                         : "replicated: gradients all-reduced");
     fprintf(out, "steps %d (from %d) | lr %.2e, warm-up %d, cosine to %.0f%% | unigram entropy %.3f nats\n",
             o->steps, tr->state.step, o->lr, sched.warmup_steps, 100.0 * o->min_lr_ratio, h);
     fflush(out);
 
     double t_start = forge_now_seconds(), avg_step = 0;
-    long tokens_per_step = (long)tr->B * tr->T * tr->accum;
+    long tokens_per_step = (long)tr->B * tr->T * tr->accum * tr->ranks;
     const size_t micro_tokens = (size_t)tr->B * tr->T;
     res->first_loss = NAN;
     res->last_val_loss = NAN;
     while (tr->state.step < o->steps) {
         double t0 = forge_now_seconds();
+        /* global micro-batch k of the step is loader batch loader_batches + k; rank r runs k = r * accum ..
+         * (r + 1) * accum - 1, so the ranks' micro-batches, in rank order, are a single process's */
+        const uint64_t step_first = tr->state.loader_batches;
+        FORGE_TRY(forge_loader_seek(tr->train, step_first + (uint64_t)tr->rank * tr->accum));
         for (int micro = 0; micro < tr->accum; micro++) {
             FORGE_TRY(forge_loader_next(tr->train, tr->host_ids + micro * micro_tokens,
                                         tr->host_targets + micro * micro_tokens));
-            tr->state.loader_batches++;
         }
+        tr->state.loader_batches = step_first + (uint64_t)tr->accum * tr->ranks;
         float lr = forge_lr_at(&sched, tr->state.step);
         float loss, norm;
         forge_status ss = forge_step_launch(tr->step, tr->host_ids, tr->host_targets, lr);
@@ -535,7 +580,11 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             fflush(out);
         }
         int stopping = stop_requested || (o->stop_after > 0 && tr->state.step >= o->stop_after);
-        if ((o->eval_every > 0 && tr->state.step % o->eval_every == 0) || last) {
+        FORGE_TRY(forge_comm_any(o->comm, stopping, &stopping)); /* a signal may reach the ranks at other steps */
+        int interrupted;
+        FORGE_TRY(forge_comm_any(o->comm, stop_requested, &interrupted));
+        /* rank 0 alone evaluates (the others wait for it at the next collective) */
+        if (tr->rank == 0 && ((o->eval_every > 0 && tr->state.step % o->eval_every == 0) || last)) {
             float vl;
             FORGE_TRY(evaluate(tr, &vl));
             if (!isnan(vl)) {
@@ -549,7 +598,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         if ((o->ckpt_every > 0 && tr->state.step % o->ckpt_every == 0) || last || stopping)
             FORGE_TRY(save_checkpoint(tr));
         if (stopping) {
-            if (stop_requested)
+            if (interrupted)
                 return forge_error(FORGE_ERR_INTERRUPTED,
                                    "interrupted at step %d; saved %s (continue with --resume %s)",
                                    tr->state.step, tr->last_ckpt, o->out_dir);
@@ -559,7 +608,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     FILE *log = tr->log;
     tr->log = NULL;
     errno = 0;
-    if (fclose(log) != 0) return log_failed(tr, errno ? errno : EIO);
+    if (log && fclose(log) != 0) return log_failed(tr, errno ? errno : EIO);
     double elapsed = forge_now_seconds() - t_start;
     res->tokens_per_second = res->steps_done ? res->steps_done * (double)tokens_per_step / elapsed : 0;
     res->peak_bytes = forge_pool_get_stats(tr->pool).peak_reserved;
@@ -567,7 +616,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     if (!o->quiet)
         fprintf(out, "done: %d steps in %.1fs (%.0f tok/s) | final loss %.4f (unigram entropy %.3f) | %s\n",
                 res->steps_done, elapsed, res->tokens_per_second, res->last_loss, h, tr->last_ckpt);
-    if (!o->quiet) { /* the loss curve beside the log; without gnuplot, a note instead */
+    if (!o->quiet && tr->rank == 0) { /* the loss curve beside the log; without gnuplot, a note instead */
         char png[1100];
         snprintf(png, sizeof png, "%s/loss.png", o->out_dir);
         const char *runs[1] = {o->out_dir};

@@ -43,6 +43,11 @@ typedef struct {
     float *loss_out;              /* if set, loss_out[step-1] = that step's loss */
     int loss_out_cap;
     FILE *progress;               /* where progress lines go (stdout by default) */
+    /* Data parallel (docs/distributed.md): the ranks of an mpirun job (NULL or one rank: a single process). The
+     * global step (tokens_per_step) is the same whatever their number: each rank runs 1/N of its micro-batches;
+     * rank 0 alone writes the log and the checkpoints, which are those of a single process. */
+    struct forge_comm *comm;
+    int zero1;                    /* shard the AdamW state over the ranks (ZeRO stage 1) */
 } forge_train_options;
 
 void forge_train_options_default(forge_train_options *o);
