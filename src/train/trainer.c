@@ -301,6 +301,24 @@ static int config_differs(const forge_model_config *a, const forge_model_config 
     return 0;
 }
 
+/* The config of the checkpoint (or Hugging Face directory) `from`, resolved into ckpt_dir; a --config that differs
+ * is refused, naming the field, `whose` checkpoint it is and `why` it wins. */
+static forge_status checkpoint_config(const forge_train_options *o, const char *from, char *ckpt_dir, size_t cap,
+                                      forge_model_config *cfg, const char *whose, const char *why) {
+    FORGE_TRY(forge_checkpoint_resolve(from, ckpt_dir, cap));
+    FORGE_TRY(forge_checkpoint_read_config(ckpt_dir, cfg));
+    if (!o->config) return FORGE_OK;
+    forge_model_config given;
+    char what[256];
+    FORGE_TRY(forge_config_resolve(&given, o->config, o->configs_dir));
+    if (config_differs(&given, cfg, what, sizeof what))
+        return forge_error(FORGE_ERR_ARG,
+                           "train: --config %s conflicts with the config %s %s (%s): %s; leave --config out or give "
+                           "the same one",
+                           o->config, whose, ckpt_dir, what, why);
+    return FORGE_OK;
+}
+
 static forge_status setup(trainer *tr, forge_model_config *cfg) {
     const forge_train_options *o = tr->o;
     FORGE_TRY(forge_train_options_validate(o));
@@ -319,35 +337,13 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     }
 
     char ckpt_dir[1024] = "";
-    if (o->init) {
+    if (o->init || o->resume) {
         /* --init: the model (config and weights) comes from DIR; the run itself is new (step 0, fresh AdamW
-         * moments, this run's seed and data order). */
-        FORGE_TRY(forge_checkpoint_resolve(o->init, ckpt_dir, sizeof ckpt_dir));
-        FORGE_TRY(forge_checkpoint_read_config(ckpt_dir, cfg));
-        if (o->config) {
-            forge_model_config given;
-            char what[256];
-            FORGE_TRY(forge_config_resolve(&given, o->config, o->configs_dir));
-            if (config_differs(&given, cfg, what, sizeof what))
-                return forge_error(FORGE_ERR_ARG,
-                                   "train: --config %s conflicts with the config of --init %s (%s): the weights "
-                                   "fix the architecture; leave --config out or give the same one",
-                                   o->config, ckpt_dir, what);
-        }
-    } else if (o->resume) {
-        FORGE_TRY(forge_checkpoint_resolve(o->resume, ckpt_dir, sizeof ckpt_dir));
-        FORGE_TRY(forge_checkpoint_read_config(ckpt_dir, cfg));
-        if (o->config) {
-            forge_model_config given;
-            char what[256];
-            FORGE_TRY(forge_config_resolve(&given, o->config, o->configs_dir));
-            if (config_differs(&given, cfg, what, sizeof what))
-                return forge_error(FORGE_ERR_ARG,
-                                   "train: --config %s conflicts with the config of the checkpoint %s (%s): a "
-                                   "resumed run keeps its checkpoint's config; leave --config out or give the "
-                                   "same one",
-                                   o->config, ckpt_dir, what);
-        }
+         * moments, this run's seed and data order). --resume: the run continues, config and all. */
+        FORGE_TRY(checkpoint_config(o, o->init ? o->init : o->resume, ckpt_dir, sizeof ckpt_dir, cfg,
+                                    o->init ? "of --init" : "of the checkpoint",
+                                    o->init ? "the weights fix the architecture"
+                                            : "a resumed run keeps its checkpoint's config"));
     } else {
         FORGE_TRY(forge_config_resolve(cfg, o->config ? o->config : "tiny", o->configs_dir));
     }
