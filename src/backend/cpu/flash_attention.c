@@ -27,8 +27,39 @@
 
 #include "cpu_ops.h"
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #define FLASH_QROWS 16 /* query rows per OpenMP work item */
 #define FLASH_KTILE 64 /* keys per online-softmax step; the score tile lives on the stack */
+
+/* a . b over n elements in 8 interleaved partial sums (lane l takes the
+ * elements d = l mod 8, each by fma), added in a fixed tree at the end:
+ * ((0+4) + (2+6)) + ((1+5) + (3+7)), the tail after that. A single running
+ * sum would be one serial chain of dependent adds (ISO C forbids reassociating
+ * it, so it cannot vectorise), and these dot products of a head's HS values
+ * were most of a small model's attention time. The AVX2 and the plain-C forms
+ * compute the same bits, and the order depends only on n, so results do not
+ * depend on the thread count. */
+static inline float dot(const float *a, const float *b, int n) {
+    int d = 0;
+    float s;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 acc = _mm256_setzero_ps();
+    for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)); /* l + (l+4) */
+    __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));                                      /* t0+t2, t1+t3 */
+    s = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));                                /* (t0+t2) + (t1+t3) */
+#else
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (; d + 8 <= n; d += 8)
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(a[d + l], b[d + l], acc[l]);
+    s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+#endif
+    for (; d < n; d++) s = fmaf(a[d], b[d], s);
+    return s;
+}
 
 static forge_status flash_check(const char *op, int B, int Tq, int Tk, int NH, int NKV, int HS) {
     if (NH <= 0 || NKV <= 0 || HS <= 0 || NH % NKV != 0)
@@ -77,9 +108,7 @@ forge_status cpu_flash_attention_forward_ext(forge_backend *be, float *out, floa
                         float tmax = -INFINITY;
                         for (int t = 0; t < n; t++) {
                             const float *k = kbase + (size_t)(j0 + t) * row;
-                            float acc = 0.0f;
-                            for (int d = 0; d < HS; d++) acc += q[d] * k[d];
-                            s[t] = acc * scale;
+                            s[t] = dot(q, k, HS) * scale;
                             if (s[t] > tmax) tmax = s[t];
                         }
                         float mnew = tmax > m ? tmax : m;
@@ -124,9 +153,7 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
             for (int i = 0; i < Tq; i++) {
                 const float *d = dout + ((size_t)b * Tq + i) * orow + (size_t)h * HS;
                 const float *o = out + ((size_t)b * Tq + i) * orow + (size_t)h * HS;
-                float acc = 0.0f;
-                for (int e = 0; e < HS; e++) acc += d[e] * o[e];
-                D[((size_t)b * NH + h) * Tq + i] = acc;
+                D[((size_t)b * NH + h) * Tq + i] = dot(d, o, HS);
             }
         }
     }
@@ -152,11 +179,7 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
                     for (int j = 0; j <= jlast; j++) {
                         const float *k = kbase + (size_t)j * row;
                         const float *v = vbase + (size_t)j * row;
-                        float s = 0.0f, dp = 0.0f;
-                        for (int e = 0; e < HS; e++) {
-                            s += q[e] * k[e];
-                            dp += d[e] * v[e];
-                        }
+                        float s = dot(q, k, HS), dp = dot(d, v, HS);
                         float p = expf(s * scale - L);
                         float g = p * (dp - Di) * scale;
                         for (int e = 0; e < HS; e++) dq[e] += g * k[e];
@@ -183,11 +206,7 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
                         const float *q = qkv_q + bi * row + (size_t)h * HS;
                         const float *d = dout + bi * orow + (size_t)h * HS;
                         size_t si = ((size_t)b * NH + h) * Tq + i;
-                        float s = 0.0f, dp = 0.0f;
-                        for (int e = 0; e < HS; e++) {
-                            s += q[e] * k[e];
-                            dp += d[e] * v[e];
-                        }
+                        float s = dot(q, k, HS), dp = dot(d, v, HS);
                         float p = expf(s * scale - lse[si]);
                         float g = p * (dp - D[si]) * scale;
                         for (int e = 0; e < HS; e++) {
