@@ -26,6 +26,7 @@
 #include <math.h>
 
 #include "cpu_ops.h"
+#include "vexp.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -115,8 +116,9 @@ forge_status cpu_flash_attention_forward_ext(forge_backend *be, float *out, floa
                         float alpha = expf(m - mnew); /* 0 on the first tile (m = -inf) */
                         l *= alpha;
                         for (int d = 0; d < HS; d++) o[d] *= alpha;
+                        for (int t = 0; t < n; t++) s[t] = cpu_vexpf(s[t] - mnew); /* vectorises */
                         for (int t = 0; t < n; t++) {
-                            float p = expf(s[t] - mnew);
+                            float p = s[t];
                             const float *v = vbase + (size_t)(j0 + t) * row;
                             l += p;
                             for (int d = 0; d < HS; d++) o[d] += p * v[d];
@@ -176,13 +178,23 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
                     size_t si = ((size_t)b * NH + h) * Tq + i;
                     float L = lse[si], Di = D[si];
                     int jlast = i + off < Tk - 1 ? i + off : Tk - 1;
-                    for (int j = 0; j <= jlast; j++) {
-                        const float *k = kbase + (size_t)j * row;
-                        const float *v = vbase + (size_t)j * row;
-                        float s = dot(q, k, HS), dp = dot(d, v, HS);
-                        float p = expf(s * scale - L);
-                        float g = p * (dp - Di) * scale;
-                        for (int e = 0; e < HS; e++) dq[e] += g * k[e];
+                    /* a tile of keys at a time: the dot products, then the
+                     * exps in one loop that vectorises, then dq in key order */
+                    for (int j0 = 0; j0 <= jlast; j0 += FLASH_KTILE) {
+                        int n = jlast - j0 + 1 < FLASH_KTILE ? jlast - j0 + 1 : FLASH_KTILE;
+                        float p[FLASH_KTILE], dpd[FLASH_KTILE];
+                        for (int t = 0; t < n; t++) {
+                            const float *k = kbase + (size_t)(j0 + t) * row;
+                            const float *v = vbase + (size_t)(j0 + t) * row;
+                            p[t] = dot(q, k, HS) * scale - L;
+                            dpd[t] = dot(d, v, HS) - Di;
+                        }
+                        for (int t = 0; t < n; t++) p[t] = cpu_vexpf(p[t]);
+                        for (int t = 0; t < n; t++) {
+                            const float *k = kbase + (size_t)(j0 + t) * row;
+                            float g = p[t] * dpd[t] * scale;
+                            for (int e = 0; e < HS; e++) dq[e] += g * k[e];
+                        }
                     }
                 }
             }
@@ -201,17 +213,26 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
                 float *dv = dqkv_kv + bj * row + (size_t)(NH + NKV + kvh) * HS;
                 int ifirst = j - off > 0 ? j - off : 0; /* first query that sees key j */
                 for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                    for (int i = ifirst; i < Tq; i++) {
-                        size_t bi = (size_t)b * Tq + i;
-                        const float *q = qkv_q + bi * row + (size_t)h * HS;
-                        const float *d = dout + bi * orow + (size_t)h * HS;
-                        size_t si = ((size_t)b * NH + h) * Tq + i;
-                        float s = dot(q, k, HS), dp = dot(d, v, HS);
-                        float p = expf(s * scale - lse[si]);
-                        float g = p * (dp - D[si]) * scale;
-                        for (int e = 0; e < HS; e++) {
-                            dv[e] += p * d[e];
-                            dk[e] += g * q[e];
+                    /* a tile of queries at a time, as for dq */
+                    for (int i0 = ifirst; i0 < Tq; i0 += FLASH_KTILE) {
+                        int n = Tq - i0 < FLASH_KTILE ? Tq - i0 : FLASH_KTILE;
+                        float p[FLASH_KTILE], dpd[FLASH_KTILE];
+                        for (int t = 0; t < n; t++) {
+                            size_t bi = (size_t)b * Tq + i0 + t;
+                            size_t si = ((size_t)b * NH + h) * Tq + i0 + t;
+                            p[t] = dot(qkv_q + bi * row + (size_t)h * HS, k, HS) * scale - lse[si];
+                            dpd[t] = dot(dout + bi * orow + (size_t)h * HS, v, HS) - D[si];
+                        }
+                        for (int t = 0; t < n; t++) p[t] = cpu_vexpf(p[t]);
+                        for (int t = 0; t < n; t++) {
+                            size_t bi = (size_t)b * Tq + i0 + t;
+                            const float *q = qkv_q + bi * row + (size_t)h * HS;
+                            const float *d = dout + bi * orow + (size_t)h * HS;
+                            float g = p[t] * dpd[t] * scale;
+                            for (int e = 0; e < HS; e++) {
+                                dv[e] += p[t] * d[e];
+                                dk[e] += g * q[e];
+                            }
                         }
                     }
                 }
