@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../src/backend/backend.h"
+#include "../src/backend/cpu/vexp.h"
 #include "ops/cpu_fixtures.h"
 #include "test.h"
 
@@ -164,6 +165,25 @@ static void test_gelu_accuracy(void) {
     CHECK(isnan(dbig[3]));
     free(x), free(y), free(dx), free(ones);
     forge_backend_destroy(be);
+}
+
+/* The softmax exp of the CPU kernels (backend/cpu/vexp.h): within 1 ulp of
+ * double over [-87, 87] (0.88 measured), clamped (not 0 or inf) past that,
+ * NaN kept. */
+static void test_vexp(void) {
+    TEST_CASE("cpu_vexpf: within 1 ulp of exp over [-87, 87]; clamps; NaN stays NaN");
+    double worst = 0.0;
+    float at = 0.0f;
+    for (float x = -87.0f; x <= 87.0f; x += 0.00731f) {
+        double e = exp((double)x);
+        float f = cpu_vexpf(x), fe = (float)e;
+        double ulp = (double)nextafterf(fe, INFINITY) - (double)fe;
+        if (fabs(f - e) / ulp > worst) worst = fabs(f - e) / ulp, at = x;
+    }
+    CHECK_MSG(worst <= 1.0, "cpu_vexpf: %.3f ulp at %.9g", worst, (double)at);
+    CHECK(cpu_vexpf(0.0f) == 1.0f);
+    CHECK(cpu_vexpf(-INFINITY) > 0.0f && cpu_vexpf(-INFINITY) < 2e-38f && cpu_vexpf(-200.0f) < 2e-38f);
+    CHECK(isfinite(cpu_vexpf(200.0f)) && isnan(cpu_vexpf(NAN)));
 }
 
 static void test_embedding_values(void) {
@@ -744,6 +764,7 @@ void suite_ops_forward(void) {
     test_table();
     test_elementwise_values();
     test_gelu_accuracy();
+    test_vexp();
     test_embedding_values();
     test_matmul_values();
     test_norm_values();
