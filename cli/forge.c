@@ -637,7 +637,7 @@ static const char *TRAIN_HELP =
     "  --out DIR            checkpoints and log.jsonl, locked while a run uses it [runs/<config>;\n"
     "                       with --resume RUN_DIR, RUN_DIR]\n"
 
-    "  --steps N            optimizer steps [500; 1000 for the demo]\n"
+    "  --steps N            optimizer steps [500; 600 for the demo]\n"
     "  --batch B            sequences per micro-batch [16]\n"
     "  --seq-len T          tokens per sequence [the config's context_length]\n"
     "  --tokens-per-step N  gradient accumulation to N tokens per step [B*T]\n"
@@ -850,7 +850,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         if (s != FORGE_OK) return train_fail(s, comm);
         o.data_dir = data_buf;
         if (samples < 0) samples = 3;
-        if (!steps_given) o.steps = 1000; /* ~4-5 minutes on 2 cores */
+        if (!steps_given) o.steps = 600; /* about 2.5 minutes on 2 cores (docs/cpu.md) */
     }
     /* Without --out, a resumed run continues in its run directory: --resume RUN, or --resume RUN/ckpt_N. */
     char run_dir[1100] = "", latest[1200];
@@ -911,7 +911,7 @@ static const char *BENCH_HELP =
     "  (the lab's suites, kernel variants and characterization: build/cuda/forge-lab --help)\n"
     "  train   training tokens/s, peak memory and MFU for tiny and gpt-10m (cpu) or\n"
     "          gpt-10m and gpt2-124m (cuda), on random tokens\n"
-    "  matmul  CPU matmul GFLOP/s against the measured single-core FMA peak\n"
+    "  matmul  CPU matmul GFLOP/s against the measured FMA peak of all threads\n"
     "  ops     each op's time at gpt-10m training shapes (cuda: B=8, T=512; cpu: B=2, T=128);\n"
     "          --ops-batch B --ops-seq T --ops-embd C --ops-heads NH override them (C=384, NH=6)\n"
     "  gemm    bf16 GEMM: forge's wgmma kernel vs cuBLAS (--device cuda only)\n"
@@ -1079,7 +1079,42 @@ static const char *MAIN_HELP =
     "  bench       benchmarks\n"
     "  init        write an initialised checkpoint\n";
 
+/* OpenMP threads that finish a parallel region first wait for the others; by
+ * default libgomp spins there (up to 300000 pauses, milliseconds on AMD Zen)
+ * before it sleeps. With a core to each thread that is cheap, but beside
+ * another busy process the waiting thread spins on a core while the thread it
+ * waits for is queued behind that process, and forge's CPU runs take several
+ * times longer and burn CPU time doing nothing (docs/cpu.md: the tiny step 3-7x
+ * slower, 2-3x the CPU time, beside busy neighbours on the 2-core VM). Waiting
+ * passively gives the core back at once, at a small cost to a machine forge has
+ * to itself. libgomp reads the policy once, when it loads, before main: so for
+ * CPU runs forge sets OMP_WAIT_POLICY=passive and executes itself again. A
+ * policy the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT set) is kept, and
+ * --device cuda runs are left alone. FORGE_OMP_POLICY_SET marks the re-executed
+ * process, which removes both variables again so that programs forge starts
+ * (gnuplot, a baseline's Python) see the user's environment. */
+static void omp_wait_passively(int argc, char **argv) {
+    if (getenv("FORGE_OMP_POLICY_SET")) {
+        unsetenv("FORGE_OMP_POLICY_SET");
+        unsetenv("OMP_WAIT_POLICY");
+        return;
+    }
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    for (int i = 1; i < argc; i++) {
+        const char *v = strncmp(argv[i], "--device=", 9) == 0 ? argv[i] + 9
+                        : strcmp(argv[i], "--device") == 0 && i + 1 < argc ? argv[i + 1]
+                                                                           : NULL;
+        if (v && strncmp(v, "cuda", 4) == 0) return;
+    }
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0 || setenv("FORGE_OMP_POLICY_SET", "1", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* no /proc (or exec refused): run on with libgomp's default policy */
+    unsetenv("FORGE_OMP_POLICY_SET");
+    unsetenv("OMP_WAIT_POLICY");
+}
+
 int main(int argc, char **argv) {
+    omp_wait_passively(argc, argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         fputs(MAIN_HELP, stdout);
         return argc < 2 ? 2 : 0;

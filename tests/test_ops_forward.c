@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../src/backend/backend.h"
+#include "../src/backend/cpu/vexp.h"
 #include "ops/cpu_fixtures.h"
 #include "test.h"
 
@@ -137,6 +138,56 @@ static void test_elementwise_values(void) {
     CHECK_NEAR(dx[0], 0.5, 1e-7);
     CHECK_NEAR(dx[1], 1.0, 1e-6);
     forge_backend_destroy(be);
+}
+
+/* The fp32 GELU computes tanh with its own vectorisable exp (elementwise.c),
+ * not the C library's tanhf: against the double formula, GELU and its
+ * gradient stay within 1e-6 absolute over [-12, 12] (both measure ~5e-7, the
+ * same as with tanhf), and huge, infinite and NaN inputs behave. */
+static void test_gelu_accuracy(void) {
+    TEST_CASE("gelu: fp32 forward and backward within 1e-6 of double over [-12, 12]");
+    forge_backend *be = make_backend(0);
+    if (!be) return;
+    size_t n = 240001;
+    float *x = fx_floats(n), *y = fx_floats(n), *dx = fx_floats(n), *ones = fx_floats(n);
+    for (size_t i = 0; i < n; i++) x[i] = -12.0f + 24.0f * (float)i / (float)(n - 1), ones[i] = 1.0f;
+    CHECK_OK(be->gelu_forward(be, y, x, n));
+    CHECK_OK(be->gelu_backward(be, dx, x, ones, n));
+    double worst_f = 0.0, worst_b = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i], s = 0.7978845608028654, c = 0.044715, t = tanh(s * (v + c * v * v * v));
+        double f = 0.5 * v * (1.0 + t), g = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * s * (1.0 + 3.0 * c * v * v);
+        if (fabs(y[i] - f) > worst_f) worst_f = fabs(y[i] - f);
+        if (fabs(dx[i] - g) > worst_b) worst_b = fabs(dx[i] - g);
+    }
+    CHECK_MSG(worst_f <= 1e-6, "gelu forward: max abs error %.3g", worst_f);
+    CHECK_MSG(worst_b <= 1e-6, "gelu backward: max abs error %.3g", worst_b);
+    float big[4] = {1e30f, -1e30f, INFINITY, NAN}, out[4], dbig[4] = {0, 0, 0, 0}, d1[4] = {1, 1, 1, 1};
+    CHECK_OK(be->gelu_forward(be, out, big, 4));
+    CHECK(out[0] == 1e30f && out[1] == 0.0f && out[2] == INFINITY && isnan(out[3]));
+    CHECK_OK(be->gelu_backward(be, dbig, big, d1, 4));
+    CHECK(isnan(dbig[3]));
+    free(x), free(y), free(dx), free(ones);
+    forge_backend_destroy(be);
+}
+
+/* The softmax exp of the CPU kernels (backend/cpu/vexp.h): within 1 ulp of
+ * double over [-87, 87] (0.88 measured), clamped (not 0 or inf) past that,
+ * NaN kept. */
+static void test_vexp(void) {
+    TEST_CASE("cpu_vexpf: within 1 ulp of exp over [-87, 87]; clamps; NaN stays NaN");
+    double worst = 0.0;
+    float at = 0.0f;
+    for (float x = -87.0f; x <= 87.0f; x += 0.00731f) {
+        double e = exp((double)x);
+        float f = cpu_vexpf(x), fe = (float)e;
+        double ulp = (double)nextafterf(fe, INFINITY) - (double)fe;
+        if (fabs(f - e) / ulp > worst) worst = fabs(f - e) / ulp, at = x;
+    }
+    CHECK_MSG(worst <= 1.0, "cpu_vexpf: %.3f ulp at %.9g", worst, (double)at);
+    CHECK(cpu_vexpf(0.0f) == 1.0f);
+    CHECK(cpu_vexpf(-INFINITY) > 0.0f && cpu_vexpf(-INFINITY) < 2e-38f && cpu_vexpf(-200.0f) < 2e-38f);
+    CHECK(isfinite(cpu_vexpf(200.0f)) && isnan(cpu_vexpf(NAN)));
 }
 
 static void test_embedding_values(void) {
@@ -555,6 +606,54 @@ static void matmul_case(pair *p, int N, int C, int OC, int with_bias) {
     free(di0), free(di1), free(dw0), free(dw1), free(db0), free(db1);
 }
 
+/* The tiled matmul hands out its work items dynamically, so which thread
+ * computes an element varies from run to run; each element's summation order
+ * must not. 1, 2 and 3 threads, shapes with edge tiles, K across KC blocks,
+ * Nc across NC blocks and few row blocks (where the B panels are split too):
+ * every output bit must agree. */
+static void matmul_threads_case(forge_backend **bes, int n_be, forge_rng *rng, int N, int C, int OC) {
+    size_t nc = (size_t)N * C, noc = (size_t)N * OC, occ = (size_t)OC * C;
+    float *inp = fx_random(rng, nc, -1, 1), *w = fx_random(rng, occ, -1, 1), *bias = fx_random(rng, (size_t)OC, -1, 1);
+    float *dout = fx_random(rng, noc, -1, 1), *di_init = fx_random(rng, nc, -1, 1), *dw_init = fx_random(rng, occ, -1, 1);
+    float *db_init = fx_random(rng, (size_t)OC, -1, 1);
+    float *out[3], *di[3], *dw[3], *db[3];
+    for (int t = 0; t < n_be; t++) {
+        out[t] = fx_floats(noc), di[t] = fx_copy(di_init, nc), dw[t] = fx_copy(dw_init, occ);
+        db[t] = fx_copy(db_init, (size_t)OC);
+        fx_fill(rng, out[t], noc, -9, 9); /* forward must overwrite */
+        CHECK_OK(bes[t]->matmul_forward(bes[t], out[t], inp, w, bias, N, C, OC));
+        CHECK_OK(bes[t]->matmul_backward_input(bes[t], di[t], dout, w, N, C, OC));
+        CHECK_OK(bes[t]->matmul_backward_weight(bes[t], dw[t], db[t], dout, inp, N, C, OC));
+    }
+    for (int t = 1; t < n_be; t++) {
+        CHECK_MSG(memcmp(out[0], out[t], noc * sizeof(float)) == 0, "forward N=%d C=%d OC=%d: thread count %d differs",
+                  N, C, OC, t + 1);
+        CHECK_MSG(memcmp(di[0], di[t], nc * sizeof(float)) == 0,
+                  "backward_input N=%d C=%d OC=%d: thread count %d differs", N, C, OC, t + 1);
+        CHECK_MSG(memcmp(dw[0], dw[t], occ * sizeof(float)) == 0,
+                  "backward_weight N=%d C=%d OC=%d: thread count %d differs", N, C, OC, t + 1);
+        CHECK_MSG(memcmp(db[0], db[t], (size_t)OC * sizeof(float)) == 0,
+                  "dbias N=%d C=%d OC=%d: thread count %d differs", N, C, OC, t + 1);
+    }
+    for (int t = 0; t < n_be; t++) free(out[t]), free(di[t]), free(dw[t]), free(db[t]);
+    free(inp), free(w), free(bias), free(dout), free(di_init), free(dw_init), free(db_init);
+}
+
+static void test_matmul_thread_counts(void) {
+    TEST_CASE("fast matmul: 1, 2 and 3 threads give identical bits");
+    forge_backend *bes[3] = {NULL, NULL, NULL};
+    for (int t = 0; t < 3; t++) CHECK_OK(forge_backend_create_cpu(&bes[t], t + 1, 0));
+    if (bes[0] && bes[1] && bes[2]) {
+        forge_rng rng;
+        forge_rng_seed(&rng, 77, 1);
+        static const int shapes[][3] = {{37, 45, 29}, {1, 1, 1}, {5, 3, 700}, {401, 45, 29},
+                                        {37, 530, 1050}, {300, 1000, 77}, {13, 0, 7}};
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            matmul_threads_case(bes, 3, &rng, shapes[i][0], shapes[i][1], shapes[i][2]);
+    }
+    for (int t = 0; t < 3; t++) forge_backend_destroy(bes[t]);
+}
+
 static void test_fast_matmul(void) {
     TEST_CASE("fast vs reference: matmul at odd shapes");
     pair p;
@@ -706,6 +805,8 @@ static void test_fast_adamw(void) {
 void suite_ops_forward(void) {
     test_table();
     test_elementwise_values();
+    test_gelu_accuracy();
+    test_vexp();
     test_embedding_values();
     test_matmul_values();
     test_norm_values();
@@ -716,6 +817,7 @@ void suite_ops_forward(void) {
     test_fast_elementwise();
     test_fast_embedding();
     test_fast_matmul();
+    test_matmul_thread_counts();
     test_fast_norms();
     test_fast_rope();
     test_fast_attention();

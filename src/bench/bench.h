@@ -18,7 +18,7 @@
  * cpu_matmul*.csv. FORGE_ERR_NUMERIC if any cell is garbage. */
 forge_status forge_bench_cpu_matmul(FILE *out, int reps);
 
-/* Measured FMA peak of all OpenMP threads, in FLOP/s (threads x one core). */
+/* Measured FMA peak of all OpenMP threads running at once, in FLOP/s. */
 double forge_bench_cpu_peak_flops(void);
 
 #endif

@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "cpu_ops.h"
+#include "vexp.h"
 
 forge_status cpu_classifier_forward_backward(forge_backend *be, float *losses, float *logits,
                                              const int32_t *targets, int N, int V,
@@ -44,15 +45,20 @@ forge_status cpu_classifier_forward_backward(forge_backend *be, float *losses, f
         float maxval = -INFINITY;
         for (int i = 0; i < V; i++)
             if (x[i] > maxval) maxval = x[i];
-        float sum = 0.0f;
-        for (int i = 0; i < V; i++) sum += expf(x[i] - maxval);
+        const float xy = x[y];
+        /* the row becomes e^(x - max) in place (one exp per logit, in a loop
+         * that vectorises), then its sum in 8 lanes added in a fixed tree */
+        for (int i = 0; i < V; i++) x[i] = cpu_vexpf(x[i] - maxval);
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        int i8 = 0;
+        for (; i8 + 8 <= V; i8 += 8)
+            for (int l = 0; l < 8; l++) acc[l] += x[i8 + l];
+        float sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        for (; i8 < V; i8++) sum += x[i8];
         float logsumexp = maxval + logf(sum);
-        losses[n] = logsumexp - x[y];
+        losses[n] = logsumexp - xy;
         float inv = 1.0f / sum;
-        for (int i = 0; i < V; i++) {
-            float p = expf(x[i] - maxval) * inv;
-            x[i] = (p - (i == y ? 1.0f : 0.0f)) * grad_scale;
-        }
+        for (int i = 0; i < V; i++) x[i] = (x[i] * inv - (i == y ? 1.0f : 0.0f)) * grad_scale;
     }
     return FORGE_OK;
 }

@@ -26,9 +26,41 @@
 #include <math.h>
 
 #include "cpu_ops.h"
+#include "vexp.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #define FLASH_QROWS 16 /* query rows per OpenMP work item */
 #define FLASH_KTILE 64 /* keys per online-softmax step; the score tile lives on the stack */
+
+/* a . b over n elements in 8 interleaved partial sums (lane l takes the
+ * elements d = l mod 8, each by fma), added in a fixed tree at the end:
+ * ((0+4) + (2+6)) + ((1+5) + (3+7)), the tail after that. A single running
+ * sum would be one serial chain of dependent adds (ISO C forbids reassociating
+ * it, so it cannot vectorise), and these dot products of a head's HS values
+ * were most of a small model's attention time. The AVX2 and the plain-C forms
+ * compute the same bits, and the order depends only on n, so results do not
+ * depend on the thread count. */
+static inline float dot(const float *a, const float *b, int n) {
+    int d = 0;
+    float s;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 acc = _mm256_setzero_ps();
+    for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)); /* l + (l+4) */
+    __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));                                      /* t0+t2, t1+t3 */
+    s = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));                                /* (t0+t2) + (t1+t3) */
+#else
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (; d + 8 <= n; d += 8)
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(a[d + l], b[d + l], acc[l]);
+    s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+#endif
+    for (; d < n; d++) s = fmaf(a[d], b[d], s);
+    return s;
+}
 
 static forge_status flash_check(const char *op, int B, int Tq, int Tk, int NH, int NKV, int HS) {
     if (NH <= 0 || NKV <= 0 || HS <= 0 || NH % NKV != 0)
@@ -77,17 +109,16 @@ forge_status cpu_flash_attention_forward_ext(forge_backend *be, float *out, floa
                         float tmax = -INFINITY;
                         for (int t = 0; t < n; t++) {
                             const float *k = kbase + (size_t)(j0 + t) * row;
-                            float acc = 0.0f;
-                            for (int d = 0; d < HS; d++) acc += q[d] * k[d];
-                            s[t] = acc * scale;
+                            s[t] = dot(q, k, HS) * scale;
                             if (s[t] > tmax) tmax = s[t];
                         }
                         float mnew = tmax > m ? tmax : m;
                         float alpha = expf(m - mnew); /* 0 on the first tile (m = -inf) */
                         l *= alpha;
                         for (int d = 0; d < HS; d++) o[d] *= alpha;
+                        for (int t = 0; t < n; t++) s[t] = cpu_vexpf(s[t] - mnew); /* vectorises */
                         for (int t = 0; t < n; t++) {
-                            float p = expf(s[t] - mnew);
+                            float p = s[t];
                             const float *v = vbase + (size_t)(j0 + t) * row;
                             l += p;
                             for (int d = 0; d < HS; d++) o[d] += p * v[d];
@@ -124,9 +155,7 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
             for (int i = 0; i < Tq; i++) {
                 const float *d = dout + ((size_t)b * Tq + i) * orow + (size_t)h * HS;
                 const float *o = out + ((size_t)b * Tq + i) * orow + (size_t)h * HS;
-                float acc = 0.0f;
-                for (int e = 0; e < HS; e++) acc += d[e] * o[e];
-                D[((size_t)b * NH + h) * Tq + i] = acc;
+                D[((size_t)b * NH + h) * Tq + i] = dot(d, o, HS);
             }
         }
     }
@@ -149,17 +178,23 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
                     size_t si = ((size_t)b * NH + h) * Tq + i;
                     float L = lse[si], Di = D[si];
                     int jlast = i + off < Tk - 1 ? i + off : Tk - 1;
-                    for (int j = 0; j <= jlast; j++) {
-                        const float *k = kbase + (size_t)j * row;
-                        const float *v = vbase + (size_t)j * row;
-                        float s = 0.0f, dp = 0.0f;
-                        for (int e = 0; e < HS; e++) {
-                            s += q[e] * k[e];
-                            dp += d[e] * v[e];
+                    /* a tile of keys at a time: the dot products, then the
+                     * exps in one loop that vectorises, then dq in key order */
+                    for (int j0 = 0; j0 <= jlast; j0 += FLASH_KTILE) {
+                        int n = jlast - j0 + 1 < FLASH_KTILE ? jlast - j0 + 1 : FLASH_KTILE;
+                        float p[FLASH_KTILE], dpd[FLASH_KTILE];
+                        for (int t = 0; t < n; t++) {
+                            const float *k = kbase + (size_t)(j0 + t) * row;
+                            const float *v = vbase + (size_t)(j0 + t) * row;
+                            p[t] = dot(q, k, HS) * scale - L;
+                            dpd[t] = dot(d, v, HS) - Di;
                         }
-                        float p = expf(s * scale - L);
-                        float g = p * (dp - Di) * scale;
-                        for (int e = 0; e < HS; e++) dq[e] += g * k[e];
+                        for (int t = 0; t < n; t++) p[t] = cpu_vexpf(p[t]);
+                        for (int t = 0; t < n; t++) {
+                            const float *k = kbase + (size_t)(j0 + t) * row;
+                            float g = p[t] * dpd[t] * scale;
+                            for (int e = 0; e < HS; e++) dq[e] += g * k[e];
+                        }
                     }
                 }
             }
@@ -178,21 +213,26 @@ forge_status cpu_flash_attention_backward_ext(forge_backend *be, float *dqkv_q, 
                 float *dv = dqkv_kv + bj * row + (size_t)(NH + NKV + kvh) * HS;
                 int ifirst = j - off > 0 ? j - off : 0; /* first query that sees key j */
                 for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                    for (int i = ifirst; i < Tq; i++) {
-                        size_t bi = (size_t)b * Tq + i;
-                        const float *q = qkv_q + bi * row + (size_t)h * HS;
-                        const float *d = dout + bi * orow + (size_t)h * HS;
-                        size_t si = ((size_t)b * NH + h) * Tq + i;
-                        float s = 0.0f, dp = 0.0f;
-                        for (int e = 0; e < HS; e++) {
-                            s += q[e] * k[e];
-                            dp += d[e] * v[e];
+                    /* a tile of queries at a time, as for dq */
+                    for (int i0 = ifirst; i0 < Tq; i0 += FLASH_KTILE) {
+                        int n = Tq - i0 < FLASH_KTILE ? Tq - i0 : FLASH_KTILE;
+                        float p[FLASH_KTILE], dpd[FLASH_KTILE];
+                        for (int t = 0; t < n; t++) {
+                            size_t bi = (size_t)b * Tq + i0 + t;
+                            size_t si = ((size_t)b * NH + h) * Tq + i0 + t;
+                            p[t] = dot(qkv_q + bi * row + (size_t)h * HS, k, HS) * scale - lse[si];
+                            dpd[t] = dot(dout + bi * orow + (size_t)h * HS, v, HS) - D[si];
                         }
-                        float p = expf(s * scale - lse[si]);
-                        float g = p * (dp - D[si]) * scale;
-                        for (int e = 0; e < HS; e++) {
-                            dv[e] += p * d[e];
-                            dk[e] += g * q[e];
+                        for (int t = 0; t < n; t++) p[t] = cpu_vexpf(p[t]);
+                        for (int t = 0; t < n; t++) {
+                            size_t bi = (size_t)b * Tq + i0 + t;
+                            const float *q = qkv_q + bi * row + (size_t)h * HS;
+                            const float *d = dout + bi * orow + (size_t)h * HS;
+                            float g = p[t] * dpd[t] * scale;
+                            for (int e = 0; e < HS; e++) {
+                                dv[e] += p[t] * d[e];
+                                dk[e] += g * q[e];
+                            }
                         }
                     }
                 }

@@ -21,10 +21,11 @@
  * explicit fused multiply-add matters: the build is -std=c11, under which GCC
  * does not contract a*b+c into an FMA.
  *
- * Threads share one packed block of B and split the rows of A (and, when
- * there are fewer row blocks than threads, the columns of B); each thread
- * packs A into its own slice of the context's buffer. The
- * reference path (reference = 1) is the plain triple loop of llm.c's
+ * Threads share one packed block of B and take blocks of rows of A (and,
+ * when there are few row blocks, shares of the columns of B) from a queue, so
+ * a thread that loses its core to another process delays the others by one
+ * block at most (see gemm); each thread packs A into its own slice of the
+ * context's buffer. The reference path (reference = 1) is the plain triple loop of llm.c's
  * matmul_forward_naive, one thread, float accumulation.
  */
 #include <string.h>
@@ -191,21 +192,42 @@ static void micro_kernel(int kc, const float *restrict ap, const float *restrict
     }
 }
 
-/* c (M, Nc; row stride ldc) += A (M, K) . B (K, Nc).
- * Threads first pack the shared KC x NC block of B together, then split the
- * M dimension into blocks of at most MC_MAX rows (and, when there are fewer
- * blocks than threads, also split the B panels) so every thread gets work. */
-static void gemm_accumulate(forge_backend *be, float *c, long ldc, operand a, operand b, int M,
-                            int Nc, int K) {
+/* c (M, Nc; row stride ldc) = init + A (M, K) . B (K, Nc) when init is set
+ * (init->row: a row broadcast to every row of c, NULL: zeros), else
+ * c += A . B.
+ *
+ * Threads first pack the shared KC x NC block of B together, then take work
+ * items (a block of at most MC_MAX rows of A, and when there are few row
+ * blocks a share of the B panels) one at a time from a shared queue
+ * (schedule(dynamic)). The queue is what keeps a preempted thread cheap: with
+ * a static split, a thread that loses its core to another process holds half
+ * the block and the other thread waits at the barrier for all of it; here
+ * the running thread takes the remaining items and waits for at most the one
+ * item the preempted thread holds. Items are sized so each thread gets about
+ * ITEMS_PER_THREAD of them.
+ *
+ * Every element of c is summed in the same order whatever the thread count
+ * or item split: its micro-kernel accumulates k in order within a KC block
+ * and adds the blocks to c in k order, and the tile sizes depend only on
+ * MR, NR and KC. So the results are bitwise the same on any number of threads
+ * (tests/test_ops_forward.c checks 1, 2 and 3). */
+typedef struct {
+    const float *row; /* NULL: zeros */
+} gemm_init;
+
+#define ITEMS_PER_THREAD 4
+
+static void gemm(forge_backend *be, float *c, long ldc, operand a, operand b, int M, int Nc, int K,
+                 const gemm_init *init) {
     cpu_ctx *ctx = (cpu_ctx *)be->ctx;
     int nt = ctx->threads;
-    if (M <= 0 || Nc <= 0 || K <= 0) return;
-    /* equal-sized M blocks, a multiple of MR, in number a multiple of nt when possible */
-    int rounds = (M + nt * MC_MAX - 1) / (nt * MC_MAX);
-    int mc = (M + nt * rounds - 1) / (nt * rounds);
+    if (M <= 0 || Nc <= 0) return;
+    /* row blocks: a multiple of MR, at most MC_MAX, about ITEMS_PER_THREAD x nt of them when M allows */
+    int want = ITEMS_PER_THREAD * nt;
+    int mc = (M + want - 1) / want;
     mc = (mc + MR - 1) / MR * MR;
+    if (mc > MC_MAX) mc = MC_MAX;
     int blocks_m = (M + mc - 1) / mc;
-    int splits_n = blocks_m >= nt ? 1 : (nt + blocks_m - 1) / blocks_m;
     float *bpack = ctx->pack;
 
 #pragma omp parallel num_threads(nt)
@@ -218,19 +240,42 @@ static void gemm_accumulate(forge_backend *be, float *c, long ldc, operand a, op
         for (int j0 = 0; j0 < Nc; j0 += NC) {
             int nc = Nc - j0 < NC ? Nc - j0 : NC;
             int panels = (nc + NR - 1) / NR;
+            /* few row blocks: split the panels too, so every thread has items */
+            int splits_n = blocks_m >= want ? 1 : (want + blocks_m - 1) / blocks_m;
+            if (splits_n > panels) splits_n = panels;
+            if (K <= 0) { /* nothing to multiply: c is only initialised */
+                if (init) {
+#pragma omp for schedule(dynamic)
+                    for (int i = 0; i < M; i++) {
+                        float *row = c + (long)i * ldc + j0;
+                        if (init->row) memcpy(row, init->row + j0, (size_t)nc * sizeof(float));
+                        else memset(row, 0, (size_t)nc * sizeof(float));
+                    }
+                }
+                continue;
+            }
             for (int k0 = 0; k0 < K; k0 += KC) {
                 int kc = K - k0 < KC ? K - k0 : KC;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4)
                 for (int q = 0; q < panels; q++) {
                     int nr = nc - q * NR < NR ? nc - q * NR : NR;
                     pack_b_panel(bpack + (size_t)q * NR * kc, b, k0, kc, j0 + q * NR, nr);
                 }
                 /* implicit barrier: B is packed */
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
                 for (int item = 0; item < blocks_m * splits_n; item++) {
                     int i0 = (item / splits_n) * mc, part = item % splits_n;
                     int mb = M - i0 < mc ? M - i0 : mc;
                     int q0 = panels * part / splits_n, q1 = panels * (part + 1) / splits_n;
+                    if (init && k0 == 0) {
+                        /* this item's tile of c starts as the broadcast row (or zeros) */
+                        int c0 = j0 + q0 * NR, c1 = j0 + q1 * NR < j0 + nc ? j0 + q1 * NR : j0 + nc;
+                        for (int i = i0; i < i0 + mb; i++) {
+                            float *row = c + (long)i * ldc;
+                            if (init->row) memcpy(row + c0, init->row + c0, (size_t)(c1 - c0) * sizeof(float));
+                            else memset(row + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+                        }
+                    }
                     pack_a(apack, a, i0, mb, k0, kc);
                     for (int q = q0; q < q1; q++) {
                         int nr = nc - q * NR < NR ? nc - q * NR : NR;
@@ -303,19 +348,11 @@ forge_status cpu_matmul_forward(forge_backend *be, float *out, const float *inp,
         forward_naive(out, inp, weight, bias, N, C, OC);
         return FORGE_OK;
     }
-    /* out starts as the broadcast bias, then the GEMM accumulates into it */
-    int nt = cpu_threads(be);
-#pragma omp parallel for num_threads(nt)
-    for (int n = 0; n < N; n++) {
-        float *row = out + (size_t)n * OC;
-        if (bias)
-            memcpy(row, bias, (size_t)OC * sizeof(float));
-        else
-            memset(row, 0, (size_t)OC * sizeof(float));
-    }
-    /* A = inp (N, C); B(k, j) = weight[j][k] */
-    operand a = {inp, C, 1}, b = {weight, 1, C};
-    gemm_accumulate(be, out, OC, a, b, N, OC, C);
+    /* out starts as the broadcast bias (inside the GEMM's parallel region, so
+     * no extra fork and join), then the GEMM accumulates into it */
+    operand a = {inp, C, 1}, b = {weight, 1, C}; /* A = inp (N, C); B(k, j) = weight[j][k] */
+    gemm_init init = {bias};
+    gemm(be, out, OC, a, b, N, OC, C, &init);
     return FORGE_OK;
 }
 
@@ -328,7 +365,7 @@ forge_status cpu_matmul_backward_input(forge_backend *be, float *dinp, const flo
     }
     /* A = dout (N, OC); B = weight (OC, C) as stored */
     operand a = {dout, OC, 1}, b = {weight, C, 1};
-    gemm_accumulate(be, dinp, C, a, b, N, C, OC);
+    gemm(be, dinp, C, a, b, N, C, OC, NULL);
     return FORGE_OK;
 }
 
@@ -341,13 +378,13 @@ forge_status cpu_matmul_backward_weight(forge_backend *be, float *dweight, float
     }
     /* A(o, n) = dout[n][o], i.e. dout^T read in place; B = inp (N, C) */
     operand a = {dout, 1, OC}, b = {inp, C, 1};
-    gemm_accumulate(be, dweight, C, a, b, OC, C, N);
+    gemm(be, dweight, C, a, b, OC, C, N, NULL);
     if (dbias) {
         /* threads own disjoint slices of dbias; rows are summed in order */
         int nt = cpu_threads(be);
         enum { SLICE = 256 };
         int slices = (OC + SLICE - 1) / SLICE;
-#pragma omp parallel for num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
         for (int s = 0; s < slices; s++) {
             int o0 = s * SLICE, o1 = o0 + SLICE < OC ? o0 + SLICE : OC;
             float sum[SLICE];
