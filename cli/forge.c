@@ -137,7 +137,8 @@ typedef struct {
     "                       shape the faster of fp32 and cublas, measured once, cached, printed at start\n"   \
     "  --attention flash|materialised  the fused op (default) or the reference with (B,NH,T,T) scores\n"    \
     "  --precision P        the step's precision: fp32 (exact), tf32 (fp32 with tf32 GEMMs) or bf16\n"      \
-    "                       (docs/mixed-precision.md) [bf16 on cuda, fp32 on cpu]\n"                        \
+    "                       (docs/mixed-precision.md) [bf16 on cuda, fp32 on cpu; a resumed run: its\n"  \
+    "                       checkpoint's]\n"                        \
     "  --threads N          CPU threads [all cores]\n"                                                      \
     "  --matmul-cache FILE  the auto matmul table's file [$XDG_CACHE_HOME/forge or ~/.cache/forge]\n"
 
@@ -794,6 +795,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         return fail(usage_error("train", "unknown argument ", argv[a.i]));
     }
     if (s == FORGE_OK) s = runtime_options_build("train", &rf, &o.runtime);
+    o.precision_given = rf.precision != NULL || rf.matmul != NULL;
     if (s != FORGE_OK) return fail(s);
     /* Under mpirun: the MPI communicator (a build without it refuses more than one rank rather than run N
      * independent copies); otherwise none, and the run is a single process as it always was. */

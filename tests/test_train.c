@@ -116,12 +116,34 @@ static void test_resume_exact(const char *json, const char *label, forge_train_p
     CHECK(r.steps_done == 10);
     o.stop_after = 0;
     o.resume = o.out_dir;
+    /* the precision is a run key: resumed without --precision (the CPU's default is fp32), the run continues in
+     * its checkpoint's */
+    o.runtime.precision = FORGE_TRAIN_FP32;
+    o.precision_given = 0;
     CHECK_OK(forge_train(&o, &r));
     CHECK(r.steps_done == 10);
     for (int i = 0; i < 20; i++)
         CHECK_MSG(memcmp(&straight[i], &resumed[i], sizeof(float)) == 0, "step %d: %.9g straight vs %.9g resumed",
                   i + 1, straight[i], resumed[i]);
     CHECK(straight[19] < straight[0]);
+    char ckpt[1024], prec[8] = "?";
+    CHECK_OK(forge_checkpoint_resolve(o.out_dir, ckpt, sizeof ckpt));
+    CHECK_OK(forge_checkpoint_read_precision(ckpt, prec, sizeof prec));
+    CHECK_MSG(strcmp(prec, precision == FORGE_TRAIN_BF16 ? "bf16" : "fp32") == 0, "checkpoint precision \"%s\"", prec);
+    if (precision == FORGE_TRAIN_BF16) {
+        /* given explicitly, another precision wins (the fp32 masters carry over): the next 5 steps are fp32's */
+        float more[25];
+        memcpy(more, resumed, sizeof resumed);
+        o.loss_out = more;
+        o.loss_out_cap = 25;
+        o.steps = 25;
+        o.precision_given = 1;
+        CHECK_OK(forge_train(&o, &r));
+        CHECK(r.steps_done == 5);
+        CHECK_OK(forge_checkpoint_resolve(o.out_dir, ckpt, sizeof ckpt));
+        CHECK_OK(forge_checkpoint_read_precision(ckpt, prec, sizeof prec));
+        CHECK_MSG(strcmp(prec, "fp32") == 0, "after resuming in fp32: checkpoint precision \"%s\"", prec);
+    }
 }
 
 /* 20 steps in bf16 and in fp32 from the same init and batches: every step's loss within 2% relative (the bf16
@@ -402,6 +424,7 @@ static void test_resume_state_validation(void) {
         {"tokens_seen", "1.5", "\"tokens_seen\" = \"1.5\""},
         {"tokens_seen", "2", "\"tokens_seen\" = 2 with \"loader_batches\" = 3"},
         {"tokens_seen", NULL, "metadata has no \"tokens_seen\""},
+        {"precision", "fp16", "\"precision\" = \"fp16\": expected \"fp32\", \"tf32\" or \"bf16\""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(system(cmd) == 0);

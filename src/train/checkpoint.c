@@ -278,14 +278,15 @@ forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const 
         snprintf(seed, sizeof seed, "%" PRIu64, state->seed);
         snprintf(seen, sizeof seen, "%.17g", state->tokens_seen);
         snprintf(ostep, sizeof ostep, "%d", opt->step);
-        const char *keys[] = {"step", "total_steps", "loader_batches", "seed", "tokens_seen", "adamw_step"};
-        const char *vals[] = {step, total, batches, seed, seen, ostep};
+        const char *keys[] = {"step", "total_steps", "loader_batches", "seed", "tokens_seen", "adamw_step", "precision"};
+        const char *vals[] = {step, total, batches, seed, seen, ostep, state->precision};
+        const int n_keys = state->precision[0] ? 7 : 6;
         forge_st_entry st[2] = {
             {.name = "adamw.m", .dtype = "F32", .ndim = 1, .shape = {(int64_t)n}, .data = host, .bytes = n * 4},
             {.name = "adamw.v", .dtype = "F32", .ndim = 1, .shape = {(int64_t)n}, .data = host2, .bytes = n * 4},
         };
         snprintf(path, sizeof path, "%s/%s", dir, CKPT_STATE_FILE);
-        if (s == FORGE_OK) s = forge_safetensors_write(path, st, 2, keys, vals, 6);
+        if (s == FORGE_OK) s = forge_safetensors_write(path, st, 2, keys, vals, n_keys);
     }
     free(host);
     free(host2);
@@ -466,6 +467,26 @@ static forge_status check_moment(const forge_safetensors *st, const forge_optimi
                        first, there, nonnegative ? ", non-negative" : "");
 }
 
+static forge_status meta_precision(const forge_safetensors *st, char *out, size_t cap) {
+    const char *p = forge_safetensors_meta(st, "precision");
+    if (!p) p = "";
+    if (*p && strcmp(p, "fp32") != 0 && strcmp(p, "tf32") != 0 && strcmp(p, "bf16") != 0)
+        return forge_error(FORGE_ERR_DATA, "%s: metadata \"precision\" = \"%.40s\": expected \"fp32\", \"tf32\" or \"bf16\"",
+                           forge_safetensors_path(st), p);
+    snprintf(out, cap, "%s", p);
+    return FORGE_OK;
+}
+
+forge_status forge_checkpoint_read_precision(const char *dir, char *out, size_t cap) {
+    char file[1200];
+    snprintf(file, sizeof file, "%s/%s", dir, CKPT_STATE_FILE);
+    forge_safetensors *st;
+    FORGE_TRY(forge_safetensors_open(&st, file));
+    forge_status s = meta_precision(st, out, cap);
+    forge_safetensors_close(st);
+    return s;
+}
+
 forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, forge_train_state *state) {
     char file[1200];
     snprintf(file, sizeof file, "%s/%s", dir, CKPT_STATE_FILE);
@@ -520,6 +541,8 @@ forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, 
                         "%s: metadata \"tokens_seen\" = %.17g with \"loader_batches\" = %" PRIu64
                         ": expected at least one token per batch",
                         file, seen, batches);
+    char precision[8] = "";
+    if (s == FORGE_OK) s = meta_precision(st, precision, sizeof precision);
     if (s == FORGE_OK) s = check_moment(st, opt, m, 0);
     if (s == FORGE_OK) s = check_moment(st, opt, v, 1);
     if (s == FORGE_OK) s = forge_optimizer_set_state(opt, m->data, v->data);
@@ -529,6 +552,7 @@ forge_status forge_checkpoint_load_state(const char *dir, forge_optimizer *opt, 
         state->loader_batches = batches;
         state->seed = seed;
         state->tokens_seen = seen;
+        snprintf(state->precision, sizeof state->precision, "%s", precision);
         opt->step = (int)ostep;
     }
     forge_safetensors_close(st);

@@ -38,7 +38,12 @@ typedef struct {
     uint64_t loader_batches; /* training batches drawn so far */
     uint64_t seed;
     double tokens_seen;
+    char precision[8];       /* the step's precision, "fp32", "tf32" or "bf16" ("": a checkpoint from before the key) */
 } forge_train_state;
+
+/* The precision a checkpoint's run trained in (state.safetensors' "precision": "fp32", "tf32" or "bf16"), into
+ * out; "" when the checkpoint predates the key. Another value is FORGE_ERR_DATA naming the file. */
+forge_status forge_checkpoint_read_precision(const char *dir, char *out, size_t cap);
 
 /* Writes a checkpoint into dir (created). opt, state and tok may be NULL.
  * FORGE_ERR_NUMERIC, with nothing created or written, when the weights or the

@@ -149,6 +149,7 @@ static double unigram_entropy(const forge_loader *ld, int vocab) {
 typedef struct {
     const forge_train_options *o;
     FILE *out;
+    forge_runtime_options runtime; /* o->runtime, with a resumed run's precision where none was given */
     forge_backend *be;
     forge_pool *pool;
     forge_tape *tape;
@@ -319,6 +320,35 @@ static forge_status checkpoint_config(const forge_train_options *o, const char *
     return FORGE_OK;
 }
 
+/* The step's precision as the runs name it: fp32, tf32 (fp32 with the tf32 GEMMs) or bf16. */
+static const char *run_precision(const forge_runtime_options *r) {
+    if (r->precision == FORGE_TRAIN_BF16) return "bf16";
+    return r->device == FORGE_DEVICE_CUDA && r->matmul == FORGE_MATMUL_TF32 ? "tf32" : "fp32";
+}
+
+/* A resumed run continues in its checkpoint's precision unless --precision (or --matmul) says otherwise; either
+ * way a change is said once (the fp32 masters and moments carry over, so any precision can continue any run). */
+static forge_status resume_precision(trainer *tr, const char *ckpt_dir) {
+    char was[8];
+    FORGE_TRY(forge_checkpoint_read_precision(ckpt_dir, was, sizeof was));
+    const char *now = run_precision(&tr->runtime);
+    if (!was[0] || strcmp(was, now) == 0) return FORGE_OK;
+    if (tr->o->precision_given) {
+        fprintf(tr->out, "note: continuing in %s as asked; the checkpoint %s trained in %s\n", now, ckpt_dir, was);
+        return FORGE_OK;
+    }
+    if (strcmp(was, "tf32") == 0 && tr->runtime.device != FORGE_DEVICE_CUDA) {
+        fprintf(tr->out, "note: the checkpoint %s trained in tf32, which is CUDA's; continuing in %s\n", ckpt_dir,
+                now);
+        return FORGE_OK;
+    }
+    tr->runtime.precision = strcmp(was, "bf16") == 0 ? FORGE_TRAIN_BF16 : FORGE_TRAIN_FP32;
+    if (strcmp(was, "tf32") == 0) tr->runtime.matmul = FORGE_MATMUL_TF32;
+    else if (tr->runtime.matmul == FORGE_MATMUL_TF32) tr->runtime.matmul = FORGE_MATMUL_FP32;
+    fprintf(tr->out, "note: continuing in %s, the checkpoint's precision (--precision to change it)\n", was);
+    return FORGE_OK;
+}
+
 static forge_status setup(trainer *tr, forge_model_config *cfg) {
     const forge_train_options *o = tr->o;
     FORGE_TRY(forge_train_options_validate(o));
@@ -368,7 +398,9 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
                            tps, tr->accum, per_micro, tr->ranks, per_micro * tr->ranks);
     tr->accum /= tr->ranks;
 
-    FORGE_TRY(forge_backend_create(&tr->be, o->runtime.device, &o->runtime));
+    tr->runtime = o->runtime;
+    if (o->resume) FORGE_TRY(resume_precision(tr, ckpt_dir));
+    FORGE_TRY(forge_backend_create(&tr->be, tr->runtime.device, &tr->runtime));
     FORGE_TRY(forge_pool_create(&tr->pool, tr->be));
     FORGE_TRY(forge_tape_create(&tr->tape, tr->pool));
 
@@ -498,7 +530,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     double h = unigram_entropy(tr->train, cfg->vocab_size);
     fprintf(out, "model %s (%s): %zu parameters | device %s | precision %s | %d layers, d_model %d, %d heads (%d kv)\n",
             cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name,
-            forge_train_precision_name(tr->be->options.precision), cfg->n_layers,
+            run_precision(&tr->be->options), cfg->n_layers,
             cfg->d_model, cfg->n_heads, cfg->n_kv_heads);
     fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",
             o->data_dir, (unsigned long long)forge_loader_num_tokens(tr->train), tr->B, tr->T, tr->accum * tr->ranks,
@@ -512,6 +544,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
             o->steps, tr->state.step, o->lr, sched.warmup_steps, 100.0 * o->min_lr_ratio, h);
     fflush(out);
 
+    snprintf(tr->state.precision, sizeof tr->state.precision, "%s", run_precision(&tr->be->options));
     double t_start = forge_now_seconds(), avg_step = 0;
     long tokens_per_step = (long)tr->B * tr->T * tr->accum * tr->ranks;
     const size_t micro_tokens = (size_t)tr->B * tr->T;

@@ -40,6 +40,8 @@ typedef struct {
     forge_runtime_options runtime; /* device, matmul mode, attention, precision, threads, cache paths */
     int quiet;                    /* no progress lines */
     int no_graph;                 /* run every step op by op, never as a recorded graph (train/step.h) */
+    int precision_given;          /* --precision (or --matmul) was given: a resumed run keeps it rather than its
+                                   * checkpoint's precision */
     float *loss_out;              /* if set, loss_out[step-1] = that step's loss */
     int loss_out_cap;
     FILE *progress;               /* where progress lines go (stdout by default) */
