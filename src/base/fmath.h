@@ -41,22 +41,30 @@ FORGE_FMATH_FN float forge_pow2i(int k) {
     return f;
 }
 
-/* e^x: x = k ln2 + r (Cody-Waite, ln2 in two parts), e^r by its Taylor series to r^7 (|r| <= 0.347: the next term
- * is below 6e-9 relative), times 2^k as two factors so subnormal results round once and 2^128 never forms. */
-FORGE_FMATH_FN float forge_expf(float x) {
-    if (!(x < 88.72283935546875f)) return x != x ? x : INFINITY; /* from here up e^x rounds to inf; NaN stays */
-    if (!(x > -104.0f)) return 0.0f;                              /* e^x < 2^-150: rounds to 0 */
-    const float k = rintf(x * 1.44269502f);                       /* nearest integer to x / ln2 */
-    float r = fmaf(k, -0.693145751953125f, x);                    /* ln2's high part: 15 bits, k ln2_hi exact */
-    r = fmaf(k, -1.4286068203094172e-6f, r);                      /* ln2's low part */
-    float p = 1.0f / 5040.0f;                                     /* 1/7!, ..., 1/2!, 1, 1 */
+/* The core of every e^x here (this file's and the CPU kernels' branch-free ones, backend/cpu/vexp.h and
+ * elementwise.c): x = k ln2 + r (Cody-Waite, ln2 in two parts: k ln2_hi is exact for the k that occur), e^r by its
+ * Taylor series to r^7 (|r| <= 0.347: the next term is below 6e-9 relative). Returns e^r; *k is k, the nearest
+ * integer to x / ln2. No branch, so loops over it vectorise. */
+FORGE_FMATH_FN float forge_exp_reduced(float x, float *k) {
+    *k = rintf(x * 1.44269502f);
+    float r = fmaf(*k, -0.693145751953125f, x); /* ln2's high part: 15 bits */
+    r = fmaf(*k, -1.4286068203094172e-6f, r);   /* ln2's low part */
+    float p = 1.0f / 5040.0f;                    /* 1/7!, ..., 1/2!, 1, 1 */
     p = fmaf(p, r, 1.0f / 720.0f);
     p = fmaf(p, r, 1.0f / 120.0f);
     p = fmaf(p, r, 1.0f / 24.0f);
     p = fmaf(p, r, 1.0f / 6.0f);
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
+    return fmaf(p, r, 1.0f);
+}
+
+/* e^x: e^r (forge_exp_reduced) times 2^k as two factors, so subnormal results round once and 2^128 never forms. */
+FORGE_FMATH_FN float forge_expf(float x) {
+    if (!(x < 88.72283935546875f)) return x != x ? x : INFINITY; /* from here up e^x rounds to inf; NaN stays */
+    if (!(x > -104.0f)) return 0.0f;                              /* e^x < 2^-150: rounds to 0 */
+    float k;
+    const float p = forge_exp_reduced(x, &k);
     const int ki = (int)k, k1 = ki / 2, k2 = ki - k1; /* each in [-75, 64] */
     return FORGE_FMUL_RN(FORGE_FMUL_RN(p, forge_pow2i(k1)), forge_pow2i(k2));
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../base/fmath.h"
 #include "cpu_ops.h"
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrt(2/pi) */
@@ -41,17 +42,8 @@ static inline float tanh_fast(float u) {
     memcpy(&xb, &x, sizeof xb);
     xb = xb < 0x41a00000u ? xb : 0x41a00000u; /* 20.0f */
     memcpy(&x, &xb, sizeof x);
-    const float k = rintf(x * 1.44269502f); /* nearest integer to x / ln2, in [0, 29] */
-    float r = fmaf(k, -0.693145751953125f, x);
-    r = fmaf(k, -1.4286068203094172e-6f, r);
-    float p = 1.0f / 5040.0f;
-    p = fmaf(p, r, 1.0f / 720.0f);
-    p = fmaf(p, r, 1.0f / 120.0f);
-    p = fmaf(p, r, 1.0f / 24.0f);
-    p = fmaf(p, r, 1.0f / 6.0f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
+    float k; /* nearest integer to x / ln2, in [0, 29] */
+    const float p = forge_exp_reduced(x, &k);
     const int32_t bits = ((int32_t)k + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../base/fmath.h"
+
 static inline float cpu_vexpf(float x) {
     uint32_t xb;
     memcpy(&xb, &x, sizeof xb);
@@ -27,17 +29,8 @@ static inline float cpu_vexpf(float x) {
     uint32_t cb = (ab < 0x42ae0000u ? ab : 0x42ae0000u) | (xb & 0x80000000u); /* |x| <= 87.0f */
     float c;
     memcpy(&c, &cb, sizeof c);
-    const float k = rintf(c * 1.44269502f); /* nearest integer to c / ln2, in [-126, 126] */
-    float r = fmaf(k, -0.693145751953125f, c);
-    r = fmaf(k, -1.4286068203094172e-6f, r);
-    float p = 1.0f / 5040.0f;
-    p = fmaf(p, r, 1.0f / 720.0f);
-    p = fmaf(p, r, 1.0f / 120.0f);
-    p = fmaf(p, r, 1.0f / 24.0f);
-    p = fmaf(p, r, 1.0f / 6.0f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
+    float k; /* nearest integer to c / ln2, in [-126, 126] */
+    const float p = forge_exp_reduced(c, &k);
     const int32_t sb = ((int32_t)k + 127) << 23;
     float scale;
     memcpy(&scale, &sb, sizeof scale);
