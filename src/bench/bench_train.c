@@ -3,7 +3,9 @@
  * harness cells (`forge bench train`).
  *
  * One cell per config: a run is one full optimizer step (zero grads, forward,
- * backward, tape reset, global norm, AdamW) on a fixed random batch. The
+ * backward, tape reset, global norm, AdamW) on a fixed random batch, launched
+ * the way the trainer launches it (train/step.h: on CUDA a replayed graph from
+ * the second step on), not waited for. The
  * checksum gate compares the step's forward pass, after the timed run, with
  * the CPU reference backend fed the same parameters and batch: per-position
  * losses (B*T values) within the fp32 tolerance, every loss written (the

@@ -4,7 +4,13 @@
  * CPU reference in cpu/classifier_bf16.c).
  *
  * Rows go in chunks of R = FORGE_CLS_BF16_ROWS(N, V) (op_list.h), so the
- * (N, V) logits never exist whole. Per chunk of `rows` rows, in the scratch:
+ * (N, V) logits never exist whole. A chunk whose rows % 8 == 0 (with C % 8 == 0:
+ * every full chunk of a training batch) runs transposed, cls16t_chunk: the
+ * logits are stored as logits^T (V, rows), whose row stride is a 16-byte
+ * multiple whatever V, so all three GEMMs take their TMA paths and no
+ * vocabulary-tail kernel is needed (the section "the transposed chunk" below).
+ * Any other chunk runs in the row layout, per chunk of `rows` rows, in the
+ * scratch:
  *   1. logits (rows, V) bf16 = rn(inp . wte^T): forge's NT GEMM with the bf16
  *      epilogue (fp32 accumulate, one rounding);
  *   2. one block per row: max, sum of exp, loss = max + log(sum) - logit[y]
@@ -25,8 +31,9 @@
  * accumulate in k order).
  *
  * Deterministic: every output element is written by one thread with a fixed
- * summation order (the unsplit TN, the row blocks' fixed-tree reductions);
- * no atomics. The scratch layout (16-byte aligned pieces): logits (R*V bf16),
+ * summation order (the unsplit TN, the row blocks' fixed-tree reductions; in
+ * the transposed chunk the split-K TN's slices reduced in slice order and the
+ * vocabulary ranges' partials merged in range order); no atomics. The scratch layout (16-byte aligned pieces): logits (R*V bf16),
  * dlogits (R*V8 bf16), its tail (R*(V % 8) bf16), the dinp product (R*C
  * fp32): FORGE_CLS_BF16_SCRATCH floats.
  *
@@ -316,8 +323,8 @@ __global__ void __launch_bounds__(32 * CLS16T_WARPS)
     }
 }
 
-/* losses[n] -= logit[target] for the chunk's rows, read from the logits before pass 2 rewrites them (launched
- * between the passes; an ignored or bad row is left alone: pass 2 writes 0 or NaN over it) */
+/* tl[r] = the logit of row r's target (0 for an ignored or bad target), read before pass 2 rewrites the logits as
+ * dlogits (launched between the passes); cls16t_loss_kernel subtracts it afterwards */
 __global__ void cls16t_target_kernel(float *__restrict__ tl, const uint16_t *__restrict__ xt,
                                      const int32_t *__restrict__ targets, int n0, int rows, int V) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
