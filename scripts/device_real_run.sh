@@ -21,8 +21,8 @@ JSON
 fails=0
 for run in ${FORGE_REAL_RUNS:-gpt-10m-v50k gpt2-124m}; do
     case $run in
-        gpt-10m-v50k) cfg=$RUNS/gpt-10m-v50k.json args=(--batch 32 --seq-len 512 --lr 1e-3 --steps 1500) ;;
-        gpt2-124m) cfg=gpt2-124m args=(--batch 16 --seq-len 1024 --lr 6e-4 --steps 800) ;;
+        gpt-10m-v50k) cfg=$RUNS/gpt-10m-v50k.json args=(--batch 32 --seq-len 512 --lr 1.5e-3 --steps 3000) ;;
+        gpt2-124m) cfg=gpt2-124m args=(--batch 16 --seq-len 1024 --lr 8e-4 --steps 1600) ;;
         *) echo "unknown run $run"; fails=1; continue ;;
     esac
     echo "== $run: forge train --config $cfg ${args[*]}"

@@ -97,6 +97,8 @@ if [ -x "$GPU_TESTS" ]; then
         ldd "$GPU_TESTS" | grep 'not found'
     fi
     want parity && run_stage parity "$T_PARITY" "$OUT/parity.log" "$GPU_TESTS"
+    # parity_ops: the op walk of the ops named in FORGE_PARITY_OPS only (a quick check of changed kernels)
+    want parity_ops && run_stage parity_ops "$T_PARITY" "$OUT/parity_ops.log" "$GPU_TESTS" --op "${FORGE_PARITY_OPS:?}"
     SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
     if ! want memcheck; then
         :

@@ -28,6 +28,7 @@ typedef struct {
     const char *impl; /* matmul impl of gpu, printed with matmul/attention cases */
     forge_rng rng;
     int quick;
+    const char *op_filter; /* NULL, or a comma-separated list of op names: the op walk visits only these */
     int quiet; /* print FAIL and SKIP lines only */
     int passed, failed, skipped;
 } parity;

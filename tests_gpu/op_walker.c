@@ -340,12 +340,25 @@ void op_walker_run_case_opt(parity *P, const op_cases *oc, int k, unsigned prese
     free(gc);
 }
 
-/* Every case of every op (flag_mask: only ops with one of these flags; 0: all). */
+/* whether name is one of the comma-separated names of list */
+static int in_list(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        p += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Every case of every op (flag_mask: only ops with one of these flags; 0: all; P->op_filter: only those named). */
 void op_walker_walk(parity *P, unsigned flag_mask) {
     for (int o = 0; o < FORGE_OP_COUNT; o++) {
         const op_cases *oc = &OP_WALKER_CASES[o];
         if (flag_mask && !(forge_op_flags(oc->op) & flag_mask)) continue;
         const char *name = forge_op_name(oc->op);
+        if (P->op_filter && !in_list(P->op_filter, name)) continue;
         if (!supported(P, name, "(all cases)", forge_backend_op(P->cpu, oc->op), forge_backend_op(P->gpu, oc->op)))
             continue;
         if (oc->n_cases == 0) {

@@ -338,8 +338,11 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) P.quick = 1;
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) P.op_filter = argv[++i];
         else {
-            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn]\n0 passed, 1 failed\n");
+            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn] [--op NAME,...]\n"
+                   "  --op: the op walk only, of the named ops (every case, default matmul mode)\n"
+                   "0 passed, 1 failed\n");
             return 2;
         }
     }
@@ -355,8 +358,9 @@ int main(int argc, char **argv) {
     }
     printf("gpu parity: cpu=%s cuda=%s, %d ops in the list%s\n", P.cpu->name, P.gpu->name, (int)FORGE_OP_COUNT,
            P.quick ? " (quick shapes)" : "");
-    int all = only == NULL;
-    if (all || strcmp(only, "ops") == 0) {
+    int all = only == NULL && !P.op_filter;
+    if (P.op_filter) op_walker_walk(&P, 0);
+    if (all || (only && strcmp(only, "ops") == 0)) {
         op_walker_walk(&P, 0);
         static const forge_matmul_mode other_modes[] = {FORGE_MATMUL_FP32_TILE64, FORGE_MATMUL_FP32_TILE128,
 #ifndef FORGE_NO_CUBLAS
@@ -387,9 +391,9 @@ int main(int argc, char **argv) {
         if (!P.quick) case_flash_memory(&P);
         case_pool(&P);
     }
-    if (all || strcmp(only, "gemm_fp8") == 0) run_gemm_fp8_cases(&P);
-    if (all || strcmp(only, "gemm_tn") == 0) run_gemm_tn_cases(&P);
-    if (all || strcmp(only, "flash16") == 0) run_flash16_cases(&P);
+    if (all || (only && strcmp(only, "gemm_fp8") == 0)) run_gemm_fp8_cases(&P);
+    if (all || (only && strcmp(only, "gemm_tn") == 0)) run_gemm_tn_cases(&P);
+    if (all || (only && strcmp(only, "flash16") == 0)) run_flash16_cases(&P);
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);

@@ -7,9 +7,12 @@
  *   backward  dwte[id] += dout[b,t] and dwpe[t] += dout[b,t], fp32 accumulators
  *
  * Bit-identical to the CPU: the forward is one fp32 add and one rounding per element; the backward adds in the
- * CPU's order with no atomics. dwte uses embedding.cu's ownership rule: the block of row n owns its id iff no
- * earlier row has it, starts from dwte's row and adds every row carrying the id in increasing n, the sequence of
- * the CPU's loop. dwpe: one thread per (t, c), starting from dwpe and adding the batch in order b.
+ * CPU's order with no float atomics. dwte: every id's rows are gathered in increasing n (a counting sort: counts
+ * and slots by integer atomics, whose results do not depend on timing, then each row's rank among its id's rows),
+ * and one block per id starts from dwte's row and adds them in that order, the sequence of the CPU's loop; O(N + V)
+ * work. When the sort's index arrays do not fit the workspace, embedding.cu's ownership rule instead (the block of
+ * row n owns its id iff no earlier row has it and scans the later rows for it; O(N^2) for a batch of distinct
+ * ids). dwpe: one thread per (t, c), starting from dwpe and adding the batch in order b.
  *
  * An id outside [0, V) is never read through (embedding.cu's rule): the forward writes a NaN row, the backward
  * skips the row, and both record it in ctx->input_error for poll_errors, which names it (FORGE_ERR_DATA); the CPU
@@ -107,6 +110,85 @@ __global__ void __launch_bounds__(ENC_THREADS)
     }
 }
 
+/* ---- dwte through a counting sort of the rows by id -------------------------- */
+
+/* count[id] = the rows carrying id (a bad id is recorded and skipped) */
+__global__ void __launch_bounds__(ENC_THREADS)
+    enc_sort_count_kernel(int *__restrict__ count, const int32_t *__restrict__ ids, int N, int V,
+                          cuda_input_error *err) {
+    for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+        const int id = ids[n];
+        if (id < 0 || id >= V) cuda_report_bad_id(err, CUDA_BAD_ID_EMBEDDING, n, id, V);
+        else atomicAdd(&count[id], 1);
+    }
+}
+
+#define ENC_SCAN_THREADS 1024
+/* offset[v] = sum of count[0 .. v): one block, each thread a contiguous run of ids */
+__global__ void __launch_bounds__(ENC_SCAN_THREADS)
+    enc_sort_scan_kernel(int *__restrict__ offset, const int *__restrict__ count, int V) {
+    __shared__ int part[ENC_SCAN_THREADS];
+    const int tid = threadIdx.x, per = (V + ENC_SCAN_THREADS - 1) / ENC_SCAN_THREADS;
+    const int lo = min(V, tid * per), hi = min(V, lo + per);
+    int sum = 0;
+    for (int v = lo; v < hi; v++) sum += count[v];
+    part[tid] = sum;
+    __syncthreads();
+    for (int d = 1; d < ENC_SCAN_THREADS; d <<= 1) { /* inclusive scan of the runs' sums */
+        const int add = tid >= d ? part[tid - d] : 0;
+        __syncthreads();
+        part[tid] += add;
+        __syncthreads();
+    }
+    int run = part[tid] - sum;
+    for (int v = lo; v < hi; v++) {
+        offset[v] = run;
+        run += count[v];
+    }
+}
+
+/* rows[offset[id] ..) = the rows of id, in no particular order */
+__global__ void __launch_bounds__(ENC_THREADS)
+    enc_sort_scatter_kernel(int *__restrict__ rows, int *__restrict__ fill, const int *__restrict__ offset,
+                            const int32_t *__restrict__ ids, int N, int V) {
+    for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+        const int id = ids[n];
+        if (id >= 0 && id < V) rows[offset[id] + atomicAdd(&fill[id], 1)] = n;
+    }
+}
+
+/* sorted[offset[id] + r] = n, r = how many of id's rows come before n: each id's rows in increasing n */
+__global__ void __launch_bounds__(ENC_THREADS)
+    enc_sort_rank_kernel(int *__restrict__ sorted, const int *__restrict__ rows, const int *__restrict__ offset,
+                         const int *__restrict__ count, const int32_t *__restrict__ ids, int N, int V) {
+    for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
+        const int id = ids[n];
+        if (id < 0 || id >= V) continue;
+        const int o = offset[id], k = count[id];
+        int r = 0;
+        for (int j = 0; j < k; j++) r += rows[o + j] < n;
+        sorted[o + r] = n;
+    }
+}
+
+/* the block of row n, when n is its id's first row: dwte[id] += its rows in increasing n */
+__global__ void __launch_bounds__(ENC_THREADS)
+    enc_sort_sum_kernel(float *__restrict__ dwte, const forge_bf16 *__restrict__ dout, const int *__restrict__ sorted,
+                        const int *__restrict__ offset, const int *__restrict__ count,
+                        const int32_t *__restrict__ ids, int C, int V) {
+    const int n = blockIdx.x;
+    const int id = ids[n];
+    if (id < 0 || id >= V) return;
+    const int o = offset[id], k = count[id];
+    if (sorted[o] != n) return; /* uniform over the block */
+    for (int c = threadIdx.x; c < C; c += ENC_THREADS) {
+        float acc = dwte[(size_t)id * C + c];
+#pragma unroll 8
+        for (int j = 0; j < k; j++) acc += bf16_to_f32(dout[(size_t)sorted[o + j] * C + c]);
+        dwte[(size_t)id * C + c] = acc;
+    }
+}
+
 /* thread per (t, c): dwpe[t,c] += dout[b,t,c], in order b */
 __global__ void __launch_bounds__(ENC_THREADS)
     encoder_backward_dwpe_bf16_kernel(float *__restrict__ dwpe, const forge_bf16 *__restrict__ dout, int B, int T,
@@ -143,9 +225,26 @@ forge_status cuda_encoder_backward_bf16(forge_backend *be, float *dwte, float *d
                                         const int32_t *ids, int B, int T, int C, int V) {
     if (B <= 0 || T <= 0 || C <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    encoder_backward_dwte_bf16_kernel<<<B * T, ENC_THREADS, 0, ctx->stream>>>(dwte, dout, ids, B * T, C, V,
+    const int N = B * T;
+    if (3 * (size_t)V + 2 * (size_t)N <= CUDA_WS_FLOATS) { /* the sort's int arrays in the workspace */
+        int *count = (int *)ctx->ws, *fill = count + V, *offset = fill + V, *rows = offset + V, *sorted = rows + N;
+        const unsigned grid = cuda_grid_for(ctx, (size_t)N, ENC_THREADS);
+        CUDA_TRY(cudaMemsetAsync(count, 0, 2 * (size_t)V * sizeof(int), ctx->stream)); /* count and fill */
+        enc_sort_count_kernel<<<grid, ENC_THREADS, 0, ctx->stream>>>(count, ids, N, V, ctx->input_error);
+        CUDA_LAUNCH_CHECK("enc_sort_count_kernel");
+        enc_sort_scan_kernel<<<1, ENC_SCAN_THREADS, 0, ctx->stream>>>(offset, count, V);
+        CUDA_LAUNCH_CHECK("enc_sort_scan_kernel");
+        enc_sort_scatter_kernel<<<grid, ENC_THREADS, 0, ctx->stream>>>(rows, fill, offset, ids, N, V);
+        CUDA_LAUNCH_CHECK("enc_sort_scatter_kernel");
+        enc_sort_rank_kernel<<<grid, ENC_THREADS, 0, ctx->stream>>>(sorted, rows, offset, count, ids, N, V);
+        CUDA_LAUNCH_CHECK("enc_sort_rank_kernel");
+        enc_sort_sum_kernel<<<N, ENC_THREADS, 0, ctx->stream>>>(dwte, dout, sorted, offset, count, ids, C, V);
+        CUDA_LAUNCH_CHECK("enc_sort_sum_kernel");
+    } else {
+        encoder_backward_dwte_bf16_kernel<<<N, ENC_THREADS, 0, ctx->stream>>>(dwte, dout, ids, N, C, V,
                                                                                ctx->input_error);
-    CUDA_LAUNCH_CHECK("encoder_backward_dwte_bf16_kernel");
+        CUDA_LAUNCH_CHECK("encoder_backward_dwte_bf16_kernel");
+    }
     if (dwpe) {
         const size_t TC = (size_t)T * C;
         encoder_backward_dwpe_bf16_kernel<<<cuda_grid_for(ctx, TC, ENC_THREADS), ENC_THREADS, 0, ctx->stream>>>(
