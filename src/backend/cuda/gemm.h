@@ -69,8 +69,8 @@
  * there residual == C is the bf16 dX accumulation C = rn(C + d), d = dA . W [* gelu'(pre)], in one pass.
  * A zeroed descriptor (or a NULL one) is the plain GEMM. Built combinations (others return
  * FORGE_ERR_UNSUPPORTED naming what is missing): nt: any bias / residual / pre_out with gelu on or off and
- * out_bf16 on or off, no dgelu_pre; nn: any residual with dgelu_pre or without, fp32 or bf16 out (bf16 with
- * residual or dgelu_pre: stored from the registers), no bias or gelu.
+ * out_bf16 on or off, no dgelu_pre; nn: any residual with dgelu_pre or without, fp32 or bf16 out (bf16 with a
+ * residual: stored from the registers; bf16 with dgelu_pre: through TMA at BN 128), no bias or gelu.
  * Row-major (M,N) buffers with row stride N. C, pre_out, residual and dgelu_pre must be 4-byte aligned (2 for a
  * bf16 C / pre_out); every buffer except residual (which may be C) must not overlap another. 2-element vector
  * accesses are used when N is even and every (M,N) buffer allows them (8-byte aligned fp32, 4-byte bf16).

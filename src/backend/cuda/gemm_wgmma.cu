@@ -550,11 +550,14 @@ forge_status gemm_bf16_nn_epi_launch(const void *A_bf16, const void *B_bf16, voi
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const gemm_epi_dev ep = gemm_epi_from(C, e);
-    /* bf16 dX: bf16 C, residual and dgelu_pre; the plain product (the first gradient of a tensor) stores through
-     * TMA, the rest from the registers (the entry asks for TMA only for the plain one) */
-    if (e->out_bf16 && tma_store && (e->dgelu_pre != nullptr || e->residual != nullptr))
-        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nn (M=%d N=%d K=%d): a bf16 C with residual or "
-                           "dgelu_pre is stored from the registers", M, N, K);
+    /* bf16 dX: bf16 C, residual and dgelu_pre; the plain product (the first gradient of a tensor) and the GELU
+     * backward (dgelu_pre, BN 128) store through TMA, the residual (C = rn(C + d)) from the registers */
+    if (e->out_bf16 && tma_store && e->residual != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma nn (M=%d N=%d K=%d): a bf16 C with a residual is "
+                           "stored from the registers", M, N, K);
+    if (e->out_bf16 && tma_store && e->dgelu_pre != nullptr)
+        return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_BF16 | GEMM_EPI_BF16_IN | GEMM_EPI_TMA_STORE>(
+            A_bf16, B_bf16, ep, M, N, K, 0, 1, st, dev, sm_count);
     if (e->out_bf16 && tma_store)
         return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_BF16 | GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, dev,
                                                                                 sm_count);
@@ -581,7 +584,7 @@ extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
-    const int tma = gemm_epi_tma_refusal(C, N, e) == nullptr && !(e->out_bf16 && e->dgelu_pre != nullptr);
+    const int tma = gemm_epi_tma_refusal(C, N, e) == nullptr;
     return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, e, tma, (cudaStream_t)stream);
 }
 

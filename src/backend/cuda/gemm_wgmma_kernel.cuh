@@ -165,7 +165,7 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
 #define GEMM_EPI_BF16 2  /* C and pre_out are bf16 */
 #define GEMM_EPI_DGELU 4 /* v *= gelu'(dpre[m][n]) (the GELU backward fused into dX) */
 #define GEMM_EPI_TMA_STORE 8 /* stage C (fp32 or bf16) in shared memory, store it with TMA (see gemm_epilogue) */
-#define GEMM_EPI_BF16_IN 16  /* res and dpre are bf16 (the nn bf16 dX, C = rn(C + d)); the register store only */
+#define GEMM_EPI_BF16_IN 16  /* res and dpre are bf16 (the nn bf16 dX, C = rn(C + d)); res: the register store only */
 #define GEMM_BIAS_BAR 3      /* named barrier of the 256 consumer threads (the tile's shared bias) */
 #define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GEMM_GELU_C 0.044715f
@@ -279,9 +279,10 @@ __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int
  * after writing, every thread fences the generic->async proxy, barrier again, thread 0 issues the store +
  * commit. TMA clips the box at M and N, so the staged values need no bounds checks.
  */
-/* dgelu_pre of the CH column groups from col (this thread's two rows) into p; zero outside M x N. N % 4 == 0 and
- * a 16-byte aligned buffer (the TMA path's host rule), so col + 1 < N whenever col < N. */
-template <int CH>
+/* dgelu_pre of the CH column groups from col (this thread's two rows) into p, fp32 or (BIN) bf16 widened; zero
+ * outside M x N. N % 4 == 0 (fp32) or N % 8 == 0 (bf16) and a 16-byte aligned buffer (the TMA path's host rule), so
+ * col + 1 < N whenever col < N. */
+template <int CH, bool BIN>
 __device__ __forceinline__ void gemm_ld_dpre_chunk(float2 (&p)[CH][2], const gemm_epi_dev &e, int row0, int col,
                                                    int M, int N) {
 #pragma unroll
@@ -290,7 +291,7 @@ __device__ __forceinline__ void gemm_ld_dpre_chunk(float2 (&p)[CH][2], const gem
         for (int h = 0; h < 2; h++) {
             const int row = row0 + 8 * h, c = col + 8 * ii;
             p[ii][h] = make_float2(0.0f, 0.0f);
-            if (row < M && c < N) p[ii][h] = gemm_ld2(e.dpre + (size_t)row * N + c, e.vec2, true);
+            if (row < M && c < N) p[ii][h] = gemm_ld2_in<BIN>(e.dpre, (size_t)row * N + c, e.vec2, true);
         }
     }
 }
@@ -308,7 +309,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                    DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0,
                    BIN = (EPI & GEMM_EPI_BF16_IN) != 0;
     static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
-    static_assert(!BIN || (!TMA && BF16), "bf16 residual / dgelu_pre: bf16 C, register store");
+    static_assert(!BIN || (BF16 && (!TMA || DGELU)), "bf16 residual / dgelu_pre: bf16 C; with TMA, dgelu_pre only");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */
     /* 192: 96 accumulators in 152 registers; 96 (the C192 kernel): 12 column groups */
@@ -341,7 +342,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     const bool two_pass = NPASS == 2 && e.pre != nullptr;
     (void)two_pass;
     float2 pn[TMA && DGELU ? CH : 1][2]; /* TMA + dgelu: the next chunk's dgelu_pre, loaded one chunk ahead */
-    if constexpr (TMA && DGELU) gemm_ld_dpre_chunk<CH>(pn, e, row0, col0, M, N);
+    if constexpr (TMA && DGELU) gemm_ld_dpre_chunk<CH, BIN>(pn, e, row0, col0, M, N);
 #pragma unroll
     for (int i0 = 0; i0 < BN / 8; i0 += CH) {
         /* TMA reads the bias from shared memory at its use: nothing of it lives in registers; of the (M,N) inputs
@@ -356,7 +357,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                 pv[ii][0] = pn[ii][0];
                 pv[ii][1] = pn[ii][1];
             }
-            if (i0 + CH < BN / 8) gemm_ld_dpre_chunk<CH>(pn, e, row0, col0 + 8 * (i0 + CH), M, N);
+            if (i0 + CH < BN / 8) gemm_ld_dpre_chunk<CH, BIN>(pn, e, row0, col0 + 8 * (i0 + CH), M, N);
         }
         if constexpr (!TMA) {
 #pragma unroll
