@@ -6,9 +6,10 @@
  * bf16 activations run the bf16 entries on the weight's working copy, the
  * bias read in fp32: forward with GELU fused into the GEMM's epilogue, which
  * then also stores the pre-activation; its backward takes the GELU derivative
- * in the dX GEMM of the layer that reads the GELU output (or, when another op
- * reads it too, first, with gelu_backward_bf16), then the two GEMMs; dX is
- * written rather than added when it is x's first gradient.
+ * first (gelu_backward_bf16 into a zeroed bf16 buffer), then the two GEMMs; dX
+ * is written rather than added when it is x's first gradient. The GELU
+ * derivative is its own pass, not the dgelu_pre epilogue of the projection's dX
+ * GEMM, which measured slower than the pair (docs/results.md).
  */
 #include "op_common.h"
 
@@ -38,10 +39,7 @@ static forge_status matmul_backward(forge_tape *tape, const forge_tape_entry *e)
     return FORGE_OK;
 }
 
-/* bf16: dx += dout W (with GELU, dout is first turned into the pre-activation's gradient), dW, dbias += (fp32).
- * When x is the GELU output of another bf16 matmul and this entry is its only reader (the MLP's projection reading
- * fc's output), dX is that matmul's pre-activation gradient in one pass, rn(dout W * gelu'(pre)), and the producer
- * is marked so its own rule starts from it: no separate GELU backward kernel, no (N, 4C) buffer to zero. */
+/* bf16: dx += dout W (with GELU, dout is first turned into the pre-activation's gradient), dW, dbias += (fp32) */
 static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     matmul_params p;
@@ -51,15 +49,10 @@ static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entr
     FORGE_TRY(forge_tape_grad_fresh(tape, e->in[0], &dx, &dx_fresh));
     FORGE_TRY(forge_tape_grad(tape, e->in[1], &dw));
     FORGE_TRY(forge_tape_grad(tape, e->in[2], &db));
-    forge_tape_entry *gelu_producer = NULL; /* x = gelu(pre) of a matmul whose GELU backward this dX takes over */
-    if (dx && dx_fresh) {
-        forge_tape_entry *prod = forge_tape_sole_producer(tape, e, e->in[0]);
-        if (prod && prod->backward == matmul_backward_bf16 && prod->saved[0]) gelu_producer = prod;
-    }
     const forge_tensor *pre = e->saved[0];
     forge_tensor *dpre = NULL;
     const forge_bf16 *dout = forge_bf16p(e->out->grad);
-    if (pre && !e->out_grad_fused) { /* GELU: the gradient of the pre-activation */
+    if (pre) { /* GELU: the gradient of the pre-activation */
         OP_REQUIRE(be, gelu_backward_bf16);
         FORGE_TRY(op_new_zeros(tape, &dpre, FORGE_BF16, pre->ndim, pre->shape));
         FORGE_TRY(be->gelu_backward_bf16(be, forge_bf16p(dpre), forge_bf16p(pre), dout, pre->numel));
@@ -71,10 +64,7 @@ static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entr
         OP_REQUIRE(be, matmul_backward_input_bf16);
         s = op_working("matmul", e->in[1], &w16);
         if (s == FORGE_OK)
-            s = be->matmul_backward_input_bf16(be, forge_bf16p(dx), dout, w16,
-                                               gelu_producer ? forge_bf16p(gelu_producer->saved[0]) : NULL, p.N, p.C,
-                                               p.OC, !dx_fresh);
-        if (s == FORGE_OK && gelu_producer) gelu_producer->out_grad_fused = 1;
+            s = be->matmul_backward_input_bf16(be, forge_bf16p(dx), dout, w16, NULL, p.N, p.C, p.OC, !dx_fresh);
     }
     if (s == FORGE_OK && (dw || db)) {
         OP_REQUIRE(be, matmul_backward_weight_bf16);

@@ -81,21 +81,6 @@ forge_status forge_tape_grad_fresh(forge_tape *tape, forge_tensor *t, forge_tens
     return FORGE_OK;
 }
 
-forge_tape_entry *forge_tape_sole_producer(forge_tape *tape, const forge_tape_entry *e, const forge_tensor *t) {
-    if (!t || e < tape->entries || e >= tape->entries + tape->n) return NULL;
-    size_t i = (size_t)(e - tape->entries);
-    for (size_t k = i + 1; k < tape->n; k++) /* a later reader */
-        for (int j = 0; j < FORGE_TAPE_MAX_INPUTS; j++)
-            if (tape->entries[k].in[j] == t) return NULL;
-    while (i-- > 0) {
-        forge_tape_entry *p = &tape->entries[i];
-        if (p->out == t) return p;
-        for (int j = 0; j < FORGE_TAPE_MAX_INPUTS; j++)
-            if (p->in[j] == t) return NULL; /* an earlier reader */
-    }
-    return NULL; /* t is a leaf (a parameter or the input) */
-}
-
 forge_status forge_tape_backward(forge_tape *tape) {
     for (size_t i = tape->n; i-- > 0;) {
         const forge_tape_entry *e = &tape->entries[i];

@@ -41,10 +41,6 @@ struct forge_tape_entry {
     /* The op's own parameter struct (each op in src/ops/ defines its type), stored by forge_tape_push and read
      * back by forge_tape_entry_params: the tape carries it without knowing its fields. */
     unsigned char params[FORGE_TAPE_PARAM_BYTES];
-    /* Set during the backward by the entry's sole consumer (forge_tape_sole_producer) when that consumer already
-     * applied this entry's first backward step to out->grad (matmul: GELU's derivative, fused into the
-     * consumer's dX GEMM); the entry's own rule then skips that step. Zero when recorded. */
-    int out_grad_fused;
 };
 
 forge_status forge_tape_create(forge_tape **out, forge_pool *pool);
@@ -70,11 +66,6 @@ forge_status forge_tape_grad(forge_tape *tape, forge_tensor *t, forge_tensor **g
  * (this op is the first to contribute, the replay being in reverse), it is allocated uninitialised and
  * *fresh = 1, and the caller must write every element (no zeroing pass); else *fresh = 0 and the caller adds. */
 forge_status forge_tape_grad_fresh(forge_tape *tape, forge_tensor *t, forge_tensor **grad, int *fresh);
-
-/* The entry that recorded t, when e (an entry of this tape) is the only entry that reads t; NULL otherwise. During
- * the backward, a rule that receives t's gradient first (forge_tape_grad_fresh) and finds itself t's sole consumer
- * may fold the producer's first backward step into its own kernel and mark the producer (out_grad_fused). */
-forge_tape_entry *forge_tape_sole_producer(forge_tape *tape, const forge_tape_entry *e, const forge_tensor *t);
 
 forge_status forge_tape_backward(forge_tape *tape);
 void forge_tape_reset(forge_tape *tape);
