@@ -387,6 +387,7 @@ static forge_status nccl_all_gather(forge_comm *c, forge_backend *be, void *buf,
     be->mem_free(be, tmp);
     return s;
 }
+
 /* A piece of a bucketed reduction on the side stream, after everything issued so far on the backend's stream,
  * not waited for (forge_comm_reduce_join does): an all-reduce of [b0, b1), or with scatter one ncclReduce per rank
  * whose range of the n-element block meets [b0, b1), rooted at that rank, in place (one NCCL group). */

@@ -460,7 +460,8 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
                              .grad_scale = 1.0f / (float)((long)tr->B * tr->T * tr->accum * tr->ranks),
                              .use_graph = !o->no_graph,
                              .comm = o->comm,
-                             .bucket_bytes = (size_t)((double)o->bucket_mb * 1048576.0)};
+                             /* any positive size is at least one bucket's minimum (buckets.h) */
+                             .bucket_bytes = o->bucket_mb > 0 ? (size_t)((double)o->bucket_mb * 1048576.0) + 1 : 0};
     FORGE_TRY(forge_step_create(&tr->step, tr->model, tr->tape, tr->opt, &so));
     size_t n = (size_t)tr->accum * tr->B * tr->T;
     tr->host_ids = malloc(n * sizeof(int32_t));
