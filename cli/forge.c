@@ -661,6 +661,9 @@ static const char *TRAIN_HELP =
     "  which each rank runs 1/N of the micro-batches, so the loss curve does not depend on N.\n"
     "  --zero1              shard the AdamW moments over the ranks (ZeRO-1): gradients\n"
     "                       reduce-scattered, each rank updates its range, weights all-gathered\n"
+    "  --bucket-mb X        the gradients are reduced in buckets of X MiB, each launched as soon as the\n"
+    "                       backward has finished it (NCCL: on a side stream, overlapping the rest of\n"
+    "                       the backward) [25; 0 = the whole block after the backward]\n"
     "  --dist-timeout S     abort every rank when a collective waits longer than S seconds (a\n"
     "                       rank died or hangs) [600; 0 = never]; it must cover rank 0's evaluation\n"
     "                       and checkpoints, which the other ranks wait for\n"
@@ -780,6 +783,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         FLOAT_OPT("--beta2", o.beta2, 0.0, 1.0)
         FLOAT_OPT("--eps", o.eps, 0.0, 1.0)
         FLOAT_OPT("--dist-timeout", dist_timeout, 0.0, 1e7)
+        FLOAT_OPT("--bucket-mb", o.bucket_mb, 0.0, 1e6)
         if (strcmp(argv[a.i], "--zero1") == 0) {
             o.zero1 = 1;
             continue;

@@ -6,6 +6,7 @@
 
 #include "../src/backend/backend.h"
 #include "../src/model/model.h"
+#include "../src/train/buckets.h"
 #include "../src/train/optimizer.h"
 #include "../src/base/rng.h"
 #include "test.h"
@@ -212,6 +213,74 @@ static void test_overfit(int llama) {
     fixture_free(&f);
 }
 
+/* The bucket-ready rule (train/buckets.h): every bucket the tape hook launches already holds its final gradient
+ * (snapshots taken at launch equal the block after the whole backward, bit for bit); buckets are launched during
+ * the backward, not all at its end; with tied embeddings the bucket of wte's first row goes last. */
+typedef struct {
+    forge_buckets *b;
+    forge_model *m;
+    float *snap;  /* the block as each bucket's elements were when it was launched */
+    int seen;     /* launches copied so far */
+    int before_last; /* launched before the hook of entry 0 */
+} bucket_watch;
+
+static forge_status watch_hook(void *ctx, const forge_tape *tape, size_t i) {
+    bucket_watch *w = ctx;
+    FORGE_TRY(forge_buckets_hook(w->b, tape, i));
+    const size_t size = forge_buckets_size(w->b), n = w->m->n_elements;
+    for (; w->seen < forge_buckets_launched(w->b); w->seen++) {
+        const size_t b0 = (size_t)forge_buckets_launch_order(w->b, w->seen) * size;
+        const size_t b1 = b0 + size < n ? b0 + size : n;
+        memcpy(w->snap + b0, w->m->grad_data + b0, (b1 - b0) * sizeof(float));
+        if (i > 0) w->before_last++;
+    }
+    return FORGE_OK;
+}
+
+static void test_buckets_ready(int llama) {
+    TEST_CASE(llama ? "buckets: launched once final (llama, untied)" : "buckets: launched once final (gpt2, tied)");
+    forge_model_config cfg = small_config(llama);
+    fixture f;
+    CHECK(fixture_init(&f, &cfg, 2, 8, 0));
+    if (test_case_failed()) return;
+    forge_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    forge_optimizer *opt = NULL;
+    CHECK_OK(forge_optimizer_create(&opt, f.m, ac));
+    bucket_watch w = {.m = f.m};
+    CHECK_OK(forge_buckets_create(&w.b, opt, 1024)); /* 256 elements a bucket */
+    const size_t n = f.m->n_elements;
+    w.snap = calloc(n, sizeof(float));
+    float *final = malloc(n * sizeof(float));
+    CHECK(w.snap && final && forge_buckets_count(w.b) >= 8);
+    if (!test_case_failed()) {
+        forge_tensor *losses;
+        for (int pass = 0; pass < 2; pass++) { /* the second pass accumulates onto the first's gradients */
+            w.seen = w.before_last = 0;
+            CHECK_OK(forge_model_forward(f.m, f.tape, f.ids, f.targets, 1.0f / 16, &losses));
+            CHECK_OK(forge_buckets_plan(w.b, f.tape));
+            CHECK_OK(forge_tape_backward_hooked(f.tape, watch_hook, &w));
+            CHECK_OK(forge_buckets_finish(w.b));
+            forge_tape_reset(f.tape);
+        }
+        const int count = forge_buckets_count(w.b);
+        CHECK_MSG(w.seen == count, "%d of %d buckets launched by the hook", w.seen, count);
+        CHECK_MSG(w.before_last >= count / 2, "only %d of %d buckets launched before the backward's last entry",
+                  w.before_last, count);
+        CHECK_OK(forge_model_get_grads(f.m, final));
+        CHECK(memcmp(final, w.snap, n * sizeof(float)) == 0);
+        const size_t wte_bucket = (size_t)((float *)f.m->wte->grad->data - f.m->grad_data) / forge_buckets_size(w.b);
+        if (!llama)
+            CHECK_MSG((size_t)forge_buckets_launch_order(w.b, count - 1) == wte_bucket,
+                      "tied: bucket %d launched last, expected wte's %zu", forge_buckets_launch_order(w.b, count - 1),
+                      wte_bucket);
+    }
+    free(w.snap);
+    free(final);
+    forge_buckets_free(w.b);
+    forge_optimizer_free(opt);
+    fixture_free(&f);
+}
+
 void suite_model(void) {
     test_layout();
     test_init_and_initial_loss();
@@ -219,4 +288,6 @@ void suite_model(void) {
     model_gradcheck(1);
     test_overfit(0);
     test_overfit(1);
+    test_buckets_ready(0);
+    test_buckets_ready(1);
 }

@@ -7,6 +7,8 @@ Builds the small data and config of tools/crash_test.py, then checks:
     steps (--tokens-per-step 2 B T), with and without --zero1: the logged losses agree to LOSS_BOUND and the final
     weights to WEIGHT_BOUND (the bound and why: docs/distributed.md; step 1 is bitwise), and ZeRO-1 agrees with
     the replicated optimizer to ZERO1_BOUND;
+  - gradient buckets: 2 ranks with 10 small buckets (--bucket-mb 0.05), and with none (--bucket-mb 0), equal the
+    default 2-rank runs bit for bit (log and checkpoint), replicated, ZeRO-1 and ZeRO-1 bf16;
   - a 2-rank run stopped and resumed on 2 ranks equals the uninterrupted 2-rank run bit for bit (log and files);
   - checkpoints cross rank counts: saved on 2 ranks (ZeRO-1), resumed on 1 process, and saved on 1, resumed on 2:
     each continuation matches the uninterrupted run of its own rank count to LOSS_BOUND / WEIGHT_BOUND;
@@ -23,9 +25,10 @@ run as one of 2 ranks (rather than train twice into one directory).
 On GPUs (not run yet): --device cuda with a CUDA build linked with MPI (make cuda CUDA_MPI=1 [NCCL=1]) runs the
 same checks with --device cuda --precision fp32 (each rank on the GPU of its local rank, so 2 GPUs).
 
---one-rank: only the one-rank gate: `mpirun -np 1` (with and without --zero1) equals a plain run bit for bit. On
-one GPU with the NCCL build (make cuda CUDA_MPI=1 NCCL=1; --device cuda) that run goes through NCCL's calls (one
-rank: identities) and the op-by-op step, so it is the NCCL path's parity gate on a single H200.
+--one-rank: only the one-rank gate: `mpirun -np 1` (with and without --zero1, with and without small gradient
+buckets) equals a plain run bit for bit. On one GPU with the NCCL build (make cuda CUDA_MPI=1 NCCL=1; --device cuda)
+that run goes through NCCL's calls (one rank: identities), the buckets' side stream (fork and join events) and the
+op-by-op step, so it is the NCCL path's parity gate on a single H200.
 
 usage: tools/dist_test.py [--forge build/forge] [--keep-dir] [--no-mpi-build] [--device cuda] [--one-rank]
 """
@@ -49,6 +52,8 @@ ZERO1_BOUND = 1e-5    # ZeRO-1 against the replicated optimizer (only the norm's
 BF16_BOUND = 5e-3     # --precision bf16: the same reordering, seen through bf16 roundings of weights and activations
 BF16_WEIGHT_BOUND = 0.05  # bf16: an element whose gradient is noise moves up to lr = 3e-3 a step either way
 TIMEOUT = 10          # --dist-timeout of the failure runs, seconds
+BUCKET_MB = "0.05"    # gradient buckets of 13,056 elements: 10 buckets of the 124,672 parameters, one across the
+                      # boundary of the 2 ranks' ZeRO-1 shards
 STEPS = 20
 
 passed = failed = 0
@@ -224,8 +229,9 @@ def one_rank_gate(forge, data, cfg, d):
     r = train(forge, 0, data, cfg, d("plain"))
     ok(r.returncode == 0, "train plain (no mpirun)", r.stdout[-800:])
     last = f"ckpt_{STEPS:06d}"
-    for extra in ([], ["--zero1"]):
-        out = d("np1" + "".join(extra))
+    # with NCCL the small buckets run on the side stream during the backward (identities with one rank)
+    for extra in ([], ["--zero1"], ["--bucket-mb", BUCKET_MB], ["--zero1", "--bucket-mb", BUCKET_MB]):
+        out = d("np1" + "_".join(extra))
         r = train(forge, 1, data, cfg, out, extra)
         same = r.returncode == 0 and losses(out) == losses(d("plain")) and all(
             same_files(d("plain"), out, f"{last}/{f}") for f in ("model.safetensors", "state.safetensors"))
@@ -280,6 +286,19 @@ def main():
                       for f in ("model.safetensors", "state.safetensors"))
         print(f"note ZeRO-1 and replicated checkpoints {'identical bit for bit' if bitwise else 'differ (within bound)'}")
 
+        # gradient buckets: each bucket reduced during the backward once final gives every element the bits of the
+        # reduction of the whole block after the backward (the default 25 MiB is one bucket here; 0 = none)
+        for name, extra, ref in (("two_nobuckets", ["--bucket-mb", "0"], "two"),
+                                 ("two_buckets", ["--bucket-mb", BUCKET_MB], "two"),
+                                 ("two_zero1_nobuckets", ["--zero1", "--bucket-mb", "0"], "two_zero1"),
+                                 ("two_zero1_buckets", ["--zero1", "--bucket-mb", BUCKET_MB], "two_zero1")):
+            r = train(forge, 2, data, cfg, d(name), extra)
+            buckets = [line for line in r.stdout.splitlines() if line.startswith("gradient buckets")]
+            same = r.returncode == 0 and losses(d(name)) == losses(d(ref)) and all(
+                same_files(d(ref), d(name), f"{last}/{f}") for f in ("model.safetensors", "state.safetensors"))
+            ok(same, f"2 ranks {' '.join(extra)}: identical to the {ref} run bit for bit "
+               f"({buckets[0].split(',')[0] if buckets else 'no bucket line'})", r.stdout[-800:])
+
         # the bf16 step (CPU reference of the mixed-precision path): ZeRO-1 re-rounds the working copy from the
         # gathered masters
         for name, ranks, extra in (("one_bf16", 0, []), ("two_zero1_bf16", 2, ["--zero1"])):
@@ -287,6 +306,12 @@ def main():
             ok(r.returncode == 0, f"train {name}", r.stdout[-800:])
         compare_runs("bf16: 2 ranks ZeRO-1 vs 1 process x 2 micro-batches", d("one_bf16"), d("two_zero1_bf16"),
                      BF16_BOUND, BF16_WEIGHT_BOUND, True)
+        r = train(forge, 2, data, cfg, d("two_zero1_bf16_buckets"),
+                  ["--zero1", "--bucket-mb", BUCKET_MB, "--precision", "bf16"])
+        same = r.returncode == 0 and losses(d("two_zero1_bf16_buckets")) == losses(d("two_zero1_bf16")) and all(
+            same_files(d("two_zero1_bf16"), d("two_zero1_bf16_buckets"), f"{last}/{f}")
+            for f in ("model.safetensors", "state.safetensors"))
+        ok(same, "bf16: 2 ranks ZeRO-1 with buckets: identical to the unbucketed run bit for bit", r.stdout[-800:])
 
         # stop at step 10 and resume on the same 2 ranks: the uninterrupted run, bit for bit
         for extra in ([], ["--zero1"]):

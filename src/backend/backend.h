@@ -78,6 +78,19 @@ struct forge_backend {
     forge_status (*poll_errors)(forge_backend *be);
     void (*destroy)(forge_backend *be);
 
+    /* ---- the side stream: communication beside the ops ----------------------------------------------------
+     * A backend runs its ops in order on one stream; collective communication (runtime/comm.h) may run on a
+     * second, the side stream, so that it overlaps the ops issued after it. side_fork: work issued on the side
+     * stream from now on starts only after everything issued so far on the main stream (an event recorded there,
+     * waited for by the side stream). side_join: ops issued on the main stream from now on start only after
+     * everything issued so far on the side stream. side_synchronize: the host waits for the side stream. None of
+     * these waits on the host except side_synchronize, and fork and join are recordable into a graph (a fork
+     * must be joined before the recording ends). A backend with one stream (the CPU, where every op has finished
+     * when it returns) fills in no-ops. */
+    forge_status (*side_fork)(forge_backend *be);
+    forge_status (*side_join)(forge_backend *be);
+    forge_status (*side_synchronize)(forge_backend *be);
+
     /* ---- graphs: NULL where ops only run eagerly (the CPU) -------------------------------------------------
      * The ops issued between capture_begin and capture_end are recorded, not run, and graph_launch replays them
      * with the same pointers, sizes and scalars; what changes between replays must live in device memory the

@@ -46,6 +46,8 @@ struct forge_comm {
     int nccl_ready;
     ncclComm_t nccl;
     void *stream;    /* the CUDA backend's stream: NCCL runs in order with the step's kernels */
+    void *side;      /* its side stream: the pieces of a bucketed reduction, beside the kernels */
+    int side_pending; /* pieces issued on the side stream since the last join */
 #endif
 };
 
@@ -66,6 +68,15 @@ int forge_comm_active(const forge_comm *c) {
     if (c->use_nccl) return 1; /* one rank too: the one-GPU gate runs NCCL's calls (identities with one rank) */
 #endif
     return c->size > 1;
+}
+
+int forge_comm_pieces_overlap(const forge_comm *c, const forge_backend *be) {
+#ifdef FORGE_WITH_NCCL
+    return c && c->use_nccl && be && be->kind == FORGE_DEVICE_CUDA;
+#else
+    (void)c, (void)be;
+    return 0;
+#endif
 }
 
 int forge_comm_nccl_built(void) {
@@ -320,6 +331,7 @@ static forge_status nccl_use(forge_comm *c, forge_backend *be, int *use) {
     wait_end(c);
     if (r != ncclSuccess) return nccl_failed(c, r, "ncclCommInitRank");
     c->stream = forge_cuda_backend_stream(be);
+    c->side = forge_cuda_backend_side_stream(be);
     c->nccl_ready = 1;
     return FORGE_OK;
 }
@@ -375,7 +387,89 @@ static forge_status nccl_all_gather(forge_comm *c, forge_backend *be, void *buf,
     be->mem_free(be, tmp);
     return s;
 }
+
+/* A piece of a bucketed reduction on the side stream, after everything issued so far on the backend's stream,
+ * not waited for (forge_comm_reduce_join does): an all-reduce of [b0, b1), or with scatter one ncclReduce per rank
+ * whose range of the n-element block meets [b0, b1), rooted at that rank, in place (one NCCL group). */
+static forge_status nccl_reduce_piece(forge_comm *c, forge_backend *be, float *buf, size_t n, size_t b0, size_t b1,
+                                      int scatter) {
+    FORGE_TRY(be->side_fork(be));
+    c->side_pending = 1;
+    ncclResult_t r;
+    if (!scatter) {
+        r = ncclAllReduce(buf + b0, buf + b0, b1 - b0, ncclFloat, ncclSum, c->nccl, c->side);
+        return r == ncclSuccess ? FORGE_OK : nccl_failed(c, r, "a bucket's all-reduce (ncclAllReduce)");
+    }
+    r = ncclGroupStart();
+    for (int k = 0; k < c->size && r == ncclSuccess; k++) {
+        size_t lo, hi;
+        forge_comm_range(n, c->size, k, &lo, &hi);
+        size_t x0 = lo > b0 ? lo : b0, x1 = hi < b1 ? hi : b1;
+        if (x1 > x0) r = ncclReduce(buf + x0, buf + x0, x1 - x0, ncclFloat, ncclSum, k, c->nccl, c->side);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess) r = e;
+    return r == ncclSuccess ? FORGE_OK : nccl_failed(c, r, "a bucket's reduce to its shards' owners (ncclReduce)");
+}
 #endif /* FORGE_WITH_NCCL */
+
+/* The MPI reduce-scatter of elements [b0, b1) of an n-element block: rank r receives every rank's copy of
+ * [b0, b1) intersected with its range of the block (forge_comm_range) and sums them itself, in rank order, so the
+ * result depends neither on the library's reduction algorithm nor on how the block was cut into pieces (every
+ * element is ((x_0 + x_1) + x_2) + ... whatever b0 and b1); the rest of buf is left as it was. */
+static forge_status reduce_owned(forge_comm *c, forge_backend *be, float *buf, size_t n, size_t b0, size_t b1) {
+    if (n > (size_t)INT_MAX)
+        return forge_error(FORGE_ERR_ARG, "comm: a block of %zu elements: expected at most %d (MPI counts are int)",
+                           n, INT_MAX);
+    const int size = c->size;
+    int *counts = malloc((size_t)size * sizeof(int)), *displs = malloc((size_t)size * sizeof(int));
+    int *rcounts = malloc((size_t)size * sizeof(int)), *rdispls = malloc((size_t)size * sizeof(int));
+    float *host = NULL;
+    size_t mlo = b0, mhi = b0;
+    forge_status s = counts && displs && rcounts && rdispls ? FORGE_OK
+                                                            : forge_error(FORGE_ERR_OOM, "comm: out of host memory");
+    for (int r = 0; s == FORGE_OK && r < size; r++) {
+        size_t lo, hi;
+        forge_comm_range(n, size, r, &lo, &hi);
+        size_t x0 = lo > b0 ? lo : b0, x1 = hi < b1 ? hi : b1;
+        if (x1 < x0) x1 = x0;
+        counts[r] = (int)(x1 - x0);
+        displs[r] = (int)x0;
+        if (r == c->rank) mlo = x0, mhi = x1;
+    }
+    const size_t mine = mhi - mlo;
+    if (s == FORGE_OK) s = grow((void **)&c->recv, &c->recv_bytes, (size_t)size * mine * sizeof(float) + 4,
+                                "reduce-scatter buffer");
+    if (s == FORGE_OK)
+        s = stage_in(c, be, buf, b1 * sizeof(float), b0 * sizeof(float), (b1 - b0) * sizeof(float), (void **)&host);
+    if (s == FORGE_OK) {
+        for (int r = 0; r < size; r++) {
+            rcounts[r] = (int)mine;
+            rdispls[r] = (int)((size_t)r * mine);
+        }
+        /* every rank sends rank r its piece r: r receives the size copies of its piece and sums them itself */
+        wait_begin(c, "reduce-scatter (MPI_Alltoallv)");
+        int rc = MPI_Alltoallv(host, counts, displs, MPI_FLOAT, c->recv, rcounts, rdispls, MPI_FLOAT, c->world);
+        wait_end(c);
+        if (rc != MPI_SUCCESS) s = mpi_failed(c, rc, "reduce-scatter (MPI_Alltoallv)");
+    }
+    if (s == FORGE_OK) {
+        const float *recv = c->recv;
+        float *dst = host + mlo;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < mine; i++) {
+            float acc = recv[i];
+            for (int r = 1; r < size; r++) acc += recv[(size_t)r * mine + i];
+            dst[i] = acc;
+        }
+        s = stage_out(be, buf, host, mlo * sizeof(float), mine * sizeof(float));
+    }
+    free(rcounts);
+    free(rdispls);
+    free(counts);
+    free(displs);
+    return s;
+}
 
 forge_status forge_comm_reduce_scatter_sum(forge_comm *c, forge_backend *be, float *buf, size_t n) {
     if (!forge_comm_active(c)) return FORGE_OK;
@@ -384,46 +478,7 @@ forge_status forge_comm_reduce_scatter_sum(forge_comm *c, forge_backend *be, flo
     FORGE_TRY(nccl_use(c, be, &nccl));
     if (nccl) return nccl_reduce_scatter(c, be, buf, n);
 #endif
-    int *counts, *displs;
-    FORGE_TRY(range_table(c, n, &counts, &displs));
-    size_t lo, hi;
-    forge_comm_range(n, c->size, c->rank, &lo, &hi);
-    const size_t shard = (n + (size_t)c->size - 1) / (size_t)c->size, mine = hi - lo;
-    int *rcounts = malloc((size_t)c->size * sizeof(int)), *rdispls = malloc((size_t)c->size * sizeof(int));
-    float *host = NULL;
-    forge_status s = rcounts && rdispls ? FORGE_OK : forge_error(FORGE_ERR_OOM, "comm: out of host memory");
-    if (s == FORGE_OK) s = grow((void **)&c->recv, &c->recv_bytes, (size_t)c->size * shard * sizeof(float) + 4,
-                                "reduce-scatter buffer");
-    if (s == FORGE_OK) s = stage_in(c, be, buf, n * sizeof(float), 0, n * sizeof(float), (void **)&host);
-    if (s == FORGE_OK) {
-        for (int r = 0; r < c->size; r++) {
-            rcounts[r] = (int)mine;
-            rdispls[r] = (int)((size_t)r * shard);
-        }
-        /* every rank sends rank r its range r: r receives the size copies of its range and sums them itself, in
-         * rank order, so the result does not depend on the library's reduction algorithm */
-        wait_begin(c, "reduce-scatter (MPI_Alltoallv)");
-        int rc = MPI_Alltoallv(host, counts, displs, MPI_FLOAT, c->recv, rcounts, rdispls, MPI_FLOAT, c->world);
-        wait_end(c);
-        if (rc != MPI_SUCCESS) s = mpi_failed(c, rc, "reduce-scatter (MPI_Alltoallv)");
-    }
-    if (s == FORGE_OK) {
-        const float *recv = c->recv;
-        const int size = c->size;
-        float *dst = host + lo;
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < mine; i++) {
-            float acc = recv[i];
-            for (int r = 1; r < size; r++) acc += recv[(size_t)r * shard + i];
-            dst[i] = acc;
-        }
-        s = stage_out(be, buf, host, lo * sizeof(float), mine * sizeof(float));
-    }
-    free(rcounts);
-    free(rdispls);
-    free(counts);
-    free(displs);
-    return s;
+    return reduce_owned(c, be, buf, n, 0, n);
 }
 
 forge_status forge_comm_all_gather(forge_comm *c, forge_backend *be, void *buf, size_t n, size_t elem_bytes) {
@@ -466,6 +521,39 @@ forge_status forge_comm_all_reduce_sum(forge_comm *c, forge_backend *be, float *
     /* the two halves of a ring all-reduce, with forge's own rank-order sum in between */
     FORGE_TRY(forge_comm_reduce_scatter_sum(c, be, buf, n));
     return forge_comm_all_gather(c, be, buf, n, sizeof(float));
+}
+
+forge_status forge_comm_reduce_piece(forge_comm *c, forge_backend *be, float *buf, size_t n, size_t b0, size_t b1,
+                                     int scatter) {
+    if (!forge_comm_active(c)) return FORGE_OK;
+    if (b0 > b1 || b1 > n)
+        return forge_error(FORGE_ERR_ARG, "comm: piece [%zu, %zu) of a %zu-element block: expected b0 <= b1 <= n", b0,
+                           b1, n);
+    if (b1 == b0) return FORGE_OK;
+#ifdef FORGE_WITH_NCCL
+    int nccl;
+    FORGE_TRY(nccl_use(c, be, &nccl));
+    if (nccl) return nccl_reduce_piece(c, be, buf, n, b0, b1, scatter);
+#endif
+    if (scatter) return reduce_owned(c, be, buf, n, b0, b1);
+    return forge_comm_all_reduce_sum(c, be, buf + b0, b1 - b0);
+}
+
+forge_status forge_comm_reduce_join(forge_comm *c, forge_backend *be) {
+#ifdef FORGE_WITH_NCCL
+    if (c && c->side_pending) {
+        c->side_pending = 0;
+        FORGE_TRY(be->side_join(be));
+        /* the host waits here, under the watchdog, rather than at the next collective: a piece whose peer died
+         * never completes, and the message names what hung */
+        wait_begin(c, "the gradient buckets' reductions (NCCL, side stream)");
+        forge_status s = be->side_synchronize(be);
+        wait_end(c);
+        return s;
+    }
+#endif
+    (void)c, (void)be;
+    return FORGE_OK;
 }
 
 forge_status forge_comm_broadcast(forge_comm *c, forge_backend *be, void *buf, size_t bytes, int root) {
@@ -533,6 +621,15 @@ forge_status forge_comm_all_gather(forge_comm *c, forge_backend *be, void *buf, 
 }
 forge_status forge_comm_all_reduce_sum(forge_comm *c, forge_backend *be, float *buf, size_t n) {
     (void)c, (void)be, (void)buf, (void)n;
+    return FORGE_OK;
+}
+forge_status forge_comm_reduce_piece(forge_comm *c, forge_backend *be, float *buf, size_t n, size_t b0, size_t b1,
+                                     int scatter) {
+    (void)c, (void)be, (void)buf, (void)n, (void)b0, (void)b1, (void)scatter;
+    return FORGE_OK;
+}
+forge_status forge_comm_reduce_join(forge_comm *c, forge_backend *be) {
+    (void)c, (void)be;
     return FORGE_OK;
 }
 forge_status forge_comm_broadcast(forge_comm *c, forge_backend *be, void *buf, size_t bytes, int root) {

@@ -66,6 +66,23 @@ forge_status forge_comm_all_reduce_sum(forge_comm *c, forge_backend *be, float *
 /* In place: this rank's range of buf (n floats) becomes the rank-order sum of that range over the ranks; the
  * rest of buf is left as it was. */
 forge_status forge_comm_reduce_scatter_sum(forge_comm *c, forge_backend *be, float *buf, size_t n);
+/* One piece of a reduction cut into pieces (the gradient buckets of a data-parallel step, docs/distributed.md):
+ * elements [b0, b1) of the n-float block buf, in place. scatter = 0: every rank gets the sums of [b0, b1) (the
+ * piece of forge_comm_all_reduce_sum); scatter = 1: each rank gets the sums of [b0, b1) within its range of the
+ * whole block (forge_comm_range(n, ...)), the rest left as it was (the piece of forge_comm_reduce_scatter_sum, so
+ * ZeRO-1's shards do not depend on the pieces). MPI: forge's rank-order sums, done when it returns; every element
+ * gets the bits the whole-block collective gives it, however the block is cut. NCCL: issued on the backend's side
+ * stream after everything issued so far on its stream, and not waited for: the ops issued next overlap it (NCCL
+ * sums in its own order, which depends on the piece's size). Every rank issues the same pieces in the same order;
+ * forge_comm_reduce_join ends the sequence. */
+forge_status forge_comm_reduce_piece(forge_comm *c, forge_backend *be, float *buf, size_t n, size_t b0, size_t b1,
+                                     int scatter);
+/* Whether forge_comm_reduce_piece runs beside be's ops (NCCL with a CUDA backend: the side stream) rather than
+ * being done when it returns. */
+int forge_comm_pieces_overlap(const forge_comm *c, const forge_backend *be);
+/* After the last piece: the backend's stream waits for every piece issued since the last join, and the host waits
+ * for them under the watchdog (NCCL); nothing where the pieces were done when issued (MPI, one rank). */
+forge_status forge_comm_reduce_join(forge_comm *c, forge_backend *be);
 /* In place: every rank's range of buf (n elements of elem_bytes: 4 or 2) is copied to every other rank. */
 forge_status forge_comm_all_gather(forge_comm *c, forge_backend *be, void *buf, size_t n, size_t elem_bytes);
 /* Root's bytes of buf to every rank. */

@@ -81,10 +81,17 @@ forge_status forge_tape_grad_fresh(forge_tape *tape, forge_tensor *t, forge_tens
     return FORGE_OK;
 }
 
-forge_status forge_tape_backward(forge_tape *tape) {
+const forge_tape_entry *forge_tape_entry_at(const forge_tape *tape, size_t i) { return &tape->entries[i]; }
+
+forge_status forge_tape_backward(forge_tape *tape) { return forge_tape_backward_hooked(tape, NULL, NULL); }
+
+forge_status forge_tape_backward_hooked(forge_tape *tape, forge_tape_hook hook, void *ctx) {
     for (size_t i = tape->n; i-- > 0;) {
         const forge_tape_entry *e = &tape->entries[i];
-        if (!e->out->grad) continue; /* nothing downstream needed this output */
+        if (!e->out->grad) { /* nothing downstream needed this output */
+            if (hook) FORGE_TRY(hook(ctx, tape, i));
+            continue;
+        }
         forge_status s = e->backward(tape, e);
         if (s != FORGE_OK) return forge_error_context(s, "backward of %s (tape entry %zu): ", e->op, i);
         /* The output's gradient is dead once its producer has passed it on: no earlier entry can reference this
@@ -95,6 +102,7 @@ forge_status forge_tape_backward(forge_tape *tape) {
         for (int k = 0; k < FORGE_TAPE_MAX_INPUTS; k++)
             if (e->in[k] && (e->in[k] == e->out || (e->in[k]->grad && e->in[k]->grad == e->out->grad))) in_place = 1;
         if (!in_place) forge_pool_release_grad(tape->pool, e->out);
+        if (hook) FORGE_TRY(hook(ctx, tape, i));
     }
     return FORGE_OK;
 }

@@ -68,7 +68,16 @@ forge_status forge_tape_grad(forge_tape *tape, forge_tensor *t, forge_tensor **g
 forge_status forge_tape_grad_fresh(forge_tape *tape, forge_tensor *t, forge_tensor **grad, int *fresh);
 
 forge_status forge_tape_backward(forge_tape *tape);
+/* Called by forge_tape_backward_hooked once entry i has been replayed (or skipped: its output received no
+ * gradient), in replay order (i = n - 1 down to 0). No entry below i has run yet, so a tensor that no entry below
+ * i takes as an input receives no more gradient: whatever the caller does with such gradients (a data-parallel
+ * step launches their reduction) may start here. A status other than FORGE_OK ends the replay with it. */
+typedef forge_status (*forge_tape_hook)(void *ctx, const forge_tape *tape, size_t i);
+/* forge_tape_backward with hook(ctx, tape, i) after each entry i. */
+forge_status forge_tape_backward_hooked(forge_tape *tape, forge_tape_hook hook, void *ctx);
 void forge_tape_reset(forge_tape *tape);
 size_t forge_tape_size(const forge_tape *tape);
+/* Entry i (< forge_tape_size) of the current recording, valid until the next push or reset. */
+const forge_tape_entry *forge_tape_entry_at(const forge_tape *tape, size_t i);
 
 #endif

@@ -103,6 +103,16 @@ forge_status forge_optimizer_reduce_grads(forge_optimizer *opt) {
     return forge_comm_all_reduce_sum(opt->comm, model->be, model->grad_data, model->n_elements);
 }
 
+forge_status forge_optimizer_reduce_bucket(forge_optimizer *opt, size_t b0, size_t b1) {
+    if (!opt->comm) return FORGE_OK;
+    forge_model *model = opt->model;
+    return forge_comm_reduce_piece(opt->comm, model->be, model->grad_data, model->n_elements, b0, b1, opt->zero1);
+}
+
+forge_status forge_optimizer_reduce_join(forge_optimizer *opt) {
+    return opt->comm ? forge_comm_reduce_join(opt->comm, opt->model->be) : FORGE_OK;
+}
+
 forge_status forge_optimizer_grad_norm(forge_optimizer *opt) {
     forge_backend *be = opt->model->be;
     /* a rank with an empty range (more ranks than parameters) adds 0: no zero-size launch */

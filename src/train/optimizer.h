@@ -58,6 +58,14 @@ forge_status forge_optimizer_begin_step(forge_optimizer *opt, float lr);
 /* Sums the ranks' gradients after the backward: all-reduced into every rank's block, or with zero1
  * reduce-scattered (each rank's range summed into its own block). Nothing with one rank. */
 forge_status forge_optimizer_reduce_grads(forge_optimizer *opt);
+/* One bucket of the gradient block, elements [b0, b1), summed over the ranks like forge_optimizer_reduce_grads
+ * sums the whole block (all-reduced, or with zero1 each rank's range of the block reduced to it): the buckets of a
+ * step's last backward (train/buckets.h), each launched once its gradients are final. On MPI each element gets the
+ * bits the whole-block reduction gives it; on NCCL the pieces run on the side stream (runtime/comm.h). Nothing
+ * with one rank. */
+forge_status forge_optimizer_reduce_bucket(forge_optimizer *opt, size_t b0, size_t b1);
+/* After the last bucket: the norm and the update see every bucket's sums. */
+forge_status forge_optimizer_reduce_join(forge_optimizer *opt);
 /* The squared global norm of the gradients into the device scalar (one launch; with zero1 each rank's range,
  * then the partial sums all-reduced in rank order). */
 forge_status forge_optimizer_grad_norm(forge_optimizer *opt);

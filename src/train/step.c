@@ -1,6 +1,8 @@
 /* step.c: one training step on the device (step.h). */
 #include "step.h"
 
+#include "buckets.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@ struct forge_step {
     float *loss_sum;             /* device scalar: the step's summed loss */
     float *eval_sum;             /* device scalar: one evaluated micro-batch's */
     size_t sum_bytes, eval_bytes;
+    forge_buckets *buckets;      /* data parallel with bucket_bytes: the last backward's gradient buckets */
     forge_graph *graph;
     int steps;                   /* launched so far */
     int record_next;             /* the next launch records */
@@ -47,11 +50,14 @@ forge_status forge_step_create(forge_step **out, forge_model *model, forge_tape 
     if (s == FORGE_OK) s = forge_pool_tensor(st->pool, &st->targets, FORGE_I32, 2, shape, 1);
     if (s == FORGE_OK) s = forge_pool_block(st->pool, (void **)&st->loss_sum, sizeof(float), &st->sum_bytes);
     if (s == FORGE_OK) s = forge_pool_block(st->pool, (void **)&st->eval_sum, sizeof(float), &st->eval_bytes);
+    if (s == FORGE_OK && forge_comm_active(o->comm) && o->bucket_bytes > 0)
+        s = forge_buckets_create(&st->buckets, opt, o->bucket_bytes);
     if (s != FORGE_OK) {
         forge_step_free(st);
         return s;
     }
-    if (forge_comm_active(o->comm)) st->o.use_graph = 0; /* a collective cannot be recorded into a graph yet */
+    /* the collectives wait on the host (under the watchdog), which a recording cannot hold */
+    if (forge_comm_active(o->comm)) st->o.use_graph = 0;
     set_mode(st, st->o.use_graph && forge_graph_supported(st->pool) ? "graph" : "eager");
     st->mode_changed = 0;
     *out = st;
@@ -61,6 +67,7 @@ forge_status forge_step_create(forge_step **out, forge_model *model, forge_tape 
 void forge_step_free(forge_step *st) {
     if (!st) return;
     forge_graph_free(st->graph);
+    forge_buckets_free(st->buckets);
     if (st->ids) forge_pool_release(st->pool, st->ids);
     if (st->targets) forge_pool_release(st->pool, st->targets);
     if (st->loss_sum) forge_pool_block_release(st->pool, st->loss_sum, st->sum_bytes);
@@ -92,13 +99,22 @@ static forge_status device_step(forge_step *st) {
         forge_tensor *losses;
         forge_status s = forge_model_forward(st->model, st->tape, micro_view(st, 0, m), micro_view(st, 1, m),
                                              st->o.grad_scale, &losses);
-        if (s == FORGE_OK) s = forge_tape_backward(st->tape);
+        /* data parallel with buckets: the last backward launches each bucket's reduction once its gradients are
+         * final (buckets.h), so the reduction overlaps the rest of the backward where the communicator can */
+        if (s == FORGE_OK && st->buckets && m == st->o.accum - 1) {
+            s = forge_buckets_plan(st->buckets, st->tape);
+            if (s == FORGE_OK) s = forge_tape_backward_hooked(st->tape, forge_buckets_hook, st->buckets);
+        } else if (s == FORGE_OK) {
+            s = forge_tape_backward(st->tape);
+        }
         if (s == FORGE_OK) s = be->sum_accumulate(be, st->loss_sum, forge_f32(losses), n);
         forge_tape_reset(st->tape);
         FORGE_TRY(s);
     }
-    /* data parallel: every rank's gradients and loss summed (the step's global batch is every rank's micro-batches) */
-    FORGE_TRY(forge_optimizer_reduce_grads(st->opt));
+    /* data parallel: every rank's gradients and loss summed (the step's global batch is every rank's micro-batches):
+     * the buckets' last launches and their join, or the whole block at once */
+    if (st->buckets) FORGE_TRY(forge_buckets_finish(st->buckets));
+    else FORGE_TRY(forge_optimizer_reduce_grads(st->opt));
     FORGE_TRY(forge_comm_all_reduce_sum(st->o.comm, be, st->loss_sum, 1));
     FORGE_TRY(forge_optimizer_grad_norm(st->opt));
     return forge_optimizer_update(st->opt);
@@ -191,6 +207,11 @@ forge_status forge_step_eval(forge_step *st, const int32_t *ids, const int32_t *
     FORGE_TRY(be->poll_errors(be));
     *loss_sum = sum;
     return FORGE_OK;
+}
+
+int forge_step_buckets(const forge_step *st, size_t *bucket_elements) {
+    if (bucket_elements) *bucket_elements = forge_buckets_size(st->buckets);
+    return forge_buckets_count(st->buckets);
 }
 
 const char *forge_step_mode(forge_step *st, int *changed) {

@@ -29,6 +29,9 @@ typedef struct {
     forge_comm *comm; /* data parallel: the ranks (NULL: one); each runs accum micro-batches of the global step, the
                          gradients and losses are summed over the ranks (the optimizer's communicator) and the
                          step runs op by op (the collectives wait on the host) */
+    size_t bucket_bytes; /* data parallel: the gradient block is reduced in buckets of about this many bytes, each
+                            launched during the last micro-batch's backward once final (buckets.h); 0: the whole
+                            block after the backward. Ignored without an active communicator. */
 } forge_step_options;
 
 typedef struct forge_step forge_step;
@@ -47,6 +50,9 @@ forge_status forge_step_finish(forge_step *st, float *loss, float *norm);
 
 /* The summed loss of one micro-batch (B, T), forward only (evaluation); waits for it. */
 forge_status forge_step_eval(forge_step *st, const int32_t *ids, const int32_t *targets, double *loss_sum);
+
+/* How many gradient buckets the step reduces (0: none, the whole block at once) and their size in elements. */
+int forge_step_buckets(const forge_step *st, size_t *bucket_elements);
 
 /* How the steps run: "graph" (replayed), "eager" (op by op: the backend cannot record, or use_graph is 0) or
  * "eager (NOTE)" after a recording failed; and whether that changed since the last call (to print it once). */

@@ -62,6 +62,7 @@ void forge_train_options_default(forge_train_options *o) {
     o->eval_every = 100;
     o->eval_batches = 8;
     o->progress = NULL;
+    o->bucket_mb = 25.0f;
 }
 
 /* x in the interval lo..hi (each end open or closed; hi may be INFINITY) and finite. */
@@ -107,6 +108,8 @@ forge_status forge_train_options_validate(const forge_train_options *o) {
     FORGE_TRY(check_number("--beta2", o->beta2, 0, 0, 1, 1,
                            "at 1 AdamW's bias correction 1 - beta2^t is 0 and the update divides by 0"));
     FORGE_TRY(check_number("--eps", o->eps, 0, 1, INFINITY, 1, "AdamW divides by sqrt(v) + eps, and v can be 0"));
+    FORGE_TRY(check_number("--bucket-mb", o->bucket_mb, 0, 0, 1e6, 0,
+                           "MiB per gradient bucket; 0 = one reduction after the backward"));
     return FORGE_OK;
 }
 
@@ -456,7 +459,9 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
                              .accum = tr->accum,
                              .grad_scale = 1.0f / (float)((long)tr->B * tr->T * tr->accum * tr->ranks),
                              .use_graph = !o->no_graph,
-                             .comm = o->comm};
+                             .comm = o->comm,
+                             /* any positive size is at least one bucket's minimum (buckets.h) */
+                             .bucket_bytes = o->bucket_mb > 0 ? (size_t)((double)o->bucket_mb * 1048576.0) + 1 : 0};
     FORGE_TRY(forge_step_create(&tr->step, tr->model, tr->tape, tr->opt, &so));
     size_t n = (size_t)tr->accum * tr->B * tr->T;
     tr->host_ids = malloc(n * sizeof(int32_t));
@@ -540,6 +545,15 @@ static forge_status run(trainer *tr, forge_train_result *res) {
                 tr->ranks, forge_comm_name(o->comm), tr->accum,
                 o->zero1 ? "sharded (ZeRO-1): gradients reduce-scattered, weights all-gathered"
                          : "replicated: gradients all-reduced");
+    size_t bucket_elements = 0;
+    int buckets = forge_step_buckets(tr->step, &bucket_elements);
+    if (buckets > 0)
+        fprintf(out, "gradient buckets: %d of %.3g MiB, each reduced as soon as the backward has finished it%s\n",
+                buckets, (double)bucket_elements * sizeof(float) / 1048576.0,
+                forge_comm_pieces_overlap(o->comm, tr->be) ? " (NCCL, on a side stream: overlapping the backward)"
+                                                           : " (MPI: in the backward, one after the other)");
+    else if (forge_comm_active(o->comm))
+        fprintf(out, "gradient buckets: none (--bucket-mb 0): the whole block is reduced after the backward\n");
     fprintf(out, "steps %d (from %d) | lr %.2e, warm-up %d, cosine to %.0f%% | unigram entropy %.3f nats\n",
             o->steps, tr->state.step, o->lr, sched.warmup_steps, 100.0 * o->min_lr_ratio, h);
     fflush(out);

@@ -50,6 +50,8 @@ typedef struct {
      * rank 0 alone writes the log and the checkpoints, which are those of a single process. */
     struct forge_comm *comm;
     int zero1;                    /* shard the AdamW state over the ranks (ZeRO stage 1) */
+    float bucket_mb;              /* the gradients are reduced in buckets of this many MiB, each launched during the
+                                   * backward once final (train/buckets.h) [25]; 0: the whole block after it */
 } forge_train_options;
 
 void forge_train_options_default(forge_train_options *o);

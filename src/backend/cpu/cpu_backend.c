@@ -58,6 +58,11 @@ static forge_status cpu_synchronize(forge_backend *be) {
     return FORGE_OK;
 }
 
+static forge_status cpu_side_noop(forge_backend *be) {
+    (void)be; /* one stream: work issued after an op already runs after it */
+    return FORGE_OK;
+}
+
 static forge_status cpu_poll_errors(forge_backend *be) {
     (void)be; /* every CPU op reports a bad input when it runs */
     return FORGE_OK;
@@ -114,6 +119,9 @@ forge_status forge_cpu_backend_create(forge_backend **out, const forge_runtime_o
     be->memset_zero = cpu_memset_zero;
     be->synchronize = cpu_synchronize;
     be->poll_errors = cpu_poll_errors;
+    be->side_fork = cpu_side_noop;
+    be->side_join = cpu_side_noop;
+    be->side_synchronize = cpu_side_noop;
     be->destroy = cpu_destroy;
 
     FORGE_OP_LIST(FORGE_OP_BIND_CPU, FORGE_OP_NOTHING, FORGE_OP_NOTHING)

@@ -90,6 +90,28 @@ static forge_status cuda_synchronize(forge_backend *be) {
     return FORGE_OK;
 }
 
+/* The side stream (backend.h): one event each way, re-recorded at every fork and join. A wait takes the event's
+ * most recent record at the time it is issued, so reusing the events orders each fork and join with the work
+ * issued before it and nothing later; under capture the same calls become the graph's cross-stream edges. */
+static forge_status cuda_side_fork(forge_backend *be) {
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    CUDA_TRY(cudaEventRecord(ctx->fork_event, ctx->stream));
+    CUDA_TRY(cudaStreamWaitEvent(ctx->side, ctx->fork_event, 0));
+    return FORGE_OK;
+}
+
+static forge_status cuda_side_join(forge_backend *be) {
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    CUDA_TRY(cudaEventRecord(ctx->join_event, ctx->side));
+    CUDA_TRY(cudaStreamWaitEvent(ctx->stream, ctx->join_event, 0));
+    return FORGE_OK;
+}
+
+static forge_status cuda_side_synchronize(forge_backend *be) {
+    CUDA_TRY(cudaStreamSynchronize(cuda_get_ctx(be)->side));
+    return FORGE_OK;
+}
+
 static forge_status cuda_poll_errors(forge_backend *be) {
     cuda_ctx *ctx = cuda_get_ctx(be);
     cuda_input_error err;
@@ -130,6 +152,7 @@ static void cuda_destroy(forge_backend *be) {
     cuda_ctx *ctx = cuda_get_ctx(be);
     if (ctx) {
         if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+        if (ctx->side) cudaStreamSynchronize(ctx->side);
 #ifndef FORGE_NO_CUBLAS
         if (ctx->cublas) cublasDestroy(ctx->cublas);
 #endif
@@ -138,6 +161,9 @@ static void cuda_destroy(forge_backend *be) {
         if (ctx->tn_ws) cudaFree(ctx->tn_ws);
         if (ctx->input_error) cudaFree(ctx->input_error);
         if (ctx->reduce_done) cudaFree(ctx->reduce_done);
+        if (ctx->fork_event) cudaEventDestroy(ctx->fork_event);
+        if (ctx->join_event) cudaEventDestroy(ctx->join_event);
+        if (ctx->side) cudaStreamDestroy(ctx->side);
         if (ctx->stream) cudaStreamDestroy(ctx->stream);
         free(ctx);
     }
@@ -194,6 +220,13 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
     ctx->device = device_index;
     ctx->num_sms = prop.multiProcessorCount;
     CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    /* the side stream carries collectives (NCCL): at the highest priority its kernels are scheduled as soon as
+     * SMs free up instead of queueing behind the backward's, which they overlap */
+    int prio_least = 0, prio_greatest = 0;
+    CUDA_TRY(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest));
+    CUDA_TRY(cudaStreamCreateWithPriority(&ctx->side, cudaStreamNonBlocking, prio_greatest));
+    CUDA_TRY(cudaEventCreateWithFlags(&ctx->fork_event, cudaEventDisableTiming));
+    CUDA_TRY(cudaEventCreateWithFlags(&ctx->join_event, cudaEventDisableTiming));
     CUDA_TRY(cudaMalloc((void **)&ctx->ws, CUDA_WS_FLOATS * sizeof(float)));
     CUDA_TRY(cudaMalloc((void **)&ctx->input_error, sizeof(cuda_input_error)));
     CUDA_TRY(cudaMemsetAsync(ctx->input_error, 0, sizeof(cuda_input_error), ctx->stream));
@@ -255,6 +288,9 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, const for
     be->memset_zero = cuda_memset_zero;
     be->synchronize = cuda_synchronize;
     be->poll_errors = cuda_poll_errors;
+    be->side_fork = cuda_side_fork;
+    be->side_join = cuda_side_join;
+    be->side_synchronize = cuda_side_synchronize;
     be->destroy = cuda_destroy;
     be->capture_begin = cuda_capture_begin;
     be->capture_end = cuda_capture_end;

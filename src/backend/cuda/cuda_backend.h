@@ -14,6 +14,9 @@ extern "C" {
 /* The backend's cudaStream_t (every op runs on it), for code that must order its own work with the ops'
  * (the benchmark harness's timing events); NULL if be is not a CUDA backend. */
 void *forge_cuda_backend_stream(forge_backend *be);
+/* The backend's side stream (backend.h: side_fork, side_join), on which the NCCL communicator runs the
+ * collectives that overlap the ops; NULL if be is not a CUDA backend. */
+void *forge_cuda_backend_side_stream(forge_backend *be);
 /* The CUDA device index the backend was created on; -1 if be is not a CUDA backend. */
 int forge_cuda_backend_device(forge_backend *be);
 

@@ -74,6 +74,8 @@ typedef struct {
     int device;
     int num_sms;
     cudaStream_t stream;
+    cudaStream_t side;         /* the side stream (backend.h): collectives beside the ops; highest priority */
+    cudaEvent_t fork_event, join_event; /* recorded on stream / side, waited for by the other (no timing) */
     forge_matmul_mode matmul;  /* how the matmul ops run (the runtime options'; AUTO without cuBLAS runs FP32) */
     const char *cache_dir, *matmul_cache_path; /* AUTO's table (runtime options; the caller's strings) */
     cublasHandle_t cublas; /* NULL unless matmul is CUBLAS or AUTO */

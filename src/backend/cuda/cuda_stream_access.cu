@@ -12,6 +12,11 @@ extern "C" void *forge_cuda_backend_stream(forge_backend *be) {
     return (void *)cuda_get_ctx(be)->stream;
 }
 
+extern "C" void *forge_cuda_backend_side_stream(forge_backend *be) {
+    if (!be || be->kind != FORGE_DEVICE_CUDA || !be->ctx) return NULL;
+    return (void *)cuda_get_ctx(be)->side;
+}
+
 extern "C" int forge_cuda_backend_device(forge_backend *be) {
     if (!be || be->kind != FORGE_DEVICE_CUDA || !be->ctx) return -1;
     return cuda_get_ctx(be)->device;
