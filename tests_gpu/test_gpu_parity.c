@@ -339,7 +339,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--quick") == 0) P.quick = 1;
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else {
-            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn]\n0 passed, 1 failed\n");
+            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode]\n0 passed, 1 failed\n");
             return 2;
         }
     }
@@ -390,6 +390,7 @@ int main(int argc, char **argv) {
     if (all || strcmp(only, "gemm_fp8") == 0) run_gemm_fp8_cases(&P);
     if (all || strcmp(only, "gemm_tn") == 0) run_gemm_tn_cases(&P);
     if (all || strcmp(only, "flash16") == 0) run_flash16_cases(&P);
+    if (all || strcmp(only, "decode") == 0) run_decode_cases(&P);
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);
