@@ -486,7 +486,8 @@
     K(.N = 1, .C = 45, .OC = 29) K(.N = 37, .C = 45, .OC = 29) K(.N = 37, .C = 768, .OC = 29)                    \
     K(.N = 130, .C = 129, .OC = 131) K(.N = 64, .C = 64, .OC = 64) K(.N = 257, .C = 768, .OC = 3072)             \
     K(.N = 257, .C = 3072, .OC = 768) K(.N = 1031, .C = 200, .OC = 2100)                                         \
-    K(.N = 1001, .C = 45, .OC = 130) /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
+    K(.N = 1001, .C = 45, .OC = 130) /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */          \
+    K(.N = 1, .C = 768, .OC = 1031) /* one row: the fp32 forward's GEMV, float4 loads (N = 1, C = 45: scalar) */
 /* The bf16 GEMMs' fast paths need 8 | K and 8 | the columns of a backward output (TMA's 16-byte rows): all of
  * them (64, 40, 256, 768, 2304, 3072), the forward's only (OC 29, 2100: direct store of a bf16 C), none (odd C).
  * 4099 x 1032 exceeds the workspace that stages dX (two row chunks) and takes dW's split-K. */
