@@ -7,12 +7,16 @@
 #include <string.h>
 
 #include "../src/backend/backend.h"
+#include "../src/base/fs.h"
 #include "../src/base/rng.h"
 #include "../src/data/tokenizer.h"
 #include "../src/model/model.h"
 #include "../src/model/model_decode.h"
+#include "../src/train/checkpoint.h"
 #include "../src/train/generate.h"
 #include "test.h"
+
+#include <unistd.h>
 
 /* ---- attention_decode against double ---------------------------------------------------------------------- */
 
@@ -269,10 +273,70 @@ static void test_greedy(int llama) {
     forge_tokenizer_free(tok);
 }
 
+/* The forge binary beside this test binary (build/forge for build/forge_tests), or NULL. */
+static const char *forge_binary(void) {
+    static char path[1024];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
+    if (n <= 0) return NULL;
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash) return NULL;
+    strcpy(slash + 1, "forge");
+    return access(path, X_OK) == 0 ? path : NULL;
+}
+
+static void test_sample_cli(void) {
+    TEST_CASE("forge sample: --ids on stdout as before, the tokens/s line last on stderr");
+    const char *forge = forge_binary();
+    if (!forge) {
+        test_case_skip("no forge binary beside the test binary");
+        return;
+    }
+    forge_tokenizer *tok = small_tokenizer();
+    CHECK(tok != NULL);
+    if (!tok) return;
+    forge_model_config cfg = small_config(1, forge_tokenizer_vocab_size(tok));
+    env e;
+    CHECK(env_open(&e, &cfg));
+    char dir[600], out[700], err[700], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/ckpt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/out.txt", test_tmpdir());
+    snprintf(err, sizeof err, "%s/err.txt", test_tmpdir());
+    if (!test_case_failed()) CHECK_OK(forge_checkpoint_save(dir, e.m, NULL, NULL, NULL));
+    if (!test_case_failed()) CHECK_OK(forge_tokenizer_save(tok, dir));
+    for (int full = 0; full < 2 && !test_case_failed(); full++) {
+        snprintf(cmd, sizeof cmd, "%s sample --ckpt %s --prompt 'the cat' --tokens 20 --temperature 0 --ids%s >%s 2>%s",
+                 forge, dir, full ? " --no-kv-cache" : "", out, err);
+        CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+        char *o = NULL, *r = NULL;
+        size_t lo = 0, lr = 0;
+        CHECK_OK(forge_read_file(out, &o, &lo));
+        CHECK_OK(forge_read_file(err, &r, &lr));
+        int lines = 0;
+        for (size_t i = 0; o && i < lo; i++) lines += o[i] == '\n';
+        CHECK_MSG(o && lines == 2, "stdout holds %d lines, expected the prompt's ids and the new ones:\n%s", lines,
+                  o ? o : "");
+        const char *last = r ? strstr(r, "sampled ") : NULL;
+        int n = -1;
+        double secs = -1, rate = -1;
+        char how[64] = "";
+        CHECK_MSG(last && sscanf(last, "sampled %d tokens in %lf s: %lf tok/s (%63[^,]", &n, &secs, &rate, how) == 4,
+                  "stderr: %s", r ? r : "");
+        CHECK_MSG(n >= 0 && n <= 20 && secs >= 0 && strcmp(how, full ? "full forward" : "kv cache fp32") == 0,
+                  "stderr: %s", r ? r : "");
+        CHECK_MSG(last && strstr(last, "device cpu)\n") != NULL, "stderr: %s", r ? r : "");
+        free(o);
+        free(r);
+    }
+    env_close(&e);
+    forge_tokenizer_free(tok);
+}
+
 void suite_generate(void) {
     test_attention_decode_values();
     test_decode_logits(0);
     test_decode_logits(1);
     test_greedy(0);
     test_greedy(1);
+    test_sample_cli();
 }
