@@ -417,11 +417,12 @@ static forge_status sample_run(const sample_options *so) {
         /* the throughput line: stderr, so stdout holds the sample alone (--ids output is parsed) */
         fflush(stdout);
         char how[160];
+        const char *precision = forge_train_precision_name(c.be->options.precision);
         if (so->no_kv_cache)
-            snprintf(how, sizeof how, "full forward");
+            snprintf(how, sizeof how, "full forward %s", precision);
         else if (st.full_forward_tokens > 0)
-            snprintf(how, sizeof how, "kv cache fp32, the last %d by the full forward past the context of %d",
-                     st.full_forward_tokens, c.cfg.context_length);
+            snprintf(how, sizeof how, "kv cache fp32, the last %d tokens by the %s full forward past the context of %d",
+                     st.full_forward_tokens, precision, c.cfg.context_length);
         else
             snprintf(how, sizeof how, "kv cache fp32");
         fprintf(stderr, "sampled %d tokens in %.3f s: %.1f tok/s (%s, prompt %d tokens, device %s)\n", st.new_tokens,

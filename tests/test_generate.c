@@ -322,7 +322,7 @@ static void test_sample_cli(void) {
         char how[64] = "";
         CHECK_MSG(last && sscanf(last, "sampled %d tokens in %lf s: %lf tok/s (%63[^,]", &n, &secs, &rate, how) == 4,
                   "stderr: %s", r ? r : "");
-        CHECK_MSG(n >= 0 && n <= 20 && secs >= 0 && strcmp(how, full ? "full forward" : "kv cache fp32") == 0,
+        CHECK_MSG(n >= 0 && n <= 20 && secs >= 0 && strcmp(how, full ? "full forward fp32" : "kv cache fp32") == 0,
                   "stderr: %s", r ? r : "");
         CHECK_MSG(last && strstr(last, "device cpu)\n") != NULL, "stderr: %s", r ? r : "");
         free(o);
