@@ -310,12 +310,17 @@ static int cmd_tokenize(int argc, char **argv) {
 static const char *SAMPLE_HELP =
     "usage: forge sample --ckpt DIR [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature T]\n"
     "                    [--top-k K] [--top-p P] [--seed S] [--count N] [--tokenizer DIR] [--ids]\n"
+    "                    [--no-kv-cache]\n"
     "                    [runtime options]\n"
     "  DIR is a run directory (its newest checkpoint is used), a checkpoint directory or a Hugging Face\n"
     "  save_pretrained directory (GPT-2 or Llama: config.json + model.safetensors). Tokens are printed as\n"
     "  they are produced; a sample ends at <|endoftext|> or after N tokens. --temperature 0 is greedy.\n"
     "  --tokenizer DIR  encoder.json + vocab.bpe (or vocab.json + merges.txt) [DIR's own]\n"
     "  --ids            print token ids instead of text: the prompt's on one line, the new ones on the next\n"
+    "  --no-kv-cache    re-run the full forward pass over the context for every token (the reference)\n"
+    "  Decoding uses a KV cache, in fp32 whatever --precision says; the prompt is prefilled one position at a\n"
+    "  time, and past the context length the full forward pass takes over. A last line on stderr gives the\n"
+    "  tokens per second.\n"
     "  Defaults: --tokens 200 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 --count 1\n"
     "runtime options:\n" RUNTIME_HELP;
 
@@ -326,6 +331,7 @@ typedef struct {
     float temperature, top_p;
     long top_k;
     int print_ids;
+    int no_kv_cache;
 } sample_options;
 
 /* A checkpoint loaded for inference (sample, eval): its tokenizer (refused when it has more ids than the model's
@@ -403,9 +409,25 @@ static forge_status sample_run(const sample_options *so) {
     forge_status s = FORGE_OK;
     for (long i = 0; i < so->count && s == FORGE_OK; i++) {
         forge_generate_options go = {(int)so->tokens, so->temperature, (int)so->top_k, so->top_p,
-                                     (uint64_t)(so->seed + i), 1, so->print_ids};
+                                     (uint64_t)(so->seed + i), 1, so->print_ids, so->no_kv_cache};
         if (so->count > 1) printf("--- sample %ld ---\n", i + 1);
-        s = forge_generate(c.m, c.tape, c.tok, so->prompt, &go, stdout);
+        forge_generate_stats st;
+        s = forge_generate(c.m, c.tape, c.tok, so->prompt, &go, stdout, &st);
+        if (s != FORGE_OK) break;
+        /* the throughput line: stderr, so stdout holds the sample alone (--ids output is parsed) */
+        fflush(stdout);
+        char how[160];
+        const char *precision = forge_train_precision_name(c.be->options.precision);
+        if (so->no_kv_cache)
+            snprintf(how, sizeof how, "full forward %s", precision);
+        else if (st.full_forward_tokens > 0)
+            snprintf(how, sizeof how, "kv cache fp32, the last %d tokens by the %s full forward past the context of %d",
+                     st.full_forward_tokens, precision, c.cfg.context_length);
+        else
+            snprintf(how, sizeof how, "kv cache fp32");
+        fprintf(stderr, "sampled %d tokens in %.3f s: %.1f tok/s (%s, prompt %d tokens, device %s)\n", st.new_tokens,
+                st.seconds, st.seconds > 0 ? st.new_tokens / st.seconds : 0.0, how, st.prompt_tokens,
+                forge_device_name(c.be->kind));
     }
     loaded_ckpt_close(&c);
     return s;
@@ -432,6 +454,10 @@ static int cmd_sample(int argc, char **argv) {
         STR_OPT("--tokenizer", so.tokenizer)
         if (strcmp(argv[a.i], "--ids") == 0) {
             so.print_ids = 1;
+            continue;
+        }
+        if (strcmp(argv[a.i], "--no-kv-cache") == 0) {
+            so.no_kv_cache = 1;
             continue;
         }
         INT_OPT("--tokens", so.tokens, 1, 1 << 20)

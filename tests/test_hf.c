@@ -714,7 +714,7 @@ static void test_tokenizer_and_init(void) {
         forge_generate_options go = {.max_tokens = 4, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1,
                                      .stop_at_eot = 1, .print_ids = 1};
         const char *prompt = "The hen";
-        if (gm && tok && mem) CHECK_OK(forge_generate(gm, ge.tape, tok, prompt, &go, mem));
+        if (gm && tok && mem) CHECK_OK(forge_generate(gm, ge.tape, tok, prompt, &go, mem, NULL));
         if (mem) fclose(mem);
         int32_t *ids = NULL;
         size_t n = 0;

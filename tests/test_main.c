@@ -27,6 +27,7 @@
     X(hf)                \
     X(model)             \
     X(train)             \
+    X(generate)          \
     X(golden)            \
     X(harness)           \
     X(op_walker)

@@ -85,5 +85,6 @@ void check_bf16_tol(parity *P, const char *op, const char *shape, const bbuf *b,
 void run_gemm_fp8_cases(parity *P);
 void run_gemm_tn_cases(parity *P);
 void run_flash16_cases(parity *P);
+void run_decode_cases(parity *P); /* the KV-cache decode path against the forward (test_gpu_decode.c) */
 
 #endif

@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) P.op_filter = argv[++i];
         else {
-            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn] [--op NAME,...]\n"
+            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode] [--op NAME,...]\n"
                    "  --op: the op walk only, of the named ops (every case, default matmul mode)\n"
                    "0 passed, 1 failed\n");
             return 2;
@@ -394,6 +394,7 @@ int main(int argc, char **argv) {
     if (all || (only && strcmp(only, "gemm_fp8") == 0)) run_gemm_fp8_cases(&P);
     if (all || (only && strcmp(only, "gemm_tn") == 0)) run_gemm_tn_cases(&P);
     if (all || (only && strcmp(only, "flash16") == 0)) run_flash16_cases(&P);
+    if (all || (only && strcmp(only, "decode") == 0)) run_decode_cases(&P);
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);

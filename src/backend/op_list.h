@@ -378,6 +378,22 @@
                               A(IN, float, lse, (size_t)B * NH * Tq, FORGE_LSE(Tk)) A(SIZE, int, B) A(SIZE, int, Tq)      \
                                   A(SIZE, int, Tk) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),          \
       FORGE_FLASH_EXT_CASES(K))                                                                                  \
+    /* ---- decoding with a KV cache ------------------------------------------------------------------------ */  \
+    /* One new token at position pos: qkv (FORGE_QKV(NH,NKV,HS)) is its packed qkv row; k_cache, v_cache        \
+     * (maxT,NKV,HS) hold the keys and values of positions < pos (pos < maxT). theta > 0 first rotates the      \
+     * query and key heads by RoPE at position pos (rope_forward's rotate-half form, angles in double, cos/sin  \
+     * rounded once to float); theta = 0 leaves them as they are. Writes the new key and value into row pos of  \
+     * the caches (the other rows untouched) and out (NH*HS) = softmax(q . K^T / sqrt(HS)) V over positions     \
+     * 0..pos, query head h reading kv head h / (NH / NKV). Tolerances: caches EXACT (rope_forward's expression  \
+     * on both sides; a GPU FMA contraction moves a rotated value |r| <= 2.2 by <= 2 fp32 ulps, 5e-7); out      \
+     * ABS(1e-4) as flash_attention_forward (the score and output sums in another order). */                    \
+    X(attention_decode, FORGE_F32, 0,                                                                            \
+      A(OUT, float, out, (size_t)NH * HS, ABS(1e-4))                                                             \
+          A(INOUT, float, k_cache, (size_t)maxT * NKV * HS, -1.5, 1.5, EXACT)                                    \
+              A(INOUT, float, v_cache, (size_t)maxT * NKV * HS, -1.5, 1.5, EXACT)                                \
+                  A(IN, float, qkv, FORGE_QKV(NH, NKV, HS), -1.5, 1.5) A(SIZE, int, pos) A(SIZE, int, maxT)      \
+                      A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS) A(SCALAR, float, theta),               \
+      FORGE_DECODE_CASES(K))                                                                                     \
     /* bf16 (docs/mixed-precision.md): qkv, out, dout, dqkv bf16; lse, the fp32 statistics. Forward: online softmax \
      * in fp32, P rounded to bf16 for P.V; out rounded. Tolerances (FORGE_FLASH_BF16_*_TOL below): out, the bf16 \
      * rounding of P at other points (2 u sum_j P_j |v_j| <= 2 u max|v|, u = 2^-9) plus out's own rounding; lse,  \
@@ -470,7 +486,8 @@
     K(.N = 1, .C = 45, .OC = 29) K(.N = 37, .C = 45, .OC = 29) K(.N = 37, .C = 768, .OC = 29)                    \
     K(.N = 130, .C = 129, .OC = 131) K(.N = 64, .C = 64, .OC = 64) K(.N = 257, .C = 768, .OC = 3072)             \
     K(.N = 257, .C = 3072, .OC = 768) K(.N = 1031, .C = 200, .OC = 2100)                                         \
-    K(.N = 1001, .C = 45, .OC = 130) /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */
+    K(.N = 1001, .C = 45, .OC = 130) /* tf32: dW (130x45, K = 1001) takes split-K with scalar loads */          \
+    K(.N = 1, .C = 768, .OC = 1031) /* one row: the fp32 forward's GEMV, float4 loads (N = 1, C = 45: scalar) */
 /* The bf16 GEMMs' fast paths need 8 | K and 8 | the columns of a backward output (TMA's 16-byte rows): all of
  * them (64, 40, 256, 768, 2304, 3072), the forward's only (OC 29, 2100: direct store of a bf16 C), none (odd C).
  * 4099 x 1032 exceeds the workspace that stages dX (two row chunks) and takes dW's split-K. */
@@ -530,6 +547,19 @@
     K(.B = 1, .Tq = 70, .Tk = 0, .NH = 2, .NKV = 1, .HS = 64)                                                    \
     K(.B = 1, .Tq = 50, .Tk = 130, .NH = 4, .NKV = 2, .HS = 64)                                                  \
     K(.B = 1, .Tq = 45, .Tk = 30, .NH = 3, .NKV = 3, .HS = 7)
+/* The first position (nothing cached), positions that miss every tile and block size, the cache's last row, GQA
+ * groups of 1 to 12, head sizes odd-sized for the thread blocks (6, 100) and above one block's threads (300),
+ * with RoPE (Llama's thetas) and without (GPT-2). */
+#define FORGE_DECODE_CASES(K)                                                                                    \
+    K(.pos = 0, .maxT = 1, .NH = 2, .NKV = 1, .HS = 8, .theta = 10000.0f)                                        \
+    K(.pos = 66, .maxT = 80, .NH = 6, .NKV = 2, .HS = 64, .theta = 10000.0f)                                     \
+    K(.pos = 66, .maxT = 67, .NH = 6, .NKV = 6, .HS = 64, .theta = 0.0f)                                         \
+    K(.pos = 129, .maxT = 200, .NH = 6, .NKV = 3, .HS = 6, .theta = 10000.0f)                                    \
+    K(.pos = 37, .maxT = 50, .NH = 3, .NKV = 3, .HS = 100, .theta = 0.0f)                                        \
+    K(.pos = 300, .maxT = 301, .NH = 2, .NKV = 1, .HS = 300, .theta = 500000.0f)                                 \
+    K(.pos = 1030, .maxT = 1031, .NH = 12, .NKV = 1, .HS = 128, .theta = 500000.0f)                              \
+    K(.pos = 2047, .maxT = 2048, .NH = 4, .NKV = 2, .HS = 64, .theta = 10000.0f)                                 \
+    K(.pos = 1500, .maxT = 2100, .NH = 12, .NKV = 12, .HS = 64, .theta = 0.0f)
 /* ---- sizes and tolerances of the bf16 entries ------------------------------------------------------------
  * Flash attention (bf16). Scratch of the backward, in floats: the CUDA fallback (head sizes other than 64 / 128,
  * layouts the tensor-core kernels refuse) widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward,

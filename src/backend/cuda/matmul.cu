@@ -33,6 +33,11 @@
  * the exact fp32 column sum below).
  * Every result is deterministic: one thread owns each output element and
  * sums K in a fixed order; dbias uses the ordered two-pass column sum.
+ * One exception to the tiles: a forward of one row (N = 1, the decode step of
+ * `forge sample`) in the fp32 mode is a GEMV, gemv_nt_kernel: a 64-row tile
+ * would leave 63 of its 64 rows idle and few blocks to stream the weights,
+ * while the GEMV gives each output a warp (lanes strided over C, float4 loads
+ * where aligned, the xor butterfly: also a fixed order).
  */
 #include <string.h>
 
@@ -187,6 +192,33 @@ __global__ void __launch_bounds__(GEMM_THREADS)
 }
 
 /* out (N,OC) = bias broadcast; the cuBLAS forward then accumulates (beta = 1) */
+/* out (OC) = x (C) . w (OC, C)^T + bias (may be NULL): warp o of the grid owns out[o]; lane l sums elements
+ * l, l + 32, ... (float4s with VEC4: C % 4 == 0 and x, w 16-byte aligned), then warp_sum's xor butterfly */
+#define GEMV_WARPS 8
+template <bool VEC4>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_nt_kernel(float *__restrict__ out, const float *__restrict__ x, const float *__restrict__ w,
+                   const float *__restrict__ bias, int C, int OC) {
+    const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (o >= OC) return; /* o is the warp's: whole warps leave */
+    const float *row = w + (size_t)o * C;
+    float acc = 0.0f;
+    if (VEC4) {
+        const float4 *r4 = (const float4 *)row, *x4 = (const float4 *)x;
+        for (int k = lane; k < C / 4; k += 32) {
+            float4 a = r4[k], b = x4[k];
+            acc = fmaf(a.x, b.x, acc);
+            acc = fmaf(a.y, b.y, acc);
+            acc = fmaf(a.z, b.z, acc);
+            acc = fmaf(a.w, b.w, acc);
+        }
+    } else {
+        for (int k = lane; k < C; k += 32) acc = fmaf(row[k], x[k], acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) out[o] = bias ? acc + bias[o] : acc;
+}
+
 __global__ void bias_broadcast_kernel(float *__restrict__ out, const float *__restrict__ bias, int OC,
                                       size_t total) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -409,7 +441,17 @@ static forge_status matmul_dispatch(cuda_ctx *ctx, cuda_mm_layout layout, float 
 forge_status cuda_matmul_forward(forge_backend *be, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return FORGE_OK;
-    return matmul_dispatch(cuda_get_ctx(be), CUDA_MM_NT, out, inp, weight, bias, N, OC, C);
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    if (N == 1 && C > 0 && ctx->matmul == FORGE_MATMUL_FP32) {
+        const unsigned grid = (unsigned)((OC + GEMV_WARPS - 1) / GEMV_WARPS);
+        if (C % 4 == 0 && (((uintptr_t)inp | (uintptr_t)weight) & 15) == 0)
+            gemv_nt_kernel<true><<<grid, GEMV_WARPS * 32, 0, ctx->stream>>>(out, inp, weight, bias, C, OC);
+        else
+            gemv_nt_kernel<false><<<grid, GEMV_WARPS * 32, 0, ctx->stream>>>(out, inp, weight, bias, C, OC);
+        CUDA_LAUNCH_CHECK("gemv_nt_kernel");
+        return FORGE_OK;
+    }
+    return matmul_dispatch(ctx, CUDA_MM_NT, out, inp, weight, bias, N, OC, C);
 }
 
 forge_status cuda_matmul_backward_input(forge_backend *be, float *dinp, const float *dout,

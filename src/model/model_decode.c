@@ -1,0 +1,144 @@
+/* model_decode.c: the one-token forward pass against per-layer KV caches (model_decode.h). */
+#include "model_decode.h"
+
+#include <stdlib.h>
+
+struct forge_decoder {
+    forge_model *m;
+    void *block; /* everything below, one pool block */
+    size_t block_bytes;
+    float *k_cache, *v_cache;           /* (L, context_length, NKV, HS) each */
+    float *x, *x2, *h, *qkv, *att, *proj; /* one row: C, C, C, QKV, NH*HS, C */
+    float *fc, *up, *act;               /* H each (up: SwiGLU only) */
+    float *mean, *rstd;                 /* the norms' statistics (one row; not used afterwards) */
+    float *logits;                      /* V */
+};
+
+/* Pieces of the block start on 64-float (256-byte) boundaries. */
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+forge_status forge_decoder_create(forge_decoder **out, forge_model *m) {
+    const forge_model_config *c = &m->cfg;
+    const size_t C = (size_t)c->d_model, H = (size_t)c->ffn_hidden, V = (size_t)c->vocab_size;
+    const size_t HS = C / (size_t)c->n_heads, QKV = (size_t)(c->n_heads + 2 * c->n_kv_heads) * HS;
+    const size_t cache = (size_t)c->n_layers * (size_t)c->context_length * (size_t)c->n_kv_heads * HS;
+    const size_t sizes[] = {cache, cache, C, C, C, QKV, C, C, H, H, H, 1, 1, V};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += round64(sizes[i]);
+    forge_decoder *d = calloc(1, sizeof *d);
+    if (!d) return forge_error(FORGE_ERR_OOM, "decoder: out of host memory");
+    d->m = m;
+    forge_status s = forge_pool_block(m->pool, &d->block, total * sizeof(float), &d->block_bytes);
+    if (s != FORGE_OK) {
+        free(d);
+        return forge_error_context(s, "decoder: KV caches of %zu floats (%d layers x %d positions): ", 2 * cache,
+                                   c->n_layers, c->context_length);
+    }
+    float **ptrs[] = {&d->k_cache, &d->v_cache, &d->x, &d->x2, &d->h, &d->qkv, &d->att, &d->proj,
+                      &d->fc, &d->up, &d->act, &d->mean, &d->rstd, &d->logits};
+    float *p = d->block;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        *ptrs[i] = p;
+        p += round64(sizes[i]);
+    }
+    *out = d;
+    return FORGE_OK;
+}
+
+void forge_decoder_free(forge_decoder *d) {
+    if (!d) return;
+    forge_pool_block_release(d->m->pool, d->block, d->block_bytes);
+    free(d);
+}
+
+#define REQUIRE(be, op)                                                                                          \
+    do {                                                                                                         \
+        if (!(be)->op) return forge_error(FORGE_ERR_UNSUPPORTED, "backend %s does not support " #op, (be)->name); \
+    } while (0)
+
+static const float *f32(const forge_tensor *t) { return t ? (const float *)t->data : NULL; }
+
+/* out = norm(x) with weight w (and bias b for LayerNorm), one row */
+static forge_status norm_row(forge_decoder *d, float *out, const float *x, const forge_tensor *w,
+                             const forge_tensor *b) {
+    forge_backend *be = d->m->be;
+    const forge_model_config *c = &d->m->cfg;
+    if (c->norm == FORGE_NORM_LAYERNORM) {
+        REQUIRE(be, layernorm_forward);
+        return be->layernorm_forward(be, out, d->mean, d->rstd, x, f32(w), f32(b), 1, c->d_model, c->norm_eps);
+    }
+    REQUIRE(be, rmsnorm_forward);
+    return be->rmsnorm_forward(be, out, d->rstd, x, f32(w), 1, c->d_model, c->norm_eps);
+}
+
+/* out (OC) = x (C) . w (OC, C)^T + b */
+static forge_status linear_row(forge_backend *be, float *out, const float *x, const forge_tensor *w,
+                               const forge_tensor *b) {
+    REQUIRE(be, matmul_forward);
+    return be->matmul_forward(be, out, x, f32(w), f32(b), 1, (int)w->shape[1], (int)w->shape[0]);
+}
+
+/* x = x + y, through the spare row (add_forward's operands do not alias) */
+static forge_status residual_row(forge_decoder *d, const float *y) {
+    forge_backend *be = d->m->be;
+    REQUIRE(be, add_forward);
+    FORGE_TRY(be->add_forward(be, d->x2, d->x, y, (size_t)d->m->cfg.d_model));
+    float *t = d->x;
+    d->x = d->x2;
+    d->x2 = t;
+    return FORGE_OK;
+}
+
+forge_status forge_decode_step(forge_decoder *d, int32_t id, int pos, const float **logits) {
+    forge_model *m = d->m;
+    forge_backend *be = m->be;
+    const forge_model_config *c = &m->cfg;
+    const int C = c->d_model, NH = c->n_heads, NKV = c->n_kv_heads, HS = C / NH, H = c->ffn_hidden;
+    if (id < 0 || id >= c->vocab_size)
+        return forge_error(FORGE_ERR_ARG, "decode: token id %d outside the vocabulary [0, %d)", (int)id,
+                           c->vocab_size);
+    if (pos < 0 || pos >= c->context_length)
+        return forge_error(FORGE_ERR_ARG, "decode: position %d outside the context [0, %d)", pos, c->context_length);
+    REQUIRE(be, attention_decode);
+    /* the encoder: x = wte[id] (+ wpe[pos]); the rows are addressed directly, so the id never travels */
+    const float *wte_row = f32(m->wte) + (size_t)id * C;
+    if (m->wpe) {
+        REQUIRE(be, position_forward);
+        FORGE_TRY(be->position_forward(be, d->x, wte_row, f32(m->wpe) + (size_t)pos * C, 1, 1, C));
+    } else {
+        FORGE_TRY(be->copy_device(be, d->x, wte_row, (size_t)C * sizeof(float)));
+    }
+    FORGE_TRY(norm_row(d, d->h, d->x, m->layers[0].norm1_w, m->layers[0].norm1_b));
+    const size_t layer_cache = (size_t)c->context_length * NKV * HS;
+    const float theta = c->positions == FORGE_POSITIONS_ROPE ? c->rope_theta : 0.0f;
+    for (int l = 0; l < c->n_layers; l++) {
+        const forge_layer_params *L = &m->layers[l];
+        /* attention block: x = x + proj(attention(rope(qkv(h)))), then h = norm2(x) */
+        FORGE_TRY(linear_row(be, d->qkv, d->h, L->qkv_w, L->qkv_b));
+        FORGE_TRY(be->attention_decode(be, d->att, d->k_cache + l * layer_cache, d->v_cache + l * layer_cache,
+                                       d->qkv, pos, c->context_length, NH, NKV, HS, theta));
+        FORGE_TRY(linear_row(be, d->proj, d->att, L->attn_proj_w, L->attn_proj_b));
+        FORGE_TRY(residual_row(d, d->proj));
+        FORGE_TRY(norm_row(d, d->h, d->x, L->norm2_w, L->norm2_b));
+        /* MLP block: x = x + proj(act(fc(h))), then h = the next block's norm1 (or the final norm) of x */
+        FORGE_TRY(linear_row(be, d->fc, d->h, L->fc_w, L->fc_b));
+        if (c->activation == FORGE_ACTIVATION_GELU) {
+            REQUIRE(be, gelu_forward);
+            FORGE_TRY(be->gelu_forward(be, d->act, d->fc, (size_t)H));
+        } else {
+            REQUIRE(be, swiglu_forward);
+            FORGE_TRY(linear_row(be, d->up, d->h, L->up_w, L->up_b));
+            FORGE_TRY(be->swiglu_forward(be, d->act, d->fc, d->up, (size_t)H));
+        }
+        FORGE_TRY(linear_row(be, d->proj, d->act, L->mlp_proj_w, L->mlp_proj_b));
+        FORGE_TRY(residual_row(d, d->proj));
+        const int last = l == c->n_layers - 1;
+        if (last && !logits) break; /* a prompt position: its cache rows are written, its logits not wanted */
+        FORGE_TRY(norm_row(d, d->h, d->x, last ? m->normf_w : m->layers[l + 1].norm1_w,
+                           last ? m->normf_b : m->layers[l + 1].norm1_b));
+    }
+    if (!logits) return FORGE_OK;
+    FORGE_TRY(linear_row(be, d->logits, d->h, m->lm_head, NULL));
+    *logits = d->logits;
+    return FORGE_OK;
+}
