@@ -674,6 +674,9 @@ static const char *TRAIN_HELP =
     "  --eval-every N       val loss every N steps [100]; --eval-batches N [8]\n"
     "  --ckpt-every N       checkpoint every N steps [only at the end]\n"
     "  --keep-checkpoints N the newest N checkpoints are kept at each save [2]\n"
+    "  --early-stop N       stop when N evaluations in a row bring no val loss below the best so far;\n"
+    "                       every new best is saved, and DIR/best names it (sample and eval it with\n"
+    "                       --ckpt DIR/$(cat DIR/best)) [0: off; needs --eval-every]\n"
     "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
     "  --init DIR           start a new run (step 0, fresh optimizer) from DIR's weights and config: a forge\n"
     "                       run or checkpoint directory, or a Hugging Face save_pretrained directory of a\n"
@@ -778,7 +781,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     runtime_flags rf = {0};
     long samples = -1, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
-    long keep = o.keep_checkpoints;
+    long keep = o.keep_checkpoints, early_stop = 0;
     float dist_timeout = 600.0f;
     args a = {argc, argv, 0, {0}, 0};
     forge_status s = FORGE_OK;
@@ -799,6 +802,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         INT_OPT("--ckpt-every", ckpt_every, 0, 1L << 30)
         INT_OPT("--stop-after", stop_after, 0, 1L << 30)
         INT_OPT("--keep-checkpoints", keep, 1, 1L << 20)
+        INT_OPT("--early-stop", early_stop, 0, 1L << 20)
         INT_OPT("--samples", samples, 0, 100)
         FLOAT_OPT("--lr", o.lr, 0.0, 10.0)
         FLOAT_OPT("--warmup-frac", o.warmup_frac, 0.0, 1.0)
@@ -868,6 +872,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     o.ckpt_every = (int)ckpt_every;
     o.stop_after = (int)stop_after;
     o.keep_checkpoints = (int)keep;
+    o.early_stop = (int)early_stop;
     int demo = o.data_dir == NULL;
     char out_buf[1024], data_buf[1024];
     if (demo) {

@@ -595,10 +595,10 @@ forge_status forge_checkpoint_resolve(const char *path, char *out, size_t cap) {
                        path, CKPT_MODEL_FILE);
 }
 
-forge_status forge_checkpoint_set_latest(const char *run_dir, const char *name) {
+static forge_status set_pointer(const char *run_dir, const char *pointer, const char *name) {
     char tmp[1200], file[1200];
-    snprintf(tmp, sizeof tmp, "%s/latest.tmp", run_dir);
-    snprintf(file, sizeof file, "%s/latest", run_dir);
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", run_dir, pointer);
+    snprintf(file, sizeof file, "%s/%s", run_dir, pointer);
     FILE *f = fopen(tmp, "w");
     if (!f) return forge_error(FORGE_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     int ok = fprintf(f, "%s\n", name) > 0;
@@ -615,4 +615,12 @@ forge_status forge_checkpoint_set_latest(const char *run_dir, const char *name) 
         close(dfd);
     }
     return FORGE_OK;
+}
+
+forge_status forge_checkpoint_set_latest(const char *run_dir, const char *name) {
+    return set_pointer(run_dir, "latest", name);
+}
+
+forge_status forge_checkpoint_set_best(const char *run_dir, const char *name) {
+    return set_pointer(run_dir, "best", name);
 }

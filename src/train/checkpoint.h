@@ -81,5 +81,8 @@ size_t forge_checkpoint_find_nonfinite(const forge_model *m, const void *values,
 forge_status forge_checkpoint_resolve(const char *path, char *out, size_t cap);
 /* Atomically points run_dir/latest at checkpoint directory name `name`. */
 forge_status forge_checkpoint_set_latest(const char *run_dir, const char *name);
+/* Atomically points run_dir/best at checkpoint directory name `name` (the lowest val loss of an early-stopping
+ * run); run_dir_collect keeps the checkpoint it names. */
+forge_status forge_checkpoint_set_best(const char *run_dir, const char *name);
 
 #endif

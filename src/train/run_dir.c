@@ -167,15 +167,22 @@ static int by_step_desc(const void *a, const void *b) {
     return (y->step > x->step) - (y->step < x->step);
 }
 
-forge_status forge_run_dir_collect(const char *run_dir, int step, int keep) {
-    char latest[256] = "", path[4400];
-    snprintf(path, sizeof path, "%s/latest", run_dir);
+/* The checkpoint name a pointer file (latest, best) of run_dir holds, or "" */
+static void read_pointer(const char *run_dir, const char *pointer, char *name, size_t cap) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", run_dir, pointer);
+    name[0] = '\0';
     FILE *f = fopen(path, "r");
-    if (f) {
-        if (!fgets(latest, sizeof latest, f)) latest[0] = '\0';
-        fclose(f);
-        latest[strcspn(latest, "\r\n")] = '\0';
-    }
+    if (!f) return;
+    if (!fgets(name, (int)cap, f)) name[0] = '\0';
+    fclose(f);
+    name[strcspn(name, "\r\n")] = '\0';
+}
+
+forge_status forge_run_dir_collect(const char *run_dir, int step, int keep) {
+    char latest[256], best[256], path[4400];
+    read_pointer(run_dir, "latest", latest, sizeof latest);
+    read_pointer(run_dir, "best", best, sizeof best);
     int n;
     ckpt_entry *list = scan(run_dir, &n);
     if (n > 1) qsort(list, (size_t)n, sizeof *list, by_step_desc);
@@ -183,7 +190,7 @@ forge_status forge_run_dir_collect(const char *run_dir, int step, int keep) {
     int kept = 0;
     for (int i = 0; i < n; i++) {
         const ckpt_entry *e = &list[i];
-        int keep_it = strcmp(e->name, latest) == 0;
+        int keep_it = strcmp(e->name, latest) == 0 || (best[0] && strcmp(e->name, best) == 0);
         if (!keep_it && e->complete && e->step <= step && kept < keep) keep_it = 1;
         if (e->complete && e->step <= step && kept < keep) kept++;
         snprintf(path, sizeof path, "%s/%s", run_dir, e->name);
@@ -191,7 +198,7 @@ forge_status forge_run_dir_collect(const char *run_dir, int step, int keep) {
         if (s == FORGE_OK) s = r;
     }
     free(list);
-    static const char *leftovers[] = {"latest.tmp", "log.jsonl.tmp"};
+    static const char *leftovers[] = {"latest.tmp", "best.tmp", "log.jsonl.tmp"};
     for (size_t i = 0; i < sizeof leftovers / sizeof leftovers[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", run_dir, leftovers[i]);
         if (unlink(path) != 0 && errno != ENOENT && s == FORGE_OK)

@@ -8,10 +8,11 @@
  *   ckpt_NNNNNN/       checkpoints; "complete" = model.safetensors and
  *                      state.safetensors both present (state is written last)
  *   latest             the name of the newest complete checkpoint
+ *   best               with --early-stop: the checkpoint of the lowest val loss
  *   log.jsonl          one JSON line per step (and per evaluation)
  *
  * Collection keeps, at every save, the newest N complete checkpoints no newer
- * than the step just saved plus the one `latest` names, and removes everything
+ * than the step just saved plus the ones `latest` and `best` name, and removes everything
  * else that looks like a checkpoint or a temporary leftover (incomplete or
  * half-deleted ckpt_* directories, *.tmp files): a run killed and resumed any
  * number of times holds the same directories as one that never stopped.

@@ -98,6 +98,10 @@ forge_status forge_train_options_validate(const forge_train_options *o) {
     FORGE_TRY(check_count("--ckpt-every", o->ckpt_every, 0));
     FORGE_TRY(check_count("--stop-after", o->stop_after, 0));
     FORGE_TRY(check_count("--keep-checkpoints", o->keep_checkpoints, 1));
+    FORGE_TRY(check_count("--early-stop", o->early_stop, 0));
+    if (o->early_stop > 0 && o->eval_every == 0)
+        return forge_error(FORGE_ERR_ARG, "train: --early-stop %d counts evaluations: it needs --eval-every N > 0",
+                           o->early_stop);
     FORGE_TRY(check_number("--lr", o->lr, 0, 0, INFINITY, 1, NULL));
     FORGE_TRY(check_number("--warmup-frac", o->warmup_frac, 0, 0, 1, 0, "a fraction of --steps"));
     FORGE_TRY(check_number("--min-lr-ratio", o->min_lr_ratio, 0, 0, 1, 0, "a fraction of --lr"));
@@ -170,6 +174,10 @@ typedef struct {
     FILE *null_out;              /* ranks other than 0 print nowhere */
     forge_train_state state;
     char last_ckpt[1200]; /* the newest checkpoint known good: saved by this run (checked) or resumed from */
+    /* the val losses so far (rank 0; a resumed run reads its log): the lowest, its step, evaluations since */
+    float best_val;
+    int best_step, evals_since_best;
+    char best_ckpt[1200]; /* --early-stop: the checkpoint of best_val ("" if none) */
 } trainer;
 
 static int same_dir(const char *a, const char *b) {
@@ -352,6 +360,37 @@ static forge_status resume_precision(trainer *tr, const char *ckpt_dir) {
     return FORGE_OK;
 }
 
+/* A resumed run's val losses (its log, already cut back to the checkpoint's step): the lowest, its step and the
+ * evaluations since, so --early-stop continues counting where the run stopped; and the checkpoint `best` names. */
+static void read_val_history(trainer *tr) {
+    FILE *f = fopen(tr->log_path, "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            const char *v = strstr(line, "\"val_loss\": ");
+            int step;
+            float val;
+            if (!v || sscanf(line, "{\"step\": %d", &step) != 1 || sscanf(v, "\"val_loss\": %f", &val) != 1) continue;
+            if (isnan(tr->best_val) || val < tr->best_val) {
+                tr->best_val = val;
+                tr->best_step = step;
+                tr->evals_since_best = 0;
+            } else {
+                tr->evals_since_best++;
+            }
+        }
+        fclose(f);
+    }
+    char path[1200], name[256] = "";
+    snprintf(path, sizeof path, "%s/best", tr->o->out_dir);
+    f = fopen(path, "r");
+    if (f) {
+        if (fgets(name, sizeof name, f)) name[strcspn(name, "\r\n")] = '\0';
+        fclose(f);
+    }
+    if (name[0]) snprintf(tr->best_ckpt, sizeof tr->best_ckpt, "%s/%s", tr->o->out_dir, name);
+}
+
 static forge_status setup(trainer *tr, forge_model_config *cfg) {
     const forge_train_options *o = tr->o;
     FORGE_TRY(forge_train_options_validate(o));
@@ -478,6 +517,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
         if (dropped)
             fprintf(tr->out, "note: %s cut back to step %d (%d line(s) after the checkpoint dropped)\n",
                     tr->log_path, tr->state.step, dropped);
+        read_val_history(tr);
     } else {
         char newest[256];
         int old = forge_run_dir_count_checkpoints(o->out_dir, newest, sizeof newest);
@@ -627,6 +667,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         int interrupted;
         FORGE_TRY(forge_comm_any(o->comm, stop_requested, &interrupted));
         /* rank 0 alone evaluates (the others wait for it at the next collective) */
+        int improved = 0, early = 0;
         if (tr->rank == 0 && ((o->eval_every > 0 && tr->state.step % o->eval_every == 0) || last)) {
             float vl;
             FORGE_TRY(evaluate(tr, &vl));
@@ -635,11 +676,34 @@ static forge_status run(trainer *tr, forge_train_result *res) {
                 FORGE_TRY(log_printf(tr, "{\"step\": %d, \"tokens\": %.0f, \"val_loss\": %.6f}\n", tr->state.step,
                                      tr->state.tokens_seen, vl));
                 if (!o->quiet) fprintf(out, "step %5d/%d | val loss %.4f\n", tr->state.step, o->steps, vl);
+                if (isnan(tr->best_val) || vl < tr->best_val) {
+                    tr->best_val = vl;
+                    tr->best_step = tr->state.step;
+                    tr->evals_since_best = 0;
+                    improved = 1;
+                } else {
+                    tr->evals_since_best++;
+                }
+                early = o->early_stop > 0 && tr->evals_since_best >= o->early_stop;
             }
         }
+        if (o->early_stop > 0) { /* rank 0's decisions, for every rank (the checkpoint is collective) */
+            FORGE_TRY(forge_comm_any(o->comm, improved, &improved));
+            FORGE_TRY(forge_comm_any(o->comm, early, &early));
+            if (early && !stopping && !o->quiet)
+                fprintf(out, "early stop: no val loss below %.4f (step %d) in %d evaluations\n", tr->best_val,
+                        tr->best_step, tr->evals_since_best);
+            stopping |= early;
+            res->early_stopped = early;
+        }
         FORGE_TRY(log_flush(tr)); /* before the checkpoint: a checkpoint's steps are always in the log */
-        if ((o->ckpt_every > 0 && tr->state.step % o->ckpt_every == 0) || last || stopping)
+        const int save_best = o->early_stop > 0 && improved;
+        if ((o->ckpt_every > 0 && tr->state.step % o->ckpt_every == 0) || last || stopping || save_best)
             FORGE_TRY(save_checkpoint(tr));
+        if (save_best) {
+            if (tr->rank == 0) FORGE_TRY(forge_checkpoint_set_best(o->out_dir, strrchr(tr->last_ckpt, '/') + 1));
+            snprintf(tr->best_ckpt, sizeof tr->best_ckpt, "%s", tr->last_ckpt);
+        }
         if (stopping) {
             if (interrupted)
                 return forge_error(FORGE_ERR_INTERRUPTED,
@@ -656,9 +720,15 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     res->tokens_per_second = res->steps_done ? res->steps_done * (double)tokens_per_step / elapsed : 0;
     res->peak_bytes = forge_pool_get_stats(tr->pool).peak_reserved;
     snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", tr->last_ckpt);
+    snprintf(res->best_checkpoint, sizeof res->best_checkpoint, "%s", tr->best_ckpt);
+    res->best_val_loss = tr->best_val;
+    res->best_val_step = tr->best_step;
     if (!o->quiet)
         fprintf(out, "done: %d steps in %.1fs (%.0f tok/s) | final loss %.4f (unigram entropy %.3f) | %s\n",
                 res->steps_done, elapsed, res->tokens_per_second, res->last_loss, h, tr->last_ckpt);
+    if (!o->quiet && !isnan(tr->best_val))
+        fprintf(out, "best val loss %.4f (perplexity %.2f) at step %d%s%s\n", tr->best_val, exp(tr->best_val),
+                tr->best_step, tr->best_ckpt[0] ? ": " : "", tr->best_ckpt);
     if (!o->quiet && tr->rank == 0) { /* the loss curve beside the log; without gnuplot, a note instead */
         char png[1100];
         snprintf(png, sizeof png, "%s/loss.png", o->out_dir);
@@ -674,11 +744,13 @@ forge_status forge_train(const forge_train_options *o, forge_train_result *resul
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.lock_fd = -1;
+    tr.best_val = NAN;
     tr.o = o;
     tr.out = o->progress ? o->progress : stdout;
     forge_train_result local;
     forge_train_result *res = result ? result : &local;
     memset(res, 0, sizeof *res);
+    res->best_val_loss = NAN;
     forge_model_config cfg;
     forge_status s = setup(&tr, &cfg);
     if (s == FORGE_OK) s = run(&tr, res);

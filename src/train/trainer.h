@@ -37,6 +37,9 @@ typedef struct {
     int ckpt_every;               /* 0 = only at the end */
     int stop_after;               /* stop (with a checkpoint) after this step; 0 = run to the end */
     int keep_checkpoints;         /* newest complete checkpoints kept at each save (plus `latest`) [2] */
+    int early_stop;               /* > 0: every evaluation with a new lowest val loss saves a checkpoint (named by the
+                                   * run's `best` file), and the run stops after this many evaluations in a row
+                                   * without one; 0 = off. Needs eval_every > 0. */
     forge_runtime_options runtime; /* device, matmul mode, attention, precision, threads, cache paths */
     int quiet;                    /* no progress lines */
     int no_graph;                 /* run every step op by op, never as a recorded graph (train/step.h) */
@@ -67,9 +70,13 @@ typedef struct {
     int steps_done;
     float first_loss, last_loss;
     float last_val_loss;     /* NaN if never evaluated */
+    float best_val_loss;     /* the lowest val loss of the run (NaN if never evaluated) */
+    int best_val_step;       /* its step */
+    int early_stopped;       /* the run ended at --early-stop */
     double tokens_per_second;
     size_t peak_bytes;
     char last_checkpoint[1200];
+    char best_checkpoint[1200]; /* --early-stop: the checkpoint of the lowest val loss ("" if none) */
 } forge_train_result;
 
 /* Trains. The run directory (o->out_dir) is locked for the call (run_dir.h);
