@@ -28,6 +28,9 @@
  *     A(OUT_OPT, T, name, len, tol)    the same, and NULL is allowed (not written)
  *     A(ACC, T, name, len, tol)        accumulated (+=); the test pre-fills it with random values
  *     A(ACC_OPT, T, name, len, tol)    the same, and NULL is allowed (nothing accumulated)
+ *     A(ACC_IF, T, name, len, tol, flag)  accumulated (+=) when the case's SCALAR `flag` is nonzero, else
+ *                                       written (=) in full (a fresh gradient: the test poisons it as OUT)
+ *     A(ACC_IF_OPT, T, name, len, tol, flag)  the same, and NULL is allowed
  *     A(INOUT, T, name, len, lo, hi, tol)  read, then overwritten
  *     A(IDS, name, len, range, special, pct)  const int32_t[len] in [0, range); pct % of them `special`
  *     A(SPANS, name, n, count)         const forge_adamw_span[count]: the test cuts [0, n) into count random spans,
@@ -620,6 +623,8 @@ typedef enum { FORGE_OP_LIST(FORGE_OP_ENUM_ENTRY, FORGE_OP_NOTHING, FORGE_OP_NOT
 #define FORGE_ARG_DECL_OUT_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC_OPT(T, name, ...) , T *name
+#define FORGE_ARG_DECL_ACC_IF(T, name, ...) , T *name
+#define FORGE_ARG_DECL_ACC_IF_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_INOUT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_IDS(name, ...) , const int32_t *name
 #define FORGE_ARG_DECL_SPANS(name, ...) , const forge_adamw_span *name
