@@ -8,7 +8,9 @@
  * q/k/v views of the packed qkv row (stride (NH + 2 NKV) HS elements). The
  * backward's kernels OVERWRITE dense fp32 dq (B,T,NH,HS), dk and dv
  * (B,T,NKV,HS) in the scratch (with delta, B*NH*T); one more pass then adds
- * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d).
+ * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d),
+ * or, writing a fresh gradient (accumulate = 0), dqkv = rn(0 + d) without
+ * reading dqkv (the bits of an add into a zeroed one).
  *
  * Everything those kernels refuse (any other head size; a pointer that is not
  * 16-byte aligned; B or NH over 65535) takes the fallback, so every shape
@@ -19,8 +21,9 @@
  * tolerances, which bound the effect of that rounding.
  * - Backward fallback: the scratch holds qkv, dqkv, dout and out in fp32 and the
  *   fp32 backward's D (FORGE_FLASH_BF16_SCRATCH in op_list.h is sized for it).
- *   dqkv is widened first and the fp32 backward adds each gradient element to it
- *   once, so the final rounding gives exactly rn(dqkv + d).
+ *   dqkv is widened first (zeroed when written) and the fp32 backward adds each
+ *   gradient element to it once, so the final rounding gives exactly
+ *   rn(dqkv + d).
  * - Forward fallback (no scratch argument): the widened qkv and the fp32 out
  *   go through the backend workspace ctx->ws (CUDA_WS_FLOATS floats), in chunks
  *   that fit: several whole batch elements when one fits; else, per batch
@@ -95,7 +98,8 @@ __global__ void __launch_bounds__(FB16_THREADS)
     }
 }
 
-/* dqkv = rn(dqkv + d), d from the dense dq (rows, NH*HS), dk, dv (rows, NKV*HS) */
+/* dqkv = rn(dqkv + d) (ACC) or rn(0 + d), d from the dense dq (rows, NH*HS), dk, dv (rows, NKV*HS) */
+template <bool ACC>
 __global__ void __launch_bounds__(FB16_THREADS)
     fb16_dqkv_add_kernel(uint16_t *__restrict__ dqkv, const float *__restrict__ dq, const float *__restrict__ dk,
                          const float *__restrict__ dv, size_t rows, int qw, int kw) {
@@ -107,7 +111,7 @@ __global__ void __launch_bounds__(FB16_THREADS)
         const float d = c < qw        ? dq[r * qw + c]
                         : c < qw + kw ? dk[r * kw + (c - qw)]
                                       : dv[r * kw + (c - qw - kw)];
-        dqkv[i] = fb16_rn(fb16_ld(dqkv + i) + d);
+        dqkv[i] = fb16_rn((ACC ? fb16_ld(dqkv + i) : 0.0f) + d);
     }
 }
 
@@ -214,9 +218,40 @@ forge_status cuda_flash_attention_forward_bf16(forge_backend *be, forge_bf16 *ou
     return fb16_forward_fallback(be, ctx, out, lse, qkv, B, T, NH, NKV, HS);
 }
 
+/* The backward fallback (top of the file) in buf (FORGE_FLASH_BF16_SCRATCH floats, 16-byte aligned): qkv |
+ * dqkv | dout | out in fp32, then the fp32 backward's D (B*NH*T). dqkv32 holds the widened dqkv, or zeros when
+ * dqkv is written, and the fp32 backward adds each gradient element to it once. */
+static forge_status fb16_backward_fallback(forge_backend *be, cuda_ctx *ctx, float *buf, forge_bf16 *dqkv,
+                                           const forge_bf16 *dout, const forge_bf16 *qkv, const forge_bf16 *out,
+                                           const float *lse, int B, int T, int NH, int NKV, int HS, int accumulate) {
+    const size_t rows = (size_t)B * T, qw = (size_t)NH * HS, kw = (size_t)NKV * HS, nqkv = rows * (qw + 2 * kw);
+    float *q32 = buf, *dqkv32 = q32 + nqkv, *do32 = dqkv32 + nqkv, *o32 = do32 + rows * qw, *D = o32 + rows * qw;
+    const struct {
+        float *dst;
+        const forge_bf16 *src;
+        size_t n;
+    } widen[4] = {{q32, qkv, nqkv}, {dqkv32, accumulate ? dqkv : NULL, nqkv}, {do32, dout, rows * qw},
+                  {o32, out, rows * qw}};
+    for (int i = 0; i < 4; i++) {
+        if (!widen[i].src) {
+            CUDA_TRY(cudaMemsetAsync(widen[i].dst, 0, widen[i].n * sizeof(float), ctx->stream));
+            continue;
+        }
+        fb16_widen_kernel<<<cuda_grid_for(ctx, widen[i].n, FB16_THREADS), FB16_THREADS, 0, ctx->stream>>>(
+            widen[i].dst, (const uint16_t *)widen[i].src, widen[i].n);
+        CUDA_LAUNCH_CHECK("fb16_widen_kernel");
+    }
+    FORGE_TRY(cuda_flash_attention_backward(be, dqkv32, D, do32, q32, o32, lse, B, T, NH, NKV, HS));
+    fb16_narrow_kernel<<<cuda_grid_for(ctx, nqkv, FB16_THREADS), FB16_THREADS, 0, ctx->stream>>>((uint16_t *)dqkv,
+                                                                                                 dqkv32, nqkv);
+    CUDA_LAUNCH_CHECK("fb16_narrow_kernel");
+    return FORGE_OK;
+}
+
 forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *dqkv, float *scratch,
                                                 const forge_bf16 *dout, const forge_bf16 *qkv, const forge_bf16 *out,
-                                                const float *lse, int B, int T, int NH, int NKV, int HS) {
+                                                const float *lse, int B, int T, int NH, int NKV, int HS,
+                                                int accumulate) {
     FORGE_TRY(fb16_check("flash_attention_backward_bf16", B, T, NH, NKV, HS));
     if (B == 0 || T == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
@@ -229,29 +264,18 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
         const forge_status st =
             forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq, dk, dv, ctx->stream);
         if (st == FORGE_OK) {
-            fb16_dqkv_add_kernel<<<cuda_grid_for(ctx, nqkv, FB16_THREADS), FB16_THREADS, 0, ctx->stream>>>(
-                (uint16_t *)dqkv, dq, dk, dv, rows, (int)qw, (int)kw);
+            const unsigned grid = cuda_grid_for(ctx, nqkv, FB16_THREADS);
+            if (accumulate)
+                fb16_dqkv_add_kernel<true><<<grid, FB16_THREADS, 0, ctx->stream>>>((uint16_t *)dqkv, dq, dk, dv, rows,
+                                                                                  (int)qw, (int)kw);
+            else
+                fb16_dqkv_add_kernel<false><<<grid, FB16_THREADS, 0, ctx->stream>>>((uint16_t *)dqkv, dq, dk, dv, rows,
+                                                                                   (int)qw, (int)kw);
             CUDA_LAUNCH_CHECK("fb16_dqkv_add_kernel");
             return FORGE_OK;
         }
         if (st != FORGE_ERR_UNSUPPORTED) return st;
         forge_error_clear(); /* a layout the kernels refuse (checked before any launch): the fallback takes it */
     }
-    /* fallback: qkv | dqkv | dout | out in fp32, then the fp32 backward's D (B*NH*T) */
-    float *q32 = base, *dqkv32 = q32 + nqkv, *do32 = dqkv32 + nqkv, *o32 = do32 + rows * qw, *D = o32 + rows * qw;
-    const struct {
-        float *dst;
-        const forge_bf16 *src;
-        size_t n;
-    } widen[4] = {{q32, qkv, nqkv}, {dqkv32, dqkv, nqkv}, {do32, dout, rows * qw}, {o32, out, rows * qw}};
-    for (int i = 0; i < 4; i++) {
-        fb16_widen_kernel<<<cuda_grid_for(ctx, widen[i].n, FB16_THREADS), FB16_THREADS, 0, ctx->stream>>>(
-            widen[i].dst, (const uint16_t *)widen[i].src, widen[i].n);
-        CUDA_LAUNCH_CHECK("fb16_widen_kernel");
-    }
-    FORGE_TRY(cuda_flash_attention_backward(be, dqkv32, D, do32, q32, o32, lse, B, T, NH, NKV, HS));
-    fb16_narrow_kernel<<<cuda_grid_for(ctx, nqkv, FB16_THREADS), FB16_THREADS, 0, ctx->stream>>>((uint16_t *)dqkv,
-                                                                                                 dqkv32, nqkv);
-    CUDA_LAUNCH_CHECK("fb16_narrow_kernel");
-    return FORGE_OK;
+    return fb16_backward_fallback(be, ctx, base, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, accumulate);
 }
