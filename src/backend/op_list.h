@@ -572,10 +572,12 @@
     K(.B = 1, .Tq = 50, .Tk = 130, .NH = 4, .NKV = 2, .HS = 64)                                                  \
     K(.B = 1, .Tq = 45, .Tk = 30, .NH = 3, .NKV = 3, .HS = 7)
 /* ---- sizes and tolerances of the bf16 entries ------------------------------------------------------------
- * Flash attention (bf16). Scratch of the backward, in floats: the CUDA fallback (head sizes other than 64 / 128,
- * layouts the tensor-core kernels refuse) widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward,
- * whose D takes B*NH*T; the tensor-core path needs less (dq, dk, dv fp32 and delta); +4 aligns the pieces to 16
- * bytes.
+ * Flash attention (bf16). Scratch of the backward, in floats, for the path the head size selects
+ * (FORGE_FLASH_BF16_TC: the CUDA entry's own choice): head sizes 64 and 128 run the tensor-core kernels, which
+ * need dq, dk, dv in fp32 (B*T*FORGE_QKV) and delta (B*NH*T), as the CPU reference does; any other head size runs
+ * the CUDA fallback, which widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward, whose D takes
+ * B*NH*T (a layout the tensor-core kernels refuse at head size 64 or 128 takes the fallback too, with a
+ * stream-ordered buffer of its own). +4 aligns the pieces to 16 bytes.
  * Tolerances (max abs error against the CPU reference; u = 2^-9, the bf16 unit roundoff):
  * - out: the kernels round P = exp(s - m) at the running max of their key tiles (the fallback does not round it),
  *   the reference at the final max; each rounding moves a term of sum_j P_j v_j / l by <= u of it, so the two
@@ -589,8 +591,14 @@
  *   <= 2u sum|terms|; with these inputs max|d| <= 0.8 (measured over the cases: the gradients of a softmax with a
  *   saved lse, |dout| <= 1) and d's error <= 1.2e-3 (the fp32 fallback against the reference); bounded by 2^-6,
  *   ~2% of max|d|, as the bf16 kernels' own tests bound it at 3e-2 max|ref|. */
-#define FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)                                                              \
+#define FORGE_FLASH_BF16_TC(HS) ((HS) == 64 || (HS) == 128)
+#define FORGE_FLASH_BF16_SCRATCH_TC(B, T, NH, NKV, HS)                                                           \
+    ((size_t)(B) * (T) * FORGE_QKV(NH, NKV, HS) + (size_t)(B) * (NH) * (T) + 4)
+#define FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS)                                                         \
     ((size_t)(B) * (T) * (2 * FORGE_QKV(NH, NKV, HS) + 2 * (size_t)(NH) * (HS)) + (size_t)(B) * (NH) * (T) + 4)
+#define FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)                                                              \
+    (FORGE_FLASH_BF16_TC(HS) ? FORGE_FLASH_BF16_SCRATCH_TC(B, T, NH, NKV, HS)                                    \
+                             : FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS))
 #define FORGE_FLASH_BF16_OUT_TOL(vmax) (2.0 * ldexp((vmax), -9) + ldexp(1.0, -7))
 #define FORGE_FLASH_BF16_LSE_TOL(HS, qmax) ((qmax) * (qmax) * pow((double)(HS), 1.5) * ldexp(1.0, -24) + 2e-5)
 #define FORGE_FLASH_BF16_DQKV_TOL (ldexp(1.0, -7) + ldexp(1.0, -6))

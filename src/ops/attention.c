@@ -100,8 +100,8 @@ static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_
 }
 
 /* bf16: dqkv += (bf16), or dqkv written when it is qkv's first gradient (no zeroing pass), with the scratch the op
- * list states (the delta rows and the fp32 gradients of the bf16 kernels, or the widened operands of their
- * fallback) taken from the pool for the call */
+ * list states for the head size (the delta rows and the fp32 gradients of the tensor-core kernels, or the widened
+ * operands of their fallback) taken from the pool for the call */
 static forge_status flash_attention_backward_bf16(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dqkv;

@@ -10,7 +10,8 @@
  * (B,T,NKV,HS) in the scratch (with delta, B*NH*T); one more pass then adds
  * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d),
  * or, writing a fresh gradient (accumulate = 0), dqkv = rn(0 + d) without
- * reading dqkv (the bits of an add into a zeroed one).
+ * reading dqkv (the bits of an add into a zeroed one). The head size picks the
+ * path (FORGE_FLASH_BF16_TC, op_list.h), and the scratch is sized for it.
  *
  * Everything those kernels refuse (any other head size; a pointer that is not
  * 16-byte aligned; B or NH over 65535) takes the fallback, so every shape
@@ -20,10 +21,12 @@
  * and dS in fp32 without rounding them: it stays inside the entry's
  * tolerances, which bound the effect of that rounding.
  * - Backward fallback: the scratch holds qkv, dqkv, dout and out in fp32 and the
- *   fp32 backward's D (FORGE_FLASH_BF16_SCRATCH in op_list.h is sized for it).
- *   dqkv is widened first (zeroed when written) and the fp32 backward adds each
- *   gradient element to it once, so the final rounding gives exactly
- *   rn(dqkv + d).
+ *   fp32 backward's D (FORGE_FLASH_BF16_SCRATCH_WIDE in op_list.h). dqkv is
+ *   widened first (zeroed when written) and the fp32 backward adds each gradient
+ *   element to it once, so the final rounding gives exactly rn(dqkv + d). At
+ *   head size 64 or 128 (a layout the tensor-core kernels refuse) the caller's
+ *   scratch has the tensor-core size, so the fallback takes a buffer of its
+ *   own, stream-ordered (cudaMallocAsync: no host synchronisation).
  * - Forward fallback (no scratch argument): the widened qkv and the fp32 out
  *   go through the backend workspace ctx->ws (CUDA_WS_FLOATS floats), in chunks
  *   that fit: several whole batch elements when one fits; else, per batch
@@ -208,7 +211,7 @@ forge_status cuda_flash_attention_forward_bf16(forge_backend *be, forge_bf16 *ou
     FORGE_TRY(fb16_check("flash_attention_forward_bf16", B, T, NH, NKV, HS));
     if (B == 0 || T == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (HS == 64 || HS == 128) {
+    if (FORGE_FLASH_BF16_TC(HS)) {
         const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
         const forge_status st = forge_flash_bf16_forward(&s, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS,
                                                          out, lse, ctx->stream);
@@ -218,7 +221,7 @@ forge_status cuda_flash_attention_forward_bf16(forge_backend *be, forge_bf16 *ou
     return fb16_forward_fallback(be, ctx, out, lse, qkv, B, T, NH, NKV, HS);
 }
 
-/* The backward fallback (top of the file) in buf (FORGE_FLASH_BF16_SCRATCH floats, 16-byte aligned): qkv |
+/* The backward fallback (top of the file) in buf (FORGE_FLASH_BF16_SCRATCH_WIDE floats, 16-byte aligned): qkv |
  * dqkv | dout | out in fp32, then the fp32 backward's D (B*NH*T). dqkv32 holds the widened dqkv, or zeros when
  * dqkv is written, and the fp32 backward adds each gradient element to it once. */
 static forge_status fb16_backward_fallback(forge_backend *be, cuda_ctx *ctx, float *buf, forge_bf16 *dqkv,
@@ -257,7 +260,7 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
     cuda_ctx *ctx = cuda_get_ctx(be);
     const size_t rows = (size_t)B * T, qw = (size_t)NH * HS, kw = (size_t)NKV * HS, nqkv = rows * (qw + 2 * kw);
     float *base = fb16_align16(scratch);
-    if (HS == 64 || HS == 128) {
+    if (FORGE_FLASH_BF16_TC(HS)) {
         /* dq | dk | dv | delta: every piece a multiple of 4 floats (HS), so each stays 16-byte aligned */
         float *dq = base, *dk = dq + rows * qw, *dv = dk + rows * kw, *delta = dv + rows * kw;
         const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
@@ -277,5 +280,17 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
         if (st != FORGE_ERR_UNSUPPORTED) return st;
         forge_error_clear(); /* a layout the kernels refuse (checked before any launch): the fallback takes it */
     }
-    return fb16_backward_fallback(be, ctx, base, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, accumulate);
+    /* the fallback, in the caller's scratch or (the scratch sized for the tensor-core path) a buffer of its own */
+    if (!FORGE_FLASH_BF16_TC(HS)) return fb16_backward_fallback(be, ctx, base, dqkv, dout, qkv, out, lse, B, T, NH, NKV,
+                                                                HS, accumulate);
+    float *own = nullptr;
+    CUDA_TRY(cudaMallocAsync((void **)&own, FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS) * sizeof(float),
+                             ctx->stream));
+    const forge_status st =
+        fb16_backward_fallback(be, ctx, fb16_align16(own), dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, accumulate);
+    const cudaError_t e = cudaFreeAsync(own, ctx->stream);
+    if (st == FORGE_OK && e != cudaSuccess)
+        return forge_error(FORGE_ERR_DEVICE, "cudaFreeAsync failed in flash_attention_backward_bf16: %s",
+                           cudaGetErrorString(e));
+    return st;
 }
