@@ -166,7 +166,7 @@ static void test_elementwise(void) {
     }
 
     /* accumulate: the fp32 sum of two bf16 is one rounding, and its rounding to bf16 the second: bit-exact */
-    CHECK_OK(be->accumulate_bf16(be, acc, x, n));
+    CHECK_OK(be->accumulate_bf16(be, acc, x, n, 1));
     for (size_t i = 0; i < n; i++) out[i] = forge_bf16_from_f32((float)(bf(d0[i]) + bf(x[i])));
     check_bits("accumulate_bf16", acc, out, n);
 
@@ -197,7 +197,7 @@ static void test_elementwise(void) {
     memcpy(acc, d0, n * sizeof *acc);
     memcpy(acc2, e0, n * sizeof *acc2);
     for (size_t i = 0; i < n; i++) r32[i] = (float)bf(d0[i]);
-    CHECK_OK(be->swiglu_backward_bf16(be, acc, acc2, g, x, y, n));
+    CHECK_OK(be->swiglu_backward_bf16(be, acc, acc2, g, x, y, n, 1));
     CHECK_OK(be->swiglu_backward(be, r32, r32b, gf, xf, yf, n));
     for (size_t i = 0; i < n; i++) ref[i] = r32[i], slack[i] = 1e-6 * (1.0 + fabs(yf[i])) * (1.0 + fabs(xf[i]));
     check_bf16_near("swiglu_backward_bf16.dgate", acc, ref, slack, n);
@@ -209,7 +209,7 @@ static void test_elementwise(void) {
     forge_bf16 o2[2], z2[2] = {0, 0}, z3[2] = {0, 0};
     CHECK_OK(be->swiglu_forward_bf16(be, o2, big, one, 2));
     CHECK(bf(o2[0]) == 0.0 && bf(o2[1]) == 200.0);
-    CHECK_OK(be->swiglu_backward_bf16(be, z2, z3, one, big, one, 2));
+    CHECK_OK(be->swiglu_backward_bf16(be, z2, z3, one, big, one, 2, 1));
     CHECK(bf(z2[0]) == 0.0 && bf(z3[0]) == 0.0 && bf(z2[1]) == 1.0 && bf(z3[1]) == 200.0);
 done:
     free(x), free(y), free(d0), free(e0), free(g), free(out), free(acc), free(acc2), free(ref), free(slack);
@@ -447,7 +447,7 @@ static void test_norm_backward(void) {
         }
         /* dx: row means of C terms |w g x-hat| <= 5 summed in another order, with fmas: slack 5e-6 (1 + sqrt(C))
          * rstd */
-        CHECK_OK(be->layernorm_backward_bf16(be, dinp, dw, db, g, x, w, mean, rstd, N, C));
+        CHECK_OK(be->layernorm_backward_bf16(be, dinp, dw, db, g, x, w, mean, rstd, N, C, 1));
         CHECK_OK(be->layernorm_backward(be, d32, dw32, db32, gf, xf, w, mean, rstd, N, C));
         for (size_t i = 0; i < NC; i++)
             ref[i] = d32[i], slack[i] = 5e-6 * (1.0 + sqrt((double)C)) * rstd[i / C];
@@ -460,7 +460,7 @@ static void test_norm_backward(void) {
         memcpy(dinp, d0, NC * sizeof *dinp);
         for (size_t i = 0; i < NC; i++) d32[i] = (float)bf(d0[i]);
         memcpy(dw32, dw, C * sizeof *dw);
-        CHECK_OK(be->rmsnorm_backward_bf16(be, dinp, dw, g, x, w, rstd, N, C));
+        CHECK_OK(be->rmsnorm_backward_bf16(be, dinp, dw, g, x, w, rstd, N, C, 1));
         CHECK_OK(be->rmsnorm_backward(be, d32, dw32, gf, xf, w, rstd, N, C));
         for (size_t i = 0; i < NC; i++) ref[i] = d32[i];
         check_bf16_near("rmsnorm_backward_bf16.dinp", dinp, ref, slack, NC);
@@ -508,7 +508,7 @@ static void test_rope(void) {
     CHECK_OK(be->rope_forward_bf16(be, inplace, inplace, B, T, NHEADS, NROT, HS, theta));
     check_bits("rope_forward_bf16 in place", inplace, out, n);
 
-    CHECK_OK(be->rope_backward_bf16(be, dinp, x, B, T, NHEADS, NROT, HS, theta));
+    CHECK_OK(be->rope_backward_bf16(be, dinp, x, B, T, NHEADS, NROT, HS, theta, 1));
     CHECK_OK(be->rope_backward(be, d32, xf, B, T, NHEADS, NROT, HS, theta));
     for (size_t i = 0; i < n; i++) ref[i] = d32[i], slack[i] = 5e-7; /* fp32's rounded products vs the fma */
     check_bf16_near("rope_backward_bf16", dinp, ref, slack, n);
@@ -516,6 +516,113 @@ static void test_rope(void) {
 done:
     free(x), free(out), free(d0), free(dinp), free(inplace), free(xf), free(d32), free(ref), free(slack);
     forge_backend_destroy(be);
+}
+
+/* ---- fresh gradients ------------------------------------------------------------------------------------------ */
+
+#define BF16_NAN 0x7fc0
+#define BF16_NEG_ZERO 0x8000
+
+static forge_bf16 *bf_fill(size_t n, forge_bf16 v) {
+    forge_bf16 *h = malloc((n ? n : 1) * sizeof *h);
+    if (h)
+        for (size_t i = 0; i < n; i++) h[i] = v;
+    return h;
+}
+
+/* a gradient with -0 at every 5th element and in every 4th row of C (whole rows: a norm's dx comes out -0 there) */
+static forge_bf16 *bf_grad_with_neg_zeros(forge_rng *rng, size_t n, int C) {
+    forge_bf16 *g = bf_random(rng, n, -1, 1);
+    if (g)
+        for (size_t i = 0; i < n; i++)
+            if (i % 5 == 0 || (i / (size_t)C) % 4 == 1) g[i] = BF16_NEG_ZERO;
+    return g;
+}
+
+/* Each backward that writes a fresh gradient (accumulate = 0) into a NaN-filled buffer gives the bits an add into a
+ * zeroed one (accumulate = 1) gives, -0 results included (they land as +0), on the reference and on the threaded
+ * backend. */
+static void test_fresh_writes(void) {
+    TEST_CASE("bf16 backward with accumulate = 0: the bits of an add into zeros (NaN before, -0 as +0)");
+    forge_rng rng;
+    forge_rng_seed(&rng, 23, 5);
+    enum { N = 37, C = 96, B = 2, T = 19, NH = 4, NKV = 2, HS = 64, V = 131, NROT = NH + NKV };
+    const size_t nc = (size_t)N * C, nq = (size_t)B * T * FORGE_QKV(NH, NKV, HS), no = (size_t)B * T * NH * HS;
+    const size_t nl = (size_t)B * NH * T, nmax = nq > nc ? nq : nc;
+    forge_bf16 *x = bf_random(&rng, nmax, -2, 2), *y = bf_random(&rng, nmax, -3, 3);
+    forge_bf16 *g = bf_grad_with_neg_zeros(&rng, nmax, C), *qkv = bf_random(&rng, nq, -1.5f, 1.5f);
+    forge_bf16 *dout = bf_grad_with_neg_zeros(&rng, no, NH * HS), *out = bf_fill(no, 0);
+    forge_bf16 *want = bf_fill(nmax, 0), *got = bf_fill(nmax, BF16_NAN), *want2 = bf_fill(nmax, 0);
+    forge_bf16 *got2 = bf_fill(nmax, BF16_NAN), *yo = bf_fill(nc, 0);
+    float *w = fx_floats(C), *bias = fx_floats(C), *mean = fx_floats(N), *rstd = fx_floats(N);
+    float *dw = fx_floats((size_t)V * C), *db = fx_floats(C), *lse = fx_floats(nl), *losses = fx_floats(N);
+    float *fscratch = fx_floats(FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS));
+    float *cscratch = fx_floats(FORGE_CLS_BF16_SCRATCH(N, C, V));
+    forge_bf16 *wte = bf_random(&rng, (size_t)V * C, -0.1f, 0.1f);
+    int32_t *tg = malloc(N * sizeof *tg);
+    if (!x || !y || !g || !qkv || !dout || !out || !want || !got || !want2 || !got2 || !yo || !w || !bias || !mean ||
+        !rstd || !dw || !db || !lse || !losses || !fscratch || !cscratch || !wte || !tg) {
+        CHECK_MSG(0, "out of memory");
+        goto done;
+    }
+    for (int c = 0; c < C; c++) w[c] = 0.25f + (float)c / C, bias[c] = 0.1f;
+    for (int n = 0; n < N; n++) tg[n] = n % 3 == 0 ? -100 : (int)forge_rng_below(&rng, V);
+    for (int threaded = 0; threaded < 2; threaded++) {
+        forge_backend *be = NULL;
+        CHECK_OK(forge_backend_create_cpu(&be, threaded ? 2 : 1, threaded ? 0 : 1));
+        if (!be) break;
+/* reset want/got (and want2/got2) to zeros and NaN over n elements */
+#define FRESH_RESET(n)                                                                                             \
+    do {                                                                                                           \
+        for (size_t i_ = 0; i_ < (n); i_++) want[i_] = want2[i_] = 0, got[i_] = got2[i_] = BF16_NAN;               \
+    } while (0)
+        FRESH_RESET(nc);
+        CHECK_OK(be->accumulate_bf16(be, want, g, nc, 1));
+        CHECK_OK(be->accumulate_bf16(be, got, g, nc, 0));
+        check_bits("accumulate_bf16 written", got, want, nc);
+
+        FRESH_RESET(nc);
+        CHECK_OK(be->swiglu_backward_bf16(be, want, want2, g, x, y, nc, 1));
+        CHECK_OK(be->swiglu_backward_bf16(be, got, got2, g, x, y, nc, 0));
+        check_bits("swiglu_backward_bf16 written: dgate", got, want, nc);
+        check_bits("swiglu_backward_bf16 written: dup", got2, want2, nc);
+
+        CHECK_OK(be->layernorm_forward_bf16(be, yo, mean, rstd, x, w, bias, N, C, 1e-5f));
+        FRESH_RESET(nc);
+        CHECK_OK(be->layernorm_backward_bf16(be, want, dw, db, g, x, w, mean, rstd, N, C, 1));
+        CHECK_OK(be->layernorm_backward_bf16(be, got, dw, db, g, x, w, mean, rstd, N, C, 0));
+        check_bits("layernorm_backward_bf16 written", got, want, nc);
+
+        CHECK_OK(be->rmsnorm_forward_bf16(be, yo, rstd, x, w, N, C, 1e-5f));
+        FRESH_RESET(nc);
+        CHECK_OK(be->rmsnorm_backward_bf16(be, want, dw, g, x, w, rstd, N, C, 1));
+        CHECK_OK(be->rmsnorm_backward_bf16(be, got, dw, g, x, w, rstd, N, C, 0));
+        check_bits("rmsnorm_backward_bf16 written", got, want, nc);
+
+        FRESH_RESET(nq);
+        CHECK_OK(be->rope_backward_bf16(be, want, g, B, T, NH + 2 * NKV, NROT, HS, 10000.0f, 1));
+        CHECK_OK(be->rope_backward_bf16(be, got, g, B, T, NH + 2 * NKV, NROT, HS, 10000.0f, 0));
+        check_bits("rope_backward_bf16 written", got, want, nq);
+
+        CHECK_OK(be->flash_attention_forward_bf16(be, out, lse, qkv, B, T, NH, NKV, HS));
+        FRESH_RESET(nq);
+        CHECK_OK(be->flash_attention_backward_bf16(be, want, fscratch, dout, qkv, out, lse, B, T, NH, NKV, HS, 1));
+        CHECK_OK(be->flash_attention_backward_bf16(be, got, fscratch, dout, qkv, out, lse, B, T, NH, NKV, HS, 0));
+        check_bits("flash_attention_backward_bf16 written", got, want, nq);
+
+        FRESH_RESET(nc);
+        CHECK_OK(be->classifier_bf16(be, losses, want, dw, cscratch, x, wte, tg, N, C, V, -100, 0.5f, 1));
+        CHECK_OK(be->classifier_bf16(be, losses, got, dw, cscratch, x, wte, tg, N, C, V, -100, 0.5f, 0));
+        check_bits("classifier_bf16 written", got, want, nc);
+#undef FRESH_RESET
+        forge_backend_destroy(be);
+    }
+    /* the -0 cases are there: a -0 gradient written is +0 */
+    CHECK(g[0] == BF16_NEG_ZERO);
+done:
+    free(x), free(y), free(g), free(qkv), free(dout), free(out), free(want), free(got), free(want2), free(got2);
+    free(yo), free(w), free(bias), free(mean), free(rstd), free(dw), free(db), free(lse), free(losses);
+    free(fscratch), free(cscratch), free(wte), free(tg);
 }
 
 void suite_ops_bf16(void) {
@@ -526,4 +633,5 @@ void suite_ops_bf16(void) {
     test_norm_forward();
     test_norm_backward();
     test_rope();
+    test_fresh_writes();
 }

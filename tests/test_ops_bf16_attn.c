@@ -166,7 +166,7 @@ static void flash_case(forge_backend *be, forge_rng *rng, fshape s) {
     CHECK_MSG(le <= 1e-5, "B=%d T=%d HS=%d: lse off by %g", B, T, HS, le);
 
     /* backward on the forward's own out and lse */
-    CHECK_OK(be->flash_attention_backward_bf16(be, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HS));
+    CHECK_OK(be->flash_attention_backward_bf16(be, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HS, 1));
     dref_backward(&s, qkv, dout, out, lse, d);
     double dmax = 0.0;
     for (size_t i = 0; i < nq; i++) {
@@ -204,7 +204,7 @@ static void test_flash_bf16(void) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) flash_case(be, &rng, cases[c]);
     /* B = 0 and T = 0 are no-ops */
     CHECK_OK(be->flash_attention_forward_bf16(be, NULL, NULL, NULL, 0, 5, 2, 1, 8));
-    CHECK_OK(be->flash_attention_backward_bf16(be, NULL, NULL, NULL, NULL, NULL, NULL, 3, 0, 2, 1, 8));
+    CHECK_OK(be->flash_attention_backward_bf16(be, NULL, NULL, NULL, NULL, NULL, NULL, 3, 0, 2, 1, 8, 1));
     CHECK(be->flash_attention_forward_bf16(be, NULL, NULL, NULL, 1, 1, 3, 2, 8) == FORGE_ERR_ARG);
     forge_error_clear();
     forge_backend_destroy(be);
@@ -230,7 +230,7 @@ static void classifier_case(forge_backend *be, forge_rng *rng, int N, int C, int
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)(N ? N : 1));
     for (int n = 0; n < N; n++)
         tg[n] = forge_rng_below(rng, 100) < (uint64_t)ignore_pct ? ig : (int)forge_rng_below(rng, (uint64_t)V);
-    CHECK_OK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, N, C, V, ig, gs));
+    CHECK_OK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, N, C, V, ig, gs, 1));
 
     /* float64, the same roundings: logits (exact sums) rounded, dlogits rounded, dinp rounded after the add */
     double *x = malloc(sizeof(double) * (size_t)V), *dx = malloc(sizeof(double) * (size_t)C);
@@ -322,7 +322,7 @@ static void test_classifier_bf16(void) {
     forge_bf16 inp[4] = {0}, wte[8] = {0}, dinp[4] = {0};
     float losses[2] = {7.0f, 7.0f}, dwte[8] = {0}, scratch[64];
     int32_t tg[2] = {1, 4};
-    CHECK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, 2, 2, 4, -100, 1.0f) == FORGE_ERR_ARG);
+    CHECK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, 2, 2, 4, -100, 1.0f, 1) == FORGE_ERR_ARG);
     CHECK(losses[0] == 7.0f && losses[1] == 7.0f);
     forge_error_clear();
     forge_backend_destroy(be);

@@ -13,7 +13,8 @@
  * - OUT buffers are POISONED with NaN on both sides before the call, so an
  *   element the kernel forgets to write fails the comparison; ACC and INOUT
  *   buffers start with the same random values on both sides, so "=" instead
- *   of "+=" fails.
+ *   of "+=" fails. An ACC_IF buffer is either, as its case's flag says: an
+ *   op that writes a fresh gradient (flag 0) must set every element.
  * - Every device buffer has GUARD floats after it holding a sentinel; a write
  *   past the end fails the case even when memcheck is not running.
  * - An entry with optional arguments (IN_OPT, OUT_OPT, ACC_OPT) runs with
@@ -65,6 +66,8 @@
 #define FIELD_OUT_OPT(T, name, ...) T *name;
 #define FIELD_ACC(T, name, ...) T *name;
 #define FIELD_ACC_OPT(T, name, ...) T *name;
+#define FIELD_ACC_IF(T, name, ...) T *name;
+#define FIELD_ACC_IF_OPT(T, name, ...) T *name;
 #define FIELD_INOUT(T, name, ...) T *name;
 #define FIELD_IDS(name, ...) int32_t *name;
 #define FIELD_SPANS(name, ...) forge_adamw_span *name;
@@ -87,6 +90,8 @@
 #define LOCAL_OUT_OPT(...)
 #define LOCAL_ACC(...)
 #define LOCAL_ACC_OPT(...)
+#define LOCAL_ACC_IF(...)
+#define LOCAL_ACC_IF_OPT(...)
 #define LOCAL_INOUT(...)
 #define LOCAL_IDS(...)
 #define LOCAL_SPANS(...)
@@ -114,6 +119,10 @@
 #define DESC_OUT_OPT(T, name, len, tol) DESC_BUF(ARG_OUT_OPT, T, name, len, 0, 0, PTOL_##tol)
 #define DESC_ACC(T, name, len, tol) DESC_BUF(ARG_ACC, T, name, len, -1, 1, PTOL_##tol)
 #define DESC_ACC_OPT(T, name, len, tol) DESC_BUF(ARG_ACC_OPT, T, name, len, -1, 1, PTOL_##tol)
+/* accumulated when the case's flag is nonzero, else written in full: pre-filled, or poisoned like OUT */
+#define DESC_ACC_IF(T, name, len, tol, flag) DESC_BUF((flag) ? ARG_ACC : ARG_OUT, T, name, len, -1, 1, PTOL_##tol)
+#define DESC_ACC_IF_OPT(T, name, len, tol, flag)                                                                  \
+    DESC_BUF((flag) ? ARG_ACC_OPT : ARG_OUT_OPT, T, name, len, -1, 1, PTOL_##tol)
 #define DESC_INOUT(T, name, len, lo, hi, tol) DESC_BUF(ARG_INOUT, T, name, len, lo, hi, PTOL_##tol)
 #define DESC_IDS(nm_, len_, range_, special_, pct_)                                                             \
     d[n_++] = (arg_desc){.role = ARG_IDS, .name = #nm_, .offset = offsetof(case_t, nm_), .len = (size_t)(len_),   \
@@ -150,6 +159,8 @@
 #define CALL_OUT_OPT(T, name, ...) , c_->name
 #define CALL_ACC(T, name, ...) , c_->name
 #define CALL_ACC_OPT(T, name, ...) , c_->name
+#define CALL_ACC_IF(T, name, ...) , c_->name
+#define CALL_ACC_IF_OPT(T, name, ...) , c_->name
 #define CALL_INOUT(T, name, ...) , c_->name
 #define CALL_IDS(name, ...) , c_->name
 #define CALL_SPANS(name, ...) , c_->name
@@ -174,6 +185,8 @@
 #define SHOW_OUT_OPT(...)
 #define SHOW_ACC(...)
 #define SHOW_ACC_OPT(...)
+#define SHOW_ACC_IF(...)
+#define SHOW_ACC_IF_OPT(...)
 #define SHOW_INOUT(...)
 #define SHOW_IDS(...)
 #define SHOW_SPANS(...)

@@ -7,7 +7,8 @@
  *   / _backward_wgmma, on the mma.sync forward's out and lse); a refusal is a failure: every shape here
  *   (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one they must take on sm_90;
  * - flash16_default.*: forge_flash_bf16_forward / _backward as a caller gets them.
- * Head dims without a compiled tile are refused (*.refuse). The variants (the 128-row mma.sync forward, the
+ * Head dims without a compiled tile are refused (*.refuse). flash16_op_fallback.*: the backend entry's backward
+ * where the tensor-core kernels refuse a layout at head size 64 (its fallback, in a buffer of its own). The variants (the 128-row mma.sync forward, the
  * wgmma forward's other schedules, the other dK/dV kernels): `forge-lab test flash16`. */
 #include <math.h>
 #include <stdint.h>
@@ -178,6 +179,42 @@ static void case_flash16_refuse(parity *P) {
                       forge_flash_bf16_backward_wgmma(&fs, dummy, dummy, dummy, dummy, dummy, fd, fd, fd, fd, fd, NULL));
 }
 
+/* The backend entry flash_attention_backward_bf16 at head size 64 with the scratch op_list.h sizes for it (the
+ * tensor-core path's) and 2-byte-aligned pointers, which the tensor-core kernels refuse: the fallback runs in a
+ * buffer of its own. dqkv added into (accumulate = 1) and written into NaN (0), against the CPU reference. */
+static void case_flash16_op_fallback(parity *P) {
+    const int B = 2, T = 67, NH = 4, NKV = 2, HS = 64;
+    const size_t nq = (size_t)B * T * FORGE_QKV(NH, NKV, HS), no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    const double lse_lo = log((double)T + 1.0);
+    for (int accumulate = 1; accumulate >= 0; accumulate--) {
+        char op[64], shape[96];
+        snprintf(op, sizeof op, "flash16_op_fallback.dqkv");
+        snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d misaligned accumulate=%d", B, T, NH, NKV, HS,
+                 accumulate);
+        bbuf qkv = {0}, dout = {0}, out = {0}, dqkv = {0};
+        fbuf lse = {0}, scratch = {0};
+        /* one element more than needed: the views start at element 1 */
+        int ok = bbuf_rand(P, &qkv, nq + 1, -1.5f, 1.5f) && bbuf_rand(P, &dout, no + 1, -1, 1) &&
+                 bbuf_rand(P, &out, no + 1, -1, 1) && fbuf_rand(P, &lse, nl, (float)lse_lo, (float)lse_lo + 1.0f) &&
+                 fbuf_poison(P, &scratch, FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)) &&
+                 (accumulate ? bbuf_rand(P, &dqkv, nq + 1, -1, 1) : bbuf_poison(P, &dqkv, nq + 1));
+        if (!ok) {
+            report(P, 0, op, shape, INFINITY, 0, "(could not set up the buffers)");
+        } else {
+            const forge_status sc = P->cpu->flash_attention_backward_bf16(
+                P->cpu, dqkv.c + 1, scratch.c, dout.c + 1, qkv.c + 1, out.c + 1, lse.c, B, T, NH, NKV, HS, accumulate);
+            const forge_status sg = P->gpu->flash_attention_backward_bf16(
+                P->gpu, dqkv.g + 1, scratch.g, dout.g + 1, qkv.g + 1, out.g + 1, lse.g, B, T, NH, NKV, HS, accumulate);
+            if (ran_ok(P, op, shape, sc, sg)) {
+                const bbuf view = {nq, dqkv.c + 1, dqkv.g + 1}; /* its GUARD elements are dqkv's guard */
+                check_bf16_tol(P, op, shape, &view, FORGE_FLASH_BF16_DQKV_TOL, 0, 0.0);
+            }
+        }
+        bbuf_free(P, &qkv), bbuf_free(P, &dout), bbuf_free(P, &out), bbuf_free(P, &dqkv);
+        fbuf_free(P, &lse), fbuf_free(P, &scratch);
+    }
+}
+
 void run_flash16_cases(parity *P) {
     for (size_t i = 0; i < sizeof FA_CASE_SHAPES / sizeof FA_CASE_SHAPES[0]; i++) {
         const int *s = FA_CASE_SHAPES[i];
@@ -185,4 +222,5 @@ void run_flash16_cases(parity *P) {
         case_flash16(P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
     }
     case_flash16_refuse(P);
+    case_flash16_op_fallback(P);
 }

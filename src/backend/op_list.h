@@ -28,6 +28,9 @@
  *     A(OUT_OPT, T, name, len, tol)    the same, and NULL is allowed (not written)
  *     A(ACC, T, name, len, tol)        accumulated (+=); the test pre-fills it with random values
  *     A(ACC_OPT, T, name, len, tol)    the same, and NULL is allowed (nothing accumulated)
+ *     A(ACC_IF, T, name, len, tol, flag)  accumulated (+=) when the case's SCALAR `flag` is nonzero, else
+ *                                       written (=) in full (a fresh gradient: the test poisons it as OUT)
+ *     A(ACC_IF_OPT, T, name, len, tol, flag)  the same, and NULL is allowed
  *     A(INOUT, T, name, len, lo, hi, tol)  read, then overwritten
  *     A(IDS, name, len, range, special, pct)  const int32_t[len] in [0, range); pct % of them `special`
  *     A(SPANS, name, n, count)         const forge_adamw_span[count]: the test cuts [0, n) into count random spans,
@@ -95,11 +98,14 @@
      * stored; a backward rounds dinp after its add (dinp = rn(dinp + dx)). GELU, its gradient and the sigmoid   \
      * are base/fmath.h's, which the CPU reference and the CUDA kernel evaluate op for op (exp and tanh from     \
      * basic operations, every product that meets a sum an explicit fma or rounded on its own), so every bf16    \
-     * output here is ULP(0): bit-identical. */                                                                  \
-    /* dst[i] = rn(dst[i] + src[i]) */                                                                           \
+     * output here is ULP(0): bit-identical. A backward with `accumulate` = 0 writes its gradient instead (the   \
+     * first contribution to a fresh one): the same expression with +0 in place of the old value, rn(0 + dx),    \
+     * so the bits are those an add into a zeroed gradient gives (a -0 dx included: it lands as +0). */           \
+    /* dst[i] = rn(dst[i] + src[i]) (accumulate = 1) or rn(0 + src[i]) (accumulate = 0) */                       \
     X(accumulate_bf16, FORGE_BF16, 0,                                                                            \
-      A(ACC, forge_bf16, dst, n, ULP(0)) A(IN, forge_bf16, src, n, -3, 3) A(SIZE, size_t, n),                    \
-      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+      A(ACC_IF, forge_bf16, dst, n, ULP(0), accumulate) A(IN, forge_bf16, src, n, -3, 3) A(SIZE, size_t, n)      \
+          A(SCALAR, int, accumulate),                                                                            \
+      FORGE_EW_BF16_BWD_CASES(K))                                                                                \
     /* out = rn(gelu(inp)) */                                                                                    \
     X(gelu_forward_bf16, FORGE_BF16, 0,                                                                          \
       A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, inp, n, -5, 5) A(SIZE, size_t, n),                    \
@@ -114,11 +120,12 @@
       A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3)       \
           A(SIZE, size_t, n),                                                                                    \
       K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
-    /* dgate = rn(dgate + dout up silu'(gate)), dup = rn(dup + dout silu(gate)) */                               \
+    /* dgate = rn(dgate + dout up silu'(gate)), dup = rn(dup + dout silu(gate)); accumulate = 0: both written */ \
     X(swiglu_backward_bf16, FORGE_BF16, 0,                                                                       \
-      A(ACC, forge_bf16, dgate, n, ULP(0)) A(ACC, forge_bf16, dup, n, ULP(0)) A(IN, forge_bf16, dout, n, -1, 1)  \
-          A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3) A(SIZE, size_t, n),                  \
-      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+      A(ACC_IF, forge_bf16, dgate, n, ULP(0), accumulate) A(ACC_IF, forge_bf16, dup, n, ULP(0), accumulate)      \
+          A(IN, forge_bf16, dout, n, -1, 1) A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3)    \
+              A(SIZE, size_t, n) A(SCALAR, int, accumulate),                                                     \
+      FORGE_EW_BF16_BWD_CASES(K))                                                                                \
                                                                                                                  \
     /* ---- embeddings ---------------------------------------------------------------------------------- */     \
     /* out (N,C) = table[ids[n]]; table (V,C); an id outside [0, V) is an error */                               \
@@ -264,15 +271,16 @@
               A(IN, forge_bf16, b, (size_t)N * C, -1, 1) A(IN, float, weight, C, -1, 1)                          \
                   A(IN, float, bias, C, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SCALAR, float, eps),            \
       FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
-    /* dinp = rn(dinp + rstd (g - mean(g) - x-hat mean(g x-hat))), g = weight dout, x-hat = (x - mean) rstd;     \
-     * dweight += sum_n dout x-hat, dbias += sum_n dout (fp32) */                                                \
+    /* dinp = rn(dinp + dx) (accumulate = 1) or rn(0 + dx) (accumulate = 0: written, a fresh gradient),         \
+     * dx = rstd (g - mean(g) - x-hat mean(g x-hat)), g = weight dout, x-hat = (x - mean) rstd;                  \
+     * dweight += sum_n dout x-hat, dbias += sum_n dout (fp32, always added) */                                  \
     X(layernorm_backward_bf16, FORGE_BF16, 0,                                                                    \
-      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP(0)) A(ACC, float, dweight, C, SUM(N))                          \
+      A(ACC_IF, forge_bf16, dinp, (size_t)N * C, ULP(0), accumulate) A(ACC, float, dweight, C, SUM(N))           \
           A(ACC, float, dbias, C, SUM(N)) A(IN, forge_bf16, dout, (size_t)N * C, -1, 1)                          \
               A(IN, forge_bf16, inp, (size_t)N * C, -2, 2) A(IN, float, weight, C, -1, 1)                        \
                   A(IN, float, mean, N, -0.5, 0.5) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N)                 \
-                      A(SIZE, int, C),                                                                           \
-      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                    \
+                      A(SIZE, int, C) A(SCALAR, int, accumulate),                                                \
+      FORGE_NORM_CASES(K, FORGE_CASE_ACC) FORGE_NORM_CASES(K, FORGE_CASE_WRITE))                                 \
     /* RMSNorm: out = rn(x rstd weight), rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N) */                       \
     X(rmsnorm_forward_bf16, FORGE_BF16, 0,                                                                       \
       A(OUT, forge_bf16, out, (size_t)N * C, ULP(0)) A(OUT, float, rstd, N, EXACT)                               \
@@ -286,13 +294,14 @@
               A(IN, forge_bf16, b, (size_t)N * C, -1, 1) A(IN, float, weight, C, -1, 1) A(SIZE, int, N)          \
                   A(SIZE, int, C) A(SCALAR, float, eps),                                                         \
       FORGE_NORM_CASES(K, FORGE_NORM_EPS))                                                                       \
-    /* dinp = rn(dinp + rstd (g - x-hat mean(g x-hat))), g = weight dout, x-hat = x rstd; dweight += sum_n dout  \
-     * x-hat (fp32) */                                                                                           \
+    /* dinp = rn(dinp + dx) (accumulate = 1) or rn(0 + dx) (accumulate = 0), dx = rstd (g - x-hat mean(g x-hat)), \
+     * g = weight dout, x-hat = x rstd; dweight += sum_n dout x-hat (fp32, always added) */                      \
     X(rmsnorm_backward_bf16, FORGE_BF16, 0,                                                                      \
-      A(ACC, forge_bf16, dinp, (size_t)N * C, ULP(0)) A(ACC, float, dweight, C, SUM(N))                          \
+      A(ACC_IF, forge_bf16, dinp, (size_t)N * C, ULP(0), accumulate) A(ACC, float, dweight, C, SUM(N))           \
           A(IN, forge_bf16, dout, (size_t)N * C, -1, 1) A(IN, forge_bf16, inp, (size_t)N * C, -2, 2)             \
-              A(IN, float, weight, C, -1, 1) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C),      \
-      FORGE_NORM_CASES(K, FORGE_NORM_NO_EPS))                                                                    \
+              A(IN, float, weight, C, -1, 1) A(IN, float, rstd, N, 0.5, 2) A(SIZE, int, N) A(SIZE, int, C)       \
+                  A(SCALAR, int, accumulate),                                                                    \
+      FORGE_NORM_CASES(K, FORGE_CASE_ACC) FORGE_NORM_CASES(K, FORGE_CASE_WRITE))                                 \
                                                                                                                  \
     /* ---- rotary position embedding ------------------------------------------------------------------- */     \
     /* inp/out (B,T,n_heads,HS); the first n_rot heads rotated, the rest copied (packed qkv: q and k rotate,     \
@@ -313,17 +322,19 @@
      * table comes from glibc's and CUDA's double pow/cos/sin, which agree within 1e-12 rad at t = 2047 but      \
      * may, rarely, round an entry to a neighbouring float; the rotation then moves by ~1 fp32 ulp of |x|, its   \
      * bf16 rounding by one ulp (more only if the rotation also cancels below 2^-16 |x|, rarer still).           \
-     * Everything else is the reference's fp32 expression in its order. out may be inp. */                       \
+     * Everything else is the reference's fp32 expression in its order. out may be inp. The backward with        \
+     * accumulate = 0 writes dinp = rn(0 + r) (a fresh gradient; dinp may then be dout). */                      \
     X(rope_forward_bf16, FORGE_BF16, 0,                                                                          \
       A(OUT, forge_bf16, out, (size_t)B * T * n_heads * HS, ULP(1))                                              \
           A(IN, forge_bf16, inp, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)            \
               A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
       FORGE_ROPE_CASES(K))                                                                                       \
     X(rope_backward_bf16, FORGE_BF16, 0,                                                                         \
-      A(ACC, forge_bf16, dinp, (size_t)B * T * n_heads * HS, ULP(1))                                             \
+      A(ACC_IF, forge_bf16, dinp, (size_t)B * T * n_heads * HS, ULP(1), accumulate)                              \
           A(IN, forge_bf16, dout, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)           \
-              A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta),                \
-      FORGE_ROPE_CASES(K))                                                                                       \
+              A(SIZE, int, n_heads) A(SIZE, int, n_rot) A(SIZE, int, HS) A(SCALAR, float, theta)                 \
+                  A(SCALAR, int, accumulate),                                                                    \
+      FORGE_ROPE_CASES_E(K, FORGE_CASE_ACC) FORGE_ROPE_CASES_E(K, FORGE_CASE_WRITE))                             \
                                                                                                                  \
     /* ---- causal self-attention (reference: materialised scores) -------------------------------------- */     \
     /* qkv packed (B,T,(NH+2NKV)*HS); out (B,T,NH*HS); att (B,NH,T,T) saves the softmax probabilities          \
@@ -406,17 +417,19 @@
                   A(SIZE, int, T) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                           \
       FORGE_FLASH_CASES(K) K(.B = 5, .T = 1024, .NH = 8, .NKV = 8, .HS = 32)                                     \
           K(.B = 1, .T = 2100, .NH = 16, .NKV = 16, .HS = 32) K(.B = 1, .T = 1100, .NH = 64, .NKV = 1, .HS = 32)) \
-    /* dqkv = rn(dqkv + d) with P and dS rounded to bf16 for their products, as the bf16 kernels; scratch:     \
-     * FORGE_FLASH_BF16_SCRATCH floats (the CUDA fallback's size). Tolerance: FORGE_FLASH_BF16_DQKV_TOL. */       \
+    /* dqkv = rn(dqkv + d) (accumulate = 1) or rn(0 + d) (accumulate = 0: written, a fresh gradient) with P and \
+     * dS rounded to bf16 for their products, as the bf16 kernels; scratch: FORGE_FLASH_BF16_SCRATCH floats.     \
+     * Tolerance: FORGE_FLASH_BF16_DQKV_TOL. */                                                                  \
     X(flash_attention_backward_bf16, FORGE_BF16, 0,                                                              \
-      A(ACC, forge_bf16, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), ABS(FORGE_FLASH_BF16_DQKV_TOL)) \
+      A(ACC_IF, forge_bf16, dqkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), ABS(FORGE_FLASH_BF16_DQKV_TOL),          \
+        accumulate)                                                                                              \
           A(SCRATCH, scratch, FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS))                                       \
               A(IN, forge_bf16, dout, (size_t)B * T * NH * HS, -1, 1)                                            \
                   A(IN, forge_bf16, qkv, (size_t)B * T * FORGE_QKV(NH, NKV, HS), -1.5, 1.5)                      \
                       A(IN, forge_bf16, out, (size_t)B * T * NH * HS, -1, 1)                                     \
                           A(IN, float, lse, (size_t)B * NH * T, FORGE_LSE(T)) A(SIZE, int, B) A(SIZE, int, T)    \
-                              A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS),                               \
-      FORGE_FLASH_CASES(K))                                                                                      \
+                              A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS) A(SCALAR, int, accumulate),    \
+      FORGE_FLASH_CASES_E(K, FORGE_CASE_ACC) FORGE_FLASH_BF16_WRITE_CASES(K))                                    \
                                                                                                                  \
     /* ---- fused classifier ------------------------------------------------------------------------------ */   \
     /* For each row n of logits (N,V): losses[n] = -log softmax(logits[n])[targets[n]], and logits[n] is         \
@@ -434,19 +447,20 @@
     /* bf16: the lm head's forward and backward fused, FORGE_CLS_BF16_ROWS(N, V) rows at a time (the (N,V) logits \
      * never exist whole): logits = rn(inp wte^T); losses[n] = logsumexp - logit[target] (fp32; 0 for an ignore   \
      * row); dlogits = rn((softmax - onehot) grad_scale) (0 for an ignore row); dinp = rn(dinp + dlogits wte);    \
-     * dwte (fp32) += dlogits^T inp (dinp, dwte NULL: not computed; both NULL: the loss alone, for evaluation). \
+     * dwte (fp32) += dlogits^T inp (dinp, dwte NULL: not computed; both NULL: the loss alone, for evaluation); \
+     * accumulate = 0: dinp = rn(0 + dlogits wte), written (a fresh gradient; dwte is still added into).         \
      * A target outside [0, V) that is not ignore_index is an error. scratch:                                    \
      * FORGE_CLS_BF16_SCRATCH floats. Tolerances: FORGE_CLS_BF16_*_TOL below. */                                 \
     X(classifier_bf16, FORGE_BF16, 0,                                                                            \
       A(OUT, float, losses, N, ABS(FORGE_CLS_BF16_LOSS_TOL(C)))                                               \
-          A(ACC_OPT, forge_bf16, dinp, (size_t)N * C, ABS(FORGE_CLS_BF16_DINP_TOL(grad_scale)))                  \
+          A(ACC_IF_OPT, forge_bf16, dinp, (size_t)N * C, ABS(FORGE_CLS_BF16_DINP_TOL(grad_scale)), accumulate)   \
               A(ACC_OPT, float, dwte, (size_t)V * C, ABS(FORGE_CLS_BF16_DWTE_TOL(N, grad_scale)))                \
                   A(SCRATCH, scratch, FORGE_CLS_BF16_SCRATCH(N, C, V))                                           \
                       A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, wte, (size_t)V * C, -0.1, 0.1) \
                           A(IDS, targets, N, V, ignore_index, ignore_pct) A(SIZE, int, N) A(SIZE, int, C)        \
                               A(SIZE, int, V) A(SCALAR, int, ignore_index) A(SCALAR, float, grad_scale)          \
-                                  A(DIM, ignore_pct),                                                            \
-      FORGE_CLS_BF16_CASES(K))                                                                                   \
+                                  A(SCALAR, int, accumulate) A(DIM, ignore_pct),                                 \
+      FORGE_CLS_BF16_CASES(K, FORGE_CASE_ACC) FORGE_CLS_BF16_WRITE_CASES(K))                                     \
                                                                                                                  \
     /* ---- reductions and the optimizer --------------------------------------------------------------------- */   \
     /* *out_sum += sum(x[i]), into a device scalar (the step's loss: no host sync). The GPU sums in a fixed      \
@@ -510,35 +524,62 @@
 #define FORGE_NORM_CASES(K, EXTRA)                                                                               \
     K(.N = 1, .C = 45 EXTRA()) K(.N = 37, .C = 768 EXTRA()) K(.N = 257, .C = 45 EXTRA())                         \
     K(.N = 4099, .C = 45 EXTRA()) K(.N = 257, .C = 3072 EXTRA()) K(.N = 9000, .C = 96 EXTRA())
+#define FORGE_NO_EXTRA()
 #define FORGE_NORM_EPS() , .eps = 1e-5f
 #define FORGE_NORM_NO_EPS()
+/* EXTRA() of a backward that writes or adds its gradient: the `accumulate` scalar of every case */
+#define FORGE_CASE_ACC() , .accumulate = 1
+#define FORGE_CASE_WRITE() , .accumulate = 0
+/* the bf16 elementwise backward entries: each length adding and writing */
+#define FORGE_EW_BF16_BWD_CASES(K)                                                                               \
+    K(.n = 1, .accumulate = 1) K(.n = 37, .accumulate = 1) K(.n = 4097, .accumulate = 1)                         \
+    K(.n = 1000003, .accumulate = 1) K(.n = 1, .accumulate = 0) K(.n = 37, .accumulate = 0)                      \
+    K(.n = 4097, .accumulate = 0) K(.n = 1000003, .accumulate = 0)
 /* Token rows B*T and channels C that miss every tile (C = 45, 1031: no 8-wide vectors), V small (ids repeat:
  * several rows per owner) and large. */
 #define FORGE_ENCODER_CASES(K)                                                                                   \
     K(.B = 1, .T = 1, .C = 45, .V = 1000, .maxT = 1) K(.B = 2, .T = 67, .C = 768, .V = 1000, .maxT = 80)         \
     K(.B = 4, .T = 64, .C = 45, .V = 50, .maxT = 64) K(.B = 1, .T = 257, .C = 1031, .V = 1000, .maxT = 300)      \
     K(.B = 4, .T = 1025, .C = 64, .V = 7, .maxT = 1100)
-#define FORGE_ROPE_CASES(K)                                                                                      \
-    K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 64, .theta = 10000.0f) /* qkv NH=6, NKV=2 */             \
-    K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 6, .theta = 10000.0f)                                    \
-    K(.B = 2, .T = 67, .n_heads = 6, .n_rot = 6, .HS = 64, .theta = 10000.0f)                                    \
-    K(.B = 1, .T = 1, .n_heads = 3, .n_rot = 0, .HS = 2, .theta = 10000.0f)                                      \
-    K(.B = 1, .T = 2048, .n_heads = 4, .n_rot = 2, .HS = 128, .theta = 10000.0f) /* large angles */
+#define FORGE_ROPE_CASES_E(K, EXTRA)                                                                             \
+    /* qkv NH=6, NKV=2 */                                                                                        \
+    K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 64, .theta = 10000.0f EXTRA())                           \
+    K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 6, .theta = 10000.0f EXTRA())                            \
+    K(.B = 2, .T = 67, .n_heads = 6, .n_rot = 6, .HS = 64, .theta = 10000.0f EXTRA())                            \
+    K(.B = 1, .T = 1, .n_heads = 3, .n_rot = 0, .HS = 2, .theta = 10000.0f EXTRA())                              \
+    K(.B = 1, .T = 2048, .n_heads = 4, .n_rot = 2, .HS = 128, .theta = 10000.0f EXTRA()) /* large angles */
+#define FORGE_ROPE_CASES(K) FORGE_ROPE_CASES_E(K, FORGE_NO_EXTRA)
 #define FORGE_ATTENTION_CASES(K)                                                                                 \
     K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 64) K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 64)              \
     K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 6) K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 6)                \
     K(.B = 1, .T = 1, .NH = 2, .NKV = 1, .HS = 8) K(.B = 1, .T = 130, .NH = 6, .NKV = 3, .HS = 64)               \
     K(.B = 2, .T = 200, .NH = 4, .NKV = 2, .HS = 32) K(.B = 1, .T = 257, .NH = 4, .NKV = 1, .HS = 64)
 /* Head sizes 64 and 128 (the register-blocked kernels), 16 and 32, and the zero-padded path (6, 7, 8, 100). */
-#define FORGE_FLASH_CASES(K)                                                                                     \
-    K(.B = 1, .T = 1, .NH = 2, .NKV = 1, .HS = 64) K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 64)               \
-    K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 64) K(.B = 1, .T = 130, .NH = 6, .NKV = 3, .HS = 64)             \
-    K(.B = 1, .T = 257, .NH = 4, .NKV = 1, .HS = 64) K(.B = 2, .T = 200, .NH = 4, .NKV = 2, .HS = 128)           \
-    K(.B = 1, .T = 129, .NH = 2, .NKV = 2, .HS = 128) K(.B = 1, .T = 1, .NH = 2, .NKV = 2, .HS = 128)            \
-    K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 32) K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 16)              \
-    K(.B = 1, .T = 1031, .NH = 4, .NKV = 2, .HS = 64) K(.B = 1, .T = 700, .NH = 2, .NKV = 1, .HS = 128)          \
-    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 6) K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 8)                \
-    K(.B = 1, .T = 150, .NH = 4, .NKV = 2, .HS = 100)
+#define FORGE_FLASH_CASES_E(K, EXTRA)                                                                            \
+    K(.B = 1, .T = 1, .NH = 2, .NKV = 1, .HS = 64 EXTRA())                                                       \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 64 EXTRA())                                                      \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 64 EXTRA())                                                      \
+    K(.B = 1, .T = 130, .NH = 6, .NKV = 3, .HS = 64 EXTRA())                                                     \
+    K(.B = 1, .T = 257, .NH = 4, .NKV = 1, .HS = 64 EXTRA())                                                     \
+    K(.B = 2, .T = 200, .NH = 4, .NKV = 2, .HS = 128 EXTRA())                                                    \
+    K(.B = 1, .T = 129, .NH = 2, .NKV = 2, .HS = 128 EXTRA())                                                    \
+    K(.B = 1, .T = 1, .NH = 2, .NKV = 2, .HS = 128 EXTRA())                                                      \
+    K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 32 EXTRA())                                                      \
+    K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 16 EXTRA())                                                      \
+    K(.B = 1, .T = 1031, .NH = 4, .NKV = 2, .HS = 64 EXTRA())                                                    \
+    K(.B = 1, .T = 700, .NH = 2, .NKV = 1, .HS = 128 EXTRA())                                                    \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 6 EXTRA())                                                       \
+    K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 8 EXTRA())                                                       \
+    K(.B = 1, .T = 150, .NH = 4, .NKV = 2, .HS = 100 EXTRA())
+#define FORGE_FLASH_CASES(K) FORGE_FLASH_CASES_E(K, FORGE_NO_EXTRA)
+/* the bf16 backward writing dqkv: the tensor-core head sizes (64, 128; GQA and not) and the fallback (32, 6) */
+#define FORGE_FLASH_BF16_WRITE_CASES(K)                                                                          \
+    K(.B = 1, .T = 1, .NH = 2, .NKV = 1, .HS = 64, .accumulate = 0)                                              \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 64, .accumulate = 0)                                             \
+    K(.B = 1, .T = 257, .NH = 4, .NKV = 4, .HS = 64, .accumulate = 0)                                            \
+    K(.B = 2, .T = 200, .NH = 4, .NKV = 2, .HS = 128, .accumulate = 0)                                           \
+    K(.B = 2, .T = 67, .NH = 4, .NKV = 2, .HS = 32, .accumulate = 0)                                             \
+    K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 6, .accumulate = 0)
 /* Tq != Tk: fewer keys than queries (rows with no visible key when Tk < Tq), more keys, none. */
 #define FORGE_FLASH_EXT_CASES(K)                                                                                 \
     K(.B = 2, .Tq = 67, .Tk = 67, .NH = 6, .NKV = 2, .HS = 64)                                                   \
@@ -561,10 +602,12 @@
     K(.pos = 2047, .maxT = 2048, .NH = 4, .NKV = 2, .HS = 64, .theta = 10000.0f)                                 \
     K(.pos = 1500, .maxT = 2100, .NH = 12, .NKV = 12, .HS = 64, .theta = 0.0f)
 /* ---- sizes and tolerances of the bf16 entries ------------------------------------------------------------
- * Flash attention (bf16). Scratch of the backward, in floats: the CUDA fallback (head sizes other than 64 / 128,
- * layouts the tensor-core kernels refuse) widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward,
- * whose D takes B*NH*T; the tensor-core path needs less (dq, dk, dv fp32 and delta); +4 aligns the pieces to 16
- * bytes.
+ * Flash attention (bf16). Scratch of the backward, in floats, for the path the head size selects
+ * (FORGE_FLASH_BF16_TC: the CUDA entry's own choice): head sizes 64 and 128 run the tensor-core kernels, which
+ * need dq, dk, dv in fp32 (B*T*FORGE_QKV) and delta (B*NH*T), as the CPU reference does; any other head size runs
+ * the CUDA fallback, which widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward, whose D takes
+ * B*NH*T (a layout the tensor-core kernels refuse at head size 64 or 128 takes the fallback too, with a
+ * stream-ordered buffer of its own). +4 aligns the pieces to 16 bytes.
  * Tolerances (max abs error against the CPU reference; u = 2^-9, the bf16 unit roundoff):
  * - out: the kernels round P = exp(s - m) at the running max of their key tiles (the fallback does not round it),
  *   the reference at the final max; each rounding moves a term of sum_j P_j v_j / l by <= u of it, so the two
@@ -578,8 +621,14 @@
  *   <= 2u sum|terms|; with these inputs max|d| <= 0.8 (measured over the cases: the gradients of a softmax with a
  *   saved lse, |dout| <= 1) and d's error <= 1.2e-3 (the fp32 fallback against the reference); bounded by 2^-6,
  *   ~2% of max|d|, as the bf16 kernels' own tests bound it at 3e-2 max|ref|. */
-#define FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)                                                              \
+#define FORGE_FLASH_BF16_TC(HS) ((HS) == 64 || (HS) == 128)
+#define FORGE_FLASH_BF16_SCRATCH_TC(B, T, NH, NKV, HS)                                                           \
+    ((size_t)(B) * (T) * FORGE_QKV(NH, NKV, HS) + (size_t)(B) * (NH) * (T) + 4)
+#define FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS)                                                         \
     ((size_t)(B) * (T) * (2 * FORGE_QKV(NH, NKV, HS) + 2 * (size_t)(NH) * (HS)) + (size_t)(B) * (NH) * (T) + 4)
+#define FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)                                                              \
+    (FORGE_FLASH_BF16_TC(HS) ? FORGE_FLASH_BF16_SCRATCH_TC(B, T, NH, NKV, HS)                                    \
+                             : FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS))
 #define FORGE_FLASH_BF16_OUT_TOL(vmax) (2.0 * ldexp((vmax), -9) + ldexp(1.0, -7))
 #define FORGE_FLASH_BF16_LSE_TOL(HS, qmax) ((qmax) * (qmax) * pow((double)(HS), 1.5) * ldexp(1.0, -24) + 2e-5)
 #define FORGE_FLASH_BF16_DQKV_TOL (ldexp(1.0, -7) + ldexp(1.0, -6))
@@ -617,17 +666,24 @@
 /* C % 8 != 0 (the SIMT fallback of every GEMM), V % 8 != 0 (the vocabulary tail), V < 8 (tail only), several
  * chunks (V = 2^20 + 3: 127 rows a chunk); chunks of rows % 8 == 0 with C % 8 == 0 take the CUDA kernel's
  * transposed layout (N = 64, 8, 256 and 1800: 896 + 896 + 8 rows, V odd) */
-#define FORGE_CLS_BF16_CASES(K)                                                                                  \
-    K(.N = 37, .C = 45, .V = 1000, .ignore_index = -100, .grad_scale = 0.03f, .ignore_pct = 25)                  \
-    K(.N = 1, .C = 64, .V = 1000, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 0)                     \
-    K(.N = 64, .C = 64, .V = 1001, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 10)                   \
-    K(.N = 8, .C = 16, .V = 7, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 50)                      \
-    K(.N = 257, .C = 200, .V = 131, .ignore_index = -100, .grad_scale = 0.5f, .ignore_pct = 10)                  \
-    K(.N = 300, .C = 128, .V = 8192, .ignore_index = -100, .grad_scale = 0.01f, .ignore_pct = 10)                \
-    K(.N = 5, .C = 768, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20)                 \
-    K(.N = 300, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)               \
-    K(.N = 256, .C = 64, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 10)               \
-    K(.N = 1800, .C = 8, .V = 131101, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10)
+#define FORGE_CLS_BF16_CASES(K, EXTRA)                                                                           \
+    K(.N = 37, .C = 45, .V = 1000, .ignore_index = -100, .grad_scale = 0.03f, .ignore_pct = 25 EXTRA())          \
+    K(.N = 1, .C = 64, .V = 1000, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 0 EXTRA())             \
+    K(.N = 64, .C = 64, .V = 1001, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 10 EXTRA())           \
+    K(.N = 8, .C = 16, .V = 7, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 50 EXTRA())              \
+    K(.N = 257, .C = 200, .V = 131, .ignore_index = -100, .grad_scale = 0.5f, .ignore_pct = 10 EXTRA())          \
+    K(.N = 300, .C = 128, .V = 8192, .ignore_index = -100, .grad_scale = 0.01f, .ignore_pct = 10 EXTRA())        \
+    K(.N = 5, .C = 768, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20 EXTRA())         \
+    K(.N = 300, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10 EXTRA())        \
+    K(.N = 256, .C = 64, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 10 EXTRA())        \
+    K(.N = 1800, .C = 8, .V = 131101, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10 EXTRA())
+/* the shapes dinp is written in (accumulate = 0): one chunk with the SIMT GEMMs, one on the wgmma path, one in the
+ * transposed layout, several chunks */
+#define FORGE_CLS_BF16_WRITE_CASES(K)                                                                            \
+    K(.N = 37, .C = 45, .V = 1000, .grad_scale = 0.03f, .ignore_index = -100, .ignore_pct = 25, .accumulate = 0) \
+    K(.N = 300, .C = 128, .V = 8192, .grad_scale = 0.01f, .ignore_index = -100, .ignore_pct = 10, .accumulate = 0) \
+    K(.N = 256, .C = 64, .V = 50257, .grad_scale = 0.25f, .ignore_index = -100, .ignore_pct = 10, .accumulate = 0) \
+    K(.N = 1800, .C = 8, .V = 131101, .grad_scale = 0.1f, .ignore_index = -100, .ignore_pct = 10, .accumulate = 0)
 /* clipping active (norm above max_grad_norm), inactive (below), disabled (0); grad_sumsq NULL is the parity
  * test's optional-argument pass. n_spans_ random spans cover the n_ elements. */
 #define FORGE_ADAMW_HP(max_norm_) {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = (max_norm_)}
@@ -650,6 +706,8 @@ typedef enum { FORGE_OP_LIST(FORGE_OP_ENUM_ENTRY, FORGE_OP_NOTHING, FORGE_OP_NOT
 #define FORGE_ARG_DECL_OUT_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC(T, name, ...) , T *name
 #define FORGE_ARG_DECL_ACC_OPT(T, name, ...) , T *name
+#define FORGE_ARG_DECL_ACC_IF(T, name, ...) , T *name
+#define FORGE_ARG_DECL_ACC_IF_OPT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_INOUT(T, name, ...) , T *name
 #define FORGE_ARG_DECL_IDS(name, ...) , const int32_t *name
 #define FORGE_ARG_DECL_SPANS(name, ...) , const forge_adamw_span *name

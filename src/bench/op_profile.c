@@ -66,6 +66,8 @@ static void stamp_end(int i) {
 #define PROF_PASS_OUT_OPT(T, name, ...) , name
 #define PROF_PASS_ACC(T, name, ...) , name
 #define PROF_PASS_ACC_OPT(T, name, ...) , name
+#define PROF_PASS_ACC_IF(T, name, ...) , name
+#define PROF_PASS_ACC_IF_OPT(T, name, ...) , name
 #define PROF_PASS_INOUT(T, name, ...) , name
 #define PROF_PASS_IDS(name, ...) , name
 #define PROF_PASS_SPANS(name, ...) , name

@@ -24,17 +24,20 @@ static forge_status check_qkv(const char *op, const forge_tensor *qkv, int NH, i
     return op_check_last(op, qkv, (int64_t)(NH + 2 * NKV) * HS, "qkv");
 }
 
+/* bf16: dx written rather than added when it is x's first gradient (no zeroing pass) */
 static forge_status rope_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dx;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    int dx_fresh = 0;
+    if (op_is_bf16(e->in[0])) FORGE_TRY(forge_tape_grad_fresh(tape, e->in[0], &dx, &dx_fresh));
+    else FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
     if (!dx) return FORGE_OK;
     rope_params p;
     forge_tape_entry_params(e, &p, sizeof p);
     if (op_is_bf16(dx)) {
         OP_REQUIRE(be, rope_backward_bf16);
         return be->rope_backward_bf16(be, forge_bf16p(dx), forge_bf16p(e->out->grad), p.B, p.T, p.n_heads, p.n_rot,
-                                      p.HS, p.theta);
+                                      p.HS, p.theta, !dx_fresh);
     }
     OP_REQUIRE(be, rope_backward);
     return be->rope_backward(be, forge_f32(dx), forge_f32(e->out->grad), p.B, p.T, p.n_heads, p.n_rot, p.HS,
@@ -96,12 +99,14 @@ static forge_status flash_attention_backward(forge_tape *tape, const forge_tape_
     return attention_backward_either(tape, e, 1);
 }
 
-/* bf16: dqkv += (bf16), with the scratch the op list states (the delta rows and the fp32 gradients of the bf16
- * kernels, or the widened operands of their fallback) taken from the pool for the call */
+/* bf16: dqkv += (bf16), or dqkv written when it is qkv's first gradient (no zeroing pass), with the scratch the op
+ * list states for the head size (the delta rows and the fp32 gradients of the tensor-core kernels, or the widened
+ * operands of their fallback) taken from the pool for the call */
 static forge_status flash_attention_backward_bf16(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dqkv;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dqkv));
+    int fresh = 0;
+    FORGE_TRY(forge_tape_grad_fresh(tape, e->in[0], &dqkv, &fresh));
     if (!dqkv) return FORGE_OK;
     OP_REQUIRE(be, flash_attention_backward_bf16);
     attention_params p;
@@ -113,7 +118,7 @@ static forge_status flash_attention_backward_bf16(forge_tape *tape, const forge_
                                &scratch_bytes));
     forge_status s = be->flash_attention_backward_bf16(be, forge_bf16p(dqkv), scratch, forge_bf16p(e->out->grad),
                                                        forge_bf16p(e->in[0]), forge_bf16p(e->out),
-                                                       forge_f32(e->saved[0]), p.B, p.T, p.NH, p.NKV, p.HS);
+                                                       forge_f32(e->saved[0]), p.B, p.T, p.NH, p.NKV, p.HS, !fresh);
     forge_pool_block_release(pool, scratch, scratch_bytes);
     return s;
 }

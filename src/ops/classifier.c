@@ -54,10 +54,12 @@ forge_status forge_op_lm_head_classifier(forge_tape *tape, forge_tensor **losses
     int64_t shape[2] = {targets->shape[0], targets->ndim > 1 ? targets->shape[1] : 1};
     FORGE_TRY(op_new(tape, losses, targets->ndim > 1 ? 2 : 1, shape));
     /* Training: the gradients of x (bf16) and of the lm head (fp32) are accumulated here, chunk by chunk of
-     * rows, so the (N, V) logits never exist whole; evaluation computes the losses alone. */
+     * rows, so the (N, V) logits never exist whole (x's is written when it is its first gradient: no zeroing
+     * pass); evaluation computes the losses alone. */
     forge_tensor *dx = NULL, *dw = NULL;
+    int dx_fresh = 0;
     if (forge_tape_recording(tape)) {
-        FORGE_TRY(forge_tape_grad(tape, x, &dx));
+        FORGE_TRY(forge_tape_grad_fresh(tape, x, &dx, &dx_fresh));
         FORGE_TRY(forge_tape_grad(tape, lm_head, &dw));
     }
     forge_pool *pool = forge_tape_pool(tape);
@@ -66,7 +68,7 @@ forge_status forge_op_lm_head_classifier(forge_tape *tape, forge_tensor **losses
     FORGE_TRY(forge_pool_block(pool, &scratch, FORGE_CLS_BF16_SCRATCH(N, C, V) * sizeof(float), &scratch_bytes));
     forge_status s = be->classifier_bf16(be, forge_f32(*losses), dx ? forge_bf16p(dx) : NULL, dw ? forge_f32(dw) : NULL,
                                          scratch, forge_bf16p(x), w16, forge_i32(targets), N, C, V, ignore_index,
-                                         grad_scale);
+                                         grad_scale, !dx_fresh);
     forge_pool_block_release(pool, scratch, scratch_bytes);
     FORGE_TRY(s);
     if (!dx && !dw) return FORGE_OK;

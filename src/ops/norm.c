@@ -7,6 +7,8 @@
  * read in fp32 from the masters, statistics in fp32; the residual form is one
  * kernel (res = rn(a + b), then the norm of res) recorded as two tape entries,
  * the add and the norm, so the backward is the norm's rule, then the add's.
+ * A bf16 norm's rule writes x's gradient rather than adding it when it is the
+ * first contribution (no zeroing pass).
  */
 #include "op_common.h"
 
@@ -15,10 +17,19 @@ typedef struct {
     int N, C;
 } norm_params;
 
+/* x's gradient: a bf16 one allocated uninitialised when this is its first contribution (*fresh = 1: the kernel
+ * writes it), an fp32 one zeroed (its kernels add) */
+static forge_status norm_dx(forge_tape *tape, forge_tensor *x, forge_tensor **dx, int *fresh) {
+    *fresh = 0;
+    if (op_is_bf16(x)) return forge_tape_grad_fresh(tape, x, dx, fresh);
+    return forge_tape_grad(tape, x, dx);
+}
+
 static forge_status layernorm_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dx, *dw, *db;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    int dx_fresh;
+    FORGE_TRY(norm_dx(tape, e->in[0], &dx, &dx_fresh));
     FORGE_TRY(forge_tape_grad(tape, e->in[1], &dw));
     FORGE_TRY(forge_tape_grad(tape, e->in[2], &db));
     const int bf16 = op_is_bf16(e->in[0]);
@@ -32,7 +43,7 @@ static forge_status layernorm_backward(forge_tape *tape, const forge_tape_entry 
     if (bf16)
         return be->layernorm_backward_bf16(be, forge_bf16p(dx), forge_f32(dw), forge_f32(db),
                                            forge_bf16p(e->out->grad), forge_bf16p(e->in[0]), forge_f32(e->in[1]),
-                                           forge_f32(e->saved[0]), forge_f32(e->saved[1]), p.N, p.C);
+                                           forge_f32(e->saved[0]), forge_f32(e->saved[1]), p.N, p.C, !dx_fresh);
     return be->layernorm_backward(be, forge_f32(dx), forge_f32(dw), forge_f32(db), forge_f32(e->out->grad),
                                   forge_f32(e->in[0]), forge_f32(e->in[1]), forge_f32(e->saved[0]),
                                   forge_f32(e->saved[1]), p.N, p.C);
@@ -41,7 +52,8 @@ static forge_status layernorm_backward(forge_tape *tape, const forge_tape_entry 
 static forge_status rmsnorm_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dx, *dw;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    int dx_fresh;
+    FORGE_TRY(norm_dx(tape, e->in[0], &dx, &dx_fresh));
     FORGE_TRY(forge_tape_grad(tape, e->in[1], &dw));
     const int bf16 = op_is_bf16(e->in[0]);
     if (bf16) OP_REQUIRE(be, rmsnorm_backward_bf16);
@@ -54,7 +66,7 @@ static forge_status rmsnorm_backward(forge_tape *tape, const forge_tape_entry *e
     if (bf16)
         return be->rmsnorm_backward_bf16(be, forge_bf16p(dx), forge_f32(dw), forge_bf16p(e->out->grad),
                                          forge_bf16p(e->in[0]), forge_f32(e->in[1]), forge_f32(e->saved[0]), p.N,
-                                         p.C);
+                                         p.C, !dx_fresh);
     return be->rmsnorm_backward(be, forge_f32(dx), forge_f32(dw), forge_f32(e->out->grad), forge_f32(e->in[0]),
                                 forge_f32(e->in[1]), forge_f32(e->saved[0]), p.N, p.C);
 }

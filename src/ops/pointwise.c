@@ -10,17 +10,38 @@ static forge_status check_same(const char *op, const forge_tensor *a, const forg
     return FORGE_OK;
 }
 
-/* da += dout, db += dout, in the activations' dtype */
+static int same_shape(const forge_tensor *a, const forge_tensor *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+/* da += dout, db += dout, in the activations' dtype. bf16: a gradient that does not exist yet is not zeroed and
+ * added into: a's takes over dout's block (dout is dead once this rule has run: every consumer of out came later
+ * in the forward, so its rule ran already), and b's is written, rn(0 + dout). The block handed over holds dout
+ * bit for bit, where an add into zeros would turn a -0 into +0: the bf16 rules write their fresh gradients as
+ * rn(0 + d), and rn(x + d) is -0 only for x = d = -0, so the gradients reaching here hold no -0. */
 static forge_status add_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     const int bf16 = op_is_bf16(e->out);
     if (bf16) OP_REQUIRE(be, accumulate_bf16);
     else OP_REQUIRE(be, accumulate);
-    for (int i = 0; i < 2; i++) {
+    forge_tensor *a = e->in[0], *out = e->out, *dout = out->grad;
+    int first = 0;
+    if (bf16 && a && a->requires_grad && !a->grad && a != e->in[1] && a != out && same_shape(a, out) &&
+        dout != out) {
+        a->grad = dout; /* the tape finds out->grad NULL and releases nothing */
+        out->grad = NULL;
+        first = 1;
+    }
+    for (int i = first; i < 2; i++) {
         forge_tensor *d;
-        FORGE_TRY(forge_tape_grad(tape, e->in[i], &d));
-        if (d && bf16) FORGE_TRY(be->accumulate_bf16(be, forge_bf16p(d), forge_bf16p(e->out->grad), d->numel));
-        else if (d) FORGE_TRY(be->accumulate(be, forge_f32(d), forge_f32(e->out->grad), d->numel));
+        int fresh = 0;
+        if (bf16) FORGE_TRY(forge_tape_grad_fresh(tape, e->in[i], &d, &fresh));
+        else FORGE_TRY(forge_tape_grad(tape, e->in[i], &d));
+        if (d && bf16) FORGE_TRY(be->accumulate_bf16(be, forge_bf16p(d), forge_bf16p(dout), d->numel, !fresh));
+        else if (d) FORGE_TRY(be->accumulate(be, forge_f32(d), forge_f32(dout), d->numel));
     }
     return FORGE_OK;
 }
@@ -71,17 +92,32 @@ forge_status forge_op_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x
     return forge_tape_push(tape, &e, NULL, 0);
 }
 
+/* bf16: dgate and dup are written when both are first contributions (the kernel takes one flag; a fresh one
+ * beside an existing one is zeroed, and both are added into) */
 static forge_status swiglu_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dgate, *dup;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dgate));
-    FORGE_TRY(forge_tape_grad(tape, e->in[1], &dup));
+    const int bf16 = op_is_bf16(e->out);
+    int fresh_gate = 0, fresh_up = 0;
+    if (bf16) {
+        FORGE_TRY(forge_tape_grad_fresh(tape, e->in[0], &dgate, &fresh_gate));
+        FORGE_TRY(forge_tape_grad_fresh(tape, e->in[1], &dup, &fresh_up));
+    } else {
+        FORGE_TRY(forge_tape_grad(tape, e->in[0], &dgate));
+        FORGE_TRY(forge_tape_grad(tape, e->in[1], &dup));
+    }
     if (!dgate && !dup) return FORGE_OK;
     if (!dgate || !dup) return forge_error(FORGE_ERR_UNSUPPORTED, "swiglu: gate and up must both need grads");
-    if (op_is_bf16(dgate)) {
+    if (bf16) {
         OP_REQUIRE(be, swiglu_backward_bf16);
+        const int write = fresh_gate && fresh_up && dgate != dup;
+        if (!write && (fresh_gate || fresh_up)) {
+            OP_REQUIRE(be, memset_zero);
+            forge_tensor *z = fresh_gate ? dgate : dup;
+            FORGE_TRY(be->memset_zero(be, z->data, forge_tensor_bytes(z)));
+        }
         return be->swiglu_backward_bf16(be, forge_bf16p(dgate), forge_bf16p(dup), forge_bf16p(e->out->grad),
-                                        forge_bf16p(e->in[0]), forge_bf16p(e->in[1]), e->out->numel);
+                                        forge_bf16p(e->in[0]), forge_bf16p(e->in[1]), e->out->numel, !write);
     }
     OP_REQUIRE(be, swiglu_backward);
     return be->swiglu_backward(be, forge_f32(dgate), forge_f32(dup), forge_f32(e->out->grad),

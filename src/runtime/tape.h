@@ -6,7 +6,9 @@
  * inputs, whatever it saved (LayerNorm's mean and rstd, attention's
  * probabilities) and its own parameter struct (sizes, constants). forge_tape_backward() replays the entries in reverse; a rule
  * runs only if its output received a gradient, and it accumulates (+=) into
- * its inputs' gradients, which the tape allocates zeroed on first use.
+ * its inputs' gradients, which the tape allocates zeroed on first use (or,
+ * through forge_tape_grad_fresh, uninitialised for a rule that writes the
+ * first contribution instead).
  *
  * The loss gradient is not seeded by the tape: the fused classifier writes
  * dlogits in place and makes the logits tensor its own gradient (grad ==

@@ -97,7 +97,8 @@ forge_status cpu_flash_attention_forward_bf16(forge_backend *be, forge_bf16 *out
 
 forge_status cpu_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *dqkv, float *scratch,
                                                const forge_bf16 *dout, const forge_bf16 *qkv, const forge_bf16 *out,
-                                               const float *lse, int B, int T, int NH, int NKV, int HS) {
+                                               const float *lse, int B, int T, int NH, int NKV, int HS,
+                                               int accumulate) {
     FORGE_TRY(flash_bf16_check("flash_attention_backward_bf16", B, T, NH, NKV, HS));
     const int nt = cpu_threads(be);
     const size_t row = (size_t)(NH + 2 * NKV) * HS, orow = (size_t)NH * HS, kvrow = (size_t)NKV * HS;
@@ -172,7 +173,7 @@ forge_status cpu_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *dq
         }
     }
 
-    /* dqkv = rn(dqkv + d): q heads from dq, k and v heads from dk, dv */
+    /* dqkv = rn(dqkv + d), or rn(0 + d) when written (accumulate = 0): q heads from dq, k and v heads from dk, dv */
     const size_t nrows = (size_t)B * T;
 #pragma omp parallel for num_threads(nt)
     for (size_t r = 0; r < nrows; r++) {
@@ -180,7 +181,8 @@ forge_status cpu_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *dq
         const float *src[3] = {dq + r * orow, dk + r * kvrow, dv + r * kvrow};
         const size_t len[3] = {orow, kvrow, kvrow};
         for (int part = 0; part < 3; part++) {
-            for (size_t c = 0; c < len[part]; c++) g[c] = forge_bf16_from_f32(bf(g[c]) + src[part][c]);
+            for (size_t c = 0; c < len[part]; c++)
+                g[c] = forge_bf16_from_f32((accumulate ? bf(g[c]) : 0.0f) + src[part][c]);
             g += len[part];
         }
     }

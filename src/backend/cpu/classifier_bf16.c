@@ -8,7 +8,8 @@
  *   logits[v] = rn(sum_c inp[n,c] wte[v,c])                 (fp32 sum in c order)
  *   loss[n]   = m + log(sum_v exp(x_v - m)) - x_target      (fp32, the sum compensated; 0 for an ignore row)
  *   dl[v]     = rn((exp(x_v - m) / sum - onehot) grad_scale) (0 for an ignore row; in place of the logits)
- *   dinp[n]   = rn(dinp[n] + sum_v dl[v] wte[v])            (fp32 sum in v order, one rounding)
+ *   dinp[n]   = rn(dinp[n] + sum_v dl[v] wte[v])            (fp32 sum in v order, one rounding; +0 in place of
+ *                                                            dinp[n] when written: accumulate = 0)
  * and dwte[v] += dl[n,v] inp[n], one row n at a time in row order (fp32).
  * Each result has one writer (rows for the logits, the loss and dinp, vocabulary
  * rows for dwte) and a fixed summation order, so nothing depends on the thread
@@ -26,7 +27,7 @@ static inline float bf(forge_bf16 h) { return forge_bf16_to_f32(h); }
 
 forge_status cpu_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *dinp, float *dwte, float *scratch,
                                  const forge_bf16 *inp, const forge_bf16 *wte, const int32_t *targets, int N, int C,
-                                 int V, int ignore_index, float grad_scale) {
+                                 int V, int ignore_index, float grad_scale, int accumulate) {
     if (N < 0 || C <= 0 || V <= 0)
         return forge_error(FORGE_ERR_ARG, "cpu classifier_bf16: need N >= 0, C > 0, V > 0, got N=%d C=%d V=%d", N,
                            C, V);
@@ -94,7 +95,7 @@ forge_status cpu_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *d
                 for (int c = 0; c < C; c++) a[c] += g * bf(w[c]);
             }
             forge_bf16 *di = dinp + (size_t)n * C;
-            for (int c = 0; c < C; c++) di[c] = forge_bf16_from_f32(bf(di[c]) + a[c]);
+            for (int c = 0; c < C; c++) di[c] = forge_bf16_from_f32((accumulate ? bf(di[c]) : 0.0f) + a[c]);
         }
         /* dwte: each vocabulary row adds the chunk's rows in order (NULL: not wanted) */
 #pragma omp parallel for schedule(static) num_threads(nt)

@@ -1,7 +1,8 @@
 /*
  * elementwise_bf16.c: the bf16 accumulate, GELU and SwiGLU on the CPU, the reference of elementwise_bf16.cu
  * (docs/mixed-precision.md). fp32 arithmetic on the exactly widened bf16 inputs, one rounding per stored result;
- * a backward adds into its bf16 gradient in fp32 and rounds once (dinp = rn(dinp + dx)).
+ * a backward adds into its bf16 gradient in fp32 and rounds once (dinp = rn(dinp + dx)), or, with accumulate = 0,
+ * writes it with +0 in place of the old value (dinp = rn(0 + dx): the bits of an add into a zeroed gradient).
  *
  * GELU (the tanh form of elementwise.c), its derivative and the sigmoid come from base/fmath.h, whose exp and tanh
  * are built from basic operations: the CUDA kernels call the same functions and get the same bits, which the
@@ -13,10 +14,13 @@
 static inline float bf(forge_bf16 h) { return forge_bf16_to_f32(h); }
 static inline forge_bf16 rn(float f) { return forge_bf16_from_f32(f); }
 
-forge_status cpu_accumulate_bf16(forge_backend *be, forge_bf16 *dst, const forge_bf16 *src, size_t n) {
+/* the old value of a gradient a backward adds into: +0 when it writes (accumulate = 0) */
+static inline float prev(const forge_bf16 *d, size_t i, int accumulate) { return accumulate ? bf(d[i]) : 0.0f; }
+
+forge_status cpu_accumulate_bf16(forge_backend *be, forge_bf16 *dst, const forge_bf16 *src, size_t n, int accumulate) {
     int nt = cpu_threads(be);
 #pragma omp parallel for num_threads(nt)
-    for (size_t i = 0; i < n; i++) dst[i] = rn(bf(dst[i]) + bf(src[i]));
+    for (size_t i = 0; i < n; i++) dst[i] = rn(prev(dst, i, accumulate) + bf(src[i]));
     return FORGE_OK;
 }
 
@@ -48,15 +52,15 @@ forge_status cpu_swiglu_forward_bf16(forge_backend *be, forge_bf16 *out, const f
 
 /* silu(g) = g sig(g), silu'(g) = sig (1 + g (1 - sig)) */
 forge_status cpu_swiglu_backward_bf16(forge_backend *be, forge_bf16 *dgate, forge_bf16 *dup, const forge_bf16 *dout,
-                                      const forge_bf16 *gate, const forge_bf16 *up, size_t n) {
+                                      const forge_bf16 *gate, const forge_bf16 *up, size_t n, int accumulate) {
     int nt = cpu_threads(be);
 #pragma omp parallel for num_threads(nt)
     for (size_t i = 0; i < n; i++) {
         const float g = bf(gate[i]), d = bf(dout[i]);
         const float sig = forge_sigmoid(g);
         const float dsilu = sig * fmaf(g, 1.0f - sig, 1.0f);
-        dgate[i] = rn(fmaf(d * bf(up[i]), dsilu, bf(dgate[i])));
-        dup[i] = rn(fmaf(d, g * sig, bf(dup[i])));
+        dgate[i] = rn(fmaf(d * bf(up[i]), dsilu, prev(dgate, i, accumulate)));
+        dup[i] = rn(fmaf(d, g * sig, prev(dup, i, accumulate)));
     }
     return FORGE_OK;
 }

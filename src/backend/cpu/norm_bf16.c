@@ -2,7 +2,8 @@
  * norm_bf16.c: the bf16 LayerNorm and RMSNorm on the CPU, plain loops, the reference of norm_bf16.cu
  * (docs/mixed-precision.md). Activations (inp, res, out, dout, dinp) are bf16; weight, bias, the saved mean and
  * rstd and the parameter gradients are fp32. All arithmetic is fp32 on the exactly widened bf16 values; a result
- * is rounded once, where it is stored (res and out; dinp after its add: dinp = rn(dinp + dx)).
+ * is rounded once, where it is stored (res and out; dinp after its add: dinp = rn(dinp + dx), or rn(0 + dx) when
+ * the backward writes a fresh gradient (accumulate = 0): the bits of an add into a zeroed one).
  *
  *   layernorm  out = rn((x - mean) rstd weight + bias), mean = sum x / C, rstd = 1/sqrt(sum (x - mean)^2 / C + eps)
  *              (two passes, as layernorm.c: not E[x^2] - mean^2)
@@ -155,7 +156,7 @@ static void norm_param_grads(int nt, float *dweight, float *dbias, const forge_b
 
 forge_status cpu_layernorm_backward_bf16(forge_backend *be, forge_bf16 *dinp, float *dweight, float *dbias,
                                          const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
-                                         const float *mean, const float *rstd, int N, int C) {
+                                         const float *mean, const float *rstd, int N, int C, int accumulate) {
     FORGE_TRY(check_c("layernorm_backward_bf16", C));
     int nt = cpu_threads(be);
 #pragma omp parallel for num_threads(nt)
@@ -173,7 +174,7 @@ forge_status cpu_layernorm_backward_bf16(forge_backend *be, forge_bf16 *dinp, fl
         for (int c = 0; c < C; c++) {
             const float xh = (bf(x[c]) - m) * s, dn = weight[c] * bf(g[c]);
             const float d = fmaf(-xh, dn_xh_mean, dn - dn_mean) * s;
-            dx[c] = forge_bf16_from_f32(bf(dx[c]) + d);
+            dx[c] = forge_bf16_from_f32((accumulate ? bf(dx[c]) : 0.0f) + d);
         }
     }
     norm_param_grads(nt, dweight, dbias, dout, inp, mean, rstd, N, C);
@@ -181,7 +182,8 @@ forge_status cpu_layernorm_backward_bf16(forge_backend *be, forge_bf16 *dinp, fl
 }
 
 forge_status cpu_rmsnorm_backward_bf16(forge_backend *be, forge_bf16 *dinp, float *dweight, const forge_bf16 *dout,
-                                       const forge_bf16 *inp, const float *weight, const float *rstd, int N, int C) {
+                                       const forge_bf16 *inp, const float *weight, const float *rstd, int N, int C,
+                                       int accumulate) {
     FORGE_TRY(check_c("rmsnorm_backward_bf16", C));
     int nt = cpu_threads(be);
 #pragma omp parallel for num_threads(nt)
@@ -197,7 +199,7 @@ forge_status cpu_rmsnorm_backward_bf16(forge_backend *be, forge_bf16 *dinp, floa
         const float dn_xh_mean = row_total(p) / C;
         for (int c = 0; c < C; c++) {
             const float xh = bf(x[c]) * s, dn = weight[c] * bf(g[c]);
-            dx[c] = forge_bf16_from_f32(bf(dx[c]) + fmaf(-xh, dn_xh_mean, dn) * s);
+            dx[c] = forge_bf16_from_f32((accumulate ? bf(dx[c]) : 0.0f) + fmaf(-xh, dn_xh_mean, dn) * s);
         }
     }
     norm_param_grads(nt, dweight, NULL, dout, inp, NULL, rstd, N, C);

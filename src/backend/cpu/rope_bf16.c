@@ -6,8 +6,9 @@
  *   out[i]      = rn(x[i] cos - x[i+HS/2] sin)       out[i+HS/2] = rn(x[i+HS/2] cos + x[i] sin)
  *
  * each as fmaf(x, cos, +-(x' sin)), the kernel's rounding. The backward rotates by -angle and adds into dinp in
- * fp32 before its one rounding: dinp = rn(dinp + r). Heads h >= n_rot are copied (forward) or added (backward)
- * unrotated. out may be inp: each pair is read before it is written.
+ * fp32 before its one rounding: dinp = rn(dinp + r), or rn(0 + r) when it writes a fresh gradient (accumulate = 0).
+ * Heads h >= n_rot are copied (forward) or added (backward) unrotated. out may be inp: each pair is read before it
+ * is written.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,7 +18,8 @@
 static inline float bf(forge_bf16 h) { return forge_bf16_to_f32(h); }
 
 static forge_status rope_rotate_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *inp, int B, int T,
-                                     int n_heads, int n_rot, int HS, float theta, int backward, const char *op) {
+                                     int n_heads, int n_rot, int HS, float theta, int backward, int accumulate,
+                                     const char *op) {
     FORGE_TRY(cpu_rope_check_args(op, n_heads, n_rot, HS, theta));
     if (B <= 0 || T <= 0 || n_heads <= 0) return FORGE_OK;
     float *cs;
@@ -41,8 +43,8 @@ static forge_status rope_rotate_bf16(forge_backend *be, forge_bf16 *out, const f
                         r1 = fmaf(x1, c, x0 * s);
                     }
                     if (backward) {
-                        r0 = bf(o[i]) + r0;
-                        r1 = bf(o[i + half]) + r1;
+                        r0 = (accumulate ? bf(o[i]) : 0.0f) + r0;
+                        r1 = (accumulate ? bf(o[i + half]) : 0.0f) + r1;
                     }
                     o[i] = forge_bf16_from_f32(r0);
                     o[i + half] = forge_bf16_from_f32(r1);
@@ -56,10 +58,10 @@ static forge_status rope_rotate_bf16(forge_backend *be, forge_bf16 *out, const f
 
 forge_status cpu_rope_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *inp, int B, int T,
                                    int n_heads, int n_rot, int HS, float theta) {
-    return rope_rotate_bf16(be, out, inp, B, T, n_heads, n_rot, HS, theta, 0, "rope_forward_bf16");
+    return rope_rotate_bf16(be, out, inp, B, T, n_heads, n_rot, HS, theta, 0, 0, "rope_forward_bf16");
 }
 
 forge_status cpu_rope_backward_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *dout, int B, int T,
-                                    int n_heads, int n_rot, int HS, float theta) {
-    return rope_rotate_bf16(be, dinp, dout, B, T, n_heads, n_rot, HS, theta, 1, "rope_backward_bf16");
+                                    int n_heads, int n_rot, int HS, float theta, int accumulate) {
+    return rope_rotate_bf16(be, dinp, dout, B, T, n_heads, n_rot, HS, theta, 1, accumulate, "rope_backward_bf16");
 }

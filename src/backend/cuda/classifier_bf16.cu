@@ -16,7 +16,8 @@
  *   2. one block per row: max, sum of exp, loss = max + log(sum) - logit[y]
  *      (fp32), dlogits = rn((softmax - onehot) grad_scale) (0 for an ignore row);
  *   3. dinp: the NN GEMM dlogits . wte into an fp32 (rows, C) buffer, then one
- *      pass dinp = rn(dinp + that);
+ *      pass dinp = rn(dinp + that), or rn(0 + that) when dinp is written (a
+ *      fresh gradient: accumulate = 0; each chunk owns its rows);
  *   4. dwte (fp32) += dlogits^T . inp: the TN GEMM, accumulating (unsplit: no
  *      workspace, so no partials).
  * The wgmma GEMMs need 16-byte row strides: K % 8 for the NT (K = C) and
@@ -157,7 +158,9 @@ __global__ void __launch_bounds__(CLS16_THREADS)
     }
 }
 
-/* dinp (rows, C) = rn(dinp + prod + sum_t dl_tail[r][t] wte[V8 + t]); prod NULL: no NN product (V8 == 0) */
+/* dinp (rows, C) = rn(dinp + prod + sum_t dl_tail[r][t] wte[V8 + t]), +0 for dinp unless ACC; prod NULL: no NN
+ * product (V8 == 0) */
+template <bool ACC>
 __global__ void __launch_bounds__(CLS16_EW_THREADS)
     cls16_dinp_kernel(uint16_t *__restrict__ dinp, const float *__restrict__ prod, const uint16_t *__restrict__ dl_tail,
                       const uint16_t *__restrict__ wte, int rows, int C, int V8, int VT) {
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(CLS16_EW_THREADS)
         const size_t r = i / (size_t)C, c = i - r * (size_t)C;
         float a = prod ? prod[i] : 0.0f;
         for (int t = 0; t < VT; t++) a += cls16_ld(dl_tail + r * VT + t) * cls16_ld(wte + (size_t)(V8 + t) * C + c);
-        dinp[i] = cls16_rn(cls16_ld(dinp + i) + a);
+        dinp[i] = cls16_rn((ACC ? cls16_ld(dinp + i) : 0.0f) + a);
     }
 }
 
@@ -373,7 +376,7 @@ static int cls16_refused(forge_status st) {
  * and dwte += dlogits^T . in as the NN product (K = rows). V needs no 16-byte alignment anywhere. */
 static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, float *dwte, uint16_t *xt,
                                  float *prod, const forge_bf16 *in, const forge_bf16 *wte, const int32_t *targets,
-                                 int n0, int rows, int C, int V, int ignore_index, float grad_scale) {
+                                 int n0, int rows, int C, int V, int ignore_index, float grad_scale, int accumulate) {
     forge_gemm_epilogue epi;
     memset(&epi, 0, sizeof epi);
     epi.out_bf16 = 1;
@@ -403,8 +406,13 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
         if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, prod, dlt, wte, rows, C, V, 1, rows, C, 1, C, 0);
         FORGE_TRY(st);
         const size_t nd = (size_t)rows * C;
-        cls16_dinp_kernel<<<cuda_grid_for(ctx, nd, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
-            (uint16_t *)di, prod, nullptr, (const uint16_t *)wte, rows, C, V, 0);
+        const unsigned grid = cuda_grid_for(ctx, nd, CLS16_EW_THREADS);
+        if (accumulate)
+            cls16_dinp_kernel<true><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>((uint16_t *)di, prod, nullptr,
+                                                                              (const uint16_t *)wte, rows, C, V, 0);
+        else
+            cls16_dinp_kernel<false><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>((uint16_t *)di, prod, nullptr,
+                                                                               (const uint16_t *)wte, rows, C, V, 0);
         CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
     }
     if (dwte) {
@@ -417,7 +425,7 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
 
 forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *dinp, float *dwte, float *scratch,
                                   const forge_bf16 *inp, const forge_bf16 *wte, const int32_t *targets, int N, int C,
-                                  int V, int ignore_index, float grad_scale) {
+                                  int V, int ignore_index, float grad_scale, int accumulate) {
     if (N < 0 || C <= 0 || V <= 0)
         return forge_error(FORGE_ERR_ARG, "cuda classifier_bf16: need N >= 0, C > 0, V > 0, got N=%d C=%d V=%d", N,
                            C, V);
@@ -438,7 +446,7 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
         forge_bf16 *di = dinp ? dinp + (size_t)n0 * C : nullptr;
         if (rows % 8 == 0 && C % 8 == 0) { /* every GEMM on the wgmma path with a 16-byte row stride */
             FORGE_TRY(cls16t_chunk(ctx, losses, di, dwte, logits, prod, in, wte, targets, n0, rows, C, V, ignore_index,
-                                   grad_scale));
+                                   grad_scale, accumulate));
             continue;
         }
         /* 1. logits = rn(in . wte^T) */
@@ -456,9 +464,16 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
             FORGE_TRY(st);
         }
         const size_t nd = dinp ? (size_t)rows * C : 0;
-        if (nd) cls16_dinp_kernel<<<cuda_grid_for(ctx, nd, CLS16_EW_THREADS), CLS16_EW_THREADS, 0, ctx->stream>>>(
-            (uint16_t *)di, V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT);
-        if (nd) CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
+        if (nd) {
+            const unsigned grid = cuda_grid_for(ctx, nd, CLS16_EW_THREADS);
+            if (accumulate)
+                cls16_dinp_kernel<true><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>(
+                    (uint16_t *)di, V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT);
+            else
+                cls16_dinp_kernel<false><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>(
+                    (uint16_t *)di, V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT);
+            CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
+        }
         /* 4. dwte += dl^T . in: the first V8 rows by GEMM, the tail rows by their own pass */
         if (dwte && V8 > 0) {
             forge_status st = forge_gemm_bf16_tn_wgmma(dl, in, dwte, V8, C, rows, 1, nullptr, 0, ctx->stream);

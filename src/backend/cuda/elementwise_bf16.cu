@@ -4,7 +4,9 @@
  *
  * Bit-identical to the CPU: each element is the reference's expression, op for op, on the same base/fmath.h
  * functions (GELU, its derivative, the sigmoid: exp and tanh from basic operations, not the device's expf/tanhf),
- * with one rounding per stored result; products that meet a sum are explicit fmaf's on both sides.
+ * with one rounding per stored result; products that meet a sum are explicit fmaf's on both sides. A backward's
+ * ACC = false form writes its gradient without reading it: +0 stands for the old value (rn(0 + dx), the bits of an
+ * add into a zeroed gradient).
  *
  * One grid-stride kernel per op over 8-wide chunks (one 16-byte vector per operand) when every pointer is 16-byte
  * aligned, then the n % 8 tail element by element; element by element throughout otherwise. The op's body is
@@ -17,13 +19,25 @@
 
 /* ---- the ops: run<W>(i) does elements [i, i + W) --------------------------------------------------------------- */
 
+/* the old value of a gradient (ACC), or +0 */
+template <bool ACC, int W>
+__device__ __forceinline__ void grad_load(float d[W], const forge_bf16 *p) {
+    if (ACC) {
+        bf16_load<W>(d, p);
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) d[k] = 0.0f;
+    }
+}
+
+template <bool ACC>
 struct accumulate_op { /* dst = rn(dst + src) */
     forge_bf16 *dst;
     const forge_bf16 *src;
     template <int W>
     __device__ __forceinline__ void run(size_t i) const {
         float d[W], s[W];
-        bf16_load<W>(d, dst + i);
+        grad_load<ACC, W>(d, dst + i);
         bf16_load<W>(s, src + i);
 #pragma unroll
         for (int k = 0; k < W; k++) d[k] = d[k] + s[k];
@@ -73,14 +87,15 @@ struct swiglu_forward_op { /* out = rn(gate sig(gate) up) */
     }
 };
 
+template <bool ACC>
 struct swiglu_backward_op { /* dgate = rn(dgate + dout up silu'(gate)), dup = rn(dup + dout silu(gate)) */
     forge_bf16 *dgate, *dup;
     const forge_bf16 *dout, *gate, *up;
     template <int W>
     __device__ __forceinline__ void run(size_t i) const {
         float dg[W], du[W], d[W], g[W], u[W];
-        bf16_load<W>(dg, dgate + i);
-        bf16_load<W>(du, dup + i);
+        grad_load<ACC, W>(dg, dgate + i);
+        grad_load<ACC, W>(du, dup + i);
         bf16_load<W>(d, dout + i);
         bf16_load<W>(g, gate + i);
         bf16_load<W>(u, up + i);
@@ -127,8 +142,11 @@ static bool aligned(const void *a, const void *b, const void *c = NULL, const vo
     return bf16_aligned16(a) && bf16_aligned16(b) && bf16_aligned16(c) && bf16_aligned16(d) && bf16_aligned16(e);
 }
 
-forge_status cuda_accumulate_bf16(forge_backend *be, forge_bf16 *dst, const forge_bf16 *src, size_t n) {
-    return elementwise_launch(be, accumulate_op{dst, src}, n, aligned(dst, src), "accumulate_bf16");
+forge_status cuda_accumulate_bf16(forge_backend *be, forge_bf16 *dst, const forge_bf16 *src, size_t n,
+                                  int accumulate) {
+    if (accumulate)
+        return elementwise_launch(be, accumulate_op<true>{dst, src}, n, aligned(dst, src), "accumulate_bf16");
+    return elementwise_launch(be, accumulate_op<false>{dst, src}, n, aligned(dst, src), "accumulate_bf16");
 }
 
 forge_status cuda_gelu_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *inp, size_t n) {
@@ -149,7 +167,10 @@ forge_status cuda_swiglu_forward_bf16(forge_backend *be, forge_bf16 *out, const 
 
 forge_status cuda_swiglu_backward_bf16(forge_backend *be, forge_bf16 *dgate, forge_bf16 *dup,
                                        const forge_bf16 *dout, const forge_bf16 *gate, const forge_bf16 *up,
-                                       size_t n) {
-    return elementwise_launch(be, swiglu_backward_op{dgate, dup, dout, gate, up}, n,
+                                       size_t n, int accumulate) {
+    if (accumulate)
+        return elementwise_launch(be, swiglu_backward_op<true>{dgate, dup, dout, gate, up}, n,
+                                  aligned(dgate, dup, dout, gate, up), "swiglu_backward_bf16");
+    return elementwise_launch(be, swiglu_backward_op<false>{dgate, dup, dout, gate, up}, n,
                               aligned(dgate, dup, dout, gate, up), "swiglu_backward_bf16");
 }

@@ -8,7 +8,10 @@
  * q/k/v views of the packed qkv row (stride (NH + 2 NKV) HS elements). The
  * backward's kernels OVERWRITE dense fp32 dq (B,T,NH,HS), dk and dv
  * (B,T,NKV,HS) in the scratch (with delta, B*NH*T); one more pass then adds
- * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d).
+ * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d),
+ * or, writing a fresh gradient (accumulate = 0), dqkv = rn(0 + d) without
+ * reading dqkv (the bits of an add into a zeroed one). The head size picks the
+ * path (FORGE_FLASH_BF16_TC, op_list.h), and the scratch is sized for it.
  *
  * Everything those kernels refuse (any other head size; a pointer that is not
  * 16-byte aligned; B or NH over 65535) takes the fallback, so every shape
@@ -18,9 +21,12 @@
  * and dS in fp32 without rounding them: it stays inside the entry's
  * tolerances, which bound the effect of that rounding.
  * - Backward fallback: the scratch holds qkv, dqkv, dout and out in fp32 and the
- *   fp32 backward's D (FORGE_FLASH_BF16_SCRATCH in op_list.h is sized for it).
- *   dqkv is widened first and the fp32 backward adds each gradient element to it
- *   once, so the final rounding gives exactly rn(dqkv + d).
+ *   fp32 backward's D (FORGE_FLASH_BF16_SCRATCH_WIDE in op_list.h). dqkv is
+ *   widened first (zeroed when written) and the fp32 backward adds each gradient
+ *   element to it once, so the final rounding gives exactly rn(dqkv + d). At
+ *   head size 64 or 128 (a layout the tensor-core kernels refuse) the caller's
+ *   scratch has the tensor-core size, so the fallback takes a buffer of its
+ *   own, stream-ordered (cudaMallocAsync: no host synchronisation).
  * - Forward fallback (no scratch argument): the widened qkv and the fp32 out
  *   go through the backend workspace ctx->ws (CUDA_WS_FLOATS floats), in chunks
  *   that fit: several whole batch elements when one fits; else, per batch
@@ -95,7 +101,8 @@ __global__ void __launch_bounds__(FB16_THREADS)
     }
 }
 
-/* dqkv = rn(dqkv + d), d from the dense dq (rows, NH*HS), dk, dv (rows, NKV*HS) */
+/* dqkv = rn(dqkv + d) (ACC) or rn(0 + d), d from the dense dq (rows, NH*HS), dk, dv (rows, NKV*HS) */
+template <bool ACC>
 __global__ void __launch_bounds__(FB16_THREADS)
     fb16_dqkv_add_kernel(uint16_t *__restrict__ dqkv, const float *__restrict__ dq, const float *__restrict__ dk,
                          const float *__restrict__ dv, size_t rows, int qw, int kw) {
@@ -107,7 +114,7 @@ __global__ void __launch_bounds__(FB16_THREADS)
         const float d = c < qw        ? dq[r * qw + c]
                         : c < qw + kw ? dk[r * kw + (c - qw)]
                                       : dv[r * kw + (c - qw - kw)];
-        dqkv[i] = fb16_rn(fb16_ld(dqkv + i) + d);
+        dqkv[i] = fb16_rn((ACC ? fb16_ld(dqkv + i) : 0.0f) + d);
     }
 }
 
@@ -204,7 +211,7 @@ forge_status cuda_flash_attention_forward_bf16(forge_backend *be, forge_bf16 *ou
     FORGE_TRY(fb16_check("flash_attention_forward_bf16", B, T, NH, NKV, HS));
     if (B == 0 || T == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (HS == 64 || HS == 128) {
+    if (FORGE_FLASH_BF16_TC(HS)) {
         const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
         const forge_status st = forge_flash_bf16_forward(&s, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS,
                                                          out, lse, ctx->stream);
@@ -214,37 +221,25 @@ forge_status cuda_flash_attention_forward_bf16(forge_backend *be, forge_bf16 *ou
     return fb16_forward_fallback(be, ctx, out, lse, qkv, B, T, NH, NKV, HS);
 }
 
-forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *dqkv, float *scratch,
-                                                const forge_bf16 *dout, const forge_bf16 *qkv, const forge_bf16 *out,
-                                                const float *lse, int B, int T, int NH, int NKV, int HS) {
-    FORGE_TRY(fb16_check("flash_attention_backward_bf16", B, T, NH, NKV, HS));
-    if (B == 0 || T == 0) return FORGE_OK;
-    cuda_ctx *ctx = cuda_get_ctx(be);
+/* The backward fallback (top of the file) in buf (FORGE_FLASH_BF16_SCRATCH_WIDE floats, 16-byte aligned): qkv |
+ * dqkv | dout | out in fp32, then the fp32 backward's D (B*NH*T). dqkv32 holds the widened dqkv, or zeros when
+ * dqkv is written, and the fp32 backward adds each gradient element to it once. */
+static forge_status fb16_backward_fallback(forge_backend *be, cuda_ctx *ctx, float *buf, forge_bf16 *dqkv,
+                                           const forge_bf16 *dout, const forge_bf16 *qkv, const forge_bf16 *out,
+                                           const float *lse, int B, int T, int NH, int NKV, int HS, int accumulate) {
     const size_t rows = (size_t)B * T, qw = (size_t)NH * HS, kw = (size_t)NKV * HS, nqkv = rows * (qw + 2 * kw);
-    float *base = fb16_align16(scratch);
-    if (HS == 64 || HS == 128) {
-        /* dq | dk | dv | delta: every piece a multiple of 4 floats (HS), so each stays 16-byte aligned */
-        float *dq = base, *dk = dq + rows * qw, *dv = dk + rows * kw, *delta = dv + rows * kw;
-        const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
-        const forge_status st =
-            forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq, dk, dv, ctx->stream);
-        if (st == FORGE_OK) {
-            fb16_dqkv_add_kernel<<<cuda_grid_for(ctx, nqkv, FB16_THREADS), FB16_THREADS, 0, ctx->stream>>>(
-                (uint16_t *)dqkv, dq, dk, dv, rows, (int)qw, (int)kw);
-            CUDA_LAUNCH_CHECK("fb16_dqkv_add_kernel");
-            return FORGE_OK;
-        }
-        if (st != FORGE_ERR_UNSUPPORTED) return st;
-        forge_error_clear(); /* a layout the kernels refuse (checked before any launch): the fallback takes it */
-    }
-    /* fallback: qkv | dqkv | dout | out in fp32, then the fp32 backward's D (B*NH*T) */
-    float *q32 = base, *dqkv32 = q32 + nqkv, *do32 = dqkv32 + nqkv, *o32 = do32 + rows * qw, *D = o32 + rows * qw;
+    float *q32 = buf, *dqkv32 = q32 + nqkv, *do32 = dqkv32 + nqkv, *o32 = do32 + rows * qw, *D = o32 + rows * qw;
     const struct {
         float *dst;
         const forge_bf16 *src;
         size_t n;
-    } widen[4] = {{q32, qkv, nqkv}, {dqkv32, dqkv, nqkv}, {do32, dout, rows * qw}, {o32, out, rows * qw}};
+    } widen[4] = {{q32, qkv, nqkv}, {dqkv32, accumulate ? dqkv : NULL, nqkv}, {do32, dout, rows * qw},
+                  {o32, out, rows * qw}};
     for (int i = 0; i < 4; i++) {
+        if (!widen[i].src) {
+            CUDA_TRY(cudaMemsetAsync(widen[i].dst, 0, widen[i].n * sizeof(float), ctx->stream));
+            continue;
+        }
         fb16_widen_kernel<<<cuda_grid_for(ctx, widen[i].n, FB16_THREADS), FB16_THREADS, 0, ctx->stream>>>(
             widen[i].dst, (const uint16_t *)widen[i].src, widen[i].n);
         CUDA_LAUNCH_CHECK("fb16_widen_kernel");
@@ -254,4 +249,48 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
                                                                                                  dqkv32, nqkv);
     CUDA_LAUNCH_CHECK("fb16_narrow_kernel");
     return FORGE_OK;
+}
+
+forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *dqkv, float *scratch,
+                                                const forge_bf16 *dout, const forge_bf16 *qkv, const forge_bf16 *out,
+                                                const float *lse, int B, int T, int NH, int NKV, int HS,
+                                                int accumulate) {
+    FORGE_TRY(fb16_check("flash_attention_backward_bf16", B, T, NH, NKV, HS));
+    if (B == 0 || T == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    const size_t rows = (size_t)B * T, qw = (size_t)NH * HS, kw = (size_t)NKV * HS, nqkv = rows * (qw + 2 * kw);
+    float *base = fb16_align16(scratch);
+    if (FORGE_FLASH_BF16_TC(HS)) {
+        /* dq | dk | dv | delta: every piece a multiple of 4 floats (HS), so each stays 16-byte aligned */
+        float *dq = base, *dk = dq + rows * qw, *dv = dk + rows * kw, *delta = dv + rows * kw;
+        const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
+        const forge_status st =
+            forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq, dk, dv, ctx->stream);
+        if (st == FORGE_OK) {
+            const unsigned grid = cuda_grid_for(ctx, nqkv, FB16_THREADS);
+            if (accumulate)
+                fb16_dqkv_add_kernel<true><<<grid, FB16_THREADS, 0, ctx->stream>>>((uint16_t *)dqkv, dq, dk, dv, rows,
+                                                                                  (int)qw, (int)kw);
+            else
+                fb16_dqkv_add_kernel<false><<<grid, FB16_THREADS, 0, ctx->stream>>>((uint16_t *)dqkv, dq, dk, dv, rows,
+                                                                                   (int)qw, (int)kw);
+            CUDA_LAUNCH_CHECK("fb16_dqkv_add_kernel");
+            return FORGE_OK;
+        }
+        if (st != FORGE_ERR_UNSUPPORTED) return st;
+        forge_error_clear(); /* a layout the kernels refuse (checked before any launch): the fallback takes it */
+    }
+    /* the fallback, in the caller's scratch or (the scratch sized for the tensor-core path) a buffer of its own */
+    if (!FORGE_FLASH_BF16_TC(HS)) return fb16_backward_fallback(be, ctx, base, dqkv, dout, qkv, out, lse, B, T, NH, NKV,
+                                                                HS, accumulate);
+    float *own = nullptr;
+    CUDA_TRY(cudaMallocAsync((void **)&own, FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS) * sizeof(float),
+                             ctx->stream));
+    const forge_status st =
+        fb16_backward_fallback(be, ctx, fb16_align16(own), dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, accumulate);
+    const cudaError_t e = cudaFreeAsync(own, ctx->stream);
+    if (st == FORGE_OK && e != cudaSuccess)
+        return forge_error(FORGE_ERR_DEVICE, "cudaFreeAsync failed in flash_attention_backward_bf16: %s",
+                           cudaGetErrorString(e));
+    return st;
 }

@@ -161,8 +161,9 @@ __global__ void __launch_bounds__(NB_THREADS)
 /* ---- backward: dinp per row ----------------------------------------------------------------------------------- */
 
 /* LN: dx = rstd (g - mean(g) - x-hat mean(g x-hat)), x-hat = (x - mean) rstd; !LN (RMSNorm): no mean(g) term and
- * x-hat = x rstd. g = weight dout. dinp = rn(dinp + dx). */
-template <bool VEC, bool LN>
+ * x-hat = x rstd. g = weight dout. ACC: dinp = rn(dinp + dx); else dinp = rn(0 + dx), written without being read
+ * (a fresh gradient: the bits of an add into a zeroed one). */
+template <bool VEC, bool LN, bool ACC>
 __global__ void __launch_bounds__(NB_THREADS)
     norm_backward_input_bf16_kernel(forge_bf16 *__restrict__ dinp, const forge_bf16 *__restrict__ dout,
                                     const forge_bf16 *__restrict__ inp, const float *__restrict__ weight,
@@ -195,7 +196,12 @@ __global__ void __launch_bounds__(NB_THREADS)
         load_row_bf16<VEC>(x, xr, c0, C);
         load_row_bf16<VEC>(g, gr, c0, C);
         load_row_f32<VEC>(w, weight, c0, C);
-        load_row_bf16<VEC>(d, dr, c0, C);
+        if (ACC) {
+            load_row_bf16<VEC>(d, dr, c0, C);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) d[k] = 0.0f;
+        }
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const float xh = LN ? (x[k] - m) * s : x[k] * s, dn = __fmul_rn(w[k], g[k]);
@@ -294,15 +300,23 @@ static forge_status rmsnorm_forward_launch(forge_backend *be, forge_bf16 *res, f
 template <bool LN>
 static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, float *dweight, float *dbias,
                                          const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
-                                         const float *mean, const float *rstd, int N, int C, const char *op) {
+                                         const float *mean, const float *rstd, int N, int C, int accumulate,
+                                         const char *op) {
     FORGE_TRY(check_c(op, C));
     if (N <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (use_vec(C, dinp, dout, inp, weight, NULL, NULL))
-        norm_backward_input_bf16_kernel<true, LN>
+    const bool vec = use_vec(C, dinp, dout, inp, weight, NULL, NULL);
+    if (vec && accumulate)
+        norm_backward_input_bf16_kernel<true, LN, true>
+            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    else if (vec)
+        norm_backward_input_bf16_kernel<true, LN, false>
+            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    else if (accumulate)
+        norm_backward_input_bf16_kernel<false, LN, true>
             <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     else
-        norm_backward_input_bf16_kernel<false, LN>
+        norm_backward_input_bf16_kernel<false, LN, false>
             <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_LAUNCH_CHECK("norm_backward_input_bf16_kernel");
 
@@ -336,8 +350,8 @@ forge_status cuda_residual_layernorm_forward_bf16(forge_backend *be, forge_bf16 
 
 forge_status cuda_layernorm_backward_bf16(forge_backend *be, forge_bf16 *dinp, float *dweight, float *dbias,
                                           const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
-                                          const float *mean, const float *rstd, int N, int C) {
-    return norm_backward_launch<true>(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                          const float *mean, const float *rstd, int N, int C, int accumulate) {
+    return norm_backward_launch<true>(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate,
                                       "layernorm_backward_bf16");
 }
 
@@ -354,7 +368,8 @@ forge_status cuda_residual_rmsnorm_forward_bf16(forge_backend *be, forge_bf16 *r
 }
 
 forge_status cuda_rmsnorm_backward_bf16(forge_backend *be, forge_bf16 *dinp, float *dweight, const forge_bf16 *dout,
-                                        const forge_bf16 *inp, const float *weight, const float *rstd, int N, int C) {
-    return norm_backward_launch<false>(be, dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C,
+                                        const forge_bf16 *inp, const float *weight, const float *rstd, int N, int C,
+                                        int accumulate) {
+    return norm_backward_launch<false>(be, dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C, accumulate,
                                        "rmsnorm_backward_bf16");
 }
