@@ -179,7 +179,7 @@ static void test_elementwise(void) {
     /* gelu backward: the fp32 entry on the same inputs; the two gelu' differ by a few fp32 ulps (fmath's tanh,
      * fmas): slack 1e-6 (1 + |x|) |dout| */
     memcpy(acc, d0, n * sizeof *acc);
-    CHECK_OK(be->gelu_backward_bf16(be, acc, x, g, n));
+    CHECK_OK(be->gelu_backward_bf16(be, acc, x, g, n, 1));
     CHECK_OK(be->gelu_backward(be, r32, xf, gf, n));
     for (size_t i = 0; i < n; i++) ref[i] = r32[i], slack[i] = 1e-6 * (1.0 + fabs(xf[i])) * fabs(gf[i]);
     check_bf16_near("gelu_backward_bf16", acc, ref, slack, n);
@@ -580,6 +580,11 @@ static void test_fresh_writes(void) {
         CHECK_OK(be->accumulate_bf16(be, want, g, nc, 1));
         CHECK_OK(be->accumulate_bf16(be, got, g, nc, 0));
         check_bits("accumulate_bf16 written", got, want, nc);
+
+        FRESH_RESET(nc);
+        CHECK_OK(be->gelu_backward_bf16(be, want, x, g, nc, 1));
+        CHECK_OK(be->gelu_backward_bf16(be, got, x, g, nc, 0));
+        check_bits("gelu_backward_bf16 written", got, want, nc);
 
         FRESH_RESET(nc);
         CHECK_OK(be->swiglu_backward_bf16(be, want, want2, g, x, y, nc, 1));

@@ -917,6 +917,68 @@ static void test_plot(void) {
     forge_error_clear();
 }
 
+/* --early-stop: a run whose val loss stops improving ends there, its best checkpoint kept and named by `best`; a
+ * run stopped before that and resumed ends at the same step (the val history is read back from the log) */
+static void test_early_stop(void) {
+    TEST_CASE("train --early-stop: stops after N evaluations without a new best, keeps the best checkpoint; a "
+              "resumed run stops at the same step");
+    if (!data_dir()) {
+        CHECK_MSG(0, "could not build the test data: %s", forge_error_message());
+        return;
+    }
+    const char *config = write_config(TINY_GPT2);
+    char dir_a[700], dir_b[700];
+    snprintf(dir_a, sizeof dir_a, "%s/early_a", test_tmpdir());
+    snprintf(dir_b, sizeof dir_b, "%s/early_b", test_tmpdir());
+    forge_train_options o;
+    base_options(&o, config, dir_a);
+    o.steps = 400;
+    o.lr = 5e-2f; /* too high: the val loss soon stops improving */
+    o.eval_every = 2;
+    o.eval_batches = 1;
+    o.early_stop = 2;
+    forge_train_result a;
+    CHECK_OK(forge_train(&o, &a));
+    CHECK_MSG(a.early_stopped && a.steps_done < 400, "early_stopped %d after %d steps", a.early_stopped,
+              a.steps_done);
+    CHECK(a.best_val_loss <= a.last_val_loss && a.best_val_step < a.steps_done);
+    char path[1500], name[64] = "";
+    snprintf(path, sizeof path, "%s/best", dir_a);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (f) {
+        if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = '\0';
+        fclose(f);
+    }
+    char want[64];
+    snprintf(want, sizeof want, "ckpt_%06d", a.best_val_step);
+    CHECK_MSG(strcmp(name, want) == 0, "best names \"%s\", expected %s", name, want);
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", dir_a, want);
+    CHECK_MSG(access(path, F_OK) == 0, "%s is missing", path);
+    CHECK(strstr(a.best_checkpoint, want) != NULL);
+    if (a.steps_done < 4) return;
+
+    base_options(&o, config, dir_b);
+    o.steps = 400;
+    o.lr = 5e-2f;
+    o.eval_every = 2;
+    o.eval_batches = 1;
+    o.early_stop = 2;
+    o.stop_after = a.steps_done - 2;
+    forge_train_result b;
+    CHECK_OK(forge_train(&o, &b));
+    o.stop_after = 0;
+    o.resume = dir_b;
+    CHECK_OK(forge_train(&o, &b));
+    CHECK_MSG(b.early_stopped && b.steps_done == 2 && b.best_val_step == a.best_val_step,
+              "resumed: early_stopped %d after %d more steps, best at step %d (straight: best at %d)",
+              b.early_stopped, b.steps_done, b.best_val_step, a.best_val_step);
+
+    base_options(&o, config, dir_b);
+    o.early_stop = 3; /* evaluations: none without --eval-every */
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_ARG, "--early-stop 3", "--eval-every");
+}
+
 void suite_train(void) {
     test_peak_memory_accumulation();
     test_resume_exact(TINY_GPT2, "resume: 20 steps == 10 + resume + 10, bitwise (gpt2, accumulation 2)",
@@ -933,6 +995,7 @@ void suite_train(void) {
     test_option_validation();
     test_config_conflict();
     test_run_dir_consistency();
+    test_early_stop();
     test_run_dir_lock();
     test_log_write_failure();
     test_bad_options();

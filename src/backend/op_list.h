@@ -110,11 +110,11 @@
     X(gelu_forward_bf16, FORGE_BF16, 0,                                                                          \
       A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, inp, n, -5, 5) A(SIZE, size_t, n),                    \
       K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
-    /* dinp = rn(dinp + gelu'(inp) dout) */                                                                      \
+    /* dinp = rn(dinp + gelu'(inp) dout) (accumulate = 1) or rn(0 + gelu'(inp) dout) (accumulate = 0: written) */ \
     X(gelu_backward_bf16, FORGE_BF16, 0,                                                                         \
-      A(ACC, forge_bf16, dinp, n, ULP(0)) A(IN, forge_bf16, inp, n, -5, 5) A(IN, forge_bf16, dout, n, -1, 1)     \
-          A(SIZE, size_t, n),                                                                                    \
-      K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+      A(ACC_IF, forge_bf16, dinp, n, ULP(0), accumulate) A(IN, forge_bf16, inp, n, -5, 5)                        \
+          A(IN, forge_bf16, dout, n, -1, 1) A(SIZE, size_t, n) A(SCALAR, int, accumulate),                       \
+      FORGE_EW_BF16_BWD_CASES(K))                                                                                \
     /* out = rn(silu(gate) up) */                                                                                \
     X(swiglu_forward_bf16, FORGE_BF16, 0,                                                                        \
       A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3)       \

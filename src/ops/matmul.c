@@ -6,7 +6,7 @@
  * bf16 activations run the bf16 entries on the weight's working copy, the
  * bias read in fp32: forward with GELU fused into the GEMM's epilogue, which
  * then also stores the pre-activation; its backward takes the GELU derivative
- * first (gelu_backward_bf16 into a zeroed bf16 buffer), then the two GEMMs; dX
+ * first (gelu_backward_bf16 writing a new bf16 buffer), then the two GEMMs; dX
  * is written rather than added when it is x's first gradient. The GELU
  * derivative is its own pass, not the dgelu_pre epilogue of the projection's dX
  * GEMM, which measured slower than the pair (docs/results.md).
@@ -54,8 +54,8 @@ static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entr
     const forge_bf16 *dout = forge_bf16p(e->out->grad);
     if (pre) { /* GELU: the gradient of the pre-activation */
         OP_REQUIRE(be, gelu_backward_bf16);
-        FORGE_TRY(op_new_zeros(tape, &dpre, FORGE_BF16, pre->ndim, pre->shape));
-        FORGE_TRY(be->gelu_backward_bf16(be, forge_bf16p(dpre), forge_bf16p(pre), dout, pre->numel));
+        FORGE_TRY(op_new_dtype(tape, &dpre, FORGE_BF16, pre->ndim, pre->shape));
+        FORGE_TRY(be->gelu_backward_bf16(be, forge_bf16p(dpre), forge_bf16p(pre), dout, pre->numel, 0));
         dout = forge_bf16p(dpre);
     }
     forge_status s = FORGE_OK;

@@ -68,13 +68,16 @@ forge_status forge_op_add(forge_tape *tape, forge_tensor **out, forge_tensor *a,
 static forge_status gelu_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dx;
-    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
-    if (!dx) return FORGE_OK;
-    if (op_is_bf16(dx)) {
+    if (op_is_bf16(e->in[0])) {
+        int fresh = 0;
+        FORGE_TRY(forge_tape_grad_fresh(tape, e->in[0], &dx, &fresh));
+        if (!dx) return FORGE_OK;
         OP_REQUIRE(be, gelu_backward_bf16);
         return be->gelu_backward_bf16(be, forge_bf16p(dx), forge_bf16p(e->in[0]), forge_bf16p(e->out->grad),
-                                      dx->numel);
+                                      dx->numel, !fresh);
     }
+    FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
+    if (!dx) return FORGE_OK;
     OP_REQUIRE(be, gelu_backward);
     return be->gelu_backward(be, forge_f32(dx), forge_f32(e->in[0]), forge_f32(e->out->grad), dx->numel);
 }

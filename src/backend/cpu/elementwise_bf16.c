@@ -32,10 +32,11 @@ forge_status cpu_gelu_forward_bf16(forge_backend *be, forge_bf16 *out, const for
 }
 
 forge_status cpu_gelu_backward_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *inp, const forge_bf16 *dout,
-                                    size_t n) {
+                                    size_t n, int accumulate) {
     int nt = cpu_threads(be);
 #pragma omp parallel for num_threads(nt)
-    for (size_t i = 0; i < n; i++) dinp[i] = rn(fmaf(forge_gelu_grad(bf(inp[i])), bf(dout[i]), bf(dinp[i])));
+    for (size_t i = 0; i < n; i++)
+        dinp[i] = rn(fmaf(forge_gelu_grad(bf(inp[i])), bf(dout[i]), prev(dinp, i, accumulate)));
     return FORGE_OK;
 }
 

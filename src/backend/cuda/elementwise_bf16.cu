@@ -58,13 +58,14 @@ struct gelu_forward_op { /* out = rn(gelu(inp)) */
     }
 };
 
-struct gelu_backward_op { /* dinp = rn(dinp + gelu'(inp) dout) */
+template <bool ACC>
+struct gelu_backward_op { /* dinp = rn(dinp + gelu'(inp) dout), the old dinp +0 when !ACC (written) */
     forge_bf16 *dinp;
     const forge_bf16 *inp, *dout;
     template <int W>
     __device__ __forceinline__ void run(size_t i) const {
         float d[W], x[W], g[W];
-        bf16_load<W>(d, dinp + i);
+        grad_load<ACC, W>(d, dinp + i);
         bf16_load<W>(x, inp + i);
         bf16_load<W>(g, dout + i);
 #pragma unroll
@@ -154,8 +155,11 @@ forge_status cuda_gelu_forward_bf16(forge_backend *be, forge_bf16 *out, const fo
 }
 
 forge_status cuda_gelu_backward_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *inp,
-                                     const forge_bf16 *dout, size_t n) {
-    return elementwise_launch(be, gelu_backward_op{dinp, inp, dout}, n, aligned(dinp, inp, dout),
+                                     const forge_bf16 *dout, size_t n, int accumulate) {
+    if (accumulate)
+        return elementwise_launch(be, gelu_backward_op<true>{dinp, inp, dout}, n, aligned(dinp, inp, dout),
+                                  "gelu_backward_bf16");
+    return elementwise_launch(be, gelu_backward_op<false>{dinp, inp, dout}, n, aligned(dinp, inp, dout),
                               "gelu_backward_bf16");
 }
 
