@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# device_real_run.sh: the "train a real model" runs of the README (issue 19) on the GPU machine (device_run.sh stage
+# device_real_run.sh: the "train a real model" runs of the README on the GPU machine (device_run.sh stage
 # "real_run"): GPT-2-tokenized TinyStories (.carry/data/ts-gpt2, made on the build machine with
-# `forge tokenize --tokenizer ../shared/data/gpt2-tokenizer`), bf16, trained for several epochs with the val loss
-# over the whole val split every 25 steps, then three samples from the final checkpoint. Logs and the run
-# directories' log.jsonl come back in $OUT; the loss curves are drawn on the build machine (`forge plot`).
+# `forge tokenize --tokenizer ../shared/data/gpt2-tokenizer`), bf16, trained until the val loss (over the whole val
+# split) stops improving (--early-stop), then three samples and the evaluation of the best checkpoint, and the
+# KV-cached sampling speed (greedy, 256 tokens) against the full forward. Logs and the run directories' log.jsonl
+# come back in $OUT; the loss curves are drawn on the build machine (`forge plot`).
 #   FORGE_REAL_RUNS  which runs (default "gpt-10m-v50k gpt2-124m")
 set -u -o pipefail
 : "${OUT:?set OUT}"
@@ -21,25 +22,31 @@ JSON
 fails=0
 for run in ${FORGE_REAL_RUNS:-gpt-10m-v50k gpt2-124m}; do
     case $run in
-        gpt-10m-v50k) cfg=$RUNS/gpt-10m-v50k.json args=(--batch 32 --seq-len 512 --lr 1.5e-3 --steps 3000) ;;
-        gpt2-124m) cfg=gpt2-124m args=(--batch 16 --seq-len 1024 --lr 8e-4 --steps 1600) ;;
+        gpt-10m-v50k) cfg=$RUNS/gpt-10m-v50k.json
+            args=(--batch 32 --seq-len 512 --lr 1.5e-3 --steps 3000 --eval-every 50 --early-stop 3) ;;
+        gpt2-124m) cfg=gpt2-124m args=(--batch 16 --seq-len 1024 --lr 8e-4 --steps 1600 --eval-every 100 --early-stop 2) ;;
         *) echo "unknown run $run"; fails=1; continue ;;
     esac
     echo "== $run: forge train --config $cfg ${args[*]}"
     t0=$SECONDS
-    if ! "$FORGE" train --device cuda --config "$cfg" --data "$DATA" --out "$RUNS/$run" "${args[@]}" --eval-every 25 \
+    if ! "$FORGE" train --device cuda --config "$cfg" --data "$DATA" --out "$RUNS/$run" "${args[@]}" \
         --eval-batches 1000 --seed 1337 >"$OUT/train-$run.log" 2>&1; then
         echo "FAIL train $run"
         fails=1
     fi
     echo "wall $((SECONDS - t0)) s (start-up, training, evaluations, checkpoints)"
     head -n 3 "$OUT/train-$run.log"
-    grep -E "^done|val loss" "$OUT/train-$run.log" | tail -n 3
+    grep -E "^done|^best|^early|val loss" "$OUT/train-$run.log" | tail -n 4
     cp "$RUNS/$run/log.jsonl" "$OUT/$run.jsonl"
-    "$FORGE" sample --device cuda --ckpt "$RUNS/$run" --prompt "Once upon a time" --tokens 120 --count 3 \
+    best=$RUNS/$run/$(cat "$RUNS/$run/best" 2>/dev/null || echo "")
+    "$FORGE" sample --device cuda --ckpt "$best" --prompt "Once upon a time" --tokens 120 --count 3 \
         --temperature 0.8 --top-k 40 --seed 1 >"$OUT/samples-$run.txt" 2>&1 || fails=1
-    "$FORGE" eval --device cuda --ckpt "$RUNS/$run" --data "$DATA" >"$OUT/eval-$run.txt" 2>&1 || fails=1
-    tail -n 2 "$OUT/eval-$run.txt"
+    "$FORGE" eval --device cuda --ckpt "$best" --data "$DATA" >"$OUT/eval-$run.txt" 2>&1 || fails=1
+    tail -n 1 "$OUT/eval-$run.txt"
+    for mode in "" --no-kv-cache; do # the sampling speed: greedy, 256 new tokens, the KV cache and the full forward
+        "$FORGE" sample --device cuda --ckpt "$best" --prompt "Once upon a time" --tokens 256 --temperature 0 \
+            $mode 2>&1 >/dev/null | tail -n 1 | tee -a "$OUT/sample-speed-$run.txt" || fails=1
+    done
 done
 python3 - "$OUT" ${FORGE_REAL_RUNS:-gpt-10m-v50k gpt2-124m} <<'PY'
 import json, math, sys

@@ -100,9 +100,14 @@ static forge_status load_text(const char *path, const forge_tokenizer *tok, int 
     free(text);
     FORGE_TRY(s);
     for (size_t i = 0; i < *n; i++)
-        if ((*out)[i] >= vocab_size)
-            return forge_error(FORGE_ERR_DATA, "eval: %s encodes to id %d, outside the model's vocab_size %d", path,
-                               (*out)[i], vocab_size);
+        if ((*out)[i] >= vocab_size) {
+            s = forge_error(FORGE_ERR_DATA, "eval: %s encodes to id %d, outside the model's vocab_size %d", path,
+                            (*out)[i], vocab_size);
+            free(*out);
+            *out = NULL;
+            *n = 0;
+            return s;
+        }
     return FORGE_OK;
 }
 

@@ -45,7 +45,23 @@ __global__ void __launch_bounds__(REDUCE_THREADS)
     __shared__ float scratch[32];
     __shared__ bool last;
     float acc = 0.0f;
-    for (size_t i = blockIdx.x * (size_t)REDUCE_THREADS + threadIdx.x; i < n; i += (size_t)gridDim.x * REDUCE_THREADS)
+    /* 16-byte loads where x allows them (the flat gradient buffer does): enough bytes in flight to stream at the
+     * memory's rate; the fixed grid and per-thread order keep the sum's bits independent of timing */
+    const size_t stride = (size_t)gridDim.x * REDUCE_THREADS;
+    const size_t n4 = ((uintptr_t)x % 16 == 0) ? n / 4 : 0;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    for (size_t i = blockIdx.x * (size_t)REDUCE_THREADS + threadIdx.x; i < n4; i += stride) {
+        const float4 v = x4[i];
+        if (SQUARE) {
+            acc = fmaf(v.x, v.x, acc);
+            acc = fmaf(v.y, v.y, acc);
+            acc = fmaf(v.z, v.z, acc);
+            acc = fmaf(v.w, v.w, acc);
+        } else {
+            acc = acc + v.x + v.y + v.z + v.w;
+        }
+    }
+    for (size_t i = 4 * n4 + blockIdx.x * (size_t)REDUCE_THREADS + threadIdx.x; i < n; i += stride)
         acc = SQUARE ? fmaf(x[i], x[i], acc) : acc + x[i];
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) {

@@ -46,7 +46,7 @@ struct cuda_mm_table; /* matmul_table.cu */
 /* Floats of workspace: partial sums of the two-pass reductions. 16 MiB. */
 #define CUDA_WS_FLOATS ((size_t)4 << 20)
 /* Partials of the one-launch reductions (sum_accumulate, sumsq): a fixed grid, so the sum order never changes. */
-#define CUDA_SUMSQ_BLOCKS 256
+#define CUDA_SUMSQ_BLOCKS 1024
 
 /* The first bad input a kernel met since the last poll_errors (device memory, zeroed at creation): a token id
  * outside [0, V). Kernels claim it with atomicCAS on `found` and fill the rest; the table's poll_errors reads it
