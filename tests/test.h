@@ -15,6 +15,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "../src/model/config.h"
+
 void test_case_begin(const char *suite, const char *name);
 void test_case_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -60,6 +62,10 @@ int test_msg_has(const char *a, const char *b);
 /* A data directory for training tests: a `vocab`-id BPE trained on text_path, saved in dir, and text_path
  * tokenized into dir's shards (10% val). 1 on success. */
 int test_tokenized_dir(const char *dir, const char *text_path, int vocab);
+/* A small model of either family (GPT-2: learned positions, LayerNorm, GELU, biases, tied embeddings; Llama: RoPE,
+ * RMSNorm, SwiGLU, 2 kv heads for 4 query heads, untied): vocab 37, context 16, d_model 24, 2 layers, init std
+ * 0.02, named test-gpt2 / test-llama. Tests change the fields they need. */
+forge_model_config test_small_config(int llama);
 
 /* expr must return the status want with a message containing n1 (and n2, unless NULL) */
 #define CHECK_ERR_MSG(expr, want, n1, n2)                                                     \

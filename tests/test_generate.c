@@ -117,25 +117,11 @@ static void test_attention_decode_values(void) {
 /* ---- the decode step and generation against the full forward ------------------------------------------------ */
 
 static forge_model_config small_config(int llama, int vocab) {
-    forge_model_config c;
-    memset(&c, 0, sizeof c);
+    forge_model_config c = test_small_config(llama);
     snprintf(c.name, sizeof c.name, "%s", llama ? "decode-llama" : "decode-gpt2");
-    c.family = llama ? FORGE_FAMILY_LLAMA : FORGE_FAMILY_GPT2;
     c.vocab_size = vocab;
-    c.context_length = 16;
-    c.d_model = 24;
-    c.n_layers = 2;
     c.n_heads = llama ? 6 : 4; /* Llama: 6 query heads over 2 kv heads, HS 4 */
-    c.n_kv_heads = llama ? 2 : 4;
-    c.ffn_hidden = llama ? 40 : 96;
-    c.norm = llama ? FORGE_NORM_RMSNORM : FORGE_NORM_LAYERNORM;
-    c.norm_eps = 1e-5f;
-    c.positions = llama ? FORGE_POSITIONS_ROPE : FORGE_POSITIONS_LEARNED;
-    c.rope_theta = 10000.0f;
-    c.activation = llama ? FORGE_ACTIVATION_SWIGLU : FORGE_ACTIVATION_GELU;
-    c.bias = !llama;
-    c.tied_embeddings = !llama;
-    c.init_std = 0.2f; /* logits of O(1) spread: greedy choices far from ties */
+    c.init_std = 0.2f;         /* logits of O(1) spread: greedy choices far from ties */
     return c;
 }
 

@@ -125,6 +125,29 @@ int test_msg_has(const char *a, const char *b) {
     return strstr(m, a) != NULL && (!b || strstr(m, b) != NULL);
 }
 
+forge_model_config test_small_config(int llama) {
+    forge_model_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", llama ? "test-llama" : "test-gpt2");
+    c.family = llama ? FORGE_FAMILY_LLAMA : FORGE_FAMILY_GPT2;
+    c.vocab_size = 37;
+    c.context_length = 16;
+    c.d_model = 24;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = llama ? 2 : 4;
+    c.ffn_hidden = llama ? 40 : 96;
+    c.norm = llama ? FORGE_NORM_RMSNORM : FORGE_NORM_LAYERNORM;
+    c.norm_eps = 1e-5f;
+    c.positions = llama ? FORGE_POSITIONS_ROPE : FORGE_POSITIONS_LEARNED;
+    c.rope_theta = 10000.0f;
+    c.activation = llama ? FORGE_ACTIVATION_SWIGLU : FORGE_ACTIVATION_GELU;
+    c.bias = !llama;
+    c.tied_embeddings = !llama;
+    c.init_std = 0.02f;
+    return c;
+}
+
 int test_tokenized_dir(const char *dir, const char *text_path, int vocab) {
     const char *files[1] = {text_path};
     forge_tokenizer *tok;

@@ -44,28 +44,6 @@ static void fixture_free(fixture *f) {
     forge_backend_destroy(f->be);
 }
 
-static forge_model_config small_config(int llama) {
-    forge_model_config c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "%s", llama ? "test-llama" : "test-gpt2");
-    c.family = llama ? FORGE_FAMILY_LLAMA : FORGE_FAMILY_GPT2;
-    c.vocab_size = 37;
-    c.context_length = 16;
-    c.d_model = 24;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = llama ? 2 : 4;
-    c.ffn_hidden = llama ? 40 : 96;
-    c.norm = llama ? FORGE_NORM_RMSNORM : FORGE_NORM_LAYERNORM;
-    c.norm_eps = 1e-5f;
-    c.positions = llama ? FORGE_POSITIONS_ROPE : FORGE_POSITIONS_LEARNED;
-    c.rope_theta = 10000.0f;
-    c.activation = llama ? FORGE_ACTIVATION_SWIGLU : FORGE_ACTIVATION_GELU;
-    c.bias = !llama;
-    c.tied_embeddings = !llama;
-    c.init_std = 0.02f;
-    return c;
-}
 
 static void test_layout(void) {
     const char *names[] = {"tiny", "tiny-llama", "gpt-10m", "gpt-25m"};
@@ -93,7 +71,7 @@ static void test_layout(void) {
 
 static void test_init_and_initial_loss(void) {
     TEST_CASE("init: std 0.02, residual projections scaled, loss near log(V)");
-    forge_model_config cfg = small_config(0);
+    forge_model_config cfg = test_small_config(0);
     cfg.vocab_size = 512;
     cfg.d_model = 64;
     cfg.n_layers = 4;
@@ -127,7 +105,7 @@ static void test_init_and_initial_loss(void) {
 static void model_gradcheck(int llama) {
     TEST_CASE(llama ? "gradcheck: whole llama model (rope, swiglu, rmsnorm, GQA, untied)"
                     : "gradcheck: whole gpt2 model (learned pos, gelu, layernorm, tied)");
-    forge_model_config cfg = small_config(llama);
+    forge_model_config cfg = test_small_config(llama);
     int B = 2, T = 5, N = B * T;
     fixture f;
     CHECK(fixture_init(&f, &cfg, B, T, 1));
@@ -182,7 +160,7 @@ static void model_gradcheck(int llama) {
 static void test_overfit(int llama) {
     TEST_CASE(llama ? "overfit: tiny llama memorises one batch (loss < 0.1)"
                     : "overfit: tiny gpt2 memorises one batch (loss < 0.1)");
-    forge_model_config cfg = small_config(llama);
+    forge_model_config cfg = test_small_config(llama);
     cfg.vocab_size = 64;
     cfg.d_model = 48;
     cfg.ffn_hidden = llama ? 96 : 192;
@@ -239,7 +217,7 @@ static forge_status watch_hook(void *ctx, const forge_tape *tape, size_t i) {
 
 static void test_buckets_ready(int llama) {
     TEST_CASE(llama ? "buckets: launched once final (llama, untied)" : "buckets: launched once final (gpt2, tied)");
-    forge_model_config cfg = small_config(llama);
+    forge_model_config cfg = test_small_config(llama);
     fixture f;
     CHECK(fixture_init(&f, &cfg, 2, 8, 0));
     if (test_case_failed()) return;
