@@ -24,11 +24,20 @@ static forge_status check_qkv(const char *op, const forge_tensor *qkv, int NH, i
     return op_check_last(op, qkv, (int64_t)(NH + 2 * NKV) * HS, "qkv");
 }
 
-/* bf16: dx written rather than added when it is x's first gradient (no zeroing pass) */
+/* bf16: dx written rather than added when it is x's first gradient (no zeroing pass); the in-place form (out is
+ * qkv itself, sharing its gradient) turns that gradient into qkv's where it lies: each pair is read before it is
+ * written, and written, not added */
 static forge_status rope_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     forge_tensor *dx;
     int dx_fresh = 0;
+    if (e->out == e->in[0]) {
+        rope_params p;
+        forge_tape_entry_params(e, &p, sizeof p);
+        forge_bf16 *g = forge_bf16p(e->out->grad);
+        OP_REQUIRE(be, rope_backward_bf16);
+        return be->rope_backward_bf16(be, g, g, p.B, p.T, p.n_heads, p.n_rot, p.HS, p.theta, 0);
+    }
     if (op_is_bf16(e->in[0])) FORGE_TRY(forge_tape_grad_fresh(tape, e->in[0], &dx, &dx_fresh));
     else FORGE_TRY(forge_tape_grad(tape, e->in[0], &dx));
     if (!dx) return FORGE_OK;
@@ -53,7 +62,11 @@ forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *q
     FORGE_TRY(check_qkv("rope", qkv, NH, NKV, HS));
     if (HS % 2) return forge_error(FORGE_ERR_ARG, "rope: head size %d must be even", HS);
     int B = (int)qkv->shape[0], T = (int)qkv->shape[1];
-    FORGE_TRY(op_new_dtype(tape, out, qkv->dtype, 3, qkv->shape));
+    /* bf16: in place (out = qkv): nothing reads the unrotated qkv again (the qkv GEMM's backward needs its input,
+     * rope's only its output's gradient), so it need not be kept for the backward (a (B, T, (NH+2*NKV)*HS) block a
+     * layer) */
+    if (bf16) *out = qkv;
+    else FORGE_TRY(op_new_dtype(tape, out, qkv->dtype, 3, qkv->shape));
     forge_tensor *o = *out;
     if (bf16)
         FORGE_TRY(be->rope_forward_bf16(be, forge_bf16p(o), forge_bf16p(qkv), B, T, NH + 2 * NKV, NH + NKV, HS,

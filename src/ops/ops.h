@@ -38,7 +38,8 @@ forge_status forge_op_rmsnorm(forge_tape *tape, forge_tensor **out, forge_tensor
  * the next block's norm (fused into one kernel for bf16) */
 forge_status forge_op_residual_norm(forge_tape *tape, forge_tensor **res, forge_tensor **out, forge_tensor *a,
                                     forge_tensor *b, forge_tensor *weight, forge_tensor *bias, float eps);
-/* qkv (B,T,(NH+2NKV)*HS): rotates the NH+NKV query and key heads */
+/* qkv (B,T,(NH+2NKV)*HS): rotates the NH+NKV query and key heads; bf16 qkv in place (*out = qkv: the caller must
+ * not need the unrotated values), fp32 into a new tensor */
 forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV, int HS,
                            float theta);
 forge_status forge_op_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x);
