@@ -44,25 +44,12 @@ static void env_close(env *e) {
 }
 
 static forge_model_config small_config(int llama, int bias, int tied) {
-    forge_model_config c;
-    memset(&c, 0, sizeof c);
+    forge_model_config c = test_small_config(llama);
     snprintf(c.name, sizeof c.name, "%s", llama ? "hf-llama" : "hf-gpt2");
-    c.family = llama ? FORGE_FAMILY_LLAMA : FORGE_FAMILY_GPT2;
-    c.vocab_size = 37;
-    c.context_length = 16;
-    c.d_model = 24;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = llama ? 2 : 4;
-    c.ffn_hidden = llama ? 40 : 96;
-    c.norm = llama ? FORGE_NORM_RMSNORM : FORGE_NORM_LAYERNORM;
     c.norm_eps = llama ? 1e-6f : 1e-5f;
-    c.positions = llama ? FORGE_POSITIONS_ROPE : FORGE_POSITIONS_LEARNED;
     c.rope_theta = llama ? 500.0f : 10000.0f;
-    c.activation = llama ? FORGE_ACTIVATION_SWIGLU : FORGE_ACTIVATION_GELU;
     c.bias = bias;
     c.tied_embeddings = tied;
-    c.init_std = 0.02f;
     return c;
 }
 
