@@ -167,8 +167,7 @@ static int by_step_desc(const void *a, const void *b) {
     return (y->step > x->step) - (y->step < x->step);
 }
 
-/* The checkpoint name a pointer file (latest, best) of run_dir holds, or "" */
-static void read_pointer(const char *run_dir, const char *pointer, char *name, size_t cap) {
+void forge_run_dir_pointer(const char *run_dir, const char *pointer, char *name, size_t cap) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", run_dir, pointer);
     name[0] = '\0';
@@ -181,8 +180,8 @@ static void read_pointer(const char *run_dir, const char *pointer, char *name, s
 
 forge_status forge_run_dir_collect(const char *run_dir, int step, int keep) {
     char latest[256], best[256], path[4400];
-    read_pointer(run_dir, "latest", latest, sizeof latest);
-    read_pointer(run_dir, "best", best, sizeof best);
+    forge_run_dir_pointer(run_dir, "latest", latest, sizeof latest);
+    forge_run_dir_pointer(run_dir, "best", best, sizeof best);
     int n;
     ckpt_entry *list = scan(run_dir, &n);
     if (n > 1) qsort(list, (size_t)n, sizeof *list, by_step_desc);

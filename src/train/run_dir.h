@@ -39,6 +39,10 @@ int forge_run_dir_checkpoint_step(const char *name);
  * with the highest step ("" if none). */
 int forge_run_dir_count_checkpoints(const char *run_dir, char *newest, size_t cap);
 
+/* The checkpoint name a pointer file of run_dir (`latest`, `best`) holds, in name (cap bytes), or "" when there is
+ * none. */
+void forge_run_dir_pointer(const char *run_dir, const char *pointer, char *name, size_t cap);
+
 /* The collection described above, after the checkpoint of step `step` was
  * saved and `latest` moved to it; keep >= 1. Removes what it can and returns
  * the first failure (the trainer only warns: a leftover is no reason to stop). */

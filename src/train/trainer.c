@@ -381,13 +381,8 @@ static void read_val_history(trainer *tr) {
         }
         fclose(f);
     }
-    char path[1200], name[256] = "";
-    snprintf(path, sizeof path, "%s/best", tr->o->out_dir);
-    f = fopen(path, "r");
-    if (f) {
-        if (fgets(name, sizeof name, f)) name[strcspn(name, "\r\n")] = '\0';
-        fclose(f);
-    }
+    char name[256];
+    forge_run_dir_pointer(tr->o->out_dir, "best", name, sizeof name);
     if (name[0]) snprintf(tr->best_ckpt, sizeof tr->best_ckpt, "%s/%s", tr->o->out_dir, name);
 }
 
