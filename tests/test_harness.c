@@ -639,6 +639,11 @@ void suite_harness(void) {
         CHECK(r.span_ms >= 0 && r.between_ms >= -1e-9 && r.ms[FORGE_OP_accumulate] >= 0);
         CHECK((const void *)be->accumulate == acc0 && (const void *)be->memset_zero == ms0);
         CHECK(strcmp(forge_op_profile_slot_name(FORGE_OP_gelu_forward), "gelu_forward") == 0);
+        /* calls grouped by op and size: accumulate (n = 5) twice, gelu_forward once, memset (no sizes) once */
+        CHECK(r.n_shapes == 3 && r.shapes[0].slot == FORGE_OP_accumulate && r.shapes[0].calls == 2 &&
+              r.shapes[0].n_args == 1 && strcmp(r.shapes[0].names[0], "n") == 0 && r.shapes[0].values[0] == 5);
+        CHECK(r.shapes[2].slot == FORGE_PROFILE_MEMSET && r.shapes[2].n_args == 0);
+        forge_op_profile_result_free(&r);
         /* a fifth call does not fit: it still runs, and detach reports the overflow */
         CHECK_OK(forge_op_profile_attach(&p, be, &marks));
         for (int i = 0; i < 5; i++) CHECK_OK(be->accumulate(be, a, b, 5));

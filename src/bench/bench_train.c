@@ -211,7 +211,11 @@ static forge_status breakdown(FILE *out, train_cell *c, const char *name) {
             fprintf(out, "-- %s: one step op by op (device time between stamps around each call; ops under 0.5%% "
                          "folded)\n", name);
             forge_op_profile_print(out, &res, 0.005);
+            fprintf(out, "-- %s: the same step by op and arguments (calls with equal sizes grouped; 1%% and up)\n",
+                    name);
+            forge_op_profile_print_shapes(out, &res, 0.01, 40);
         }
+        forge_op_profile_result_free(&res);
     }
     marks.destroy(marks.ctx);
     return s;
