@@ -193,7 +193,7 @@ done:
 /* ---- NT / NN: the fused epilogues with the store forced ---- */
 
 typedef struct {
-    int nn, bias, gelu, pre, dgelu, bf16;
+    int nn, bias, gelu, pre, dgelu, bf16, res;
     const char *what;
 } lt_epi;
 
@@ -210,11 +210,12 @@ static int lt_fetch(float *host, const void *dev, size_t n, int bf16, uint16_t *
 
 static void case_epi_store(parity *P, int M, int N, int K) {
     static const lt_epi cases[] = {
-        {0, 0, 0, 0, 0, 0, "nt plain"},           {0, 1, 0, 0, 0, 0, "nt bias"},
-        {0, 1, 1, 0, 0, 0, "nt bias+gelu"},       {0, 1, 1, 1, 0, 0, "nt bias+gelu+pre"},
-        {0, 0, 0, 0, 0, 1, "nt bf16"},            {0, 1, 0, 0, 0, 1, "nt bias bf16"},
-        {0, 1, 1, 1, 0, 1, "nt bias+gelu+pre bf16"}, {1, 0, 0, 0, 0, 0, "nn plain"},
-        {1, 0, 0, 0, 1, 0, "nn dgelu"},
+        {0, 0, 0, 0, 0, 0, 0, "nt plain"},           {0, 1, 0, 0, 0, 0, 0, "nt bias"},
+        {0, 1, 1, 0, 0, 0, 0, "nt bias+gelu"},       {0, 1, 1, 1, 0, 0, 0, "nt bias+gelu+pre"},
+        {0, 0, 0, 0, 0, 1, 0, "nt bf16"},            {0, 1, 0, 0, 0, 1, 0, "nt bias bf16"},
+        {0, 1, 1, 1, 0, 1, 0, "nt bias+gelu+pre bf16"}, {1, 0, 0, 0, 0, 0, 0, "nn plain"},
+        {1, 0, 0, 0, 1, 0, 0, "nn dgelu"},           {1, 0, 0, 0, 0, 0, 1, "nn residual"},
+        {1, 0, 0, 0, 0, 1, 1, "nn residual bf16"},
     };
     char shape[96];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
@@ -224,11 +225,12 @@ static void case_epi_store(parity *P, int M, int N, int K) {
                                                                                 malloc(cn * 4)};
     double *ref = calloc(cn, sizeof *ref);
     uint16_t *a16 = malloc(an * 2), *b16 = malloc(bn * 2), *tmp = malloc(cn * 2);
-    void *dA = NULL, *dB = NULL, *dC = NULL, *dPre = NULL, *dBias = NULL, *dP = NULL;
+    void *dA = NULL, *dB = NULL, *dC = NULL, *dPre = NULL, *dBias = NULL, *dP = NULL, *dP16 = NULL;
     int ok = a && b && bias && pg && ref && a16 && b16 && tmp && h[0] && h[1] && h[2] && hp[0] && hp[1] && hp[2];
     ok = ok && cudaMalloc(&dA, an * 2) == cudaSuccess && cudaMalloc(&dB, bn * 2) == cudaSuccess &&
          cudaMalloc(&dC, cn * 4) == cudaSuccess && cudaMalloc(&dPre, cn * 4) == cudaSuccess &&
-         cudaMalloc(&dBias, (size_t)N * 4) == cudaSuccess && cudaMalloc(&dP, cn * 4) == cudaSuccess;
+         cudaMalloc(&dBias, (size_t)N * 4) == cudaSuccess && cudaMalloc(&dP, cn * 4) == cudaSuccess &&
+         cudaMalloc(&dP16, cn * 2) == cudaSuccess;
     if (!ok) {
         report(P, 0, "gemm_bf16_epi_store", shape, INFINITY, 0, "(allocation failed)");
         goto done;
@@ -238,8 +240,9 @@ static void case_epi_store(parity *P, int M, int N, int K) {
     for (size_t i = 0; i < an; i++) a16[i] = lt_bf16(a[i] = lt_exact(P));
     for (size_t i = 0; i < bn; i++) b16[i] = lt_bf16(b[i] = lt_exact(P));
     for (int j = 0; j < N; j++) bias[j] = lt_exact(P);
-    for (size_t i = 0; i < cn; i++) pg[i] = 3.0f * lt_uniform(P);
+    for (size_t i = 0; i < cn; i++) tmp[i] = lt_bf16(pg[i] = 3.0f * lt_uniform(P));
     ok = cudaMemcpy(dA, a16, an * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dP16, tmp, cn * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dB, b16, bn * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dBias, bias, (size_t)N * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dP, pg, cn * 4, cudaMemcpyHostToDevice) == cudaSuccess;
@@ -252,9 +255,10 @@ static void case_epi_store(parity *P, int M, int N, int K) {
         e.bias = t->bias ? dBias : NULL;
         e.pre_out = t->pre ? dPre : NULL;
         e.dgelu_pre = t->dgelu ? dP : NULL;
+        e.residual = t->res ? (t->bf16 ? dP16 : dP) : NULL; /* the nn residual has C's type */
         e.gelu = t->gelu;
         e.out_bf16 = t->bf16;
-        if (strcmp(forge_gemm_bf16_epi_store(dC, N, &e), "tma") != 0) {
+        if (strcmp(forge_gemm_bf16_epi_store(t->nn, dC, N, &e), "tma") != 0) {
             report(P, 0, "gemm_bf16_epi_store", sub, INFINITY, 0, "(the library does not take the TMA store here)");
             continue;
         }
@@ -303,7 +307,7 @@ static void case_epi_store(parity *P, int M, int N, int K) {
         report(P, def_bits == 0 && nan == 0, "gemm_bf16_epi_store", sub, (double)(def_bits + nan), 0.0, NULL);
         snprintf(sub, sizeof sub, "%s %s: direct vs tma (%zu elements differ)", shape, t->what, exact_diff);
         report(P, exact_diff == 0 && near <= 1e-6, "gemm_bf16_epi_store", sub, near, 1e-6, NULL);
-        if (!t->gelu && !t->dgelu && !t->bf16) { /* exact values: C equals the double reference exactly */
+        if (!t->gelu && !t->dgelu && !t->bf16 && !t->res) { /* exact values: C equals the double reference */
             for (size_t i = 0; i < cn; i++) ref[i] = 0.0;
             for (int m = 0; m < M; m++)
                 for (int k = 0; k < K; k++) {
@@ -324,7 +328,7 @@ static void case_epi_store(parity *P, int M, int N, int K) {
     }
     if (!ok) report(P, 0, "gemm_bf16_epi_store", shape, INFINITY, 0, "(kernel or copy failed)");
 done:
-    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dPre), cudaFree(dBias), cudaFree(dP);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dPre), cudaFree(dBias), cudaFree(dP), cudaFree(dP16);
     for (int r = 0; r < 3; r++) free(h[r]), free(hp[r]);
     free(a), free(b), free(bias), free(pg), free(ref), free(a16), free(b16), free(tmp);
 }

@@ -74,8 +74,9 @@
  * Row-major (M,N) buffers with row stride N. C, pre_out, residual and dgelu_pre must be 4-byte aligned (2 for a
  * bf16 C / pre_out); every buffer except residual (which may be C) must not overlap another. 2-element vector
  * accesses are used when N is even and every (M,N) buffer allows them (8-byte aligned fp32, 4-byte bf16).
- * The store: C (and pre_out) are staged in shared memory and stored by TMA wherever that is allowed (no residual;
- * fp32 C: N % 4 == 0, bf16 C: N % 8 == 0; C, pre_out, dgelu_pre 16-byte aligned), else stored from the
+ * The store: C (and pre_out) are staged in shared memory and stored by TMA wherever that is allowed (no residual
+ * except nn's bf16 one without dgelu_pre; fp32 C: N % 4 == 0, bf16 C: N % 8 == 0; C, pre_out, dgelu_pre, residual
+ * 16-byte aligned), else stored from the
  * registers; the same results either way (the TMA store overlaps the next tile's mainloop: chosen by
  * measurement, lab/notes/gemm-bf16.md). forge_gemm_bf16_epi_store says which one a call takes.
  */
@@ -100,9 +101,9 @@ forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void
  * Same rules as forge_gemm_bf16_nn_wgmma. */
 forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
                                     const forge_gemm_epilogue *epi, void *stream);
-/* "tma" or "direct": the store forge_gemm_bf16_nt_epi / _nn_epi take for this C, N and epilogue (epi NULL:
- * plain); for arguments the entries accept. */
-const char *forge_gemm_bf16_epi_store(const void *C, int N, const forge_gemm_epilogue *epi);
+/* "tma" or "direct": the store forge_gemm_bf16_nt_epi (nn = 0) / _nn_epi (nn = 1) take for this C, N and
+ * epilogue (epi NULL: plain); for arguments the entries accept. */
+const char *forge_gemm_bf16_epi_store(int nn, const void *C, int N, const forge_gemm_epilogue *epi);
 
 forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *stream);

@@ -165,7 +165,8 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
 #define GEMM_EPI_BF16 2  /* C and pre_out are bf16 */
 #define GEMM_EPI_DGELU 4 /* v *= gelu'(dpre[m][n]) (the GELU backward fused into dX) */
 #define GEMM_EPI_TMA_STORE 8 /* stage C (fp32 or bf16) in shared memory, store it with TMA (see gemm_epilogue) */
-#define GEMM_EPI_BF16_IN 16  /* res and dpre are bf16 (the nn bf16 dX, C = rn(C + d)); res: the register store only */
+#define GEMM_EPI_BF16_IN 16  /* res and dpre are bf16 (the nn bf16 dX, C = rn(C + d)) */
+#define GEMM_EPI_RES 32      /* with TMA_STORE (BN 128): C = v + res (bf16: rn), res loaded chunk by chunk like dpre */
 #define GEMM_BIAS_BAR 3      /* named barrier of the 256 consumer threads (the tile's shared bias) */
 #define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GEMM_GELU_C 0.044715f
@@ -243,19 +244,22 @@ __device__ __forceinline__ void gemm_st2(void *base, size_t off, float v0, float
 
 /* tma_store_2d (2D TMA store of a staged box, clipped at the tensor bounds): wgmma_common.cuh */
 
-/* Pulls this thread's part of the tile's rows of an (M,N) fp32 input into L2 at the start of the tile, so the
- * epilogue's loads (issued after the mainloop, when nothing else hides their latency) hit L2 instead of HBM.
- * A thread's rows are row0 and row0 + 8; a quad of lanes shares them and takes every 4th 128-byte line. */
-template <int BN>
+/* Pulls this thread's part of the tile's rows of an (M,N) fp32 or (BIN) bf16 input into L2 at the start of the
+ * tile, so the epilogue's loads (issued after the mainloop, when nothing else hides their latency) hit L2 instead
+ * of HBM. A thread's rows are row0 and row0 + 8; a quad of lanes shares them and takes every 4th 128-byte line of
+ * the tile's BN columns (BN * 4 or BN * 2 bytes). */
+template <int BN, bool BIN>
 __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int tile_col0, int lane, int M, int N) {
+    constexpr int ESIZE = BIN ? 2 : 4, LINE_COLS = 128 / ESIZE, LINES = BN * ESIZE / 128;
+    const char *base = reinterpret_cast<const char *>(p);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = row0 + 8 * h;
 #pragma unroll
-        for (int q = 0; q < BN / 128; q++) {
-            const int col = tile_col0 + 32 * (lane % 4 + 4 * q); /* 32 floats = one 128-byte line */
-            if (row < M && col < N)
-                asm volatile("prefetch.L2 [%0];" ::"l"(p + (size_t)row * N + col)); /* generic address */
+        for (int q = lane % 4; q < LINES; q += 4) {
+            const int col = tile_col0 + LINE_COLS * q;
+            if (row < M && col < N) /* generic address */
+                asm volatile("prefetch.L2 [%0];" ::"l"(base + ((size_t)row * N + col) * ESIZE));
         }
     }
 }
@@ -267,8 +271,8 @@ __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int
  * warp waits for memory once per chunk rather than once per element pair (per-pair waits made an earlier C +=
  * epilogue several times slower: lab/notes/gemm-bf16.md). */
 /*
- * GEMM_EPI_TMA_STORE (what the entry points take wherever gemm_epi_tma_refusal allows it: no residual, aligned
- * buffers, N % 4 == 0 for fp32 / N % 8 == 0 for bf16 C): instead of st.global from the registers, each
+ * GEMM_EPI_TMA_STORE (what the entry points take wherever gemm_epi_tma_refusal allows it: a residual only in the
+ * nn bf16 form, GEMM_EPI_RES; aligned buffers, N % 4 == 0 for fp32 / N % 8 == 0 for bf16 C): instead of st.global from the registers, each
  * chunk of 128 bytes of columns (fp32: 32 columns, CH = 4 groups; bf16: 64 columns, CH = 8) of the warpgroup's
  * 64 rows goes to a 64-row x 128-byte staging box in shared memory (128-byte swizzle: 16-byte chunk k of row r
  * at k ^ (r % 8), which TMA undoes; a warp's float2 / bf16x2 writes then take the minimum 2 / 1 wavefronts),
@@ -279,19 +283,19 @@ __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int
  * after writing, every thread fences the generic->async proxy, barrier again, thread 0 issues the store +
  * commit. TMA clips the box at M and N, so the staged values need no bounds checks.
  */
-/* dgelu_pre of the CH column groups from col (this thread's two rows) into p, fp32 or (BIN) bf16 widened; zero
- * outside M x N. N % 4 == 0 (fp32) or N % 8 == 0 (bf16) and a 16-byte aligned buffer (the TMA path's host rule), so
- * col + 1 < N whenever col < N. */
+/* The CH column groups from col (this thread's two rows) of src (dgelu_pre, or the residual of GEMM_EPI_RES) into
+ * p, fp32 or (BIN) bf16 widened; zero outside M x N. N % 4 == 0 (fp32) or N % 8 == 0 (bf16) and a 16-byte aligned
+ * buffer (the TMA path's host rule), so col + 1 < N whenever col < N. */
 template <int CH, bool BIN>
-__device__ __forceinline__ void gemm_ld_dpre_chunk(float2 (&p)[CH][2], const gemm_epi_dev &e, int row0, int col,
-                                                   int M, int N) {
+__device__ __forceinline__ void gemm_ld_in_chunk(float2 (&p)[CH][2], const float *src, int vec2, int row0, int col,
+                                                 int M, int N) {
 #pragma unroll
     for (int ii = 0; ii < CH; ii++) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = row0 + 8 * h, c = col + 8 * ii;
             p[ii][h] = make_float2(0.0f, 0.0f);
-            if (row < M && c < N) p[ii][h] = gemm_ld2_in<BIN>(e.dpre, (size_t)row * N + c, e.vec2, true);
+            if (row < M && c < N) p[ii][h] = gemm_ld2_in<BIN>(src, (size_t)row * N + c, vec2, true);
         }
     }
 }
@@ -307,9 +311,12 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                                               const CUtensorMap *tm_pre = nullptr) {
     constexpr bool GELU = (EPI & GEMM_EPI_GELU) != 0, BF16 = (EPI & GEMM_EPI_BF16) != 0,
                    DGELU = (EPI & GEMM_EPI_DGELU) != 0, TMA = (EPI & GEMM_EPI_TMA_STORE) != 0,
-                   BIN = (EPI & GEMM_EPI_BF16_IN) != 0;
-    static_assert(!TMA || !DGELU || BN == 128, "dgelu's chunk loads next to 128 accumulators (BN 256) would spill");
-    static_assert(!BIN || (BF16 && (!TMA || DGELU)), "bf16 residual / dgelu_pre: bf16 C; with TMA, dgelu_pre only");
+                   BIN = (EPI & GEMM_EPI_BF16_IN) != 0, RES = (EPI & GEMM_EPI_RES) != 0;
+    /* TMA with an (M,N) input: the chunk loads of dgelu_pre or (RES) the residual, one chunk ahead */
+    constexpr bool LOADS = TMA && (DGELU || RES);
+    static_assert(!LOADS || BN == 128, "the chunk loads next to 128 accumulators (BN 256) would spill");
+    static_assert(!RES || (TMA && !DGELU), "GEMM_EPI_RES: the residual through the TMA store, without dgelu");
+    static_assert(!BIN || (BF16 && (!TMA || DGELU || RES)), "bf16 residual / dgelu_pre: bf16 C");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */
     /* 192: 96 accumulators in 152 registers; 96 (the C192 kernel): 12 column groups */
@@ -341,14 +348,17 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     constexpr int NPASS = TMA && GELU ? 2 : 1;
     const bool two_pass = NPASS == 2 && e.pre != nullptr;
     (void)two_pass;
-    float2 pn[TMA && DGELU ? CH : 1][2]; /* TMA + dgelu: the next chunk's dgelu_pre, loaded one chunk ahead */
-    if constexpr (TMA && DGELU) gemm_ld_dpre_chunk<CH, BIN>(pn, e, row0, col0, M, N);
+    /* TMA + dgelu / residual: the next chunk's input, loaded one chunk ahead */
+    const float *chunk_src = RES ? e.res : e.dpre;
+    (void)chunk_src;
+    float2 pn[LOADS ? CH : 1][2];
+    if constexpr (LOADS) gemm_ld_in_chunk<CH, BIN>(pn, chunk_src, e.vec2, row0, col0, M, N);
 #pragma unroll
     for (int i0 = 0; i0 < BN / 8; i0 += CH) {
         /* TMA reads the bias from shared memory at its use: nothing of it lives in registers; of the (M,N) inputs
          * TMA takes dgelu_pre only (BN 128: its chunk loads fit next to 64 accumulators) */
-        float2 bv[TMA ? 1 : CH], rv[TMA ? 1 : CH][2], pv[TMA && !DGELU ? 1 : CH][2];
-        if constexpr (TMA && DGELU) {
+        float2 bv[TMA ? 1 : CH], rv[TMA ? 1 : CH][2], pv[TMA && !LOADS ? 1 : CH][2];
+        if constexpr (LOADS) {
             /* this chunk's values arrived during the previous chunk; issue the next chunk's loads now, so each
              * chunk's math and staging hide the next one's latency (one exposed round trip per tile, not per
              * chunk) */
@@ -357,7 +367,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                 pv[ii][0] = pn[ii][0];
                 pv[ii][1] = pn[ii][1];
             }
-            if (i0 + CH < BN / 8) gemm_ld_dpre_chunk<CH, BIN>(pn, e, row0, col0 + 8 * (i0 + CH), M, N);
+            if (i0 + CH < BN / 8) gemm_ld_in_chunk<CH, BIN>(pn, chunk_src, e.vec2, row0, col0 + 8 * (i0 + CH), M, N);
         }
         if constexpr (!TMA) {
 #pragma unroll
@@ -422,6 +432,10 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
                                 if constexpr (DGELU) {
                                     v0 *= gemm_gelu_grad(pv[ii][h].x);
                                     v1 *= gemm_gelu_grad(pv[ii][h].y);
+                                }
+                                if constexpr (RES) { /* the register path's v + res */
+                                    v0 += pv[ii][h].x;
+                                    v1 += pv[ii][h].y;
                                 }
                                 /* row r = warp*16 + lane/4 + 8h (r % 8 = lane/4). fp32: column 8ii + 2(lane%4) is in
                                  * 16-byte chunk 2ii + (lane/2)%2 -> swizzled sx ^ 2ii; bf16: in chunk ii -> sx ^ ii */
@@ -765,8 +779,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
             const int row0 = tm * BM + c * 64 + warp * 16 + lane / 4;
             const int col0 = tn * BN + 2 * (lane % 4);
             /* the epilogue's inputs travel to L2 while the mainloop runs */
-            if (wk.parts == 1 && ep.res != nullptr) gemm_prefetch_rows<BN>(ep.res, row0, tn * BN, lane, M, N);
-            if constexpr ((EPI & GEMM_EPI_DGELU) != 0) gemm_prefetch_rows<BN>(ep.dpre, row0, tn * BN, lane, M, N);
+            constexpr bool BIN = (EPI & GEMM_EPI_BF16_IN) != 0;
+            if (wk.parts == 1 && ep.res != nullptr) gemm_prefetch_rows<BN, BIN>(ep.res, row0, tn * BN, lane, M, N);
+            if constexpr ((EPI & GEMM_EPI_DGELU) != 0)
+                gemm_prefetch_rows<BN, BIN>(ep.dpre, row0, tn * BN, lane, M, N);
             /* TMA store + bias: the tile's BN bias values go to shared memory once, by cp.async (no registers,
              * no wait until the epilogue), instead of 2 x BN/8 dependent global loads per thread in the epilogue
              * (measured slower: lab/notes/gemm-bf16.md). One copy for both consumer warpgroups: the
@@ -854,7 +870,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
 }
 
 /* NN (dX = dY . W): A (M,K) K-major, B stored (K,N) with N contiguous: MN-major. EPI: 0, DGELU, TMA_STORE, or
- * DGELU | TMA_STORE (BN 128 only). */
+ * DGELU | TMA_STORE or RES | TMA_STORE (BN 128 only), each optionally with BF16 (| BF16_IN). */
 template <int BN, int EPI>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     gemm_wgmma_bf16_nn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
@@ -995,7 +1011,7 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
 
 /* Why the TMA store (GEMM_EPI_TMA_STORE) cannot take these arguments, or NULL. The entries take the TMA store
  * wherever this is NULL and the direct store elsewhere (gemm.h's forge_gemm_bf16_epi_store). */
-const char *gemm_epi_tma_refusal(const void *C, int N, const forge_gemm_epilogue *e);
+const char *gemm_epi_tma_refusal(int layout, const void *C, int N, const forge_gemm_epilogue *e);
 
 /* What forge_gemm_bf16_nt_epi / forge_gemm_bf16_nn_epi run, with the store given: tma_store != 0 stages C in
  * shared memory and stores it with TMA (FORGE_ERR_UNSUPPORTED with gemm_epi_tma_refusal's reason where it cannot),

@@ -17,8 +17,8 @@
  *   pre_out, bf16 stores); no workspace.
  * - backward_input: forge_gemm_bf16_nn_epi in its bf16 form, one pass: the
  *   epilogue multiplies by gelu'(pre) (bf16 pre read directly) and stores
- *   dinp = rn(dinp + d), or rn(d) through TMA when it writes the first
- *   gradient; no workspace, no second pass.
+ *   dinp = rn(dinp + d) (the old dinp loaded chunk by chunk), or rn(d) when it
+ *   writes the first gradient, through TMA; no workspace, no second pass.
  * - backward_weight: the TN split-K GEMM accumulates into dweight directly
  *   (its partial slices in ctx->tn_ws, sized to its plan, reduced in a fixed
  *   order); dbias is
@@ -241,8 +241,8 @@ forge_status cuda_matmul_backward_input_bf16(forge_backend *be, forge_bf16 *dinp
         return FORGE_OK;
     }
     /* gemm.h's nn rules (K = OC and the output's C multiples of 8, 16-byte operands, element-aligned bf16
-     * dinp and pre). Writing (the first gradient of a tensor, no pre) stores through TMA; accumulating, or
-     * with pre, the epilogue reads dinp / pre and stores from the registers. */
+     * dinp and pre). The store goes through TMA (writing, or adding to the old dinp that the epilogue loads
+     * chunk by chunk) wherever gemm.h allows it (16-byte aligned dinp), else from the registers. */
     if (OC % 8 == 0 && C % 8 == 0 && aligned(dout, 16) && aligned(weight, 16) && aligned(dinp, 2) &&
         aligned(pre, 2)) {
         forge_gemm_epilogue e;

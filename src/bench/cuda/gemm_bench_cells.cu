@@ -385,7 +385,7 @@ extern "C" forge_gemm_epilogue ge_epilogue(const ge_cell *c) {
 extern "C" int ge_cell_store_matches(const ge_cell *c) {
     if (c->kind != GE_FUSED) return 1;
     const forge_gemm_epilogue e = ge_epilogue(c);
-    return (strcmp(forge_gemm_bf16_epi_store(c->sh->C, c->sh->N, &e), "tma") == 0) == (c->tma != 0);
+    return (strcmp(forge_gemm_bf16_epi_store(c->sh->b_mn, c->sh->C, c->sh->N, &e), "tma") == 0) == (c->tma != 0);
 }
 
 static forge_status ge_run(void *ctx, int set) {
@@ -486,6 +486,8 @@ const ge_group_spec GE_GROUPS[] = {
     {GB_NN, 32768, 3072, 768, GE_G_DGELU, "gpt2 mlp: GELU backward in dX"},
     {GB_NN, 32768, 768, 768, GE_G_ACC, "gpt2 dX attn proj: C +="},
     {GB_NN, 32768, 3072, 768, GE_G_ACC, "gpt2 dX N=3072: C +="},
+    /* the bf16 classifier's dwte (V, C) += dlogits^T . inp over one chunk of 2560 rows */
+    {GB_NN, 50304, 768, 2560, GE_G_ACC, "gpt2 lm head dwte, one chunk: C +="},
     {GB_TN, 768, 768, 32768, GE_G_ACC, "gpt2 dW attn proj (split-K): C +="},
     {GB_NN, 1000, 776, 520, GE_G_ACC, "edge dX odd M: C +="},
     {GB_TN, 776, 1000, 1001, GE_G_ACC, "edge dW odd K (unsplit or split): C +="},
