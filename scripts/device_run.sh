@@ -133,7 +133,7 @@ fi
 
 # ---- script stages: scripts/device_<name>.sh, else lab/scripts/device_<name>.sh
 for name in $STAGE_LIST; do
-    case $name in parity | lab | memcheck | sass) continue ;; esac
+    case $name in parity | parity_ops | lab | memcheck | sass) continue ;; esac
     script=scripts/device_$name.sh
     [ -f "$script" ] || script=lab/scripts/device_$name.sh
     if [ ! -f "$script" ]; then

@@ -129,7 +129,7 @@ static void case_encoder_bf16_bad_ids(parity *P) {
 static void case_bf16_in_place(parity *P) {
     const int B = 2, T = 67, n_heads = 10, n_rot = 8, HS = 64, N = 37, C = 768;
     const size_t n = (size_t)B * T * n_heads * HS, nc = (size_t)N * C;
-    bbuf x = {0}, a = {0}, b = {0}, out = {0};
+    bbuf x = {0}, y = {0}, a = {0}, b = {0}, out = {0};
     fbuf w = {0}, bias = {0}, mean = {0}, rstd = {0};
     const char *shape = "B=2 T=67 n_heads=10 n_rot=8 HS=64";
     if (bbuf_rand(P, &x, n, -1, 1) &&
@@ -137,6 +137,12 @@ static void case_bf16_in_place(parity *P) {
                P->cpu->rope_forward_bf16(P->cpu, x.c, x.c, B, T, n_heads, n_rot, HS, 10000.0f),
                P->gpu->rope_forward_bf16(P->gpu, x.g, x.g, B, T, n_heads, n_rot, HS, 10000.0f)))
         check_bf16(P, "rope_forward_bf16(in-place)", shape, &x, 1, 1);
+    /* the backward in place, written (the trainer's form: dqkv rotated back where it lies) */
+    if (bbuf_rand(P, &y, n, -1, 1) &&
+        ran_ok(P, "rope_backward_bf16(in-place)", shape,
+               P->cpu->rope_backward_bf16(P->cpu, y.c, y.c, B, T, n_heads, n_rot, HS, 10000.0f, 0),
+               P->gpu->rope_backward_bf16(P->gpu, y.g, y.g, B, T, n_heads, n_rot, HS, 10000.0f, 0)))
+        check_bf16(P, "rope_backward_bf16(in-place)", shape, &y, 1, 1);
     shape = "N=37 C=768";
     if (bbuf_rand(P, &a, nc, -2, 2) && bbuf_rand(P, &b, nc, -1, 1) && bbuf_poison(P, &out, nc) &&
         fbuf_rand(P, &w, C, -1, 1) && fbuf_rand(P, &bias, C, -1, 1) && fbuf_poison(P, &mean, N) &&
@@ -158,6 +164,7 @@ static void case_bf16_in_place(parity *P) {
         }
     }
     bbuf_free(P, &x);
+    bbuf_free(P, &y);
     bbuf_free(P, &a);
     bbuf_free(P, &b);
     bbuf_free(P, &out);

@@ -103,16 +103,6 @@ static forge_status lb_ge_tn_acc(const ge_cell *c, int set) {
                                    (lab_gemm_tn_reduce)c->tma, 0, sh->stream);
 }
 
-/* dX C += stored from the registers (the library stores it through TMA: GEMM_EPI_RES) */
-static forge_status lb_ge_nn_acc_direct(const ge_cell *c, int set) {
-    gc_shape *sh = c->sh;
-    const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
-    forge_gemm_epilogue e;
-    memset(&e, 0, sizeof e);
-    e.residual = sh->C;
-    return lab_gemm_bf16_nn_epi_store(A, B, sh->C, sh->M, sh->N, sh->K, &e, 0, sh->stream);
-}
-
 /* The lab's epilogue cells by group kind (layout -1: either). Direct-store rows: added where the library takes the
  * TMA store for the row's epilogue (elsewhere the direct store is the default, which `forge bench gemm` times). */
 typedef struct {
@@ -120,25 +110,23 @@ typedef struct {
     int layout;
     const char *name;
     int bias, gelu, pre, dgelu, bf16;
-    int tn_mode;       /* > 0: the dW C += cell of that reduction instead */
-    int nn_acc_direct; /* the dX C += cell with the register store instead */
+    int tn_mode; /* > 0: the dW C += cell of that reduction instead */
 } lb_epi_row;
 
 static const lb_epi_row LB_EPI_ROWS[] = {
-    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu", 1, 1, 0, 0, 0, 0, 0},
-    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu_pre", 1, 1, 1, 0, 0, 0, 0},
-    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu_bf16", 1, 1, 0, 0, 1, 0, 0},
-    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu_pre_bf16", 1, 1, 1, 0, 1, 0, 0},
-    {GE_G_BF16, -1, "forge_fp32_out", 0, 0, 0, 0, 0, 0, 0},
-    {GE_G_BF16, -1, "forge_bf16_out", 0, 0, 0, 0, 1, 0, 0},
-    {GE_G_BF16, -1, "forge_bf16_out_bias", 1, 0, 0, 0, 1, 0, 0},
-    {GE_G_DGELU, -1, "forge_nn_fused_gelu_bwd", 0, 0, 0, 1, 0, 0, 0},
-    {GE_G_STORE, -1, "forge_direct_store", 0, 0, 0, 0, 0, 0, 0},
-    {GE_G_EDGE, GB_NN, "forge_nn_fused_gelu_bwd", 0, 0, 0, 1, 0, 0, 0},
-    {GE_G_EDGE, GB_NT, "forge_fused_bias_gelu", 1, 1, 0, 0, 0, 0, 0},
-    {GE_G_ACC, GB_TN, "forge_wgmma_bf16_acc_fixup", 0, 0, 0, 0, 0, LAB_GEMM_TN_INKERNEL, 0},
-    {GE_G_ACC, GB_TN, "forge_wgmma_bf16_acc_streamk", 0, 0, 0, 0, 0, LAB_GEMM_TN_STREAMK, 0},
-    {GE_G_ACC, GB_NN, "forge_wgmma_bf16_acc_direct", 0, 0, 0, 0, 0, 0, 1},
+    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu", 1, 1, 0, 0, 0, 0},
+    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu_pre", 1, 1, 1, 0, 0, 0},
+    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu_bf16", 1, 1, 0, 0, 1, 0},
+    {GE_G_BIAS_GELU, -1, "forge_fused_bias_gelu_pre_bf16", 1, 1, 1, 0, 1, 0},
+    {GE_G_BF16, -1, "forge_fp32_out", 0, 0, 0, 0, 0, 0},
+    {GE_G_BF16, -1, "forge_bf16_out", 0, 0, 0, 0, 1, 0},
+    {GE_G_BF16, -1, "forge_bf16_out_bias", 1, 0, 0, 0, 1, 0},
+    {GE_G_DGELU, -1, "forge_nn_fused_gelu_bwd", 0, 0, 0, 1, 0, 0},
+    {GE_G_STORE, -1, "forge_direct_store", 0, 0, 0, 0, 0, 0},
+    {GE_G_EDGE, GB_NN, "forge_nn_fused_gelu_bwd", 0, 0, 0, 1, 0, 0},
+    {GE_G_EDGE, GB_NT, "forge_fused_bias_gelu", 1, 1, 0, 0, 0, 0},
+    {GE_G_ACC, GB_TN, "forge_wgmma_bf16_acc_fixup", 0, 0, 0, 0, 0, LAB_GEMM_TN_INKERNEL},
+    {GE_G_ACC, GB_TN, "forge_wgmma_bf16_acc_streamk", 0, 0, 0, 0, 0, LAB_GEMM_TN_STREAMK},
 };
 
 static int lb_epi_wants(const ge_group_spec *g) {
@@ -160,8 +148,6 @@ static int lb_epi_cells(const ge_group_spec *g, gc_shape *sh, struct ge_bufs *b,
         c.sh = sh, c.b = b, c.kind = GE_SUITE;
         if (r->tn_mode > 0) {
             c.acc = 1, c.tma = r->tn_mode, c.suite_run = lb_ge_tn_acc;
-        } else if (r->nn_acc_direct) {
-            c.acc = 1, c.suite_run = lb_ge_nn_acc_direct;
         } else {
             c.bias = r->bias, c.gelu = r->gelu, c.pre = r->pre, c.dgelu = r->dgelu, c.bf16 = r->bf16;
             c.suite_run = lb_ge_direct;

@@ -166,7 +166,7 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
 #define GEMM_EPI_DGELU 4 /* v *= gelu'(dpre[m][n]) (the GELU backward fused into dX) */
 #define GEMM_EPI_TMA_STORE 8 /* stage C (fp32 or bf16) in shared memory, store it with TMA (see gemm_epilogue) */
 #define GEMM_EPI_BF16_IN 16  /* res and dpre are bf16 (the nn bf16 dX, C = rn(C + d)) */
-#define GEMM_EPI_RES 32      /* with TMA_STORE (BN 128): C = v + res (bf16: rn), res loaded chunk by chunk like dpre */
+#define GEMM_EPI_RES 32      /* with TMA_STORE | BF16_IN (BN 128): C = rn(v + res), res loaded chunk by chunk like dpre */
 #define GEMM_BIAS_BAR 3      /* named barrier of the 256 consumer threads (the tile's shared bias) */
 #define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GEMM_GELU_C 0.044715f
@@ -315,7 +315,7 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
     /* TMA with an (M,N) input: the chunk loads of dgelu_pre or (RES) the residual, one chunk ahead */
     constexpr bool LOADS = TMA && (DGELU || RES);
     static_assert(!LOADS || BN == 128, "the chunk loads next to 128 accumulators (BN 256) would spill");
-    static_assert(!RES || (TMA && !DGELU), "GEMM_EPI_RES: the residual through the TMA store, without dgelu");
+    static_assert(!RES || (TMA && BIN && !DGELU), "GEMM_EPI_RES: the bf16 residual through the TMA store, no dgelu");
     static_assert(!BIN || (BF16 && (!TMA || DGELU || RES)), "bf16 residual / dgelu_pre: bf16 C");
     /* registers: the chunk's loads live next to BN/2 accumulators; TMA: one staging box (64 rows x 128 bytes:
      * 32 fp32 or 64 bf16 columns) per chunk */

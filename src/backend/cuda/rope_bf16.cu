@@ -9,8 +9,13 @@
  * dinp is not read); heads h >= n_rot pass unrotated. The expression is the
  * reference's, op for op (the products that meet a sum are the fmaf's and the lone x sin, which the fma takes
  * whole), so the result differs only where the device's double cos/sin/pow round a table entry to another float
- * than glibc's (op_list.h: ULP(1)). One thread per pair (b, t, h, i < HS/2) reads both halves before writing
- * them, so out may be inp.
+ * than glibc's (op_list.h: ULP(1)). A thread reads both halves of its pairs before writing them, so out may be
+ * inp.
+ *
+ * Two kernels, the same arithmetic: where HS % 16 == 0 and the pointers are 16-byte aligned, a thread takes 8
+ * pairs (b*T + t, h, i0..i0+7): one 16-byte load per half, the 8 (cos, sin) pairs as four float4, index math in
+ * 32 bits over (row, head, chunk) units; the rotation in place of the forward then skips the unrotated heads
+ * (h >= n_rot: out = inp already). Elsewhere one thread per pair (b, t, h, i < HS/2) with scalar accesses.
  */
 #include "bf16_io.cuh"
 
@@ -45,6 +50,54 @@ __global__ void __launch_bounds__(ROPE_BF16_THREADS)
     }
 }
 
+/* 8 pairs per thread: unit u = (row, head hh < heads, chunk c < half / 8), head h = hh (heads = n_heads, or
+ * n_rot for the forward in place); rows * heads * (half / 8) < 2^31 (the host checks) */
+template <bool BACKWARD, bool ACC>
+__global__ void __launch_bounds__(ROPE_BF16_THREADS)
+    rope_bf16_vec_kernel(forge_bf16 *out, const forge_bf16 *inp, /* may alias: no __restrict__ */
+                         const float *__restrict__ cs, int T, int n_heads, int heads, int n_rot, int HS, int units) {
+    const int half = HS / 2, chunks = half / 8;
+    for (int u = blockIdx.x * blockDim.x + threadIdx.x; u < units; u += gridDim.x * blockDim.x) {
+        const int c = u % chunks, rh = u / chunks, h = rh % heads, row = rh / heads, t = row % T, i0 = 8 * c;
+        const size_t off = ((size_t)row * n_heads + h) * HS + i0;
+        float x0[8], x1[8], r0[8], r1[8];
+        bf16_load<8>(x0, inp + off);
+        bf16_load<8>(x1, inp + off + half);
+        if (h < n_rot) {
+            float csv[16];
+            const float4 *p = reinterpret_cast<const float4 *>(cs + 2 * ((size_t)t * half + i0));
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float4 v = p[q];
+                csv[4 * q] = v.x, csv[4 * q + 1] = v.y, csv[4 * q + 2] = v.z, csv[4 * q + 3] = v.w;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float co = csv[2 * k], s = BACKWARD ? -csv[2 * k + 1] : csv[2 * k + 1];
+                r0[k] = fmaf(x0[k], co, -(x1[k] * s));
+                r1[k] = fmaf(x1[k], co, x0[k] * s);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) r0[k] = x0[k], r1[k] = x1[k];
+        }
+        if (BACKWARD) {
+            float d0[8], d1[8];
+            if (ACC) {
+                bf16_load<8>(d0, out + off);
+                bf16_load<8>(d1, out + off + half);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                r0[k] = (ACC ? d0[k] : 0.0f) + r0[k];
+                r1[k] = (ACC ? d1[k] : 0.0f) + r1[k];
+            }
+        }
+        bf16_store<8>(out + off, r0);
+        bf16_store<8>(out + off + half, r1);
+    }
+}
+
 static forge_status rope_bf16_run(forge_backend *be, forge_bf16 *out, const forge_bf16 *inp, int B, int T,
                                   int n_heads, int n_rot, int HS, float theta, bool backward, bool accumulate) {
     const char *op = backward ? "rope_backward_bf16" : "rope_forward_bf16";
@@ -53,6 +106,25 @@ static forge_status rope_bf16_run(forge_backend *be, forge_bf16 *out, const forg
     const size_t total = (size_t)B * T * n_heads * (HS / 2);
     cuda_ctx *ctx = cuda_get_ctx(be);
     if (n_rot > 0) FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, op));
+    /* the forward in place leaves the unrotated heads as they are: only the first n_rot are visited */
+    const int heads = !backward && out == inp ? n_rot : n_heads;
+    const size_t units = (size_t)B * T * heads * (HS / 16);
+    if (HS % 16 == 0 && bf16_aligned16(out) && bf16_aligned16(inp) && bf16_aligned16(ctx->ws) &&
+        units < ((size_t)1 << 31)) {
+        if (units == 0) return FORGE_OK;
+        const unsigned g = cuda_grid_for(ctx, units, ROPE_BF16_THREADS);
+        if (backward && accumulate)
+            rope_bf16_vec_kernel<true, true><<<g, ROPE_BF16_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads,
+                                                                                      heads, n_rot, HS, (int)units);
+        else if (backward)
+            rope_bf16_vec_kernel<true, false><<<g, ROPE_BF16_THREADS, 0, ctx->stream>>>(
+                out, inp, ctx->ws, T, n_heads, heads, n_rot, HS, (int)units);
+        else
+            rope_bf16_vec_kernel<false, false><<<g, ROPE_BF16_THREADS, 0, ctx->stream>>>(
+                out, inp, ctx->ws, T, n_heads, heads, n_rot, HS, (int)units);
+        CUDA_LAUNCH_CHECK(backward ? "rope_bf16_vec_kernel<backward>" : "rope_bf16_vec_kernel<forward>");
+        return FORGE_OK;
+    }
     const unsigned grid = cuda_grid_for(ctx, total, ROPE_BF16_THREADS);
     if (backward && accumulate)
         rope_bf16_kernel<true, true>
