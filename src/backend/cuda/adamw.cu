@@ -25,6 +25,8 @@
  *   scalar, never on the host.
  * - With param_bf16 the same pass writes the bf16 working copy rn(param)
  *   (docs/mixed-precision.md).
+ * - Each element's update is one expression (the lambda in adamw_kernel) used
+ *   by both of its loops, so the 16-byte path and the scalar one round alike.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -84,7 +86,8 @@ __global__ void __launch_bounds__(REDUCE_THREADS)
 __global__ void __launch_bounds__(ADAMW_THREADS)
     adamw_kernel(float *__restrict__ param, uint16_t *__restrict__ param_bf16, const float *__restrict__ grad,
                  float *__restrict__ m, float *__restrict__ v, const forge_adamw_span *__restrict__ spans,
-                 const float *__restrict__ grad_sumsq, const float *__restrict__ step, forge_adamw_params hp) {
+                 const float *__restrict__ grad_sumsq, const float *__restrict__ step, forge_adamw_params hp,
+                 int vec) {
     float clip = 1.0f;
     if (grad_sumsq) {
         const float sumsq = *grad_sumsq;
@@ -96,18 +99,49 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
     }
     const forge_adamw_span sp = spans[blockIdx.x];
     const float lr = step[0], bc1 = step[1], bc2 = step[2], b1 = hp.beta1, b2 = hp.beta2;
-    const size_t end = (size_t)sp.begin + sp.n;
-    for (size_t i = (size_t)sp.begin + threadIdx.x; i < end; i += ADAMW_THREADS) {
-        /* the same operations in the same order as the CPU reference (cpu/adamw.c) */
-        const float g = grad[i] * clip;
-        const float mi = b1 * m[i] + (1.0f - b1) * g;
-        const float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
+    const size_t begin = sp.begin, end = begin + sp.n;
+    /* the same operations in the same order as the CPU reference (cpu/adamw.c), one element */
+    auto update = [&](float g, float &mi, float &vi, float &p) {
+        g = g * clip;
+        mi = b1 * mi + (1.0f - b1) * g;
+        vi = b2 * vi + (1.0f - b2) * g * g;
         const float mhat = mi / bc1;
         const float vhat = vi / bc2;
-        const float p0 = param[i];
-        const float p = p0 - lr * (mhat / (sqrtf(vhat) + hp.eps) + sp.weight_decay * p0);
+        p = p - lr * (mhat / (sqrtf(vhat) + hp.eps) + sp.weight_decay * p);
+    };
+    /* vec: 16-byte accesses over the span's 4-aligned middle (4 elements a thread: the loads of all five arrays in
+     * flight at once), its head and tail one element a thread */
+    size_t a0 = end, a1 = end;
+    if (vec) {
+        a0 = (begin + 3) / 4 * 4;
+        if (a0 > end) a0 = end;
+        a1 = a0 + (end - a0) / 4 * 4;
+    }
+    for (size_t i = a0 / 4 + threadIdx.x; i < a1 / 4; i += ADAMW_THREADS) {
+        const float4 g4 = reinterpret_cast<const float4 *>(grad)[i];
+        float4 m4 = reinterpret_cast<float4 *>(m)[i], v4 = reinterpret_cast<float4 *>(v)[i];
+        float4 p4 = reinterpret_cast<float4 *>(param)[i];
+        update(g4.x, m4.x, v4.x, p4.x);
+        update(g4.y, m4.y, v4.y, p4.y);
+        update(g4.z, m4.z, v4.z, p4.z);
+        update(g4.w, m4.w, v4.w, p4.w);
+        reinterpret_cast<float4 *>(m)[i] = m4;
+        reinterpret_cast<float4 *>(v)[i] = v4;
+        reinterpret_cast<float4 *>(param)[i] = p4;
+        if (param_bf16) {
+            const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(p4.x)) |
+                                ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(p4.y)) << 16);
+            const uint32_t hi = __bfloat16_as_ushort(__float2bfloat16_rn(p4.z)) |
+                                ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(p4.w)) << 16);
+            reinterpret_cast<uint2 *>(param_bf16)[i] = make_uint2(lo, hi);
+        }
+    }
+    for (size_t i = begin + threadIdx.x; i < end; i += ADAMW_THREADS) {
+        if (i >= a0 && i < a1) continue; /* the vector loop's */
+        float mi = m[i], vi = v[i], p = param[i];
+        update(grad[i], mi, vi, p);
+        m[i] = mi;
+        v[i] = vi;
         param[i] = p;
         if (param_bf16) param_bf16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(p));
     }
@@ -138,8 +172,11 @@ forge_status cuda_adamw(forge_backend *be, float *param, forge_bf16 *param_bf16,
     (void)n; /* the spans say what to update; the CPU reference checks them against n */
     if (n_spans <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
+    /* 16-byte param, grad, m, v and an 8-byte bf16 copy: a 4-aligned index is then a vector of each */
+    const int vec = (uintptr_t)param % 16 == 0 && (uintptr_t)grad % 16 == 0 && (uintptr_t)m % 16 == 0 &&
+                    (uintptr_t)v % 16 == 0 && (uintptr_t)param_bf16 % 8 == 0;
     adamw_kernel<<<(unsigned)n_spans, ADAMW_THREADS, 0, ctx->stream>>>(param, (uint16_t *)param_bf16, grad, m, v,
-                                                                       spans, grad_sumsq, step, hp);
+                                                                       spans, grad_sumsq, step, hp, vec);
     CUDA_LAUNCH_CHECK("adamw_kernel");
     return FORGE_OK;
 }
