@@ -19,21 +19,16 @@
 __device__ __forceinline__ float bf16_to_f32(forge_bf16 h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ forge_bf16 f32_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
-/* v[0..W) = p[0..W) widened; W a multiple of 8 reads W/8 aligned 16-byte vectors, all issued before any is used */
+/* v[0..W) = p[0..W) widened; W = 8 reads one aligned 16-byte vector */
 template <int W>
 __device__ __forceinline__ void bf16_load(float *v, const forge_bf16 *p) {
-    if constexpr (W % 8 == 0) {
-        uint4 u[W / 8];
+    if constexpr (W == 8) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int j = 0; j < W / 8; j++) u[j] = reinterpret_cast<const uint4 *>(p)[j];
-#pragma unroll
-        for (int j = 0; j < W / 8; j++) {
-            const uint32_t w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                v[8 * j + 2 * k] = __uint_as_float(w[k] << 16); /* little-endian: the lower address is the low half */
-                v[8 * j + 2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-            }
+        for (int k = 0; k < 4; k++) {
+            v[2 * k] = __uint_as_float(w[k] << 16); /* little-endian: the lower address is the low half */
+            v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
         }
     } else {
 #pragma unroll
@@ -41,18 +36,14 @@ __device__ __forceinline__ void bf16_load(float *v, const forge_bf16 *p) {
     }
 }
 
-/* p[0..W) = rn(v[0..W)); W a multiple of 8 writes W/8 aligned 16-byte vectors */
+/* p[0..W) = rn(v[0..W)); W = 8 writes one aligned 16-byte vector */
 template <int W>
 __device__ __forceinline__ void bf16_store(forge_bf16 *p, const float *v) {
-    if constexpr (W % 8 == 0) {
+    if constexpr (W == 8) {
+        uint32_t w[4];
 #pragma unroll
-        for (int j = 0; j < W / 8; j++) {
-            uint32_t w[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                w[k] = (uint32_t)f32_to_bf16(v[8 * j + 2 * k]) | ((uint32_t)f32_to_bf16(v[8 * j + 2 * k + 1]) << 16);
-            reinterpret_cast<uint4 *>(p)[j] = make_uint4(w[0], w[1], w[2], w[3]);
-        }
+        for (int k = 0; k < 4; k++) w[k] = (uint32_t)f32_to_bf16(v[2 * k]) | ((uint32_t)f32_to_bf16(v[2 * k + 1]) << 16);
+        *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
 #pragma unroll
         for (int k = 0; k < W; k++) p[k] = f32_to_bf16(v[k]);

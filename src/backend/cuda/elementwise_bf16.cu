@@ -8,17 +8,14 @@
  * ACC = false form writes its gradient without reading it: +0 stands for the old value (rn(0 + dx), the bits of an
  * add into a zeroed gradient).
  *
- * One grid-stride kernel per op over 16-element chunks (two 16-byte vectors per operand, every load of a chunk
- * issued before its math, so a thread keeps twice the bytes in flight: the backward ops' math is long enough that
- * one vector per operand left the memory idle while it ran) when every pointer is 16-byte aligned, then the
- * n % 16 tail element by element; element by element throughout otherwise. The op's body is written once, for W
- * elements (W = 16 or 1).
+ * One grid-stride kernel per op over 8-wide chunks (one 16-byte vector per operand) when every pointer is 16-byte
+ * aligned, then the n % 8 tail element by element; element by element throughout otherwise. The op's body is
+ * written once, for W elements (W = 8 or 1).
  */
 #include "../../base/fmath.h"
 #include "bf16_io.cuh"
 
 #define EW_THREADS 256
-#define EW_CHUNK 16 /* elements per thread and step of the vector path */
 
 /* ---- the ops: run<W>(i) does elements [i, i + W) --------------------------------------------------------------- */
 
@@ -122,8 +119,8 @@ __global__ void __launch_bounds__(EW_THREADS) elementwise_bf16_kernel(Op op, siz
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     size_t head = 0;
     if (VEC) {
-        head = n / EW_CHUNK * EW_CHUNK;
-        for (size_t i = tid * EW_CHUNK; i < head; i += stride * EW_CHUNK) op.template run<EW_CHUNK>(i);
+        head = n / 8 * 8;
+        for (size_t i = tid * 8; i < head; i += stride * 8) op.template run<8>(i);
     }
     for (size_t i = head + tid; i < n; i += stride) op.template run<1>(i);
 }
@@ -132,9 +129,9 @@ template <class Op>
 static forge_status elementwise_launch(forge_backend *be, const Op &op, size_t n, bool aligned, const char *name) {
     if (n == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (aligned && n >= EW_CHUNK)
+    if (aligned && n >= 8)
         elementwise_bf16_kernel<Op, true>
-            <<<cuda_grid_for(ctx, n / EW_CHUNK, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
+            <<<cuda_grid_for(ctx, n / 8, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
     else
         elementwise_bf16_kernel<Op, false><<<cuda_grid_for(ctx, n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
     CUDA_LAUNCH_CHECK(name);
