@@ -26,7 +26,9 @@
  * - With param_bf16 the same pass writes the bf16 working copy rn(param)
  *   (docs/mixed-precision.md).
  * - Each element's update is one expression (the lambda in adamw_kernel) used
- *   by both of its loops, so the 16-byte path and the scalar one round alike.
+ *   by both of its loops, rounded op by op like the CPU reference: the same
+ *   bits on both (a contracted fma had put values of ~50, which the walker's
+ *   extreme bias corrections produce, 3 ulps from the CPU's).
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -100,14 +102,17 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
     const forge_adamw_span sp = spans[blockIdx.x];
     const float lr = step[0], bc1 = step[1], bc2 = step[2], b1 = hp.beta1, b2 = hp.beta2;
     const size_t begin = sp.begin, end = begin + sp.n;
-    /* the same operations in the same order as the CPU reference (cpu/adamw.c), one element */
+    /* the CPU reference's operations (cpu/adamw.c), each rounded on its own as there (ISO C: no contraction):
+     * the _rn intrinsics keep nvcc from fusing a product into the following add, so the bits are the CPU's;
+     * '/' and sqrtf are IEEE-rounded on both */
     auto update = [&](float g, float &mi, float &vi, float &p) {
-        g = g * clip;
-        mi = b1 * mi + (1.0f - b1) * g;
-        vi = b2 * vi + (1.0f - b2) * g * g;
+        g = __fmul_rn(g, clip);
+        mi = __fadd_rn(__fmul_rn(b1, mi), __fmul_rn(1.0f - b1, g));
+        vi = __fadd_rn(__fmul_rn(b2, vi), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
         const float mhat = mi / bc1;
         const float vhat = vi / bc2;
-        p = p - lr * (mhat / (sqrtf(vhat) + hp.eps) + sp.weight_decay * p);
+        const float t = __fadd_rn(mhat / __fadd_rn(sqrtf(vhat), hp.eps), __fmul_rn(sp.weight_decay, p));
+        p = __fsub_rn(p, __fmul_rn(lr, t));
     };
     /* vec: 16-byte accesses over the span's 4-aligned middle (4 elements a thread: the loads of all five arrays in
      * flight at once), its head and tail one element a thread */
