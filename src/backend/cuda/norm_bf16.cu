@@ -166,6 +166,18 @@ __global__ void __launch_bounds__(NB_THREADS)
 
 /* ---- backward: dinp per row ----------------------------------------------------------------------------------- */
 
+/* d[k] += dx of one 8-wide chunk (the formula below), the reference's operations and roundings */
+template <bool LN>
+__device__ __forceinline__ void norm_dx8(float d[8], const float x[8], const float g[8], const float w[8], float m,
+                                         float s, float g_mean, float gx_mean) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float xh = LN ? (x[k] - m) * s : x[k] * s, dn = __fmul_rn(w[k], g[k]);
+        const float dx = __fmul_rn(fmaf(-xh, gx_mean, LN ? dn - g_mean : dn), s);
+        d[k] = d[k] + dx;
+    }
+}
+
 /* LN: dx = rstd (g - mean(g) - x-hat mean(g x-hat)), x-hat = (x - mean) rstd; !LN (RMSNorm): no mean(g) term and
  * x-hat = x rstd. g = weight dout. ACC: dinp = rn(dinp + dx); else dinp = rn(0 + dx), written without being read
  * (a fresh gradient: the bits of an add into a zeroed one). */
@@ -208,12 +220,7 @@ __global__ void __launch_bounds__(NB_THREADS)
 #pragma unroll
             for (int k = 0; k < 8; k++) d[k] = 0.0f;
         }
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float xh = LN ? (x[k] - m) * s : x[k] * s, dn = __fmul_rn(w[k], g[k]);
-            const float dx = __fmul_rn(fmaf(-xh, gx_mean, LN ? dn - g_mean : dn), s);
-            d[k] = d[k] + dx;
-        }
+        norm_dx8<LN>(d, x, g, w, m, s, g_mean, gx_mean);
         store_row_bf16<VEC>(dr, d, c0, C);
     }
 }
@@ -390,12 +397,7 @@ __global__ void __launch_bounds__(NB_THREADS)
 #pragma unroll
                     for (int k = 0; k < 8; k++) d[k] = 0.0f;
                 }
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float xh = LN ? (x[k] - m) * s : x[k] * s, dn = __fmul_rn(w[k], g[k]);
-                    const float dx = __fmul_rn(fmaf(-xh, gx_mean, LN ? dn - g_mean : dn), s);
-                    d[k] = d[k] + dx;
-                }
+                norm_dx8<LN>(d, x, g, w, m, s, g_mean, gx_mean);
                 bf16_store<8>(dr + c0, d);
             }
         }
