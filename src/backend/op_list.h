@@ -523,7 +523,8 @@
 /* EXTRA(): more initializers of every case (the forward's eps) */
 #define FORGE_NORM_CASES(K, EXTRA)                                                                               \
     K(.N = 1, .C = 45 EXTRA()) K(.N = 37, .C = 768 EXTRA()) K(.N = 257, .C = 45 EXTRA())                         \
-    K(.N = 4099, .C = 45 EXTRA()) K(.N = 257, .C = 3072 EXTRA()) K(.N = 9000, .C = 96 EXTRA())
+    K(.N = 4099, .C = 45 EXTRA()) K(.N = 257, .C = 3072 EXTRA()) K(.N = 9000, .C = 96 EXTRA())                   \
+    K(.N = 300, .C = 512 EXTRA()) K(.N = 77, .C = 1024 EXTRA())
 #define FORGE_NO_EXTRA()
 #define FORGE_NORM_EPS() , .eps = 1e-5f
 #define FORGE_NORM_NO_EPS()
