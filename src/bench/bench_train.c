@@ -13,7 +13,7 @@
  * are covered by the parity suite and the GPU-vs-CPU training comparison.
  * MFU is printed against a stated peak: for the CPU the measured FMA peak of
  * all threads, for CUDA the H200's dense bf16 rate (bf16 step) or its dense
- * fp32 (non-tensor) rate. --breakdown adds one step op by op (op_profile.h);
+ * fp32 (non-tensor) rate. --breakdown adds one step op by op (op_profile.h), by op and by argument sizes;
  * --baseline steps another framework's process in turn with forge (the paired
  * ratio: both see the same clocks).
  */
