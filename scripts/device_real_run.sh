@@ -7,11 +7,7 @@
 # come back in $OUT; the loss curves are drawn on the build machine (`forge plot`).
 #   FORGE_REAL_RUNS  which runs (default "gpt-10m-v50k gpt2-124m")
 set -u -o pipefail
-: "${OUT:?set OUT}"
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-FORGE=${FORGE_BIN:-build/cuda/forge}
-DATA=.carry/data/ts-gpt2
+. scripts/device_lib.sh
 RUNS=/tmp/forge-real-runs
 rm -rf "$RUNS" && mkdir -p "$RUNS"
 # gpt-10m's shape with GPT-2's 50257-id vocabulary (gpt-10m itself has 8192 ids)
@@ -43,10 +39,7 @@ for run in ${FORGE_REAL_RUNS:-gpt-10m-v50k gpt2-124m}; do
         --temperature 0.8 --top-k 40 --seed 1 >"$OUT/samples-$run.txt" 2>&1 || fails=1
     "$FORGE" eval --device cuda --ckpt "$best" --data "$DATA" >"$OUT/eval-$run.txt" 2>&1 || fails=1
     tail -n 1 "$OUT/eval-$run.txt"
-    for mode in "" --no-kv-cache; do # the sampling speed: greedy, 256 new tokens, the KV cache and the full forward
-        "$FORGE" sample --device cuda --ckpt "$best" --prompt "Once upon a time" --tokens 256 --temperature 0 \
-            $mode 2>&1 >/dev/null | tail -n 1 | tee -a "$OUT/sample-speed-$run.txt" || fails=1
-    done
+    sample_speed "$best" "$OUT/sample-speed-$run.txt" || fails=1
 done
 python3 - "$OUT" ${FORGE_REAL_RUNS:-gpt-10m-v50k gpt2-124m} <<'PY'
 import json, math, sys

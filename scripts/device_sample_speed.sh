@@ -6,11 +6,7 @@
 #   FORGE_SAMPLE_CONFIGS  which configs (default gpt2-124m)
 #   FORGE_SAMPLE_STEPS    training steps before sampling (default 100)
 set -u -o pipefail
-: "${OUT:?set OUT}"
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-FORGE=${FORGE_BIN:-build/cuda/forge}
-DATA=.carry/data/ts-gpt2
+. scripts/device_lib.sh
 RUNS=/tmp/forge-sample-speed
 rm -rf "$RUNS" && mkdir -p "$RUNS"
 fails=0
@@ -22,11 +18,6 @@ for cfg in ${FORGE_SAMPLE_CONFIGS:-gpt2-124m}; do
         fails=1
         continue
     fi
-    for mode in "" --no-kv-cache; do
-        line=$("$FORGE" sample --device cuda --ckpt "$RUNS/$cfg" --prompt "Once upon a time" --tokens 256 \
-            --temperature 0 $mode 2>&1 >"$RUNS/out.txt" | tail -n 1) || fails=1
-        echo "$cfg ${mode:-kv-cache}: $line" | tee -a "$OUT/sample-speed.txt"
-    done
-    head -c 600 "$RUNS/out.txt" >"$OUT/sample-text-$cfg.txt"
+    sample_speed "$RUNS/$cfg" "$OUT/sample-speed.txt" "$cfg" || fails=1
 done
 exit $fails
