@@ -6,7 +6,8 @@
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 FORGE=${FORGE_BIN:-build/cuda/forge}
-DATA=.carry/data/ts-gpt2 # shellcheck disable=SC2034 # the sourcing scripts read it
+# shellcheck disable=SC2034 # the sourcing scripts read DATA
+DATA=.carry/data/ts-gpt2
 
 # sample_speed CKPT OUTFILE [LABEL]: greedy decoding of 256 new tokens after "Once upon a time", with the KV cache
 # and with the full forward pass per token; each run's tok/s line (its last on stderr) appended to OUTFILE, the
