@@ -19,17 +19,21 @@
 __device__ __forceinline__ float bf16_to_f32(forge_bf16 h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ forge_bf16 f32_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
+/* v[0..8) = the 8 bf16 of a 16-byte vector u widened, in address order */
+__device__ __forceinline__ void bf16x8_unpack(float *v, uint4 u) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(w[k] << 16); /* little-endian: the lower address is the low half */
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+
 /* v[0..W) = p[0..W) widened; W = 8 reads one aligned 16-byte vector */
 template <int W>
 __device__ __forceinline__ void bf16_load(float *v, const forge_bf16 *p) {
     if constexpr (W == 8) {
-        const uint4 u = *reinterpret_cast<const uint4 *>(p);
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            v[2 * k] = __uint_as_float(w[k] << 16); /* little-endian: the lower address is the low half */
-            v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-        }
+        bf16x8_unpack(v, *reinterpret_cast<const uint4 *>(p));
     } else {
 #pragma unroll
         for (int k = 0; k < W; k++) v[k] = bf16_to_f32(p[k]);

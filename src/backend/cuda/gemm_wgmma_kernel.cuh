@@ -272,12 +272,11 @@ __device__ __forceinline__ void gemm_prefetch_rows(const float *p, int row0, int
  * epilogue several times slower: lab/notes/gemm-bf16.md). */
 /*
  * GEMM_EPI_TMA_STORE (what the entry points take wherever gemm_epi_tma_refusal allows it: a residual only in the
- * nn bf16 form, GEMM_EPI_RES; aligned buffers, N % 4 == 0 for fp32 / N % 8 == 0 for bf16 C): instead of st.global from the registers, each
- * chunk of 128 bytes of columns (fp32: 32 columns, CH = 4 groups; bf16: 64 columns, CH = 8) of the warpgroup's
- * 64 rows goes to a 64-row x 128-byte staging box in shared memory (128-byte swizzle: 16-byte chunk k of row r
- * at k ^ (r % 8), which TMA undoes; a warp's float2 / bf16x2 writes then take the minimum 2 / 1 wavefronts),
- * and one thread stores the box with TMA, so the
- * global writes drain while the warpgroup moves on (and, at the last chunk, into the next tile's mainloop).
+ * nn bf16 form, GEMM_EPI_RES; aligned buffers, N % 4 == 0 for fp32 / N % 8 == 0 for bf16 C): instead of st.global
+ * from the registers, each chunk of 128 bytes of columns (fp32: 32 columns, CH = 4 groups; bf16: 64 columns,
+ * CH = 8) of the warpgroup's 64 rows goes to a 64-row x 128-byte staging box in shared memory (128-byte swizzle:
+ * 16-byte chunk k of row r at k ^ (r % 8), which TMA undoes; a warp's float2 / bf16x2 writes then take the minimum
+ * 2 / 1 wavefronts), and one thread stores the box with TMA, so the global writes drain while the warpgroup moves on (and, at the last chunk, into the next tile's mainloop).
  * Two boxes per warpgroup alternate (chunk j uses box j % 2): before writing a box, thread 0 waits until at
  * most one bulk group (the previous chunk's) is still reading, then named barrier 1 + warpgroup (128 threads);
  * after writing, every thread fences the generic->async proxy, barrier again, thread 0 issues the store +
@@ -356,7 +355,8 @@ __device__ __forceinline__ void gemm_epilogue(const float (&d)[BN / 2], const ge
 #pragma unroll
     for (int i0 = 0; i0 < BN / 8; i0 += CH) {
         /* TMA reads the bias from shared memory at its use: nothing of it lives in registers; of the (M,N) inputs
-         * TMA takes dgelu_pre only (BN 128: its chunk loads fit next to 64 accumulators) */
+         * TMA takes dgelu_pre or (RES) the bf16 residual, one of them (BN 128: its chunk loads fit next to 64
+         * accumulators) */
         float2 bv[TMA ? 1 : CH], rv[TMA ? 1 : CH][2], pv[TMA && !LOADS ? 1 : CH][2];
         if constexpr (LOADS) {
             /* this chunk's values arrived during the previous chunk; issue the next chunk's loads now, so each

@@ -272,16 +272,6 @@ __global__ void norm_param_partial_bf16_kernel(float *__restrict__ partial, cons
 #define NB_FUSED_MAX_C (32 * 8 * NB_FUSED_MAX_CHUNKS)
 #define NB_FUSED_MIN_ROWS 16 /* rows per block at least: two per warp, so loading ahead overlaps one row */
 
-/* v = the 8 bf16 of u widened, in address order (bf16_load<8>'s conversion of a vector already in registers) */
-__device__ __forceinline__ void bf16x8_unpack(float v[8], uint4 u) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        v[2 * k] = __uint_as_float(w[k] << 16);
-        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-
 /* v[j] = the raw 16 bytes of row's chunk lane * 8 + 256 j, zeros past C */
 template <int CH>
 __device__ __forceinline__ void load_row_raw(uint4 v[CH], const forge_bf16 *row, int lane, int C) {

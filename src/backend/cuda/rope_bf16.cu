@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(ROPE_BF16_THREADS)
 }
 
 /* 8 pairs per thread: unit u = (row, head hh < heads, chunk c < half / 8), head h = hh (heads = n_heads, or
- * n_rot for the forward in place); rows * heads * (half / 8) < 2^31 (the host checks) */
+ * n_rot for the forward in place); units < 2^30 (the host checks), so u plus the grid's stride stays an int */
 template <bool BACKWARD, bool ACC>
 __global__ void __launch_bounds__(ROPE_BF16_THREADS)
     rope_bf16_vec_kernel(forge_bf16 *out, const forge_bf16 *inp, /* may alias: no __restrict__ */
@@ -110,7 +110,7 @@ static forge_status rope_bf16_run(forge_backend *be, forge_bf16 *out, const forg
     const int heads = !backward && out == inp ? n_rot : n_heads;
     const size_t units = (size_t)B * T * heads * (HS / 16);
     if (HS % 16 == 0 && bf16_aligned16(out) && bf16_aligned16(inp) && bf16_aligned16(ctx->ws) &&
-        units < ((size_t)1 << 31)) {
+        units < ((size_t)1 << 30)) {
         if (units == 0) return FORGE_OK;
         const unsigned g = cuda_grid_for(ctx, units, ROPE_BF16_THREADS);
         if (backward && accumulate)
