@@ -19,6 +19,9 @@
 
 #include <cuda_runtime.h>
 
+extern "C" {
+#include "../../src/base/status.h" /* a C header without C++ guards */
+}
 #include "flash16_variants.h"
 #include "flash_lab.h"
 
