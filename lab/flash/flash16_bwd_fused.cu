@@ -105,53 +105,17 @@ struct fz_smem {
     __device__ uint32_t dsempty(int i) const { return bars() + 48 + 16 * FZ_STAGES + 8 * i; }
 };
 
-/* The key block kbi (128 keys) of kv head hk, batch b: fb_kv_block_of's iteration space for a block index that
- * is not blockIdx.x. */
-__device__ __forceinline__ fb_kv_block fz_block(const forge_flash_shape &s, int kbi, int hk, int b) {
-    fb_kv_block kb;
-    kb.k0 = kbi * FB_BR;
-    kb.hk = hk;
-    kb.b = b;
-    kb.G = s.H / s.Hkv;
-    kb.diag = s.Tk - s.Tq;
-    const int qstart = max(0, kb.k0 - kb.diag); /* first query that sees any key of this block */
-    kb.t_first = qstart / FB_BS;
-    kb.nq = qstart < s.Tq ? (s.Tq + FB_BS - 1) / FB_BS - kb.t_first : 0;
-    kb.total = kb.G * kb.nq;
-    return kb;
-}
-
-/* dQ step: d (64 x 64 fp32) (+)= A (64 queries x 16 keys, MN-major in shared memory: imm-trans-a) . B (16 keys x
- * 64, MN-major: imm-trans-b). _first writes d without reading it (see fb_wgmma_ss_n64_first). */
-__device__ __forceinline__ void fz_wgmma_tt_first(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        WG_REGS32
-        "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-        : WG_OUT32
-        : "l"(desc_a), "l"(desc_b));
-}
-
-__device__ __forceinline__ void fz_wgmma_tt(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        WG_REGS32
-        "}, %32, %33, 1, 1, 1, 1, 1;\n"
-        : WG_ACC32
-        : "l"(desc_a), "l"(desc_b));
-}
-
 /* dq (64 queries x 64) = dS (the 128-key dS^T buffer at ds, read transposed) . K (the resident 128-row box at
- * k): 8 k16 steps over the keys in order, step kk at kk * 2 KiB in both (16 rows of 128 B). */
+ * k): 8 k16 steps over the keys in order, step kk at kk * 2 KiB in both (16 rows of 128 B), both operands
+ * MN-major (fb_wgmma_ss_n64<1>: imm-trans-a, imm-trans-b). */
 __device__ __forceinline__ void fz_dq_product(float (&dq)[32], uint32_t ds, uint32_t k) {
 #pragma unroll
     for (int kk = 0; kk < FB_BR / 16; kk++) {
         const uint64_t da = wgmma_desc_mn(ds + kk * 2048), db = wgmma_desc_mn(k + kk * 2048);
         if (kk == 0)
-            fz_wgmma_tt_first(dq, da, db);
+            fb_wgmma_ss_n64_first<1>(dq, da, db);
         else
-            fz_wgmma_tt(dq, da, db);
+            fb_wgmma_ss_n64<1>(dq, da, db);
     }
 }
 
@@ -196,7 +160,7 @@ __device__ __forceinline__ void fz_produce(const forge_flash_shape &s, int split
     int stage = 0, r = 0;
     uint32_t phase = 0;
     for (int kbi = split; kbi < nkb; kbi += nsplit) {
-        const fb_kv_block kb = fz_block(s, kbi, hk, b);
+        const fb_kv_block kb = fb_kv_block_at(s, kbi * FB_BR, hk, b);
         if (kb.total == 0) continue;
         if (warp == 0) {
             const int rb = r & 1;
@@ -279,7 +243,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     uint32_t phase = 0;
 
     for (int kbi = split, j = 0; kbi < nkb; kbi += nsplit, j++) {
-        const fb_kv_block kb = fz_block(s, kbi, hk, b);
+        const fb_kv_block kb = fb_kv_block_at(s, kbi * FB_BR, hk, b);
         const int diag = kb.diag;
         const int wk0 = kb.k0 + c * 64;         /* this warpgroup's first key */
         const int key_lo = wk0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
@@ -296,33 +260,14 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                 const int h = kb.hk * kb.G + it / kb.nq, qt = kb.t_first + it % kb.nq, qt0 = qt * FB_BS;
                 mbar_wait(sm.full(stage), phase);
                 const uint32_t qtl = sm.ring() + stage * FZ_STAGE, dtl = qtl + FZ_TILE;
-                const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
+                const float *ls = ld_gen + stage * (2 * FB_BS);
                 /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
                 const bool vis = wk0 <= qt0 + FB_BS - 1 + diag && wk0 < s.Tk;
                 uint32_t pa[4][4], sa[4][4];
                 if (vis) {
-                    const bool edge = wk0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
-                    const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG;
-                    const int vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
-                    const int lim = edge ? s.Tq - qt0 : FB_BIG;
                     float st[32], dpt[32];
-                    wgmma_fence();
-                    fb_ss<FZ_D>(st, fb_opaque(ka), FB_BR * 128, qtl, 8192); /* S^T = K.Q^T */
-                    wgmma_commit();
-                    fb_ss<FZ_D>(dpt, fb_opaque(va), FB_BR * 128, dtl, 8192); /* dP^T = V.dO^T */
-                    wgmma_commit();
-                    wgmma_wait<1>();
-                    wgmma_fence_operands(st);
-                    fb_p_transposed(st, ls, tq, sl2, vis0, vis1, lim); /* while dP^T runs */
-                    wgmma_wait<0>();
-                    wgmma_fence_operands(dpt);
-#pragma unroll
-                    for (int nn = 0; nn < FB_BS / 8; nn++) {
-                        const float2 d2 = *(const float2 *)(dl + nn * 8 + 2 * tq);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) /* dS^T / scale */
-                            dpt[4 * nn + e] = st[4 * nn + e] * (dpt[4 * nn + e] - ((e & 1) ? d2.y : d2.x));
-                    }
+                    fb_dkdv_tile_ps<FZ_D>(st, dpt, ka, va, qtl, dtl, ls, tq, sl2,
+                                          fb_pt_bounds_of(wk0, key_lo, qt0, diag, s.Tq));
                     fw_to_a<64>(pa, st);
                     fw_to_a<64>(sa, dpt);
                 } else { /* none of this warpgroup's keys is visible: its dS^T half is zero (pa is not read) */
@@ -345,28 +290,14 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                 float dqa[32];
                 if (issuer) {
                     mbar_wait(sm.dsfull(db), du);
-                    if (vis) { /* dV, dK first: pa and sa are dead before dqa is live */
-                        wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
-                        fb_rs<FZ_D>(adv, pa, dtl); /* dV += P^T.dO */
-                        fb_rs<FZ_D>(adk, sa, qtl); /* dK += dS^T.Q */
-                        wgmma_commit();
-                        wgmma_wait<0>();
-                        wgmma_fence_operands(adv);
-                        wgmma_fence_operands(adk);
-                    }
+                    if (vis) fb_dkdv_accumulate<FZ_D>(adv, adk, pa, sa, dtl, qtl); /* first: pa, sa die before dqa */
                     wgmma_fence();
                     fz_dq_product(dqa, sm.ds(db), fb_opaque(kres)); /* dQ_tile = dS.K over the 128 keys */
                     wgmma_commit();
                     wgmma_wait<0>();
                     wgmma_fence_operands(dqa);
                 } else if (vis) {
-                    wgmma_fence();
-                    fb_rs<FZ_D>(adv, pa, dtl);
-                    fb_rs<FZ_D>(adk, sa, qtl);
-                    wgmma_commit();
-                    wgmma_wait<0>();
-                    wgmma_fence_operands(adv);
-                    wgmma_fence_operands(adk);
+                    fb_dkdv_accumulate<FZ_D>(adv, adk, pa, sa, dtl, qtl);
                 }
                 __syncwarp();
                 if (lane == 0) mbar_arrive(sm.empty(stage)); /* the Q / dO tiles are read */
@@ -404,18 +335,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             if (lane == 0) mbar_arrive(sm.resempty(rb)); /* every wgmma reading K / V of this block is done */
         }
 
-#pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            const int key = key_lo + rr * 8;
-            if (key >= s.Tk) continue;
-            const size_t off = (((size_t)b * s.Tk + key) * s.Hkv + hk) * FZ_D;
-#pragma unroll
-            for (int nn = 0; nn < FZ_D / 8; nn++) {
-                *(float2 *)(dk + off + nn * 8 + 2 * tq) =
-                    make_float2(adk[4 * nn + 2 * rr] * scale, adk[4 * nn + 2 * rr + 1] * scale);
-                *(float2 *)(dv + off + nn * 8 + 2 * tq) = make_float2(adv[4 * nn + 2 * rr], adv[4 * nn + 2 * rr + 1]);
-            }
-        }
+        fb_dkdv_store<FZ_D>(dk, dv, adk, adv, s, b, hk, key_lo, tq, scale);
     }
 }
 
