@@ -16,6 +16,8 @@ static const lab_command COMMANDS[] = {
     {"test flash16", "bf16 flash attention variants vs float64 [--quick]", lab_test_flash16},
     {"bench attention-variants", "bf16 flash kernels and variants vs unfused fp32 [--quick] [--reps N]",
      lab_bench_attention_variants},
+    {"bench flash16-bwd-fused", "forge's wgmma flash backward vs the fused one at (16, 12|8, 1024, 64) [--reps N]",
+     lab_bench_flash16_bwd_fused},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},

@@ -20,7 +20,9 @@
  *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
  *   forward), flash_bf16_fwdbwd_wgmma2_dkp (D = 128 only: the pipelined dK/dV
  *   kernel, forge's), flash_bf16_fwdbwd_wgmma2_pq (D = 64 only: the pipelined
- *   dQ kernel, PIPE_DQ). At D = 64 the wgmma2 cells run forge's backward
+ *   dQ kernel, PIPE_DQ), flash_bf16_fwdbwd_wgmma2_fused (D = 64 only: the
+ *   wgmma forward + the fused backward, lab_flash16_backward_fused). At
+ *   D = 64 the wgmma2 cells run forge's backward
  *   kernels (one dK/dV kernel there).
  */
 #include <stdio.h>
@@ -79,6 +81,10 @@ static forge_status fwdbwd_w2_ps(const forge_attention_io *io) {
 static forge_status fwdbwd_w2_dkp(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE);
 }
+static forge_status fwdbwd_w2_fused(const forge_attention_io *io) {
+    FORGE_TRY(fwd_sched(io, LAB_FLASH16_SCHED_BASE));
+    return lab_flash16_backward_fused(IO_BWD(io), io->stream);
+}
 static forge_status fwdbwd_w2_pq(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE_DQ);
 }
@@ -118,6 +124,7 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwdbwd_wgmma2_ps", 1, 0, fwdbwd_w2_ps},
         {"flash_bf16_fwdbwd_wgmma2_dkp", 1, 128, fwdbwd_w2_dkp}, /* one dK/dV kernel at D = 64 */
         {"flash_bf16_fwdbwd_wgmma2_pq", 1, 64, fwdbwd_w2_pq},    /* at D = 128 the _dkp kernels */
+        {"flash_bf16_fwdbwd_wgmma2_fused", 1, 64, fwdbwd_w2_fused}, /* the fused backward: D = 64 only */
     };
     const forge_status s = forge_attention_suite_run(
         stdout, (int)reps, quick, "attention-variants",

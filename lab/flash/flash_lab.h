@@ -10,4 +10,11 @@ int lab_test_flash16(int argc, char **argv);
  * (lab/flash/bench_attention_variants.c) */
 int lab_bench_attention_variants(int argc, char **argv);
 
+/* `forge-lab bench flash16-bwd-fused [--reps N]`: forge's wgmma backward next to the fused one at
+ * (16, 12 | 8, 1024, 64) causal (lab/flash/bench_flash16_bwd_fused.cu) */
+#ifdef __cplusplus
+extern "C"
+#endif
+int lab_bench_flash16_bwd_fused(int argc, char **argv);
+
 #endif

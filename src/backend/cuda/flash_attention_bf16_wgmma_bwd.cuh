@@ -61,26 +61,31 @@ template <int D> struct fb_cfg {
     static_assert(D == 64 || D == 128, "compiled head dims");
 };
 
-/* S (64 x 64 fp32) = (_first: write-only, scale-d false) or += A (64x16, smem desc, K-major) . B (64x16, smem
- * desc, K-major)^T. The first k16 step does not name d as an input: with "+f" on a fresh array the compiler
- * would see the previous tile's (dead) values as read, and keep them live around the loop. */
+/* S (64 x 64 fp32) = (_first: write-only, scale-d false) or += A (64x16, smem desc) . B (64x16, smem desc)^T;
+ * MN = 0: both operands K-major (forge's kernels), MN = 1: both MN-major (imm-trans-a and imm-trans-b set). The
+ * first k16 step does not name d as an input: with "+f" on a fresh array the compiler would see the previous
+ * tile's (dead) values as read, and keep them live around the loop. The flags are spelled in the instruction
+ * text (not "n" operands, which moved an unrelated instruction in ptxas's input). */
+#define FB_WGMMA_N64_FIRST(trans)                                                                               \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"                                                                  \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, " trans ";\n}\n"
+#define FB_WGMMA_N64(trans)                                                                                     \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, 1, 1, 1, " trans ";\n"
+
+template <int MN = 0>
 __device__ __forceinline__ void fb_wgmma_ss_n64_first(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        WG_REGS32
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : WG_OUT32
-        : "l"(desc_a), "l"(desc_b));
+    if constexpr (MN)
+        asm volatile(FB_WGMMA_N64_FIRST("1, 1") : WG_OUT32 : "l"(desc_a), "l"(desc_b));
+    else
+        asm volatile(FB_WGMMA_N64_FIRST("0, 0") : WG_OUT32 : "l"(desc_a), "l"(desc_b));
 }
 
+template <int MN = 0>
 __device__ __forceinline__ void fb_wgmma_ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        WG_REGS32
-        "}, %32, %33, 1, 1, 1, 0, 0;\n"
-        : WG_ACC32
-        : "l"(desc_a), "l"(desc_b));
+    if constexpr (MN)
+        asm volatile(FB_WGMMA_N64("1, 1") : WG_ACC32 : "l"(desc_a), "l"(desc_b));
+    else
+        asm volatile(FB_WGMMA_N64("0, 0") : WG_ACC32 : "l"(desc_a), "l"(desc_b));
 }
 
 /* S (64 x 64 fp32) = A (64 x D, K-major at a, row stride as the resident 128-row boxes) . B^T (B: the
@@ -355,11 +360,12 @@ struct fb_kv_block {
     int k0, hk, b, G, diag, t_first, nq, total;
 };
 
-__device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s, int res_rows) {
+/* The block of keys from k0 of kv head hk, batch b (the lab's fused backward walks several per CTA). */
+__device__ __forceinline__ fb_kv_block fb_kv_block_at(const forge_flash_shape &s, int k0, int hk, int b) {
     fb_kv_block kb;
-    kb.k0 = blockIdx.x * res_rows;
-    kb.hk = blockIdx.y;
-    kb.b = blockIdx.z;
+    kb.k0 = k0;
+    kb.hk = hk;
+    kb.b = b;
     kb.G = s.H / s.Hkv;
     kb.diag = s.Tk - s.Tq;
     const int qstart = max(0, kb.k0 - kb.diag); /* first query that sees any key of this block */
@@ -367,6 +373,11 @@ __device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s
     kb.nq = qstart < s.Tq ? (s.Tq + FB_BS - 1) / FB_BS - kb.t_first : 0;
     kb.total = kb.G * kb.nq;
     return kb;
+}
+
+/* The CTA's block: res_rows keys from blockIdx.x * res_rows, kv head blockIdx.y, batch blockIdx.z. */
+__device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s, int res_rows) {
+    return fb_kv_block_at(s, blockIdx.x * res_rows, blockIdx.y, blockIdx.z);
 }
 
 /* The producer warpgroup of both dK/dV kernels. Warp 0 lane 0: RES rows of K and V once (resbar; 64-column box
@@ -452,6 +463,87 @@ __device__ __forceinline__ void fb_p_transposed(float (&st)[32], const float *ls
     }
 }
 
+/* fb_p_transposed's mask bounds for the 64 keys from wk0 (the thread's keys key_lo, key_lo + 8) against the
+ * query tile at qt0: the first visible column of each key row and the column bound, or "none" (FB_BIG) on
+ * interior tiles. */
+struct fb_pt_bounds {
+    int vis0, vis1, lim;
+};
+
+__device__ __forceinline__ fb_pt_bounds fb_pt_bounds_of(int wk0, int key_lo, int qt0, int diag, int Tq) {
+    const bool edge = wk0 + 63 > qt0 + diag || qt0 + FB_BS > Tq;
+    fb_pt_bounds pb;
+    pb.vis0 = edge ? key_lo - diag - qt0 : -FB_BIG;
+    pb.vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
+    pb.lim = edge ? Tq - qt0 : FB_BIG;
+    return pb;
+}
+
+/* One consumer warpgroup's S^T / dP^T step of a tile (fb_dkdv_kernel<64>, and the lab's fused backward): st =
+ * S^T = K.Q^T and dpt = dP^T = V.dO^T (ka, va: its 64 rows of the resident 128-row K, V boxes; qt, dt: the
+ * stage's Q, dO tiles), both waited; st becomes P^T (fb_p_transposed with the bounds pb, while dP^T runs) and
+ * dpt dS^T / scale = P^T (dP^T - delta). ls: the stage's lse*log2e slot, delta FB_BS floats further. The caller
+ * turns them into A fragments (fw_to_a): with that step in here the compiler numbered the kernel's registers
+ * differently. */
+template <int D>
+__device__ __forceinline__ void fb_dkdv_tile_ps(float (&st)[32], float (&dpt)[32], uint32_t ka, uint32_t va,
+                                                uint32_t qt, uint32_t dt, const float *ls, int tq, float sl2,
+                                                const fb_pt_bounds &pb) {
+    const float *dl = ls + FB_BS;
+    wgmma_fence();
+    fb_ss<D>(st, fb_opaque(ka), FB_BR * 128, qt, 8192); /* S^T = K.Q^T */
+    wgmma_commit();
+    fb_ss<D>(dpt, fb_opaque(va), FB_BR * 128, dt, 8192); /* dP^T = V.dO^T */
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_fence_operands(st);
+    fb_p_transposed(st, ls, tq, sl2, pb.vis0, pb.vis1, pb.lim); /* while dP^T runs */
+
+    wgmma_wait<0>();
+    wgmma_fence_operands(dpt);
+#pragma unroll
+    for (int n = 0; n < FB_BS / 8; n++) {
+        const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - ((e & 1) ? d2.y : d2.x)); /* dS^T/scale */
+    }
+}
+
+/* dV += P^T.dO and dK += dS^T.Q (pa, sa: fb_dkdv_tile_ps's P^T, dS^T as A fragments; dt, qt: the stage's dO, Q), waited. */
+template <int D>
+__device__ __forceinline__ void fb_dkdv_accumulate(float (&adv)[D / 2], float (&adk)[D / 2],
+                                                   const uint32_t (&pa)[4][4], const uint32_t (&sa)[4][4],
+                                                   uint32_t dt, uint32_t qt) {
+    wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
+    fb_rs<D>(adv, pa, dt); /* dV += P^T.dO */
+    fb_rs<D>(adk, sa, qt); /* dK += dS^T.Q */
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(adv);
+    wgmma_fence_operands(adk);
+}
+
+/* dK (times scale) and dV of the thread's keys key_lo, key_lo + 8 (those < Tk) of kv head hk, batch b. */
+template <int D>
+__device__ __forceinline__ void fb_dkdv_store(float *__restrict__ dk, float *__restrict__ dv,
+                                              const float (&adk)[D / 2], const float (&adv)[D / 2],
+                                              const forge_flash_shape &s, int b, int hk, int key_lo, int tq,
+                                              float scale) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + r * 8;
+        if (key >= s.Tk) continue;
+        const size_t off = (((size_t)b * s.Tk + key) * s.Hkv + hk) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            *(float2 *)(dk + off + n * 8 + 2 * tq) =
+                make_float2(adk[4 * n + 2 * r] * scale, adk[4 * n + 2 * r + 1] * scale);
+            *(float2 *)(dv + off + n * 8 + 2 * tq) = make_float2(adv[4 * n + 2 * r], adv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
 /* D = 64: 128 keys per CTA, each consumer warpgroup owns 64 of them and computes all four products
  * (S^T, dP^T, dV += P^T.dO, dK += dS^T.Q) with dK and dV (2 x 32 fp32) in registers. */
 template <int D>
@@ -505,39 +597,13 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
         if (wk0 <= qt0 + FB_BS - 1 + diag && wk0 < s.Tk) {
             const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
-            const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
-            const bool edge = wk0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
-            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
-            const int lim = edge ? s.Tq - qt0 : FB_BIG;
+            const float *ls = ld_gen + stage * (2 * FB_BS);
             float st[32], dpt[32];
-            wgmma_fence();
-            fb_ss<D>(st, fb_opaque(ka), FB_BR * 128, qt, 8192); /* S^T = K.Q^T */
-            wgmma_commit();
-            fb_ss<D>(dpt, fb_opaque(va), FB_BR * 128, dt, 8192); /* dP^T = V.dO^T */
-            wgmma_commit();
-            wgmma_wait<1>();
-            wgmma_fence_operands(st);
-            fb_p_transposed(st, ls, tq, sl2, vis0, vis1, lim); /* while dP^T runs */
-
-            wgmma_wait<0>();
-            wgmma_fence_operands(dpt);
-#pragma unroll
-            for (int n = 0; n < FB_BS / 8; n++) {
-                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - ((e & 1) ? d2.y : d2.x)); /* dS^T/scale */
-            }
+            fb_dkdv_tile_ps<D>(st, dpt, ka, va, qt, dt, ls, tq, sl2, fb_pt_bounds_of(wk0, key_lo, qt0, diag, s.Tq));
             uint32_t pa[4][4], sa[4][4];
             fw_to_a<64>(pa, st);
             fw_to_a<64>(sa, dpt);
-            wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
-            fb_rs<D>(adv, pa, dt); /* dV += P^T.dO */
-            fb_rs<D>(adk, sa, qt); /* dK += dS^T.Q */
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(adv);
-            wgmma_fence_operands(adk);
+            fb_dkdv_accumulate<D>(adv, adk, pa, sa, dt, qt);
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
@@ -547,18 +613,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         }
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key_lo + r * 8;
-        if (key >= s.Tk) continue;
-        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            *(float2 *)(dk + off + n * 8 + 2 * tq) =
-                make_float2(adk[4 * n + 2 * r] * scale, adk[4 * n + 2 * r + 1] * scale);
-            *(float2 *)(dv + off + n * 8 + 2 * tq) = make_float2(adv[4 * n + 2 * r], adv[4 * n + 2 * r + 1]);
-        }
-    }
+    fb_dkdv_store<D>(dk, dv, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
 }
 
 /* The P^T handoff between the two consumer warpgroups of the D = 128 dK/dV kernels goes through mbarriers of

@@ -1,0 +1,138 @@
+/*
+ * bench_flash16_bwd_fused.cu: `forge-lab bench flash16-bwd-fused [--reps N]`:
+ * the backward alone, forge's (forge_flash_bf16_backward_wgmma) next to the
+ * fused one (lab_flash16_backward_fused, flash16_bwd_fused.cu), at
+ * gpt2-124m-like causal shapes (B, H = Hkv, T, D) = (16, 12, 1024, 64) and
+ * (16, 8, 1024, 64): CUDA events around `reps` back-to-back calls after a
+ * warm-up, us per call and TFLOP/s under the 2.5 x forward convention
+ * (forward 2 B H T^2 D causal). The inputs are uniform bf16 in [-1, 1), out
+ * and lse come from forge's forward; the line also gives max |fused - forge|
+ * / max |forge| per gradient as a sanity check (the parity test is
+ * `forge-lab test flash16`). Measurements: lab/notes/flash.md.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../../src/base/status.h" /* a C header without C++ guards */
+}
+#include "flash16_variants.h"
+#include "flash_lab.h"
+
+#define FZB_TRY(x)                                                                                                 \
+    do {                                                                                                           \
+        cudaError_t e_ = (x);                                                                                      \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "forge-lab bench flash16-bwd-fused: %s: %s\n", #x, cudaGetErrorString(e_));          \
+            return 1;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+#define FZB_FORGE(x)                                                                                               \
+    do {                                                                                                           \
+        forge_status s_ = (x);                                                                                     \
+        if (s_ != FORGE_OK) {                                                                                      \
+            fprintf(stderr, "forge-lab bench flash16-bwd-fused: %s: %s\n", #x, forge_error_message());           \
+            return 1;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
+static uint16_t fzb_bf16(float f) { /* round to nearest even */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* max |a - b| / max |b| over n floats on the device */
+static double fzb_rel(const float *a, const float *b, size_t n) {
+    std::vector<float> ha(n), hb(n);
+    if (cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(hb.data(), b, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return INFINITY;
+    double mx = 0.0, err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)hb[i]));
+        const double e = fabs((double)ha[i] - hb[i]);
+        err = e > err || isnan(e) ? e : err;
+    }
+    return err / (mx > 0 ? mx : 1);
+}
+
+static int fzb_shape(int B, int H, int T, int D, int reps) {
+    const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
+    std::vector<uint16_t> h(nt);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    void *q, *k, *v, *dO, *out;
+    float *lse, *delta, *g[2][3];
+    void **in[4] = {&q, &k, &v, &dO};
+    for (int t = 0; t < 4; t++) {
+        for (size_t i = 0; i < nt; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            h[i] = fzb_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
+        }
+        FZB_TRY(cudaMalloc(in[t], nt * 2));
+        FZB_TRY(cudaMemcpy(*in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
+    }
+    FZB_TRY(cudaMalloc(&out, nt * 2));
+    FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
+    FZB_TRY(cudaMalloc((void **)&delta, nl * 4));
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
+    const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
+                                  (long long)H * D};
+    FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL));
+    const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
+    double us[2];
+    for (int w = 0; w < 2; w++) {
+        cudaEvent_t e0, e1;
+        FZB_TRY(cudaEventCreate(&e0));
+        FZB_TRY(cudaEventCreate(&e1));
+        for (int r = -3; r < reps; r++) {
+            if (r == 0) FZB_TRY(cudaEventRecord(e0, NULL));
+            if (w == 0)
+                FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[w][0], g[w][1],
+                                                          g[w][2], NULL));
+            else
+                FZB_FORGE(lab_flash16_backward_fused(&fs, q, k, v, out, dO, lse, delta, g[w][0], g[w][1], g[w][2],
+                                                     NULL));
+        }
+        FZB_TRY(cudaEventRecord(e1, NULL));
+        FZB_TRY(cudaEventSynchronize(e1));
+        float ms = 0;
+        FZB_TRY(cudaEventElapsedTime(&ms, e0, e1));
+        us[w] = 1e3 * ms / reps;
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    printf("B=%d H=%d T=%d D=%d causal: forge wgmma bwd %.1f us (%.1f TFLOP/s), fused bwd %.1f us (%.1f TFLOP/s, "
+           "workspace %zu B); max|fused-forge|/max|forge| dq %.2e dk %.2e dv %.2e\n",
+           B, H, T, D, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6,
+           lab_flash16_backward_fused_ws_bytes(&fs, 0), fzb_rel(g[1][0], g[0][0], nt), fzb_rel(g[1][1], g[0][1], nt),
+           fzb_rel(g[1][2], g[0][2], nt));
+    void *all[] = {q, k, v, dO, out, lse, delta, g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]};
+    for (void *p : all) cudaFree(p);
+    return 0;
+}
+
+extern "C" int lab_bench_flash16_bwd_fused(int argc, char **argv) {
+    int reps = 50;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: forge-lab bench flash16-bwd-fused [--reps N]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    static const int shapes[][4] = {{16, 12, 1024, 64}, {16, 8, 1024, 64}};
+    for (const auto &s : shapes)
+        if (fzb_shape(s[0], s[1], s[2], s[3], reps)) return 1;
+    return 0;
+}
