@@ -310,7 +310,7 @@ static int cmd_tokenize(int argc, char **argv) {
 static const char *SAMPLE_HELP =
     "usage: forge sample --ckpt DIR [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature T]\n"
     "                    [--top-k K] [--top-p P] [--seed S] [--count N] [--tokenizer DIR] [--ids]\n"
-    "                    [--no-kv-cache]\n"
+    "                    [--no-kv-cache] [--no-graph]\n"
     "                    [runtime options]\n"
     "  DIR is a run directory (its newest checkpoint is used), a checkpoint directory or a Hugging Face\n"
     "  save_pretrained directory (GPT-2 or Llama: config.json + model.safetensors). Tokens are printed as\n"
@@ -318,6 +318,8 @@ static const char *SAMPLE_HELP =
     "  --tokenizer DIR  encoder.json + vocab.bpe (or vocab.json + merges.txt) [DIR's own]\n"
     "  --ids            print token ids instead of text: the prompt's on one line, the new ones on the next\n"
     "  --no-kv-cache    re-run the full forward pass over the context for every token (the reference)\n"
+    "  --no-graph       run every KV-cache step op by op (on CUDA the second step that samples a token is\n"
+    "                   recorded as a graph and later ones replay it: one launch a token)\n"
     "  Decoding uses a KV cache, in fp32 whatever --precision says; the prompt is prefilled one position at a\n"
     "  time, and past the context length the full forward pass takes over. A last line on stderr gives the\n"
     "  tokens per second.\n"
@@ -332,6 +334,7 @@ typedef struct {
     long top_k;
     int print_ids;
     int no_kv_cache;
+    int no_graph;
 } sample_options;
 
 /* A checkpoint loaded for inference (sample, eval): its tokenizer (refused when it has more ids than the model's
@@ -409,7 +412,7 @@ static forge_status sample_run(const sample_options *so) {
     forge_status s = FORGE_OK;
     for (long i = 0; i < so->count && s == FORGE_OK; i++) {
         forge_generate_options go = {(int)so->tokens, so->temperature, (int)so->top_k, so->top_p,
-                                     (uint64_t)(so->seed + i), 1, so->print_ids, so->no_kv_cache};
+                                     (uint64_t)(so->seed + i), 1, so->print_ids, so->no_kv_cache, !so->no_graph};
         if (so->count > 1) printf("--- sample %ld ---\n", i + 1);
         forge_generate_stats st;
         s = forge_generate(c.m, c.tape, c.tok, so->prompt, &go, stdout, &st);
@@ -418,13 +421,16 @@ static forge_status sample_run(const sample_options *so) {
         fflush(stdout);
         char how[160];
         const char *precision = forge_train_precision_name(c.be->options.precision);
+        const char *graph = st.graph_replays > 0 ? " graph" : "";
+        if (strncmp(st.decode_mode, "eager (", 7) == 0) fprintf(stderr, "note: KV-cache steps ran %s\n", st.decode_mode);
         if (so->no_kv_cache)
             snprintf(how, sizeof how, "full forward %s", precision);
         else if (st.full_forward_tokens > 0)
-            snprintf(how, sizeof how, "kv cache fp32, the last %d tokens by the %s full forward past the context of %d",
+            snprintf(how, sizeof how,
+                     "kv cache fp32%s, the last %d tokens by the %s full forward past the context of %d", graph,
                      st.full_forward_tokens, precision, c.cfg.context_length);
         else
-            snprintf(how, sizeof how, "kv cache fp32");
+            snprintf(how, sizeof how, "kv cache fp32%s", graph);
         fprintf(stderr, "sampled %d tokens in %.3f s: %.1f tok/s (%s, prompt %d tokens, device %s)\n", st.new_tokens,
                 st.seconds, st.seconds > 0 ? st.new_tokens / st.seconds : 0.0, how, st.prompt_tokens,
                 forge_device_name(c.be->kind));
@@ -458,6 +464,10 @@ static int cmd_sample(int argc, char **argv) {
         }
         if (strcmp(argv[a.i], "--no-kv-cache") == 0) {
             so.no_kv_cache = 1;
+            continue;
+        }
+        if (strcmp(argv[a.i], "--no-graph") == 0) {
+            so.no_graph = 1;
             continue;
         }
         INT_OPT("--tokens", so.tokens, 1, 1 << 20)
@@ -934,7 +944,8 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     if (samples > 0 && rank == 0) {
         printf("\n=== %ld samples from %s (temperature 0.8, top-k 40) ===\n", samples, res.last_checkpoint);
         sample_options so = {.ckpt = res.last_checkpoint, .prompt = "", .runtime = o.runtime, .tokens = 120,
-                             .count = samples, .seed = 1, .temperature = 0.8f, .top_p = 0.95f, .top_k = 40};
+                             .count = samples, .seed = 1, .temperature = 0.8f, .top_p = 0.95f, .top_k = 40,
+                             .no_graph = o.no_graph};
         s = sample_run(&so);
         if (s != FORGE_OK) return fail(s);
     }

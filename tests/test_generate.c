@@ -1,5 +1,6 @@
 /* test_generate.c: the KV-cache decode path: attention_decode's CPU reference against a double computation, the
- * decode step's logits against the full forward's rows, and greedy generation with the cache against the full
+ * decode step's logits against the full forward's rows, the device-resident id and position (the ops a recorded
+ * CUDA step runs) against launch arguments bitwise, and greedy generation with the cache against the full
  * forward token for token (GPT-2, and Llama with grouped-query attention), past the context length too. */
 #include <math.h>
 #include <stdio.h>
@@ -164,7 +165,7 @@ static void test_decode_logits(int llama) {
     forge_tape_set_recording(e.tape, 0);
     if (ids) CHECK_OK(forge_model_forward(e.m, e.tape, ids, NULL, 0.0f, &logits));
     forge_decoder *d = NULL;
-    CHECK_OK(forge_decoder_create(&d, e.m));
+    CHECK_OK(forge_decoder_create(&d, e.m, NULL));
     double worst = 0, scale = 0;
     for (int t = 0; d && logits && t < T; t++) {
         const float *row = NULL;
@@ -186,6 +187,97 @@ static void test_decode_logits(int llama) {
     forge_decoder_free(d);
     forge_tape_reset(e.tape);
     env_close(&e);
+}
+
+/* index of the largest of n values (the first on ties): greedy decoding */
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* The decode step with its id and position read from the device buffer (decode_embed, attention_decode_at: the ops
+ * a recorded CUDA step runs) against the launch-argument path: the same logits bit for bit at every position, a
+ * prompt prefilled without logits included, and the same greedy tokens; use_graph on the CPU runs op by op. */
+static void test_decode_device_args(int llama) {
+    TEST_CASE(llama ? "decode: device-resident id and position equal the launch-argument path bitwise (Llama)"
+                    : "decode: device-resident id and position equal the launch-argument path bitwise (GPT-2)");
+    forge_model_config cfg = small_config(llama, 61);
+    env e;
+    CHECK(env_open(&e, &cfg));
+    if (test_case_failed()) return;
+    const int T = cfg.context_length, V = cfg.vocab_size, prompt = 5;
+    const forge_decoder_options opts[] = {{0}, {.device_args = 1}, {.use_graph = 1}, {.use_graph = 1, .device_args = 1}};
+    enum { NOPT = sizeof opts / sizeof *opts };
+    forge_decoder *d[NOPT] = {NULL};
+    int32_t seq[NOPT][64];
+    float *logits = malloc((size_t)NOPT * T * V * sizeof(float));
+    CHECK(logits != NULL && T <= 64);
+    forge_rng rng;
+    forge_rng_seed(&rng, 11, 0);
+    for (int t = 0; t < prompt; t++) seq[0][t] = (int32_t)forge_rng_below(&rng, (uint64_t)V);
+    for (int k = 0; k < NOPT && !test_case_failed(); k++) {
+        CHECK_OK(forge_decoder_create(&d[k], e.m, &opts[k]));
+        if (!d[k]) break;
+        memcpy(seq[k], seq[0], prompt * sizeof(int32_t));
+        /* the prompt's positions without logits but the last, then greedy tokens to the end of the context */
+        for (int t = 0; t < T && !test_case_failed(); t++) {
+            const float *row = NULL;
+            const int want = t >= prompt - 1;
+            CHECK_OK(forge_decode_step(d[k], seq[k][t], t, want ? &row : NULL));
+            if (!want || !row) continue;
+            float *mine = logits + ((size_t)k * T + t) * V;
+            memcpy(mine, row, (size_t)V * sizeof(float));
+            if (t + 1 < T) seq[k][t + 1] = (int32_t)argmax(mine, V);
+        }
+        int rec = -1, rep = -1;
+        const char *mode = forge_decoder_mode(d[k], &rec, &rep);
+        CHECK_MSG(strcmp(mode, "eager") == 0 && rec == 0 && rep == 0,
+                  "options %d: mode \"%s\", %d recordings, %d replays (the CPU records no graphs)", k, mode, rec, rep);
+    }
+    for (int k = 1; k < NOPT && !test_case_failed(); k++) {
+        CHECK_MSG(memcmp(seq[k], seq[0], (size_t)T * sizeof(int32_t)) == 0, "options %d: other greedy tokens", k);
+        const size_t off = ((size_t)k * T + (prompt - 1)) * V, n = (size_t)(T - prompt + 1) * V;
+        CHECK_MSG(memcmp(logits + off, logits + (size_t)(prompt - 1) * V, n * sizeof(float)) == 0,
+                  "options %d: logits differ from the launch-argument path", k);
+    }
+    /* the host checks the id and position before they are uploaded, with the launch-argument path's messages */
+    if (d[1]) {
+        CHECK_ERR_MSG(forge_decode_step(d[1], 0, T, NULL), FORGE_ERR_ARG, "position 16", NULL);
+        CHECK_ERR_MSG(forge_decode_step(d[1], V, 0, NULL), FORGE_ERR_ARG, "token id 61", NULL);
+    }
+    for (int k = 0; k < NOPT; k++) forge_decoder_free(d[k]);
+    free(logits);
+    env_close(&e);
+}
+
+/* The device-argument ops refuse what they read out of range (the CPU reference checks when it runs), and
+ * decode_embed equals position_forward on the same rows bitwise. */
+static void test_decode_ops(void) {
+    TEST_CASE("decode_embed and attention_decode_at: values read from memory, refused outside their tables");
+    forge_backend *be = NULL;
+    CHECK_OK(forge_backend_create_cpu(&be, 2, 0));
+    if (!be) return;
+    enum { C = 5, V = 3, MAXT = 4 };
+    float wte[V * C], wpe[MAXT * C], out[C], want[C];
+    for (int i = 0; i < V * C; i++) wte[i] = 0.1f * (float)i + 0.01f;
+    for (int i = 0; i < MAXT * C; i++) wpe[i] = -0.07f * (float)i + 0.3f;
+    int32_t id = 2, pos = 3;
+    CHECK_OK(be->decode_embed(be, out, &id, &pos, wte, wpe, C, V, MAXT));
+    CHECK_OK(be->position_forward(be, want, wte + 2 * C, wpe + 3 * C, 1, 1, C));
+    CHECK_MSG(memcmp(out, want, sizeof out) == 0, "decode_embed differs from position_forward");
+    pos = -1; /* not read without wpe */
+    CHECK_OK(be->decode_embed(be, out, &id, &pos, wte, NULL, C, V, MAXT));
+    CHECK_MSG(memcmp(out, wte + 2 * C, sizeof out) == 0, "decode_embed without wpe is not the wte row");
+    CHECK_ERR_MSG(be->decode_embed(be, out, &id, &pos, wte, wpe, C, V, MAXT), FORGE_ERR_ARG, "position -1", "[0, 4)");
+    id = 3;
+    pos = 0;
+    CHECK_ERR_MSG(be->decode_embed(be, out, &id, &pos, wte, wpe, C, V, MAXT), FORGE_ERR_ARG, "= 3", "[0, 3)");
+    pos = 4;
+    CHECK_ERR_MSG(be->attention_decode_at(be, NULL, NULL, NULL, NULL, &pos, 4, 2, 1, 8, 0.0f), FORGE_ERR_ARG,
+                  "position 4", "4 rows");
+    forge_backend_destroy(be);
 }
 
 /* A byte-level tokenizer (the 256 bytes and <|endoftext|>, a few merges) trained on a small text. */
@@ -290,9 +382,11 @@ static void test_sample_cli(void) {
     snprintf(err, sizeof err, "%s/err.txt", test_tmpdir());
     if (!test_case_failed()) CHECK_OK(forge_checkpoint_save(dir, e.m, NULL, NULL, NULL));
     if (!test_case_failed()) CHECK_OK(forge_tokenizer_save(tok, dir));
-    for (int full = 0; full < 2 && !test_case_failed(); full++) {
+    const char *flags[] = {"", " --no-kv-cache", " --no-graph"}; /* --no-graph: accepted, the CPU's steps as ever */
+    for (int run = 0; run < 3 && !test_case_failed(); run++) {
+        const int full = run == 1;
         snprintf(cmd, sizeof cmd, "%s sample --ckpt %s --prompt 'the cat' --tokens 20 --temperature 0 --ids%s >%s 2>%s",
-                 forge, dir, full ? " --no-kv-cache" : "", out, err);
+                 forge, dir, flags[run], out, err);
         CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
         char *o = NULL, *r = NULL;
         size_t lo = 0, lr = 0;
@@ -322,6 +416,9 @@ void suite_generate(void) {
     test_attention_decode_values();
     test_decode_logits(0);
     test_decode_logits(1);
+    test_decode_device_args(0);
+    test_decode_device_args(1);
+    test_decode_ops();
     test_greedy(0);
     test_greedy(1);
     test_sample_cli();

@@ -4,7 +4,11 @@
  * - every position's decode logits against the same backend's full forward (the last row of a forward over the
  *   tokens so far is the row of a forward over the whole context: causal);
  * - the CUDA decode against the CPU reference's decode of the same weights;
- * - two runs of the same tokens give bit-identical logits (no atomics, fixed sums).
+ * - two runs of the same tokens give bit-identical logits (no atomics, fixed sums);
+ * - the recorded graph (forge_decoder_options.use_graph) replayed for 100+ tokens, and the device-resident id and
+ *   position run op by op, give the op-by-op launch-argument path's logits bit for bit (the same kernels on the
+ *   same values), a prompt prefilled without logits first; then the same with a backend workspace replaced
+ *   mid-sample, which makes the replay stale: that step runs op by op, the next one records again.
  * Tolerance 1e-4 of the largest logit (at least 1): fp32 sums in other orders (the N = 1 GEMMs, the decode
  * kernel's three passes against the flash kernel's online softmax) move a logit by a few 1e-6 of the scale; a
  * wrong position, head or cache row moves it by O(1).
@@ -67,7 +71,7 @@ static forge_model_config decode_config(int llama) {
 /* logits (T, V) of every position, by decode steps; 0 on failure */
 static int decode_all(forge_model *m, const int32_t *ids, int T, float *logits) {
     forge_decoder *d = NULL;
-    if (forge_decoder_create(&d, m) != FORGE_OK) return 0;
+    if (forge_decoder_create(&d, m, NULL) != FORGE_OK) return 0;
     int ok = 1;
     const size_t V = (size_t)m->cfg.vocab_size;
     for (int t = 0; ok && t < T; t++) {
@@ -77,6 +81,108 @@ static int decode_all(forge_model *m, const int32_t *ids, int T, float *logits) 
     }
     forge_decoder_free(d);
     return ok;
+}
+
+/* A bf16 dW GEMM whose split-K plan grows the backend's workspace: a graph recorded before it is stale. */
+static forge_status replace_workspace(forge_backend *be) {
+    enum { K = 16384, M = 64, N = 64 };
+    void *dout = NULL, *inp = NULL, *dw = NULL;
+    forge_status s = be->mem_alloc(be, &dout, (size_t)K * M * sizeof(forge_bf16));
+    if (s == FORGE_OK) s = be->mem_alloc(be, &inp, (size_t)K * N * sizeof(forge_bf16));
+    if (s == FORGE_OK) s = be->mem_alloc(be, &dw, (size_t)M * N * sizeof(float));
+    if (s == FORGE_OK) s = be->memset_zero(be, dout, (size_t)K * M * sizeof(forge_bf16));
+    if (s == FORGE_OK) s = be->memset_zero(be, inp, (size_t)K * N * sizeof(forge_bf16));
+    if (s == FORGE_OK) s = be->memset_zero(be, dw, (size_t)M * N * sizeof(float));
+    if (s == FORGE_OK && !be->matmul_backward_weight_bf16)
+        s = forge_error(FORGE_ERR_UNSUPPORTED, "no matmul_backward_weight_bf16");
+    if (s == FORGE_OK) s = be->matmul_backward_weight_bf16(be, dw, NULL, dout, inp, K, N, M);
+    if (s == FORGE_OK) s = be->synchronize(be);
+    if (dout) be->mem_free(be, dout);
+    if (inp) be->mem_free(be, inp);
+    if (dw) be->mem_free(be, dw);
+    return s;
+}
+
+/* logits (T, V) by decode steps with options o: positions before prompt - 1 without logits (their rows zeroed),
+ * the workspace replaced before step stale_at (< 0: never); the decoder's counts into rec and rep; 0 on failure */
+static int decode_run(forge_model *m, const int32_t *ids, int T, int prompt, const forge_decoder_options *o,
+                      int stale_at, float *logits, int *rec, int *rep) {
+    forge_decoder *d = NULL;
+    if (forge_decoder_create(&d, m, o) != FORGE_OK) return 0;
+    int ok = 1;
+    const size_t V = (size_t)m->cfg.vocab_size;
+    memset(logits, 0, (size_t)T * V * sizeof(float));
+    for (int t = 0; ok && t < T; t++) {
+        if (t == stale_at) ok = replace_workspace(m->be) == FORGE_OK;
+        const float *row = NULL;
+        const int want = t >= prompt - 1;
+        ok = ok && forge_decode_step(d, ids[t], t, want ? &row : NULL) == FORGE_OK;
+        if (ok && want) ok = m->be->copy_to_host(m->be, logits + (size_t)t * V, row, V * sizeof(float)) == FORGE_OK;
+    }
+    const char *mode = forge_decoder_mode(d, rec, rep);
+    if (ok && o && o->use_graph && strcmp(mode, "graph") != 0) {
+        fprintf(stderr, "decoder mode: %s\n", mode);
+        ok = 0;
+    }
+    forge_decoder_free(d);
+    return ok;
+}
+
+/* The graph path against op by op, on a backend of its own (a fresh workspace, so replacing it is certain). */
+static void case_decode_graph(parity *P, int llama) {
+    const forge_model_config cfg = decode_config(llama);
+    const int T = cfg.context_length, V = cfg.vocab_size, prompt = 7;
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s C=%d NH=%d NKV=%d T=%d prompt=%d", llama ? "llama" : "gpt2", cfg.d_model,
+             cfg.n_heads, cfg.n_kv_heads, T, prompt);
+    forge_backend *be = NULL;
+    decode_env g;
+    memset(&g, 0, sizeof g);
+    int ok = forge_backend_create(&be, FORGE_DEVICE_CUDA, &P->gpu->options) == FORGE_OK && decode_env_open(&g, be, &cfg);
+    const size_t n = (size_t)T * V;
+    float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    int32_t *ids = malloc((size_t)T * sizeof(int32_t));
+    ok = ok && ref && got && ids;
+    for (int t = 0; ok && t < T; t++) ids[t] = (int32_t)((t * 104729u + 7u) % (unsigned)V);
+    int rec = 0, rep = 0;
+    ok = ok && decode_run(g.m, ids, T, prompt, NULL, -1, ref, &rec, &rep);
+    if (!ok) report(P, 0, "decode graph", shape, INFINITY, 0, forge_error_message());
+    const struct {
+        const char *what;
+        forge_decoder_options o;
+        int stale_at;
+    } runs[] = {{"decode[device args] vs decode[op by op]", {.device_args = 1}, -1},
+                {"decode[graph] vs decode[op by op]", {.use_graph = 1}, -1},
+                {"decode[graph, stale at 60] vs decode[op by op]", {.use_graph = 1}, 60}};
+    for (size_t r = 0; ok && r < sizeof runs / sizeof *runs; r++) {
+        if (!decode_run(g.m, ids, T, prompt, &runs[r].o, runs[r].stale_at, got, &rec, &rep)) {
+            report(P, 0, runs[r].what, shape, INFINITY, 0, forge_error_message());
+            continue;
+        }
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++) differ += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+        char why[160];
+        snprintf(why, sizeof why, "(%zu of %zu logits differ in their bits; %d recordings, %d replays)", differ, n,
+                 rec, rep);
+        report(P, differ == 0, runs[r].what, shape, differ ? 1.0 : 0.0, 0.0, differ ? why : NULL);
+        /* the logit steps: the first op by op, the second recorded, the rest replayed; stale: one more op by op
+         * (the refused replay) and one more recording */
+        const int steps = T - (prompt - 1);
+        const int want_rec = !runs[r].o.use_graph ? 0 : runs[r].stale_at >= 0 ? 2 : 1;
+        const int want_rep = !runs[r].o.use_graph ? 0 : runs[r].stale_at >= 0 ? steps - 2 : steps - 1;
+        snprintf(why, sizeof why, "(%d recordings, %d replays; expected %d and %d)", rec, rep, want_rec, want_rep);
+        if (runs[r].stale_at >= 0 && rec == 1)
+            report_skip(P, "decode[graph] re-recorded when stale", shape,
+                        "the bf16 dW GEMM did not replace the workspace (its plan did not split)");
+        else
+            report(P, rec == want_rec && rep == want_rep, "decode[graph] recordings and replays", shape, 0.0, 0.0,
+                   rec == want_rec && rep == want_rep ? NULL : why);
+    }
+    free(ref);
+    free(got);
+    free(ids);
+    decode_env_close(&g);
+    forge_backend_destroy(be);
 }
 
 /* max |a - b| and max |b| over n */
@@ -140,4 +246,6 @@ static void case_decode(parity *P, int llama) {
 void run_decode_cases(parity *P) {
     case_decode(P, 0);
     case_decode(P, 1);
+    case_decode_graph(P, 0);
+    case_decode_graph(P, 1);
 }

@@ -405,6 +405,28 @@
                   A(IN, float, qkv, FORGE_QKV(NH, NKV, HS), -1.5, 1.5) A(SIZE, int, pos) A(SIZE, int, maxT)      \
                       A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS) A(SCALAR, float, theta),               \
       FORGE_DECODE_CASES(K))                                                                                     \
+    /* attention_decode with its position read from device memory (pos[0], 0 <= pos[0] < maxT): a recorded       \
+     * decode step replays for every position (model_decode.c). Same math and tolerances as attention_decode     \
+     * (the same kernel bodies, the position passed through). A position outside [0, maxT) is an error: the CPU   \
+     * reference refuses it; the CUDA kernel writes a NaN out, leaves the caches and poll_errors names it. */     \
+    X(attention_decode_at, FORGE_F32, 0,                                                                         \
+      A(OUT, float, out, (size_t)NH * HS, ABS(1e-4))                                                             \
+          A(INOUT, float, k_cache, (size_t)maxT * NKV * HS, -1.5, 1.5, EXACT)                                    \
+              A(INOUT, float, v_cache, (size_t)maxT * NKV * HS, -1.5, 1.5, EXACT)                                \
+                  A(IN, float, qkv, FORGE_QKV(NH, NKV, HS), -1.5, 1.5) A(IDS, pos, 1, maxT, maxT - 1, 25)        \
+                      A(SIZE, int, maxT) A(SIZE, int, NH) A(SIZE, int, NKV) A(SIZE, int, HS)                     \
+                          A(SCALAR, float, theta),                                                               \
+      FORGE_DECODE_AT_CASES(K))                                                                                  \
+    /* The decode step's encoder, its token id and position read from device memory: out (C) = wte[id[0]] +      \
+     * wpe[pos[0]] (one fp32 add, position_forward's on the same rows: EXACT), or the wte row where wpe is NULL   \
+     * (pos not read). wte (V,C), wpe (maxT,C). An id outside [0, V) or a position outside [0, maxT) is an error: \
+     * the CPU reference refuses it; the CUDA kernel writes a NaN row and poll_errors names it. */               \
+    X(decode_embed, FORGE_F32, 0,                                                                                \
+      A(OUT, float, out, C, EXACT) A(IDS, id, 1, V, V - 1, 25) A(IDS, pos, 1, maxT, maxT - 1, 25)                \
+          A(IN, float, wte, (size_t)V * C, -1, 1) A(IN_OPT, float, wpe, (size_t)maxT * C, -1, 1) A(SIZE, int, C) \
+              A(SIZE, int, V) A(SIZE, int, maxT),                                                                \
+      K(.C = 45, .V = 1000, .maxT = 80) K(.C = 768, .V = 50257, .maxT = 1024) K(.C = 1, .V = 1, .maxT = 1)       \
+          K(.C = 4099, .V = 7, .maxT = 3))                                                                       \
     /* bf16 (docs/mixed-precision.md): qkv, out, dout, dqkv bf16; lse, the fp32 statistics. Forward: online softmax \
      * in fp32, P rounded to bf16 for P.V; out rounded. Tolerances (FORGE_FLASH_BF16_*_TOL below): out, the bf16 \
      * rounding of P at other points (2 u sum_j P_j |v_j| <= 2 u max|v|, u = 2^-9) plus out's own rounding; lse,  \
@@ -602,6 +624,15 @@
     K(.pos = 1030, .maxT = 1031, .NH = 12, .NKV = 1, .HS = 128, .theta = 500000.0f)                              \
     K(.pos = 2047, .maxT = 2048, .NH = 4, .NKV = 2, .HS = 64, .theta = 10000.0f)                                 \
     K(.pos = 1500, .maxT = 2100, .NH = 12, .NKV = 12, .HS = 64, .theta = 0.0f)
+/* attention_decode's shapes, the position drawn from [0, maxT) (the last row a quarter of the time) */
+#define FORGE_DECODE_AT_CASES(K)                                                                                 \
+    K(.maxT = 1, .NH = 2, .NKV = 1, .HS = 8, .theta = 10000.0f)                                                  \
+    K(.maxT = 80, .NH = 6, .NKV = 2, .HS = 64, .theta = 10000.0f)                                                \
+    K(.maxT = 67, .NH = 6, .NKV = 6, .HS = 64, .theta = 0.0f)                                                    \
+    K(.maxT = 200, .NH = 6, .NKV = 3, .HS = 6, .theta = 10000.0f)                                                \
+    K(.maxT = 301, .NH = 2, .NKV = 1, .HS = 300, .theta = 500000.0f)                                             \
+    K(.maxT = 1031, .NH = 12, .NKV = 1, .HS = 128, .theta = 500000.0f)                                           \
+    K(.maxT = 2048, .NH = 4, .NKV = 2, .HS = 64, .theta = 10000.0f)
 /* ---- sizes and tolerances of the bf16 entries ------------------------------------------------------------
  * Flash attention (bf16). Scratch of the backward, in floats, for the path the head size selects
  * (FORGE_FLASH_BF16_TC: the CUDA entry's own choice): head sizes 64 and 128 run the tensor-core kernels, which

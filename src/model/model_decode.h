@@ -21,6 +21,21 @@
  *
  * Nothing here synchronises with the host: a step only issues device work,
  * and the caller copies the logits row back when it needs it.
+ *
+ * Graphs: a step is ~10 small ops a layer, so on CUDA it is bound by kernel
+ * launches rather than by reading the weights. With use_graph on a backend
+ * that records graphs (runtime/graph.h), the token id and position travel in
+ * a two-int32 device buffer the step's ops read (decode_embed and
+ * attention_decode_at, not launch arguments), uploaded before each step; the
+ * first step with logits runs op by op (it warms what a recording reuses),
+ * the second is recorded and replayed, and every later one replays the
+ * recording: one graph launch a token. Prompt positions (no logits) run op
+ * by op. A replay refused as stale (a backend workspace replaced since) runs
+ * that step op by op and records the next; a recording the backend refuses
+ * leaves the decoder op by op for good (forge_decoder_mode says why). The
+ * recording uses the pool's one recording slot (pool.h), so a pool whose
+ * training step is recorded must not also hold a recording decoder. The
+ * results are the op-by-op path's: the same kernels on the same values.
  */
 #ifndef FORGE_MODEL_DECODE_H
 #define FORGE_MODEL_DECODE_H
@@ -31,9 +46,21 @@
 
 typedef struct forge_decoder forge_decoder;
 
-/* A decoder for m (its caches empty), memory from m's pool. */
-forge_status forge_decoder_create(forge_decoder **out, forge_model *m);
+typedef struct {
+    int use_graph;   /* record a step with logits and replay it for later tokens, where the backend can record
+                        graphs (forge_graph_supported); ignored elsewhere (the CPU: every step runs op by op) */
+    int device_args; /* read the token id and position from the decoder's device buffer even without a graph (the
+                        ops a recording needs, run op by op: how the CPU tests check them); implied by use_graph
+                        where graphs are recorded */
+} forge_decoder_options;
+
+/* A decoder for m (its caches empty), memory from m's pool; o NULL: all options 0 (op by op, launch arguments). */
+forge_status forge_decoder_create(forge_decoder **out, forge_model *m, const forge_decoder_options *o);
 void forge_decoder_free(forge_decoder *d);
+
+/* How the steps run: "graph", "eager", or "eager (...)" naming why a recording failed; recordings and replays
+ * (may be NULL) get the counts so far. */
+const char *forge_decoder_mode(const forge_decoder *d, int *recordings, int *replays);
 
 /* Runs token id at position pos (0 <= pos < context_length): the caches must hold positions 0..pos-1 of the same
  * sequence (decoded by earlier steps); position pos is written. With logits not NULL, *logits is the device

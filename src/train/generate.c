@@ -93,7 +93,8 @@ forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokeni
     forge_tape_set_recording(tape, 0);
     forge_decoder *dec = NULL;
     size_t cached = 0; /* positions of seq in the decoder's caches */
-    forge_status s = opt->full_forward ? FORGE_OK : forge_decoder_create(&dec, m);
+    const forge_decoder_options dopt = {.use_graph = opt->use_graph};
+    forge_status s = opt->full_forward ? FORGE_OK : forge_decoder_create(&dec, m, &dopt);
     if (stats) *stats = (forge_generate_stats){.prompt_tokens = (int)n};
     double t0 = forge_now_seconds();
     for (int i = 0; i < opt->max_tokens && s == FORGE_OK; i++) {
@@ -113,7 +114,11 @@ forge_status forge_generate(forge_model *m, forge_tape *tape, const forge_tokeni
         else write_token(tok, next, out);
         fflush(out);
     }
-    if (stats) stats->seconds = forge_now_seconds() - t0;
+    if (stats) {
+        stats->seconds = forge_now_seconds() - t0;
+        if (dec) snprintf(stats->decode_mode, sizeof stats->decode_mode, "%s",
+                          forge_decoder_mode(dec, NULL, &stats->graph_replays));
+    }
     fputs("\n", out);
     forge_decoder_free(dec);
     forge_tape_set_recording(tape, was_recording);

@@ -9,7 +9,8 @@
  * (its positions would all shift), so the rest of the sample falls back to
  * the full forward pass over the last context_length tokens, as the
  * full_forward option does from the start (the reference the cached path is
- * checked against: quadratic in the sample length, exact).
+ * checked against: quadratic in the sample length, exact). With use_graph, on
+ * CUDA the cached steps after the first two replay one recorded graph.
  */
 #ifndef FORGE_GENERATE_H
 #define FORGE_GENERATE_H
@@ -31,6 +32,8 @@ typedef struct {
                         empty prompt), the new ones on the next, space-separated; what a token-for-token
                         comparison with another implementation reads (tools/hf_check.py) */
     int full_forward; /* 1: no KV cache: re-run the full forward pass over the context for every token */
+    int use_graph;    /* KV-cache steps recorded once and replayed where the backend records graphs
+                         (model/model_decode.h); 0: every step op by op */
 } forge_generate_options;
 
 /* What a generation did, for its throughput line. */
@@ -39,6 +42,8 @@ typedef struct {
     int new_tokens;         /* ids sampled */
     int full_forward_tokens;/* of those, the ones the full forward pass produced (past the context, or full_forward) */
     double seconds;         /* wall time from the first forward to the last sampled token, prefill included */
+    int graph_replays;      /* KV-cache steps run as replays of a recorded graph */
+    char decode_mode[320];  /* the decoder's forge_decoder_mode ("" without a KV cache) */
 } forge_generate_stats;
 
 /* Continues `prompt` (may be empty: starts a new document) and writes the

@@ -10,7 +10,8 @@
  * 0..pos of its kv head: scores s_j = q . k_j / sqrt(HS), p_j = exp(s_j - max),
  * out = sum_j p_j v_j / sum_j p_j. Plain loops in index order; the heads run
  * in parallel after the cache write, each with its own slice of the score
- * buffer, so results do not depend on the thread count.
+ * buffer, so results do not depend on the thread count. attention_decode_at
+ * is the same step with the position read from (host) memory.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -91,4 +92,12 @@ forge_status cpu_attention_decode(forge_backend *be, float *out, float *k_cache,
     }
     free(buf);
     return FORGE_OK;
+}
+
+forge_status cpu_attention_decode_at(forge_backend *be, float *out, float *k_cache, float *v_cache, const float *qkv,
+                                     const int32_t *pos, int maxT, int NH, int NKV, int HS, float theta) {
+    if (*pos < 0 || *pos >= maxT)
+        return forge_error(FORGE_ERR_ARG, "cpu attention_decode_at: position %d outside the cache's %d rows",
+                           (int)*pos, maxT);
+    return cpu_attention_decode(be, out, k_cache, v_cache, qkv, (int)*pos, maxT, NH, NKV, HS, theta);
 }

@@ -1,6 +1,6 @@
 /*
  * embedding.c: token embedding lookup and learned position embedding (GPT-2
- * wte / wpe) on the CPU.
+ * wte / wpe) on the CPU, and the decode step's one-row encoder (decode_embed).
  *
  * The decision a reader would get wrong: embedding_backward scatters into
  * dtable[ids[n]], and the same id appears many times in a batch, so threads
@@ -50,6 +50,24 @@ forge_status cpu_embedding_backward(forge_backend *be, float *dtable, const floa
             for (int c = c0; c < c1; c++) d[c] += g[c];
         }
     }
+    return FORGE_OK;
+}
+
+/* out (C) = wte[*id] + wpe[*pos] (wpe NULL: the wte row): position_forward's add on the decode step's rows */
+forge_status cpu_decode_embed(forge_backend *be, float *out, const int32_t *id, const int32_t *pos, const float *wte,
+                              const float *wpe, int C, int V, int maxT) {
+    (void)be;
+    FORGE_TRY(check_ids("decode_embed", id, 1, V));
+    if (wpe && (*pos < 0 || *pos >= maxT))
+        return forge_error(FORGE_ERR_ARG, "cpu decode_embed: position %d is outside the table's [0, %d)", (int)*pos,
+                           maxT);
+    const float *row = wte + (size_t)*id * C;
+    if (!wpe) {
+        for (int c = 0; c < C; c++) out[c] = row[c];
+        return FORGE_OK;
+    }
+    const float *p = wpe + (size_t)*pos * C;
+    for (int c = 0; c < C; c++) out[c] = row[c] + p[c];
     return FORGE_OK;
 }
 

@@ -21,6 +21,12 @@
  *   3. thread (g, d) of G = max(1, threads / HS) groups sums p_j v_j[d] over
  *      keys j = g, g + G, ...; the G partials are added in order g.
  * Every sum has a fixed order (no atomics), so two runs give the same bits.
+ *
+ * attention_decode_at runs the same kernel with the position read from device
+ * memory by every block (a recorded decode step replays at any position): the
+ * workspace is checked for the cache's maxT rows instead of pos + 1, and a
+ * position outside the cache writes a NaN out (caches untouched) and is
+ * recorded for poll_errors.
  */
 #include "cuda_ops.h"
 
@@ -28,12 +34,22 @@
 
 __global__ void __launch_bounds__(DECODE_THREADS)
     attention_decode_kernel(float *__restrict__ out, float *__restrict__ k_cache, float *__restrict__ v_cache,
-                            float *__restrict__ scores, const float *__restrict__ qkv, int pos, int NH, int NKV,
-                            int HS, float theta, float scale) {
+                            float *__restrict__ scores, const float *__restrict__ qkv, int pos,
+                            const int32_t *__restrict__ pos_at, int maxT, int NH, int NKV, int HS, float theta,
+                            float scale, cuda_input_error *err) {
     extern __shared__ float sm[];
     __shared__ float red[32];
-    const int h = blockIdx.x, group = NH / NKV, kh = h / group, n = pos + 1;
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
+    const int h = blockIdx.x, group = NH / NKV, kh = h / group;
+    if (pos_at) { /* attention_decode_at: the position from device memory, checked here (the launch cannot) */
+        pos = *pos_at;
+        if (pos < 0 || pos >= maxT) {
+            if (h == 0 && tid == 0) cuda_report_bad_id(err, CUDA_BAD_POSITION, 0, pos, maxT);
+            for (int d = tid; d < HS; d += nthreads) out[(size_t)h * HS + d] = __int_as_float(0x7fffffff);
+            return;
+        }
+    }
+    const int n = pos + 1;
     float *q = sm, *kn = sm + HS, *vn = sm + 2 * HS, *part = sm + 3 * HS;
     const float *qrow = qkv + (size_t)h * HS, *krow = qkv + (size_t)(NH + kh) * HS;
     const float *vrow = qkv + (size_t)(NH + NKV + kh) * HS;
@@ -109,32 +125,44 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     }
 }
 
-forge_status cuda_attention_decode(forge_backend *be, float *out, float *k_cache, float *v_cache, const float *qkv,
-                                   int pos, int maxT, int NH, int NKV, int HS, float theta) {
+/* The checks and the launch both entries share; pos_at NULL: the position is pos (checked here), else *pos_at (read
+ * and checked by the kernel, the workspace sized for every row of the cache). */
+static forge_status decode_launch(forge_backend *be, const char *op, float *out, float *k_cache, float *v_cache,
+                                  const float *qkv, int pos, const int32_t *pos_at, int maxT, int NH, int NKV, int HS,
+                                  float theta) {
     if (NH <= 0 || NKV <= 0 || HS <= 0 || NH % NKV != 0)
         return forge_error(FORGE_ERR_ARG,
-                           "cuda attention_decode: need NH, NKV, HS > 0 and NH divisible by NKV, got NH=%d NKV=%d "
-                           "HS=%d",
-                           NH, NKV, HS);
-    if (pos < 0 || pos >= maxT)
-        return forge_error(FORGE_ERR_ARG, "cuda attention_decode: position %d outside the cache's %d rows", pos,
-                           maxT);
+                           "cuda %s: need NH, NKV, HS > 0 and NH divisible by NKV, got NH=%d NKV=%d HS=%d", op, NH,
+                           NKV, HS);
+    if (!pos_at && (pos < 0 || pos >= maxT))
+        return forge_error(FORGE_ERR_ARG, "cuda %s: position %d outside the cache's %d rows", op, pos, maxT);
     if (theta < 0.0f || (theta > 0.0f && HS % 2 != 0))
-        return forge_error(FORGE_ERR_ARG,
-                           "cuda attention_decode: theta %g with head size %d (RoPE needs an even one)",
+        return forge_error(FORGE_ERR_ARG, "cuda %s: theta %g with head size %d (RoPE needs an even one)", op,
                            (double)theta, HS);
-    if ((size_t)NH * (pos + 1) > CUDA_WS_FLOATS)
+    const int rows = pos_at ? maxT : pos + 1; /* the most positions a launch may attend over */
+    if ((size_t)NH * rows > CUDA_WS_FLOATS)
         return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "cuda attention_decode: %d heads x %d positions of scores exceed the %zu-float workspace",
-                           NH, pos + 1, CUDA_WS_FLOATS);
+                           "cuda %s: %d heads x %d positions of scores exceed the %zu-float workspace", op, NH, rows,
+                           CUDA_WS_FLOATS);
     const int G = HS >= DECODE_THREADS ? 1 : DECODE_THREADS / HS;
     const size_t smem = (3 * (size_t)HS + (size_t)G * HS) * sizeof(float);
     if (smem > 48 * 1024)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "cuda attention_decode: head size %d needs %zu bytes of shared memory",
-                           HS, smem);
+        return forge_error(FORGE_ERR_UNSUPPORTED, "cuda %s: head size %d needs %zu bytes of shared memory", op, HS,
+                           smem);
     cuda_ctx *ctx = cuda_get_ctx(be);
-    attention_decode_kernel<<<NH, DECODE_THREADS, smem, ctx->stream>>>(out, k_cache, v_cache, ctx->ws, qkv, pos, NH,
-                                                                      NKV, HS, theta, 1.0f / sqrtf((float)HS));
+    attention_decode_kernel<<<NH, DECODE_THREADS, smem, ctx->stream>>>(out, k_cache, v_cache, ctx->ws, qkv, pos,
+                                                                      pos_at, maxT, NH, NKV, HS, theta,
+                                                                      1.0f / sqrtf((float)HS), ctx->input_error);
     CUDA_LAUNCH_CHECK("attention_decode_kernel");
     return FORGE_OK;
+}
+
+forge_status cuda_attention_decode(forge_backend *be, float *out, float *k_cache, float *v_cache, const float *qkv,
+                                   int pos, int maxT, int NH, int NKV, int HS, float theta) {
+    return decode_launch(be, "attention_decode", out, k_cache, v_cache, qkv, pos, NULL, maxT, NH, NKV, HS, theta);
+}
+
+forge_status cuda_attention_decode_at(forge_backend *be, float *out, float *k_cache, float *v_cache, const float *qkv,
+                                      const int32_t *pos, int maxT, int NH, int NKV, int HS, float theta) {
+    return decode_launch(be, "attention_decode_at", out, k_cache, v_cache, qkv, 0, pos, maxT, NH, NKV, HS, theta);
 }

@@ -119,6 +119,11 @@ static forge_status cuda_poll_errors(forge_backend *be) {
     CUDA_TRY(cudaStreamSynchronize(ctx->stream));
     if (err.found == 0) return FORGE_OK;
     CUDA_TRY(cudaMemsetAsync(ctx->input_error, 0, sizeof err, ctx->stream));
+    if (err.found == CUDA_BAD_POSITION)
+        return forge_error(FORGE_ERR_DATA,
+                           "cuda decode: position %d is outside the cache's [0, %d) rows (the step's output is NaN, "
+                           "its cache rows untouched)",
+                           err.id, err.V);
     const char *op = err.found == CUDA_BAD_ID_EMBEDDING ? "embedding" : "classifier";
     const char *what = err.found == CUDA_BAD_ID_EMBEDDING ? "token id" : "target id";
     return forge_error(FORGE_ERR_DATA,

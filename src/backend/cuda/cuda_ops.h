@@ -49,9 +49,10 @@ struct cuda_mm_table; /* matmul_table.cu */
 #define CUDA_SUMSQ_BLOCKS 1024
 
 /* The first bad input a kernel met since the last poll_errors (device memory, zeroed at creation): a token id
- * outside [0, V). Kernels claim it with atomicCAS on `found` and fill the rest; the table's poll_errors reads it
- * back (one small copy, where the step synchronises anyway) and clears it. */
-enum { CUDA_BAD_ID_EMBEDDING = 1, CUDA_BAD_ID_CLASSIFIER = 2 };
+ * outside [0, V), or a decode position read from device memory outside the cache's [0, V) rows (V holds the row
+ * count). Kernels claim it with atomicCAS on `found` and fill the rest; the table's poll_errors reads it back (one
+ * small copy, where the step synchronises anyway) and clears it. */
+enum { CUDA_BAD_ID_EMBEDDING = 1, CUDA_BAD_ID_CLASSIFIER = 2, CUDA_BAD_POSITION = 3 };
 typedef struct {
     int found; /* 0, or which op found it (CUDA_BAD_ID_*) */
     int row, id, V;

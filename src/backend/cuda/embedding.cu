@@ -19,7 +19,9 @@
  * the backward skips it, and both record it in ctx->input_error, which the
  * step reads back once (poll_errors) and reports as FORGE_ERR_DATA naming
  * the id. Checking on the host would need a sync per op; the CPU reference
- * refuses such an id when the op runs.
+ * refuses such an id when the op runs. decode_embed (the decode step's one
+ * row, its id and position read from device memory) follows the same rule
+ * for a bad id or position.
  */
 #include "cuda_ops.h"
 
@@ -108,6 +110,22 @@ __global__ void position_forward_kernel(float *__restrict__ out, const float *__
     }
 }
 
+/* out (C) = wte[*id] + wpe[*pos] (wpe NULL: the wte row); grid-stride over C. A bad id or position: a NaN row. */
+__global__ void decode_embed_kernel(float *__restrict__ out, const int32_t *__restrict__ id_at,
+                                    const int32_t *__restrict__ pos_at, const float *__restrict__ wte,
+                                    const float *__restrict__ wpe, int C, int V, int maxT, cuda_input_error *err) {
+    const int id = *id_at, pos = wpe ? *pos_at : 0;
+    const bool bad_id = id < 0 || id >= V, bad_pos = wpe && (pos < 0 || pos >= maxT);
+    const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (first == 0 && bad_id) cuda_report_bad_id(err, CUDA_BAD_ID_EMBEDDING, 0, id, V);
+    else if (first == 0 && bad_pos) cuda_report_bad_id(err, CUDA_BAD_POSITION, 0, pos, maxT);
+    for (size_t c = first; c < (size_t)C; c += (size_t)gridDim.x * blockDim.x) {
+        if (bad_id || bad_pos) out[c] = __int_as_float(0x7fffffff);
+        else if (wpe) out[c] = wte[(size_t)id * C + c] + wpe[(size_t)pos * C + c];
+        else out[c] = wte[(size_t)id * C + c];
+    }
+}
+
 /* thread per (t,c): dinp += dout, dwpe[t,c] += dout[b,t,c] summed in order b */
 __global__ void position_backward_kernel(float *__restrict__ dinp, float *__restrict__ dwpe,
                                          const float *__restrict__ dout, int B, int T, int C) {
@@ -158,6 +176,16 @@ forge_status cuda_position_forward(forge_backend *be, float *out, const float *i
     position_forward_kernel<<<cuda_grid_for(ctx, total, EMB_THREADS), EMB_THREADS, 0, ctx->stream>>>(
         out, inp, wpe, T, C, total);
     CUDA_LAUNCH_CHECK("position_forward_kernel");
+    return FORGE_OK;
+}
+
+forge_status cuda_decode_embed(forge_backend *be, float *out, const int32_t *id, const int32_t *pos, const float *wte,
+                               const float *wpe, int C, int V, int maxT) {
+    if (C <= 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    decode_embed_kernel<<<cuda_grid_for(ctx, (size_t)C, EMB_THREADS), EMB_THREADS, 0, ctx->stream>>>(
+        out, id, pos, wte, wpe, C, V, maxT, ctx->input_error);
+    CUDA_LAUNCH_CHECK("decode_embed_kernel");
     return FORGE_OK;
 }
 
