@@ -10,11 +10,12 @@ FORGE=${FORGE_BIN:-build/cuda/forge}
 DATA=.carry/data/ts-gpt2
 
 # sample_speed CKPT OUTFILE [LABEL]: greedy decoding of 256 new tokens after "Once upon a time", with the KV cache
-# and with the full forward pass per token; each run's tok/s line (its last on stderr) appended to OUTFILE, the
+# (the decode step replayed as a CUDA graph, then launched op by op: --no-graph) and with the full forward pass per
+# token; each run's tok/s line (its last on stderr) appended to OUTFILE, the
 # text of the last run in $OUT/sample-text-LABEL.txt when LABEL is given. Returns 1 if a run failed.
 sample_speed() {
     local ckpt=$1 outfile=$2 label=${3:-} rc=0 mode line
-    for mode in "" --no-kv-cache; do
+    for mode in "" --no-graph --no-kv-cache; do
         line=$("$FORGE" sample --device cuda --ckpt "$ckpt" --prompt "Once upon a time" --tokens 256 \
             --temperature 0 $mode 2>&1 >/tmp/forge-sample-text.txt | tail -n 1) || rc=1
         echo "${label:+$label }${mode:-kv-cache}: $line" | tee -a "$outfile"
