@@ -22,15 +22,15 @@ record() { # NAME RC
     names+=("$1")
     case $2 in 0) results+=(pass) ;; 124 | 137) results+=(timeout); fails=1 ;; *) results+=("fail(rc=$2)"); fails=1 ;; esac
 }
-timeout 120 "$LAB" test flash16 >"$OUT/fa2bwd-test.log" 2>&1
+timeout 90 "$LAB" test flash16 >"$OUT/fa2bwd-test.log" 2>&1
 rc=$?
 grep -E "fused|FAIL|passed, " "$OUT/fa2bwd-test.log" | tail -n 30
 record test-flash16 $rc
-timeout 120 "$LAB" bench flash16-bwd-fused --reps 30 2>&1 | tee "$OUT/fa2bwd-bench.log"
+timeout 60 "$LAB" bench flash16-bwd-fused --reps 30 2>&1 | tee "$OUT/fa2bwd-bench.log"
 record bench $?
 for tool in racecheck synccheck; do
     log=$OUT/fa2bwd-$tool.log
-    timeout 150 "$SAN" --tool $tool --error-exitcode 3 --kernel-name kns=fz_ "$LAB_SAN" test flash16 --quick >"$log" 2>&1
+    timeout 90 "$SAN" --tool $tool --error-exitcode 3 --kernel-name kns=fz_ "$LAB_SAN" test flash16 --quick >"$log" 2>&1
     rc=$?
     if [ $tool = racecheck ] && [ $rc -eq 3 ]; then
         races=$(grep -c "Race reported" "$log")
