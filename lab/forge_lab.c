@@ -7,6 +7,7 @@
 
 #include "lab.h"
 #include "characterize/characterize.h"
+#include "classifier/classifier_lab.h"
 #include "flash/flash_lab.h"
 #include "gemm_bf16/gemm_bf16_variants.h"
 #include "gemm_fp8/gemm_fp8_lab.h"
@@ -16,8 +17,10 @@ static const lab_command COMMANDS[] = {
     {"test flash16", "bf16 flash attention variants vs float64 [--quick]", lab_test_flash16},
     {"bench attention-variants", "bf16 flash kernels and variants vs unfused fp32 [--quick] [--reps N]",
      lab_bench_attention_variants},
-    {"bench flash16-bwd-fused", "forge's wgmma flash backward vs the fused one at (16, 12|8, 1024, 64) [--reps N]",
+    {"bench flash16-bwd-fused", "the three-kernel flash backward vs the fused one at (16, 12|8, 1024, 64) [--reps N]",
      lab_bench_flash16_bwd_fused},
+    {"bench cls16t-passes", "the bf16 classifier's column passes at unroll 4, 8, 16, interleaved [--reps N]",
+     lab_bench_cls16t_passes},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},
