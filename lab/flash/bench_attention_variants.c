@@ -21,9 +21,9 @@
  *   forward), flash_bf16_fwdbwd_wgmma2_dkp (D = 128 only: the pipelined dK/dV
  *   kernel, forge's), flash_bf16_fwdbwd_wgmma2_pq (D = 64 only: the pipelined
  *   dQ kernel, PIPE_DQ), flash_bf16_fwdbwd_wgmma2_fused (D = 64 only: the
- *   wgmma forward + the fused backward by name, forge's default there). At
- *   D = 64 the other wgmma2 cells run the three-kernel backward (one dK/dV
- *   kernel there), the fused one's parity reference.
+ *   wgmma forward + the fused backward, lab_flash16_backward_fused). At
+ *   D = 64 the wgmma2 cells run forge's backward
+ *   kernels (one dK/dV kernel there).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +83,7 @@ static forge_status fwdbwd_w2_dkp(const forge_attention_io *io) {
 }
 static forge_status fwdbwd_w2_fused(const forge_attention_io *io) {
     FORGE_TRY(fwd_sched(io, LAB_FLASH16_SCHED_BASE));
-    return forge_flash_bf16_backward_fused(IO_BWD(io), 0, io->ws, io->ws_bytes, io->stream);
+    return lab_flash16_backward_fused(IO_BWD(io), io->stream);
 }
 static forge_status fwdbwd_w2_pq(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE_DQ);

@@ -54,6 +54,25 @@ forge_status lab_flash16_backward_dkdv(const forge_flash_shape *s, const void *q
                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                        float *dq, float *dk, float *dv, int dkdv, void *stream);
 
+/* The fused backward (lab/flash/flash16_bwd_fused.cu, whose header explains it): one kernel per call computes
+ * dK, dV and per-split dQ partials from a single S^T / dP^T per (key block of 128, query tile of 64), grid
+ * (S splits, Hkv, B), then a small pass sums the S partials in split order and scales. D = 64 only (D = 128 is
+ * FORGE_ERR_UNSUPPORTED); otherwise the refusals and results contract of forge_flash_bf16_backward_wgmma (dq,
+ * dk, dv overwritten; same values up to summation order), deterministic.
+ * lab_flash16_backward_fused_ws: splits = 0 picks S by the rule (B * Hkv * S >= 2 x the SMs), splits > 0 forces S
+ * (capped at the key blocks ceil(Tk / 128)); ws: the caller's workspace of at least
+ * lab_flash16_backward_fused_ws_bytes(s, splits) = (S - 1) * B * Tq * H * 64 * 4 bytes (0 when S = 1; dq holds
+ * split 0's partial), else FORGE_ERR_ARG. lab_flash16_backward_fused: forge's backward signature, S by the rule,
+ * the workspace a grow-only buffer the file keeps (not thread-safe). */
+size_t lab_flash16_backward_fused_ws_bytes(const forge_flash_shape *s, int splits);
+forge_status lab_flash16_backward_fused_ws(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                           const void *out_bf16, const void *dout_bf16, const float *lse,
+                                           float *delta, float *dq, float *dk, float *dv, int splits, void *ws,
+                                           size_t ws_bytes, void *stream);
+forge_status lab_flash16_backward_fused(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
+                                        float *dq, float *dk, float *dv, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,9 +13,11 @@
  *   kernel), on the out and lse of the mma.sync forward. A refusal
  *   (FORGE_ERR_UNSUPPORTED) is a failure: every shape here is one the wgmma
  *   kernels must take on sm_90.
- * And a pingpong call with a head dim that has no tile must be refused. The
- * fused backward, forge's default at D = 64, is tested with the product's kernels
- * (tests_gpu/test_flash16_kernels.c).
+ * - flash16_backward_fused_s{0,1,2,3}.*: the fused backward (split rule, S forced
+ *   to 1, 2, 3) at its own shapes (FZ_SHAPES) against float64 and against
+ *   forge_flash_bf16_backward_wgmma, and bitwise equal over two runs.
+ * And a pingpong call with a head dim that has no tile must be refused, and the
+ * fused backward at D = 128.
  * --quick drops the shapes with Tq > 300. Ends with "N passed, N failed";
  * exit status 1 on any failure.
  */
@@ -78,6 +80,156 @@ static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int 
     fa_case_free(P, &c);
 }
 
+/* The fused backward's outputs of one run, fetched to the host (dq, dk, dv); NULL members on a failed copy. */
+typedef struct {
+    float *g[3];
+} fz_host;
+
+static void fz_host_free(fz_host *h) {
+    for (int i = 0; i < 3; i++) free(h->g[i]);
+    memset(h, 0, sizeof *h);
+}
+
+/* Fetches o's dq, dk, dv into h; 0 (reported under name) on a failed copy or an overwritten guard. */
+static int fz_fetch(parity *P, const fa_case *c, const char *name, const fa_bwd_out *o, fz_host *h) {
+    const void *g[3] = {o->dq, o->dk, o->dv};
+    const size_t n[3] = {c->no, c->nkv, c->nkv};
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < 3; i++) {
+        size_t bad = 0;
+        h->g[i] = fa_fetch(P, g[i], n[i], 0, &bad);
+        if (!h->g[i] || bad) {
+            report(P, 0, name, c->shape, INFINITY, 0, h->g[i] ? "(guard floats overwritten)" : "(copy back failed)");
+            fz_host_free(h);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void fz_free_out(parity *P, fa_bwd_out *o) {
+    void *g[4] = {o->dq, o->dk, o->dv, o->delta};
+    for (int i = 0; i < 4; i++)
+        if (g[i]) P->gpu->mem_free(P->gpu, g[i]);
+    memset(o, 0, sizeof *o);
+}
+
+/* One run of the fused backward with `splits` (0: lab_flash16_backward_fused, forge's signature and the split
+ * rule; > 0: lab_flash16_backward_fused_ws with S forced, on a NaN-poisoned workspace, so a partial the reduce
+ * reads but no CTA wrote shows as NaN) into fresh NaN-poisoned outputs; synchronised. */
+static forge_status fz_run(parity *P, fa_case *c, int splits, fa_bwd_out *o) {
+    if (!fa_case_bwd_out(P, c, o)) return FORGE_ERR_OOM;
+    if (splits == 0)
+        return lab_flash16_backward_fused(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o->delta, o->dq, o->dk,
+                                          o->dv, c->stream);
+    const size_t wsb = lab_flash16_backward_fused_ws_bytes(&c->fs, splits);
+    void *ws = wsb ? fa_dev(P, wsb, NULL, 0xff) : NULL;
+    if (wsb && !ws) return FORGE_ERR_OOM;
+    forge_status st = lab_flash16_backward_fused_ws(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o->delta,
+                                                    o->dq, o->dk, o->dv, splits, ws, wsb, c->stream);
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (ws) P->gpu->mem_free(P->gpu, ws);
+    return st;
+}
+
+/* The fused backward (lab_flash16_backward_fused*) at one shape, on the mma.sync forward's out and lse, for the
+ * split rule and S forced to 1, 2, 3 (capped at the key blocks by the entry):
+ * - flash16_backward_fused_sN.{dq,dk,dv}: against the float64 reference (the fixture's tolerance);
+ * - flash16_backward_fused_sN.{dq,dk,dv}[wgmma]: against forge_flash_bf16_backward_wgmma on the same inputs,
+ *   within the same 3e-2 * max|that tensor| (both are within that of float64; a layout, mask or split bug is an
+ *   O(1) error);
+ * - flash16_backward_fused_sN.determinism: a second run bitwise equal. */
+static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
+    fa_case c;
+    if (!fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
+        fa_case_free(P, &c);
+        return;
+    }
+    forge_status st = fa_case_forward_mma(P, &c);
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (st != FORGE_OK) {
+        fa_case_failed(P, &c, "flash16_forward_mma (the fused cases' out, lse)", st);
+        fa_case_free(P, &c);
+        return;
+    }
+    /* forge's wgmma backward on the same inputs */
+    fa_bwd_out wo = {0};
+    fz_host wh = {{NULL, NULL, NULL}};
+    st = fa_case_bwd_out(P, &c, &wo) ? forge_flash_bf16_backward_wgmma(&c.fs, c.q, c.k, c.v, c.gout, c.gdo, c.glse,
+                                                                       wo.delta, wo.dq, wo.dk, wo.dv, c.stream)
+                                     : FORGE_ERR_OOM;
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (st != FORGE_OK) fa_case_failed(P, &c, "flash16_backward_wgmma (the fused cases' baseline)", st);
+    const int have_w = st == FORGE_OK && fz_fetch(P, &c, "flash16_backward_wgmma (fetch)", &wo, &wh);
+    fz_free_out(P, &wo);
+    double *wd[3] = {NULL, NULL, NULL};
+    const size_t n[3] = {c.no, c.nkv, c.nkv};
+    static const char *const part[3] = {"dq", "dk", "dv"};
+    for (int i = 0; have_w && i < 3; i++) {
+        wd[i] = malloc((n[i] ? n[i] : 1) * sizeof *wd[i]);
+        if (wd[i])
+            for (size_t e = 0; e < n[i]; e++) wd[i][e] = wh.g[i][e];
+    }
+
+    static const int splits[4] = {0, 1, 2, 3};
+    for (int si = 0; si < 4; si++) {
+        char name[64], sub[96];
+        snprintf(name, sizeof name, "flash16_backward_fused_s%d", splits[si]);
+        fa_bwd_out o1 = {0}, o2 = {0};
+        st = fz_run(P, &c, splits[si], &o1);
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        if (st != FORGE_OK) {
+            fa_case_failed(P, &c, name, st);
+            fz_free_out(P, &o1);
+            continue;
+        }
+        fz_host h1, h2;
+        if (!fz_fetch(P, &c, name, &o1, &h1)) {
+            fz_free_out(P, &o1);
+            continue;
+        }
+        fz_free_out(P, &o1);
+        const double *ref[3] = {c.rdq, c.rdk, c.rdv};
+        for (int i = 0; i < 3; i++) {
+            snprintf(sub, sizeof sub, "%s.%s", name, part[i]);
+            fa_compare(P, sub, c.shape, h1.g[i], ref[i], n[i], 0, 3e-2, 1);
+            if (wd[i]) {
+                snprintf(sub, sizeof sub, "%s.%s[wgmma]", name, part[i]);
+                fa_compare(P, sub, c.shape, h1.g[i], wd[i], n[i], 0, 3e-2, 1);
+            }
+        }
+        snprintf(sub, sizeof sub, "%s.determinism", name);
+        st = fz_run(P, &c, splits[si], &o2);
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        if (st != FORGE_OK) {
+            fa_case_failed(P, &c, sub, st);
+        } else if (fz_fetch(P, &c, sub, &o2, &h2)) {
+            size_t diff = 0;
+            for (int i = 0; i < 3; i++)
+                for (size_t e = 0; e < n[i]; e++)
+                    if (memcmp(&h1.g[i][e], &h2.g[i][e], sizeof(float)) != 0) diff++;
+            char why[96];
+            snprintf(why, sizeof why, "(%zu elements of dq, dk, dv differ between two runs)", diff);
+            report(P, diff == 0, sub, c.shape, (double)diff, 0, diff ? why : NULL);
+            fz_host_free(&h2);
+        }
+        fz_free_out(P, &o2);
+        fz_host_free(&h1);
+    }
+    for (int i = 0; i < 3; i++) free(wd[i]);
+    fz_host_free(&wh);
+    fa_case_free(P, &c);
+}
+
+/* The fused backward's shapes (B, Tq, Tk, H, Hkv, D, packed; every case causal, bottom-right when Tq != Tk):
+ * T = 1; odd T with GQA; several key blocks with GQA; H = Hkv; a strided (separate q, k, v with padded token
+ * strides) GQA case; gpt2-124m's per-layer shape at B = 2; Tq != Tk both ways. Quick runs skip Tq > 300. */
+static const int FZ_SHAPES[][7] = {
+    {1, 1, 1, 2, 2, 64, 1},     {1, 67, 67, 4, 2, 64, 1},   {2, 200, 200, 6, 2, 64, 1},
+    {1, 130, 130, 4, 4, 64, 1}, {2, 333, 333, 4, 2, 64, 0}, {2, 1024, 1024, 12, 12, 64, 1},
+    {1, 100, 37, 4, 2, 64, 0},  {1, 37, 100, 4, 2, 64, 0},
+};
+
 int lab_test_flash16(int argc, char **argv) {
     parity P;
     memset(&P, 0, sizeof P);
@@ -100,11 +252,25 @@ int lab_test_flash16(int argc, char **argv) {
         if (P.quick && s[1] > 300) continue;
         case_variants(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
     }
+    for (size_t i = 0; i < sizeof FZ_SHAPES / sizeof FZ_SHAPES[0]; i++) {
+        const int *s = FZ_SHAPES[i];
+        if (P.quick && s[1] > 300) continue;
+        case_fused(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
+    }
     forge_flash_shape fs = fa_refuse_shape();
     static __attribute__((aligned(16))) char dummy[16];
     fa_expect_refusal(&P, "flash16_forward_wgmma_pp.refuse",
                       lab_flash16_forward_sched(&fs, dummy, dummy, dummy, dummy, (float *)dummy,
                                                 LAB_FLASH16_SCHED_PINGPONG, NULL));
+    /* the fused backward is compiled for D = 64 only: D = 128 must be refused, not run */
+    {
+        forge_flash_shape f128 = {1, 16, 16, 2, 2, 128, 2 * 128, 2 * 128, 2 * 128, 2 * 128};
+        const forge_status rs = lab_flash16_backward_fused(&f128, dummy, dummy, dummy, dummy, dummy, (float *)dummy,
+                                                           (float *)dummy, (float *)dummy, (float *)dummy,
+                                                           (float *)dummy, NULL);
+        report(&P, rs == FORGE_ERR_UNSUPPORTED, "flash16_backward_fused.refuse", "D=128", 0, 0,
+               rs == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+    }
     forge_backend_destroy(P.gpu);
     printf("%d passed, %d failed\n", P.passed, P.failed);
     return P.failed ? 1 : 0;

@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# device_fa2bwd.sh: the fused bf16 flash backward (src/backend/cuda/flash_attention_bf16_wgmma_bwd_fused.cu, forge's
-# default at D = 64) on the GPU machine (device_run.sh stage "fa2bwd"), from the repo root with OUT set, build/cuda
-# and build/cuda-san unpacked (scripts/device_prepare.sh):
-#   1. `forge_gpu_tests --only flash16` (the default entries, the fused backward by name with S by the rule and
-#      forced to 1/2/3 against float64 and the three-kernel backward, determinism, the refusals);
-#   2. `forge-lab bench flash16-bwd-fused --reps 30` (the three-kernel backward vs the fused one, interleaved);
-#   3. racecheck and synccheck over `forge_gpu_tests --only flash16 --quick`, limited to the fused kernels
-#      (kns=fz_), with build/cuda-san's binary (the 120 s mbarrier-wait bound: racecheck serialises warps).
+# device_fa2bwd.sh: the fused bf16 flash backward (lab/flash/flash16_bwd_fused.cu) on the GPU machine (device_run.sh
+# stage "fa2bwd"), from the repo root with OUT set, build/cuda and build/cuda-san unpacked (scripts/device_prepare.sh):
+#   1. `forge-lab test flash16` (float64, forge's wgmma backward, determinism, S forced to 1/2/3);
+#   2. `forge-lab bench flash16-bwd-fused --reps 30` (the default backward vs the fused one, interleaved);
+#   3. racecheck and synccheck over `forge-lab test flash16 --quick`, limited to the fused kernels (kns=fz_), with
+#      build/cuda-san's forge-lab (the 120 s mbarrier-wait bound: racecheck serialises warps).
 # Racecheck reports of the producer's lse/delta slot (fz_produce, as fb_kv_produce's: ordered by the ring's empty
 # barrier) are counted apart; any other report fails. A table last.
 set -u -o pipefail
@@ -14,9 +12,9 @@ set -u -o pipefail
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
-TESTS=build/cuda/forge_gpu_tests
-TESTS_SAN=build/cuda-san/forge_gpu_tests
-[ -x "$TESTS_SAN" ] || TESTS_SAN=$TESTS
+LAB=build/cuda/forge-lab
+LAB_SAN=build/cuda-san/forge-lab
+[ -x "$LAB_SAN" ] || LAB_SAN=$LAB
 names=()
 results=()
 fails=0
@@ -24,16 +22,15 @@ record() { # NAME RC
     names+=("$1")
     case $2 in 0) results+=(pass) ;; 124 | 137) results+=(timeout); fails=1 ;; *) results+=("fail(rc=$2)"); fails=1 ;; esac
 }
-timeout 90 "$TESTS" --only flash16 >"$OUT/fa2bwd-test.log" 2>&1
+timeout 90 "$LAB" test flash16 >"$OUT/fa2bwd-test.log" 2>&1
 rc=$?
-grep -E "^FAIL|passed, " "$OUT/fa2bwd-test.log" | tail -n 30
+grep -E "fused|FAIL|passed, " "$OUT/fa2bwd-test.log" | tail -n 30
 record test-flash16 $rc
-timeout 60 build/cuda/forge-lab bench flash16-bwd-fused --reps 30 2>&1 | tee "$OUT/fa2bwd-bench.log"
+timeout 60 "$LAB" bench flash16-bwd-fused --reps 30 2>&1 | tee "$OUT/fa2bwd-bench.log"
 record bench $?
 for tool in racecheck synccheck; do
     log=$OUT/fa2bwd-$tool.log
-    timeout 90 "$SAN" --tool $tool --error-exitcode 3 --kernel-name kns=fz_ "$TESTS_SAN" --only flash16 --quick \
-        >"$log" 2>&1
+    timeout 90 "$SAN" --tool $tool --error-exitcode 3 --kernel-name kns=fz_ "$LAB_SAN" test flash16 --quick >"$log" 2>&1
     rc=$?
     if [ $tool = racecheck ] && [ $rc -eq 3 ]; then
         races=$(grep -c "Race reported" "$log")

@@ -639,10 +639,7 @@
  * need dq, dk, dv in fp32 (B*T*FORGE_QKV) and delta (B*NH*T), as the CPU reference does; any other head size runs
  * the CUDA fallback, which widens qkv, dqkv, dout and out to fp32 and runs the fp32 flash backward, whose D takes
  * B*NH*T (a layout the tensor-core kernels refuse at head size 64 or 128 takes the fallback too, with a
- * stream-ordered buffer of its own). At head size 64 the fused backward also takes S - 1 dQ partials of B*T*NH*HS
- * floats: S = FORGE_FLASH_BF16_DQ_SPLITS, its rule for the target GPU (B*NKV*S CTAs fill 2 x 132 SMs, the H200's),
- * at most the key blocks and 4 (so the partials stay <= 3 dq); on another GPU the kernel's own rule is capped at
- * what this holds (+4: the partials start 16-byte aligned after delta). +4 aligns the pieces to 16 bytes.
+ * stream-ordered buffer of its own). +4 aligns the pieces to 16 bytes.
  * Tolerances (max abs error against the CPU reference; u = 2^-9, the bf16 unit roundoff):
  * - out: the kernels round P = exp(s - m) at the running max of their key tiles (the fallback does not round it),
  *   the reference at the final max; each rounding moves a term of sum_j P_j v_j / l by <= u of it, so the two
@@ -657,18 +654,8 @@
  *   saved lse, |dout| <= 1) and d's error <= 1.2e-3 (the fp32 fallback against the reference); bounded by 2^-6,
  *   ~2% of max|d|, as the bf16 kernels' own tests bound it at 3e-2 max|ref|. */
 #define FORGE_FLASH_BF16_TC(HS) ((HS) == 64 || (HS) == 128)
-#define FORGE_FLASH_BF16_SPLITS_CAP(T) (((T) + 127) / 128 < 4 ? ((T) + 127) / 128 : 4)
-#define FORGE_FLASH_BF16_DQ_SPLITS(B, T, NKV)                                                                    \
-    ((264 + (long long)(B) * (NKV) - 1) / ((long long)(B) * (NKV)) < FORGE_FLASH_BF16_SPLITS_CAP(T)             \
-         ? (int)((264 + (long long)(B) * (NKV) - 1) / ((long long)(B) * (NKV)))                                   \
-         : FORGE_FLASH_BF16_SPLITS_CAP(T))
-#define FORGE_FLASH_BF16_DQ_PARTS(B, T, NH, NKV, HS)                                                             \
-    ((HS) == 64 && (B) > 0 && (T) > 0 && (NKV) > 0                                                               \
-         ? (size_t)(FORGE_FLASH_BF16_DQ_SPLITS(B, T, NKV) - 1) * (B) * (T) * (NH) * (HS) + 4                     \
-         : 0)
 #define FORGE_FLASH_BF16_SCRATCH_TC(B, T, NH, NKV, HS)                                                           \
-    ((size_t)(B) * (T) * FORGE_QKV(NH, NKV, HS) + (size_t)(B) * (NH) * (T) + 4 +                                 \
-     FORGE_FLASH_BF16_DQ_PARTS(B, T, NH, NKV, HS))
+    ((size_t)(B) * (T) * FORGE_QKV(NH, NKV, HS) + (size_t)(B) * (NH) * (T) + 4)
 #define FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS)                                                         \
     ((size_t)(B) * (T) * (2 * FORGE_QKV(NH, NKV, HS) + 2 * (size_t)(NH) * (HS)) + (size_t)(B) * (NH) * (T) + 4)
 #define FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS)                                                              \

@@ -469,27 +469,21 @@ extern "C" forge_status forge_flash_bf16_backward_mma(const forge_flash_shape *s
                       : fa_backward_t<128>(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, st);
 }
 
-/* At D = 64 the fused backward (flash_attention_bf16_wgmma_bwd_fused.cu), at D = 128 the three-kernel wgmma backward
- * (flash_attention_bf16_wgmma_bwd.cu), wherever they run: each measured faster than the kernels before it at every
- * bench shape (lab/notes/flash.md). Where they refuse (FORGE_ERR_UNSUPPORTED: not an sm_90 device, Tq == 0 or
- * Tk == 0, a layout TMA cannot describe) the mma.sync backward takes the call. */
+/* The wgmma backward (flash_attention_bf16_wgmma_bwd.cu) wherever it runs: with it, forward + backward measured
+ * faster than with this file's backward at every bench shape (lab/notes/flash.md). Where it refuses
+ * (FORGE_ERR_UNSUPPORTED: not an sm_90 device, Tq == 0 or Tk == 0, a layout TMA cannot describe) the mma.sync
+ * backward takes the call. */
 extern "C" forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k,
                                                   const void *v, const void *out_bf16, const void *dout_bf16,
                                                   const float *lse, float *delta, float *dq, float *dk, float *dv,
-                                                  void *ws, size_t ws_bytes, void *stream) {
+                                                  void *stream) {
     const char *what = "forge_flash_bf16_backward";
     const void *ptrs[10] = {q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv};
     FORGE_TRY(forge_flash_check_shape(what, s, ptrs, 10));
     if (s->B == 0) return FORGE_OK;
-    const forge_status ws_st =
-        s->D == 64 ? forge_flash_bf16_backward_fused(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, 0, ws,
-                                                     ws_bytes, stream)
-                   : forge_flash_bf16_backward_wgmma(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream);
-    if (ws_st != FORGE_ERR_UNSUPPORTED) return ws_st;
+    const forge_status ws =
+        forge_flash_bf16_backward_wgmma(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream);
+    if (ws != FORGE_ERR_UNSUPPORTED) return ws;
     forge_error_clear(); /* a shape / device the wgmma path refuses: the mma.sync backward takes it */
     return forge_flash_bf16_backward_mma(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream);
-}
-
-extern "C" size_t forge_flash_bf16_backward_ws_bytes(const forge_flash_shape *s) {
-    return forge_flash_bf16_backward_fused_ws_bytes(s, 0);
 }

@@ -36,8 +36,6 @@
 #ifndef FORGE_FLASH_ATTENTION_BF16_H
 #define FORGE_FLASH_ATTENTION_BF16_H
 
-#include <stddef.h>
-
 #include "../../base/status.h"
 
 #ifdef __cplusplus
@@ -55,16 +53,12 @@ typedef struct {
 forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
 
-/* The backward forge runs: at D = 64 the fused Hopper (sm_90a) kernel (forge_flash_bf16_backward_fused) with as
- * many dQ splits as the rule asks and the workspace ws (ws_bytes, 16-byte aligned; NULL / 0: one split) holds; at
- * D = 128 the three kernels on TMA + wgmma (forge_flash_bf16_backward_wgmma); where those refuse
- * (FORGE_ERR_UNSUPPORTED: not an sm_90 device, Tq == 0 or Tk == 0, a layout TMA cannot describe) the mma.sync
- * kernels (forge_flash_bf16_backward_mma). forge_flash_bf16_backward_ws_bytes: the workspace that gives the rule's
- * splits (0 at D = 128). */
+/* The backward forge runs: the Hopper (sm_90a) kernels on TMA + wgmma (forge_flash_bf16_backward_wgmma), and
+ * where those refuse (FORGE_ERR_UNSUPPORTED: not an sm_90 device, Tq == 0 or Tk == 0, a layout TMA cannot
+ * describe) the mma.sync kernels (forge_flash_bf16_backward_mma). */
 forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
-                                       float *dq, float *dk, float *dv, void *ws, size_t ws_bytes, void *stream);
-size_t forge_flash_bf16_backward_ws_bytes(const forge_flash_shape *s);
+                                       float *dq, float *dk, float *dv, void *stream);
 
 /* The two kernels of each default above, by name (same contract and results up to summation order), so that
  * each can be tested and timed on its own: a wgmma entry returns its refusal instead of falling back.
@@ -87,21 +81,6 @@ forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const v
 forge_status forge_flash_bf16_backward_mma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                            const void *out_bf16, const void *dout_bf16, const float *lse,
                                            float *delta, float *dq, float *dk, float *dv, void *stream);
-
-/* The fused backward (flash_attention_bf16_wgmma_bwd_fused.cu, whose header explains it), D = 64 only (D = 128 is
- * FORGE_ERR_UNSUPPORTED), otherwise the refusals and results contract of forge_flash_bf16_backward_wgmma (dq, dk,
- * dv overwritten; same values up to summation order), deterministic: one kernel computes dK, dV and per-split dQ
- * partials from a single S^T / dP^T per (key block of 128, query tile of 64), grid (S splits, Hkv, B), then a small
- * pass sums the partials in split order and scales. splits = 0 takes the rule (B * Hkv * S >= 2 x the SMs),
- * splits > 0 forces S; either is capped at the key blocks ceil(Tk / 128) and at 1 + the partials the workspace
- * holds (ws: S - 1 partials of B * Tq * H * 64 floats; NULL or not 16-byte aligned: none).
- * forge_flash_bf16_backward_fused_ws_bytes(s, splits): the workspace for S unbounded by it (0 when S = 1 or
- * D != 64). */
-size_t forge_flash_bf16_backward_fused_ws_bytes(const forge_flash_shape *s, int splits);
-forge_status forge_flash_bf16_backward_fused(const forge_flash_shape *s, const void *q, const void *k, const void *v,
-                                             const void *out_bf16, const void *dout_bf16, const float *lse,
-                                             float *delta, float *dq, float *dk, float *dv, int splits, void *ws,
-                                             size_t ws_bytes, void *stream);
 
 /* The argument check every entry above runs (shared by the mma.sync and wgmma files). */
 forge_status forge_flash_check_shape(const char *what, const forge_flash_shape *s, const void *const *ptrs,

@@ -261,15 +261,11 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
     const size_t rows = (size_t)B * T, qw = (size_t)NH * HS, kw = (size_t)NKV * HS, nqkv = rows * (qw + 2 * kw);
     float *base = fb16_align16(scratch);
     if (FORGE_FLASH_BF16_TC(HS)) {
-        /* dq | dk | dv | delta | the fused backward's dQ partials: dq, dk, dv multiples of 4 floats (HS), so each
-         * stays 16-byte aligned; the partials aligned after delta */
+        /* dq | dk | dv | delta: every piece a multiple of 4 floats (HS), so each stays 16-byte aligned */
         float *dq = base, *dk = dq + rows * qw, *dv = dk + rows * kw, *delta = dv + rows * kw;
-        const size_t parts = FORGE_FLASH_BF16_DQ_PARTS(B, T, NH, NKV, HS);
-        float *ws = parts ? fb16_align16(delta + (size_t)B * NH * T) : nullptr;
         const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
-        const forge_status st = forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq,
-                                                          dk, dv, ws, parts ? (parts - 4) * sizeof(float) : 0,
-                                                          ctx->stream);
+        const forge_status st =
+            forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq, dk, dv, ctx->stream);
         if (st == FORGE_OK) {
             const unsigned grid = cuda_grid_for(ctx, nqkv, FB16_THREADS);
             if (accumulate)

@@ -228,8 +228,6 @@ typedef struct {
     uint16_t *q, *k, *v, *dO;       /* (B, T, H, D) bf16 */
     uint16_t *out;                  /* flash out (B, T, H, D) bf16 */
     float *lse, *delta, *dq, *dk, *dv; /* flash */
-    void *ws;                          /* flash backward workspace, ws_bytes */
-    size_t ws_bytes;
     float *qkv32, *dO32, *out32, *att, *scratch, *dqkv; /* unfused */
     double *ref[AB_SLICES][4];      /* out, dq, dk, dv per slice, (T, D) */
     double *rlse, *rdelta;          /* (T) scratch of the reference */
@@ -250,7 +248,7 @@ static int ab_is_bwd(const ab_cell *c) { return c->kind == AB_UNFUSED_FWDBWD || 
 
 static void ab_shape_free(ab_shape *sh) {
     void *ps[] = {sh->q,    sh->k,     sh->v,    sh->dO,      sh->out,  sh->lse,  sh->delta, sh->dq, sh->dk,
-                  sh->dv,   sh->ws,    sh->qkv32, sh->dO32, sh->out32,   sh->att,  sh->scratch, sh->dqkv, sh->rlse,
+                  sh->dv,   sh->qkv32, sh->dO32, sh->out32,   sh->att,  sh->scratch, sh->dqkv, sh->rlse,
                   sh->rdelta, sh->sums};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
     for (int s = 0; s < AB_SLICES; s++)
@@ -273,8 +271,6 @@ static void ab_slice(const ab_shape *sh, int s, int *b, int *h) {
     *b = s == 0 ? 0 : sh->B - 1;
     *h = s == 0 ? 0 : sh->H - 1;
 }
-
-static forge_flash_shape ab_flash_shape(const ab_shape *sh);
 
 static forge_status ab_shape_init(ab_shape *sh, int B, int H, int T, int D, uint64_t seed) {
     sh->B = B, sh->H = H, sh->T = T, sh->D = D;
@@ -300,11 +296,6 @@ static forge_status ab_shape_init(ab_shape *sh, int B, int H, int T, int D, uint
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dq, n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dk, n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dv, n * 4);
-    if (e == cudaSuccess) {
-        const forge_flash_shape fs = ab_flash_shape(sh);
-        sh->ws_bytes = forge_flash_bf16_backward_ws_bytes(&fs);
-        if (sh->ws_bytes) e = cudaMalloc(&sh->ws, sh->ws_bytes);
-    }
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->qkv32, 3 * n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dO32, n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->out32, n * 4);
@@ -388,9 +379,8 @@ static forge_status ab_run(void *ctx, int set) {
     const size_t n = (size_t)sh->B * sh->T * sh->H * sh->D;
     switch (c->kind) {
     case AB_FLASH: {
-        const forge_attention_io io = {ab_flash_shape(sh), sh->q,  sh->k,  sh->v,  sh->dO,       sh->out,
-                                       sh->lse,            sh->delta, sh->dq, sh->dk, sh->dv,     sh->ws,
-                                       sh->ws_bytes,       sh->stream};
+        const forge_attention_io io = {ab_flash_shape(sh), sh->q, sh->k,     sh->v,  sh->dO, sh->out,
+                                       sh->lse,            sh->delta, sh->dq, sh->dk, sh->dv, sh->stream};
         return c->flash->run(&io);
     }
     case AB_UNFUSED_FWD:
@@ -590,7 +580,7 @@ static forge_status ab_default_fwd(const forge_attention_io *io) {
 static forge_status ab_default_fwdbwd(const forge_attention_io *io) {
     FORGE_TRY(forge_flash_bf16_forward(&io->fs, io->q, io->k, io->v, io->out, io->lse, io->stream));
     return forge_flash_bf16_backward(&io->fs, io->q, io->k, io->v, io->out, io->dO, io->lse, io->delta, io->dq,
-                                     io->dk, io->dv, io->ws, io->ws_bytes, io->stream);
+                                     io->dk, io->dv, io->stream);
 }
 
 extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quick) {

@@ -31,8 +31,6 @@ typedef struct {
     const uint16_t *q, *k, *v, *dO;
     uint16_t *out;
     float *lse, *delta, *dq, *dk, *dv;
-    void *ws; /* the backward's workspace: forge_flash_bf16_backward_ws_bytes(&fs) bytes */
-    size_t ws_bytes;
     void *stream;
 } forge_attention_io;
 

@@ -1,14 +1,14 @@
 /*
- * flash_attention_bf16_wgmma_bwd_fused.cu: the fused Hopper (sm_90a) backward
- * of forge's bf16 flash attention at D = 64 (forge_flash_bf16_backward_fused,
- * flash_attention_bf16.h): one kernel computes dK, dV and dQ from a single
- * S^T / dP^T recomputation per (key block, query tile), instead of the
- * separate dQ and dK/dV kernels of flash_attention_bf16_wgmma_bwd.cu, which
- * both recompute S and dP (5 matmul passes of T^2 D / 2 instead of 7). Same
- * results as forge_flash_bf16_backward_wgmma up to summation order;
- * deterministic (no atomics). Kernels, fragment layouts, masks and the
- * producer's lse/delta slots follow flash_attention_bf16_wgmma_bwd.cu (whose
- * header explains them) and its kit flash_attention_bf16_wgmma_bwd.cuh.
+ * flash16_bwd_fused.cu: a fused Hopper (sm_90a) backward of forge's bf16
+ * flash attention at D = 64: one kernel computes dK, dV and dQ from a single
+ * S^T / dP^T recomputation per (key block, query tile), instead of forge's
+ * separate dQ and dK/dV kernels, which both recompute S and dP (7 matmul
+ * passes of T^2 D / 2 instead of 5). Same entry contract and results as
+ * forge_flash_bf16_backward_wgmma (flash_attention_bf16.h) up to summation
+ * order; deterministic (no atomics). Kernels, fragment layouts, masks and
+ * the producer's lse/delta slots follow src/backend/cuda/
+ * flash_attention_bf16_wgmma_bwd.cu (whose header explains them) and its
+ * kit flash_attention_bf16_wgmma_bwd.cuh. Entries: flash16_variants.h.
  *
  * Design:
  * - Grid (S, Hkv, B): CTA (s, hk, b) owns the key blocks kb = s, s + S,
@@ -48,8 +48,7 @@
  * - dS is kept unscaled (P (dP - delta)); dK and dQ are multiplied by scale
  *   at their stores, like forge's kernels.
  * - S: B * Hkv * S CTAs should fill the SMs twice over (one CTA per SM by
- *   shared memory): S = ceil(2 * SMs / (B * Hkv)), at most the key blocks and
- *   1 + the partials the caller's workspace holds, at least 1. The
+ *   shared memory): S = clamp(ceil(2 * SMs / (B * Hkv)), 1, key blocks). The
  *   causal work of a key block shrinks with kb, and the interleaved kb = s
  *   mod S assignment spreads it evenly over the splits.
  * - Shared memory: K and V resident boxes, double-buffered so the next key
@@ -64,9 +63,11 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "flash_attention_bf16_wgmma_bwd.cuh"
+#include "../../src/backend/cuda/flash_attention_bf16_wgmma_bwd.cuh"
 
-#define FZ_ENTRY "forge_flash_bf16_backward_fused" /* named in errors */
+#include "flash16_variants.h"
+
+#define LAB_FZ_ENTRY "lab_flash16_backward_fused" /* named in errors */
 
 namespace {
 
@@ -363,11 +364,8 @@ __global__ void fz_dq_reduce(float *__restrict__ dq, const float *__restrict__ w
 
 int fz_key_blocks(const forge_flash_shape *s) { return (s->Tk + FB_BR - 1) / FB_BR; }
 
-size_t fz_part_bytes(const forge_flash_shape *s) { return (size_t)s->B * s->Tq * s->H * FZ_D * sizeof(float); }
-
-/* The split count of a call: `splits` if > 0, else the SM-filling rule (B * Hkv * S >= 2 x the SMs); then capped
- * at the key blocks and, when ws_bytes != SIZE_MAX, at what a workspace of ws_bytes holds (S - 1 partials). */
-forge_status fz_splits(const forge_flash_shape *s, int splits, size_t ws_bytes, int *out) {
+/* the split count of a call: `splits` if > 0 (capped at the key blocks), else the SM-filling rule */
+forge_status fz_splits(const forge_flash_shape *s, int splits, int *out) {
     const int nkb = fz_key_blocks(s);
     if (splits <= 0) {
         int dev = 0, sms = 0;
@@ -376,43 +374,42 @@ forge_status fz_splits(const forge_flash_shape *s, int splits, size_t ws_bytes, 
         const long long ctas = (long long)s->B * s->Hkv;
         splits = (int)((2LL * sms + ctas - 1) / ctas);
     }
-    if (splits > nkb) splits = nkb;
-    if (ws_bytes != SIZE_MAX) {
-        const size_t part = fz_part_bytes(s), fit = part ? 1 + ws_bytes / part : 1;
-        if ((size_t)splits > fit) splits = (int)fit;
-    }
-    *out = splits < 1 ? 1 : splits;
+    *out = splits < 1 ? 1 : splits > nkb ? nkb : splits;
     return FORGE_OK;
+}
+
+size_t fz_ws_bytes(const forge_flash_shape *s, int nsplit) {
+    return (size_t)(nsplit - 1) * s->B * s->Tq * s->H * FZ_D * sizeof(float);
 }
 
 } // namespace
 
-extern "C" size_t forge_flash_bf16_backward_fused_ws_bytes(const forge_flash_shape *s, int splits) {
+extern "C" size_t lab_flash16_backward_fused_ws_bytes(const forge_flash_shape *s, int splits) {
     if (s == NULL || s->B <= 0 || s->Tq <= 0 || s->Tk <= 0 || s->D != FZ_D) return 0;
     int ns = 1;
-    if (fz_splits(s, splits, SIZE_MAX, &ns) != FORGE_OK) {
-        forge_error_clear();
-        return 0;
-    }
-    return (size_t)(ns - 1) * fz_part_bytes(s);
+    if (fz_splits(s, splits, &ns) != FORGE_OK) return 0;
+    return fz_ws_bytes(s, ns);
 }
 
-extern "C" forge_status forge_flash_bf16_backward_fused(const forge_flash_shape *s, const void *q, const void *k,
-                                                        const void *v, const void *out_bf16, const void *dout_bf16,
-                                                        const float *lse, float *delta, float *dq, float *dk,
-                                                        float *dv, int splits, void *ws, size_t ws_bytes,
-                                                        void *stream) {
+extern "C" forge_status lab_flash16_backward_fused_ws(const forge_flash_shape *s, const void *q, const void *k,
+                                                      const void *v, const void *out_bf16, const void *dout_bf16,
+                                                      const float *lse, float *delta, float *dq, float *dk,
+                                                      float *dv, int splits, void *ws, size_t ws_bytes,
+                                                      void *stream) {
     int launch = 0;
-    FORGE_TRY(fb_backward_begin(FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
+    FORGE_TRY(fb_backward_begin(LAB_FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
     if (!launch) return FORGE_OK;
     if (s->D != FZ_D)
         return forge_error(FORGE_ERR_UNSUPPORTED, "%s: the fused backward is compiled for D = 64 only, got D=%d",
-                           FZ_ENTRY, s->D);
-    if (ws == NULL || (uintptr_t)ws % 16 != 0) ws_bytes = 0;
+                           LAB_FZ_ENTRY, s->D);
     int nsplit = 1;
-    FORGE_TRY(fz_splits(s, splits, ws_bytes, &nsplit));
+    FORGE_TRY(fz_splits(s, splits, &nsplit));
+    const size_t need = fz_ws_bytes(s, nsplit);
+    if (ws_bytes < need || (need > 0 && ws == NULL))
+        return forge_error(FORGE_ERR_ARG, "%s: %d splits need a %zu-byte workspace, got %zu", LAB_FZ_ENTRY, nsplit,
+                           need, ws_bytes);
     fb_call c;
-    FORGE_TRY(fb_backward_prepare(&c, FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
+    FORGE_TRY(fb_backward_prepare(&c, LAB_FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
     CUDA_TRY(cudaFuncSetAttribute(fz_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ_SMEM));
     const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
     fz_bwd_kernel<<<grid, FB_THREADS, FZ_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta, c.dq,
@@ -424,4 +421,24 @@ extern "C" forge_status forge_flash_bf16_backward_fused(const forge_flash_shape 
         dq, (const float *)ws, n4, s->Tq, s->H * FZ_D, s->Tk - s->Tq, nsplit, c.scale);
     CUDA_LAUNCH_CHECK("fz_dq_reduce");
     return FORGE_OK;
+}
+
+/* The entry with forge's backward signature: the workspace is a grow-only buffer of this file, freed at exit by
+ * the driver (not thread-safe; a lab entry for tests and benches). */
+extern "C" forge_status lab_flash16_backward_fused(const forge_flash_shape *s, const void *q, const void *k,
+                                                   const void *v, const void *out_bf16, const void *dout_bf16,
+                                                   const float *lse, float *delta, float *dq, float *dk, float *dv,
+                                                   void *stream) {
+    static void *ws = NULL;
+    static size_t ws_cap = 0;
+    const size_t need = lab_flash16_backward_fused_ws_bytes(s, 0);
+    if (need > ws_cap) {
+        if (ws) CUDA_TRY(cudaFree(ws));
+        ws = NULL;
+        ws_cap = 0;
+        CUDA_TRY(cudaMalloc(&ws, need));
+        ws_cap = need;
+    }
+    return lab_flash16_backward_fused_ws(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, 0, ws, ws_cap,
+                                         stream);
 }
