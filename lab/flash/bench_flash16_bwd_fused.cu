@@ -1,10 +1,11 @@
 /*
  * bench_flash16_bwd_fused.cu: `forge-lab bench flash16-bwd-fused [--reps N]`:
- * the backward alone, forge's (forge_flash_bf16_backward_wgmma) next to the
- * fused one (lab_flash16_backward_fused, flash16_bwd_fused.cu), at
- * gpt2-124m-like causal shapes (B, H = Hkv, T, D) = (16, 12, 1024, 64) and
- * (16, 8, 1024, 64): CUDA events around `reps` back-to-back calls after a
- * warm-up, us per call and TFLOP/s under the 2.5 x forward convention
+ * the backward alone, forge's three-kernel wgmma one
+ * (forge_flash_bf16_backward_wgmma) next to the fused one (lab_flash16_backward_fused_ws with the split
+ * rule's workspace, flash16_bwd_fused.cu), at gpt2-124m-like causal shapes
+ * (B, H = Hkv, T, D) = (16, 12, 1024, 64) and (16, 8, 1024, 64): the two
+ * interleaved call by call after a warm-up, CUDA events around each call, the
+ * median us per call and TFLOP/s under the 2.5 x forward convention
  * (forward 2 B H T^2 D causal). The inputs are uniform bf16 in [-1, 1), out
  * and lse come from forge's forward; the line also gives max |fused - forge|
  * / max |forge| per gradient as a sanity check (the parity test is
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <algorithm>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -88,33 +90,39 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
                                   (long long)H * D};
     FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL));
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
+    const size_t wsb = lab_flash16_backward_fused_ws_bytes(&fs, 0);
+    void *ws = NULL;
+    if (wsb) FZB_TRY(cudaMalloc(&ws, wsb));
+    std::vector<float> t[2];
+    cudaEvent_t ev[3];
+    for (int i = 0; i < 3; i++) FZB_TRY(cudaEventCreate(&ev[i]));
+    for (int r = -3; r < reps; r++) {
+        FZB_TRY(cudaEventRecord(ev[0], NULL));
+        FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
+        FZB_TRY(cudaEventRecord(ev[1], NULL));
+        FZB_FORGE(lab_flash16_backward_fused_ws(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], 0, ws,
+                                                wsb, NULL));
+        FZB_TRY(cudaEventRecord(ev[2], NULL));
+        FZB_TRY(cudaEventSynchronize(ev[2]));
+        if (r < 0) continue;
+        for (int w = 0; w < 2; w++) {
+            float ms = 0;
+            FZB_TRY(cudaEventElapsedTime(&ms, ev[w], ev[w + 1]));
+            t[w].push_back(ms);
+        }
+    }
+    for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
     double us[2];
     for (int w = 0; w < 2; w++) {
-        cudaEvent_t e0, e1;
-        FZB_TRY(cudaEventCreate(&e0));
-        FZB_TRY(cudaEventCreate(&e1));
-        for (int r = -3; r < reps; r++) {
-            if (r == 0) FZB_TRY(cudaEventRecord(e0, NULL));
-            if (w == 0)
-                FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[w][0], g[w][1],
-                                                          g[w][2], NULL));
-            else
-                FZB_FORGE(lab_flash16_backward_fused(&fs, q, k, v, out, dO, lse, delta, g[w][0], g[w][1], g[w][2],
-                                                     NULL));
-        }
-        FZB_TRY(cudaEventRecord(e1, NULL));
-        FZB_TRY(cudaEventSynchronize(e1));
-        float ms = 0;
-        FZB_TRY(cudaEventElapsedTime(&ms, e0, e1));
-        us[w] = 1e3 * ms / reps;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
+        std::sort(t[w].begin(), t[w].end());
+        us[w] = 1e3 * (reps % 2 ? t[w][reps / 2] : 0.5 * (t[w][reps / 2 - 1] + t[w][reps / 2]));
     }
-    printf("B=%d H=%d T=%d D=%d causal: forge wgmma bwd %.1f us (%.1f TFLOP/s), fused bwd %.1f us (%.1f TFLOP/s, "
-           "workspace %zu B); max|fused-forge|/max|forge| dq %.2e dk %.2e dv %.2e\n",
-           B, H, T, D, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6,
-           lab_flash16_backward_fused_ws_bytes(&fs, 0), fzb_rel(g[1][0], g[0][0], nt), fzb_rel(g[1][1], g[0][1], nt),
-           fzb_rel(g[1][2], g[0][2], nt));
+    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: three-kernel bwd %.1f us (%.1f TFLOP/s), fused bwd "
+           "%.1f us (%.1f TFLOP/s, workspace %zu B), speed-up (three-kernel / fused) %.3fx; max|fused-three|/max|three| dq %.2e "
+           "dk %.2e dv %.2e\n",
+           B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, wsb, us[0] / us[1],
+           fzb_rel(g[1][0], g[0][0], nt), fzb_rel(g[1][1], g[0][1], nt), fzb_rel(g[1][2], g[0][2], nt));
+    if (ws) cudaFree(ws);
     void *all[] = {q, k, v, dO, out, lse, delta, g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]};
     for (void *p : all) cudaFree(p);
     return 0;

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(32 * CLS16_TAIL_LANES)
 
 /* ---- the transposed chunk: logits^T (V, rows), dlogits^T written over them -------------------------------------
  * The two column passes are in classifier_bf16_passes.cuh (the lab times their unrolls); forge runs CLS16T_UNROLL. */
-#define CLS16T_UNROLL 16
+#define CLS16T_UNROLL 4
 
 /* tl[r] = the logit of row r's target (0 for an ignored or bad target), read before pass 2 rewrites the logits as
  * dlogits (launched between the passes); cls16t_loss_kernel subtracts it afterwards */
