@@ -6,6 +6,8 @@
  * - flash16_forward_wgmma.*, flash16_backward_wgmma.*: the Hopper kernels by name (forge_flash_bf16_forward_wgmma
  *   / _backward_wgmma, on the mma.sync forward's out and lse); a refusal is a failure: every shape here
  *   (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one they must take on sm_90;
+ * - flash16_backward_into.*: the Hopper backward storing bf16 gradients at padded strides (written and added),
+ *   bitwise rn(old + d) of its fp32 gradients d;
  * - flash16_default.*: forge_flash_bf16_forward / _backward as a caller gets them.
  * Head dims without a compiled tile are refused (*.refuse). flash16_op_fallback.*: the backend entry's backward
  * where the tensor-core kernels refuse a layout at head size 64 (its fallback, in a buffer of its own). The variants (the 128-row mma.sync forward, the
@@ -116,6 +118,99 @@ static int case_flash16_mma(parity *P, fa_case *cs) {
     return 1;
 }
 
+/* forge_flash_bf16_backward_into with bf16 gradients at padded token strides (dq rows of H*D + 8 elements, dk | dv
+ * rows of 2*Hkv*D + 8), written (accumulate = 0, into NaN) and added (accumulate = 1, into random bf16): bitwise
+ * rn(old + d) per element, d the fp32 gradient forge_flash_bf16_backward_wgmma stores (the op's former add pass),
+ * the padding and the guards untouched. */
+static void case_flash16_into(parity *P, fa_case *c) {
+    const size_t qw = (size_t)c->H * c->D, kw = (size_t)c->Hkv * c->D;
+    const long long sq = (long long)qw + 8, skv = 2 * (long long)kw + 8;
+    const size_t rq = (size_t)c->B * c->Tq, rk = (size_t)c->B * c->Tk, nqb = rq * sq, nkvb = rk * skv;
+    fa_bwd_out bo = {0};
+    forge_status st = fa_case_bwd_out(P, c, &bo) ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout,
+                                                                                 c->gdo, c->glse, bo.delta, bo.dq,
+                                                                                 bo.dk, bo.dv, c->stream)
+                                                 : FORGE_ERR_OOM;
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    float *d[3] = {NULL, NULL, NULL};
+    size_t bad = 0, bad2 = 0, bad3 = 0;
+    if (st == FORGE_OK) {
+        d[0] = fa_fetch(P, bo.dq, c->no, 0, &bad);
+        d[1] = fa_fetch(P, bo.dk, c->nkv, 0, &bad2);
+        d[2] = fa_fetch(P, bo.dv, c->nkv, 0, &bad3);
+    }
+    void *gb[3] = {bo.dq, bo.dk, bo.dv};
+    for (int i = 0; i < 3; i++)
+        if (gb[i]) P->gpu->mem_free(P->gpu, gb[i]);
+    uint16_t *hq = malloc(nqb * 2), *hkv = malloc(nkvb * 2);
+    if (st != FORGE_OK || !d[0] || !d[1] || !d[2] || bad || bad2 || bad3 || !hq || !hkv) {
+        report(P, 0, "flash16_backward_into", c->shape, INFINITY, 0,
+               st != FORGE_OK ? forge_error_message() : "(the fp32 gradients could not be fetched)");
+    } else {
+        for (int acc = 0; acc <= 1; acc++) {
+            char name[64];
+            snprintf(name, sizeof name, "flash16_backward_into.%s", acc ? "accumulate" : "write");
+            uint64_t x = 0x2545F4914F6CDD1Dull + (uint64_t)acc;
+            for (size_t i = 0; i < nqb; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                hq[i] = acc ? f2bf(((float)(x >> 40) * (1.0f / 16777216.0f)) * 2.0f - 1.0f) : 0xffffu;
+            }
+            for (size_t i = 0; i < nkvb; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                hkv[i] = acc ? f2bf(((float)(x >> 40) * (1.0f / 16777216.0f)) * 2.0f - 1.0f) : 0xffffu;
+            }
+            void *gq = fa_dev(P, nqb * 2, hq, 0), *gkv = fa_dev(P, nkvb * 2, hkv, 0);
+            void *delta = fa_dev(P, c->nl * 4, NULL, 0xff);
+            const forge_flash_grads g = {gq, gkv, gkv ? (uint16_t *)gkv + kw : NULL, sq, skv, skv, 1, acc};
+            st = gq && gkv && delta ? forge_flash_bf16_backward_into(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
+                                                                     c->glse, delta, &g, c->stream)
+                                    : FORGE_ERR_OOM;
+            if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+            float *oq = NULL, *okv = NULL;
+            size_t gq_bad = 0, gkv_bad = 0, diff = 0;
+            if (st == FORGE_OK) {
+                oq = fa_fetch(P, gq, nqb, 1, &gq_bad);
+                okv = fa_fetch(P, gkv, nkvb, 1, &gkv_bad);
+            }
+            if (st != FORGE_OK || !oq || !okv) {
+                report(P, 0, name, c->shape, INFINITY, 0,
+                       st != FORGE_OK ? forge_error_message() : "(could not fetch the gradients)");
+            } else {
+                for (size_t r = 0; r < rq; r++)
+                    for (long long col = 0; col < sq; col++) {
+                        const uint16_t old = hq[r * sq + col];
+                        const uint16_t want =
+                            (size_t)col < qw ? f2bf((acc ? bf2f(old) : 0.0f) + d[0][r * qw + col]) : old;
+                        if (memcmp(&oq[r * sq + col], &(float){bf2f(want)}, 4) != 0) diff++;
+                    }
+                for (size_t r = 0; r < rk; r++)
+                    for (long long col = 0; col < skv; col++) {
+                        const uint16_t old = hkv[r * skv + col];
+                        const size_t cc = (size_t)col;
+                        const uint16_t want = cc < kw       ? f2bf((acc ? bf2f(old) : 0.0f) + d[1][r * kw + cc])
+                                              : cc < 2 * kw ? f2bf((acc ? bf2f(old) : 0.0f) + d[2][r * kw + cc - kw])
+                                                            : old;
+                        if (memcmp(&okv[r * skv + col], &(float){bf2f(want)}, 4) != 0) diff++;
+                    }
+                char why[128];
+                snprintf(why, sizeof why, "(%zu elements differ from rn(old + d); guards %zu, %zu overwritten)", diff,
+                         gq_bad, gkv_bad);
+                const int ok = diff == 0 && gq_bad == 0 && gkv_bad == 0;
+                report(P, ok, name, c->shape, (double)diff, 0, ok ? NULL : why);
+            }
+            free(oq);
+            free(okv);
+            void *gs[3] = {gq, gkv, delta};
+            for (int i = 0; i < 3; i++)
+                if (gs[i]) P->gpu->mem_free(P->gpu, gs[i]);
+        }
+    }
+    free(hq);
+    free(hkv);
+    for (int i = 0; i < 3; i++) free(d[i]);
+    if (bo.delta) P->gpu->mem_free(P->gpu, bo.delta);
+}
+
 static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
     if (!fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
@@ -139,6 +234,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
                                                                        bo.delta, bo.dq, bo.dk, bo.dv, c.stream)
                                      : FORGE_ERR_OOM;
     fa_case_check_bwd(P, &c, "flash16_backward_wgmma", st, &bo);
+    case_flash16_into(P, &c);
 
     /* the default entries (forge_flash_bf16_forward / _backward: wgmma, mma.sync where wgmma refuses), as a
      * caller gets them */
@@ -177,6 +273,11 @@ static void case_flash16_refuse(parity *P) {
                       forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, fd, NULL));
     fa_expect_refusal(P, "flash16_backward_wgmma.refuse",
                       forge_flash_bf16_backward_wgmma(&fs, dummy, dummy, dummy, dummy, dummy, fd, fd, fd, fd, fd, NULL));
+    /* bf16 gradients at an odd token stride cannot take the pair stores: refused before any launch */
+    const forge_flash_shape f64 = {1, 16, 16, 2, 2, 64, 6 * 64, 6 * 64, 6 * 64, 2 * 64};
+    const forge_flash_grads odd = {dummy, dummy, dummy, 6 * 64 + 1, 6 * 64, 6 * 64, 1, 0};
+    fa_expect_refusal(P, "flash16_backward_into.refuse",
+                      forge_flash_bf16_backward_into(&f64, dummy, dummy, dummy, dummy, dummy, fd, fd, &odd, NULL));
 }
 
 /* The backend entry flash_attention_backward_bf16 at head size 64 with the scratch op_list.h sizes for it (the

@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     fz_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                   const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
-                  float *__restrict__ dq_ws, float *__restrict__ dk, float *__restrict__ dv, forge_flash_shape s,
+                  float *__restrict__ dq_ws, const fb_grads grads, forge_flash_shape s,
                   float sl2, float scale) {
     extern __shared__ __align__(1024) unsigned char fz_smem_raw[];
     fz_smem sm;
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             if (lane == 0) mbar_arrive(sm.resempty(rb)); /* every wgmma reading K / V of this block is done */
         }
 
-        fb_dkdv_store<FZ_D>(dk, dv, adk, adv, s, b, hk, key_lo, tq, scale);
+        fb_dkdv_store<FZ_D>(grads, adk, adv, s, b, hk, key_lo, tq, scale);
     }
 }
 
@@ -412,8 +412,8 @@ extern "C" forge_status lab_flash16_backward_fused_ws(const forge_flash_shape *s
     FORGE_TRY(fb_backward_prepare(&c, LAB_FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
     CUDA_TRY(cudaFuncSetAttribute(fz_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ_SMEM));
     const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
-    fz_bwd_kernel<<<grid, FB_THREADS, FZ_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta, c.dq,
-                                                       (float *)ws, c.dk, c.dv, c.s, c.sl2, c.scale);
+    fz_bwd_kernel<<<grid, FB_THREADS, FZ_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta,
+                                                       (float *)c.g.dq, (float *)ws, c.g, c.s, c.sl2, c.scale);
     CUDA_LAUNCH_CHECK("fz_bwd_kernel");
     const size_t n4 = (size_t)s->B * s->Tq * s->H * FZ_D / 4;
     const size_t blocks = (n4 + 255) / 256;

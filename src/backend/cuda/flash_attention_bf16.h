@@ -60,6 +60,23 @@ forge_status forge_flash_bf16_backward(const forge_flash_shape *s, const void *q
                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                        float *dq, float *dk, float *dv, void *stream);
 
+/* Where the Hopper backward stores dq, dk, dv: bf16 = 0, fp32 dense (B, Tq, H, D) and (B, Tk, Hkv, D), as the
+ * entries above; bf16 = 1, bf16 rows at the given token strides (elements; the packed qkv gradient of a layer, say),
+ * written rn(0 + d) or, with accumulate, rn(old + d): the bits of the fp32 result d added into a bf16 gradient with
+ * one rounding, without the fp32 round trip. */
+typedef struct {
+    void *dq, *dk, *dv;
+    long long dq_stride, dk_stride, dv_stride;
+    int bf16, accumulate;
+} forge_flash_grads;
+
+/* The backward with its gradients stored as g says, on the Hopper kernels only (forge_flash_bf16_backward_wgmma's
+ * refusals, and FORGE_ERR_UNSUPPORTED for bf16 gradients with a pointer not 16-byte aligned or an odd stride: the
+ * caller then runs forge_flash_bf16_backward into fp32 and adds). */
+forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                            const void *out_bf16, const void *dout_bf16, const float *lse,
+                                            float *delta, const forge_flash_grads *g, void *stream);
+
 /* The two kernels of each default above, by name (same contract and results up to summation order), so that
  * each can be tested and timed on its own: a wgmma entry returns its refusal instead of falling back.
  *

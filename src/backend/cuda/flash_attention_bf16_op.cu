@@ -11,7 +11,11 @@
  * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d),
  * or, writing a fresh gradient (accumulate = 0), dqkv = rn(0 + d) without
  * reading dqkv (the bits of an add into a zeroed one). The head size picks the
- * path (FORGE_FLASH_BF16_TC, op_list.h), and the scratch is sized for it.
+ * path (FORGE_FLASH_BF16_TC, op_list.h), and the scratch is sized for it. Where
+ * the Hopper kernels run (forge_flash_bf16_backward_into) they store the bf16
+ * dqkv themselves with the same rounding (rn(dqkv + d) or rn(0 + d) per element,
+ * d the fp32 value the kernels would have stored), so the fp32 gradients and
+ * the add pass are only the mma.sync path's.
  *
  * Everything those kernels refuse (any other head size; a pointer that is not
  * 16-byte aligned; B or NH over 65535) takes the fallback, so every shape
@@ -264,8 +268,14 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
         /* dq | dk | dv | delta: every piece a multiple of 4 floats (HS), so each stays 16-byte aligned */
         float *dq = base, *dk = dq + rows * qw, *dv = dk + rows * kw, *delta = dv + rows * kw;
         const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
-        const forge_status st =
-            forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq, dk, dv, ctx->stream);
+        /* the Hopper kernels store straight into dqkv (bf16, the row stride of qkv): no fp32 round trip */
+        const long long w = (long long)(qw + 2 * kw);
+        const forge_flash_grads g = {dqkv, dqkv + qw, dqkv + qw + kw, w, w, w, 1, accumulate != 0};
+        forge_status st = forge_flash_bf16_backward_into(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, &g,
+                                                         ctx->stream);
+        if (st != FORGE_ERR_UNSUPPORTED) return st;
+        forge_error_clear(); /* refused before any launch: the fp32 gradients and the add pass below */
+        st = forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq, dk, dv, ctx->stream);
         if (st == FORGE_OK) {
             const unsigned grid = cuda_grid_for(ctx, nqkv, FB16_THREADS);
             if (accumulate)

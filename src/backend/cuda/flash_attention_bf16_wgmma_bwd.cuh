@@ -34,6 +34,31 @@ extern "C" {
 #define FB_PRODUCER_REGS 24
 #define FB_CONSUMER_REGS 240
 #define FB_LOG2E 1.4426950408889634f
+
+/* Where the kernels store dq, dk, dv (forge_flash_grads, flash_attention_bf16.h, by value in the kernel
+ * parameters). */
+typedef forge_flash_grads fb_grads;
+
+/* (x, y) = d at columns col, col + 1 of head h of token row `token` (b * T + row) of the gradient at p: fp32 dense
+ * rows of `heads` heads, or bf16 at `stride` elements a token, rn(0 + d) or rn(old + d) (__fadd_rn: never
+ * contracted with the product that made d, so the bits are those of the fp32 store and then the add pass). */
+__device__ __forceinline__ void fb_grad_store2(const fb_grads &g, void *p, long long stride, size_t token, int heads,
+                                               int h, int D, int col, float x, float y) {
+    if (!g.bf16) {
+        *(float2 *)((float *)p + (token * heads + h) * D + col) = make_float2(x, y);
+        return;
+    }
+    uint32_t *dst = (uint32_t *)((uint16_t *)p + token * stride + (size_t)h * D + col);
+    float ox = 0.0f, oy = 0.0f;
+    if (g.accumulate) {
+        const uint32_t o = *dst;
+        ox = __uint_as_float(o << 16);
+        oy = __uint_as_float(o & 0xffff0000u);
+    }
+    const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(ox, x)));
+    const uint32_t hi = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(oy, y)));
+    *dst = lo | hi << 16;
+}
 /* "No bound" for the branch-free masks: the P / P^T loops run while the dP / dP^T wgmma is in flight, and the
  * natural `if (edge) { if (masked) p = 0; }` puts branches between a wgmma and its wait (measured: with them
  * ptxas spilled 4-24 B in fb_dq_kernel<128>; without, none). The masks are selects against per-thread bounds
@@ -178,7 +203,7 @@ template <int D, int PIPE>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                  const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                 const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
+                 const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
                  forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
@@ -345,10 +370,11 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     for (int r = 0; r < 2; r++) {
         const int row = row_lo + r * 8;
         if (row >= s.Tq) continue;
-        float *dst = dq + (((size_t)b * s.Tq + row) * s.H + h) * D;
+        const size_t token = (size_t)b * s.Tq + row;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
-            *(float2 *)(dst + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * scale, acc[4 * n + 2 * r + 1] * scale);
+            fb_grad_store2(grads, grads.dq, grads.dq_stride, token, s.H, h, D, n * 8 + 2 * tq, acc[4 * n + 2 * r] * scale,
+                           acc[4 * n + 2 * r + 1] * scale);
     }
 }
 
@@ -526,20 +552,20 @@ __device__ __forceinline__ void fb_dkdv_accumulate(float (&adv)[D / 2], float (&
 
 /* dK (times scale) and dV of the thread's keys key_lo, key_lo + 8 (those < Tk) of kv head hk, batch b. */
 template <int D>
-__device__ __forceinline__ void fb_dkdv_store(float *__restrict__ dk, float *__restrict__ dv,
-                                              const float (&adk)[D / 2], const float (&adv)[D / 2],
+__device__ __forceinline__ void fb_dkdv_store(const fb_grads &grads, const float (&adk)[D / 2], const float (&adv)[D / 2],
                                               const forge_flash_shape &s, int b, int hk, int key_lo, int tq,
                                               float scale) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key_lo + r * 8;
         if (key >= s.Tk) continue;
-        const size_t off = (((size_t)b * s.Tk + key) * s.Hkv + hk) * D;
+        const size_t token = (size_t)b * s.Tk + key;
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
-            *(float2 *)(dk + off + n * 8 + 2 * tq) =
-                make_float2(adk[4 * n + 2 * r] * scale, adk[4 * n + 2 * r + 1] * scale);
-            *(float2 *)(dv + off + n * 8 + 2 * tq) = make_float2(adv[4 * n + 2 * r], adv[4 * n + 2 * r + 1]);
+            fb_grad_store2(grads, grads.dk, grads.dk_stride, token, s.Hkv, hk, D, n * 8 + 2 * tq, adk[4 * n + 2 * r] * scale,
+                           adk[4 * n + 2 * r + 1] * scale);
+            fb_grad_store2(grads, grads.dv, grads.dv_stride, token, s.Hkv, hk, D, n * 8 + 2 * tq, adv[4 * n + 2 * r],
+                           adv[4 * n + 2 * r + 1]);
         }
     }
 }
@@ -550,8 +576,8 @@ template <int D>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                   const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
-                   float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+                   const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                   forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
     extern __shared__ __align__(1024) unsigned char fb_smem[];
@@ -613,7 +639,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         }
     }
 
-    fb_dkdv_store<D>(dk, dv, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
+    fb_dkdv_store<D>(grads, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
 }
 
 /* The P^T handoff between the two consumer warpgroups of the D = 128 dK/dV kernels goes through mbarriers of
@@ -749,8 +775,8 @@ template <int D, int PIPE>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                          const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                         const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dk,
-                         float *__restrict__ dv, forge_flash_shape s, float sl2, float scale) {
+                         const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                         forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr uint32_t KV_BYTES = FB_BS * D * 2; /* one resident 64-row tensor */
@@ -855,16 +881,18 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     }
     }
 
-    float *out = c == 0 ? dv : dk;
+    void *out = c == 0 ? grads.dv : grads.dk;
+    const long long stride = c == 0 ? grads.dv_stride : grads.dk_stride;
     const float f = c == 0 ? 1.0f : scale;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key_lo + r * 8;
         if (key >= s.Tk) continue;
-        const size_t off = (((size_t)kb.b * s.Tk + key) * s.Hkv + kb.hk) * D;
+        const size_t token = (size_t)kb.b * s.Tk + key;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
-            *(float2 *)(out + off + n * 8 + 2 * tq) = make_float2(acc[4 * n + 2 * r] * f, acc[4 * n + 2 * r + 1] * f);
+            fb_grad_store2(grads, out, stride, token, s.Hkv, kb.hk, D, n * 8 + 2 * tq, acc[4 * n + 2 * r] * f,
+                           acc[4 * n + 2 * r + 1] * f);
     }
 }
 
@@ -877,7 +905,8 @@ struct fb_call {
     forge_flash_shape s;
     CUtensorMap q_res, do_res, k_str, v_str, q_str, do_str, k_res, v_res;
     const float *lse;
-    float *delta, *dq, *dk, *dv;
+    float *delta;
+    fb_grads g; /* fp32 dense from fb_backward_prepare; forge_flash_bf16_backward_into sets its own */
     float sl2, scale;
     cudaStream_t st;
 };
@@ -906,7 +935,7 @@ template <int D, int PIPE> static forge_status fb_launch_dq(const fb_call &c) {
     auto kq = fb_dq_kernel<D, PIPE>;
     CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gq((unsigned)((c.s.Tq + FB_BR - 1) / FB_BR), (unsigned)c.s.H, (unsigned)c.s.B);
-    kq<<<gq, FB_THREADS, smem, c.st>>>(c.q_res, c.do_res, c.k_str, c.v_str, c.lse, c.delta, c.dq, c.s, c.sl2,
+    kq<<<gq, FB_THREADS, smem, c.st>>>(c.q_res, c.do_res, c.k_str, c.v_str, c.lse, c.delta, c.g, c.s, c.sl2,
                                        c.scale);
     CUDA_LAUNCH_CHECK(D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
     return FORGE_OK;
@@ -918,7 +947,7 @@ template <int D> static forge_status fb_launch_dkdv(const fb_call &c) {
     auto kkv = fb_dkdv_kernel<D>;
     CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta, c.dk, c.dv, c.s, c.sl2,
+    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2,
                                         c.scale);
     CUDA_LAUNCH_CHECK("fb_dkdv_kernel<64>");
     return FORGE_OK;
@@ -930,7 +959,7 @@ template <int D, int PIPE> static forge_status fb_launch_dkdv_split(const fb_cal
     auto kkv = fb_dkdv_split_kernel<D, PIPE>;
     CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BS - 1) / FB_BS), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_str, c.v_str, c.q_str, c.do_str, c.lse, c.delta, c.dk, c.dv, c.s, c.sl2,
+    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_str, c.v_str, c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2,
                                         c.scale);
     CUDA_LAUNCH_CHECK(PIPE ? "fb_dkdv_split_kernel<128, pipelined>" : "fb_dkdv_split_kernel<128>");
     return FORGE_OK;
