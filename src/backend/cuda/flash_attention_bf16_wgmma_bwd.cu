@@ -148,32 +148,10 @@ forge_status fb_launch_dkdv_default(const fb_call &c) {
     return c.s.D == 64 ? fb_launch_dkdv<64>(c) : fb_launch_dkdv_split<128, 1>(c);
 }
 
-extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
-                                                        const void *v, const void *out_bf16, const void *dout_bf16,
-                                                        const float *lse, float *delta, float *dq, float *dk,
-                                                        float *dv, void *stream) {
-    int launch = 0;
-    FORGE_TRY(fb_backward_begin(FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
-    if (!launch) return FORGE_OK;
-    fb_call c;
-    FORGE_TRY(fb_backward_prepare(&c, FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
-    FORGE_TRY(fb_launch_dq_default(c));
-    return fb_launch_dkdv_default(c);
-}
-
-extern "C" forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const void *q, const void *k,
-                                                       const void *v, const void *out_bf16, const void *dout_bf16,
-                                                       const float *lse, float *delta, const forge_flash_grads *g,
-                                                       void *stream) {
-    const char *entry = "forge_flash_bf16_backward_into";
-    if (g == NULL) return forge_error(FORGE_ERR_ARG, "%s: NULL gradients", entry);
-    if (g->bf16 && (g->dq_stride % 2 != 0 || g->dk_stride % 2 != 0 || g->dv_stride % 2 != 0 ||
-                    g->dq_stride < (long long)s->H * s->D || g->dk_stride < (long long)s->Hkv * s->D ||
-                    g->dv_stride < (long long)s->Hkv * s->D))
-        return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "%s: bf16 gradients need even token strides that hold every head, got dq=%lld dk=%lld "
-                           "dv=%lld for H=%d Hkv=%d D=%d",
-                           entry, g->dq_stride, g->dk_stride, g->dv_stride, s->H, s->Hkv, s->D);
+/* The default dQ and dK/dV kernels of s->D with their gradients stored as g says (`entry` names the caller). */
+static forge_status fb_backward_run(const char *entry, const forge_flash_shape *s, const void *q, const void *k,
+                                    const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
+                                    float *delta, const forge_flash_grads *g, void *stream) {
     int launch = 0;
     /* the pointer checks of every entry (16-byte aligned) cover the bf16 pair stores too */
     FORGE_TRY(fb_backward_begin(entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, (float *)g->dq, (float *)g->dk,
@@ -185,4 +163,28 @@ extern "C" forge_status forge_flash_bf16_backward_into(const forge_flash_shape *
     c.g = *g;
     FORGE_TRY(fb_launch_dq_default(c));
     return fb_launch_dkdv_default(c);
+}
+
+extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
+                                                        const void *v, const void *out_bf16, const void *dout_bf16,
+                                                        const float *lse, float *delta, float *dq, float *dk,
+                                                        float *dv, void *stream) {
+    const forge_flash_grads g = {dq, dk, dv, 0, 0, 0, 0, 0};
+    return fb_backward_run(FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, &g, stream);
+}
+
+extern "C" forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const void *q, const void *k,
+                                                       const void *v, const void *out_bf16, const void *dout_bf16,
+                                                       const float *lse, float *delta, const forge_flash_grads *g,
+                                                       void *stream) {
+    const char *entry = "forge_flash_bf16_backward_into";
+    if (s == NULL || g == NULL) return forge_error(FORGE_ERR_ARG, "%s: NULL shape or gradients", entry);
+    if (g->bf16 && (g->dq_stride % 2 != 0 || g->dk_stride % 2 != 0 || g->dv_stride % 2 != 0 ||
+                    g->dq_stride < (long long)s->H * s->D || g->dk_stride < (long long)s->Hkv * s->D ||
+                    g->dv_stride < (long long)s->Hkv * s->D))
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: bf16 gradients need even token strides that hold every head, got dq=%lld dk=%lld "
+                           "dv=%lld for H=%d Hkv=%d D=%d",
+                           entry, g->dq_stride, g->dk_stride, g->dv_stride, s->H, s->Hkv, s->D);
+    return fb_backward_run(entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, g, stream);
 }
