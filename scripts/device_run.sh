@@ -7,8 +7,8 @@
 # .carry/lib, the tokenized data in .carry/data. Nothing is
 # compiled here and no GPU setting (clocks, persistence, MIG) is touched.
 #
-# Stages (each logged to $OUT/<stage>.log, each under its own timeout so the
-# summary always prints inside the caller's 10-minute limit):
+# Stages, run in FORGE_STAGES' order (each logged to $OUT/<stage>.log, each under
+# its own timeout so the summary always prints inside the caller's 10-minute limit):
 #   parity          build/cuda/forge_gpu_tests: every op of the op list against
 #                   the CPU reference (the GEMM-backed ops under every matmul
 #                   mode), properties, the kernel suites
@@ -34,7 +34,6 @@ T_OPTIONAL=${FORGE_T_OPTIONAL:-150}
 # lab/scripts/device_<name>.sh (train, bench, epi, fp8, flash32, flash16, order,
 # ...) with timeout FORGE_T_<NAME> (else FORGE_T_OPTIONAL).
 STAGE_LIST=${FORGE_STAGES:-parity memcheck train bench}
-want() { case " $STAGE_LIST " in *" $1 "*) return 0 ;; esac; return 1; }
 
 RESULTS_BEFORE=$(echo results/*/) # only result folders written during this call come back
 STAGES=()
@@ -91,57 +90,64 @@ for pair in bin:cuda bin-san:cuda-san; do
 done
 
 GPU_TESTS=build/cuda/forge_gpu_tests
-if [ -x "$GPU_TESTS" ]; then
-    if ldd "$GPU_TESTS" | grep -q 'not found'; then
-        echo "missing shared libraries for $GPU_TESTS:"
-        ldd "$GPU_TESTS" | grep 'not found'
-    fi
-    want parity && run_stage parity "$T_PARITY" "$OUT/parity.log" "$GPU_TESTS"
-    # parity_ops: the op walk of the ops named in FORGE_PARITY_OPS only (a quick check of changed kernels)
-    want parity_ops && run_stage parity_ops "$T_PARITY" "$OUT/parity_ops.log" "$GPU_TESTS" --op "${FORGE_PARITY_OPS:?}"
-    SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
-    if ! want memcheck; then
-        :
-    elif [ -x "$SANITIZER" ]; then
-        run_stage memcheck "$T_MEMCHECK" "$OUT/memcheck.log" \
-            "$SANITIZER" --tool memcheck --error-exitcode 1 "$GPU_TESTS" --quick
-    else
-        skip_stage memcheck "compute-sanitizer not found"
-    fi
-else
-    echo "$GPU_TESTS is missing: build with \`make cuda ARCH=x86-64-v3\` and carry build/cuda"
-    STAGES+=("parity")
-    RESULTS+=("fail(binary missing)")
-    SECONDS_USED+=("0")
-fi
-
-# ---- the lab's variant tests: every `forge-lab test NAME` ------------------------
 LAB=build/cuda/forge-lab
-if want lab; then
-    if [ -x "$LAB" ]; then
-        run_stage lab "${FORGE_T_LAB:-$T_PARITY}" "$OUT/lab.log" bash -c \
-            "fails=0; for t in \$($LAB --help | awk '\$1 == \"test\" {print \$2}'); do echo \"== forge-lab test \$t\"; $LAB test \$t || fails=1; done; exit \$fails"
+SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
+if [ -x "$GPU_TESTS" ] && ldd "$GPU_TESTS" | grep -q 'not found'; then
+    echo "missing shared libraries for $GPU_TESTS:"
+    ldd "$GPU_TESTS" | grep 'not found'
+fi
+
+# gpu_tests_stage NAME TIMEOUT ARGS...: a stage of build/cuda/forge_gpu_tests, or its failure when the binary is missing
+gpu_tests_stage() {
+    local name=$1 limit=$2
+    shift 2
+    if [ -x "$GPU_TESTS" ]; then
+        run_stage "$name" "$limit" "$OUT/$name.log" "$@"
     else
-        skip_stage lab "$LAB missing: make lab ARCH=x86-64-v3"
+        echo "$GPU_TESTS is missing: build with \`make cuda ARCH=x86-64-v3\` and carry build/cuda"
+        STAGES+=("$name")
+        RESULTS+=("fail(binary missing)")
+        SECONDS_USED+=("0")
     fi
-fi
+}
 
-# ---- SASS: which matrix unit each kernel uses (cuobjdump is on the device) ----
-if want sass; then
-    run_stage sass 120 "$OUT/sass.log" sh scripts/check_sass.sh build/cuda/forge build/cuda/forge-lab
-fi
-
-# ---- script stages: scripts/device_<name>.sh, else lab/scripts/device_<name>.sh
+# ---- the stages, in FORGE_STAGES' order ----------------------------------------
 for name in $STAGE_LIST; do
-    case $name in parity | parity_ops | lab | memcheck | sass) continue ;; esac
-    script=scripts/device_$name.sh
-    [ -f "$script" ] || script=lab/scripts/device_$name.sh
-    if [ ! -f "$script" ]; then
-        skip_stage "$name" "device_$name.sh missing (scripts/, lab/scripts/)"
-        continue
-    fi
-    var=FORGE_T_$(echo "$name" | tr 'a-z-' 'A-Z_')
-    run_stage "$name" "${!var:-$T_OPTIONAL}" "$OUT/$name.log" bash "$script"
+    case $name in
+    parity) gpu_tests_stage parity "$T_PARITY" "$GPU_TESTS" ;;
+    parity_ops)
+        # the op walk of the ops named in FORGE_PARITY_OPS only (a quick check of changed kernels)
+        gpu_tests_stage parity_ops "$T_PARITY" "$GPU_TESTS" --op "${FORGE_PARITY_OPS:?}"
+        ;;
+    memcheck)
+        if [ -x "$SANITIZER" ]; then
+            gpu_tests_stage memcheck "$T_MEMCHECK" "$SANITIZER" --tool memcheck --error-exitcode 1 "$GPU_TESTS" --quick
+        else
+            skip_stage memcheck "compute-sanitizer not found"
+        fi
+        ;;
+    lab) # the lab's variant tests: every `forge-lab test NAME`
+        if [ -x "$LAB" ]; then
+            run_stage lab "${FORGE_T_LAB:-$T_PARITY}" "$OUT/lab.log" bash -c \
+                "fails=0; for t in \$($LAB --help | awk '\$1 == \"test\" {print \$2}'); do echo \"== forge-lab test \$t\"; $LAB test \$t || fails=1; done; exit \$fails"
+        else
+            skip_stage lab "$LAB missing: make lab ARCH=x86-64-v3"
+        fi
+        ;;
+    sass) # which matrix unit each kernel uses (cuobjdump is on the device)
+        run_stage sass 120 "$OUT/sass.log" sh scripts/check_sass.sh build/cuda/forge build/cuda/forge-lab
+        ;;
+    *) # scripts/device_<name>.sh, else lab/scripts/device_<name>.sh
+        script=scripts/device_$name.sh
+        [ -f "$script" ] || script=lab/scripts/device_$name.sh
+        if [ ! -f "$script" ]; then
+            skip_stage "$name" "device_$name.sh missing (scripts/, lab/scripts/)"
+            continue
+        fi
+        var=FORGE_T_$(echo "$name" | tr 'a-z-' 'A-Z_')
+        run_stage "$name" "${!var:-$T_OPTIONAL}" "$OUT/$name.log" bash "$script"
+        ;;
+    esac
 done
 
 # ---- summary: last ------------------------------------------------------------
