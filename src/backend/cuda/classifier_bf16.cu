@@ -57,7 +57,6 @@
 #define CLS16_TK 16        /* SIMT GEMM k step */
 
 __device__ __forceinline__ float cls16_ld(const uint16_t *p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
-__device__ __forceinline__ uint16_t cls16_rn(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 /* ---- the SIMT GEMM fallback --------------------------------------------------------------------------------------
  * C[m][n] (=, or += with accumulate) sum_k A(m,k) B(k,n), A(m,k) = A[m*a_m + k*a_k], B(k,n) = B[k*b_k + n*b_n],
@@ -113,7 +112,7 @@ __global__ void __launch_bounds__(256)
             const int n = n0 + tx * 4 + j;
             if (n >= N) continue;
             if (OUT_BF16) {
-                ((uint16_t *)C)[m * ldc + n] = cls16_rn(acc[i][j]);
+                ((uint16_t *)C)[m * ldc + n] = f32_to_bf16(acc[i][j]);
             } else {
                 float *c = (float *)C + m * ldc + n;
                 *c = accumulate ? *c + acc[i][j] : acc[i][j];
@@ -153,7 +152,7 @@ __global__ void __launch_bounds__(CLS16_THREADS)
     const float inv = 1.0f / sum;
     for (int i = threadIdx.x; i < V; i += CLS16_THREADS) {
         const float p = expf(cls16_ld(x + i) - maxval) * inv;
-        const uint16_t g = cls16_rn((p - (i == y ? 1.0f : 0.0f)) * grad_scale);
+        const uint16_t g = f32_to_bf16((p - (i == y ? 1.0f : 0.0f)) * grad_scale);
         if (i < V8) d[i] = g;
         else dt[i - V8] = g;
     }
@@ -171,7 +170,7 @@ __global__ void __launch_bounds__(CLS16_EW_THREADS)
         const size_t r = i / (size_t)C, c = i - r * (size_t)C;
         float a = prod ? prod[i] : 0.0f;
         for (int t = 0; t < VT; t++) a += cls16_ld(dl_tail + r * VT + t) * cls16_ld(wte + (size_t)(V8 + t) * C + c);
-        dinp[i] = cls16_rn((ACC ? cls16_ld(dinp + i) : 0.0f) + a);
+        dinp[i] = f32_to_bf16((ACC ? cls16_ld(dinp + i) : 0.0f) + a);
     }
 }
 

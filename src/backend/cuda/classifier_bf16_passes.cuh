@@ -11,9 +11,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "bf16_io.cuh"
 #include "cuda_ops.h"
-
-__device__ __forceinline__ uint16_t cls16t_rn(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 /* The transposed chunk's two column passes: logits^T (V, rows) bf16 in, dlogits^T written over them.
  * A row's logits are a column. Lane l of a warp takes the row pair (r0 + 2l, r0 + 2l + 1) with one 32-bit load, so
@@ -93,7 +92,7 @@ __device__ __forceinline__ void cls16t_total(const float *__restrict__ part, int
 
 __device__ __forceinline__ uint16_t cls16t_grad(float x, float M, float inv, bool target, float grad_scale) {
     const float p = expf(x - M) * inv;
-    return cls16t_rn((p - (target ? 1.0f : 0.0f)) * grad_scale);
+    return f32_to_bf16((p - (target ? 1.0f : 0.0f)) * grad_scale);
 }
 
 template <int UNROLL>
