@@ -21,7 +21,9 @@
  *   forward), flash_bf16_fwdbwd_wgmma2_dkp (D = 128 only: the pipelined dK/dV
  *   kernel, forge's), flash_bf16_fwdbwd_wgmma2_pq (D = 64 only: the pipelined
  *   dQ kernel, PIPE_DQ), flash_bf16_fwdbwd_wgmma2_fused (D = 64 only: the
- *   wgmma forward + the fused backward, lab_flash16_backward_fused). At
+ *   wgmma forward + the fused backward, lab_flash16_backward_fused),
+ *   flash_bf16_fwdbwd_wgmma2_fused2 (D = 64 only: the same with the fused
+ *   backward's TMA reduce-add variant, lab_flash16_backward_fused2). At
  *   D = 64 the wgmma2 cells run forge's backward
  *   kernels (one dK/dV kernel there).
  */
@@ -85,6 +87,10 @@ static forge_status fwdbwd_w2_fused(const forge_attention_io *io) {
     FORGE_TRY(fwd_sched(io, LAB_FLASH16_SCHED_BASE));
     return lab_flash16_backward_fused(IO_BWD(io), io->stream);
 }
+static forge_status fwdbwd_w2_fused2(const forge_attention_io *io) {
+    FORGE_TRY(fwd_sched(io, LAB_FLASH16_SCHED_BASE));
+    return lab_flash16_backward_fused2(IO_BWD(io), io->stream);
+}
 static forge_status fwdbwd_w2_pq(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE_DQ);
 }
@@ -125,6 +131,7 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwdbwd_wgmma2_dkp", 1, 128, fwdbwd_w2_dkp}, /* one dK/dV kernel at D = 64 */
         {"flash_bf16_fwdbwd_wgmma2_pq", 1, 64, fwdbwd_w2_pq},    /* at D = 128 the _dkp kernels */
         {"flash_bf16_fwdbwd_wgmma2_fused", 1, 64, fwdbwd_w2_fused}, /* the fused backward: D = 64 only */
+        {"flash_bf16_fwdbwd_wgmma2_fused2", 1, 64, fwdbwd_w2_fused2}, /* its TMA reduce-add variant */
     };
     const forge_status s = forge_attention_suite_run(
         stdout, (int)reps, quick, "attention-variants",

@@ -2,14 +2,15 @@
  * bench_flash16_bwd_fused.cu: `forge-lab bench flash16-bwd-fused [--reps N]`:
  * the backward alone, forge's three-kernel wgmma one
  * (forge_flash_bf16_backward_wgmma) next to the fused one (lab_flash16_backward_fused_ws with the split
- * rule's workspace, flash16_bwd_fused.cu), at gpt2-124m-like causal shapes
- * (B, H = Hkv, T, D) = (16, 12, 1024, 64) and (16, 8, 1024, 64): the two
- * interleaved call by call after a warm-up, CUDA events around each call, the
- * median us per call and TFLOP/s under the 2.5 x forward convention
+ * rule's workspace, flash16_bwd_fused.cu) and its TMA reduce-add variant
+ * fused2 (lab_flash16_backward_fused2_ws, same workspace), at gpt2-124m-like
+ * causal shapes (B, H = Hkv, T, D) = (16, 12, 1024, 64) and (16, 8, 1024, 64):
+ * the three interleaved call by call after a warm-up, CUDA events around each
+ * call, the median us per call and TFLOP/s under the 2.5 x forward convention
  * (forward 2 B H T^2 D causal). The inputs are uniform bf16 in [-1, 1), out
- * and lse come from forge's forward; the line also gives max |fused - forge|
- * / max |forge| per gradient as a sanity check (the parity test is
- * `forge-lab test flash16`). Measurements: lab/notes/flash.md.
+ * and lse come from forge's forward; the lines also give max |fused - forge|
+ * / max |forge| per gradient for each fused variant as a sanity check (the
+ * parity test is `forge-lab test flash16`). Measurements: lab/notes/flash.md.
  */
 #include <math.h>
 #include <stdint.h>
@@ -71,7 +72,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     std::vector<uint16_t> h(nt);
     uint64_t x = 0x9e3779b97f4a7c15ull;
     void *q, *k, *v, *dO, *out;
-    float *lse, *delta, *g[2][3];
+    float *lse, *delta, *g[3][3]; /* dq, dk, dv of: three-kernel, fused, fused2 */
     void **in[4] = {&q, &k, &v, &dO};
     for (int t = 0; t < 4; t++) {
         for (size_t i = 0; i < nt; i++) {
@@ -84,7 +85,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     FZB_TRY(cudaMalloc(&out, nt * 2));
     FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
     FZB_TRY(cudaMalloc((void **)&delta, nl * 4));
-    for (int w = 0; w < 2; w++)
+    for (int w = 0; w < 3; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
                                   (long long)H * D};
@@ -93,9 +94,9 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     const size_t wsb = lab_flash16_backward_fused_ws_bytes(&fs, 0);
     void *ws = NULL;
     if (wsb) FZB_TRY(cudaMalloc(&ws, wsb));
-    std::vector<float> t[2];
-    cudaEvent_t ev[3];
-    for (int i = 0; i < 3; i++) FZB_TRY(cudaEventCreate(&ev[i]));
+    std::vector<float> t[3];
+    cudaEvent_t ev[4];
+    for (int i = 0; i < 4; i++) FZB_TRY(cudaEventCreate(&ev[i]));
     for (int r = -3; r < reps; r++) {
         FZB_TRY(cudaEventRecord(ev[0], NULL));
         FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
@@ -103,27 +104,34 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
         FZB_FORGE(lab_flash16_backward_fused_ws(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], 0, ws,
                                                 wsb, NULL));
         FZB_TRY(cudaEventRecord(ev[2], NULL));
-        FZB_TRY(cudaEventSynchronize(ev[2]));
+        FZB_FORGE(lab_flash16_backward_fused2_ws(&fs, q, k, v, out, dO, lse, delta, g[2][0], g[2][1], g[2][2], 0, ws,
+                                                 wsb, NULL));
+        FZB_TRY(cudaEventRecord(ev[3], NULL));
+        FZB_TRY(cudaEventSynchronize(ev[3]));
         if (r < 0) continue;
-        for (int w = 0; w < 2; w++) {
+        for (int w = 0; w < 3; w++) {
             float ms = 0;
             FZB_TRY(cudaEventElapsedTime(&ms, ev[w], ev[w + 1]));
             t[w].push_back(ms);
         }
     }
-    for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
-    double us[2];
-    for (int w = 0; w < 2; w++) {
+    for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
+    double us[3];
+    for (int w = 0; w < 3; w++) {
         std::sort(t[w].begin(), t[w].end());
         us[w] = 1e3 * (reps % 2 ? t[w][reps / 2] : 0.5 * (t[w][reps / 2 - 1] + t[w][reps / 2]));
     }
     printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: three-kernel bwd %.1f us (%.1f TFLOP/s), fused bwd "
-           "%.1f us (%.1f TFLOP/s, workspace %zu B), speed-up (three-kernel / fused) %.3fx; max|fused-three|/max|three| dq %.2e "
-           "dk %.2e dv %.2e\n",
-           B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, wsb, us[0] / us[1],
-           fzb_rel(g[1][0], g[0][0], nt), fzb_rel(g[1][1], g[0][1], nt), fzb_rel(g[1][2], g[0][2], nt));
+           "%.1f us (%.1f TFLOP/s, workspace %zu B), fused2 bwd %.1f us (%.1f TFLOP/s); speed-up over three-kernel: "
+           "fused %.3fx, fused2 %.3fx; fused2 / fused time %.3f\n",
+           B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, wsb, us[2],
+           flops / us[2] * 1e-6, us[0] / us[1], us[0] / us[2], us[2] / us[1]);
+    for (int w = 1; w < 3; w++)
+        printf("  %s: max|x-three|/max|three| dq %.2e dk %.2e dv %.2e\n", w == 1 ? "fused " : "fused2",
+               fzb_rel(g[w][0], g[0][0], nt), fzb_rel(g[w][1], g[0][1], nt), fzb_rel(g[w][2], g[0][2], nt));
     if (ws) cudaFree(ws);
-    void *all[] = {q, k, v, dO, out, lse, delta, g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]};
+    void *all[] = {q,       k,       v,       dO,      out,     lse,     delta,   g[0][0], g[0][1],
+                   g[0][2], g[1][0], g[1][1], g[1][2], g[2][0], g[2][1], g[2][2]};
     for (void *p : all) cudaFree(p);
     return 0;
 }

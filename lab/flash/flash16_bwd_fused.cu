@@ -59,15 +59,21 @@
  *   waits for it before any branch, nothing written to a register an
  *   in-flight wgmma reads; the issuer / visibility cases are separate paths
  *   each with its own issue and wait.
+ * - fz2_bwd_kernel (entries lab_flash16_backward_fused2*): the same kernel
+ *   with the dQ tile sent to its partial by a TMA store / fp32 bulk
+ *   reduce-add from a shared-memory staging buffer instead of the owning
+ *   thread's load / add / store; its notes are above the kernel.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "../../src/backend/cuda/flash_attention_bf16_wgmma_bwd.cuh"
+#include "../../src/backend/cuda/wgmma_tmap.h"
 
 #include "flash16_variants.h"
 
-#define LAB_FZ_ENTRY "lab_flash16_backward_fused" /* named in errors */
+#define LAB_FZ_ENTRY "lab_flash16_backward_fused"   /* named in errors */
+#define LAB_FZ2_ENTRY "lab_flash16_backward_fused2" /* the TMA reduce-add variant (fz2_bwd_kernel) */
 
 namespace {
 
@@ -441,4 +447,337 @@ extern "C" forge_status lab_flash16_backward_fused(const forge_flash_shape *s, c
     }
     return lab_flash16_backward_fused_ws(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, 0, ws, ws_cap,
                                          stream);
+}
+
+namespace {
+
+/* ---- fused2: the dQ partial tile leaves through shared memory and a TMA bulk reduce-add ------------------------
+ *
+ * fz2_bwd_kernel is fz_bwd_kernel (same grid, producer, ring, dS buffers, issuer rule, products, dK / dV) except
+ * for how the issuer's dQ tile (64 queries x 64, fp32, unscaled) reaches its split's partial. fz_bwd_kernel adds
+ * it with a plain load / add / store by the owning thread, a dependent L2 round trip on the issuer's critical
+ * path per (key block, query tile). Here:
+ * - right after the dQ product's wait the issuing warpgroup writes the tile from its accumulator registers into
+ *   its own staging buffer in shared memory (consumer c owns buffer c, 16 KiB: two 32-column boxes of 64 rows x
+ *   128 B in the 128B-swizzled layout of the partial's tensor map), each thread fences the generic stores for the
+ *   async proxy (fence.proxy.async), each warp's lane 0 arrives on the buffer's mbarrier (once the stage and dS
+ *   buffer are released), and the warpgroup's thread 0 waits for the 4 warps and
+ *   issues two TMA tensor operations (one per box) as one bulk group: on the CTA's first key block a store
+ *   (cp.async.bulk.tensor), on later ones a reduce-add (cp.reduce.async.bulk.tensor ... .add: the partial is
+ *   fp32, so the add is fp32). The tensor map clips rows past Tq (and never crosses a batch: boxes are 1 deep in
+ *   the batch dimension), so a ragged last tile needs no mask. The warpgroup goes on to its next iteration; only
+ *   thread 0 waits, and only for its own warps' stores.
+ * - The staging buffer is reused at the consumer's next issue. The issuer alternates with the query tile's
+ *   parity, so that is normally two iterations later (with G > 1 and an odd tile count the same consumer can
+ *   issue twice in a row). Before the consumer's threads write it again, thread 0 waits until its bulk groups no
+ *   longer read shared memory (cp.async.bulk.wait_group.read 0); it does that before it stores its dS^T and
+ *   arrives on the dS "full" barrier, and every thread of the issuing warpgroup waits on that barrier before the
+ *   dQ product, so the release / acquire of the mbarrier orders the wait before every thread's staging stores.
+ *   Two buffers (one per consumer) is what the shared memory holds next to the K / V double buffer and the
+ *   4-stage ring (fb_cfg's 227 KiB); a second buffer per consumer would not fit with 4 stages.
+ * - Determinism: every element of a partial receives, per key block of the CTA, at most one operation (a key
+ *   block visits each (query head, query tile) once), always from the same thread (thread 0 of consumer
+ *   qt & 1). Bulk operations of one thread in flight together have no defined order between them, and the fp32
+ *   adds do not commute bitwise, so before its first issue of a key block thread 0 waits for the full completion
+ *   of all its earlier bulk groups (cp.async.bulk.wait_group 0: the writes performed, not just the source read)
+ *   instead of .read. Hence block j's operation on a tile is complete before block j + 1's is issued, and the
+ *   partial is ((store_0 + add_1) + add_2) + ... in key-block order on every run. The first block's stores are
+ *   covered the same way (they complete before any add is issued). Thread 0 also waits for completion (wait_group
+ *   0) before the CTA exits, so the shared-memory source outlives its reads and fz_dq_reduce, the next kernel on
+ *   the stream, sees every partial.
+ * - The partials must be 16-byte aligned (a TMA global address); their row pitch H * 64 * 4 bytes is a multiple
+ *   of 16. fz_dq_reduce then sums and scales exactly as for fz_bwd_kernel.
+ * - The staging stores: thread (warp w, g, tq) holds rows 16w + g (+8), columns 8nn + 2tq, +1; in box nn / 4 the
+ *   pair is 16-byte chunk 2 (nn % 4) + tq / 2 of its row, bytes 8 (tq & 1).., swizzled to chunk ^ (row & 7) =
+ *   chunk ^ g. Per 64-bit store a half-warp (g = 0..3) touches 4 rows x 2 chunks that the swizzle maps onto 4
+ *   distinct chunk positions: a 2-way bank conflict (4 wavefronts a warp store instead of 2), 16 stores a tile.
+ */
+
+constexpr uint32_t FZ2_STG = FB_BS * FZ_D * 4; /* one fp32 dQ tile: two 32-column boxes of 64 rows x 128 B */
+/* the staging buffers follow fz_smem's layout (its barriers end it), from the next 1 KiB boundary */
+constexpr uint32_t FZ2_STG_OFF =
+    (4 * FZ_RES + FZ_STAGES * FZ_STAGE + 2 * FZ_DS + FZ_STAGES * FZ_LD + 8 * FZ_NBARS + 1023u) & ~1023u;
+constexpr size_t FZ2_SMEM = FZ2_STG_OFF + 2 * (size_t)FZ2_STG + 16 + 1024; /* + 2 mbarriers, + alignment slack */
+static_assert(FZ2_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+
+struct fz2_smem : fz_smem {
+    __device__ uint32_t stg(int c) const { return base + FZ2_STG_OFF + c * FZ2_STG; }
+    __device__ uint32_t stgfull(int c) const { return stg(2) + 8 * c; } /* the staging tile is written */
+};
+
+/* The thread's dQ fragment d (rows 16 warp + g + 8 rr, columns 8 nn + 2 tq, +1 at d[4 nn + 2 rr], +1) into the
+ * staging tile at stg (1 KiB aligned; see the design notes above for the layout). The row base has bits 4-6
+ * clear, so the chunk (2 (nn % 4) + tq / 2) ^ g is (tq / 2 ^ g) folded into the base, then one xor with an
+ * immediate per store; fb_opaque keeps the compiler from hoisting the 16 addresses out of the tile loop. */
+__device__ __forceinline__ void fz2_store_dq(uint32_t stg, int warp, int g, int tq, const float (&d)[32]) {
+    const uint32_t row = stg + (uint32_t)(16 * warp + g) * 128u + 8u * (uint32_t)(tq & 1);
+    const uint32_t bt = fb_opaque(row | ((uint32_t)((tq >> 1) ^ g) << 4));
+#pragma unroll
+    for (int nn = 0; nn < FZ_D / 8; nn++)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const uint32_t a = (bt + (uint32_t)(nn >> 2) * 8192u + (uint32_t)rr * 1024u) ^ ((uint32_t)(nn & 3) << 5);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(d[4 * nn + 2 * rr]),
+                         "f"(d[4 * nn + 2 * rr + 1])
+                         : "memory");
+        }
+}
+
+/* TMA store (add false) or fp32 reduce-add (add true) of the 64-row x 32-column box at src (128B-swizzled) into
+ * the partial of tm at (column c0, row c1, batch c2), in the issuing thread's current bulk group. */
+__device__ __forceinline__ void fz2_tile_out(const CUtensorMap *tm, int c0, int c1, int c2, uint32_t src, bool add) {
+    if (add)
+        asm volatile(
+            "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(
+                (uint64_t)tm),
+            "r"(c0), "r"(c1), "r"(c2), "r"(src)
+            : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(
+                         (uint64_t)tm),
+                     "r"(c0), "r"(c1), "r"(c2), "r"(src)
+                     : "memory");
+}
+
+/* The fused kernel with TMA dQ partials (see the notes above). tm_p0: split 0's partial (dq, batch dim B);
+ * tm_pw: dq_part[1..S-1] in the workspace as one tensor of batch dim (S - 1) B (split s, batch b at
+ * (s - 1) B + b; a copy of tm_p0 when S = 1, never used). */
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    fz2_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                   const __grid_constant__ CUtensorMap tm_p0, const __grid_constant__ CUtensorMap tm_pw,
+                   const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                   forge_flash_shape s, float sl2, float scale) {
+    extern __shared__ __align__(1024) unsigned char fz_smem_raw[];
+    fz2_smem sm;
+    sm.base = (smem_u32(fz_smem_raw) + 1023u) & ~1023u;
+    float *ld_gen = (float *)(fz_smem_raw + (sm.ld() - smem_u32(fz_smem_raw)));
+    const int split = blockIdx.x, nsplit = gridDim.x, hk = blockIdx.y, b = blockIdx.z;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            mbar_init(sm.resfull(i), 1);
+            mbar_init(sm.resempty(i), FB_CONSUMER_WARPS);
+            mbar_init(sm.dsfull(i), FB_CONSUMER_WARPS);
+            mbar_init(sm.dsempty(i), FB_CONSUMER_WARPS / 2); /* the issuing warpgroup's 4 warps */
+            mbar_init(sm.stgfull(i), FB_CONSUMER_WARPS / 2); /* consumer i's 4 warps */
+        }
+        for (int st = 0; st < FZ_STAGES; st++) {
+            mbar_init(sm.full(st), 1 + 32);
+            mbar_init(sm.empty(st), FB_CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<FZ_PRODUCER_REGS>();
+        fz_produce(s, split, nsplit, hk, b, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sm, ld_gen);
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<FZ_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int nkb = (s.Tk + FB_BR - 1) / FB_BR;
+    int stage = 0, r = 0, n = 0; /* ring position, resident buffer uses, dS buffer uses */
+    int ni = 0;                  /* this consumer's issues so far: uses of its staging buffer */
+    uint32_t phase = 0;
+
+    for (int kbi = split, j = 0; kbi < nkb; kbi += nsplit, j++) {
+        const fb_kv_block kb = fb_kv_block_at(s, kbi * FB_BR, hk, b);
+        const int diag = kb.diag;
+        const int wk0 = kb.k0 + c * 64;         /* this warpgroup's first key */
+        const int key_lo = wk0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
+        float adk[FZ_D / 2], adv[FZ_D / 2];
+#pragma unroll
+        for (int i = 0; i < FZ_D / 2; i++) adk[i] = adv[i] = 0.0f;
+
+        if (kb.total > 0) {
+            const int rb = r & 1;
+            mbar_wait(sm.resfull(rb), (r >> 1) & 1);
+            r++;
+            const uint32_t kres = sm.k(rb), ka = kres + c * 8192, va = sm.v(rb) + c * 8192;
+            for (int it = 0; it < kb.total; it++) {
+                const int h = kb.hk * kb.G + it / kb.nq, qt = kb.t_first + it % kb.nq, qt0 = qt * FB_BS;
+                mbar_wait(sm.full(stage), phase);
+                const uint32_t qtl = sm.ring() + stage * FZ_STAGE, dtl = qtl + FZ_TILE;
+                const float *ls = ld_gen + stage * (2 * FB_BS);
+                /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
+                const bool vis = wk0 <= qt0 + FB_BS - 1 + diag && wk0 < s.Tk;
+                uint32_t pa[4][4], sa[4][4];
+                if (vis) {
+                    float st[32], dpt[32];
+                    fb_dkdv_tile_ps<FZ_D>(st, dpt, ka, va, qtl, dtl, ls, tq, sl2,
+                                          fb_pt_bounds_of(wk0, key_lo, qt0, diag, s.Tq));
+                    fw_to_a<64>(pa, st);
+                    fw_to_a<64>(sa, dpt);
+                } else { /* none of this warpgroup's keys is visible: its dS^T half is zero (pa is not read) */
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) sa[kk][i] = 0u;
+                }
+
+                const bool issuer = c == (qt & 1);
+                /* the staging buffer free again; at the consumer's first issue of the key block (iteration 0 or 1:
+                 * the issuer alternates with qt's parity) every earlier operation complete, for the fixed add
+                 * order. Ordered before the other threads' staging stores by dsfull below. */
+                if (issuer && tid == 0) {
+                    if (it == ((kb.t_first ^ c) & 1))
+                        tma_store_wait_all();
+                    else
+                        tma_store_wait_read<0>();
+                }
+
+                /* dS^T into buffer n & 1 once the issuer of use n - 2 has read it */
+                const int db = n & 1;
+                const uint32_t du = (uint32_t)(n >> 1) & 1u;
+                mbar_wait(sm.dsempty(db), du ^ 1);
+                fz_store_ds(sm.ds(db), c * 64 + warp * 16, g, tq, sa);
+                fz_fence_proxy_async();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(sm.dsfull(db));
+
+                float dqa[32];
+                if (issuer) {
+                    mbar_wait(sm.dsfull(db), du);
+                    if (vis) fb_dkdv_accumulate<FZ_D>(adv, adk, pa, sa, dtl, qtl); /* first: pa, sa die before dqa */
+                    wgmma_fence();
+                    fz_dq_product(dqa, sm.ds(db), fb_opaque(kres)); /* dQ_tile = dS.K over the 128 keys */
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(dqa);
+                    /* into the staging buffer at once: with the stores after the stage / dS releases below, dqa
+                     * stayed live across them and ptxas spilled ~560 B and serialised the wgmmas (C7512) */
+                    fz2_store_dq(sm.stg(c), warp, g, tq, dqa);
+                } else if (vis) {
+                    fb_dkdv_accumulate<FZ_D>(adv, adk, pa, sa, dtl, qtl);
+                }
+                __syncwarp();
+                if (lane == 0) mbar_arrive(sm.empty(stage)); /* the Q / dO tiles are read */
+                if (++stage == FZ_STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+                n++;
+
+                if (issuer) {
+                    if (lane == 0) mbar_arrive(sm.dsempty(db)); /* the dQ product has read the buffer */
+                    const uint32_t stg = sm.stg(c);
+                    fz_fence_proxy_async(); /* the staging stores, visible to the TMA (async proxy) */
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(sm.stgfull(c));
+                    if (tid == 0) { /* dq_part: the first key block stores, later ones add */
+                        const CUtensorMap *tmp = split == 0 ? &tm_p0 : &tm_pw;
+                        const int pz = split == 0 ? b : (split - 1) * s.B + b; /* the partial's batch coordinate */
+                        mbar_wait(sm.stgfull(c), (uint32_t)ni & 1u);
+                        fz2_tile_out(tmp, h * FZ_D, qt0, pz, stg, j != 0);
+                        fz2_tile_out(tmp, h * FZ_D + 32, qt0, pz, stg + FZ2_STG / 2, j != 0);
+                        tma_store_commit();
+                    }
+                    ni++;
+                }
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(sm.resempty(rb)); /* every wgmma reading K / V of this block is done */
+        }
+
+        fb_dkdv_store<FZ_D>(grads, adk, adv, s, b, hk, key_lo, tq, scale);
+    }
+    if (tid == 0) tma_store_wait_all(); /* the partials written and the staging buffer read before the CTA exits */
+}
+
+/* A 3D tensor map of nb fp32 dQ partials (B, Tq, H * 64 dense each, back to back from p: dims H * 64, Tq, nb) in
+ * 32-column x 64-row x 1 boxes, 128B-swizzled, as fz2_bwd_kernel writes them. FORGE_ERR_UNSUPPORTED naming the
+ * entry if the driver refuses it. */
+forge_status fz2_encode_partial(CUtensorMap *map, float *p, int nb, int Tq, int H, const char *what) {
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    const cuuint64_t row = (cuuint64_t)H * FZ_D * 4;
+    const cuuint64_t dims[3] = {(cuuint64_t)H * FZ_D, (cuuint64_t)Tq, (cuuint64_t)nb};
+    const cuuint64_t strides[2] = {row, row * (cuuint64_t)Tq};
+    const cuuint32_t box[3] = {32, FB_BS, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p, dims, strides, box, elem_strides,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: cuTensorMapEncodeTiled for %s (fp32, %d x %d rows of %d columns, box 32 x 64, 128B "
+                           "swizzle) failed with CUresult %d",
+                           LAB_FZ2_ENTRY, what, nb, Tq, H * FZ_D, (int)r);
+    return FORGE_OK;
+}
+
+} // namespace
+
+extern "C" size_t lab_flash16_backward_fused2_ws_bytes(const forge_flash_shape *s, int splits) {
+    return lab_flash16_backward_fused_ws_bytes(s, splits);
+}
+
+extern "C" forge_status lab_flash16_backward_fused2_ws(const forge_flash_shape *s, const void *q, const void *k,
+                                                       const void *v, const void *out_bf16, const void *dout_bf16,
+                                                       const float *lse, float *delta, float *dq, float *dk,
+                                                       float *dv, int splits, void *ws, size_t ws_bytes,
+                                                       void *stream) {
+    int launch = 0;
+    FORGE_TRY(fb_backward_begin(LAB_FZ2_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
+    if (!launch) return FORGE_OK;
+    if (s->D != FZ_D)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: the fused backward is compiled for D = 64 only, got D=%d",
+                           LAB_FZ2_ENTRY, s->D);
+    int nsplit = 1;
+    FORGE_TRY(fz_splits(s, splits, &nsplit));
+    const size_t need = fz_ws_bytes(s, nsplit);
+    if (ws_bytes < need || (need > 0 && ws == NULL))
+        return forge_error(FORGE_ERR_ARG, "%s: %d splits need a %zu-byte workspace, got %zu", LAB_FZ2_ENTRY, nsplit,
+                           need, ws_bytes);
+    if (((uintptr_t)dq & 15u) != 0 || (need > 0 && ((uintptr_t)ws & 15u) != 0))
+        return forge_error(FORGE_ERR_ARG,
+                           "%s: dq (%p) and the workspace (%p) must be 16-byte aligned (TMA writes the dQ partials)",
+                           LAB_FZ2_ENTRY, (void *)dq, ws);
+    /* the partials' maps first: a refusal leaves nothing written */
+    CUtensorMap tm_p0, tm_pw;
+    FORGE_TRY(fz2_encode_partial(&tm_p0, dq, s->B, s->Tq, s->H, "dq (split 0's partial)"));
+    if (nsplit > 1)
+        FORGE_TRY(fz2_encode_partial(&tm_pw, (float *)ws, (nsplit - 1) * s->B, s->Tq, s->H,
+                                     "the workspace (splits 1.. partials)"));
+    else
+        tm_pw = tm_p0;
+    fb_call c;
+    FORGE_TRY(fb_backward_prepare(&c, LAB_FZ2_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
+    CUDA_TRY(cudaFuncSetAttribute(fz2_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ2_SMEM));
+    const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
+    fz2_bwd_kernel<<<grid, FB_THREADS, FZ2_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_p0, tm_pw, c.lse,
+                                                         c.delta, c.g, c.s, c.sl2, c.scale);
+    CUDA_LAUNCH_CHECK("fz2_bwd_kernel");
+    const size_t n4 = (size_t)s->B * s->Tq * s->H * FZ_D / 4;
+    const size_t blocks = (n4 + 255) / 256;
+    fz_dq_reduce<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, c.st>>>(
+        dq, (const float *)ws, n4, s->Tq, s->H * FZ_D, s->Tk - s->Tq, nsplit, c.scale);
+    CUDA_LAUNCH_CHECK("fz_dq_reduce (fused2)");
+    return FORGE_OK;
+}
+
+/* lab_flash16_backward_fused2_ws with forge's backward signature, S by the rule and a grow-only workspace of
+ * this file (cudaMalloc: 256-byte aligned), freed at exit by the driver (not thread-safe). */
+extern "C" forge_status lab_flash16_backward_fused2(const forge_flash_shape *s, const void *q, const void *k,
+                                                    const void *v, const void *out_bf16, const void *dout_bf16,
+                                                    const float *lse, float *delta, float *dq, float *dk, float *dv,
+                                                    void *stream) {
+    static void *ws = NULL;
+    static size_t ws_cap = 0;
+    const size_t need = lab_flash16_backward_fused2_ws_bytes(s, 0);
+    if (need > ws_cap) {
+        if (ws) CUDA_TRY(cudaFree(ws));
+        ws = NULL;
+        ws_cap = 0;
+        CUDA_TRY(cudaMalloc(&ws, need));
+        ws_cap = need;
+    }
+    return lab_flash16_backward_fused2_ws(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, 0, ws, ws_cap,
+                                          stream);
 }

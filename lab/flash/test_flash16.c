@@ -15,9 +15,11 @@
  *   kernels must take on sm_90.
  * - flash16_backward_fused_s{0,1,2,3}.*: the fused backward (split rule, S forced
  *   to 1, 2, 3) at its own shapes (FZ_SHAPES) against float64 and against
- *   forge_flash_bf16_backward_wgmma, and bitwise equal over two runs.
- * And a pingpong call with a head dim that has no tile must be refused, and the
- * fused backward at D = 128.
+ *   forge_flash_bf16_backward_wgmma, and bitwise equal over two runs;
+ *   flash16_backward_fused2_s{0,1,2,3}.*: the same for its TMA reduce-add
+ *   variant (lab_flash16_backward_fused2*).
+ * And a pingpong call with a head dim that has no tile must be refused, and
+ * both fused backwards at D = 128.
  * --quick drops the shapes with Tq > 300. Ends with "N passed, N failed";
  * exit status 1 on any failure.
  */
@@ -114,31 +116,33 @@ static void fz_free_out(parity *P, fa_bwd_out *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* One run of the fused backward with `splits` (0: lab_flash16_backward_fused, forge's signature and the split
- * rule; > 0: lab_flash16_backward_fused_ws with S forced, on a NaN-poisoned workspace, so a partial the reduce
- * reads but no CTA wrote shows as NaN) into fresh NaN-poisoned outputs; synchronised. */
-static forge_status fz_run(parity *P, fa_case *c, int splits, fa_bwd_out *o) {
+/* One run of the fused backward (v2 = 0: lab_flash16_backward_fused*, 1: its TMA reduce-add variant
+ * lab_flash16_backward_fused2*) with `splits` (0: the entry with forge's signature and the split rule; > 0: the _ws
+ * entry with S forced, on a NaN-poisoned workspace, so a partial the reduce reads but no CTA wrote shows as NaN)
+ * into fresh NaN-poisoned outputs; synchronised. */
+static forge_status fz_run(parity *P, fa_case *c, int v2, int splits, fa_bwd_out *o) {
     if (!fa_case_bwd_out(P, c, o)) return FORGE_ERR_OOM;
     if (splits == 0)
-        return lab_flash16_backward_fused(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o->delta, o->dq, o->dk,
-                                          o->dv, c->stream);
-    const size_t wsb = lab_flash16_backward_fused_ws_bytes(&c->fs, splits);
+        return (v2 ? lab_flash16_backward_fused2 : lab_flash16_backward_fused)(
+            &c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o->delta, o->dq, o->dk, o->dv, c->stream);
+    const size_t wsb =
+        (v2 ? lab_flash16_backward_fused2_ws_bytes : lab_flash16_backward_fused_ws_bytes)(&c->fs, splits);
     void *ws = wsb ? fa_dev(P, wsb, NULL, 0xff) : NULL;
     if (wsb && !ws) return FORGE_ERR_OOM;
-    forge_status st = lab_flash16_backward_fused_ws(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o->delta,
-                                                    o->dq, o->dk, o->dv, splits, ws, wsb, c->stream);
+    forge_status st = (v2 ? lab_flash16_backward_fused2_ws : lab_flash16_backward_fused_ws)(
+        &c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o->delta, o->dq, o->dk, o->dv, splits, ws, wsb, c->stream);
     if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
     if (ws) P->gpu->mem_free(P->gpu, ws);
     return st;
 }
 
-/* The fused backward (lab_flash16_backward_fused*) at one shape, on the mma.sync forward's out and lse, for the
- * split rule and S forced to 1, 2, 3 (capped at the key blocks by the entry):
- * - flash16_backward_fused_sN.{dq,dk,dv}: against the float64 reference (the fixture's tolerance);
- * - flash16_backward_fused_sN.{dq,dk,dv}[wgmma]: against forge_flash_bf16_backward_wgmma on the same inputs,
- *   within the same 3e-2 * max|that tensor| (both are within that of float64; a layout, mask or split bug is an
- *   O(1) error);
- * - flash16_backward_fused_sN.determinism: a second run bitwise equal. */
+/* Both fused backwards (lab_flash16_backward_fused* as flash16_backward_fused_sN, lab_flash16_backward_fused2* as
+ * flash16_backward_fused2_sN) at one shape, on the mma.sync forward's out and lse, for the split rule and S forced
+ * to 1, 2, 3 (capped at the key blocks by the entry):
+ * - NAME.{dq,dk,dv}: against the float64 reference (the fixture's tolerance);
+ * - NAME.{dq,dk,dv}[wgmma]: against forge_flash_bf16_backward_wgmma on the same inputs, within the same
+ *   3e-2 * max|that tensor| (both are within that of float64; a layout, mask or split bug is an O(1) error);
+ * - NAME.determinism: a second run bitwise equal. */
 static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
     if (!fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
@@ -172,11 +176,12 @@ static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
     }
 
     static const int splits[4] = {0, 1, 2, 3};
-    for (int si = 0; si < 4; si++) {
+    for (int vi = 0; vi < 8; vi++) {
+        const int v2 = vi / 4, si = vi % 4;
         char name[64], sub[96];
-        snprintf(name, sizeof name, "flash16_backward_fused_s%d", splits[si]);
+        snprintf(name, sizeof name, "flash16_backward_fused%s_s%d", v2 ? "2" : "", splits[si]);
         fa_bwd_out o1 = {0}, o2 = {0};
-        st = fz_run(P, &c, splits[si], &o1);
+        st = fz_run(P, &c, v2, splits[si], &o1);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st != FORGE_OK) {
             fa_case_failed(P, &c, name, st);
@@ -199,7 +204,7 @@ static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
             }
         }
         snprintf(sub, sizeof sub, "%s.determinism", name);
-        st = fz_run(P, &c, splits[si], &o2);
+        st = fz_run(P, &c, v2, splits[si], &o2);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st != FORGE_OK) {
             fa_case_failed(P, &c, sub, st);
@@ -262,14 +267,14 @@ int lab_test_flash16(int argc, char **argv) {
     fa_expect_refusal(&P, "flash16_forward_wgmma_pp.refuse",
                       lab_flash16_forward_sched(&fs, dummy, dummy, dummy, dummy, (float *)dummy,
                                                 LAB_FLASH16_SCHED_PINGPONG, NULL));
-    /* the fused backward is compiled for D = 64 only: D = 128 must be refused, not run */
-    {
+    /* the fused backwards are compiled for D = 64 only: D = 128 must be refused, not run */
+    for (int v2 = 0; v2 < 2; v2++) {
         forge_flash_shape f128 = {1, 16, 16, 2, 2, 128, 2 * 128, 2 * 128, 2 * 128, 2 * 128};
-        const forge_status rs = lab_flash16_backward_fused(&f128, dummy, dummy, dummy, dummy, dummy, (float *)dummy,
-                                                           (float *)dummy, (float *)dummy, (float *)dummy,
-                                                           (float *)dummy, NULL);
-        report(&P, rs == FORGE_ERR_UNSUPPORTED, "flash16_backward_fused.refuse", "D=128", 0, 0,
-               rs == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+        const forge_status rs = (v2 ? lab_flash16_backward_fused2 : lab_flash16_backward_fused)(
+            &f128, dummy, dummy, dummy, dummy, dummy, (float *)dummy, (float *)dummy, (float *)dummy, (float *)dummy,
+            (float *)dummy, NULL);
+        report(&P, rs == FORGE_ERR_UNSUPPORTED, v2 ? "flash16_backward_fused2.refuse" : "flash16_backward_fused.refuse",
+               "D=128", 0, 0, rs == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
     }
     forge_backend_destroy(P.gpu);
     printf("%d passed, %d failed\n", P.passed, P.failed);
