@@ -59,7 +59,7 @@
  *   waits for it before any branch, nothing written to a register an
  *   in-flight wgmma reads; the issuer / visibility cases are separate paths
  *   each with its own issue and wait.
- * - fz2_bwd_kernel (entries lab_flash16_backward_fused2*): the same kernel
+ * - fz_bwd2_kernel (entries lab_flash16_backward_fused2*): the same kernel
  *   with the dQ tile sent to its partial by a TMA store / fp32 bulk
  *   reduce-add from a shared-memory staging buffer instead of the owning
  *   thread's load / add / store; its notes are above the kernel.
@@ -73,7 +73,7 @@
 #include "flash16_variants.h"
 
 #define LAB_FZ_ENTRY "lab_flash16_backward_fused"   /* named in errors */
-#define LAB_FZ2_ENTRY "lab_flash16_backward_fused2" /* the TMA reduce-add variant (fz2_bwd_kernel) */
+#define LAB_FZ2_ENTRY "lab_flash16_backward_fused2" /* the TMA reduce-add variant (fz_bwd2_kernel) */
 
 namespace {
 
@@ -453,7 +453,7 @@ namespace {
 
 /* ---- fused2: the dQ partial tile leaves through shared memory and a TMA bulk reduce-add ------------------------
  *
- * fz2_bwd_kernel is fz_bwd_kernel (same grid, producer, ring, dS buffers, issuer rule, products, dK / dV) except
+ * fz_bwd2_kernel is fz_bwd_kernel (same grid, producer, ring, dS buffers, issuer rule, products, dK / dV) except
  * for how the issuer's dQ tile (64 queries x 64, fp32, unscaled) reaches its split's partial. fz_bwd_kernel adds
  * it with a plain load / add / store by the owning thread, a dependent L2 round trip on the issuer's critical
  * path per (key block, query tile). Here:
@@ -543,7 +543,7 @@ __device__ __forceinline__ void fz2_tile_out(const CUtensorMap *tm, int c0, int 
  * tm_pw: dq_part[1..S-1] in the workspace as one tensor of batch dim (S - 1) B (split s, batch b at
  * (s - 1) B + b; a copy of tm_p0 when S = 1, never used). */
 __global__ void __launch_bounds__(FB_THREADS, 1)
-    fz2_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+    fz_bwd2_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                    const __grid_constant__ CUtensorMap tm_p0, const __grid_constant__ CUtensorMap tm_pw,
                    const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
@@ -691,7 +691,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 }
 
 /* A 3D tensor map of nb fp32 dQ partials (B, Tq, H * 64 dense each, back to back from p: dims H * 64, Tq, nb) in
- * 32-column x 64-row x 1 boxes, 128B-swizzled, as fz2_bwd_kernel writes them. FORGE_ERR_UNSUPPORTED naming the
+ * 32-column x 64-row x 1 boxes, 128B-swizzled, as fz_bwd2_kernel writes them. FORGE_ERR_UNSUPPORTED naming the
  * entry if the driver refuses it. */
 forge_status fz2_encode_partial(CUtensorMap *map, float *p, int nb, int Tq, int H, const char *what) {
     gemm_encode_tiled_fn encode = nullptr;
@@ -749,11 +749,11 @@ extern "C" forge_status lab_flash16_backward_fused2_ws(const forge_flash_shape *
         tm_pw = tm_p0;
     fb_call c;
     FORGE_TRY(fb_backward_prepare(&c, LAB_FZ2_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
-    CUDA_TRY(cudaFuncSetAttribute(fz2_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ2_SMEM));
+    CUDA_TRY(cudaFuncSetAttribute(fz_bwd2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ2_SMEM));
     const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
-    fz2_bwd_kernel<<<grid, FB_THREADS, FZ2_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_p0, tm_pw, c.lse,
+    fz_bwd2_kernel<<<grid, FB_THREADS, FZ2_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_p0, tm_pw, c.lse,
                                                          c.delta, c.g, c.s, c.sl2, c.scale);
-    CUDA_LAUNCH_CHECK("fz2_bwd_kernel");
+    CUDA_LAUNCH_CHECK("fz_bwd2_kernel");
     const size_t n4 = (size_t)s->B * s->Tq * s->H * FZ_D / 4;
     const size_t blocks = (n4 + 255) / 256;
     fz_dq_reduce<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, c.st>>>(

@@ -73,7 +73,7 @@ forge_status lab_flash16_backward_fused(const forge_flash_shape *s, const void *
                                         const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                         float *dq, float *dk, float *dv, void *stream);
 
-/* fused2: the fused backward with the dQ partial tiles written by TMA (flash16_bwd_fused.cu, fz2_bwd_kernel: the
+/* fused2: the fused backward with the dQ partial tiles written by TMA (flash16_bwd_fused.cu, fz_bwd2_kernel: the
  * issuer stages its fp32 dQ tile in shared memory and one thread issues a bulk tensor store on the CTA's first key
  * block, a bulk fp32 reduce-add on later ones, instead of a plain read-modify-write). Same splits, workspace size
  * (lab_flash16_backward_fused2_ws_bytes = lab_flash16_backward_fused_ws_bytes), contract, refusals and results up
