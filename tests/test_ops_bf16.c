@@ -557,7 +557,7 @@ static void test_fresh_writes(void) {
     float *w = fx_floats(C), *bias = fx_floats(C), *mean = fx_floats(N), *rstd = fx_floats(N);
     float *dw = fx_floats((size_t)V * C), *db = fx_floats(C), *lse = fx_floats(nl), *losses = fx_floats(N);
     float *fscratch = fx_floats(FORGE_FLASH_BF16_SCRATCH(B, T, NH, NKV, HS));
-    float *cscratch = fx_floats(FORGE_CLS_BF16_SCRATCH(N, C, V));
+    float *cscratch = fx_floats(FORGE_CLS_BF16_SCRATCH(N, C, V, 0));
     forge_bf16 *wte = bf_random(&rng, (size_t)V * C, -0.1f, 0.1f);
     int32_t *tg = malloc(N * sizeof *tg);
     if (!x || !y || !g || !qkv || !dout || !out || !want || !got || !want2 || !got2 || !yo || !w || !bias || !mean ||
@@ -616,8 +616,8 @@ static void test_fresh_writes(void) {
         check_bits("flash_attention_backward_bf16 written", got, want, nq);
 
         FRESH_RESET(nc);
-        CHECK_OK(be->classifier_bf16(be, losses, want, dw, cscratch, x, wte, tg, N, C, V, -100, 0.5f, 1));
-        CHECK_OK(be->classifier_bf16(be, losses, got, dw, cscratch, x, wte, tg, N, C, V, -100, 0.5f, 0));
+        CHECK_OK(be->classifier_bf16(be, losses, want, dw, cscratch, x, wte, tg, N, C, V, -100, 0.5f, 1, 0));
+        CHECK_OK(be->classifier_bf16(be, losses, got, dw, cscratch, x, wte, tg, N, C, V, -100, 0.5f, 0, 0));
         check_bits("classifier_bf16 written", got, want, nc);
 #undef FRESH_RESET
         forge_backend_destroy(be);

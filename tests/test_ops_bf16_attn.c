@@ -220,17 +220,18 @@ static forge_bf16 *bx_grid(forge_rng *rng, size_t n, int kmax, double step) {
     return x;
 }
 
-static void classifier_case(forge_backend *be, forge_rng *rng, int N, int C, int V, int ignore_pct, float gs) {
+static void classifier_case(forge_backend *be, forge_rng *rng, int N, int C, int V, int ignore_pct, float gs,
+                            int chunk_rows) {
     const int ig = -100;
     forge_bf16 *inp = bx_grid(rng, (size_t)N * C, 16, 1.0 / 16), *wte = bx_grid(rng, (size_t)V * C, 25, 1.0 / 256);
     forge_bf16 *di0 = bx_random(rng, (size_t)N * C, -1, 1), *dinp = bx_copy(di0, (size_t)N * C);
     forge_bf16 *rdinp = malloc((size_t)N * C * 2 + 2);
     float *dw0 = fx_random(rng, (size_t)V * C, -1, 1), *dwte = fx_copy(dw0, (size_t)V * C);
-    float *losses = fx_floats(N), *scratch = fx_floats(FORGE_CLS_BF16_SCRATCH(N, C, V));
+    float *losses = fx_floats(N), *scratch = fx_floats(FORGE_CLS_BF16_SCRATCH(N, C, V, chunk_rows));
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)(N ? N : 1));
     for (int n = 0; n < N; n++)
         tg[n] = forge_rng_below(rng, 100) < (uint64_t)ignore_pct ? ig : (int)forge_rng_below(rng, (uint64_t)V);
-    CHECK_OK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, N, C, V, ig, gs, 1));
+    CHECK_OK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, N, C, V, ig, gs, 1, chunk_rows));
 
     /* float64, the same roundings: logits (exact sums) rounded, dlogits rounded, dinp rounded after the add */
     double *x = malloc(sizeof(double) * (size_t)V), *dx = malloc(sizeof(double) * (size_t)C);
@@ -303,6 +304,31 @@ static void classifier_case(forge_backend *be, forge_rng *rng, int N, int C, int
     free(dl);
 }
 
+/* The chunk size changes no result of the reference: losses, dinp and dwte bitwise equal in one chunk and in
+ * chunks of 8 (equal chunks), 13 (a limit that is not a multiple of 8) and 1 row. */
+static void classifier_chunks_case(forge_backend *be, forge_rng *rng) {
+    const int N = 61, C = 24, V = 517, ig = -100, limits[3] = {8, 13, 1};
+    forge_bf16 *inp = bx_random(rng, (size_t)N * C, -1, 1), *wte = bx_random(rng, (size_t)V * C, -0.1, 0.1);
+    forge_bf16 *d0 = bx_random(rng, (size_t)N * C, -1, 1), *d1 = bx_copy(d0, (size_t)N * C);
+    float *w0 = fx_random(rng, (size_t)V * C, -1, 1), *w1 = fx_copy(w0, (size_t)V * C);
+    float *l0 = fx_floats(N), *l1 = fx_floats(N), *scratch = fx_floats(FORGE_CLS_BF16_SCRATCH(N, C, V, 0));
+    int32_t tg[61];
+    for (int n = 0; n < N; n++) tg[n] = n % 7 == 3 ? ig : (int)forge_rng_below(rng, (uint64_t)V);
+    CHECK(FORGE_CLS_BF16_ROWS(N, V, 8) == 8 && FORGE_CLS_BF16_ROWS(N, V, 16) == 16 &&
+          FORGE_CLS_BF16_ROWS(N, V, 24) == 24 && FORGE_CLS_BF16_ROWS(N, V, 40) == 32);
+    CHECK_OK(be->classifier_bf16(be, l0, d0, w0, scratch, inp, wte, tg, N, C, V, ig, 0.5f, 1, 0));
+    for (int k = 0; k < 3; k++) {
+        forge_bf16 *dk = bx_copy(d1, (size_t)N * C); /* the inputs d0 and w0 had */
+        float *wk = fx_copy(w1, (size_t)V * C);
+        CHECK_OK(be->classifier_bf16(be, l1, dk, wk, scratch, inp, wte, tg, N, C, V, ig, 0.5f, 1, limits[k]));
+        CHECK_MSG(memcmp(l0, l1, sizeof(float) * N) == 0, "chunk_rows %d: losses differ", limits[k]);
+        CHECK_MSG(memcmp(d0, dk, sizeof(forge_bf16) * (size_t)N * C) == 0, "chunk_rows %d: dinp differs", limits[k]);
+        CHECK_MSG(memcmp(w0, wk, sizeof(float) * (size_t)V * C) == 0, "chunk_rows %d: dwte differs", limits[k]);
+        free(dk), free(wk);
+    }
+    free(inp), free(wte), free(d0), free(d1), free(w0), free(w1), free(l0), free(l1), free(scratch);
+}
+
 static void test_classifier_bf16(void) {
     TEST_CASE("classifier bf16: reference vs float64 with the same roundings and vs the fp32 ops");
     forge_backend *be = NULL;
@@ -310,19 +336,27 @@ static void test_classifier_bf16(void) {
     forge_rng_seed(&rng, 23, 5);
     CHECK_OK(forge_backend_create_cpu(&be, 1, 1));
     if (!be) return;
-    classifier_case(be, &rng, 37, 45, 300, 25, 0.03f);
-    classifier_case(be, &rng, 9, 16, 7, 30, 1.0f);
-    classifier_case(be, &rng, 1, 8, 1001, 0, 0.5f);
-    /* several chunks: FORGE_CLS_BF16_ROWS(300, 2^20 + 3) = 127 rows (127, 127, 46) */
-    CHECK(FORGE_CLS_BF16_ROWS(300, (1 << 20) + 3) == 127);
-    classifier_case(be, &rng, 300, 2, (1 << 20) + 3, 10, 0.25f);
-    classifier_case(be, &rng, 0, 8, 50, 0, 1.0f);
+    classifier_case(be, &rng, 37, 45, 300, 25, 0.03f, 0);
+    classifier_case(be, &rng, 9, 16, 7, 30, 1.0f, 0);
+    classifier_case(be, &rng, 1, 8, 1001, 0, 0.5f, 0);
+    /* several chunks: chunk_rows 127 (not a multiple of 8: chunks of 127, 127, 46) */
+    CHECK(FORGE_CLS_BF16_ROWS(300, (1 << 20) + 3, 127) == 127);
+    classifier_case(be, &rng, 300, 2, (1 << 20) + 3, 10, 0.25f, 127);
+    classifier_case(be, &rng, 0, 8, 50, 0, 1.0f, 0);
+    /* the chunk rows: the cap (2^30 logits, a multiple of 128 above 128 rows, at most 16384 rows); N above the
+     * limit in equal chunks rounded up to 8 rows where the limit is a multiple of 8; chunk_rows only lowers it */
+    CHECK(FORGE_CLS_BF16_CAP(50257) == 16384 && FORGE_CLS_BF16_CAP((1 << 20) + 3) == 896);
+    CHECK(FORGE_CLS_BF16_ROWS(16384, 50257, 0) == 16384 && FORGE_CLS_BF16_ROWS(32768, 50257, 0) == 16384);
+    CHECK(FORGE_CLS_BF16_ROWS(16385, 50257, 0) == 8200 && FORGE_CLS_BF16_ROWS(1803, 131101, 896) == 608);
+    CHECK(FORGE_CLS_BF16_ROWS(100, 50257, 1 << 20) == 100 && FORGE_CLS_BF16_ROWS(1 << 20, 50257, 1 << 20) == 16384);
+    CHECK(FORGE_CLS_BF16_ROWS(5, (1 << 30) + 1, 0) == 1 && FORGE_CLS_BF16_SCRATCH(5, 4, (1 << 30) + 1, 0) >= (1u << 30));
+    classifier_chunks_case(be, &rng);
 
     /* a target outside [0, V) that is not ignore_index: an error, and nothing written */
     forge_bf16 inp[4] = {0}, wte[8] = {0}, dinp[4] = {0};
     float losses[2] = {7.0f, 7.0f}, dwte[8] = {0}, scratch[64];
     int32_t tg[2] = {1, 4};
-    CHECK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, 2, 2, 4, -100, 1.0f, 1) == FORGE_ERR_ARG);
+    CHECK(be->classifier_bf16(be, losses, dinp, dwte, scratch, inp, wte, tg, 2, 2, 4, -100, 1.0f, 1, 0) == FORGE_ERR_ARG);
     CHECK(losses[0] == 7.0f && losses[1] == 7.0f);
     forge_error_clear();
     forge_backend_destroy(be);

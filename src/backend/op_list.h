@@ -471,17 +471,18 @@
      * row); dlogits = rn((softmax - onehot) grad_scale) (0 for an ignore row); dinp = rn(dinp + dlogits wte);    \
      * dwte (fp32) += dlogits^T inp (dinp, dwte NULL: not computed; both NULL: the loss alone, for evaluation); \
      * accumulate = 0: dinp = rn(0 + dlogits wte), written (a fresh gradient; dwte is still added into).         \
+     * chunk_rows > 0 lowers the rows of a chunk (tests: several chunks at small sizes); 0: FORGE_CLS_BF16_CAP. \
      * A target outside [0, V) that is not ignore_index is an error. scratch:                                    \
      * FORGE_CLS_BF16_SCRATCH floats. Tolerances: FORGE_CLS_BF16_*_TOL below. */                                 \
     X(classifier_bf16, FORGE_BF16, 0,                                                                            \
       A(OUT, float, losses, N, ABS(FORGE_CLS_BF16_LOSS_TOL(C)))                                               \
           A(ACC_IF_OPT, forge_bf16, dinp, (size_t)N * C, ABS(FORGE_CLS_BF16_DINP_TOL(grad_scale)), accumulate)   \
               A(ACC_OPT, float, dwte, (size_t)V * C, ABS(FORGE_CLS_BF16_DWTE_TOL(N, grad_scale)))                \
-                  A(SCRATCH, scratch, FORGE_CLS_BF16_SCRATCH(N, C, V))                                           \
+                  A(SCRATCH, scratch, FORGE_CLS_BF16_SCRATCH(N, C, V, chunk_rows))                               \
                       A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, wte, (size_t)V * C, -0.1, 0.1) \
                           A(IDS, targets, N, V, ignore_index, ignore_pct) A(SIZE, int, N) A(SIZE, int, C)        \
                               A(SIZE, int, V) A(SCALAR, int, ignore_index) A(SCALAR, float, grad_scale)          \
-                                  A(SCALAR, int, accumulate) A(DIM, ignore_pct),                                 \
+                                  A(SCALAR, int, accumulate) A(SCALAR, int, chunk_rows) A(DIM, ignore_pct),      \
       FORGE_CLS_BF16_CASES(K, FORGE_CASE_ACC) FORGE_CLS_BF16_WRITE_CASES(K))                                     \
                                                                                                                  \
     /* ---- reductions and the optimizer --------------------------------------------------------------------- */   \
@@ -664,10 +665,13 @@
 #define FORGE_FLASH_BF16_OUT_TOL(vmax) (2.0 * ldexp((vmax), -9) + ldexp(1.0, -7))
 #define FORGE_FLASH_BF16_LSE_TOL(HS, qmax) ((qmax) * (qmax) * pow((double)(HS), 1.5) * ldexp(1.0, -24) + 2e-5)
 #define FORGE_FLASH_BF16_DQKV_TOL (ldexp(1.0, -7) + ldexp(1.0, -6))
-/* Classifier (bf16). Rows per chunk: FORGE_CLS_BF16_CHUNK / V (at least 1, at most FORGE_CLS_BF16_MAX_ROWS), above
- * 128 rounded down to a multiple of 128 (the GEMMs' row tile), at most N. Scratch, in floats: the chunk's logits
- * and dlogits (bf16, (rows, V) each) and its (rows, C) fp32 product dlogits . wte, +16 to align the pieces to 16
- * bytes.
+/* Classifier (bf16). Rows per chunk: at most the limit, which is chunk_rows when in (0, cap), else the cap
+ * FORGE_CLS_BF16_CAP(V) = FORGE_CLS_BF16_CHUNK / V (at least 1, at most FORGE_CLS_BF16_MAX_ROWS), above 128 rounded
+ * down to a multiple of 128 (the GEMMs' row tile). N rows above the limit are cut into equal chunks, each rounded up to a multiple of 8
+ * where the limit is one (so every chunk but the last takes the CUDA kernel's transposed layout); else chunks of the
+ * limit. Scratch, in floats: the chunk's logits (rows, V) bf16 (the CUDA transposed layout writes the dlogits over
+ * them; its row layout takes half the rows at a time, logits and dlogits side by side, so at least 2 rows' worth)
+ * and its (rows, C) fp32 product dlogits . wte, +16 to align the pieces to 16 bytes.
  * Tolerances (inputs: inp in [-1, 1], wte in [-0.1, 0.1], so a logit is a C-term sum of std 0.033 sqrt(C) and
  * |logit| <= Lmax = 0.2 sqrt(C) (6 std)). A GPU logit is rn() of an fp32 sum in another order, so it can land one
  * bf16 ulp (<= 2^-7 |logit|) from the reference's (the fp32 sums differ by ~sqrt(C) 2^-24 |logit|, so this is rare:
@@ -678,26 +682,33 @@
  *   plus one dlogit landing one ulp away (<= 2^-7 grad_scale) times |wte| <= 0.1 (< 2^-9 grad_scale).
  * - dwte (fp32) += an N-long sum: SUM(N) for the order, plus one dlogit one ulp away (<= 2^-7 grad_scale, the
  *   target's: |p - 1| grad_scale <= grad_scale) times |inp| <= 1. */
-/* 2^27 logits a chunk (256 MiB of bf16), at most 4096 rows: GPT-2's 50257-id vocabulary gets 2560 rows, so dinp's
- * NN GEMM (rows x C over K = V, which cannot split K) has 20 x 6 tiles of 128 x 128 at C = 768, about one wave of
- * the target GPU's SMs, and dwte's fp32 read-modify-write happens once per 2560 rows; a small vocabulary stops at 4096
- * rows (8192 ids: 140 MiB of scratch rather than 562 MiB for 16k rows), where its GEMMs are short anyway
- * (docs/results.md has the measurements behind the sizes) */
-#define FORGE_CLS_BF16_CHUNK (1 << 27)
-#define FORGE_CLS_BF16_MAX_ROWS 4096
+/* 2^30 logits a chunk (2 GiB of bf16), at most 16384 rows: GPT-2's 50257-id vocabulary takes gpt2-124m's
+ * 16 x 1024 rows in one chunk, so each of the three GEMMs runs once over the batch and dwte's fp32
+ * read-modify-write happens once (docs/results.md has the measurements behind the sizes) */
+#define FORGE_CLS_BF16_CHUNK (1 << 30)
+#define FORGE_CLS_BF16_MAX_ROWS 16384
 #define FORGE_CLS_BF16_CAP(V)                                                                                    \
     (FORGE_CLS_BF16_CHUNK / (V) >= FORGE_CLS_BF16_MAX_ROWS ? FORGE_CLS_BF16_MAX_ROWS                             \
      : FORGE_CLS_BF16_CHUNK / (V) >= 128                   ? FORGE_CLS_BF16_CHUNK / (V) / 128 * 128              \
      : FORGE_CLS_BF16_CHUNK / (V) >= 1                     ? FORGE_CLS_BF16_CHUNK / (V)                          \
                                                            : 1)
-#define FORGE_CLS_BF16_ROWS(N, V) ((N) < FORGE_CLS_BF16_CAP(V) ? (N) : FORGE_CLS_BF16_CAP(V))
-#define FORGE_CLS_BF16_SCRATCH(N, C, V) ((size_t)FORGE_CLS_BF16_ROWS(N, V) * ((size_t)(V) + (size_t)(C)) + 16)
+#define FORGE_CLS_BF16_LIMIT(V, cr) ((cr) > 0 && (cr) < FORGE_CLS_BF16_CAP(V) ? (cr) : FORGE_CLS_BF16_CAP(V))
+#define FORGE_CLS_BF16_NCHUNKS(N, V, cr) (((N) + FORGE_CLS_BF16_LIMIT(V, cr) - 1) / FORGE_CLS_BF16_LIMIT(V, cr))
+#define FORGE_CLS_BF16_ROWS(N, V, cr)                                                                            \
+    ((N) <= FORGE_CLS_BF16_LIMIT(V, cr)       ? (N)                                                              \
+     : FORGE_CLS_BF16_LIMIT(V, cr) % 8 != 0 ? FORGE_CLS_BF16_LIMIT(V, cr)                                        \
+                                            : (((N) + FORGE_CLS_BF16_NCHUNKS(N, V, cr) - 1) /                    \
+                                                   FORGE_CLS_BF16_NCHUNKS(N, V, cr) + 7) / 8 * 8)
+#define FORGE_CLS_BF16_SCRATCH(N, C, V, cr)                                                                      \
+    (((size_t)(FORGE_CLS_BF16_ROWS(N, V, cr) == 1 ? 2 : FORGE_CLS_BF16_ROWS(N, V, cr)) * (size_t)(V) + 1) / 2 +  \
+     (size_t)FORGE_CLS_BF16_ROWS(N, V, cr) * (size_t)(C) + 16)
 #define FORGE_CLS_BF16_LOSS_TOL(C) (0.2 * sqrt((double)(C)) * ldexp(1.0, -7) + 1e-4)
 #define FORGE_CLS_BF16_DINP_TOL(gs) (ldexp(1.0, -7) + (gs) * ldexp(1.0, -9))
 #define FORGE_CLS_BF16_DWTE_TOL(N, gs) (1e-4 * fmax(1.0, sqrt((double)(N)) / 8) + (gs) * ldexp(1.0, -7))
 /* C % 8 != 0 (the SIMT fallback of every GEMM), V % 8 != 0 (the vocabulary tail), V < 8 (tail only), several
- * chunks (V = 2^20 + 3: 127 rows a chunk); chunks of rows % 8 == 0 with C % 8 == 0 take the CUDA kernel's
- * transposed layout (N = 64, 8, 256 and 1800: 896 + 896 + 8 rows, V odd) */
+ * chunks (chunk_rows 127: 127 + 127 + 46 rows; chunk_rows 896 at N = 1803: 608 + 608 + 587 rows); chunks of
+ * rows % 8 == 0 with C % 8 == 0 take the CUDA kernel's transposed layout, the rows past a multiple of 8 the row
+ * layout (N = 64, 8, 256, 257: 256 + 1, 1803: ... + 584 + 3, V odd) */
 #define FORGE_CLS_BF16_CASES(K, EXTRA)                                                                           \
     K(.N = 37, .C = 45, .V = 1000, .ignore_index = -100, .grad_scale = 0.03f, .ignore_pct = 25 EXTRA())          \
     K(.N = 1, .C = 64, .V = 1000, .ignore_index = -100, .grad_scale = 1.0f, .ignore_pct = 0 EXTRA())             \
@@ -706,16 +717,19 @@
     K(.N = 257, .C = 200, .V = 131, .ignore_index = -100, .grad_scale = 0.5f, .ignore_pct = 10 EXTRA())          \
     K(.N = 300, .C = 128, .V = 8192, .ignore_index = -100, .grad_scale = 0.01f, .ignore_pct = 10 EXTRA())        \
     K(.N = 5, .C = 768, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 20 EXTRA())         \
-    K(.N = 300, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10 EXTRA())        \
+    K(.N = 300, .C = 8, .V = 1048579, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10,                 \
+      .chunk_rows = 127 EXTRA())                                                                                 \
     K(.N = 256, .C = 64, .V = 50257, .ignore_index = -100, .grad_scale = 0.25f, .ignore_pct = 10 EXTRA())        \
-    K(.N = 1800, .C = 8, .V = 131101, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10 EXTRA())
+    K(.N = 1803, .C = 8, .V = 131101, .ignore_index = -100, .grad_scale = 0.1f, .ignore_pct = 10,                \
+      .chunk_rows = 896 EXTRA())
 /* the shapes dinp is written in (accumulate = 0): one chunk with the SIMT GEMMs, one on the wgmma path, one in the
  * transposed layout, several chunks */
 #define FORGE_CLS_BF16_WRITE_CASES(K)                                                                            \
     K(.N = 37, .C = 45, .V = 1000, .grad_scale = 0.03f, .ignore_index = -100, .ignore_pct = 25, .accumulate = 0) \
     K(.N = 300, .C = 128, .V = 8192, .grad_scale = 0.01f, .ignore_index = -100, .ignore_pct = 10, .accumulate = 0) \
     K(.N = 256, .C = 64, .V = 50257, .grad_scale = 0.25f, .ignore_index = -100, .ignore_pct = 10, .accumulate = 0) \
-    K(.N = 1800, .C = 8, .V = 131101, .grad_scale = 0.1f, .ignore_index = -100, .ignore_pct = 10, .accumulate = 0)
+    K(.N = 1800, .C = 8, .V = 131101, .grad_scale = 0.1f, .ignore_index = -100, .ignore_pct = 10, .accumulate = 0, \
+      .chunk_rows = 896)
 /* clipping active (norm above max_grad_norm), inactive (below), disabled (0); grad_sumsq NULL is the parity
  * test's optional-argument pass. n_spans_ random spans cover the n_ elements. */
 #define FORGE_ADAMW_HP(max_norm_) {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = (max_norm_)}

@@ -65,10 +65,10 @@ forge_status forge_op_lm_head_classifier(forge_tape *tape, forge_tensor **losses
     forge_pool *pool = forge_tape_pool(tape);
     size_t scratch_bytes;
     void *scratch;
-    FORGE_TRY(forge_pool_block(pool, &scratch, FORGE_CLS_BF16_SCRATCH(N, C, V) * sizeof(float), &scratch_bytes));
+    FORGE_TRY(forge_pool_block(pool, &scratch, FORGE_CLS_BF16_SCRATCH(N, C, V, 0) * sizeof(float), &scratch_bytes));
     forge_status s = be->classifier_bf16(be, forge_f32(*losses), dx ? forge_bf16p(dx) : NULL, dw ? forge_f32(dw) : NULL,
                                          scratch, forge_bf16p(x), w16, forge_i32(targets), N, C, V, ignore_index,
-                                         grad_scale, !dx_fresh);
+                                         grad_scale, !dx_fresh, 0);
     forge_pool_block_release(pool, scratch, scratch_bytes);
     FORGE_TRY(s);
     if (!dx && !dw) return FORGE_OK;

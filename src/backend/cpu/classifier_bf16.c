@@ -2,7 +2,7 @@
  * classifier_bf16.c: the lm head's forward and backward fused, bf16, on the
  * CPU: the reference of the CUDA entry (docs/mixed-precision.md).
  *
- * Rows are taken in chunks of FORGE_CLS_BF16_ROWS(N, V) (op_list.h), so the
+ * Rows are taken in chunks of FORGE_CLS_BF16_ROWS(N, V, chunk_rows) (op_list.h), so the
  * (N, V) logits never exist whole; the chunk's bf16 logits live in the
  * scratch. Per row n of a chunk:
  *   logits[v] = rn(sum_c inp[n,c] wte[v,c])                 (fp32 sum in c order)
@@ -27,7 +27,7 @@ static inline float bf(forge_bf16 h) { return forge_bf16_to_f32(h); }
 
 forge_status cpu_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *dinp, float *dwte, float *scratch,
                                  const forge_bf16 *inp, const forge_bf16 *wte, const int32_t *targets, int N, int C,
-                                 int V, int ignore_index, float grad_scale, int accumulate) {
+                                 int V, int ignore_index, float grad_scale, int accumulate, int chunk_rows) {
     if (N < 0 || C <= 0 || V <= 0)
         return forge_error(FORGE_ERR_ARG, "cpu classifier_bf16: need N >= 0, C > 0, V > 0, got N=%d C=%d V=%d", N,
                            C, V);
@@ -40,7 +40,7 @@ forge_status cpu_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *d
                                n, y, V, ignore_index);
     }
     const int nt = cpu_threads(be);
-    const int R = FORGE_CLS_BF16_ROWS(N, V);
+    const int R = FORGE_CLS_BF16_ROWS(N, V, chunk_rows);
     /* scratch: the chunk's logits / dlogits (R,V) bf16, then a row accumulator (R,C) fp32 */
     forge_bf16 *lg = (forge_bf16 *)scratch;
     float *acc = scratch + ((size_t)R * V + 1) / 2;

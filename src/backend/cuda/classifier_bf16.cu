@@ -3,14 +3,15 @@
  * GPU (op_list.h: classifier_bf16; rounding points in docs/mixed-precision.md;
  * CPU reference in cpu/classifier_bf16.c).
  *
- * Rows go in chunks of R = FORGE_CLS_BF16_ROWS(N, V) (op_list.h), so the
- * (N, V) logits never exist whole. A chunk whose rows % 8 == 0 (with C % 8 == 0:
- * every full chunk of a training batch) runs transposed, cls16t_chunk: the
- * logits are stored as logits^T (V, rows), whose row stride is a 16-byte
- * multiple whatever V, so all three GEMMs take their TMA paths and no
- * vocabulary-tail kernel is needed (the section "the transposed chunk" below).
- * Any other chunk runs in the row layout, per chunk of `rows` rows, in the
- * scratch:
+ * Rows go in chunks of R = FORGE_CLS_BF16_ROWS(N, V, chunk_rows) (op_list.h),
+ * so the (N, V) logits never exist whole. With C % 8 == 0, a chunk's first
+ * rows - rows % 8 rows (all of a training batch's) run transposed,
+ * cls16t_chunk: the logits are stored as logits^T (V, rows), whose row stride
+ * is a 16-byte multiple whatever V, so all three GEMMs take their TMA paths and
+ * no vocabulary-tail kernel is needed (the section "the transposed chunk"
+ * below). The other rows (C % 8 != 0, or the last rows % 8 < 8 of a chunk) run
+ * in the row layout, R / 2 rows at a time (1 when R = 1: the scratch holds two
+ * rows' logits then), logits and dlogits side by side in the scratch:
  *   1. logits (rows, V) bf16 = rn(inp . wte^T): forge's NT GEMM with the bf16
  *      epilogue (fp32 accumulate, one rounding);
  *   2. one block per row: max, sum of exp, loss = max + log(sum) - logit[y]
@@ -34,9 +35,11 @@
  * Deterministic: every output element is written by one thread with a fixed
  * summation order (the unsplit TN, the row blocks' fixed-tree reductions; in
  * the transposed chunk the split-K TN's slices reduced in slice order and the
- * vocabulary ranges' partials merged in range order); no atomics. The scratch layout (16-byte aligned pieces): logits (R*V bf16),
- * dlogits (R*V8 bf16), its tail (R*(V % 8) bf16), the dinp product (R*C
- * fp32): FORGE_CLS_BF16_SCRATCH floats.
+ * vocabulary ranges' partials merged in range order); no atomics. The scratch
+ * (FORGE_CLS_BF16_SCRATCH floats, pieces 16-byte aligned): transposed, the
+ * logits (R*V bf16) and the dinp product (R*C fp32); in the row layout of Q
+ * rows (Q = R / 2, or 1), logits (Q*V bf16), dlogits (Q*V8 bf16), its tail
+ * (Q*(V % 8) bf16) and the product (Q*C fp32).
  *
  * A target outside [0, V) that is not ignore_index: the CPU reference returns
  * an error; here (no host sync) the row's loss is NaN, its dlogits are the
@@ -260,7 +263,7 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
         FORGE_TRY(cls16_gemm_simt<true>(ctx, xt, wte, in, V, rows, C, C, 1, 1, C, rows, 0));
     const int splits = V < 1024 ? 1 : (V + 1023) / 1024 < 16 ? (V + 1023) / 1024 : 16;
     const int per_split = (V + splits - 1) / splits;
-    float *part = ctx->ws, *tl = ctx->ws + 2 * (size_t)splits * rows; /* 2 * 16 * 4096 + 4096 floats at most */
+    float *part = ctx->ws, *tl = ctx->ws + 2 * (size_t)splits * rows; /* 33 * 16384 floats at most */
     const dim3 grid((unsigned)((rows + CLS16T_ROWS - 1) / CLS16T_ROWS), (unsigned)splits), block(32 * CLS16T_WARPS);
     /* the pair loads: rows even, and the logits 4-byte aligned (the scratch is 16-byte aligned) */
     cls16t_partial_kernel<CLS16T_UNROLL><<<grid, block, 0, ctx->stream>>>(part, xt, rows, V, per_split);
@@ -301,30 +304,36 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
 
 forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *dinp, float *dwte, float *scratch,
                                   const forge_bf16 *inp, const forge_bf16 *wte, const int32_t *targets, int N, int C,
-                                  int V, int ignore_index, float grad_scale, int accumulate) {
+                                  int V, int ignore_index, float grad_scale, int accumulate, int chunk_rows) {
     if (N < 0 || C <= 0 || V <= 0)
         return forge_error(FORGE_ERR_ARG, "cuda classifier_bf16: need N >= 0, C > 0, V > 0, got N=%d C=%d V=%d", N,
                            C, V);
     if (N == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    const int R = FORGE_CLS_BF16_ROWS(N, V), V8 = V - V % 8, VT = V % 8;
-    uint16_t *logits = (uint16_t *)cls16_align16(scratch);
-    uint16_t *dl = (uint16_t *)cls16_align16(logits + (size_t)R * V);
-    uint16_t *dl_tail = dl + (size_t)R * V8; /* R*V8*2 bytes: a multiple of 16 */
-    float *prod = (float *)cls16_align16(dl_tail + (size_t)R * VT);
+    const int R = FORGE_CLS_BF16_ROWS(N, V, chunk_rows), Q = R > 1 ? R / 2 : 1, V8 = V - V % 8, VT = V % 8;
+    /* transposed: logits^T (R*V), the product (R*C) */
+    uint16_t *xt = (uint16_t *)cls16_align16(scratch);
+    float *prod_t = (float *)cls16_align16(xt + (size_t)R * V);
+    /* row layout, Q rows: logits (Q*V), dlogits (Q*V8), their tail (Q*VT), the product (Q*C) */
+    uint16_t *logits = xt;
+    uint16_t *dl = (uint16_t *)cls16_align16(logits + (size_t)Q * V);
+    uint16_t *dl_tail = dl + (size_t)Q * V8; /* Q*V8*2 bytes: a multiple of 16 */
+    float *prod = (float *)cls16_align16(dl_tail + (size_t)Q * VT);
     forge_gemm_epilogue epi;
     memset(&epi, 0, sizeof epi);
     epi.out_bf16 = 1;
 
-    for (int n0 = 0; n0 < N; n0 += R) {
-        const int rows = N - n0 < R ? N - n0 : R;
+    for (int n0 = 0, rows = 0; n0 < N; n0 += rows) {
+        rows = N - n0 < R ? N - n0 : R;
         const forge_bf16 *in = inp + (size_t)n0 * C;
         forge_bf16 *di = dinp ? dinp + (size_t)n0 * C : nullptr;
-        if (rows % 8 == 0 && C % 8 == 0) { /* every GEMM on the wgmma path with a 16-byte row stride */
-            FORGE_TRY(cls16t_chunk(ctx, losses, di, dwte, logits, prod, in, wte, targets, n0, rows, C, V, ignore_index,
+        if (rows >= 8 && C % 8 == 0) { /* every GEMM on the wgmma path with a 16-byte row stride */
+            rows -= rows % 8;
+            FORGE_TRY(cls16t_chunk(ctx, losses, di, dwte, xt, prod_t, in, wte, targets, n0, rows, C, V, ignore_index,
                                    grad_scale, accumulate));
             continue;
         }
+        if (rows > Q) rows = Q;
         /* 1. logits = rn(in . wte^T) */
         if (cls16_refused(forge_gemm_bf16_nt_epi(in, wte, logits, rows, V, C, &epi, ctx->stream)))
             FORGE_TRY(cls16_gemm_simt<true>(ctx, logits, in, wte, rows, V, C, C, 1, 1, C, V, 0));
