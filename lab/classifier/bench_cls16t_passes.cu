@@ -2,13 +2,15 @@
  * bench_cls16t_passes.cu: `forge-lab bench cls16t-passes [--reps N]`: the bf16
  * classifier's two column passes over one transposed chunk (logits^T (V, rows):
  * softmax statistics, then dlogits written over the logits), by the rows a lane
- * owns (its access width), the lanes of a stream and the ids loaded ahead:
+ * owns (its access width), the lanes of a stream, the ids loaded at once and
+ * whether the next ids are loaded before the current ones are used (ahead):
  * the row-pair baseline (cls16t_pair.cuh: 2 rows a lane, 4-byte accesses),
  * forge's instantiation of src/backend/cuda/classifier_bf16_passes.cuh and the
  * lab's other instantiations of it, interleaved round by round on the same
  * logits (restored before each run, outside the timing), at gpt2-124m's chunk
  * (2560 rows, V = 50257), larger chunks of that vocabulary (8192 and 16384
- * rows) and gpt-25m's (4096 rows, V = 8192). Per variant: the median us of the
+ * rows) and gpt-25m's (4096 rows, V = 8192), after a check-only 1800-row chunk
+ * (a last block of 8 rows at every width). Per variant: the median us of the
  * pair of passes, the bandwidth it implies (3 passes of rows * V bf16: read,
  * read, write), the median per-round ratio baseline / variant (> 1: faster)
  * with a 95% bootstrap CI, and PASS when its dlogits, losses and partials are
@@ -57,30 +59,33 @@ static void cpb_pair(const cpb_chunk &c) {
 }
 
 /* classifier_bf16_passes.cuh's passes with RL rows a lane, LW lanes a stream, UNROLL ids ahead */
-template <int RL, int LW, int UNROLL> static void cpb_passes(const cpb_chunk &c) {
+template <int RL, int LW, int UNROLL, bool AHEAD> static void cpb_passes(const cpb_chunk &c) {
     const dim3 grid = cls16t_grid<RL, LW>(c.rows, c.splits), block = cls16t_block<LW>();
-    cls16t_partial_kernel<RL, LW, UNROLL><<<grid, block>>>(c.part, c.xt, c.rows, c.V, c.per_split);
-    cls16t_grad_kernel<RL, LW, UNROLL><<<grid, block>>>(c.losses, c.xt, c.part, c.targets, 0, c.rows, c.V,
-                                                        c.per_split, c.splits, -1, CPB_GRAD_SCALE, c.err);
+    cls16t_partial_kernel<RL, LW, UNROLL, AHEAD><<<grid, block>>>(c.part, c.xt, c.rows, c.V, c.per_split);
+    cls16t_grad_kernel<RL, LW, UNROLL, AHEAD><<<grid, block>>>(c.losses, c.xt, c.part, c.targets, 0, c.rows, c.V,
+                                                               c.per_split, c.splits, -1, CPB_GRAD_SCALE, c.err);
 }
 
 struct cpb_variant {
     const char *name;
-    int rl, lw, unroll; /* rows a lane, lanes a stream, ids ahead */
+    int rl, lw, unroll, ahead; /* rows a lane, lanes a stream, ids ahead, the next ids loaded before these are used */
     void (*run)(const cpb_chunk &);
 };
 
 /* [0] the baseline, [1] forge's passes; a later entry with forge's parameters is left out (it is [1]) */
 static const cpb_variant CPB_VARIANTS[] = {
-    {"pair (baseline)", 2, 32, 4, cpb_pair},
-    {"forge", CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL,
-     cpb_passes<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>},
-    {"lab", 2, 32, 4, cpb_passes<2, 32, 4>}, /* the template at the baseline's width: what the generic code costs */
-    {"lab", 4, 32, 4, cpb_passes<4, 32, 4>},
-    {"lab", 4, 32, 8, cpb_passes<4, 32, 8>},
-    {"lab", 8, 32, 2, cpb_passes<8, 32, 2>},
-    {"lab", 8, 32, 4, cpb_passes<8, 32, 4>},
-    {"lab", 8, 16, 4, cpb_passes<8, 16, 4>}, /* 16-byte accesses at 128 rows a block: two streams a warp */
+    {"pair (baseline)", 2, 32, 4, 0, cpb_pair},
+    {"forge", CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL, 0,
+     cpb_passes<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL, false>},
+    {"lab", 2, 32, 4, 0, cpb_passes<2, 32, 4, false>}, /* the baseline's width: what the generic code costs */
+    {"lab", 4, 32, 4, 0, cpb_passes<4, 32, 4, false>},
+    {"lab", 4, 32, 8, 0, cpb_passes<4, 32, 8, false>},
+    {"lab", 8, 32, 2, 0, cpb_passes<8, 32, 2, false>},
+    {"lab", 8, 32, 4, 0, cpb_passes<8, 32, 4, false>},
+    {"lab", 8, 16, 4, 0, cpb_passes<8, 16, 4, false>}, /* 16-byte accesses at 128 rows a block: two streams a warp */
+    {"lab ahead", 2, 32, 4, 1, cpb_passes<2, 32, 4, true>},
+    {"lab ahead", 4, 32, 4, 1, cpb_passes<4, 32, 4, true>},
+    {"lab ahead", 8, 16, 4, 1, cpb_passes<8, 16, 4, true>},
 };
 #define CPB_NV ((int)(sizeof CPB_VARIANTS / sizeof CPB_VARIANTS[0]))
 
@@ -130,7 +135,7 @@ static void cpb_ci(const std::vector<double> &v, double *lo, double *hi) {
 /* the variants run at this shape: every one but a lab entry with forge's parameters */
 static bool cpb_runs(int i) {
     const cpb_variant &v = CPB_VARIANTS[i], &f = CPB_VARIANTS[1];
-    return i < 2 || v.rl != f.rl || v.lw != f.lw || v.unroll != f.unroll;
+    return i < 2 || v.rl != f.rl || v.lw != f.lw || v.unroll != f.unroll || v.ahead != f.ahead;
 }
 
 /* the variants timed interleaved round by round (2 warm-up rounds, then reps), the logits restored from pristine

@@ -23,12 +23,13 @@
  * stream), and lane l owns the RL consecutive rows r0 + RL l .. r0 + RL l + RL - 1, read with one RL * 2-byte access
  * per id (RL = 2, 4, 8: 4, 8, 16 bytes), so a stream reads RL * LW * 2 contiguous bytes of one id and a block covers
  * RB = RL * LW rows. rows % 8 == 0 and the logits are 16-byte aligned, so a lane's rows are all inside or all past
- * the end and its access is aligned. UNROLL ids are loaded before any is used (the passes are bandwidth-bound).
+ * the end and its access is aligned. UNROLL ids are loaded before any is used (the passes are bandwidth-bound);
+ * AHEAD (the lab's) also loads the next UNROLL ids before using the current ones, so the loads overlap the math.
  * Pass 1 keeps a running (max, sum of exp) per row and stream (cls16t_add in id order), merges the streams in stream
  * order 0..7 (cls16t_merge) and writes one partial per (range, row); pass 2 merges the ranges' partials in range
  * order (every block the same: deterministic), writes M + log S (range 0) and rewrites its range's logits as
- * dlogits. A row sees the same operations in the same order whatever RL, LW and UNROLL: every instantiation gives
- * the same bits. */
+ * dlogits. A row sees the same operations in the same order whatever RL, LW, UNROLL and AHEAD: every instantiation
+ * gives the same bits. */
 #define CLS16T_WARPS 8
 /* forge's instantiation (the widths and unrolls timed against each other: lab/notes/classifier.md): 4 rows a lane
  * (8-byte accesses), 32 lanes a stream (128 rows a block: a 2560-row chunk of 16 ranges is 320 blocks), 4 ids ahead */
@@ -87,6 +88,17 @@ __device__ __forceinline__ void cls16t_load(unsigned (&x)[RL / 2], const uint16_
     }
 }
 
+/* x[u] = the lane's RL rows of id v + 8u (u < UNROLL), `fill` for an id at or past v1 */
+template <int RL, int UNROLL>
+__device__ __forceinline__ void cls16t_load_ids(unsigned (&x)[UNROLL][RL / 2], const uint16_t *xt, int rows, int r,
+                                                int v, int v1, unsigned fill) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        const int vu = v + u * CLS16T_WARPS;
+        cls16t_load<RL>(x[u], xt + (size_t)vu * rows + r, vu < v1, fill);
+    }
+}
+
 template <int RL> __device__ __forceinline__ void cls16t_store(uint16_t *p, const unsigned (&x)[RL / 2]) {
     if constexpr (RL == 2) {
         *(unsigned *)p = x[0];
@@ -112,7 +124,7 @@ __device__ __forceinline__ void cls16t_put_partial(float *__restrict__ part, con
     }
 }
 
-template <int RL, int LW, int UNROLL>
+template <int RL, int LW, int UNROLL, bool AHEAD = false>
 __global__ void __launch_bounds__(LW * CLS16T_WARPS)
     cls16t_partial_kernel(float *__restrict__ part, const uint16_t *__restrict__ xt, int rows, int V, int per_split) {
     static_assert(RL <= CLS16T_WARPS && 32 % LW == 0, "a block's threads cover its rows; streams tile a warp");
@@ -123,13 +135,21 @@ __global__ void __launch_bounds__(LW * CLS16T_WARPS)
     float m[RL], s[RL];
 #pragma unroll
     for (int i = 0; i < RL; i++) m[i] = -INFINITY, s[i] = 0.0f;
+    constexpr unsigned NEG_INF2 = 0xff80ff80u; /* past v1: -inf pairs */
+    unsigned nx[UNROLL][NW];
+    if constexpr (AHEAD)
+        if (r < rows) cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v0 + w, v1, NEG_INF2);
     if (r < rows)
         for (int v = v0 + w; v < v1; v += UNROLL * CLS16T_WARPS) {
             unsigned x[UNROLL][NW];
+            if constexpr (AHEAD) { /* this step's ids were loaded a step ago; the next step's go out now */
 #pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                const int vu = v + u * CLS16T_WARPS;
-                cls16t_load<RL>(x[u], xt + (size_t)vu * rows + r, vu < v1, 0xff80ff80u); /* past v1: -inf pairs */
+                for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+                    for (int j = 0; j < NW; j++) x[u][j] = nx[u][j];
+                cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v + UNROLL * CLS16T_WARPS, v1, NEG_INF2);
+            } else {
+                cls16t_load_ids<RL, UNROLL>(x, xt, rows, r, v, v1, NEG_INF2);
             }
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
@@ -160,7 +180,7 @@ __device__ __forceinline__ uint16_t cls16t_grad(float x, float M, float inv, boo
     return f32_to_bf16((p - (target ? 1.0f : 0.0f)) * grad_scale);
 }
 
-template <int RL, int LW, int UNROLL>
+template <int RL, int LW, int UNROLL, bool AHEAD = false>
 __global__ void __launch_bounds__(LW * CLS16T_WARPS)
     cls16t_grad_kernel(float *__restrict__ losses, uint16_t *__restrict__ xt, const float *__restrict__ part,
                        const int32_t *__restrict__ targets, int n0, int rows, int V, int per_split, int splits,
@@ -178,12 +198,18 @@ __global__ void __launch_bounds__(LW * CLS16T_WARPS)
     for (int i = 0; i < RL; i++) cls16t_total(part, rows, r + i, splits, M[i], S[i]);
 #pragma unroll
     for (int i = 0; i < RL; i++) inv[i] = 1.0f / S[i];
+    unsigned nx[UNROLL][NW];
+    if constexpr (AHEAD) cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v0 + w, v1, 0u);
     for (int v = v0 + w; v < v1; v += UNROLL * CLS16T_WARPS) {
         unsigned x[UNROLL][NW];
+        if constexpr (AHEAD) { /* the next step's ids are other addresses than this step's stores */
 #pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            const int vu = v + u * CLS16T_WARPS;
-            cls16t_load<RL>(x[u], xt + (size_t)vu * rows + r, vu < v1, 0u);
+            for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+                for (int j = 0; j < NW; j++) x[u][j] = nx[u][j];
+            cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v + UNROLL * CLS16T_WARPS, v1, 0u);
+        } else {
+            cls16t_load_ids<RL, UNROLL>(x, xt, rows, r, v, v1, 0u);
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
