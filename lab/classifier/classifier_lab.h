@@ -4,7 +4,8 @@
 #ifndef FORGE_LAB_CLASSIFIER_H
 #define FORGE_LAB_CLASSIFIER_H
 
-/* `forge-lab bench cls16t-passes [--reps N]`: the bf16 classifier's column passes at unroll 4, 8, 16, interleaved
+/* `forge-lab bench cls16t-passes [--reps N]`: the bf16 classifier's column passes by access width (the row-pair
+ * baseline, forge's, the lab's other rows a lane / lanes / unrolls), interleaved, with a bitwise check
  * (lab/classifier/bench_cls16t_passes.cu) */
 #ifdef __cplusplus
 extern "C"

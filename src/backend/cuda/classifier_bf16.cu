@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(32 * CLS16_TAIL_LANES)
 }
 
 /* ---- the transposed chunk: logits^T (V, rows), dlogits^T written over them -------------------------------------
- * The two column passes are in classifier_bf16_passes.cuh (the lab times their unrolls); forge runs CLS16T_UNROLL. */
-#define CLS16T_UNROLL 4
+ * The two column passes are in classifier_bf16_passes.cuh (the lab times their widths and unrolls); forge runs
+ * CLS16T_LANE_ROWS rows a lane, CLS16T_LANES lanes a stream and CLS16T_UNROLL ids ahead. */
 
 /* tl[r] = the logit of row r's target (0 for an ignored or bad target), read before pass 2 rewrites the logits as
  * dlogits (launched between the passes); cls16t_loss_kernel subtracts it afterwards */
@@ -261,17 +261,17 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
     epi.out_bf16 = 1;
     if (cls16_refused(forge_gemm_bf16_nt_epi(wte, in, xt, V, rows, C, &epi, ctx->stream)))
         FORGE_TRY(cls16_gemm_simt<true>(ctx, xt, wte, in, V, rows, C, C, 1, 1, C, rows, 0));
-    const int splits = V < 1024 ? 1 : (V + 1023) / 1024 < 16 ? (V + 1023) / 1024 : 16;
-    const int per_split = (V + splits - 1) / splits;
+    const int splits = cls16t_splits(V), per_split = cls16t_per_split(V, splits);
     float *part = ctx->ws, *tl = ctx->ws + 2 * (size_t)splits * rows; /* 33 * 16384 floats at most */
-    const dim3 grid((unsigned)((rows + CLS16T_ROWS - 1) / CLS16T_ROWS), (unsigned)splits), block(32 * CLS16T_WARPS);
-    /* the pair loads: rows even, and the logits 4-byte aligned (the scratch is 16-byte aligned) */
-    cls16t_partial_kernel<CLS16T_UNROLL><<<grid, block, 0, ctx->stream>>>(part, xt, rows, V, per_split);
+    const dim3 grid = cls16t_grid<CLS16T_LANE_ROWS, CLS16T_LANES>(rows, splits), block = cls16t_block<CLS16T_LANES>();
+    /* a lane's CLS16T_LANE_ROWS * 2-byte accesses: rows % 8 == 0, and the logits 16-byte aligned (the scratch is) */
+    cls16t_partial_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>
+        <<<grid, block, 0, ctx->stream>>>(part, xt, rows, V, per_split);
     CUDA_LAUNCH_CHECK("cls16t_partial_kernel");
     cls16t_target_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(tl, xt, targets, n0, rows, V);
     CUDA_LAUNCH_CHECK("cls16t_target_kernel");
-    cls16t_grad_kernel<CLS16T_UNROLL><<<grid, block, 0, ctx->stream>>>(losses, xt, part, targets, n0, rows, V, per_split, splits,
-                                                       ignore_index, grad_scale, ctx->input_error);
+    cls16t_grad_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL><<<grid, block, 0, ctx->stream>>>(
+        losses, xt, part, targets, n0, rows, V, per_split, splits, ignore_index, grad_scale, ctx->input_error);
     CUDA_LAUNCH_CHECK("cls16t_grad_kernel");
     cls16t_loss_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(losses, tl, targets, n0, rows, V, ignore_index);
     CUDA_LAUNCH_CHECK("cls16t_loss_kernel");

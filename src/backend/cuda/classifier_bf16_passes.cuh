@@ -1,8 +1,10 @@
 /*
  * classifier_bf16_passes.cuh: the column passes of classifier_bf16.cu's
  * transposed chunk (softmax statistics, then dlogits and the loss's log-sum-exp),
- * templated on how many vocabulary ids a thread loads before using any; the lab
- * (lab/classifier/) times the unrolls against each other.
+ * templated on the rows a lane owns, the lanes that share a vocabulary id and the
+ * ids a thread loads before using any; forge runs CLS16T_LANE_ROWS,
+ * CLS16T_LANES and CLS16T_UNROLL (below), and the lab (lab/classifier/) times
+ * the other instantiations against each other with the same bits.
  */
 #ifndef FORGE_CUDA_CLASSIFIER_BF16_PASSES_CUH
 #define FORGE_CUDA_CLASSIFIER_BF16_PASSES_CUH
@@ -15,16 +17,35 @@
 #include "cuda_ops.h"
 
 /* The transposed chunk's two column passes: logits^T (V, rows) bf16 in, dlogits^T written over them.
- * A row's logits are a column. Lane l of a warp takes the row pair (r0 + 2l, r0 + 2l + 1) with one 32-bit load, so
- * a warp reads 64 consecutive rows (128 bytes) of one vocabulary id per access (rows is a multiple of 8, so a pair
- * is either inside or past the end), and UNROLL ids (the template argument) are loaded before any is used, so each
- * thread keeps that many loads in flight (the passes are bandwidth-bound: one outstanding load per thread left the
- * H200's memory half idle). Every UNROLL gives the same bits: a warp still takes its ids in increasing order. The vocabulary is cut into `splits` ranges (grid.y); a block's 8 warps take every 8th id of its
- * range. Pass 1 keeps a running (max, sum of exp) per row and thread, combines the 8 warps in warp order and writes
- * one partial per (range, row); pass 2 combines the ranges' partials in range order (every block the same:
- * deterministic), writes M + log S (range 0) and rewrites its range's logits as dlogits. */
-#define CLS16T_ROWS 64
+ * A row's logits are a column. The vocabulary is cut into `splits` ranges of `per_split` ids (cls16t_splits; grid.y).
+ * A block has CLS16T_WARPS id streams ("warps"): stream w takes the ids v0 + w, v0 + w + 8, ... of its range in
+ * increasing order. A stream is LW lanes (32: a hardware warp; 16: half of one, the other half being the next
+ * stream), and lane l owns the RL consecutive rows r0 + RL l .. r0 + RL l + RL - 1, read with one RL * 2-byte access
+ * per id (RL = 2, 4, 8: 4, 8, 16 bytes), so a stream reads RL * LW * 2 contiguous bytes of one id and a block covers
+ * RB = RL * LW rows. rows % 8 == 0 and the logits are 16-byte aligned, so a lane's rows are all inside or all past
+ * the end and its access is aligned. UNROLL ids are loaded before any is used (the passes are bandwidth-bound);
+ * AHEAD (the lab's) also loads the next UNROLL ids before using the current ones, so the loads overlap the math.
+ * Pass 1 keeps a running (max, sum of exp) per row and stream (cls16t_add in id order), merges the streams in stream
+ * order 0..7 (cls16t_merge) and writes one partial per (range, row); pass 2 merges the ranges' partials in range
+ * order (every block the same: deterministic), writes M + log S (range 0) and rewrites its range's logits as
+ * dlogits. A row sees the same operations in the same order whatever RL, LW, UNROLL and AHEAD: every instantiation
+ * gives the same bits. */
 #define CLS16T_WARPS 8
+/* forge's instantiation (the widths and unrolls timed against each other: lab/notes/classifier.md): 4 rows a lane
+ * (8-byte accesses), 32 lanes a stream (128 rows a block: a 2560-row chunk of 16 ranges is 320 blocks), 4 ids ahead */
+#define CLS16T_LANE_ROWS 4
+#define CLS16T_LANES 32
+#define CLS16T_UNROLL 4
+
+/* the vocabulary ranges (grid.y) of a V-column chunk and the ids in each */
+static inline int cls16t_splits(int V) { return V < 1024 ? 1 : (V + 1023) / 1024 < 16 ? (V + 1023) / 1024 : 16; }
+static inline int cls16t_per_split(int V, int splits) { return (V + splits - 1) / splits; }
+
+/* the passes' grid and block for RL rows a lane and LW lanes a stream */
+template <int RL, int LW> static inline dim3 cls16t_grid(int rows, int splits) {
+    return dim3((unsigned)((rows + RL * LW - 1) / (RL * LW)), (unsigned)splits);
+}
+template <int LW> static inline dim3 cls16t_block() { return dim3(LW * CLS16T_WARPS); }
 
 __device__ __forceinline__ void cls16t_merge(float &m, float &s, float m2, float s2) {
     if (m2 == -INFINITY) return;
@@ -47,39 +68,103 @@ __device__ __forceinline__ void cls16t_add(float &m, float &s, float x) {
     }
 }
 
-template <int UNROLL>
-__global__ void __launch_bounds__(32 * CLS16T_WARPS)
-    cls16t_partial_kernel(float *__restrict__ part, const uint16_t *__restrict__ xt, int rows, int V, int per_split) {
-    __shared__ float sm[CLS16T_WARPS][CLS16T_ROWS], ss[CLS16T_WARPS][CLS16T_ROWS];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = blockIdx.x * CLS16T_ROWS + 2 * lane;
-    const int v0 = blockIdx.y * per_split, v1 = min(V, v0 + per_split);
-    float m0 = -INFINITY, s0 = 0.0f, m1 = -INFINITY, s1 = 0.0f;
-    if (r < rows)
-        for (int v = v0 + w; v < v1; v += UNROLL * CLS16T_WARPS) {
-            unsigned x[UNROLL];
+/* x[0 .. RL / 2) = the RL bf16 at p as RL / 2 words (word j: rows 2j (low half) and 2j + 1), one aligned access;
+ * every word `fill` where !in */
+template <int RL>
+__device__ __forceinline__ void cls16t_load(unsigned (&x)[RL / 2], const uint16_t *p, bool in, unsigned fill) {
+    static_assert(RL == 2 || RL == 4 || RL == 8, "2, 4 or 8 rows a lane");
+    if constexpr (RL == 2) {
+        x[0] = in ? *(const unsigned *)p : fill;
+    } else if constexpr (RL == 4) {
+        const uint2 q = in ? *(const uint2 *)p : make_uint2(fill, fill);
+        x[0] = q.x;
+        x[1] = q.y;
+    } else {
+        const uint4 q = in ? *(const uint4 *)p : make_uint4(fill, fill, fill, fill);
+        x[0] = q.x;
+        x[1] = q.y;
+        x[2] = q.z;
+        x[3] = q.w;
+    }
+}
+
+/* x[u] = the lane's RL rows of id v + 8u (u < UNROLL), `fill` for an id at or past v1 */
+template <int RL, int UNROLL>
+__device__ __forceinline__ void cls16t_load_ids(unsigned (&x)[UNROLL][RL / 2], const uint16_t *xt, int rows, int r,
+                                                int v, int v1, unsigned fill) {
 #pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                const int vu = v + u * CLS16T_WARPS;
-                x[u] = vu < v1 ? *(const unsigned *)(xt + (size_t)vu * rows + r) : 0xff80ff80u; /* -inf pair */
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                if (v + u * CLS16T_WARPS >= v1) break;
-                cls16t_add(m0, s0, __uint_as_float(x[u] << 16));
-                cls16t_add(m1, s1, __uint_as_float(x[u] & 0xffff0000u));
-            }
-        }
-    sm[w][2 * lane] = m0, ss[w][2 * lane] = s0;
-    sm[w][2 * lane + 1] = m1, ss[w][2 * lane + 1] = s1;
-    __syncthreads();
-    const int t = threadIdx.x, rr = blockIdx.x * CLS16T_ROWS + t;
-    if (t < CLS16T_ROWS && rr < rows) {
+    for (int u = 0; u < UNROLL; u++) {
+        const int vu = v + u * CLS16T_WARPS;
+        cls16t_load<RL>(x[u], xt + (size_t)vu * rows + r, vu < v1, fill);
+    }
+}
+
+template <int RL> __device__ __forceinline__ void cls16t_store(uint16_t *p, const unsigned (&x)[RL / 2]) {
+    if constexpr (RL == 2) {
+        *(unsigned *)p = x[0];
+    } else if constexpr (RL == 4) {
+        *(uint2 *)p = make_uint2(x[0], x[1]);
+    } else {
+        *(uint4 *)p = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+}
+
+/* Pass 1's end, after the block's barrier: thread t < RB merges the streams' (max, sum) of the block's row t in
+ * stream order and writes the (range blockIdx.y, row) partial */
+template <int RB>
+__device__ __forceinline__ void cls16t_put_partial(float *__restrict__ part, const float (&sm)[CLS16T_WARPS][RB],
+                                                   const float (&ss)[CLS16T_WARPS][RB], int rows) {
+    const int t = threadIdx.x, rr = blockIdx.x * RB + t;
+    if (t < RB && rr < rows) {
         float M = sm[0][t], S = ss[0][t];
         for (int k = 1; k < CLS16T_WARPS; k++) cls16t_merge(M, S, sm[k][t], ss[k][t]);
         const size_t at = (size_t)blockIdx.y * rows + rr;
         part[2 * at] = M;
         part[2 * at + 1] = S;
     }
+}
+
+template <int RL, int LW, int UNROLL, bool AHEAD = false>
+__global__ void __launch_bounds__(LW * CLS16T_WARPS)
+    cls16t_partial_kernel(float *__restrict__ part, const uint16_t *__restrict__ xt, int rows, int V, int per_split) {
+    static_assert(RL <= CLS16T_WARPS && 32 % LW == 0, "a block's threads cover its rows; streams tile a warp");
+    constexpr int RB = RL * LW, NW = RL / 2;
+    __shared__ float sm[CLS16T_WARPS][RB], ss[CLS16T_WARPS][RB];
+    const int lane = threadIdx.x % LW, w = threadIdx.x / LW, r = blockIdx.x * RB + RL * lane;
+    const int v0 = blockIdx.y * per_split, v1 = min(V, v0 + per_split);
+    float m[RL], s[RL];
+#pragma unroll
+    for (int i = 0; i < RL; i++) m[i] = -INFINITY, s[i] = 0.0f;
+    constexpr unsigned NEG_INF2 = 0xff80ff80u; /* past v1: -inf pairs */
+    unsigned nx[UNROLL][NW];
+    if constexpr (AHEAD)
+        if (r < rows) cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v0 + w, v1, NEG_INF2);
+    if (r < rows)
+        for (int v = v0 + w; v < v1; v += UNROLL * CLS16T_WARPS) {
+            unsigned x[UNROLL][NW];
+            if constexpr (AHEAD) { /* this step's ids were loaded a step ago; the next step's go out now */
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+                    for (int j = 0; j < NW; j++) x[u][j] = nx[u][j];
+                cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v + UNROLL * CLS16T_WARPS, v1, NEG_INF2);
+            } else {
+                cls16t_load_ids<RL, UNROLL>(x, xt, rows, r, v, v1, NEG_INF2);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (v + u * CLS16T_WARPS >= v1) break;
+#pragma unroll
+                for (int j = 0; j < NW; j++) {
+                    cls16t_add(m[2 * j], s[2 * j], __uint_as_float(x[u][j] << 16));
+                    cls16t_add(m[2 * j + 1], s[2 * j + 1], __uint_as_float(x[u][j] & 0xffff0000u));
+                }
+            }
+        }
+#pragma unroll
+    for (int i = 0; i < RL; i++) sm[w][RL * lane + i] = m[i], ss[w][RL * lane + i] = s[i];
+    __syncthreads();
+    cls16t_put_partial<RB>(part, sm, ss, rows); /* RB <= the block's threads: RL <= CLS16T_WARPS */
 }
 
 /* One row's combined (M, S) from the ranges' partials, in range order. */
@@ -95,48 +180,65 @@ __device__ __forceinline__ uint16_t cls16t_grad(float x, float M, float inv, boo
     return f32_to_bf16((p - (target ? 1.0f : 0.0f)) * grad_scale);
 }
 
-template <int UNROLL>
-__global__ void __launch_bounds__(32 * CLS16T_WARPS)
+template <int RL, int LW, int UNROLL, bool AHEAD = false>
+__global__ void __launch_bounds__(LW * CLS16T_WARPS)
     cls16t_grad_kernel(float *__restrict__ losses, uint16_t *__restrict__ xt, const float *__restrict__ part,
                        const int32_t *__restrict__ targets, int n0, int rows, int V, int per_split, int splits,
                        int ignore_index, float grad_scale, cuda_input_error *err) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = blockIdx.x * CLS16T_ROWS + 2 * lane;
+    constexpr int RB = RL * LW, NW = RL / 2;
+    const int lane = threadIdx.x % LW, w = threadIdx.x / LW, r = blockIdx.x * RB + RL * lane;
     if (r >= rows) return;
-    const int y0 = targets[n0 + r], y1 = targets[n0 + r + 1];
-    const bool ig0 = y0 == ignore_index, ig1 = y1 == ignore_index;
-    const int v0 = blockIdx.y * per_split, v1 = min(V, v0 + per_split);
-    float M0, S0, M1, S1;
-    cls16t_total(part, rows, r, splits, M0, S0);
-    cls16t_total(part, rows, r + 1, splits, M1, S1);
-    const float inv0 = 1.0f / S0, inv1 = 1.0f / S1;
-    for (int v = v0 + w; v < v1; v += UNROLL * CLS16T_WARPS) {
-        unsigned x[UNROLL];
+    int y[RL];
+    bool ig[RL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            const int vu = v + u * CLS16T_WARPS;
-            x[u] = vu < v1 ? *(const unsigned *)(xt + (size_t)vu * rows + r) : 0u;
+    for (int i = 0; i < RL; i++) y[i] = targets[n0 + r + i], ig[i] = y[i] == ignore_index;
+    const int v0 = blockIdx.y * per_split, v1 = min(V, v0 + per_split);
+    float M[RL], S[RL], inv[RL];
+#pragma unroll
+    for (int i = 0; i < RL; i++) cls16t_total(part, rows, r + i, splits, M[i], S[i]);
+#pragma unroll
+    for (int i = 0; i < RL; i++) inv[i] = 1.0f / S[i];
+    unsigned nx[UNROLL][NW];
+    if constexpr (AHEAD) cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v0 + w, v1, 0u);
+    for (int v = v0 + w; v < v1; v += UNROLL * CLS16T_WARPS) {
+        unsigned x[UNROLL][NW];
+        if constexpr (AHEAD) { /* the next step's ids are other addresses than this step's stores */
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+                for (int j = 0; j < NW; j++) x[u][j] = nx[u][j];
+            cls16t_load_ids<RL, UNROLL>(nx, xt, rows, r, v + UNROLL * CLS16T_WARPS, v1, 0u);
+        } else {
+            cls16t_load_ids<RL, UNROLL>(x, xt, rows, r, v, v1, 0u);
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const int vu = v + u * CLS16T_WARPS;
             if (vu >= v1) break;
-            const uint16_t d0 = ig0 ? 0 : cls16t_grad(__uint_as_float(x[u] << 16), M0, inv0, vu == y0, grad_scale);
-            const uint16_t d1 =
-                ig1 ? 0 : cls16t_grad(__uint_as_float(x[u] & 0xffff0000u), M1, inv1, vu == y1, grad_scale);
-            *(unsigned *)(xt + (size_t)vu * rows + r) = (unsigned)d0 | ((unsigned)d1 << 16);
+            unsigned d[NW];
+#pragma unroll
+            for (int j = 0; j < NW; j++) {
+                const int a = 2 * j, b = 2 * j + 1;
+                const uint16_t d0 =
+                    ig[a] ? 0 : cls16t_grad(__uint_as_float(x[u][j] << 16), M[a], inv[a], vu == y[a], grad_scale);
+                const uint16_t d1 = ig[b] ? 0
+                                          : cls16t_grad(__uint_as_float(x[u][j] & 0xffff0000u), M[b], inv[b],
+                                                        vu == y[b], grad_scale);
+                d[j] = (unsigned)d0 | ((unsigned)d1 << 16);
+            }
+            cls16t_store<RL>(xt + (size_t)vu * rows + r, d);
         }
     }
     if (blockIdx.y == 0 && w == 0) {
-        const int ys[2] = {y0, y1};
-        const float Ms[2] = {M0, M1}, Ss[2] = {S0, S1};
-        for (int k = 0; k < 2; k++) {
-            const int n = n0 + r + k, y = ys[k];
-            if (y == ignore_index) {
+#pragma unroll
+        for (int k = 0; k < RL; k++) {
+            const int n = n0 + r + k;
+            if (y[k] == ignore_index) {
                 losses[n] = 0.0f;
-            } else if (y >= 0 && y < V) {
-                losses[n] = Ms[k] + logf(Ss[k]);
+            } else if (y[k] >= 0 && y[k] < V) {
+                losses[n] = M[k] + logf(S[k]);
             } else {
-                cuda_report_bad_id(err, CUDA_BAD_ID_CLASSIFIER, n, y, V);
+                cuda_report_bad_id(err, CUDA_BAD_ID_CLASSIFIER, n, y[k], V);
                 losses[n] = __int_as_float(0x7fc00000);
             }
         }
