@@ -13,6 +13,10 @@
  * threads, so the kernel's loop runs its two-chunk iterations and a last single chunk); tiny n (7, 8, 13). Elements past the end and before the start
  * of dinp are guards that must stay unchanged.
  *
+ * Then gelu_backward_dbias_bf16 against the two passes it fuses (gelu_backward_bf16, then matmul_backward_weight_bf16's
+ * bias gradient), dinp and dbias bitwise, at shapes with several row chunks, a partial column tile, OC % 8 != 0 (the
+ * fallback) and gpt2-124m's fc layer (16384, 3072; skipped by --quick).
+ *
  * Run by forge_gpu_tests (all suites, or --only gelu16).
  */
 #include <math.h>
@@ -71,9 +75,11 @@ static void g16_case(parity *P, const char *what, const forge_bf16 *x, const for
         } else {
             ok = ran_ok(P, "gelu_backward_bf16[all patterns]", shape,
                         P->cpu->gelu_backward_bf16(P->cpu, ref, x, g, n, accumulate),
-                        P->gpu->gelu_backward_bf16(P->gpu, gd + b, gx + b, gg + b, n, accumulate)) &&
-                 P->gpu->copy_to_host(P->gpu, got, gd, total * sizeof *got) == FORGE_OK;
-            if (!ok) report(P, 0, "gelu_backward_bf16[all patterns]", shape, INFINITY, 0, "(copy_to_host failed)");
+                        P->gpu->gelu_backward_bf16(P->gpu, gd + b, gx + b, gg + b, n, accumulate));
+            if (ok && P->gpu->copy_to_host(P->gpu, got, gd, total * sizeof *got) != FORGE_OK) {
+                report(P, 0, "gelu_backward_bf16[all patterns]", shape, INFINITY, 0, "(copy_to_host failed)");
+                ok = 0;
+            }
         }
     } else {
         report(P, 0, "gelu_backward_bf16[all patterns]", shape, INFINITY, 0, "(host out of memory)");
@@ -104,7 +110,84 @@ static void g16_case(parity *P, const char *what, const forge_bf16 *x, const for
     free(got);
 }
 
+/* gelu_backward_dbias_bf16 against the two passes it fuses (gelu_backward_bf16, then matmul_backward_weight_bf16's
+ * bias gradient with C = 0) on the CUDA backend: dinp and dbias bitwise equal (the same partition and order of the
+ * partial sums), from the same old dbias. */
+static void g16_dbias_case(parity *P, int N, int OC) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d OC=%d", N, OC);
+    const char *op = "gelu_backward_dbias_bf16[vs two passes]";
+    const size_t n = (size_t)N * OC;
+    forge_bf16 *hx = malloc(n * sizeof *hx), *hg = malloc(n * sizeof *hg), *h0 = malloc(n * sizeof *h0),
+               *h1 = malloc(n * sizeof *h1);
+    float *hb = malloc((size_t)OC * sizeof *hb), *b0 = malloc((size_t)OC * sizeof *b0),
+          *b1 = malloc((size_t)OC * sizeof *b1);
+    forge_bf16 *gx = NULL, *gg = NULL, *gd0 = NULL, *gd1 = NULL;
+    float *gb0 = NULL, *gb1 = NULL;
+    int ok = hx && hg && h0 && h1 && hb && b0 && b1;
+    if (ok) {
+        for (size_t i = 0; i < n; i++) {
+            hx[i] = forge_bf16_from_f32(rand_range(P, -5, 5));
+            hg[i] = forge_bf16_from_f32(rand_range(P, -1, 1));
+        }
+        for (int o = 0; o < OC; o++) hb[o] = rand_range(P, -1, 1);
+        ok = P->gpu->mem_alloc(P->gpu, (void **)&gx, n * sizeof *gx) == FORGE_OK &&
+             P->gpu->mem_alloc(P->gpu, (void **)&gg, n * sizeof *gg) == FORGE_OK &&
+             P->gpu->mem_alloc(P->gpu, (void **)&gd0, n * sizeof *gd0) == FORGE_OK &&
+             P->gpu->mem_alloc(P->gpu, (void **)&gd1, n * sizeof *gd1) == FORGE_OK &&
+             P->gpu->mem_alloc(P->gpu, (void **)&gb0, (size_t)OC * sizeof *gb0) == FORGE_OK &&
+             P->gpu->mem_alloc(P->gpu, (void **)&gb1, (size_t)OC * sizeof *gb1) == FORGE_OK &&
+             P->gpu->copy_to_device(P->gpu, gx, hx, n * sizeof *hx) == FORGE_OK &&
+             P->gpu->copy_to_device(P->gpu, gg, hg, n * sizeof *hg) == FORGE_OK &&
+             P->gpu->copy_to_device(P->gpu, gb0, hb, (size_t)OC * sizeof *hb) == FORGE_OK &&
+             P->gpu->copy_to_device(P->gpu, gb1, hb, (size_t)OC * sizeof *hb) == FORGE_OK;
+    }
+    if (!ok) {
+        report(P, 0, op, shape, INFINITY, 0, "(alloc or upload failed)");
+    } else {
+        forge_status s0 = P->gpu->gelu_backward_bf16(P->gpu, gd0, gx, gg, n, 0);
+        if (s0 == FORGE_OK) s0 = P->gpu->matmul_backward_weight_bf16(P->gpu, NULL, gb0, gd0, NULL, N, 0, OC);
+        const forge_status s1 = P->gpu->gelu_backward_dbias_bf16(P->gpu, gd1, gb1, gx, gg, N, OC);
+        ok = ran_ok(P, op, shape, s0, s1);
+        if (ok && (P->gpu->copy_to_host(P->gpu, h0, gd0, n * sizeof *h0) != FORGE_OK ||
+                   P->gpu->copy_to_host(P->gpu, h1, gd1, n * sizeof *h1) != FORGE_OK ||
+                   P->gpu->copy_to_host(P->gpu, b0, gb0, (size_t)OC * sizeof *b0) != FORGE_OK ||
+                   P->gpu->copy_to_host(P->gpu, b1, gb1, (size_t)OC * sizeof *b1) != FORGE_OK)) {
+            report(P, 0, op, shape, INFINITY, 0, "(copy_to_host failed)");
+            ok = 0;
+        }
+        if (ok) {
+            size_t wd = 0, wb = 0;
+            for (size_t i = 0; i < n; i++) wd += h0[i] != h1[i];
+            for (int o = 0; o < OC; o++) wb += memcmp(&b0[o], &b1[o], sizeof(float)) != 0;
+            char why[96];
+            snprintf(why, sizeof why, "(%zu dinp and %zu dbias values differ)", wd, wb);
+            report(P, wd == 0 && wb == 0, op, shape, (double)(wd + wb), 0, wd || wb ? why : NULL);
+        }
+    }
+    void *dev[] = {gx, gg, gd0, gd1, gb0, gb1};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) P->gpu->mem_free(P->gpu, dev[i]);
+    free(hx);
+    free(hg);
+    free(h0);
+    free(h1);
+    free(hb);
+    free(b0);
+    free(b1);
+}
+
 void run_gelu16_cases(parity *P) {
+    /* the fused bias gradient: several row chunks, column tiles with a remainder, OC % 8 != 0 (the two-pass
+     * fallback), gpt2-124m's fc layer */
+    static const int dbias_shapes[][2] = {{37, 40}, {1001, 264}, {9000, 136}, {4099, 3072}, {130, 131},
+                                          {16384, 3072}};
+    if (supported(P, "gelu_backward_dbias_bf16[vs two passes]", "", (const void *)P->cpu->gelu_backward_dbias_bf16,
+                  (const void *)P->gpu->gelu_backward_dbias_bf16))
+        for (size_t i = 0; i < sizeof dbias_shapes / sizeof dbias_shapes[0]; i++)
+            if (!P->quick || (size_t)dbias_shapes[i][0] * dbias_shapes[i][1] <= 1000000)
+                g16_dbias_case(P, dbias_shapes[i][0], dbias_shapes[i][1]);
+
     if (!supported(P, "gelu_backward_bf16[all patterns]", "", (const void *)P->cpu->gelu_backward_bf16,
                    (const void *)P->gpu->gelu_backward_bf16))
         return;

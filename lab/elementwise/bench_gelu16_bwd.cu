@@ -11,6 +11,11 @@
  * N(0, 8^2), then N(0, 1) with 1% exact zeros (outside the table's window: its computed path); dout N(0, 1e-3^2).
  * Per kernel: the median us, the bandwidth it implies (3 n bf16), the median per-round ratio compute / this with a
  * 95% bootstrap CI, and whether the output equals the baseline's bitwise (PASS/FAIL; exit 1 on FAIL).
+ *
+ * `forge-lab bench gelu16-bwd-dbias [--reps N]`: the MLP's fc layer at N = 16384, OC = 3072: gelu_backward_bf16
+ * then matmul_backward_weight_bf16's bias-gradient pass (C = 0) against gelu_backward_dbias_bf16 (one pass summing
+ * the bias-gradient partials as it writes dinp, then the same finishing sum), interleaved; dinp and dbias must be
+ * bitwise equal (PASS/FAIL).
  * Measurements: lab/notes/elementwise.md.
  */
 #include <math.h>
@@ -196,4 +201,103 @@ extern "C" int lab_bench_gelu16_bwd(int argc, char **argv) {
     for (int k = 0; k < 3; k++) cudaFree(e.d[k]);
     forge_backend_destroy(e.be);
     return rc;
+}
+
+/* ---- gelu16-bwd-dbias: the GELU backward and the fc layer's bias gradient ----------------------------------------- */
+
+/* path 0: gelu_backward_bf16 then the dbias pass of matmul_backward_weight_bf16 (C = 0: no weight gradient);
+ * path 1: gelu_backward_dbias_bf16 */
+static int gbd_run(forge_backend *be, int path, forge_bf16 *dinp, float *dbias, const forge_bf16 *x,
+                   const forge_bf16 *g, int N, int OC) {
+    if (path == 0) {
+        GB_FORGE(be->gelu_backward_bf16(be, dinp, x, g, (size_t)N * OC, 0));
+        GB_FORGE(be->matmul_backward_weight_bf16(be, NULL, dbias, dinp, NULL, N, 0, OC));
+    } else {
+        GB_FORGE(be->gelu_backward_dbias_bf16(be, dinp, dbias, x, g, N, OC));
+    }
+    return 0;
+}
+
+extern "C" int lab_bench_gelu16_bwd_dbias(int argc, char **argv) {
+    int reps = 30;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: forge-lab bench gelu16-bwd-dbias [--reps N]\n");
+            return 2;
+        }
+    }
+    if (reps < 3) reps = 3;
+    const int N = 16384, OC = 3072;
+    const size_t n = (size_t)N * OC;
+    forge_backend *be = NULL;
+    forge_runtime_options rt;
+    forge_runtime_options_default(&rt);
+    GB_FORGE(forge_backend_create(&be, FORGE_DEVICE_CUDA, &rt));
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    cudaStream_t st = ctx->stream;
+    forge_bf16 *x, *g, *d[2];
+    float *db[2];
+    GB_TRY(cudaMalloc(&x, n * sizeof(forge_bf16)));
+    GB_TRY(cudaMalloc(&g, n * sizeof(forge_bf16)));
+    for (int k = 0; k < 2; k++) {
+        GB_TRY(cudaMalloc(&d[k], n * sizeof(forge_bf16)));
+        GB_TRY(cudaMalloc(&db[k], OC * sizeof(float)));
+    }
+    gb_fill_kernel<<<1024, 256, 0, st>>>(x, n, 1.0f, 0.0f, 1);
+    gb_fill_kernel<<<1024, 256, 0, st>>>(g, n, 1e-3f, 0.0f, 2);
+    GB_TRY(cudaGetLastError());
+    /* one call each from dbias = 0: dinp and dbias compared bitwise */
+    for (int k = 0; k < 2; k++) {
+        GB_TRY(cudaMemsetAsync(d[k], 0xff, n * sizeof(forge_bf16), st));
+        GB_TRY(cudaMemsetAsync(db[k], 0, OC * sizeof(float), st));
+        if (gbd_run(be, k, d[k], db[k], x, g, N, OC)) return 1;
+    }
+    GB_TRY(cudaStreamSynchronize(st));
+    std::vector<forge_bf16> h0(n), h1(n);
+    std::vector<float> b0(OC), b1(OC);
+    GB_TRY(cudaMemcpy(h0.data(), d[0], n * sizeof(forge_bf16), cudaMemcpyDeviceToHost));
+    GB_TRY(cudaMemcpy(h1.data(), d[1], n * sizeof(forge_bf16), cudaMemcpyDeviceToHost));
+    GB_TRY(cudaMemcpy(b0.data(), db[0], OC * sizeof(float), cudaMemcpyDeviceToHost));
+    GB_TRY(cudaMemcpy(b1.data(), db[1], OC * sizeof(float), cudaMemcpyDeviceToHost));
+    const int same_d = memcmp(h0.data(), h1.data(), n * sizeof(forge_bf16)) == 0;
+    const int same_b = memcmp(b0.data(), b1.data(), OC * sizeof(float)) == 0;
+    cudaEvent_t e0, e1;
+    GB_TRY(cudaEventCreate(&e0));
+    GB_TRY(cudaEventCreate(&e1));
+    std::vector<double> t[2];
+    for (int r = -3; r < reps; r++)
+        for (int k = 0; k < 2; k++) {
+            GB_TRY(cudaEventRecord(e0, st));
+            if (gbd_run(be, k, d[k], db[k], x, g, N, OC)) return 1;
+            GB_TRY(cudaEventRecord(e1, st));
+            GB_TRY(cudaEventSynchronize(e1));
+            float ms = 0;
+            GB_TRY(cudaEventElapsedTime(&ms, e0, e1));
+            if (r >= 0) t[k].push_back(1e3 * ms);
+        }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    printf("gelu16-bwd-dbias (N = %d, OC = %d, x ~ N(0, 1)), median of %d interleaved rounds; dinp %s, dbias %s "
+           "(fused vs two passes, bitwise)\n", N, OC, reps, same_d ? "PASS" : "FAIL", same_b ? "PASS" : "FAIL");
+    printf("  %-10s %10s %9s %24s\n", "path", "us", "GB/s", "speedup [95% CI]");
+    for (int k = 0; k < 2; k++) {
+        std::vector<double> ratio;
+        for (int i = 0; i < reps; i++) ratio.push_back(t[0][i] / t[k][i]);
+        double lo, hi;
+        lab_median_ci(ratio, &lo, &hi);
+        const double us = lab_median(t[k]);
+        /* bytes: the fused pass reads x and dout and writes dinp; the two passes read dinp once more */
+        printf("  %-10s %10.1f %9.0f %8.3fx [%.3f, %.3f]\n", k == 0 ? "two-pass" : "fused", us,
+               (k == 0 ? 4.0 : 3.0) * n * 2 / us * 1e-3, lab_median(ratio), lo, hi);
+    }
+    cudaFree(x);
+    cudaFree(g);
+    for (int k = 0; k < 2; k++) {
+        cudaFree(d[k]);
+        cudaFree(db[k]);
+    }
+    forge_backend_destroy(be);
+    return same_d && same_b ? 0 : 1;
 }

@@ -11,4 +11,11 @@ extern "C"
 #endif
 int lab_bench_gelu16_bwd(int argc, char **argv);
 
+/* `forge-lab bench gelu16-bwd-dbias [--reps N]`: gelu_backward_bf16 + the dbias pass vs gelu_backward_dbias_bf16,
+ * interleaved, outputs compared bitwise (lab/elementwise/bench_gelu16_bwd.cu) */
+#ifdef __cplusplus
+extern "C"
+#endif
+int lab_bench_gelu16_bwd_dbias(int argc, char **argv);
+
 #endif

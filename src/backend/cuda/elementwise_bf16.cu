@@ -173,6 +173,8 @@ forge_status cuda_gelu_grad_table_init(cuda_ctx *ctx) {
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k1, gelu_backward_bf16_table_kernel<true>,
                                                            GELU_BWD_THREADS, 0));
     ctx->gelu_bwd_blocks_per_sm = k0 < k1 ? k0 : k1;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctx->gelu_dbias_blocks_per_sm,
+                                                           gelu_backward_dbias_bf16_kernel, 32 * GELU_DBIAS_ROWS, 0));
     return FORGE_OK;
 }
 
@@ -194,6 +196,30 @@ forge_status cuda_gelu_backward_bf16(forge_backend *be, forge_bf16 *dinp, const 
     if (accumulate)
         return elementwise_launch_scalar(be, gelu_backward_op<true>{dinp, inp, dout}, n, "gelu_backward_bf16");
     return elementwise_launch_scalar(be, gelu_backward_op<false>{dinp, inp, dout}, n, "gelu_backward_bf16");
+}
+
+/* The fused kernel where it applies (OC % 8 == 0, aligned, a dbias the workspace holds); otherwise the two passes
+ * it fuses, gelu_backward_bf16 then matmul_backward_weight_bf16's dbias (C = 0: no weight gradient), which give the
+ * same bits. */
+forge_status cuda_gelu_backward_dbias_bf16(forge_backend *be, forge_bf16 *dinp, float *dbias, const forge_bf16 *inp,
+                                           const forge_bf16 *dout, int N, int OC) {
+    if (N < 0 || OC < 0)
+        return forge_error(FORGE_ERR_ARG, "cuda gelu_backward_dbias_bf16: sizes must be >= 0, got N=%d OC=%d", N, OC);
+    const size_t n = (size_t)N * OC;
+    if (n == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    const int R = dbias ? cuda_colsum_chunks(N, OC, 1) : 0;
+    if (R == 0 || OC % 8 != 0 || !aligned(dinp, inp, dout)) {
+        FORGE_TRY(cuda_gelu_backward_bf16(be, dinp, inp, dout, n, 0));
+        return dbias ? cuda_matmul_backward_weight_bf16(be, NULL, dbias, dinp, NULL, N, 0, OC) : FORGE_OK;
+    }
+    const int rows_per_chunk = (N + R - 1) / R, items = (OC + 255) / 256 * R;
+    int grid = ctx->num_sms * (ctx->gelu_dbias_blocks_per_sm > 0 ? ctx->gelu_dbias_blocks_per_sm : 1);
+    if (grid > items) grid = items;
+    gelu_backward_dbias_bf16_kernel<<<grid, dim3(32, GELU_DBIAS_ROWS), 0, ctx->stream>>>(
+        dinp, ctx->ws, inp, dout, N, OC, R, rows_per_chunk, ctx->gelu_grad_table);
+    CUDA_LAUNCH_CHECK("gelu_backward_dbias_bf16_kernel");
+    return cuda_colsum_finish(ctx, dbias, ctx->ws, R, OC);
 }
 
 forge_status cuda_swiglu_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *gate,

@@ -1,6 +1,7 @@
 /*
- * gelu_grad_table.cuh: the bf16 GELU backward's kernel (elementwise_bf16.cu's aligned path) and the table it reads
- * gelu'(x) from; shared with the lab's bench of it (lab/elementwise/bench_gelu16_bwd.cu).
+ * gelu_grad_table.cuh: the bf16 GELU backward's kernels (elementwise_bf16.cu's aligned paths of gelu_backward_bf16
+ * and gelu_backward_dbias_bf16) and the table they read gelu'(x) from; shared with the lab's bench of them
+ * (lab/elementwise/bench_gelu16_bwd.cu).
  *
  * x is bf16, so gelu'(x) = forge_gelu_grad(x) (base/fmath.h) takes one value per bit pattern. The table holds
  * those values for a window of patterns, computed on the device by forge_gelu_grad itself (gelu_grad_table_kernel,
@@ -118,6 +119,62 @@ __global__ void __launch_bounds__(GELU_BWD_THREADS)
     for (size_t i = chunks * 8 + tid; i < n; i += stride) {
         const float d = ACC ? bf16_to_f32(dinp[i]) : 0.0f;
         dinp[i] = f32_to_bf16(fmaf(gelu_grad_lookup(table, inp[i]), bf16_to_f32(dout[i]), d));
+    }
+}
+
+/* ---- with the bias gradient ---------------------------------------------------------------------------------------
+ * dinp (N, OC) = rn(0 + gelu'(inp) dout) as above, and partial[r][oc] = the fp32 sum of the ROUNDED dinp[n][oc] over
+ * the rows n of chunk r (rows_per_chunk rows each): the partials matmul_bf16.cu's mm_bf16_dbias_partial8_kernel
+ * computes from the stored dinp, bit for bit, because the partition and the order are the same: a work item
+ * (column tile of 256, row chunk r) is a (32, GELU_DBIAS_ROWS) block's, thread (x, y) sums columns [8x, 8x + 8) of
+ * the tile over the rows r rows_per_chunk + y, + GELU_DBIAS_ROWS, ... in order, and the row lanes are combined in
+ * lane order. The blocks loop over the work items (tile fastest), so each copies the table once.
+ * OC % 8 == 0 and 16-byte aligned pointers (the caller checks). */
+#define GELU_DBIAS_ROWS 8 /* matmul_bf16.cu's MMB_DBIAS_ROWS: the partition of its partials */
+
+static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS)
+    gelu_backward_dbias_bf16_kernel(forge_bf16 *__restrict__ dinp, float *__restrict__ partial,
+                                    const forge_bf16 *__restrict__ inp, const forge_bf16 *__restrict__ dout, int N,
+                                    int OC, int R, int rows_per_chunk, const float *__restrict__ table_g) {
+    __shared__ __align__(16) float table[GELU_TAB_FLOATS];
+    __shared__ float s[GELU_DBIAS_ROWS][256 + 4];
+    const int t = threadIdx.y * 32 + threadIdx.x;
+    for (int i = t; i < GELU_TAB_FLOATS / 4; i += 32 * GELU_DBIAS_ROWS)
+        reinterpret_cast<float4 *>(table)[i] = reinterpret_cast<const float4 *>(table_g)[i];
+    __syncthreads();
+
+    const int tiles = (OC + 255) / 256, lc = threadIdx.x * 8;
+    for (int item = blockIdx.x; item < tiles * R; item += gridDim.x) {
+        const int c0 = (item % tiles) * 256 + lc, r = item / tiles;
+        const int n_begin = r * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
+        float acc[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[k] = 0.0f;
+        if (c0 < OC)
+            for (int n = n_begin + threadIdx.y; n < n_end; n += GELU_DBIAS_ROWS) {
+                const size_t i = (size_t)n * OC + c0;
+                const uint4 xv = *reinterpret_cast<const uint4 *>(inp + i), gv = *reinterpret_cast<const uint4 *>(dout + i);
+                float d[8];
+#pragma unroll
+                for (int k = 0; k < 8; k++) d[k] = 0.0f;
+                gelu_bwd_chunk(d, table, xv, gv);
+                bf16_store<8>(dinp + i, d);
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[k] += bf16_to_f32(f32_to_bf16(d[k])); /* the stored value */
+            }
+#pragma unroll
+        for (int k = 0; k < 8; k++) s[threadIdx.y][lc + k] = acc[k];
+        __syncthreads();
+        if (threadIdx.y == 0 && c0 < OC) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int l = 0; l < GELU_DBIAS_ROWS; l++) sum += s[l][lc + k];
+                partial[(size_t)r * OC + c0 + k] = sum;
+            }
+        }
+        __syncthreads(); /* s is read before the next item writes it */
     }
 }
 
