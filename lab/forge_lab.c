@@ -8,6 +8,7 @@
 #include "lab.h"
 #include "characterize/characterize.h"
 #include "classifier/classifier_lab.h"
+#include "elementwise/elementwise_lab.h"
 #include "flash/flash_lab.h"
 #include "gemm_bf16/gemm_bf16_variants.h"
 #include "gemm_fp8/gemm_fp8_lab.h"
@@ -22,6 +23,10 @@ static const lab_command COMMANDS[] = {
      lab_bench_flash16_bwd_fused},
     {"bench cls16t-passes", "the bf16 classifier's column passes by access width vs the row pair, interleaved [--reps N]",
      lab_bench_cls16t_passes},
+    {"bench gelu16-bwd", "the bf16 GELU backward: computed gelu' vs the table kernel, interleaved [--reps N]",
+     lab_bench_gelu16_bwd},
+    {"bench gelu16-bwd-dbias", "GELU backward + the fc bias gradient: two passes vs the fused op [--reps N]",
+     lab_bench_gelu16_bwd_dbias},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},

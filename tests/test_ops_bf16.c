@@ -586,6 +586,26 @@ static void test_fresh_writes(void) {
         CHECK_OK(be->gelu_backward_bf16(be, got, x, g, nc, 0));
         check_bits("gelu_backward_bf16 written", got, want, nc);
 
+        /* the fused bias gradient: dinp = the written gelu_backward_bf16, dbias += the bits of
+         * matmul_backward_weight_bf16's dbias of dout = dinp (its C = 1 weight gradient into dw, unused) */
+        {
+            float *db_want = fx_floats(C), *db_got = fx_floats(C);
+            if (db_want && db_got) {
+                FRESH_RESET(nc);
+                for (int c = 0; c < C; c++) db_want[c] = db_got[c] = 0.5f - (float)c / C;
+                CHECK_OK(be->gelu_backward_bf16(be, want, x, g, nc, 0));
+                CHECK_OK(be->matmul_backward_weight_bf16(be, dw, db_want, want, x, N, 1, C));
+                CHECK_OK(be->gelu_backward_dbias_bf16(be, got, db_got, x, g, N, C));
+                check_bits("gelu_backward_dbias_bf16: dinp", got, want, nc);
+                CHECK_MSG(memcmp(db_want, db_got, C * sizeof(float)) == 0,
+                          "gelu_backward_dbias_bf16: dbias differs from matmul_backward_weight_bf16's");
+            } else {
+                CHECK_MSG(0, "out of memory");
+            }
+            free(db_want);
+            free(db_got);
+        }
+
         FRESH_RESET(nc);
         CHECK_OK(be->swiglu_backward_bf16(be, want, want2, g, x, y, nc, 1));
         CHECK_OK(be->swiglu_backward_bf16(be, got, got2, g, x, y, nc, 0));

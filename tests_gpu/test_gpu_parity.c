@@ -7,7 +7,7 @@
  * GEMMs and bf16 flash attention (test_gemm_*_kernels.c,
  * test_flash16_kernels.c), which are not backend ops.
  *
- * Usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn]
+ * Usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16]
  * (--quick drops cases over 1e6 elements, for compute-sanitizer). Ends with
  * "N passed, N failed"; exit status 1 on any failure.
  */
@@ -347,7 +347,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) P.op_filter = argv[++i];
         else {
-            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode] [--op NAME,...]\n"
+            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16] [--op NAME,...]\n"
                    "  --op: the op walk only, of the named ops (every case, default matmul mode)\n"
                    "0 passed, 1 failed\n");
             return 2;
@@ -402,6 +402,7 @@ int main(int argc, char **argv) {
     if (all || (only && strcmp(only, "gemm_tn") == 0)) run_gemm_tn_cases(&P);
     if (all || (only && strcmp(only, "flash16") == 0)) run_flash16_cases(&P);
     if (all || (only && strcmp(only, "decode") == 0)) run_decode_cases(&P);
+    if (all || (only && strcmp(only, "gelu16") == 0)) run_gelu16_cases(&P);
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);

@@ -115,6 +115,16 @@
       A(ACC_IF, forge_bf16, dinp, n, ULP(0), accumulate) A(IN, forge_bf16, inp, n, -5, 5)                        \
           A(IN, forge_bf16, dout, n, -1, 1) A(SIZE, size_t, n) A(SCALAR, int, accumulate),                       \
       FORGE_EW_BF16_BWD_CASES(K))                                                                                \
+    /* An MLP layer's GELU backward and its bias gradient in one pass: dinp (N,OC) = rn(0 + gelu'(inp) dout)      \
+     * (written: gelu_backward_bf16's accumulate = 0 bits), dbias (OC) += sum_n dinp, fp32 over the rounded dinp \
+     * (may be NULL): matmul_backward_weight_bf16's dbias of dout = dinp. dbias: N-long fp32 sums of terms up to  \
+     * 1.13 (max |gelu'| times |dout| <= 1) in another order: SUMS(2, N). */                                     \
+    X(gelu_backward_dbias_bf16, FORGE_BF16, 0,                                                                   \
+      A(OUT, forge_bf16, dinp, (size_t)N * OC, ULP(0)) A(ACC_OPT, float, dbias, OC, SUMS(2, N))                  \
+          A(IN, forge_bf16, inp, (size_t)N * OC, -5, 5) A(IN, forge_bf16, dout, (size_t)N * OC, -1, 1)           \
+              A(SIZE, int, N) A(SIZE, int, OC),                                                                  \
+      K(.N = 1, .OC = 29) K(.N = 37, .OC = 40) K(.N = 130, .OC = 131) K(.N = 200, .OC = 264)                     \
+      K(.N = 1001, .OC = 768) K(.N = 4099, .OC = 64) K(.N = 9000, .OC = 136) K(.N = 333, .OC = 3072))            \
     /* out = rn(silu(gate) up) */                                                                                \
     X(swiglu_forward_bf16, FORGE_BF16, 0,                                                                        \
       A(OUT, forge_bf16, out, n, ULP(0)) A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3)       \

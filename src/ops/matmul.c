@@ -6,7 +6,8 @@
  * bf16 activations run the bf16 entries on the weight's working copy, the
  * bias read in fp32: forward with GELU fused into the GEMM's epilogue, which
  * then also stores the pre-activation; its backward takes the GELU derivative
- * first (gelu_backward_bf16 writing a new bf16 buffer), then the two GEMMs; dX
+ * first (gelu_backward_bf16 writing a new bf16 buffer; gelu_backward_dbias_bf16,
+ * which also sums the bias gradient from it, when there is one), then the two GEMMs; dX
  * is written rather than added when it is x's first gradient. The GELU
  * derivative is its own pass, not the dgelu_pre epilogue of the projection's dX
  * GEMM, which measured slower than the pair (docs/results.md).
@@ -52,10 +53,18 @@ static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entr
     const forge_tensor *pre = e->saved[0];
     forge_tensor *dpre = NULL;
     const forge_bf16 *dout = forge_bf16p(e->out->grad);
+    int db_done = 0; /* the bias gradient summed by the GELU backward's pass */
     if (pre) { /* GELU: the gradient of the pre-activation */
-        OP_REQUIRE(be, gelu_backward_bf16);
         FORGE_TRY(op_new_dtype(tape, &dpre, FORGE_BF16, pre->ndim, pre->shape));
-        FORGE_TRY(be->gelu_backward_bf16(be, forge_bf16p(dpre), forge_bf16p(pre), dout, pre->numel, 0));
+        if (db && dw) {
+            OP_REQUIRE(be, gelu_backward_dbias_bf16);
+            FORGE_TRY(be->gelu_backward_dbias_bf16(be, forge_bf16p(dpre), op_grad_data(db), forge_bf16p(pre), dout,
+                                                   p.N, p.OC));
+            db_done = 1;
+        } else {
+            OP_REQUIRE(be, gelu_backward_bf16);
+            FORGE_TRY(be->gelu_backward_bf16(be, forge_bf16p(dpre), forge_bf16p(pre), dout, pre->numel, 0));
+        }
         dout = forge_bf16p(dpre);
     }
     forge_status s = FORGE_OK;
@@ -70,8 +79,8 @@ static forge_status matmul_backward_bf16(forge_tape *tape, const forge_tape_entr
         OP_REQUIRE(be, matmul_backward_weight_bf16);
         if (!dw) s = forge_error(FORGE_ERR_UNSUPPORTED, "matmul: a bias gradient without a weight gradient");
         else
-            s = be->matmul_backward_weight_bf16(be, forge_f32(dw), op_grad_data(db), dout, forge_bf16p(e->in[0]), p.N,
-                                                p.C, p.OC);
+            s = be->matmul_backward_weight_bf16(be, forge_f32(dw), db_done ? NULL : op_grad_data(db), dout,
+                                                forge_bf16p(e->in[0]), p.N, p.C, p.OC);
     }
     if (dpre) forge_pool_release(forge_tape_pool(tape), dpre);
     return s;

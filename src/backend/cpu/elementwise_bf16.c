@@ -65,3 +65,21 @@ forge_status cpu_swiglu_backward_bf16(forge_backend *be, forge_bf16 *dgate, forg
     }
     return FORGE_OK;
 }
+
+/* gelu_backward_bf16 written, then dbias[o] += the fp32 sum over rows, in order, of the rounded dinp[n][o]: the
+ * bits matmul_backward_weight_bf16's dbias gives for dout = dinp */
+forge_status cpu_gelu_backward_dbias_bf16(forge_backend *be, forge_bf16 *dinp, float *dbias, const forge_bf16 *inp,
+                                          const forge_bf16 *dout, int N, int OC) {
+    if (N < 0 || OC < 0)
+        return forge_error(FORGE_ERR_ARG, "cpu gelu_backward_dbias_bf16: sizes must be >= 0, got N=%d OC=%d", N, OC);
+    FORGE_TRY(cpu_gelu_backward_bf16(be, dinp, inp, dout, (size_t)N * OC, 0));
+    if (!dbias) return FORGE_OK;
+    int nt = cpu_threads(be);
+#pragma omp parallel for num_threads(nt)
+    for (int o = 0; o < OC; o++) {
+        float bsum = 0.0f;
+        for (int n = 0; n < N; n++) bsum += bf(dinp[(size_t)n * OC + o]);
+        dbias[o] += bsum;
+    }
+    return FORGE_OK;
+}

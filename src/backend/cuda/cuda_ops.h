@@ -87,7 +87,14 @@ typedef struct {
     cuda_input_error *input_error; /* device memory: see cuda_input_error */
     unsigned *reduce_done; /* device counter of the one-launch reductions (adamw.cu): 0 between launches */
     unsigned ws_generation; /* bumped when a workspace a recorded graph may use is replaced (tn_ws) */
+    float *gelu_grad_table;     /* gelu' of a window of bf16 values (gelu_grad_table.cuh), built at creation */
+    int gelu_bwd_blocks_per_sm; /* the bf16 GELU backward's resident blocks per SM (its grid) */
+    int gelu_dbias_blocks_per_sm; /* the same for the GELU backward with the bias gradient */
 } cuda_ctx;
+
+/* elementwise_bf16.cu: allocates and builds ctx->gelu_grad_table (a kernel on ctx->stream, at creation: never
+ * inside a captured step) and sets gelu_bwd_blocks_per_sm and gelu_dbias_blocks_per_sm. */
+forge_status cuda_gelu_grad_table_init(cuda_ctx *ctx);
 
 /* At least `bytes` of split-K workspace for the bf16 dW GEMM (forge_gemm_bf16_tn_workspace's plan), in
  * ctx->tn_ws. Grows by reallocation, which waits for the device: that happens in a run's first step (the

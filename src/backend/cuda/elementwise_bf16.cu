@@ -10,10 +10,13 @@
  *
  * One grid-stride kernel per op over 8-wide chunks (one 16-byte vector per operand) when every pointer is 16-byte
  * aligned, then the n % 8 tail element by element; element by element throughout otherwise. The op's body is
- * written once, for W elements (W = 8 or 1).
+ * written once, for W elements (W = 8 or 1). The GELU backward's aligned form is its own kernel instead
+ * (gelu_grad_table.cuh): gelu' from a table of its bf16 inputs' values, built at context creation
+ * (cuda_gelu_grad_table_init), with the same bits as computing it.
  */
 #include "../../base/fmath.h"
 #include "bf16_io.cuh"
+#include "gelu_grad_table.cuh"
 
 #define EW_THREADS 256
 
@@ -125,15 +128,21 @@ __global__ void __launch_bounds__(EW_THREADS) elementwise_bf16_kernel(Op op, siz
     for (size_t i = head + tid; i < n; i += stride) op.template run<1>(i);
 }
 
+/* element by element: any alignment */
 template <class Op>
-static forge_status elementwise_launch(forge_backend *be, const Op &op, size_t n, bool aligned, const char *name) {
+static forge_status elementwise_launch_scalar(forge_backend *be, const Op &op, size_t n, const char *name) {
     if (n == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (aligned && n >= 8)
-        elementwise_bf16_kernel<Op, true>
-            <<<cuda_grid_for(ctx, n / 8, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
-    else
-        elementwise_bf16_kernel<Op, false><<<cuda_grid_for(ctx, n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
+    elementwise_bf16_kernel<Op, false><<<cuda_grid_for(ctx, n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
+    CUDA_LAUNCH_CHECK(name);
+    return FORGE_OK;
+}
+
+template <class Op>
+static forge_status elementwise_launch(forge_backend *be, const Op &op, size_t n, bool aligned, const char *name) {
+    if (!(aligned && n >= 8)) return elementwise_launch_scalar(be, op, n, name);
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    elementwise_bf16_kernel<Op, true><<<cuda_grid_for(ctx, n / 8, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
     CUDA_LAUNCH_CHECK(name);
     return FORGE_OK;
 }
@@ -154,13 +163,63 @@ forge_status cuda_gelu_forward_bf16(forge_backend *be, forge_bf16 *out, const fo
     return elementwise_launch(be, gelu_forward_op{out, inp}, n, aligned(out, inp), "gelu_forward_bf16");
 }
 
+forge_status cuda_gelu_grad_table_init(cuda_ctx *ctx) {
+    CUDA_TRY(cudaMalloc((void **)&ctx->gelu_grad_table, GELU_TAB_FLOATS * sizeof(float)));
+    gelu_grad_table_kernel<<<GELU_TAB_FLOATS / 256, 256, 0, ctx->stream>>>(ctx->gelu_grad_table);
+    CUDA_LAUNCH_CHECK("gelu_grad_table_kernel");
+    int k0 = 0, k1 = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k0, gelu_backward_bf16_table_kernel<false>,
+                                                           GELU_BWD_THREADS, 0));
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k1, gelu_backward_bf16_table_kernel<true>,
+                                                           GELU_BWD_THREADS, 0));
+    ctx->gelu_bwd_blocks_per_sm = k0 < k1 ? k0 : k1;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctx->gelu_dbias_blocks_per_sm,
+                                                           gelu_backward_dbias_bf16_kernel, 32 * GELU_DBIAS_ROWS, 0));
+    return FORGE_OK;
+}
+
 forge_status cuda_gelu_backward_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *inp,
                                      const forge_bf16 *dout, size_t n, int accumulate) {
+    if (n >= 8 && aligned(dinp, inp, dout)) {
+        cuda_ctx *ctx = cuda_get_ctx(be);
+        const unsigned grid = gelu_bwd_grid(ctx->num_sms, ctx->gelu_bwd_blocks_per_sm, n);
+        if (accumulate)
+            gelu_backward_bf16_table_kernel<true>
+                <<<grid, GELU_BWD_THREADS, 0, ctx->stream>>>(dinp, inp, dout, n, ctx->gelu_grad_table);
+        else
+            gelu_backward_bf16_table_kernel<false>
+                <<<grid, GELU_BWD_THREADS, 0, ctx->stream>>>(dinp, inp, dout, n, ctx->gelu_grad_table);
+        CUDA_LAUNCH_CHECK("gelu_backward_bf16");
+        return FORGE_OK;
+    }
+    /* not 16-byte aligned, or under one chunk: element by element, computing gelu' */
     if (accumulate)
-        return elementwise_launch(be, gelu_backward_op<true>{dinp, inp, dout}, n, aligned(dinp, inp, dout),
-                                  "gelu_backward_bf16");
-    return elementwise_launch(be, gelu_backward_op<false>{dinp, inp, dout}, n, aligned(dinp, inp, dout),
-                              "gelu_backward_bf16");
+        return elementwise_launch_scalar(be, gelu_backward_op<true>{dinp, inp, dout}, n, "gelu_backward_bf16");
+    return elementwise_launch_scalar(be, gelu_backward_op<false>{dinp, inp, dout}, n, "gelu_backward_bf16");
+}
+
+/* The fused kernel where it applies (OC % 8 == 0, aligned, a dbias the workspace holds); otherwise the two passes
+ * it fuses, gelu_backward_bf16 then matmul_backward_weight_bf16's dbias (C = 0: no weight gradient), which give the
+ * same bits. */
+forge_status cuda_gelu_backward_dbias_bf16(forge_backend *be, forge_bf16 *dinp, float *dbias, const forge_bf16 *inp,
+                                           const forge_bf16 *dout, int N, int OC) {
+    if (N < 0 || OC < 0)
+        return forge_error(FORGE_ERR_ARG, "cuda gelu_backward_dbias_bf16: sizes must be >= 0, got N=%d OC=%d", N, OC);
+    const size_t n = (size_t)N * OC;
+    if (n == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    const int R = dbias ? cuda_colsum_chunks(N, OC, 1) : 0;
+    if (R == 0 || OC % 8 != 0 || !aligned(dinp, inp, dout)) {
+        FORGE_TRY(cuda_gelu_backward_bf16(be, dinp, inp, dout, n, 0));
+        return dbias ? cuda_matmul_backward_weight_bf16(be, NULL, dbias, dinp, NULL, N, 0, OC) : FORGE_OK;
+    }
+    const int rows_per_chunk = (N + R - 1) / R, items = (OC + 255) / 256 * R;
+    int grid = ctx->num_sms * (ctx->gelu_dbias_blocks_per_sm > 0 ? ctx->gelu_dbias_blocks_per_sm : 1);
+    if (grid > items) grid = items;
+    gelu_backward_dbias_bf16_kernel<<<grid, dim3(32, GELU_DBIAS_ROWS), 0, ctx->stream>>>(
+        dinp, ctx->ws, inp, dout, N, OC, R, rows_per_chunk, ctx->gelu_grad_table);
+    CUDA_LAUNCH_CHECK("gelu_backward_dbias_bf16_kernel");
+    return cuda_colsum_finish(ctx, dbias, ctx->ws, R, OC);
 }
 
 forge_status cuda_swiglu_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *gate,
