@@ -12,6 +12,7 @@
 #include "gemm_bf16/gemm_bf16_variants.h"
 #include "gemm_fp8/gemm_fp8_lab.h"
 #include "gemm_mma/gemm_mma_lab.h"
+#include "norm/norm_lab.h"
 
 static const lab_command COMMANDS[] = {
     {"test flash16", "bf16 flash attention variants vs float64 [--quick]", lab_test_flash16},
@@ -22,6 +23,8 @@ static const lab_command COMMANDS[] = {
      lab_bench_flash16_bwd_fused},
     {"bench cls16t-passes", "the bf16 classifier's column passes at unroll 4, 8, 16, interleaved [--reps N]",
      lab_bench_cls16t_passes},
+    {"bench norm16-bwd", "the bf16 norm backward's fused kernel: previous vs default vs stage counts [--reps N]",
+     lab_bench_norm16_bwd},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},

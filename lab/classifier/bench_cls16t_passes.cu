@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../../src/backend/cuda/classifier_bf16_passes.cuh"
+#include "../lab_stats.h"
 #include "classifier_lab.h"
 
 #define CPB_TRY(x)                                                                                                 \
@@ -55,28 +56,6 @@ static int cpb_run(int u, float *losses, uint16_t *xt, float *part, const int32_
     }
     CPB_TRY(cudaGetLastError());
     return 0;
-}
-
-static double cpb_median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* 95% bootstrap CI of the median of v (2000 resamples, a fixed LCG: the same CI every run) */
-static void cpb_ci(const std::vector<double> &v, double *lo, double *hi) {
-    std::vector<double> meds, s(v.size());
-    uint64_t x = 12345;
-    for (int b = 0; b < 2000; b++) {
-        for (size_t i = 0; i < v.size(); i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            s[i] = v[(x >> 33) % v.size()];
-        }
-        meds.push_back(cpb_median(s));
-    }
-    std::sort(meds.begin(), meds.end());
-    *lo = meds[50];
-    *hi = meds[1949];
 }
 
 static int cpb_shape(const char *name, int rows, int V, int reps) {
@@ -139,10 +118,10 @@ static int cpb_shape(const char *name, int rows, int V, int reps) {
         std::vector<double> ratio;
         for (int i = 0; i < reps; i++) ratio.push_back(t[0][i] / t[u][i]);
         double lo, hi;
-        cpb_ci(ratio, &lo, &hi);
-        const double us = cpb_median(t[u]);
+        lab_median_ci(ratio, &lo, &hi);
+        const double us = lab_median(t[u]);
         printf("  %-7d %10.1f %9.0f %8.3fx [%.3f, %.3f] %s\n", CPB_UNROLLS[u], us, 3.0 * n * 2 / us * 1e-3,
-               cpb_median(ratio), lo, hi, u == 0 ? "-" : same[u] ? "equal" : "DIFFERENT");
+               lab_median(ratio), lo, hi, u == 0 ? "-" : same[u] ? "equal" : "DIFFERENT");
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
