@@ -3,13 +3,17 @@
  * dweight/dbias partials in one pass, then reduce.cu's ordered finish), interleaved round by round on the same
  * inputs, at gpt2-124m's LayerNorm (N = 16384, C = 768, accumulate = 1 and 0) and gpt-25m's RMSNorm (N = 16384,
  * C = 512, accumulate = 1). Contenders:
- *   baseline  the fused kernel with one row per warp loaded ahead in registers (lab/norm/norm16_bwd_v0.cuh) + finish
- *   src       the public op through the CUDA backend (norm_bf16.cu: norm_bf16_fused.cuh's ring, default stages)
- *   stages S  the same ring kernel with S row slots per warp (lab instantiations of norm_bf16_fused.cuh)
+ *   baseline  the fused kernel with one row per warp loaded ahead in registers (lab/norm/norm16_bwd_v0.cuh), then
+ *             reduce.cu's cuda_colsum_finish per output (the previous default)
+ *   src       the public op through the CUDA backend (norm_bf16.cu: norm_bf16_fused.cuh's ring with its default
+ *             stages, then norm_fused_finish: both outputs in one launch, loads batched)
+ *   src+colsum the src kernel with the baseline's finish (what the kernel alone gains)
+ *   stages S  the ring kernel with S row slots per warp (lab instantiations of norm_bf16_fused.cuh), finished as src
  *   2/SM st S the ring kernel with S slots on twice the blocks (2 per SM, half the rows each: another partition,
  *             so dweight/dbias sum in another order and are checked within tolerance only)
  * Before each timed run dinp is restored and the L2 flushed (a 256 MB memset), outside the timing; each timing is
- * cudaEvents around the kernel and its finish launches on the backend's stream. Per contender: the median us, the
+ * cudaEvents around the kernel and its finish launches on the backend's stream. Per contender: its resident
+ * blocks per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor; the grid is 1 or 2 per SM), the median us, the
  * HBM bandwidth it implies (dout, inp read, dinp written, accumulate: dinp read too), the median per-round ratio
  * baseline / contender with a 95% bootstrap CI, and the bits of its outputs against the baseline's: dinp must be
  * bitwise equal (PASS/FAIL; also checked against the CPU backend for the src op), dweight/dbias "equal" (same bits)
@@ -51,20 +55,27 @@ typedef struct {
     const float *weight, *mean, *rstd;
 } nbb_args;
 
-/* contenders: 0 baseline, 1 src, then these lab ones (those whose ring fits and which differ from the default):
- * S row slots per warp, with the default grid (1 block per SM) or 2 blocks per SM (another partition of the rows:
- * dweight/dbias in another order) */
+/* contenders: 0 baseline, 1 src, then these lab ones (those whose ring fits and which differ from src): S row slots
+ * per warp (0: the default's), with the default grid (1 block per SM) or 2 blocks per SM (another partition of the
+ * rows: dweight/dbias in another order), finished by norm_fused_finish or (colsum) by reduce.cu's two
+ * cuda_colsum_finish launches as the baseline is */
 typedef struct {
-    int stages, per_sm;
+    int stages, per_sm, colsum;
 } nbb_lab;
-static const nbb_lab NBB_LAB[] = {{2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}, {8, 1}, {2, 2}, {3, 2}};
+static const nbb_lab NBB_LAB[] = {{0, 1, 1}, {2, 1, 0}, {3, 1, 0}, {4, 1, 0}, {5, 1, 0},
+                                  {6, 1, 0}, {8, 1, 0}, {2, 2, 0}, {3, 2, 0}};
 #define NBB_NLAB ((int)(sizeof NBB_LAB / sizeof NBB_LAB[0]))
 #define NBB_SM_SMEM (228 * 1024) /* shared memory of an SM; each block reserves 1 KB more */
+
+template <int CH>
+static int nbb_stages(nbb_lab l) {
+    return l.stages ? l.stages : norm_fused_stages<CH>();
+}
 
 template <bool LN, bool ACC, int CH>
 static bool nbb_lab_ok(nbb_lab l) {
     int smem = 0;
-    switch (l.stages) {
+    switch (nbb_stages<CH>(l)) {
     case 2: smem = norm_fused_smem<LN, ACC, CH, 2>(); break;
     case 3: smem = norm_fused_smem<LN, ACC, CH, 3>(); break;
     case 4: smem = norm_fused_smem<LN, ACC, CH, 4>(); break;
@@ -73,7 +84,7 @@ static bool nbb_lab_ok(nbb_lab l) {
     case 8: smem = norm_fused_smem<LN, ACC, CH, 8>(); break;
     default: return false;
     }
-    if (l.per_sm == 1) return smem <= NB_SMEM_MAX && l.stages != norm_fused_stages<CH>();
+    if (l.per_sm == 1) return smem <= NB_SMEM_MAX && (l.colsum || nbb_stages<CH>(l) != norm_fused_stages<CH>());
     return l.per_sm * (smem + 1024) <= NBB_SM_SMEM;
 }
 
@@ -111,7 +122,7 @@ static int nbb_run_t(forge_backend *be, int v, const nbb_args *a, int N, int C) 
         NBB_TRY(cudaGetLastError());
     } else {
         cudaError_t e = cudaErrorInvalidValue;
-        switch (NBB_LAB[v - 2].stages) {
+        switch (nbb_stages<CH>(NBB_LAB[v - 2])) {
         case 2: e = nbb_launch_stages<LN, ACC, CH, 2>(ctx, R, a, N, C, rpb); break;
         case 3: e = nbb_launch_stages<LN, ACC, CH, 3>(ctx, R, a, N, C, rpb); break;
         case 4: e = nbb_launch_stages<LN, ACC, CH, 4>(ctx, R, a, N, C, rpb); break;
@@ -121,12 +132,48 @@ static int nbb_run_t(forge_backend *be, int v, const nbb_args *a, int N, int C) 
         }
         NBB_TRY(e);
     }
-    if (cuda_colsum_finish(ctx, a->dweight, ctx->ws, R, C) != FORGE_OK ||
-        (LN && cuda_colsum_finish(ctx, a->dbias, ctx->ws + (size_t)R * C, R, C) != FORGE_OK)) {
+    if (v >= 2 && !NBB_LAB[v - 2].colsum) {
+        NBB_TRY(norm_fused_finish(ctx->stream, LN, a->dweight, a->dbias, ctx->ws, R, C));
+    } else if (cuda_colsum_finish(ctx, a->dweight, ctx->ws, R, C) != FORGE_OK ||
+               (LN && cuda_colsum_finish(ctx, a->dbias, ctx->ws + (size_t)R * C, R, C) != FORGE_OK)) {
         fprintf(stderr, "forge-lab bench norm16-bwd: finish: %s\n", forge_error_message());
         return 1;
     }
     return 0;
+}
+
+template <bool LN, bool ACC, int CH, int S>
+static int nbb_occ_stages() {
+    int n = 0;
+    if constexpr (norm_fused_smem<LN, ACC, CH, S>() <= NB_SMEM_MAX) {
+        auto kern = norm_backward_fused_bf16_kernel<LN, ACC, CH, S>;
+        constexpr int smem = norm_fused_smem<LN, ACC, CH, S>();
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, NB_THREADS, smem) != cudaSuccess)
+            n = -1;
+    }
+    return n;
+}
+
+/* resident blocks per SM of contender v's kernel (-1: the query failed) */
+template <bool LN, bool ACC, int CH>
+static int nbb_occ_t(int v) {
+    if (v == 0) {
+        int n = 0;
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, nb0_fused_kernel<LN, ACC, CH>, NB_THREADS, 0) ==
+                       cudaSuccess
+                   ? n
+                   : -1;
+    }
+    switch (v == 1 ? norm_fused_stages<CH>() : nbb_stages<CH>(NBB_LAB[v - 2])) {
+    case 2: return nbb_occ_stages<LN, ACC, CH, 2>();
+    case 3: return nbb_occ_stages<LN, ACC, CH, 3>();
+    case 4: return nbb_occ_stages<LN, ACC, CH, 4>();
+    case 5: return nbb_occ_stages<LN, ACC, CH, 5>();
+    case 6: return nbb_occ_stages<LN, ACC, CH, 6>();
+    case 8: return nbb_occ_stages<LN, ACC, CH, 8>();
+    }
+    return -1;
 }
 
 /* the shapes' template arguments: (LN, ACC, CH = ceil(C / 256)) */
@@ -150,6 +197,11 @@ static bool nbb_present(const nbb_shape *s, int v) {
     if (v < 2) return true;
     const int ch = (s->C + 255) / 256;
     return NBB_DISPATCH(nbb_lab_ok, NBB_LAB[v - 2]);
+}
+
+static int nbb_occ(const nbb_shape *s, int v) {
+    const int ch = (s->C + 255) / 256;
+    return NBB_DISPATCH(nbb_occ_t, v);
 }
 
 static uint64_t nbb_lcg(uint64_t *x) {
@@ -281,13 +333,15 @@ static int nbb_shape_run(forge_backend *be, forge_backend *cpu, const nbb_shape 
     int bad = 0;
     printf("%s (N %d, C %d, accumulate %d, %d SMs), median of %d interleaved rounds:\n", s->name, N, C, s->acc,
            ctx->num_sms, reps);
-    printf("  %-10s %9s %8s %24s  %-6s %-26s %s\n", "contender", "us", "GB/s", "baseline/it [95% CI]", "dinp",
-           "dweight", s->ln ? "dbias" : "");
+    printf("  %-11s %6s %9s %8s %24s  %-6s %-26s %s\n", "contender", "blk/SM", "us", "GB/s", "baseline/it [95% CI]",
+           "dinp", "dweight", s->ln ? "dbias" : "");
     for (int v = 0; v < nv; v++) {
         if (!nbb_present(s, v)) continue;
         char name[32];
         if (v < 2)
             snprintf(name, sizeof name, "%s", v == 0 ? "baseline" : "src");
+        else if (NBB_LAB[v - 2].colsum)
+            snprintf(name, sizeof name, "src+colsum");
         else if (NBB_LAB[v - 2].per_sm == 1)
             snprintf(name, sizeof name, "stages %d", NBB_LAB[v - 2].stages);
         else
@@ -307,8 +361,8 @@ static int nbb_shape_run(forge_backend *be, forge_backend *cpu, const nbb_shape 
         if (!same_w) snprintf(sw + strlen(sw), sizeof sw - strlen(sw), " (max %.2g)", dw);
         if (s->ln && !same_b) snprintf(sb + strlen(sb), sizeof sb - strlen(sb), " (max %.2g)", db);
         bad |= !dinp_ok || (!same_w && !(dw <= tol)) || (!same_b && !(db <= tol));
-        printf("  %-10s %9.1f %8.0f %8.3fx [%.3f, %.3f]  %-6s %-26s %s\n", name, us, bytes / us * 1e-3,
-               lab_median(ratio), lo, hi, dinp_ok ? "PASS" : "FAIL", sw, sb);
+        printf("  %-11s %6d %9.1f %8.0f %8.3fx [%.3f, %.3f]  %-6s %-26s %s\n", name, nbb_occ(s, v), us,
+               bytes / us * 1e-3, lab_median(ratio), lo, hi, dinp_ok ? "PASS" : "FAIL", sw, sb);
     }
     if (cpu) {
         printf("  src vs the CPU backend: dinp %s, dweight max |diff| %.2g, dbias %.2g (SUM(N) = %.2g)\n",

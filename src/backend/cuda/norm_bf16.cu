@@ -316,9 +316,9 @@ static cudaError_t norm_backward_fused_launch(cuda_ctx *ctx, unsigned R, forge_b
     }
 }
 
-/* VEC and C <= NB_FUSED_MAX_C: the fused kernel, dinp and R block partials in one pass over the rows. Otherwise dinp
- * per row, then R row-chunk partials from the scalar column kernel. Either way reduce.cu's ordered finish adds the
- * partials into dweight (and dbias). */
+/* VEC and C <= NB_FUSED_MAX_C: the fused kernel, dinp and R block partials in one pass over the rows, then
+ * norm_fused_finish. Otherwise dinp per row, then R row-chunk partials from the scalar column kernel, then reduce.cu's
+ * cuda_colsum_finish. Either finish adds the partials into dweight (and dbias) in row-chunk order. */
 template <bool LN>
 static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, float *dweight, float *dbias,
                                          const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
@@ -340,8 +340,9 @@ static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, fl
         if (e != cudaSuccess)
             return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_backward_fused_bf16_kernel: %s", op,
                                cudaGetErrorString(e));
-        FORGE_TRY(cuda_colsum_finish(ctx, dweight, ctx->ws, R, C));
-        if (LN) FORGE_TRY(cuda_colsum_finish(ctx, dbias, ctx->ws + (size_t)R * C, R, C));
+        const cudaError_t ef = norm_fused_finish(ctx->stream, LN, dweight, dbias, ctx->ws, R, C);
+        if (ef != cudaSuccess)
+            return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_fused_finish_kernel: %s", op, cudaGetErrorString(ef));
         return FORGE_OK;
     }
 

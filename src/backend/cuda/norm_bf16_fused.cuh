@@ -18,7 +18,8 @@
  *
  * At the end the NB_ROWS warps' accumulators go to shared memory (over the ring) and each column is added in warp
  * order, ((w0 + w1) + w2) + ... + w7, by one thread, which writes the block's partial: dw (R, C) then (LN) db
- * (R, C), the layout of reduce.cu's cuda_colsum_finish. A block with no rows writes zeros.
+ * (R, C), the layout of reduce.cu's cuda_colsum_finish. A block with no rows writes zeros. norm_fused_finish then
+ * adds the R partials into dweight (and dbias) with cuda_colsum_finish's order and bits, in one launch.
  */
 #ifndef FORGE_NORM_BF16_FUSED_CUH
 #define FORGE_NORM_BF16_FUSED_CUH
@@ -265,6 +266,43 @@ __global__ void __launch_bounds__(NB_THREADS)
         for (int v = 1; v < NB_ROWS; v++) t = t + red[(size_t)(v * NP + p) * CW + c];
         partial[((size_t)p * gridDim.x + blockIdx.x) * C + c] = t;
     }
+}
+
+/* dweight[c] += sum_r partial[r][c] and (LN) dbias[c] += sum_r partial[R + r][c], r in order from a zero sum: the
+ * bits of reduce.cu's cuda_colsum_finish (one launch for both, each thread's R loads issued NB_FINISH_BATCH at a
+ * time instead of its loop's few). One thread per output column. */
+#define NB_FINISH_THREADS 64 /* small blocks: the few columns spread over more SMs */
+#define NB_FINISH_BATCH 32
+template <bool LN>
+__global__ void __launch_bounds__(NB_FINISH_THREADS)
+    norm_fused_finish_kernel(float *__restrict__ dweight, float *__restrict__ dbias,
+                             const float *__restrict__ partial, int R, int C) {
+    const int i = blockIdx.x * NB_FINISH_THREADS + threadIdx.x;
+    if (i >= (LN ? 2 : 1) * C) return;
+    const int p = LN && i >= C ? 1 : 0, c = i - p * C;
+    const float *col = partial + (size_t)p * R * C + c;
+    float sum = 0.0f;
+    int r = 0;
+    for (; r + NB_FINISH_BATCH <= R; r += NB_FINISH_BATCH) {
+        float v[NB_FINISH_BATCH];
+#pragma unroll
+        for (int k = 0; k < NB_FINISH_BATCH; k++) v[k] = col[(size_t)(r + k) * C];
+#pragma unroll
+        for (int k = 0; k < NB_FINISH_BATCH; k++) sum += v[k];
+    }
+    for (; r < R; r++) sum += col[(size_t)r * C];
+    float *out = p ? dbias : dweight;
+    out[c] += sum;
+}
+
+static cudaError_t norm_fused_finish(cudaStream_t st, bool ln, float *dweight, float *dbias, const float *partial,
+                                     int R, int C) {
+    const unsigned blocks = (unsigned)(((ln ? 2 : 1) * C + NB_FINISH_THREADS - 1) / NB_FINISH_THREADS);
+    if (ln)
+        norm_fused_finish_kernel<true><<<blocks, NB_FINISH_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
+    else
+        norm_fused_finish_kernel<false><<<blocks, NB_FINISH_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
+    return cudaGetLastError();
 }
 
 /* launches the fused kernel with STAGES slots per warp on stream st (R blocks from norm_fused_grid); the partials
