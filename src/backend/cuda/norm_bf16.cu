@@ -14,8 +14,9 @@
  * forms write res in the first pass and read it back in the next ones (the same lane reads what it wrote), so
  * res may be a or b; hence no __restrict__ on those pointers.
  *
- * dweight/dbias sum over the N rows: one partial row per row chunk in ctx->ws, then reduce.cu's ordered finish
- * (deterministic, no atomics; its order differs from the reference's row loop: the walker's SUM(N)). On the VEC path
+ * dweight/dbias sum over the N rows: one partial row per row chunk in ctx->ws, then an ordered finish (reduce.cu's,
+ * or the fused path's norm_fused_finish with the same order and bits; deterministic, no atomics; the order differs
+ * from the reference's row loop: the walker's SUM(N)). On the VEC path
  * with C <= NB_FUSED_MAX_C the backward is one fused kernel (norm_bf16_fused.cuh): each block walks a fixed,
  * contiguous range of rows (its warps interleaved over it), computes dinp as the row kernel does from the row's
  * bf16 inputs streamed into shared memory a few rows ahead, and keeps the column sums of dout x-hat and dout in
