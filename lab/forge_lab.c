@@ -13,6 +13,7 @@
 #include "gemm_bf16/gemm_bf16_variants.h"
 #include "gemm_fp8/gemm_fp8_lab.h"
 #include "gemm_mma/gemm_mma_lab.h"
+#include "norm/norm_lab.h"
 
 static const lab_command COMMANDS[] = {
     {"test flash16", "bf16 flash attention variants vs float64 [--quick]", lab_test_flash16},
@@ -23,10 +24,15 @@ static const lab_command COMMANDS[] = {
      lab_bench_flash16_bwd_fused},
     {"bench cls16t-passes", "the bf16 classifier's column passes by access width vs the row pair, interleaved [--reps N]",
      lab_bench_cls16t_passes},
+<<<<<<< HEAD
     {"bench gelu16-bwd", "the bf16 GELU backward: computed gelu' vs the table kernel, interleaved [--reps N]",
      lab_bench_gelu16_bwd},
     {"bench gelu16-bwd-dbias", "GELU backward + the fc bias gradient: two passes vs the fused op [--reps N]",
      lab_bench_gelu16_bwd_dbias},
+=======
+    {"bench norm16-bwd", "the bf16 norm backward's fused kernel: previous vs default vs stage counts [--reps N]",
+     lab_bench_norm16_bwd},
+>>>>>>> wt-lnbwd
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},

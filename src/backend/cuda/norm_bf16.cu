@@ -14,19 +14,18 @@
  * forms write res in the first pass and read it back in the next ones (the same lane reads what it wrote), so
  * res may be a or b; hence no __restrict__ on those pointers.
  *
- * dweight/dbias sum over the N rows: one partial row per row chunk in ctx->ws, then reduce.cu's ordered finish
- * (deterministic, no atomics; its order differs from the reference's row loop: the walker's SUM(N)). On the VEC path
- * with C <= NB_FUSED_MAX_C the backward is one fused kernel: each block walks a fixed, contiguous range of rows
- * (its warps interleaved over it), computes dinp as the row kernel does, holding each row's bf16 inputs in
- * registers instead of re-reading them, and keeps the column sums of dout x-hat and dout in per-lane registers; the
- * block's 8 warps then add theirs in warp order through shared memory and the last writes the block's partial row.
- * The block count depends on N and the SM count, so the bits of dweight/dbias are fixed for given arguments on
- * a given device. Other shapes run dinp per row, then a column kernel that re-reads dout and inp for the partials.
+ * dweight/dbias sum over the N rows: one partial row per row chunk in ctx->ws, then an ordered finish (reduce.cu's,
+ * or the fused path's norm_fused_finish with the same order and bits; deterministic, no atomics; the order differs
+ * from the reference's row loop: the walker's SUM(N)). On the VEC path
+ * with C <= NB_FUSED_MAX_C the backward is one fused kernel (norm_bf16_fused.cuh): each block walks a fixed,
+ * contiguous range of rows (its warps interleaved over it), computes dinp as the row kernel does from the row's
+ * bf16 inputs streamed into shared memory a few rows ahead, and keeps the column sums of dout x-hat and dout in
+ * per-lane registers; the block's 8 warps' sums are then added in warp order into the block's partial row. The
+ * block count depends on N and the SM count, so the bits of dweight/dbias are fixed for given arguments on a given
+ * device. Other shapes run dinp per row, then a column kernel that re-reads dout and inp for the partials.
  */
-#include "bf16_io.cuh"
+#include "norm_bf16_fused.cuh"
 
-#define NB_THREADS 256 /* 8 rows per block, one warp each */
-#define NB_ROWS (NB_THREADS / 32)
 #define NB_COL_ROWS 8 /* threads along the rows of a parameter-gradient block: 32 columns x 8 */
 
 /* ---- the row pass: chunk c0 (a multiple of 8) of a row ------------------------------------------------------- */
@@ -166,18 +165,6 @@ __global__ void __launch_bounds__(NB_THREADS)
 
 /* ---- backward: dinp per row ----------------------------------------------------------------------------------- */
 
-/* d[k] += dx of one 8-wide chunk (the formula below), the reference's operations and roundings */
-template <bool LN>
-__device__ __forceinline__ void norm_dx8(float d[8], const float x[8], const float g[8], const float w[8], float m,
-                                         float s, float g_mean, float gx_mean) {
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const float xh = LN ? (x[k] - m) * s : x[k] * s, dn = __fmul_rn(w[k], g[k]);
-        const float dx = __fmul_rn(fmaf(-xh, gx_mean, LN ? dn - g_mean : dn), s);
-        d[k] = d[k] + dx;
-    }
-}
-
 /* LN: dx = rstd (g - mean(g) - x-hat mean(g x-hat)), x-hat = (x - mean) rstd; !LN (RMSNorm): no mean(g) term and
  * x-hat = x rstd. g = weight dout. ACC: dinp = rn(dinp + dx); else dinp = rn(0 + dx), written without being read
  * (a fresh gradient: the bits of an add into a zeroed one). */
@@ -259,157 +246,6 @@ __global__ void norm_param_partial_bf16_kernel(float *__restrict__ partial, cons
     }
 }
 
-/* ---- backward, fused: dinp per row and the block's dweight (LN: dbias) partial ------------------------------------
- * VEC only, CH = ceil(C / 256) <= NB_FUSED_MAX_CHUNKS chunks per lane. Block b walks the contiguous rows
- * [b rows_per_block, (b + 1) rows_per_block) clipped to N, warp w taking rows begin + w, begin + w + 8, ...; for each
- * row it computes dinp with the row kernel's arithmetic (the same loads, sums and order, so the same bits) and adds
- * dout and x-hat of its columns into per-lane fp32 accumulators: dw = fmaf(g, xh, dw), db += g, the reference's
- * x-hat and raw dout. The next row's bf16 inputs (and ACC: its dinp) are loaded into registers while the current row
- * is processed. At the end the 8 warps' accumulators are added in warp order, ((w0 + w1) + w2) + ... + w7, through
- * one shared row, and warp 7 writes the block's partial row: partial dw (R, C) then (LN) db (R, C), as the scalar
- * partial kernel lays them out for cuda_colsum_finish. A block with no rows writes zeros. */
-#define NB_FUSED_MAX_CHUNKS 4 /* 8-wide chunks per lane: C <= 32 * 8 * 4 = 1024 */
-#define NB_FUSED_MAX_C (32 * 8 * NB_FUSED_MAX_CHUNKS)
-#define NB_FUSED_MIN_ROWS 16 /* rows per block at least: two per warp, so loading ahead overlaps one row */
-
-/* v[j] = the raw 16 bytes of row's chunk lane * 8 + 256 j, zeros past C */
-template <int CH>
-__device__ __forceinline__ void load_row_raw(uint4 v[CH], const forge_bf16 *row, int lane, int C) {
-#pragma unroll
-    for (int j = 0; j < CH; j++) {
-        const int c0 = lane * 8 + j * 32 * 8;
-        v[j] = c0 < C ? *reinterpret_cast<const uint4 *>(row + c0) : make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-
-/* warp w's 8 accumulators v of one chunk: run = v (w = 0), run = run + v (0 < w < 7), out = run + v (w = 7) */
-__device__ __forceinline__ void fused_combine(const float v[8], int w, float *run, float *out) {
-    float t[8];
-    if (w == 0) {
-#pragma unroll
-        for (int k = 0; k < 8; k++) t[k] = v[k];
-    } else {
-        f32_load<8>(t, run);
-#pragma unroll
-        for (int k = 0; k < 8; k++) t[k] = t[k] + v[k];
-    }
-    const float4 lo = make_float4(t[0], t[1], t[2], t[3]), hi = make_float4(t[4], t[5], t[6], t[7]);
-    if (w + 1 < NB_ROWS) {
-        reinterpret_cast<float4 *>(run)[0] = lo;
-        reinterpret_cast<float4 *>(run)[1] = hi;
-    } else {
-        reinterpret_cast<float4 *>(out)[0] = lo;
-        reinterpret_cast<float4 *>(out)[1] = hi;
-    }
-}
-
-template <bool LN, bool ACC, int CH>
-__global__ void __launch_bounds__(NB_THREADS)
-    norm_backward_fused_bf16_kernel(forge_bf16 *__restrict__ dinp, float *__restrict__ partial,
-                                    const forge_bf16 *__restrict__ dout, const forge_bf16 *__restrict__ inp,
-                                    const float *__restrict__ weight, const float *__restrict__ mean,
-                                    const float *__restrict__ rstd, int N, int C, int rows_per_block) {
-    constexpr int NP = LN ? 2 : 1; /* partial arrays: dw, (LN) db */
-    __shared__ __align__(16) float run[NP][NB_FUSED_MAX_C]; /* the running sum of warps 0..w-1 */
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int begin = blockIdx.x * rows_per_block, end = min(N, begin + rows_per_block);
-    float dw[CH][8], db[CH][8]; /* db unused (and dropped) for RMSNorm */
-#pragma unroll
-    for (int j = 0; j < CH; j++)
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            dw[j][k] = 0.0f;
-            if (LN) db[j][k] = 0.0f;
-        }
-
-    /* the next row of this warp, loaded ahead */
-    uint4 xq[CH], gq[CH], dq[CH]; /* dq: ACC only */
-    float mq = 0.0f, sq = 0.0f;
-    int n = begin + warp;
-    if (n < end) {
-        const size_t off = (size_t)n * C;
-        load_row_raw<CH>(xq, inp + off, lane, C);
-        load_row_raw<CH>(gq, dout + off, lane, C);
-        if (ACC) load_row_raw<CH>(dq, dinp + off, lane, C);
-        mq = LN ? mean[n] : 0.0f;
-        sq = rstd[n];
-    }
-    for (; n < end; n += NB_ROWS) {
-        uint4 xv[CH], gv[CH], dv[CH];
-#pragma unroll
-        for (int j = 0; j < CH; j++) {
-            xv[j] = xq[j];
-            gv[j] = gq[j];
-            if (ACC) dv[j] = dq[j];
-        }
-        const float m = mq, s = sq;
-        if (n + NB_ROWS < end) {
-            const size_t off = (size_t)(n + NB_ROWS) * C;
-            load_row_raw<CH>(xq, inp + off, lane, C);
-            load_row_raw<CH>(gq, dout + off, lane, C);
-            if (ACC) load_row_raw<CH>(dq, dinp + off, lane, C);
-            mq = LN ? mean[n + NB_ROWS] : 0.0f;
-            sq = rstd[n + NB_ROWS];
-        }
-        forge_bf16 *dr = dinp + (size_t)n * C;
-        float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma unroll
-        for (int j = 0; j < CH; j++) {
-            const int c0 = lane * 8 + j * 32 * 8;
-            if (c0 < C) {
-                float x[8], g[8], w[8];
-                bf16x8_unpack(x, xv[j]);
-                bf16x8_unpack(g, gv[j]);
-                f32_load<8>(w, weight + c0);
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float xh = LN ? (x[k] - m) * s : x[k] * s, dn = __fmul_rn(w[k], g[k]);
-                    if (LN) sum_g += dn;
-                    sum_gx = fmaf(dn, xh, sum_gx);
-                    dw[j][k] = fmaf(g[k], xh, dw[j][k]);
-                    if (LN) db[j][k] += g[k];
-                }
-            }
-        }
-        const float g_mean = LN ? warp_sum(sum_g) / (float)C : 0.0f;
-        const float gx_mean = warp_sum(sum_gx) / (float)C;
-#pragma unroll
-        for (int j = 0; j < CH; j++) {
-            const int c0 = lane * 8 + j * 32 * 8;
-            if (c0 < C) {
-                float x[8], g[8], w[8], d[8];
-                bf16x8_unpack(x, xv[j]);
-                bf16x8_unpack(g, gv[j]);
-                f32_load<8>(w, weight + c0);
-                if (ACC) {
-                    bf16x8_unpack(d, dv[j]);
-                } else {
-#pragma unroll
-                    for (int k = 0; k < 8; k++) d[k] = 0.0f;
-                }
-                norm_dx8<LN>(d, x, g, w, m, s, g_mean, gx_mean);
-                bf16_store<8>(dr + c0, d);
-            }
-        }
-    }
-
-    /* warp w adds its accumulators to the running sum of warps 0..w-1 in turn; the last one writes the partial */
-    float *pw = partial + (size_t)blockIdx.x * C, *pb = partial + ((size_t)gridDim.x + blockIdx.x) * C;
-    for (int w = 0; w < NB_ROWS; w++) {
-        if (warp == w) {
-#pragma unroll
-            for (int j = 0; j < CH; j++) {
-                const int c0 = lane * 8 + j * 32 * 8;
-                if (c0 < C) {
-                    fused_combine(dw[j], w, &run[0][c0], pw + c0);
-                    if (LN) fused_combine(db[j], w, &run[NP - 1][c0], pb + c0);
-                }
-            }
-        }
-        if (w + 1 < NB_ROWS) __syncthreads();
-    }
-}
-
 /* ---- launchers ------------------------------------------------------------------------------------------------ */
 
 static forge_status check_c(const char *op, int C) {
@@ -460,33 +296,30 @@ static forge_status rmsnorm_forward_launch(forge_backend *be, forge_bf16 *res, f
     return FORGE_OK;
 }
 
+/* the fused kernel for CH = ceil(C / 256) chunks per lane, with its default stage count */
 template <bool LN, bool ACC>
-static void norm_backward_fused_launch(cuda_ctx *ctx, unsigned R, forge_bf16 *dinp, const forge_bf16 *dout,
-                                       const forge_bf16 *inp, const float *weight, const float *mean,
-                                       const float *rstd, int N, int C, int rows_per_block) {
+static cudaError_t norm_backward_fused_launch(cuda_ctx *ctx, unsigned R, forge_bf16 *dinp, const forge_bf16 *dout,
+                                              const forge_bf16 *inp, const float *weight, const float *mean,
+                                              const float *rstd, int N, int C, int rows_per_block) {
     switch ((C + 32 * 8 - 1) / (32 * 8)) {
     case 1:
-        norm_backward_fused_bf16_kernel<LN, ACC, 1><<<R, NB_THREADS, 0, ctx->stream>>>(
-            dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
-        break;
+        return norm_fused_launch<LN, ACC, 1, norm_fused_stages<1>()>(ctx->stream, R, dinp, ctx->ws, dout, inp,
+                                                                     weight, mean, rstd, N, C, rows_per_block);
     case 2:
-        norm_backward_fused_bf16_kernel<LN, ACC, 2><<<R, NB_THREADS, 0, ctx->stream>>>(
-            dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
-        break;
+        return norm_fused_launch<LN, ACC, 2, norm_fused_stages<2>()>(ctx->stream, R, dinp, ctx->ws, dout, inp,
+                                                                     weight, mean, rstd, N, C, rows_per_block);
     case 3:
-        norm_backward_fused_bf16_kernel<LN, ACC, 3><<<R, NB_THREADS, 0, ctx->stream>>>(
-            dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
-        break;
+        return norm_fused_launch<LN, ACC, 3, norm_fused_stages<3>()>(ctx->stream, R, dinp, ctx->ws, dout, inp,
+                                                                     weight, mean, rstd, N, C, rows_per_block);
     default:
-        norm_backward_fused_bf16_kernel<LN, ACC, NB_FUSED_MAX_CHUNKS><<<R, NB_THREADS, 0, ctx->stream>>>(
-            dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
-        break;
+        return norm_fused_launch<LN, ACC, NB_FUSED_MAX_CHUNKS, norm_fused_stages<NB_FUSED_MAX_CHUNKS>()>(
+            ctx->stream, R, dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
     }
 }
 
-/* VEC and C <= NB_FUSED_MAX_C: the fused kernel, dinp and R block partials in one pass over the rows. Otherwise dinp
- * per row, then R row-chunk partials from the scalar column kernel. Either way reduce.cu's ordered finish adds the
- * partials into dweight (and dbias). */
+/* VEC and C <= NB_FUSED_MAX_C: the fused kernel, dinp and R block partials in one pass over the rows, then
+ * norm_fused_finish. Otherwise dinp per row, then R row-chunk partials from the scalar column kernel, then reduce.cu's
+ * cuda_colsum_finish. Either finish adds the partials into dweight (and dbias) in row-chunk order. */
 template <bool LN>
 static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, float *dweight, float *dbias,
                                          const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
@@ -498,24 +331,19 @@ static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, fl
     const int n_out = LN ? 2 : 1;
     const bool vec = use_vec(C, dinp, dout, inp, weight, NULL, NULL);
     if (vec && C <= NB_FUSED_MAX_C) {
-        /* one block per SM (one wave), each with at least NB_FUSED_MIN_ROWS rows, and n_out R C floats in the
-         * workspace; then the rows split evenly, so no block is empty */
-        long long R = (N + NB_FUSED_MIN_ROWS - 1) / NB_FUSED_MIN_ROWS;
-        const long long fit = (long long)(CUDA_WS_FLOATS / ((size_t)n_out * (size_t)C));
-        if (R > ctx->num_sms) R = ctx->num_sms;
-        if (R > fit) R = fit;
-        if (R < 1) R = 1;
-        const int rows_per_block = (int)((N + R - 1) / R);
-        R = (N + rows_per_block - 1) / rows_per_block;
-        if (accumulate)
-            norm_backward_fused_launch<LN, true>(ctx, (unsigned)R, dinp, dout, inp, weight, mean, rstd, N, C,
-                                                 rows_per_block);
-        else
-            norm_backward_fused_launch<LN, false>(ctx, (unsigned)R, dinp, dout, inp, weight, mean, rstd, N, C,
-                                                  rows_per_block);
-        CUDA_LAUNCH_CHECK("norm_backward_fused_bf16_kernel");
-        FORGE_TRY(cuda_colsum_finish(ctx, dweight, ctx->ws, (int)R, C));
-        if (LN) FORGE_TRY(cuda_colsum_finish(ctx, dbias, ctx->ws + (size_t)R * C, (int)R, C));
+        int rows_per_block;
+        const int R = norm_fused_grid(N, C, n_out, ctx->num_sms, &rows_per_block);
+        const cudaError_t e =
+            accumulate ? norm_backward_fused_launch<LN, true>(ctx, (unsigned)R, dinp, dout, inp, weight, mean, rstd,
+                                                              N, C, rows_per_block)
+                       : norm_backward_fused_launch<LN, false>(ctx, (unsigned)R, dinp, dout, inp, weight, mean, rstd,
+                                                               N, C, rows_per_block);
+        if (e != cudaSuccess)
+            return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_backward_fused_bf16_kernel: %s", op,
+                               cudaGetErrorString(e));
+        const cudaError_t ef = norm_fused_finish(ctx->stream, LN, dweight, dbias, ctx->ws, R, C);
+        if (ef != cudaSuccess)
+            return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_fused_finish_kernel: %s", op, cudaGetErrorString(ef));
         return FORGE_OK;
     }
 
