@@ -20,7 +20,9 @@ static const lab_command COMMANDS[] = {
     {"bench flash16-bwd-fused",
      "the three-kernel flash backward vs the fused one and fused2 at (16, 12|8, 1024, 64) [--reps N]",
      lab_bench_flash16_bwd_fused},
-    {"bench cls16t-passes", "the bf16 classifier's column passes by access width vs the row pair, interleaved [--reps N]",
+    {"bench cls16t-passes",
+     "the bf16 classifier's column passes: forge's, ahead, walk and the fast (ex2) passes vs the row pair, interleaved "
+     "[--reps N] [--widths]",
      lab_bench_cls16t_passes},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},

@@ -73,17 +73,22 @@ static void cpb_pair(const cpb_chunk &c) {
                                                 c.splits, -1, CPB_GRAD_SCALE, c.err);
 }
 
-/* the passes with RL rows a lane, LW lanes a stream, UNROLL ids a batch: pass 1 forge's (cls16t_partial_kernel) or
- * the fast one (cls16f_partial_kernel), pass 2 likewise; FOLD: the fast pass 2's exponent takes log2 (grad_scale / S) */
-template <int RL, int LW, int UNROLL, bool AHEAD, bool FAST1, bool FAST2, bool FOLD = false>
+/* a pass's kernel: forge's (classifier_bf16_passes.cuh), "walk" (cls16t_fast.cuh's loop and addressing with forge's
+ * arithmetic: forge's bits) or fast (cls16t_fast.cuh) */
+enum { CPB_FORGE, CPB_WALK, CPB_FAST };
+
+/* the passes with RL rows a lane, LW lanes a stream, UNROLL ids a batch, pass 1 and pass 2 each P1 / P2 (above);
+ * FOLD: the fast pass 2's exponent takes log2 (grad_scale / S) */
+template <int RL, int LW, int UNROLL, bool AHEAD, int P1, int P2, bool FOLD = false>
 static void cpb_passes(const cpb_chunk &c) {
     const dim3 grid = cls16t_grid<RL, LW>(c.rows, c.splits), block = cls16t_block<LW>();
-    if constexpr (FAST1)
-        cls16f_partial_kernel<RL, LW, UNROLL, AHEAD><<<grid, block>>>(c.part, c.xt, c.rows, c.V, c.per_split);
+    if constexpr (P1 != CPB_FORGE)
+        cls16f_partial_kernel<RL, LW, UNROLL, AHEAD, P1 == CPB_WALK>
+            <<<grid, block>>>(c.part, c.xt, c.rows, c.V, c.per_split);
     else
         cls16t_partial_kernel<RL, LW, UNROLL, AHEAD><<<grid, block>>>(c.part, c.xt, c.rows, c.V, c.per_split);
-    if constexpr (FAST2)
-        cls16f_grad_kernel<RL, LW, UNROLL, AHEAD, FOLD><<<grid, block>>>(
+    if constexpr (P2 != CPB_FORGE)
+        cls16f_grad_kernel<RL, LW, UNROLL, AHEAD, FOLD, P2 == CPB_WALK><<<grid, block>>>(
             c.losses, c.xt, c.part, c.targets, 0, c.rows, c.V, c.per_split, c.splits, -1, CPB_GRAD_SCALE, c.err);
     else
         cls16t_grad_kernel<RL, LW, UNROLL, AHEAD><<<grid, block>>>(c.losses, c.xt, c.part, c.targets, 0, c.rows, c.V,
@@ -100,37 +105,44 @@ struct cpb_variant {
 
 #define CPB_F CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL /* forge's instantiation */
 
-/* [0] the baseline, [1] forge's passes; an exact entry with forge's parameters is left out (it is [1]) */
+/* [0] the baseline, [1] forge's passes, [2] their ahead form (cpb_runs); "fast" entries are checked with tolerances,
+ * the others bitwise */
 static const cpb_variant CPB_VARIANTS[] = {
     {"pair (baseline)", 2, 32, 4, 0, 0, 0, cpb_pair},
-    {"forge", CPB_F, 0, 0, 0, cpb_passes<CPB_F, false, false, false>},
-    {"ahead", CPB_F, 1, 0, 0, cpb_passes<CPB_F, true, false, false>},
-    {"fast p1", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, true, false>}, /* pass 2 forge's */
-    {"fast p2", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, false, true>}, /* pass 1 forge's */
-    {"fast", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, true, true>},
-    {"fast fold", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, true, true, true>},
-    {"fast ahead", CPB_F, 1, 1, 0, cpb_passes<CPB_F, true, true, true>},
-    {"fast fold ahead", CPB_F, 1, 1, 0, cpb_passes<CPB_F, true, true, true, true>},
+    {"forge", CPB_F, 0, 0, 0, cpb_passes<CPB_F, false, CPB_FORGE, CPB_FORGE>},
+    {"ahead", CPB_F, 1, 0, 0, cpb_passes<CPB_F, true, CPB_FORGE, CPB_FORGE>},
+    {"walk", CPB_F, 0, 0, 0, cpb_passes<CPB_F, false, CPB_WALK, CPB_WALK>}, /* the fast loops, forge's arithmetic */
+    {"fast p1", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, CPB_FAST, CPB_FORGE>}, /* pass 2 forge's */
+    {"fast p2", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, CPB_FORGE, CPB_FAST>}, /* pass 1 forge's */
+    {"fast", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, CPB_FAST, CPB_FAST>},
+    {"fast fold", CPB_F, 0, 1, 0, cpb_passes<CPB_F, false, CPB_FAST, CPB_FAST, true>},
+    {"fast ahead", CPB_F, 1, 1, 0, cpb_passes<CPB_F, true, CPB_FAST, CPB_FAST>},
+    {"fast fold ahead", CPB_F, 1, 1, 0, cpb_passes<CPB_F, true, CPB_FAST, CPB_FAST, true>},
     /* --widths: the access widths (rows a lane x lanes / unroll) of forge's template */
-    {"lab", 2, 32, 4, 0, 0, 1, cpb_passes<2, 32, 4, false, false, false>},
-    {"lab", 4, 32, 4, 0, 0, 1, cpb_passes<4, 32, 4, false, false, false>},
-    {"lab", 4, 32, 8, 0, 0, 1, cpb_passes<4, 32, 8, false, false, false>},
-    {"lab", 8, 32, 2, 0, 0, 1, cpb_passes<8, 32, 2, false, false, false>},
-    {"lab", 8, 32, 4, 0, 0, 1, cpb_passes<8, 32, 4, false, false, false>},
-    {"lab", 8, 16, 4, 0, 0, 1, cpb_passes<8, 16, 4, false, false, false>}, /* 16-byte accesses, two streams a warp */
-    {"lab ahead", 2, 32, 4, 1, 0, 1, cpb_passes<2, 32, 4, true, false, false>},
-    {"lab ahead", 4, 32, 4, 1, 0, 1, cpb_passes<4, 32, 4, true, false, false>},
-    {"lab ahead", 8, 16, 4, 1, 0, 1, cpb_passes<8, 16, 4, true, false, false>},
+    {"lab", 2, 32, 4, 0, 0, 1, cpb_passes<2, 32, 4, false, CPB_FORGE, CPB_FORGE>},
+    {"lab", 4, 32, 4, 0, 0, 1, cpb_passes<4, 32, 4, false, CPB_FORGE, CPB_FORGE>},
+    {"lab", 4, 32, 8, 0, 0, 1, cpb_passes<4, 32, 8, false, CPB_FORGE, CPB_FORGE>},
+    {"lab", 8, 32, 2, 0, 0, 1, cpb_passes<8, 32, 2, false, CPB_FORGE, CPB_FORGE>},
+    {"lab", 8, 32, 4, 0, 0, 1, cpb_passes<8, 32, 4, false, CPB_FORGE, CPB_FORGE>},
+    {"lab", 8, 16, 4, 0, 0, 1, cpb_passes<8, 16, 4, false, CPB_FORGE, CPB_FORGE>}, /* 16-byte accesses, two streams a warp */
+    {"lab ahead", 2, 32, 4, 1, 0, 1, cpb_passes<2, 32, 4, true, CPB_FORGE, CPB_FORGE>},
+    {"lab ahead", 4, 32, 4, 1, 0, 1, cpb_passes<4, 32, 4, true, CPB_FORGE, CPB_FORGE>},
+    {"lab ahead", 8, 16, 4, 1, 0, 1, cpb_passes<8, 16, 4, true, CPB_FORGE, CPB_FORGE>},
 };
 #define CPB_NV ((int)(sizeof CPB_VARIANTS / sizeof CPB_VARIANTS[0]))
 
 static int cpb_with_widths = 0;
 
-/* the variants run: the defaults (and the width entries with --widths), less an exact entry with forge's parameters */
+static bool cpb_same(const cpb_variant &a, const cpb_variant &b) {
+    return a.rl == b.rl && a.lw == b.lw && a.unroll == b.unroll && a.ahead == b.ahead;
+}
+
+/* the variants run: the defaults, and with --widths the width entries but those with the parameters of forge's [1] or
+ * its ahead form [2] */
 static bool cpb_runs(int i) {
-    const cpb_variant &v = CPB_VARIANTS[i], &f = CPB_VARIANTS[1];
-    if (v.widths && !cpb_with_widths) return false;
-    return i < 2 || v.fast || v.rl != f.rl || v.lw != f.lw || v.unroll != f.unroll || v.ahead != f.ahead;
+    const cpb_variant &v = CPB_VARIANTS[i];
+    if (!v.widths) return true;
+    return cpb_with_widths && !cpb_same(v, CPB_VARIANTS[1]) && !cpb_same(v, CPB_VARIANTS[2]);
 }
 
 /* x[i] = bf16 logits uniform in [-8, 8), from a hash of i (the same logits every run and every variant) */
