@@ -40,11 +40,16 @@
 
 #define CLS16F_LOG2E 1.4426950408889634f
 
-/* 2^a, the hardware approximation (one MUFU.EX2; denormal results flushed to 0, ex2(-inf) = 0) */
+/* 2^a, the hardware approximation (one MUFU.EX2; denormal results flushed to 0, ex2(-inf) = 0); compiled for the
+ * host (an emulation of the kernels off the GPU), exp2f */
 __device__ __forceinline__ float cls16f_ex2(float a) {
+#ifdef __CUDA_ARCH__
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(a));
     return y;
+#else
+    return exp2f(a);
+#endif
 }
 
 /* x[u] = the lane's RL rows of id v + 8u (u < UNROLL) at p + u st (p: the lane's rows of id v, st: 8 ids apart);
