@@ -22,7 +22,9 @@ static const lab_command COMMANDS[] = {
     {"bench flash16-bwd-fused",
      "the three-kernel flash backward vs the fused one and fused2 at (16, 12|8, 1024, 64) [--reps N]",
      lab_bench_flash16_bwd_fused},
-    {"bench cls16t-passes", "the bf16 classifier's column passes by access width vs the row pair, interleaved [--reps N]",
+    {"bench cls16t-passes",
+     "the bf16 classifier's column passes: forge's, ahead, walk and the fast (ex2) passes vs the row pair, interleaved "
+     "[--reps N] [--widths]",
      lab_bench_cls16t_passes},
 <<<<<<< HEAD
     {"bench gelu16-bwd", "the bf16 GELU backward: computed gelu' vs the table kernel, interleaved [--reps N]",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device_cls.sh: the bf16 classifier's column passes by access width (2 / 4 / 8 rows a lane), interleaved (device_run.sh stage "cls"):
+# device_cls.sh: the bf16 classifier's column passes (forge's, ahead, walk, the fast ex2 passes), interleaved (device_run.sh stage "cls"):
 # `forge-lab bench cls16t-passes --reps 30`, from the repo root with OUT set and build/cuda unpacked.
 set -u -o pipefail
 : "${OUT:?set OUT}"

@@ -124,6 +124,18 @@ __device__ __forceinline__ void cls16t_put_partial(float *__restrict__ part, con
     }
 }
 
+/* Pass 1's end: stream w's lane `lane` puts its RL rows' (max, sum) in the block's arrays, then (after the barrier)
+ * cls16t_put_partial; RB <= the block's threads (RL <= CLS16T_WARPS) */
+template <int RL, int RB>
+__device__ __forceinline__ void cls16t_end_partial(float *__restrict__ part, float (&sm)[CLS16T_WARPS][RB],
+                                                   float (&ss)[CLS16T_WARPS][RB], const float (&m)[RL],
+                                                   const float (&s)[RL], int w, int lane, int rows) {
+#pragma unroll
+    for (int i = 0; i < RL; i++) sm[w][RL * lane + i] = m[i], ss[w][RL * lane + i] = s[i];
+    __syncthreads();
+    cls16t_put_partial<RB>(part, sm, ss, rows);
+}
+
 template <int RL, int LW, int UNROLL, bool AHEAD = false>
 __global__ void __launch_bounds__(LW * CLS16T_WARPS)
     cls16t_partial_kernel(float *__restrict__ part, const uint16_t *__restrict__ xt, int rows, int V, int per_split) {
@@ -161,10 +173,7 @@ __global__ void __launch_bounds__(LW * CLS16T_WARPS)
                 }
             }
         }
-#pragma unroll
-    for (int i = 0; i < RL; i++) sm[w][RL * lane + i] = m[i], ss[w][RL * lane + i] = s[i];
-    __syncthreads();
-    cls16t_put_partial<RB>(part, sm, ss, rows); /* RB <= the block's threads: RL <= CLS16T_WARPS */
+    cls16t_end_partial<RL, RB>(part, sm, ss, m, s, w, lane, rows);
 }
 
 /* One row's combined (M, S) from the ranges' partials, in range order. */
@@ -173,6 +182,25 @@ __device__ __forceinline__ void cls16t_total(const float *__restrict__ part, int
     M = -INFINITY;
     S = 0.0f;
     for (int k = 0; k < splits; k++) cls16t_merge(M, S, part[2 * ((size_t)k * rows + r)], part[2 * ((size_t)k * rows + r) + 1]);
+}
+
+/* Pass 2's losses of rows n .. n + RL - 1 (written by one thread of range 0): M + log S, 0 for an ignored row, NaN
+ * (and the id reported) for a target outside [0, V) */
+template <int RL>
+__device__ __forceinline__ void cls16t_put_losses(float *__restrict__ losses, const int (&y)[RL], const float (&M)[RL],
+                                                  const float (&S)[RL], int n, int V, int ignore_index,
+                                                  cuda_input_error *err) {
+#pragma unroll
+    for (int k = 0; k < RL; k++) {
+        if (y[k] == ignore_index) {
+            losses[n + k] = 0.0f;
+        } else if (y[k] >= 0 && y[k] < V) {
+            losses[n + k] = M[k] + logf(S[k]);
+        } else {
+            cuda_report_bad_id(err, CUDA_BAD_ID_CLASSIFIER, n + k, y[k], V);
+            losses[n + k] = __int_as_float(0x7fc00000);
+        }
+    }
 }
 
 __device__ __forceinline__ uint16_t cls16t_grad(float x, float M, float inv, bool target, float grad_scale) {
@@ -229,20 +257,7 @@ __global__ void __launch_bounds__(LW * CLS16T_WARPS)
             cls16t_store<RL>(xt + (size_t)vu * rows + r, d);
         }
     }
-    if (blockIdx.y == 0 && w == 0) {
-#pragma unroll
-        for (int k = 0; k < RL; k++) {
-            const int n = n0 + r + k;
-            if (y[k] == ignore_index) {
-                losses[n] = 0.0f;
-            } else if (y[k] >= 0 && y[k] < V) {
-                losses[n] = M[k] + logf(S[k]);
-            } else {
-                cuda_report_bad_id(err, CUDA_BAD_ID_CLASSIFIER, n, y[k], V);
-                losses[n] = __int_as_float(0x7fc00000);
-            }
-        }
-    }
+    if (blockIdx.y == 0 && w == 0) cls16t_put_losses<RL>(losses, y, M, S, n0 + r, V, ignore_index, err);
 }
 
 #endif
