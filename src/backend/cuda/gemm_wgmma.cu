@@ -502,9 +502,10 @@ forge_status gemm_bf16_nt_epi_launch(const void *A_bf16, const void *B_bf16, voi
 
 /* Whether forge_gemm_bf16_nt_epi runs these arguments on the bf16 ping-pong kernel (forge_gemm_bf16_nt_pp_bf16): a
  * bf16 C with bias or not, GELU with pre_out, without, or no GELU, no residual, where the TMA store takes C and
- * pre_out (N % 8 == 0, 16-byte aligned) and the arguments are valid. One's epilogue runs under the other
- * warpgroup's MMAs (the cooperative kernel idles the tensor pipe in its epilogues): chosen by measurement
- * (lab/notes/gemm-bf16.md). The same bits as the cooperative kernel's TMA-store epilogue. */
+ * pre_out (N % 8 == 0, 16-byte aligned) and the arguments are valid. One warpgroup's epilogue runs under the other
+ * warpgroup's MMAs, where the cooperative kernel idles the tensor pipe (the ping-pong kernel's fp32 products
+ * measured ahead at every shape; the bf16 epilogues' A/B is forge-lab bench pp-bf16-epi: lab/notes/gemm-bf16.md).
+ * The same bits as the cooperative kernel's TMA-store epilogue. */
 static int gemm_nt_epi_pingpong(const void *A, const void *B, const void *C, int M, int N, int K,
                                 const forge_gemm_epilogue *e) {
     return e->out_bf16 && e->residual == nullptr && e->dgelu_pre == nullptr &&
