@@ -47,7 +47,9 @@
  *   at K <= TF32_PP_MAX_K (measurements: lab/notes/gemm-fp8.md).
  * - bf16 ping-pong (gemm_wgmma_bf16_pp_kernel<BIAS>, AT = WG_BF16): the same schedule on bf16 operands,
  *   forge_gemm_bf16_nt_wgmma's kernel wherever C takes the TMA store, + bias in the epilogue (measurements:
- *   lab/notes/gemm-fp8.md).
+ *   lab/notes/gemm-fp8.md). With a bf16 C (gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU>, XEPI): the cooperative bf16
+ *   kernel's epilogue sequence (bias, pre_out, GELU, round to bf16; fp8_store_tile_tma_epi), forge_gemm_bf16_nt_epi's
+ *   kernel for its bf16 forms without residual where C and pre_out take the TMA store.
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out or bf16 out (round to nearest even). TMA_C = 1
  *   (wherever C allows it: fp32 N % 4 == 0, bf16 N % 8 == 0, C 16-byte aligned): the tile is staged in shared
  *   memory in 64-row x 128-byte boxes (two per consumer warpgroup, 32 KiB in all) and stored by TMA, so the
