@@ -73,6 +73,9 @@ forge_status lab_gemm_bf16_nn_epi_store(const void *A_bf16, const void *B_bf16, 
 /* The lab commands (lab/forge_lab.c): `forge-lab bench gemm-bf16-variants`, `forge-lab test gemm-bf16`. */
 int lab_bench_gemm_bf16_variants(int argc, char **argv);
 int lab_test_gemm_bf16(int argc, char **argv);
+/* `forge-lab bench pp-bf16-epi` (bench_pp_bf16_epi.cu): forge_gemm_bf16_nt_epi's bf16 forms on the cooperative
+ * kernel (TMA store forced) vs the default (the bf16 ping-pong kernel), interleaved, with a bitwise check. */
+int lab_bench_pp_bf16_epi(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -79,6 +79,9 @@
  * 16-byte aligned), else stored from the
  * registers; the same results either way (the TMA store overlaps the next tile's mainloop: chosen by
  * measurement, lab/notes/gemm-bf16.md). forge_gemm_bf16_epi_store says which one a call takes.
+ * Kernels (nt): a bf16 C without residual that takes the TMA store (bias or not, GELU with pre_out or without, or
+ * none) runs on the bf16 ping-pong kernel (forge_gemm_bf16_nt_pp_bf16, gemm_fp8.h: the same bits, one warpgroup's
+ * epilogue under the other's MMAs); everything else on the cooperative kernel.
  */
 typedef struct {
     const float *bias;      /* (N) */

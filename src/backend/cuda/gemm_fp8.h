@@ -71,6 +71,15 @@ forge_status forge_gemm_tf32_nt(const float *A, const float *B, float *C, int M,
 forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
                                    void *stream);
 
+/* bf16 C (M,N) = epilogue(A (M,K) . B (N,K)^T) (A, B bf16, K-major) on the same ping-pong schedule, with the fused
+ * epilogue of gemm.h's forge_gemm_bf16_nt_epi in its bf16 forms, per value exactly that kernel's sequence (so the
+ * same bits): v = acc + bias[n] (bias NULL: none); with gelu, pre_out[m][n] = rn(v) (pre_out NULL: not stored) and
+ * v = gelu(v); C = rn(v) (round to nearest even). C and pre_out through the TMA store. What forge_gemm_bf16_nt_epi
+ * runs for these epilogues wherever its TMA store is allowed. FORGE_ERR_UNSUPPORTED unless K % 8 == 0, A and B
+ * 16-byte aligned, N % 8 == 0, C and pre_out 16-byte aligned, bias 4-byte aligned, pre_out only with gelu. */
+forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias, void *pre_out,
+                                        int gelu, int M, int N, int K, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

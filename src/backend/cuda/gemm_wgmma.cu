@@ -11,9 +11,12 @@
  * - forge_gemm_bf16_nt_wgmma: the bf16 ping-pong kernel (forge_gemm_bf16_nt_pp,
  *   gemm_wgmma_fp8.cu) where C takes the TMA store, else the cooperative
  *   kernel of gemm_wgmma_kernel.cuh with the direct store.
- * - forge_gemm_bf16_nt_epi / _nn_epi: the cooperative kernel with the fused
- *   epilogue, stored through TMA wherever gemm_epi_tma_refusal allows it, else
- *   from the registers; tile width by gemm_pick_bn.
+ * - forge_gemm_bf16_nt_epi: a bf16 C with bias / GELU / pre_out (no residual)
+ *   where the TMA store takes C and pre_out on the bf16 ping-pong kernel
+ *   (forge_gemm_bf16_nt_pp_bf16, gemm_wgmma_fp8.cu; the same bits); else, and
+ *   _nn_epi: the cooperative kernel with the fused epilogue, stored through TMA
+ *   wherever gemm_epi_tma_refusal allows it, else from the registers; tile
+ *   width by gemm_pick_bn.
  * - forge_gemm_bf16_tn_wgmma: the C192 kernel where its one-wave plan fills the
  *   SMs with long units (gemm_tn_c192_default), else the cost model's tile and
  *   splits (gemm_plan_tn) with the partials through the TMA store where the
@@ -497,11 +500,27 @@ forge_status gemm_bf16_nt_epi_launch(const void *A_bf16, const void *B_bf16, voi
     }
 }
 
+/* Whether forge_gemm_bf16_nt_epi runs these arguments on the bf16 ping-pong kernel (forge_gemm_bf16_nt_pp_bf16): a
+ * bf16 C with bias or not, GELU with pre_out, without, or no GELU, no residual, where the TMA store takes C and
+ * pre_out (N % 8 == 0, 16-byte aligned) and the arguments are valid. One warpgroup's epilogue runs under the other
+ * warpgroup's MMAs, where the cooperative kernel idles the tensor pipe (the ping-pong kernel's fp32 products
+ * measured ahead at every shape; the bf16 epilogues' A/B is forge-lab bench pp-bf16-epi: lab/notes/gemm-bf16.md).
+ * The same bits as the cooperative kernel's TMA-store epilogue. */
+static int gemm_nt_epi_pingpong(const void *A, const void *B, const void *C, int M, int N, int K,
+                                const forge_gemm_epilogue *e) {
+    return e->out_bf16 && e->residual == nullptr && e->dgelu_pre == nullptr &&
+           gemm_wgmma_refusal(A, B, nullptr, M, N, K) == nullptr && gemm_epi_refusal(GEMM_NT, C, e) == nullptr &&
+           gemm_epi_tma_refusal(GEMM_NT, C, N, e) == nullptr;
+}
+
 extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
                                                const forge_gemm_epilogue *epi, void *stream) {
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
+    if (gemm_nt_epi_pingpong(A_bf16, B_bf16, C, M, N, K, e))
+        return forge_gemm_bf16_nt_pp_bf16(A_bf16, B_bf16, C, e->bias, e->gelu ? e->pre_out : nullptr, e->gelu, M, N,
+                                          K, stream);
     return gemm_bf16_nt_epi_launch(A_bf16, B_bf16, C, M, N, K, e, gemm_epi_tma_refusal(GEMM_NT, C, N, e) == nullptr,
                                    (cudaStream_t)stream);
 }

@@ -6,7 +6,9 @@
  * - forge_gemm_tf32_nt: the ping-pong schedule at K <= TF32_PP_MAX_K where C takes the TMA store, else the
  *   cooperative one (BN 128 or 256 by fp8_bn_plain);
  * - forge_gemm_bf16_nt_pp: the ping-pong schedule on bf16 operands, + bias (forge_gemm_bf16_nt_wgmma's kernel
- *   wherever C takes the TMA store).
+ *   wherever C takes the TMA store);
+ * - forge_gemm_bf16_nt_pp_bf16: the same schedule with a bf16 C and the cooperative kernel's bias / GELU / pre_out
+ *   epilogue (forge_gemm_bf16_nt_epi's kernel for those epilogues wherever C and pre_out take the TMA store).
  * The body's other instantiations (other promotions, fast accumulation, 2-CTA clusters, a forced store or
  * schedule) are the lab's variants (lab/gemm_fp8/).
  */
@@ -74,6 +76,70 @@ extern "C" forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, floa
     const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;
     if (bias != nullptr) return bf16_pp_launch<1>(A, B, C, bias, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
     return bf16_pp_launch<0>(A, B, C, nullptr, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
+}
+
+/* bf16 ping-pong with a bf16 C: fp8_store_tile_tma_epi's epilogue (v = acc + bias, pre_out = rn(v) where
+ * has_pre, v = gelu(v) where GELU, C = rn(v): the cooperative kernel's sequence, the same bits); C and pre_out
+ * through the TMA store (tm_pre unused without has_pre) */
+template <int BIAS, int GELU>
+__global__ void __launch_bounds__(FP8_THREADS, 1)
+    gemm_wgmma_bf16_pp_epi_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
+                                  const __grid_constant__ CUtensorMap tm_c, const __grid_constant__ CUtensorMap tm_pre,
+                                  void *__restrict__ C, const float *__restrict__ bias, int M, int N, int K,
+                                  int has_pre) {
+    wgmma_nt_body<128, WG_BF16, 1, 0, 1, 1, 1, BIAS, FP8_EPI_ADD | (GELU ? FP8_EPI_GELU : 0)>(
+        tm_a, tm_b, C, 1.0f, M, N, K, 0, &tm_c, bias, &tm_pre, has_pre);
+}
+
+template <int BIAS, int GELU>
+static forge_status bf16_pp_epi_launch(const void *A, const void *B, void *C, const float *bias, void *pre, int M,
+                                       int N, int K, int dev, int sm_count, cudaStream_t stream) {
+    typedef fp8_cfg<128, 1> cfg;
+    static int smem_set[FP8_MAX_DEVICES]; /* per instantiation */
+    CUtensorMap tm_a, tm_b, tm_c, tm_pre;
+    memset(&tm_pre, 0, sizeof tm_pre); /* without pre_out: passed, never read */
+    FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 1));
+    if (pre != nullptr) FORGE_TRY(fp8_encode_c(&tm_pre, pre, M, N, 1));
+    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, A, M, K, (unsigned long long)K * 2, FP8_BM,
+                              FP8_BK / 2, "gemm_bf16 pp A (bf16, K-major)"));
+    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, B, N, K, (unsigned long long)K * 2, 128,
+                              FP8_BK / 2, "gemm_bf16 pp B (bf16, K-major)"));
+    if (!smem_set[dev]) {
+        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
+        smem_set[dev] = 1;
+    }
+    const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
+    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
+    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU><<<grid, FP8_THREADS, cfg::SMEM, stream>>>(
+        tm_a, tm_b, tm_c, tm_pre, C, bias, M, N, K, pre != nullptr);
+    CUDA_LAUNCH_CHECK("gemm_wgmma_bf16_pp_epi_kernel");
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias,
+                                                   void *pre_out, int gelu, int M, int N, int K, void *stream) {
+    const char *why = nullptr;
+    if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
+    else if (K % 8 != 0) why = "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
+    else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
+    else if (!fp8_c_tma_ok(C, N, 1))
+        why = "the ping-pong schedule stores C through TMA: N must be a multiple of 8 and C 16-byte aligned";
+    else if (pre_out != nullptr && !gelu) why = "pre_out is the pre-activation of GELU: give it with gelu only";
+    else if (pre_out != nullptr && (uintptr_t)pre_out % 16 != 0)
+        why = "pre_out goes through the TMA store: it must be 16-byte aligned";
+    else if ((uintptr_t)bias % 4 != 0) why = "bias must be 4-byte aligned";
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 nt pp bf16 (M=%d N=%d K=%d): %s", M, N, K, why);
+    int dev = 0, sms = 0;
+    FORGE_TRY(fp8_device_info(&dev, &sms));
+    const cudaStream_t st = (cudaStream_t)stream;
+    if (bias != nullptr)
+        return gelu ? bf16_pp_epi_launch<1, 1>(A, B, C, bias, pre_out, M, N, K, dev, sms, st)
+                    : bf16_pp_epi_launch<1, 0>(A, B, C, bias, nullptr, M, N, K, dev, sms, st);
+    return gelu ? bf16_pp_epi_launch<0, 1>(A, B, C, nullptr, pre_out, M, N, K, dev, sms, st)
+                : bf16_pp_epi_launch<0, 0>(A, B, C, nullptr, nullptr, M, N, K, dev, sms, st);
 }
 
 extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,

@@ -47,7 +47,9 @@
  *   at K <= TF32_PP_MAX_K (measurements: lab/notes/gemm-fp8.md).
  * - bf16 ping-pong (gemm_wgmma_bf16_pp_kernel<BIAS>, AT = WG_BF16): the same schedule on bf16 operands,
  *   forge_gemm_bf16_nt_wgmma's kernel wherever C takes the TMA store, + bias in the epilogue (measurements:
- *   lab/notes/gemm-fp8.md).
+ *   lab/notes/gemm-fp8.md). With a bf16 C (gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU>, XEPI): the cooperative bf16
+ *   kernel's epilogue sequence (bias, pre_out, GELU, round to bf16; fp8_store_tile_tma_epi), forge_gemm_bf16_nt_epi's
+ *   kernel for its bf16 forms without residual where C and pre_out take the TMA store.
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out or bf16 out (round to nearest even). TMA_C = 1
  *   (wherever C allows it: fp32 N % 4 == 0, bf16 N % 8 == 0, C 16-byte aligned): the tile is staged in shared
  *   memory in 64-row x 128-byte boxes (two per consumer warpgroup, 32 KiB in all) and stored by TMA, so the
@@ -79,6 +81,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "gemm_gelu.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
 
@@ -769,6 +772,93 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
     }
 }
 
+/* The bf16 ping-pong kernel's bf16 epilogues (XEPI != 0; BN 128, bf16 C through the swizzled boxes): per
+ * accumulator value exactly the cooperative kernel's TMA-store sequence (gemm_wgmma_kernel.cuh's gemm_epilogue),
+ * so both give the same bits:
+ *     v = acc + bias[n]          (+ 0.0f without a bias, as there: a -0 sum becomes +0; no scale)
+ *     pre_out[m][n] = rn(v)      FP8_EPI_GELU with tm_pre (has_pre)
+ *     v = gemm_gelu(v)           FP8_EPI_GELU
+ *     C[m][n] = rn(v)            bf16, round to nearest even
+ * The staging is fp8_store_tile_tma's (64-row x 128-byte boxes of 64 bf16 columns, 128-byte swizzle, two boxes
+ * per consumer warpgroup; named barrier 1 + c); with pre_out each box of columns is staged twice, pre_out first,
+ * and fill f (f = 2 * box + pass, or box) takes staging box f % 2, so before a fill thread 0 waits until the
+ * store of fill f - 2 (the same box) has read it: all of its bulk groups at the first fill (the previous tile
+ * half's), at most one (fill f - 1's) after. The bias of a thread's 2 x 8 columns is loaded once per box of
+ * columns (read-only cache, zero past N). */
+#define FP8_EPI_ADD 1  /* the cooperative kernel's sequence: v = acc + bias (0 without one), bf16 C */
+#define FP8_EPI_GELU 2 /* then GELU, pre_out (bf16) before it where has_pre */
+template <int XEPI, int BIAS>
+__device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], const CUtensorMap *tm_c,
+                                                       const CUtensorMap *tm_pre, int has_pre, uint32_t sout, int c,
+                                                       int tid, int tile_row, int tile_col, int M, int N,
+                                                       const float *__restrict__ bias) {
+    static_assert((XEPI & FP8_EPI_ADD) != 0, "the bf16 epilogues add the bias (or 0) first");
+    constexpr bool GELU = (XEPI & FP8_EPI_GELU) != 0;
+    constexpr int CH = 8;          /* 8-column groups per 64-column bf16 box */
+    constexpr int NBOX = 128 / 64; /* boxes of columns in the 128-wide tile */
+    const int warp = tid / 32, lane = tid % 32;
+    const uint32_t srow = (uint32_t)(warp * 16 + lane / 4) * 128u + (uint32_t)(lane % 4) * 4u;
+    const uint32_t sx = (uint32_t)(lane / 4);
+    const uint32_t sbase = sout + (uint32_t)c * 2u * FP8_OUT_BOX_BYTES;
+    const bool two_pass = GELU && has_pre;
+    (void)tm_pre, (void)two_pass;
+#pragma unroll
+    for (int b = 0; b < NBOX; b++) {
+        if (tile_row >= M || tile_col + b * CH * 8 >= N) break; /* wholly outside C: nothing to store */
+        float bv[CH][2];
+#pragma unroll
+        for (int ii = 0; ii < CH; ii++) {
+            bv[ii][0] = 0.0f, bv[ii][1] = 0.0f;
+            if constexpr (BIAS) {
+                const int col = tile_col + 8 * (b * CH + ii) + 2 * (lane % 4);
+                if (col < N) bv[ii][0] = __ldg(bias + col);
+                if (col + 1 < N) bv[ii][1] = __ldg(bias + col + 1);
+            }
+        }
+        /* one fill of a staging box: pass 0 of 2 stages v (pre_out), the last pass the output */
+        auto fill = [&](auto pass_c) {
+            constexpr int pass = decltype(pass_c)::value;
+            const int f = two_pass ? 2 * b + pass : b;
+            const uint32_t box = sbase + (uint32_t)(f & 1) * FP8_OUT_BOX_BYTES;
+            if (tid == 0) {
+                if (f == 0) tma_store_wait_read<0>(); /* the previous tile half's stores have read their boxes */
+                else tma_store_wait_read<1>();        /* fill f-2's store (this box) has read it */
+            }
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+#pragma unroll
+            for (int ii = 0; ii < CH; ii++) {
+                const int i = b * CH + ii;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    /* row warp*16 + lane/4 + 8h (r % 8 = lane/4); column 8ii + 2(lane%4): 16-byte chunk ii,
+                     * swizzled sx ^ ii */
+                    const uint32_t a = box + srow + 1024u * (uint32_t)h + ((sx ^ (uint32_t)ii) << 4);
+                    float v0 = d[4 * i + 2 * h] + bv[ii][0], v1 = d[4 * i + 2 * h + 1] + bv[ii][1];
+                    if constexpr (GELU && pass == 1) { /* pass 0 of 2 stages v itself (pre_out) */
+                        v0 = gemm_gelu(v0);
+                        v1 = gemm_gelu(v1);
+                    }
+                    const __nv_bfloat162 p2 = __floats2bfloat162_rn(v0, v1); /* v0 at the lower address */
+                    const uint32_t w = *reinterpret_cast<const uint32_t *>(&p2);
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
+                }
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+            if (tid == 0) {
+                tma_store_2d(GELU && pass == 0 ? tm_pre : tm_c, tile_col + b * CH * 8, tile_row, box);
+                tma_store_commit();
+            }
+        };
+        if constexpr (GELU) {
+            if (two_pass) fill(std::integral_constant<int, 0>());
+            fill(std::integral_constant<int, 1>());
+        } else {
+            fill(std::integral_constant<int, 0>());
+        }
+    }
+}
+
 /* The direct store of a warpgroup's 64 x BN tile at (tile_row, tile_col) from the accumulator fragment of wgmma
  * m64nBN f32 (PTX ISA): d[4i + 2h + j] is row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j. float2 / bf16x2
  * stores where vec2 (N even, C aligned to two elements), bounds-checked against M and N. */
@@ -830,11 +920,16 @@ __device__ __forceinline__ void fp8_store_tile(const float (&d)[BN / 2], float s
  * epilogue stages C in shared memory and stores it with TMA through tm_c (fp8_store_tile_tma; CL = 1 only);
  * otherwise it stores from the registers (tm_c unused, may be null). */
 /* BIAS (ping-pong only): C = scale * A.B^T + bias (N fp32 values) */
-template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0, int BIAS = 0>
+/* XEPI (bf16 ping-pong only, OUT_BF16): fp8_store_tile_tma_epi's epilogue (the cooperative kernel's bias, GELU and
+ * pre_out through tm_pre where has_pre) instead of fp8_store_tile_tma's */
+template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0, int BIAS = 0,
+          int XEPI = 0>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2,
-                                              const CUtensorMap *tm_c = nullptr, const float *bias = nullptr) {
+                                              const CUtensorMap *tm_c = nullptr, const float *bias = nullptr,
+                                              const CUtensorMap *tm_pre = nullptr, int has_pre = 0) {
     static_assert(!BIAS || PP, "bias: the ping-pong epilogue only");
+    static_assert(!XEPI || (PP && AT == WG_BF16 && OUT_BF16), "the bf16 epilogues: bf16 ping-pong, bf16 C");
     typedef fp8_cfg<BN, TMA_C> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : AT == WG_BF16 ? FP8_BK / 2 : FP8_BK; /* K elements per stage */
@@ -932,10 +1027,17 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 const int signal = t + unit_step < num_tiles ? FP8_PP_ORDER_BAR + (1 - c) : -1;
                 fp8_pp_tile<AT, STAGES>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
                                         (uint32_t)((s0 / STAGES) & 1), signal);
-                fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN, M, N,
-                                                          bias);
-                fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dhi, scale, tm_c, sout, c, tid, tm * FP8_BM + 64, tn * BN,
-                                                          M, N, bias);
+                if constexpr (XEPI) {
+                    fp8_store_tile_tma_epi<XEPI, BIAS>(dlo, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM,
+                                                       tn * BN, M, N, bias);
+                    fp8_store_tile_tma_epi<XEPI, BIAS>(dhi, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM + 64,
+                                                       tn * BN, M, N, bias);
+                } else {
+                    fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN,
+                                                              M, N, bias);
+                    fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dhi, scale, tm_c, sout, c, tid, tm * FP8_BM + 64,
+                                                              tn * BN, M, N, bias);
+                }
             }
         } else {
         int stage = 0;

@@ -68,6 +68,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "gemm_gelu.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
 
@@ -168,8 +169,6 @@ __device__ __forceinline__ void gemm_tile_coords(int t, int tiles_m, int tiles_n
 #define GEMM_EPI_BF16_IN 16  /* res and dpre are bf16 (the nn bf16 dX, C = rn(C + d)) */
 #define GEMM_EPI_RES 32      /* with TMA_STORE | BF16_IN (BN 128): C = rn(v + res), res loaded chunk by chunk like dpre */
 #define GEMM_BIAS_BAR 3      /* named barrier of the 256 consumer threads (the tile's shared bias) */
-#define GEMM_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GEMM_GELU_C 0.044715f
 
 /* What the epilogue reads and writes; (M,N) buffers are row-major with stride N. Passed by value. */
 struct gemm_epi_dev {
@@ -186,13 +185,8 @@ struct gemm_epi_dev {
     int vec2;          /* N even and every (M,N) buffer aligned for 2-element accesses */
 };
 
-/* tanh-GELU as elementwise.cu computes it, rewritten without tanhf: 0.5 x (1 + tanh u) = x sigmoid(2u), so one
- * ex2 and one reciprocal per element instead of tanhf's ~20 instructions (the epilogue does not overlap the
- * tensor cores, so its instruction count is paid in full). e = inf (x << 0) gives x * 0 = -0, e = 0 gives x. */
-__device__ __forceinline__ float gemm_gelu(float x) {
-    const float u = GEMM_GELU_K * fmaf(GEMM_GELU_C * x, x * x, x);
-    return __fdividef(x, 1.0f + __expf(-2.0f * u));
-}
+/* gemm_gelu (the tanh-GELU of the fused epilogues, GEMM_GELU_K / _C): gemm_gelu.cuh, shared with the bf16
+ * ping-pong kernel's epilogue (gemm_wgmma_fp8_kernel.cuh) so that both compute the same bits */
 
 /* d gelu / dx with s = sigmoid(2u): 1 + tanh u = 2s and sech^2 u = 4 s (1 - s), so elementwise.cu's
  * 0.5 (1 + t) + 0.5 x sech^2 K (1 + 3 C x^2) becomes s + 2 x s (1 - s) K (1 + 3 C x^2). */
