@@ -26,15 +26,12 @@ static const lab_command COMMANDS[] = {
      "the bf16 classifier's column passes: forge's, ahead, walk and the fast (ex2) passes vs the row pair, interleaved "
      "[--reps N] [--widths]",
      lab_bench_cls16t_passes},
-<<<<<<< HEAD
     {"bench gelu16-bwd", "the bf16 GELU backward: computed gelu' vs the table kernel, interleaved [--reps N]",
      lab_bench_gelu16_bwd},
     {"bench gelu16-bwd-dbias", "GELU backward + the fc bias gradient: two passes vs the fused op [--reps N]",
      lab_bench_gelu16_bwd_dbias},
-=======
     {"bench norm16-bwd", "the bf16 norm backward's fused kernel: previous vs default vs stage counts [--reps N]",
      lab_bench_norm16_bwd},
->>>>>>> wt-lnbwd
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"bench pp-bf16-epi", "bf16-out forward GEMMs: cooperative vs ping-pong kernel, interleaved, bitwise [--reps N]",
      lab_bench_pp_bf16_epi},
