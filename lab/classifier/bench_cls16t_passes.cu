@@ -34,7 +34,8 @@
 #include <vector>
 
 #include "classifier_lab.h"
-#include "cls16t_fast.cuh"
+#include "../../src/backend/cuda/classifier_bf16_fast.cuh"
+#include "cls16t_exact.cuh"
 #include "cls16t_pair.cuh"
 
 #define CPB_TRY(x)                                                                                                 \

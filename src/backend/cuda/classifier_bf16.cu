@@ -51,7 +51,7 @@
 #include <string.h>
 
 #include "cuda_ops.h"
-#include "classifier_bf16_passes.cuh"
+#include "classifier_bf16_fast.cuh"
 #include "gemm.h"
 
 #define CLS16_THREADS 512  /* softmax rows */
@@ -202,8 +202,9 @@ __global__ void __launch_bounds__(32 * CLS16_TAIL_LANES)
 }
 
 /* ---- the transposed chunk: logits^T (V, rows), dlogits^T written over them -------------------------------------
- * The two column passes are in classifier_bf16_passes.cuh (the lab times their widths and unrolls); forge runs
- * CLS16T_LANE_ROWS rows a lane, CLS16T_LANES lanes a stream and CLS16T_UNROLL ids ahead. */
+ * The two column passes are classifier_bf16_fast.cuh's (hardware ex2, batched statistics; the lab keeps the expf
+ * passes as their reference and times both); forge runs CLS16T_LANE_ROWS rows a lane, CLS16T_LANES lanes a stream
+ * and CLS16T_UNROLL ids a batch. */
 
 /* tl[r] = the logit of row r's target (0 for an ignored or bad target), read before pass 2 rewrites the logits as
  * dlogits (launched between the passes); cls16t_loss_kernel subtracts it afterwards */
@@ -265,14 +266,14 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
     float *part = ctx->ws, *tl = ctx->ws + 2 * (size_t)splits * rows; /* 33 * 16384 floats at most */
     const dim3 grid = cls16t_grid<CLS16T_LANE_ROWS, CLS16T_LANES>(rows, splits), block = cls16t_block<CLS16T_LANES>();
     /* a lane's CLS16T_LANE_ROWS * 2-byte accesses: rows % 8 == 0, and the logits 16-byte aligned (the scratch is) */
-    cls16t_partial_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>
+    cls16f_partial_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>
         <<<grid, block, 0, ctx->stream>>>(part, xt, rows, V, per_split);
-    CUDA_LAUNCH_CHECK("cls16t_partial_kernel");
+    CUDA_LAUNCH_CHECK("cls16f_partial_kernel");
     cls16t_target_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(tl, xt, targets, n0, rows, V);
     CUDA_LAUNCH_CHECK("cls16t_target_kernel");
-    cls16t_grad_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL><<<grid, block, 0, ctx->stream>>>(
+    cls16f_grad_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL><<<grid, block, 0, ctx->stream>>>(
         losses, xt, part, targets, n0, rows, V, per_split, splits, ignore_index, grad_scale, ctx->input_error);
-    CUDA_LAUNCH_CHECK("cls16t_grad_kernel");
+    CUDA_LAUNCH_CHECK("cls16f_grad_kernel");
     cls16t_loss_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(losses, tl, targets, n0, rows, V, ignore_index);
     CUDA_LAUNCH_CHECK("cls16t_loss_kernel");
     const forge_bf16 *dlt = (const forge_bf16 *)xt;

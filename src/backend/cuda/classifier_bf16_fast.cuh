@@ -1,7 +1,8 @@
 /*
- * cls16t_fast.cuh: the bf16 classifier's transposed-chunk column passes with
- * fewer instructions per element than classifier_bf16_passes.cuh's (the lab's
- * "fast" variants, timed by `forge-lab bench cls16t-passes`). Same grid, blocks,
+ * classifier_bf16_fast.cuh: the bf16 classifier's transposed-chunk column passes
+ * that forge runs (classifier_bf16.cu), with fewer instructions per element than
+ * the expf passes the lab keeps as the bitwise reference (lab/classifier/
+ * cls16t_exact.cuh; `forge-lab bench cls16t-passes` times them). Same grid, blocks,
  * id streams, id order and merge order as forge's passes (and the same partial
  * format: a natural-units (max, sum of exp) per (range, row)), but not the same
  * bits: exp is the hardware ex2 (ex2.approx.ftz.f32, one MUFU.EX2) of one FFMA,
@@ -33,10 +34,10 @@
  * element (cls16t_add in id order; cls16t_grad with its target compare), so
  * forge's bits: what the loops, addressing and shared totals alone are worth.
  */
-#ifndef FORGE_LAB_CLS16T_FAST_CUH
-#define FORGE_LAB_CLS16T_FAST_CUH
+#ifndef FORGE_CUDA_CLASSIFIER_BF16_FAST_CUH
+#define FORGE_CUDA_CLASSIFIER_BF16_FAST_CUH
 
-#include "../../src/backend/cuda/classifier_bf16_passes.cuh"
+#include "classifier_bf16_passes.cuh"
 
 #define CLS16F_LOG2E 1.4426950408889634f
 
