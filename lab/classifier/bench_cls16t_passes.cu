@@ -37,6 +37,7 @@
 #include "../../src/backend/cuda/classifier_bf16_fast.cuh"
 #include "cls16t_exact.cuh"
 #include "cls16t_pair.cuh"
+#include "../lab_stats.h"
 
 #define CPB_TRY(x)                                                                                                 \
     do {                                                                                                           \
@@ -225,27 +226,6 @@ static void cpb_tol(const float *got, const float *ref, size_t n, double *mabs, 
     }
 }
 
-static double cpb_median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* 95% bootstrap CI of the median of v (2000 resamples, a fixed LCG: the same CI every run) */
-static void cpb_ci(const std::vector<double> &v, double *lo, double *hi) {
-    std::vector<double> meds, s(v.size());
-    uint64_t x = 12345;
-    for (int b = 0; b < 2000; b++) {
-        for (size_t i = 0; i < v.size(); i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            s[i] = v[(x >> 33) % v.size()];
-        }
-        meds.push_back(cpb_median(s));
-    }
-    std::sort(meds.begin(), meds.end());
-    *lo = meds[50];
-    *hi = meds[1949];
-}
 
 static const char *cpb_verdict(int u, const cpb_check *ck) {
     if (u == 0) return "-";
@@ -268,8 +248,8 @@ static void cpb_ratio(const std::vector<double> &num, const std::vector<double> 
                       double *hi) {
     std::vector<double> ratio;
     for (int i = 0; i < reps; i++) ratio.push_back(num[i] / den[i]);
-    cpb_ci(ratio, lo, hi);
-    *med = cpb_median(ratio);
+    lab_median_ci(ratio, lo, hi);
+    *med = lab_median(ratio);
 }
 
 /* the variants timed interleaved round by round (2 warm-up rounds, then reps), the logits restored from pristine
@@ -304,7 +284,7 @@ static int cpb_time(const char *name, const cpb_chunk &c, const uint16_t *pristi
         double rb, rb_lo, rb_hi, rf, rf_lo, rf_hi;
         cpb_ratio(t[0], t[u], reps, &rb, &rb_lo, &rb_hi);
         cpb_ratio(t[1], t[u], reps, &rf, &rf_lo, &rf_hi);
-        const double us = cpb_median(t[u]);
+        const double us = lab_median(t[u]);
         const int rows_b = v.rl * v.lw;
         printf("  %-15s %4d %5d %6d %6d %9.1f %7.0f %8.3fx [%.3f, %.3f] %8.3fx [%.3f, %.3f] %s\n", v.name, v.rl, v.lw,
                v.unroll, (c.rows + rows_b - 1) / rows_b * c.splits, us, 3.0 * n * 2 / us * 1e-3, rb, rb_lo, rb_hi, rf,

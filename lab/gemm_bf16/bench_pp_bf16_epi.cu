@@ -24,6 +24,7 @@
 
 extern "C" {
 #include "gemm_bf16_variants.h"
+#include "../lab_stats.h"
 }
 
 #define PPB_TRY(x)                                                                                                 \
@@ -80,27 +81,6 @@ __global__ void ppb_diff(unsigned long long *bad, const uint4 *a, const uint4 *b
     if (k) atomicAdd(bad, k);
 }
 
-static double ppb_median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* 95% bootstrap CI of the median of v (2000 resamples, a fixed LCG: the same CI every run) */
-static void ppb_ci(const std::vector<double> &v, double *lo, double *hi) {
-    std::vector<double> meds, s(v.size());
-    uint64_t x = 12345;
-    for (int b = 0; b < 2000; b++) {
-        for (size_t i = 0; i < v.size(); i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            s[i] = v[(x >> 33) % v.size()];
-        }
-        meds.push_back(ppb_median(s));
-    }
-    std::sort(meds.begin(), meds.end());
-    *lo = meds[50];
-    *hi = meds[1949];
-}
 
 /* k = 0: the cooperative kernel (TMA store forced), 1: the default entry (the ping-pong kernel) */
 static forge_status ppb_run(int k, const void *A, const void *B, void *C, const ppb_shape &s,
@@ -175,10 +155,10 @@ static int ppb_shape_run(const ppb_shape &s, int reps, int *pass_out) {
         std::vector<double> ratio;
         for (int i = 0; i < reps; i++) ratio.push_back(t[0][i] / t[1][i]);
         double lo, hi;
-        ppb_ci(ratio, &lo, &hi);
-        const double flop = 2.0 * s.M * s.N * s.K, uc = ppb_median(t[0]), up = ppb_median(t[1]);
+        lab_median_ci(ratio, &lo, &hi);
+        const double flop = 2.0 * s.M * s.N * s.K, uc = lab_median(t[0]), up = lab_median(t[1]);
         printf("  %-22s %6d x %5d x %5d %-14s %9.1f %7.1f %9.1f %7.1f %8.3fx [%.3f, %.3f] %s\n", s.name, s.M, s.N, s.K,
-               epi, uc, flop / uc * 1e-6, up, flop / up * 1e-6, ppb_median(ratio), lo, hi,
+               epi, uc, flop / uc * 1e-6, up, flop / up * 1e-6, lab_median(ratio), lo, hi,
                nbad == 0 ? "PASS" : "FAIL");
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
