@@ -35,6 +35,8 @@ static const lab_command COMMANDS[] = {
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
     {"bench pp-bf16-epi", "bf16-out forward GEMMs: cooperative vs ping-pong kernel, interleaved, bitwise [--reps N]",
      lab_bench_pp_bf16_epi},
+    {"bench dw-plan", "the step's dW GEMMs: the default plan vs explicit (tile, splits) plans, interleaved [--reps N]",
+     lab_bench_dw_plan},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},
     {"test gemm-fp8", "the fp8/tf32 wgmma GEMM variants against a double reference", lab_test_gemm_fp8},

@@ -195,6 +195,27 @@ extern "C" forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *
                              reduce == LAB_GEMM_TN_PASS_TMA || reduce == LAB_GEMM_TN_MODEL192, st, dev, sm_count);
 }
 
+extern "C" forge_status lab_gemm_bf16_tn_plan(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
+                                              int accumulate, void *workspace, size_t workspace_bytes, int bn,
+                                              int splits, void *stream) {
+    const char *why = gemm_wgmma_refusal_bwd(GEMM_TN, A_bf16, B_bf16, C, M, N, K);
+    if (why == nullptr && bn != 128 && bn != 256 && bn != 192) why = "tile width must be 128, 256 or 192";
+    if (why == nullptr && (splits < 1 || splits > GEMM_MAX_SPLITS)) why = "splits must be 1 .. 32";
+    if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
+        why = "the split-K workspace must be 16-byte aligned";
+    const long long max_slices = gemm_tn_max_slices(M, N, workspace, workspace_bytes);
+    if (why == nullptr && splits > 1 && max_slices < splits) why = "the workspace holds fewer than splits slices";
+    if (why != nullptr)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "lab gemm_bf16 tn plan %d/%d (M=%d N=%d K=%d): %s", bn, splits, M,
+                           N, K, why);
+    int dev = 0, sm_count = 0;
+    FORGE_TRY(gemm_device_info(&dev, &sm_count));
+    const int s = lab_tn_force_splits(splits, splits, K, max_slices);
+    const cudaStream_t st = (cudaStream_t)stream;
+    if (bn == 192) return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, s, st, dev, sm_count);
+    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s, 1, st, dev, sm_count);
+}
+
 extern "C" forge_status lab_gemm_bf16_nt_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N,
                                                    int K, const forge_gemm_epilogue *epi, int tma_store,
                                                    void *stream) {

@@ -65,6 +65,13 @@ forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *B_bf16, flo
                                      int accumulate, void *workspace, size_t workspace_bytes,
                                      lab_gemm_tn_reduce reduce, int splits, void *stream);
 
+/* dW on an explicit plan: tile width bn (128 or 256: the 128-row kernel, split partials through the TMA store where
+ * allowed; 192: the C192 kernel) and splits (1..32, renormalised so that no split is empty); the workspace must
+ * hold splits * M * N floats when splits > 1. */
+forge_status lab_gemm_bf16_tn_plan(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
+                                   int accumulate, void *workspace, size_t workspace_bytes, int bn, int splits,
+                                   void *stream);
+
 forge_status lab_gemm_bf16_nt_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
                                         const forge_gemm_epilogue *epi, int tma_store, void *stream);
 forge_status lab_gemm_bf16_nn_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
@@ -76,6 +83,9 @@ int lab_test_gemm_bf16(int argc, char **argv);
 /* `forge-lab bench pp-bf16-epi` (bench_pp_bf16_epi.cu): forge_gemm_bf16_nt_epi's bf16 forms on the cooperative
  * kernel (TMA store forced) vs the default (the bf16 ping-pong kernel), interleaved, with a bitwise check. */
 int lab_bench_pp_bf16_epi(int argc, char **argv);
+/* `forge-lab bench dw-plan` (bench_dw_plan.cu): the training step's dW shapes on the default plan and on explicit
+ * (tile, splits) plans, interleaved. */
+int lab_bench_dw_plan(int argc, char **argv);
 
 #ifdef __cplusplus
 }

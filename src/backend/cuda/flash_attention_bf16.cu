@@ -43,30 +43,49 @@ extern "C" {
 #include "flash_attention_bf16.h"
 }
 
-/* ---- backward 1: delta = rowsum(dO * O) --------------------------------------------- */
-
+/* ---- backward 1: delta = rowsum(dO * O) ---------------------------------------------
+ * Eight lanes per (row, head), each loading 16 bytes of O and of dO per 64 columns (D / 64 loads of each), four
+ * (row, head) items per warp. The sum has one fixed shape: element pairs (2l, 2l + 1) for l = 0..31 give
+ * p_l = rn(0 + fma(o_2l, do_2l, rn(o_2l+1 * do_2l+1))) (with D = 128, the pair at 64 + 2l added next), then the
+ * 32 p_l combine as a butterfly over l (partners l ^ 16, l ^ 8, l ^ 4, l ^ 2, l ^ 1). Lane j of the eight holds
+ * p_4j .. p_4j+3, so the first three butterfly levels are shuffles with lanes j ^ 4, j ^ 2, j ^ 1 and the last
+ * two are adds inside the lane. */
 template <int D>
 __global__ void __launch_bounds__(256)
     fa_bwd_delta_kernel(const bf16_t *__restrict__ o, const bf16_t *__restrict__ dout, float *__restrict__ delta,
                         forge_flash_shape s) {
-    const size_t w = (size_t)blockIdx.x * 8 + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
+    const size_t w = (size_t)blockIdx.x * 32 + threadIdx.x / 8;
+    const int j = threadIdx.x & 7;
     const size_t rows = (size_t)s.B * s.Tq * s.H;
-    if (w >= rows) return;
-    const int h = (int)(w % s.H);
-    const size_t bt = w / s.H; /* b*Tq + i */
-    const size_t off = bt * (size_t)s.o_stride + (size_t)h * D;
-    float acc = 0.0f;
+    const bool valid = w < rows; /* no early return: the whole warp shuffles */
+    const int h = valid ? (int)(w % s.H) : 0;
+    const size_t bt = valid ? w / s.H : 0; /* b*Tq + i */
+    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        const size_t off = bt * (size_t)s.o_stride + (size_t)h * D + (size_t)j * 8;
+        uint4 ua[D / 64], uc[D / 64];
 #pragma unroll
-    for (int j = 0; j < D / 64; j++) {
-        const int d = (lane + 32 * j) * 2;
-        const __nv_bfloat162 a = *(const __nv_bfloat162 *)(o + off + d);
-        const __nv_bfloat162 c = *(const __nv_bfloat162 *)(dout + off + d);
-        acc += __bfloat162float(a.x) * __bfloat162float(c.x) + __bfloat162float(a.y) * __bfloat162float(c.y);
+        for (int c = 0; c < D / 64; c++) {
+            ua[c] = *reinterpret_cast<const uint4 *>(o + off + c * 64);
+            uc[c] = *reinterpret_cast<const uint4 *>(dout + off + c * 64);
+        }
+#pragma unroll
+        for (int c = 0; c < D / 64; c++) {
+            const uint32_t a[4] = {ua[c].x, ua[c].y, ua[c].z, ua[c].w}, d[4] = {uc[c].x, uc[c].y, uc[c].z, uc[c].w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) { /* the lower address is the low half */
+                const float ax = __uint_as_float(a[k] << 16), ay = __uint_as_float(a[k] & 0xffff0000u);
+                const float dx = __uint_as_float(d[k] << 16), dy = __uint_as_float(d[k] & 0xffff0000u);
+                p[k] = __fadd_rn(p[k], __fmaf_rn(ax, dx, __fmul_rn(ay, dy)));
+            }
+        }
     }
 #pragma unroll
-    for (int x = 16; x > 0; x >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, x);
-    if (lane == 0) {
+    for (int x = 4; x > 0; x >>= 1)
+#pragma unroll
+        for (int k = 0; k < 4; k++) p[k] = __fadd_rn(p[k], __shfl_xor_sync(0xffffffffu, p[k], x));
+    const float acc = __fadd_rn(__fadd_rn(p[0], p[2]), __fadd_rn(p[1], p[3]));
+    if (valid && j == 0) {
         const size_t b = bt / s.Tq, i = bt % s.Tq;
         delta[(b * s.H + h) * s.Tq + i] = acc;
     }
@@ -399,12 +418,17 @@ extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape 
                            "forge_flash_bf16_backward_delta: needs D = 64 or 128 (compiled tiles), got D=%d", s->D);
     const size_t rows = (size_t)s->B * s->Tq * s->H;
     if (rows == 0) return FORGE_OK;
+    if ((uintptr_t)o % 16 != 0 || (uintptr_t)dout % 16 != 0 || s->o_stride % 8 != 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge_flash_bf16_backward_delta: O and dO need 16-byte aligned rows (pointers 16-byte "
+                           "aligned, o_stride a multiple of 8), got o_stride=%lld",
+                           s->o_stride);
     cudaStream_t st = (cudaStream_t)stream;
     if (s->D == 64)
-        fa_bwd_delta_kernel<64><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>((const bf16_t *)o, (const bf16_t *)dout,
+        fa_bwd_delta_kernel<64><<<(unsigned)((rows + 31) / 32), 256, 0, st>>>((const bf16_t *)o, (const bf16_t *)dout,
                                                                              delta, *s);
     else
-        fa_bwd_delta_kernel<128><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>((const bf16_t *)o,
+        fa_bwd_delta_kernel<128><<<(unsigned)((rows + 31) / 32), 256, 0, st>>>((const bf16_t *)o,
                                                                               (const bf16_t *)dout, delta, *s);
     CUDA_LAUNCH_CHECK("fa_bwd_delta_kernel");
     return FORGE_OK;

@@ -25,6 +25,7 @@
 #define FORGE_NORM_BF16_FUSED_CUH
 
 #include "bf16_io.cuh"
+#include "colsum_ordered.cuh"
 
 #define NB_THREADS 256 /* 8 rows per block, one warp each */
 #define NB_ROWS (NB_THREADS / 32)
@@ -269,39 +270,30 @@ __global__ void __launch_bounds__(NB_THREADS)
 }
 
 /* dweight[c] += sum_r partial[r][c] and (LN) dbias[c] += sum_r partial[R + r][c], r in order from a zero sum: the
- * bits of reduce.cu's cuda_colsum_finish (one launch for both, each thread's R loads issued NB_FINISH_BATCH at a
- * time instead of its loop's few). One thread per output column. */
-#define NB_FINISH_THREADS 64 /* small blocks: the few columns spread over more SMs */
-#define NB_FINISH_BATCH 32
+ * bits of reduce.cu's cuda_colsum_finish, one launch for both (colsum_ordered.cuh: a block of COLSUM_COLS output
+ * columns, LN's dbias columns numbered after dweight's). */
 template <bool LN>
-__global__ void __launch_bounds__(NB_FINISH_THREADS)
+__global__ void __launch_bounds__(COLSUM_THREADS)
     norm_fused_finish_kernel(float *__restrict__ dweight, float *__restrict__ dbias,
                              const float *__restrict__ partial, int R, int C) {
-    const int i = blockIdx.x * NB_FINISH_THREADS + threadIdx.x;
-    if (i >= (LN ? 2 : 1) * C) return;
+    __shared__ colsum_chunk_smem s;
+    const int i = blockIdx.x * COLSUM_COLS + threadIdx.x % COLSUM_COLS;
+    const bool valid = i < (LN ? 2 : 1) * C;
     const int p = LN && i >= C ? 1 : 0, c = i - p * C;
-    const float *col = partial + (size_t)p * R * C + c;
-    float sum = 0.0f;
-    int r = 0;
-    for (; r + NB_FINISH_BATCH <= R; r += NB_FINISH_BATCH) {
-        float v[NB_FINISH_BATCH];
-#pragma unroll
-        for (int k = 0; k < NB_FINISH_BATCH; k++) v[k] = col[(size_t)(r + k) * C];
-#pragma unroll
-        for (int k = 0; k < NB_FINISH_BATCH; k++) sum += v[k];
+    const float sum = colsum_ordered_block(partial + (valid ? (size_t)p * R * C + c : 0), (size_t)C, R, valid, s);
+    if (threadIdx.x < COLSUM_COLS && valid) {
+        float *out = p ? dbias : dweight;
+        out[c] += sum;
     }
-    for (; r < R; r++) sum += col[(size_t)r * C];
-    float *out = p ? dbias : dweight;
-    out[c] += sum;
 }
 
 static cudaError_t norm_fused_finish(cudaStream_t st, bool ln, float *dweight, float *dbias, const float *partial,
                                      int R, int C) {
-    const unsigned blocks = (unsigned)(((ln ? 2 : 1) * C + NB_FINISH_THREADS - 1) / NB_FINISH_THREADS);
+    const unsigned blocks = (unsigned)(((ln ? 2 : 1) * C + COLSUM_COLS - 1) / COLSUM_COLS);
     if (ln)
-        norm_fused_finish_kernel<true><<<blocks, NB_FINISH_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
+        norm_fused_finish_kernel<true><<<blocks, COLSUM_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
     else
-        norm_fused_finish_kernel<false><<<blocks, NB_FINISH_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
+        norm_fused_finish_kernel<false><<<blocks, COLSUM_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
     return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
  * order. The first pass is op-specific (each op knows what it sums) and
  * lives with the op; see cuda_ops.h for why nothing here uses atomics.
  */
+#include "colsum_ordered.cuh"
 #include "cuda_ops.h"
 
 #define COLSUM_MIN_ROWS 64 /* rows per chunk at least: below that a chunk is too little work */
@@ -18,18 +19,17 @@ int cuda_colsum_chunks(int N, int C, int n_out) {
     return (int)R;
 }
 
-__global__ void colsum_finish_kernel(float *__restrict__ out, const float *__restrict__ partials, int R,
-                                     int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sum = 0.0f;
-    for (int r = 0; r < R; r++) sum += partials[(size_t)r * C + c];
-    out[c] += sum;
+__global__ void __launch_bounds__(COLSUM_THREADS)
+    colsum_finish_kernel(float *__restrict__ out, const float *__restrict__ partials, int R, int C) {
+    __shared__ colsum_chunk_smem s;
+    const int c = blockIdx.x * COLSUM_COLS + threadIdx.x % COLSUM_COLS;
+    const float sum = colsum_ordered_block(partials + (c < C ? c : 0), (size_t)C, R, c < C, s);
+    if (threadIdx.x < COLSUM_COLS && c < C) out[c] += sum;
 }
 
 forge_status cuda_colsum_finish(cuda_ctx *ctx, float *out, const float *partials, int R, int C) {
     if (C <= 0 || R <= 0) return FORGE_OK;
-    colsum_finish_kernel<<<(C + 255) / 256, 256, 0, ctx->stream>>>(out, partials, R, C);
+    colsum_finish_kernel<<<(C + COLSUM_COLS - 1) / COLSUM_COLS, COLSUM_THREADS, 0, ctx->stream>>>(out, partials, R, C);
     CUDA_LAUNCH_CHECK("colsum_finish_kernel");
     return FORGE_OK;
 }
