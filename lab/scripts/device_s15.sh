@@ -91,16 +91,18 @@ pdl_ab() { # alternating rounds of the bench with PDL (the default) and without
         done
     done
 }
+export F DATA STEPS OUT
+export -f traj pdl_ab
 for c in ${FORGE_S15_CHECKS:-traj flash16 dwplan bench}; do
     case $c in
-        traj) check traj 240 traj ;;
-        flash16) check flash16 150 "$T" --only flash16 ;;
-        ops) check ops 150 "$T" --op "${FORGE_S15_OPS:?}" ;;
+        traj) check traj 150 bash -c traj ;;
+        flash16) check flash16 100 "$T" --only flash16 ;;
+        ops) check ops 100 "$T" --op "${FORGE_S15_OPS:?}" ;;
         gpu) check "gpu-${FORGE_S15_ONLY:?}" 150 "$T" --only "$FORGE_S15_ONLY" ;;
-        dwplan) check dwplan 150 "$L" bench dw-plan --reps 20 ;;
-        bench) check bench 150 "$F" bench train --device cuda --precision bf16 \
+        dwplan) check dwplan 120 "$L" bench dw-plan --reps 20 ;;
+        bench) check bench 90 "$F" bench train --device cuda --precision bf16 \
             --cases "${FORGE_S15_CASES:-gpt2-124m:16x1024}" --steps 12 --breakdown --results /tmp/s15-bench ;;
-        pdl) check pdl 300 pdl_ab ;;
+        pdl) check pdl 300 bash -c pdl_ab ;;
     esac
 done
 for f in "$OUT"/s15-dwplan.log "$OUT"/s15-bench.log "$OUT"/s15-pdl.log; do

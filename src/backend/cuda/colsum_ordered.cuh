@@ -15,7 +15,7 @@
 #define COLSUM_COLS 64
 #define COLSUM_GROUPS 4
 #define COLSUM_THREADS (COLSUM_COLS * COLSUM_GROUPS)
-#define COLSUM_CHUNK 128
+#define COLSUM_CHUNK 160 /* >= the partial counts used (<= 128 row chunks, <= an H200's 132 SMs): one round trip */
 
 typedef float colsum_chunk_smem[COLSUM_CHUNK][COLSUM_COLS];
 

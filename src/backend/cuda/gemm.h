@@ -47,7 +47,7 @@
  *   the same arguments on the same device). The plan is chosen per call from the shape and the SM count
  *   (chosen by measurement: lab/notes/gemm-bf16.md): 192 x 192 tiles (two consumer warpgroups splitting N)
  *   at the splits that make one wave of units, where that wave keeps >= 90% of the SMs busy with units of
- *   >= 32 K slices (the GPT-2 MLP and attention-projection dW); elsewhere a cost model's tile (128 x 256 or
+ *   >= 64 K slices (the GPT-2 MLP dW at 16 x 1024 tokens); elsewhere a cost model's tile (128 x 256 or
  *   128 x 128) and splits, the partials stored through TMA where the slices allow it (M % 128 == 0,
  *   N % 4 == 0). forge_gemm_bf16_tn_workspace says how many bytes the plan wants (0 when it does not
  *   split). A smaller workspace (or NULL) caps splits at what fits (workspace_bytes / (M*N*4); < 2 means no

@@ -623,7 +623,7 @@ extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void 
 
 /* ---- TN (dW): the default plan --------------------------------------------------------------------------- */
 
-const gemm_tn_tile GEMM_TN_TILES[2] = {{GEMM_BM, 256, 1.0, 0}, {GEMM_BM, 128, 0.55, 0}};
+const gemm_tn_tile GEMM_TN_TILES[2] = {{GEMM_BM, 256, 1.0, 0}, {GEMM_BM, 128, 0.68, 0}};
 
 long long gemm_tn_max_slices(int M, int N, const void *workspace, size_t workspace_bytes) {
     return workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
@@ -634,7 +634,7 @@ int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits) {
         (long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) * ((N + GEMM_C192_BN - 1) / GEMM_C192_BN);
     const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const long long kps = (ktiles + splits - 1) / splits;
-    return tiles * splits * 10 >= (long long)sm_count * 9 && tiles * splits <= sm_count && kps >= 32;
+    return tiles * splits * 10 >= (long long)sm_count * 9 && tiles * splits <= sm_count && kps >= 64;
 }
 
 int gemm_tn_one_wave_splits(int M, int N, int K, int sm_count, long long max_slices) {

@@ -1030,8 +1030,8 @@ typedef struct {
     double slice_cost;
     int one_wave;
 } gemm_tn_tile;
-/* The default plan's candidates: 128 x 256 (1) and 128 x 128 (0.55: its MMAs are half as wide, its loads not
- * halved). */
+/* The default plan's candidates: 128 x 256 (1) and 128 x 128 (0.68: its MMAs are half as wide, its operand loads
+ * not halved; the cost measured on the H200 at gpt2-124m's qkv dW, lab/notes/gemm-bf16.md). */
 extern const gemm_tn_tile GEMM_TN_TILES[2];
 
 /* Split-K plan for TN: of the n_tiles candidates and splits 1..cap, the (tile, splits) with the least modelled
@@ -1049,7 +1049,8 @@ void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long m
 int gemm_tn_one_wave_splits(int M, int N, int K, int sm_count, long long max_slices);
 
 /* Whether the default runs the C192 kernel at `splits` (gemm_tn_one_wave_splits): where that one wave keeps
- * >= 90% of the SMs busy with units of >= 32 K slices (chosen by measurement: lab/notes/gemm-bf16.md). */
+ * >= 90% of the SMs busy with units of >= 64 K slices; with shorter units the 128-row plans measured faster
+ * (lab/notes/gemm-bf16.md). */
 int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits);
 
 /* C (+)= A^T . B on the C192 kernel (192 x 192 tiles, two consumer warpgroups splitting N) at `splits`: unsplit,
