@@ -13,6 +13,7 @@
 
 #define SUITES(X)        \
     X(core)              \
+    X(grad_lend)         \
     X(ops_forward)       \
     X(ops_bf16)          \
     X(ops_bf16_attn)     \

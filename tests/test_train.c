@@ -146,6 +146,66 @@ static void test_resume_exact(const char *json, const char *label, forge_train_p
     }
 }
 
+/* Byte-for-byte equal files */
+static int files_equal(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        char ba[65536], bb[65536];
+        size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+        if (na != nb || memcmp(ba, bb, na) != 0) same = 0;
+        if (na < sizeof ba) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* bf16 runs with the residual adds' gradients lent (runtime/tape.h: forge_tape_grad_lend) and copied: every step's
+ * loss and the final checkpoint (weights, AdamW moments, trainer state) the same bits, two loans per layer and
+ * micro-batch (the attention and MLP projections' outputs), and the pool's peak no higher. */
+static void test_grad_lending_exact(const char *json, int n_layers, const char *label) {
+    TEST_CASE(label);
+    if (!data_dir()) {
+        CHECK_MSG(0, "could not build the test data: %s", forge_error_message());
+        return;
+    }
+    const char *config = write_config(json);
+    enum { STEPS = 8, ACCUM = 2 };
+    float losses[2][STEPS];
+    forge_train_result r[2];
+    char dirs[2][600];
+    for (int copy = 0; copy < 2; copy++) {
+        snprintf(dirs[copy], sizeof dirs[copy], "%s", test_tmpdir());
+        forge_train_options o;
+        base_options(&o, config, dirs[copy]);
+        o.runtime.precision = FORGE_TRAIN_BF16;
+        o.steps = STEPS;
+        o.tokens_per_step = 4 * 32 * ACCUM;
+        o.loss_out = losses[copy];
+        o.loss_out_cap = STEPS;
+        o.no_grad_lending = copy;
+        CHECK_OK(forge_train(&o, &r[copy]));
+    }
+    if (test_case_failed()) return;
+    CHECK_MSG(r[0].grads_lent == (size_t)STEPS * ACCUM * 2 * n_layers && r[1].grads_lent == 0,
+              "%zu gradients lent (expected %d), %zu with lending off", r[0].grads_lent, STEPS * ACCUM * 2 * n_layers,
+              r[1].grads_lent);
+    for (int i = 0; i < STEPS; i++)
+        CHECK_MSG(memcmp(&losses[0][i], &losses[1][i], sizeof(float)) == 0, "step %d: %.9g lent vs %.9g copied", i + 1,
+                  losses[0][i], losses[1][i]);
+    static const char *files[] = {"model.safetensors", "state.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        char a[1400], b[1400];
+        snprintf(a, sizeof a, "%s/%s", r[0].last_checkpoint, files[f]);
+        snprintf(b, sizeof b, "%s/%s", r[1].last_checkpoint, files[f]);
+        CHECK_MSG(files_equal(a, b), "%s and %s differ", a, b);
+    }
+    CHECK_MSG(r[0].peak_in_use <= r[1].peak_in_use && r[0].peak_bytes <= r[1].peak_bytes,
+              "pool peak in use %zu lent vs %zu copied, reserved %zu vs %zu", r[0].peak_in_use, r[1].peak_in_use,
+              r[0].peak_bytes, r[1].peak_bytes);
+}
+
 /* 20 steps in bf16 and in fp32 from the same init and batches: every step's loss within 2% relative (the bf16
  * roundings of activations, gradients and weights move the trajectory, a broken op moves it much more), the loss
  * falls, and a second bf16 run gives the same bits (deterministic). */
@@ -987,6 +1047,8 @@ void suite_train(void) {
     test_resume_exact(TINY_GPT2, "bf16: resume is bitwise (the working copy re-derived from the masters; gpt2)",
                       FORGE_TRAIN_BF16);
     test_resume_exact(TINY_LLAMA, "bf16: resume is bitwise (llama)", FORGE_TRAIN_BF16);
+    test_grad_lending_exact(TINY_GPT2, 2, "bf16: lent residual gradients give the copies' bits (gpt2)");
+    test_grad_lending_exact(TINY_LLAMA, 2, "bf16: lent residual gradients give the copies' bits (llama)");
     test_bf16_tracks_fp32(TINY_GPT2, "bf16 vs fp32 from one init and one data order: the losses agree (gpt2)");
     test_bf16_tracks_fp32(TINY_LLAMA, "bf16 vs fp32 from one init and one data order: the losses agree (llama)");
     test_checkpoint_round_trip();

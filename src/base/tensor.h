@@ -33,6 +33,9 @@ struct forge_tensor {
                             * and the optimizer rewrites; NULL otherwise */
     int requires_grad;     /* 1 for parameters and anything computed from them */
     int persistent;        /* 1 for parameters: not released by tape reset */
+    int grad_borrowed;     /* grad is another tensor's gradient, lent read-only for one backward rule (tape.h:
+                            * forge_tape_grad_lend): this tensor does not own it, and the pool never frees it
+                            * through this tensor */
     size_t block_bytes;    /* size of the pool block behind data */
     forge_tensor *next_live; /* pool bookkeeping: list of live tensors */
 };

@@ -113,8 +113,9 @@ static forge_status matmul_bf16(forge_tape *tape, forge_tensor **out, forge_tens
     FORGE_TRY(be->matmul_forward_bf16(be, forge_bf16p(o), pre ? forge_bf16p(pre) : NULL, forge_bf16p(x), w16,
                                       bias ? forge_f32(bias) : NULL, N, C, OC));
     o->requires_grad = x->requires_grad || weight->requires_grad || (bias && bias->requires_grad);
-    forge_tape_entry e = {.op = gelu ? "matmul_gelu" : "matmul", .backward = matmul_backward_bf16, .out = o,
-                          .in = {x, weight, bias}, .saved = {pre}};
+    /* the rule reads dout (into dpre with GELU) and writes only dx, dW and dbias: out may borrow its gradient */
+    forge_tape_entry e = {.op = gelu ? "matmul_gelu" : "matmul", .backward = matmul_backward_bf16,
+                          .flags = FORGE_TAPE_OUT_GRAD_READ_ONLY, .out = o, .in = {x, weight, bias}, .saved = {pre}};
     matmul_params p = {N, C, OC};
     return forge_tape_push(tape, &e, &p, sizeof p);
 }
@@ -131,7 +132,8 @@ forge_status forge_op_matmul(forge_tape *tape, forge_tensor **out, forge_tensor 
     FORGE_TRY(be->matmul_forward(be, forge_f32(o), forge_f32(x), forge_f32(weight),
                                  bias ? forge_f32(bias) : NULL, N, C, OC));
     o->requires_grad = x->requires_grad || weight->requires_grad || (bias && bias->requires_grad);
-    forge_tape_entry e = {.op = "matmul", .backward = matmul_backward, .out = o, .in = {x, weight, bias}};
+    forge_tape_entry e = {.op = "matmul", .backward = matmul_backward, .flags = FORGE_TAPE_OUT_GRAD_READ_ONLY,
+                          .out = o, .in = {x, weight, bias}};
     matmul_params p = {N, C, OC};
     return forge_tape_push(tape, &e, &p, sizeof p);
 }

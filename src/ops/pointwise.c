@@ -10,32 +10,28 @@ static forge_status check_same(const char *op, const forge_tensor *a, const forg
     return FORGE_OK;
 }
 
-static int same_shape(const forge_tensor *a, const forge_tensor *b) {
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i]) return 0;
-    return 1;
-}
-
 /* da += dout, db += dout, in the activations' dtype. bf16: a gradient that does not exist yet is not zeroed and
- * added into: a's takes over dout's block (dout is dead once this rule has run: every consumer of out came later
- * in the forward, so its rule ran already), and b's is written, rn(0 + dout). The block handed over holds dout
- * bit for bit, where an add into zeros would turn a -0 into +0: the bf16 rules write their fresh gradients as
- * rn(0 + d), and rn(x + d) is -0 only for x = d = -0, so the gradients reaching here hold no -0. */
+ * added into. a's takes over dout's block (forge_tape_grad_move: dout is dead once this rule has run, every
+ * consumer of out came later in the forward, so its rule ran already). b's then borrows that block read-only
+ * (forge_tape_grad_lend) where the tape can prove nothing changes it before b's producer has read it: the
+ * residual stream's sublayer output, whose producer (a matmul) is recorded just before the add and only reads its
+ * output's gradient. Otherwise b's is written, rn(0 + dout). The block handed over holds dout bit for bit, where an
+ * add into zeros would turn a -0 into +0: the bf16 rules write their fresh gradients as rn(0 + d), and rn(x + d)
+ * is -0 only for x = d = -0, so the gradients reaching here hold no -0, and the block lent to b holds the bits its
+ * copy would. fp32 stays the reference: both gradients added into (zeroed when new). */
 static forge_status add_backward(forge_tape *tape, const forge_tape_entry *e) {
     forge_backend *be = forge_tape_backend(tape);
     const int bf16 = op_is_bf16(e->out);
     if (bf16) OP_REQUIRE(be, accumulate_bf16);
     else OP_REQUIRE(be, accumulate);
-    forge_tensor *a = e->in[0], *out = e->out, *dout = out->grad;
-    int first = 0;
-    if (bf16 && a && a->requires_grad && !a->grad && a != e->in[1] && a != out && same_shape(a, out) &&
-        dout != out) {
-        a->grad = dout; /* the tape finds out->grad NULL and releases nothing */
-        out->grad = NULL;
-        first = 1;
+    forge_tensor *a = e->in[0], *b = e->in[1], *dout = e->out->grad;
+    int done[2] = {0, 0};
+    if (bf16 && a != b && forge_tape_grad_move(e->out, a)) {
+        done[0] = 1;
+        FORGE_TRY(forge_tape_grad_lend(tape, e, a, b, &done[1]));
     }
-    for (int i = first; i < 2; i++) {
+    for (int i = 0; i < 2; i++) {
+        if (done[i]) continue;
         forge_tensor *d;
         int fresh = 0;
         if (bf16) FORGE_TRY(forge_tape_grad_fresh(tape, e->in[i], &d, &fresh));

@@ -234,7 +234,7 @@ static void pool_free_tensor(forge_pool *pool, forge_tensor *t) {
 
 void forge_pool_release(forge_pool *pool, forge_tensor *t) {
     if (!t) return;
-    if (t->grad && t->grad != t) {
+    if (t->grad && t->grad != t && !t->grad_borrowed) {
         pool_unlink(pool, t->grad);
         pool_free_tensor(pool, t->grad);
     }
@@ -244,6 +244,11 @@ void forge_pool_release(forge_pool *pool, forge_tensor *t) {
 
 void forge_pool_release_grad(forge_pool *pool, forge_tensor *t) {
     if (!t || !t->grad || t->grad == t || t->grad->persistent) return;
+    if (t->grad_borrowed) { /* its owner's: only the reference goes */
+        t->grad = NULL;
+        t->grad_borrowed = 0;
+        return;
+    }
     pool_unlink(pool, t->grad);
     pool_free_tensor(pool, t->grad);
     t->grad = NULL;

@@ -40,9 +40,10 @@ forge_status forge_pool_tensor(forge_pool *pool, forge_tensor **out, forge_dtype
 forge_status forge_pool_tensor_zeros(forge_pool *pool, forge_tensor **out, forge_dtype dtype,
                                      int ndim, const int64_t *shape, int persistent);
 
-/* Returns a tensor (and its grad, unless the grad aliases it) to the pool. */
+/* Returns a tensor (and its grad, unless the grad aliases it or is borrowed, tensor.h) to the pool. */
 void forge_pool_release(forge_pool *pool, forge_tensor *t);
-/* Returns t's gradient (a transient tensor other than t itself) to the pool and clears t->grad. */
+/* Returns t's gradient (a transient tensor other than t itself) to the pool and clears t->grad; a borrowed one
+ * (tensor.h: its owner still holds it) is only dropped from t. */
 void forge_pool_release_grad(forge_pool *pool, forge_tensor *t);
 /* Releases every live non-persistent tensor: called by the tape every micro-batch. */
 void forge_pool_release_transient(forge_pool *pool);

@@ -440,6 +440,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     FORGE_TRY(forge_backend_create(&tr->be, tr->runtime.device, &tr->runtime));
     FORGE_TRY(forge_pool_create(&tr->pool, tr->be));
     FORGE_TRY(forge_tape_create(&tr->tape, tr->pool));
+    forge_tape_set_grad_lending(tr->tape, !o->no_grad_lending);
 
     char tok_json[1100];
     snprintf(tok_json, sizeof tok_json, "%s/encoder.json", o->data_dir);
@@ -714,6 +715,8 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     double elapsed = forge_now_seconds() - t_start;
     res->tokens_per_second = res->steps_done ? res->steps_done * (double)tokens_per_step / elapsed : 0;
     res->peak_bytes = forge_pool_get_stats(tr->pool).peak_reserved;
+    res->peak_in_use = forge_pool_get_stats(tr->pool).peak_in_use;
+    res->grads_lent = forge_tape_grads_lent(tr->tape);
     snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", tr->last_ckpt);
     snprintf(res->best_checkpoint, sizeof res->best_checkpoint, "%s", tr->best_ckpt);
     res->best_val_loss = tr->best_val;

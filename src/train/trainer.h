@@ -43,6 +43,9 @@ typedef struct {
     forge_runtime_options runtime; /* device, matmul mode, attention, precision, threads, cache paths */
     int quiet;                    /* no progress lines */
     int no_graph;                 /* run every step op by op, never as a recorded graph (train/step.h) */
+    int no_grad_lending;          /* the backward copies every gradient it could lend read-only (runtime/tape.h:
+                                   * forge_tape_set_grad_lending): the reference the tests compare the lent path
+                                   * with, bit for bit */
     int precision_given;          /* --precision (or --matmul) was given: a resumed run keeps it rather than its
                                    * checkpoint's precision */
     float *loss_out;              /* if set, loss_out[step-1] = that step's loss */
@@ -74,7 +77,9 @@ typedef struct {
     int best_val_step;       /* its step */
     int early_stopped;       /* the run ended at --early-stop */
     double tokens_per_second;
-    size_t peak_bytes;
+    size_t peak_bytes;       /* the pool's peak reserved (in use + cached) */
+    size_t peak_in_use;      /* the pool's peak handed out */
+    size_t grads_lent;       /* activation gradients the backward lent read-only rather than copied (tape.h) */
     char last_checkpoint[1200];
     char best_checkpoint[1200]; /* --early-stop: the checkpoint of the lowest val loss ("" if none) */
 } forge_train_result;
