@@ -111,3 +111,5 @@ done
 echo
 printf '%-18s %-16s %s\n' check result seconds
 for i in "${!names[@]}"; do printf '%-18s %-16s %s\n' "${names[$i]}" "${results[$i]}" "${secs[$i]}"; done
+for r in "${results[@]}"; do [ "$r" = pass ] || exit 1; done
+exit 0
