@@ -128,6 +128,7 @@ static int wants_help(int argc, char **argv) {
 typedef struct {
     const char *device, *matmul, *attention, *precision, *matmul_cache;
     long threads;
+    int no_pdl;
 } runtime_flags;
 
 #define RUNTIME_HELP                                                                                       \
@@ -140,6 +141,8 @@ typedef struct {
     "                       (docs/mixed-precision.md) [bf16 on cuda, fp32 on cpu; a resumed run: its\n"  \
     "                       checkpoint's]\n"                        \
     "  --threads N          CPU threads [all cores]\n"                                                      \
+    "  --no-pdl             cuda: launch the bf16 step's kernels plainly, without programmatic dependent\n"  \
+    "                       launch (which starts each under the previous one's tail; same results): for A/B\n" \
     "  --matmul-cache FILE  the auto matmul table's file [$XDG_CACHE_HOME/forge or ~/.cache/forge]\n"
 
 /* Matches one runtime flag at a->argv[a->i]: 1 if it was one (its value or error recorded). */
@@ -150,6 +153,7 @@ static int runtime_flag(args *a, runtime_flags *f, forge_status *s) {
     if (opt_match(a, "--matmul", &v, s)) return f->matmul = v, 1;
     if (opt_match(a, "--attention", &v, s)) return f->attention = v, 1;
     if (opt_match(a, "--precision", &v, s)) return f->precision = v, 1;
+    if (strcmp(a->argv[a->i], "--no-pdl") == 0) return f->no_pdl = 1, 1;
     if (opt_match(a, "--threads", &v, s)) {
         if (*s == FORGE_OK) *s = parse_int("--threads", v, 0, 4096, &f->threads);
         return 1;
@@ -197,6 +201,9 @@ static forge_status runtime_options_build(const char *cmd, const runtime_flags *
     } else if (o->device == FORGE_DEVICE_CUDA && !f->matmul) {
         o->precision = FORGE_TRAIN_BF16;
     }
+    if (f->no_pdl && o->device != FORGE_DEVICE_CUDA)
+        return usage_error(cmd, "--no-pdl applies to --device cuda only", NULL);
+    o->pdl = !f->no_pdl;
     o->threads = (int)f->threads;
     o->cache_dir = default_cache_dir();
     o->matmul_cache_path = f->matmul_cache;

@@ -163,7 +163,7 @@ static void case_flash16_into(parity *P, fa_case *c) {
             void *delta = fa_dev(P, c->nl * 4, NULL, 0xff);
             const forge_flash_grads g = {gq, gkv, gkv ? (uint16_t *)gkv + kw : NULL, sq, skv, skv, 1, acc};
             st = gq && gkv && delta ? forge_flash_bf16_backward_into(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
-                                                                     c->glse, delta, &g, c->stream)
+                                                                     c->glse, delta, &g, c->stream, 0)
                                     : FORGE_ERR_OOM;
             if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
             float *oq = NULL, *okv = NULL;
@@ -226,7 +226,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
      * case_flash16_mma above) */
     fa_fwd_out fo = {0};
     forge_status st = fa_case_fwd_out(P, &c, &fo)
-                          ? forge_flash_bf16_forward_wgmma(&c.fs, c.q, c.k, c.v, fo.out, fo.lse, c.stream)
+                          ? forge_flash_bf16_forward_wgmma(&c.fs, c.q, c.k, c.v, fo.out, fo.lse, c.stream, 0)
                           : FORGE_ERR_OOM;
     fa_case_check_fwd(P, &c, "flash16_forward_wgmma", st, &fo);
     fa_bwd_out bo = {0};
@@ -242,7 +242,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
         fa_fwd_out d = {0};
         fa_bwd_out db = {0};
         st = fa_case_fwd_out(P, &c, &d) && fa_case_bwd_out(P, &c, &db)
-                 ? forge_flash_bf16_forward(&c.fs, c.q, c.k, c.v, d.out, d.lse, c.stream)
+                 ? forge_flash_bf16_forward(&c.fs, c.q, c.k, c.v, d.out, d.lse, c.stream, 0)
                  : FORGE_ERR_OOM;
         if (st == FORGE_OK)
             st = forge_flash_bf16_backward(&c.fs, c.q, c.k, c.v, d.out, c.gdo, d.lse, db.delta, db.dq, db.dk, db.dv,
@@ -268,16 +268,17 @@ static void case_flash16_refuse(parity *P) {
     forge_flash_shape fs = fa_refuse_shape();
     static __attribute__((aligned(16))) char dummy[16];
     float *fd = (float *)dummy;
-    fa_expect_refusal(P, "flash16_forward.refuse", forge_flash_bf16_forward(&fs, dummy, dummy, dummy, dummy, fd, NULL));
+    fa_expect_refusal(P, "flash16_forward.refuse",
+                      forge_flash_bf16_forward(&fs, dummy, dummy, dummy, dummy, fd, NULL, 0));
     fa_expect_refusal(P, "flash16_forward_wgmma.refuse",
-                      forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, fd, NULL));
+                      forge_flash_bf16_forward_wgmma(&fs, dummy, dummy, dummy, dummy, fd, NULL, 0));
     fa_expect_refusal(P, "flash16_backward_wgmma.refuse",
                       forge_flash_bf16_backward_wgmma(&fs, dummy, dummy, dummy, dummy, dummy, fd, fd, fd, fd, fd, NULL));
     /* bf16 gradients at an odd token stride cannot take the pair stores: refused before any launch */
     const forge_flash_shape f64 = {1, 16, 16, 2, 2, 64, 6 * 64, 6 * 64, 6 * 64, 2 * 64};
     const forge_flash_grads odd = {dummy, dummy, dummy, 6 * 64 + 1, 6 * 64, 6 * 64, 1, 0};
     fa_expect_refusal(P, "flash16_backward_into.refuse",
-                      forge_flash_bf16_backward_into(&f64, dummy, dummy, dummy, dummy, dummy, fd, fd, &odd, NULL));
+                      forge_flash_bf16_backward_into(&f64, dummy, dummy, dummy, dummy, dummy, fd, fd, &odd, NULL, 0));
 }
 
 /* The backend entry flash_attention_backward_bf16 at head size 64 with the scratch op_list.h sizes for it (the

@@ -77,7 +77,7 @@ static int tn_call(parity *P, const tn_problem *t, float *out, const char *shape
         return 0;
     }
     const forge_status st = forge_gemm_bf16_tn_wgmma(t->dA, t->dB, (float *)t->dC, t->M, t->N, t->K, t->accumulate,
-                                                     t->dW, t->wbytes, NULL);
+                                                     t->dW, t->wbytes, NULL, 0);
     if (st != FORGE_OK) {
         char why[512];
         snprintf(why, sizeof why, "(returned %s: %s)", forge_status_name(st), forge_error_message());
@@ -235,7 +235,7 @@ static void case_nt_epi_bf16(parity *P, int M, int N, int K) {
                 report(P, 0, op, sub, INFINITY, 0, "(memset failed)");
                 goto done;
             }
-            const forge_status st = forge_gemm_bf16_nt_epi(dA, dB, c, M, N, K, &e, NULL);
+            const forge_status st = forge_gemm_bf16_nt_epi(dA, dB, c, M, N, K, &e, NULL, 0);
             if (st != FORGE_OK) {
                 char why[512];
                 snprintf(why, sizeof why, "(%s: returned %s: %s)", r == 0 ? "aligned C" : "C + 8 B",

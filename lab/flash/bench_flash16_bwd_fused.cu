@@ -89,7 +89,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
                                   (long long)H * D};
-    FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL));
+    FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL, 0));
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
     const size_t wsb = lab_flash16_backward_fused_ws_bytes(&fs, 0);
     void *ws = NULL;

@@ -32,7 +32,8 @@ extern "C" forge_status lab_flash16_backward_dkdv(const forge_flash_shape *s, co
     FORGE_TRY(fb_backward_begin(LAB_FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
     if (!launch) return FORGE_OK;
     fb_call c;
-    FORGE_TRY(fb_backward_prepare(&c, LAB_FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
+    FORGE_TRY(
+        fb_backward_prepare(&c, LAB_FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream, 0));
     if (pipe_dq64) {
         FORGE_TRY((fb_launch_dq<64, 1>(c)));
         return fb_launch_dkdv_default(c);

@@ -415,7 +415,8 @@ extern "C" forge_status lab_flash16_backward_fused_ws(const forge_flash_shape *s
         return forge_error(FORGE_ERR_ARG, "%s: %d splits need a %zu-byte workspace, got %zu", LAB_FZ_ENTRY, nsplit,
                            need, ws_bytes);
     fb_call c;
-    FORGE_TRY(fb_backward_prepare(&c, LAB_FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
+    FORGE_TRY(
+        fb_backward_prepare(&c, LAB_FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream, 0));
     CUDA_TRY(cudaFuncSetAttribute(fz_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ_SMEM));
     const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
     fz_bwd_kernel<<<grid, FB_THREADS, FZ_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta,
@@ -748,7 +749,8 @@ extern "C" forge_status lab_flash16_backward_fused2_ws(const forge_flash_shape *
     else
         tm_pw = tm_p0;
     fb_call c;
-    FORGE_TRY(fb_backward_prepare(&c, LAB_FZ2_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream));
+    FORGE_TRY(
+        fb_backward_prepare(&c, LAB_FZ2_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream, 0));
     CUDA_TRY(cudaFuncSetAttribute(fz_bwd2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ2_SMEM));
     const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
     fz_bwd2_kernel<<<grid, FB_THREADS, FZ2_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_p0, tm_pw, c.lse,

@@ -378,7 +378,7 @@ extern "C" forge_status lab_flash16_forward_sched(const forge_flash_shape *s, co
                                                   void *stream) {
     if (sched < LAB_FLASH16_SCHED_BASE || sched > LAB_FLASH16_SCHED_PERSIST_N128)
         return forge_error(FORGE_ERR_ARG, "%s: unknown schedule %d", LAB_FW_ENTRY, sched);
-    if (sched == LAB_FLASH16_SCHED_BASE) return forge_flash_bf16_forward_wgmma(s, q, k, v, out_bf16, lse, stream);
+    if (sched == LAB_FLASH16_SCHED_BASE) return forge_flash_bf16_forward_wgmma(s, q, k, v, out_bf16, lse, stream, 0);
     int launch = 0;
     FORGE_TRY(fw_forward_begin(LAB_FW_ENTRY, s, q, k, v, out_bf16, lse, stream, &launch));
     if (!launch) return FORGE_OK;

@@ -82,7 +82,7 @@ __global__ void dwp_diff(unsigned *out, const float *a, const float *b, size_t n
 
 static forge_status dwp_run(const dwp_plan &p, const uint16_t *A, const uint16_t *B, float *C, const dwp_shape &s,
                             void *ws, size_t ws_bytes) {
-    if (p.bn == 0) return forge_gemm_bf16_tn_wgmma(A, B, C, s.M, s.N, DWP_K, 1, ws, ws_bytes, NULL);
+    if (p.bn == 0) return forge_gemm_bf16_tn_wgmma(A, B, C, s.M, s.N, DWP_K, 1, ws, ws_bytes, NULL, 0);
     return lab_gemm_bf16_tn_plan(A, B, C, s.M, s.N, DWP_K, 1, ws, ws_bytes, p.bn, p.splits, NULL);
 }
 

@@ -86,7 +86,7 @@ __global__ void ppb_diff(unsigned long long *bad, const uint4 *a, const uint4 *b
 static forge_status ppb_run(int k, const void *A, const void *B, void *C, const ppb_shape &s,
                             const forge_gemm_epilogue *e) {
     return k == 0 ? lab_gemm_bf16_nt_epi_store(A, B, C, s.M, s.N, s.K, e, 1, NULL)
-                  : forge_gemm_bf16_nt_epi(A, B, C, s.M, s.N, s.K, e, NULL);
+                  : forge_gemm_bf16_nt_epi(A, B, C, s.M, s.N, s.K, e, NULL, 0);
 }
 
 /* reps 0: the bitwise check alone; *pass_out: PASS / FAIL */

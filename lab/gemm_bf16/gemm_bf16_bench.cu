@@ -47,7 +47,7 @@ static forge_status lb_run(void *ctx, int set) {
     if (c->kind < GB_KIND_SUITE) return gb_run(ctx, set);
     gc_shape *sh = c->sh;
     const void *A = sh->A[set % sh->n_sets], *B = sh->B[set % sh->n_sets];
-    if (c->kind == LB_COOP) return forge_gemm_bf16_nt_epi(A, B, sh->C, sh->M, sh->N, sh->K, NULL, sh->stream);
+    if (c->kind == LB_COOP) return forge_gemm_bf16_nt_epi(A, B, sh->C, sh->M, sh->N, sh->K, NULL, sh->stream, 0);
     const int forced = c->kind == LB_TN_SPLITS;
     const lab_gemm_tn_reduce mode = forced ? LAB_GEMM_TN_PASS_TMA : (lab_gemm_tn_reduce)(c->kind - LB_TN);
     return lab_gemm_bf16_tn_reduce(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->work, sh->work_bytes, mode,

@@ -99,7 +99,7 @@ static forge_status lab_tn_t192_run(const void *A, const void *B, float *C, int 
     ep.C = C;
     ep.work = splits > 1 ? (float *)workspace : nullptr;
     ep.res = splits == 1 && accumulate ? C : nullptr;
-    return gemm_wgmma_launch<192, GEMM_TN, 0, 192>(A, B, ep, M, N, K, accumulate != 0, splits, stream, dev,
+    return gemm_wgmma_launch<192, GEMM_TN, 0, 192>(A, B, ep, M, N, K, accumulate != 0, splits, stream, 0, dev,
                                                    sm_count);
 }
 
@@ -123,7 +123,7 @@ static forge_status lab_tn_streamk_run(const void *A, const void *B, float *C, i
     ep.streamk = 1;
     CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), stream));
     const long long iters = tiles * ((K + GEMM_BK - 1) / GEMM_BK);
-    return gemm_tn_launch(bn, 0, A, B, ep, M, N, K, accumulate != 0, 1, stream, dev, sm_count, iters);
+    return gemm_tn_launch(bn, 0, A, B, ep, M, N, K, accumulate != 0, 1, stream, 0, dev, sm_count, iters);
 }
 
 /* The in-kernel fixed-order reduction at the pass's plan (bn, splits), splits cut to what the padded slots of
@@ -142,14 +142,15 @@ static forge_status lab_tn_inkernel_run(const void *A, const void *B, float *C, 
         const int kps = (ktiles + splits - 1) / splits;
         splits = (ktiles + kps - 1) / kps;
     }
-    if (splits < 2) return gemm_tn_split_run(A, B, C, M, N, K, accumulate, workspace, bn, 1, 0, stream, dev, sm_count);
+    if (splits < 2)
+        return gemm_tn_split_run(A, B, C, M, N, K, accumulate, workspace, bn, 1, 0, stream, 0, dev, sm_count);
     gemm_epi_dev ep = {};
     ep.C = C;
     ep.tile_cnt = (int *)workspace;
     ep.work = (float *)((char *)workspace + cnt);
     ep.res = accumulate ? C : nullptr; /* the last split's epilogue adds C */
     CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), stream));
-    return gemm_tn_launch(bn, 0, A, B, ep, M, N, K, accumulate != 0, splits, stream, dev, sm_count, 0);
+    return gemm_tn_launch(bn, 0, A, B, ep, M, N, K, accumulate != 0, splits, stream, 0, dev, sm_count, 0);
 }
 
 extern "C" forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
@@ -166,7 +167,8 @@ extern "C" forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *
         return forge_error(FORGE_ERR_UNSUPPORTED, "lab gemm_bf16 tn %s (M=%d N=%d K=%d): %s",
                            lab_gemm_tn_reduce_name(reduce), M, N, K, why);
     if (reduce == LAB_GEMM_TN_DEFAULT)
-        return forge_gemm_bf16_tn_wgmma(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes, stream);
+        return forge_gemm_bf16_tn_wgmma(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes, stream,
+                                        0);
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const cudaStream_t st = (cudaStream_t)stream;
@@ -179,7 +181,8 @@ extern "C" forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *
     const int one_wave_run = lab_tn_force_splits(one_wave, splits, K, max_slices);
     if (reduce == LAB_GEMM_TN_PASS_C192 ||
         (reduce == LAB_GEMM_TN_MODEL192 && gemm_tn_c192_default(M, N, K, sm_count, one_wave)))
-        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_run, st, dev, sm_count);
+        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_run, st, 0, dev,
+                                sm_count);
     int bm = GEMM_BM, bn = 256, s = 1;
     lab_tn_plan(M, N, K, accumulate != 0, sm_count, max_slices,
                 reduce == LAB_GEMM_TN_PASS_T192 || reduce == LAB_GEMM_TN_MODEL192, splits, &bm, &bn, &s);
@@ -192,7 +195,7 @@ extern "C" forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *
         return lab_tn_inkernel_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes, bn, s, st, dev,
                                    sm_count);
     return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s,
-                             reduce == LAB_GEMM_TN_PASS_TMA || reduce == LAB_GEMM_TN_MODEL192, st, dev, sm_count);
+                             reduce == LAB_GEMM_TN_PASS_TMA || reduce == LAB_GEMM_TN_MODEL192, st, 0, dev, sm_count);
 }
 
 extern "C" forge_status lab_gemm_bf16_tn_plan(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
@@ -212,18 +215,18 @@ extern "C" forge_status lab_gemm_bf16_tn_plan(const void *A_bf16, const void *B_
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const int s = lab_tn_force_splits(splits, splits, K, max_slices);
     const cudaStream_t st = (cudaStream_t)stream;
-    if (bn == 192) return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, s, st, dev, sm_count);
-    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s, 1, st, dev, sm_count);
+    if (bn == 192) return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, s, st, 0, dev, sm_count);
+    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s, 1, st, 0, dev, sm_count);
 }
 
 extern "C" forge_status lab_gemm_bf16_nt_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N,
                                                    int K, const forge_gemm_epilogue *epi, int tma_store,
                                                    void *stream) {
-    return gemm_bf16_nt_epi_launch(A_bf16, B_bf16, C, M, N, K, epi, tma_store, (cudaStream_t)stream);
+    return gemm_bf16_nt_epi_launch(A_bf16, B_bf16, C, M, N, K, epi, tma_store, (cudaStream_t)stream, 0);
 }
 
 extern "C" forge_status lab_gemm_bf16_nn_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N,
                                                    int K, const forge_gemm_epilogue *epi, int tma_store,
                                                    void *stream) {
-    return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, epi, tma_store, (cudaStream_t)stream);
+    return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, epi, tma_store, (cudaStream_t)stream, 0);
 }

@@ -272,8 +272,8 @@ static void case_epi_store(parity *P, int M, int N, int K) {
             ok = cudaMemset(dC, 0xFF, cn * 4) == cudaSuccess && cudaMemset(dPre, 0xFF, cn * 4) == cudaSuccess;
             forge_status s = FORGE_OK;
             if (r == 0)
-                s = t->nn ? forge_gemm_bf16_nn_epi(dA, dB, dC, M, N, K, &e, NULL)
-                          : forge_gemm_bf16_nt_epi(dA, dB, dC, M, N, K, &e, NULL);
+                s = t->nn ? forge_gemm_bf16_nn_epi(dA, dB, dC, M, N, K, &e, NULL, 0)
+                          : forge_gemm_bf16_nt_epi(dA, dB, dC, M, N, K, &e, NULL, 0);
             else
                 s = t->nn ? lab_gemm_bf16_nn_epi_store(dA, dB, dC, M, N, K, &e, r == 1, NULL)
                           : lab_gemm_bf16_nt_epi_store(dA, dB, dC, M, N, K, &e, r == 1, NULL);
@@ -384,7 +384,7 @@ static void case_pp_bits(parity *P, int M, int N, int K) {
             e.out_bf16 = 1;
             ok = cudaMemset(dC[r], 0xFF, cn * 2) == cudaSuccess && cudaMemset(dPre[r], 0xFF, cn * 2) == cudaSuccess;
             const forge_status s = r == 0 ? lab_gemm_bf16_nt_epi_store(dA, dB, dC[r], M, N, K, &e, 1, NULL)
-                                          : forge_gemm_bf16_nt_epi(dA, dB, dC[r], M, N, K, &e, NULL);
+                                          : forge_gemm_bf16_nt_epi(dA, dB, dC[r], M, N, K, &e, NULL, 0);
             if (s != FORGE_OK) {
                 lt_fail(P, op, sub, r == 0 ? "cooperative (tma)" : "the default entry");
                 ok = 0;

@@ -92,8 +92,8 @@ static bool nbb_lab_ok(nbb_lab l) {
 template <bool LN, bool ACC, int CH, int S>
 static cudaError_t nbb_launch_stages(cuda_ctx *ctx, unsigned R, const nbb_args *a, int N, int C, int rpb) {
     if constexpr (norm_fused_smem<LN, ACC, CH, S>() <= NB_SMEM_MAX)
-        return norm_fused_launch<LN, ACC, CH, S>(ctx->stream, R, a->dinp, ctx->ws, a->dout, a->inp, a->weight, a->mean,
-                                                 a->rstd, N, C, rpb);
+        return norm_fused_launch<LN, ACC, CH, S>(ctx->stream, 0, R, a->dinp, ctx->ws, a->dout, a->inp, a->weight,
+                                                 a->mean, a->rstd, N, C, rpb);
     else
         return cudaErrorInvalidValue;
 }
@@ -134,7 +134,7 @@ static int nbb_run_t(forge_backend *be, int v, const nbb_args *a, int N, int C) 
         NBB_TRY(e);
     }
     if (v >= 2 && !NBB_LAB[v - 2].colsum) {
-        NBB_TRY(norm_fused_finish(ctx->stream, LN, a->dweight, a->dbias, ctx->ws, R, C));
+        NBB_TRY(norm_fused_finish(ctx->stream, 0, LN, a->dweight, a->dbias, ctx->ws, R, C));
     } else if (cuda_colsum_finish(ctx, a->dweight, ctx->ws, R, C) != FORGE_OK ||
                (LN && cuda_colsum_finish(ctx, a->dbias, ctx->ws + (size_t)R * C, R, C) != FORGE_OK)) {
         fprintf(stderr, "forge-lab bench norm16-bwd: finish: %s\n", forge_error_message());

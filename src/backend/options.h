@@ -55,6 +55,9 @@ typedef struct {
     forge_train_precision precision;
     const char *cache_dir;        /* where measured choices are cached (matmul auto); NULL: not cached */
     const char *matmul_cache_path;/* the matmul auto table's file itself, overriding cache_dir's; or NULL */
+    int pdl;                      /* CUDA: the bf16 step's kernels launch with programmatic dependent launch, each
+                                     starting under the previous one's tail (backend/cuda/pdl.cuh; the same bits);
+                                     0 launches them plainly (--no-pdl, for A/B). Default 1. */
 } forge_runtime_options;
 
 void forge_runtime_options_default(forge_runtime_options *o);

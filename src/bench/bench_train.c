@@ -317,7 +317,9 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
     const char *precision = forge_train_precision_name(be->options.precision);
     if (cuda && bf16) snprintf(suite, sizeof suite, "train_cuda_bf16");
     else if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_matmul_mode_name(be->options.matmul));
-    int len = snprintf(config, sizeof config, "train backend=%s precision=%s cases=", be->name, precision);
+    /* PDL (--no-pdl) is in the config, so an A/B's two runs are two configurations of one suite */
+    int len = snprintf(config, sizeof config, "train backend=%s precision=%s%s cases=", be->name, precision,
+                       !cuda ? "" : be->options.pdl ? " pdl=on" : " pdl=off");
     for (int i = 0; i < n_cases && len < (int)sizeof config; i++)
         len += snprintf(config + len, sizeof config - (size_t)len, "%s%s:%dx%d", i ? "," : "", cases[i].config,
                         cases[i].B, cases[i].T);
@@ -326,12 +328,16 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
     forge_harness *h = NULL;
     if (s == FORGE_OK) s = forge_harness_open(&h, &hc, &bs.prov, &bs.timer);
     if (s == FORGE_OK)
-        fprintf(out, "== forge bench train (%s, %s): full steps on random tokens; check = forward losses vs the "
-                     "CPU reference on the same parameters\n", be->name, precision);
+        fprintf(out, "== forge bench train (%s, %s%s): full steps on random tokens; check = forward losses vs the "
+                     "CPU reference on the same parameters\n", be->name, precision,
+                !cuda ? "" : be->options.pdl ? ", PDL on" : ", PDL off (--no-pdl)");
     double mfu[BENCH_TRAIN_MAX_CASES] = {0}, peak_mib[BENCH_TRAIN_MAX_CASES] = {0};
     double tok_s[BENCH_TRAIN_MAX_CASES] = {0};
     double ratio[BENCH_TRAIN_MAX_CASES], ratio_lo[BENCH_TRAIN_MAX_CASES], ratio_hi[BENCH_TRAIN_MAX_CASES];
     double paired_ms[BENCH_TRAIN_MAX_CASES];
+    /* how the timed steps ran (forge_step_mode): "graph", or "eager (why)" when the recording failed */
+    char mode[BENCH_TRAIN_MAX_CASES][336];
+    memset(mode, 0, sizeof mode);
     baseline_result base[BENCH_TRAIN_MAX_CASES];
     memset(base, 0, sizeof base);
     int bad = 0;
@@ -358,6 +364,7 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
             tok_s[i] = tokens / (r.median_ms / 1000);
             mfu[i] = peak > 0 ? flops / (r.median_ms / 1000) / peak : 0;
             peak_mib[i] = forge_pool_get_stats(c.pool).peak_reserved / 1048576.0;
+            snprintf(mode[i], sizeof mode[i], "%s", forge_step_mode(c.step, NULL));
         }
         if (s == FORGE_OK && o->breakdown) s = breakdown(out, &c, name);
         if (s == FORGE_OK && o->baseline) {
@@ -376,9 +383,9 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
     }
     s = forge_bench_session_end(&bs, h, s);
     for (int i = 0; i < n_cases && s == FORGE_OK; i++)
-        fprintf(out, "%-10s B=%-3d T=%-5d | %9.0f tok/s | peak %8.1f MiB | MFU %5.1f%% of %.1f TFLOP/s (%s)\n",
+        fprintf(out, "%-10s B=%-3d T=%-5d | %9.0f tok/s | peak %8.1f MiB | MFU %5.1f%% of %.1f TFLOP/s (%s) | steps %s\n",
                 cases[i].config, cases[i].B, cases[i].T, tok_s[i], peak_mib[i], 100 * mfu[i], peak / 1e12,
-                peak_what);
+                peak_what, mode[i]);
     for (int i = 0; i < n_cases && s == FORGE_OK && o->baseline; i++) {
         const double tokens = (double)cases[i].B * cases[i].T;
         fprintf(out, "%-10s B=%-3d T=%-5d | paired: forge %9.0f tok/s, baseline %9.0f tok/s (torch %s) | forge / "

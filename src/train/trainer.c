@@ -569,8 +569,10 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     if (sched.warmup_steps < 1 && o->warmup_frac > 0) sched.warmup_steps = 1;
 
     double h = unigram_entropy(tr->train, cfg->vocab_size);
-    fprintf(out, "model %s (%s): %zu parameters | device %s | precision %s | %d layers, d_model %d, %d heads (%d kv)\n",
+    fprintf(out,
+            "model %s (%s): %zu parameters | device %s%s | precision %s | %d layers, d_model %d, %d heads (%d kv)\n",
             cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name,
+            tr->be->kind == FORGE_DEVICE_CUDA && !tr->be->options.pdl ? " (kernels launched plainly: --no-pdl)" : "",
             run_precision(&tr->be->options), cfg->n_layers,
             cfg->d_model, cfg->n_heads, cfg->n_kv_heads);
     fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",

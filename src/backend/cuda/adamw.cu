@@ -25,6 +25,10 @@
  *   scalar, never on the host.
  * - With param_bf16 the same pass writes the bf16 working copy rn(param)
  *   (docs/mixed-precision.md).
+ * - Every kernel here launches with programmatic dependent launch (pdl.cuh)
+ *   and waits for the previous kernel (forge_pdl_wait) before it touches
+ *   memory: the workspace and the done counter included, which the previous
+ *   reduction may still be using.
  * - Each element's update is one expression (the lambda in adamw_kernel) used
  *   by both of its loops, rounded op by op like the CPU reference: the same
  *   bits on both (a contracted fma had put values of ~50, which the walker's
@@ -35,6 +39,7 @@
 #include <stdint.h>
 
 #include "cuda_ops.h"
+#include "pdl.cuh"
 
 #define REDUCE_THREADS 256
 #define ADAMW_THREADS 256
@@ -46,6 +51,8 @@ template <bool SQUARE, bool ACCUMULATE>
 __global__ void __launch_bounds__(REDUCE_THREADS)
     reduce_kernel(float *__restrict__ out, float *__restrict__ partial, unsigned *__restrict__ done,
                   const float *__restrict__ x, size_t n) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float scratch[32];
     __shared__ bool last;
     float acc = 0.0f;
@@ -90,6 +97,8 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
                  float *__restrict__ m, float *__restrict__ v, const forge_adamw_span *__restrict__ spans,
                  const float *__restrict__ grad_sumsq, const float *__restrict__ step, forge_adamw_params hp,
                  int vec) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     float clip = 1.0f;
     if (grad_sumsq) {
         const float sumsq = *grad_sumsq;
@@ -156,18 +165,18 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
 
 forge_status cuda_sumsq(forge_backend *be, float *out_sumsq, const float *x, size_t n) {
     cuda_ctx *ctx = cuda_get_ctx(be);
-    reduce_kernel<true, false>
-        <<<CUDA_SUMSQ_BLOCKS, REDUCE_THREADS, 0, ctx->stream>>>(out_sumsq, ctx->ws, ctx->reduce_done, x, n);
-    CUDA_LAUNCH_CHECK("reduce_kernel<sumsq>");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(reduce_kernel<true, false>, CUDA_SUMSQ_BLOCKS, REDUCE_THREADS, 0, ctx->stream,
+                                     ctx->pdl, out_sumsq, ctx->ws, ctx->reduce_done, x, n),
+                    "reduce_kernel<sumsq>");
     return FORGE_OK;
 }
 
 forge_status cuda_sum_accumulate(forge_backend *be, float *out_sum, const float *x, size_t n) {
     if (n == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    reduce_kernel<false, true>
-        <<<CUDA_SUMSQ_BLOCKS, REDUCE_THREADS, 0, ctx->stream>>>(out_sum, ctx->ws, ctx->reduce_done, x, n);
-    CUDA_LAUNCH_CHECK("reduce_kernel<sum_accumulate>");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(reduce_kernel<false, true>, CUDA_SUMSQ_BLOCKS, REDUCE_THREADS, 0, ctx->stream,
+                                     ctx->pdl, out_sum, ctx->ws, ctx->reduce_done, x, n),
+                    "reduce_kernel<sum_accumulate>");
     return FORGE_OK;
 }
 
@@ -180,8 +189,8 @@ forge_status cuda_adamw(forge_backend *be, float *param, forge_bf16 *param_bf16,
     /* 16-byte param, grad, m, v and an 8-byte bf16 copy: a 4-aligned index is then a vector of each */
     const int vec = (uintptr_t)param % 16 == 0 && (uintptr_t)grad % 16 == 0 && (uintptr_t)m % 16 == 0 &&
                     (uintptr_t)v % 16 == 0 && (uintptr_t)param_bf16 % 8 == 0;
-    adamw_kernel<<<(unsigned)n_spans, ADAMW_THREADS, 0, ctx->stream>>>(param, (uint16_t *)param_bf16, grad, m, v,
-                                                                       spans, grad_sumsq, step, hp, vec);
-    CUDA_LAUNCH_CHECK("adamw_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(adamw_kernel, (unsigned)n_spans, ADAMW_THREADS, 0, ctx->stream, ctx->pdl, param,
+                                     (uint16_t *)param_bf16, grad, m, v, spans, grad_sumsq, step, hp, vec),
+                    "adamw_kernel");
     return FORGE_OK;
 }

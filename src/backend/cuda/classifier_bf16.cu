@@ -45,6 +45,9 @@
  * an error; here (no host sync) the row's loss is NaN, its dlogits are the
  * softmax without the one-hot, and the id is recorded with cuda_report_bad_id
  * (CUDA_BAD_ID_CLASSIFIER), which the step's poll_errors reports.
+ *
+ * Every kernel here and the GEMMs launch with programmatic dependent launch where the context has it on
+ * (pdl.cuh): each waits for the previous kernel (forge_pdl_wait) before its first global access.
  */
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -53,6 +56,7 @@
 #include "cuda_ops.h"
 #include "classifier_bf16_fast.cuh"
 #include "gemm.h"
+#include "pdl.cuh"
 
 #define CLS16_THREADS 512  /* softmax rows */
 #define CLS16_EW_THREADS 256
@@ -71,6 +75,8 @@ __global__ void __launch_bounds__(256)
     cls16_gemm_simt_kernel(void *__restrict__ C, const uint16_t *__restrict__ A, const uint16_t *__restrict__ B, int M,
                            int N, int K, long long a_m, long long a_k, long long b_k, long long b_n, long long ldc,
                            int accumulate) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float As[CLS16_TK][CLS16_TILE], Bs[CLS16_TK][CLS16_TILE];
     const int tiles_n = (N + CLS16_TILE - 1) / CLS16_TILE;
     const int m0 = (int)(blockIdx.x / tiles_n) * CLS16_TILE, n0 = (int)(blockIdx.x % tiles_n) * CLS16_TILE;
@@ -130,6 +136,8 @@ __global__ void __launch_bounds__(CLS16_THREADS)
     cls16_softmax_kernel(float *__restrict__ losses, uint16_t *__restrict__ dl, uint16_t *__restrict__ dl_tail,
                          const uint16_t *__restrict__ logits, const int32_t *__restrict__ targets, int n0, int V,
                          int V8, int ignore_index, float grad_scale, cuda_input_error *err) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float scratch[32];
     const int r = blockIdx.x, n = n0 + r, VT = V - V8;
     const uint16_t *x = logits + (size_t)r * V;
@@ -167,6 +175,8 @@ template <bool ACC>
 __global__ void __launch_bounds__(CLS16_EW_THREADS)
     cls16_dinp_kernel(uint16_t *__restrict__ dinp, const float *__restrict__ prod, const uint16_t *__restrict__ dl_tail,
                       const uint16_t *__restrict__ wte, int rows, int C, int V8, int VT) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const size_t n = (size_t)rows * C;
     for (size_t i = blockIdx.x * (size_t)CLS16_EW_THREADS + threadIdx.x; i < n;
          i += (size_t)gridDim.x * CLS16_EW_THREADS) {
@@ -185,6 +195,8 @@ __global__ void __launch_bounds__(CLS16_EW_THREADS)
 __global__ void __launch_bounds__(32 * CLS16_TAIL_LANES)
     cls16_dwte_tail_kernel(float *__restrict__ dwte, const uint16_t *__restrict__ dl_tail,
                            const uint16_t *__restrict__ inp, int rows, int C, int V8, int VT) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float part[CLS16_TAIL_LANES][33];
     const int c = blockIdx.x * 32 + threadIdx.x, t = blockIdx.y;
     float s = 0.0f;
@@ -210,6 +222,8 @@ __global__ void __launch_bounds__(32 * CLS16_TAIL_LANES)
  * dlogits (launched between the passes); cls16t_loss_kernel subtracts it afterwards */
 __global__ void cls16t_target_kernel(float *__restrict__ tl, const uint16_t *__restrict__ xt,
                                      const int32_t *__restrict__ targets, int n0, int rows, int V) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     const int y = targets[n0 + r];
@@ -219,6 +233,8 @@ __global__ void cls16t_target_kernel(float *__restrict__ tl, const uint16_t *__r
 /* losses[n] = (M + log S) - logit[target] for the valid rows (pass 2 wrote M + log S) */
 __global__ void cls16t_loss_kernel(float *__restrict__ losses, const float *__restrict__ tl,
                                    const int32_t *__restrict__ targets, int n0, int rows, int V, int ignore_index) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     const int y = targets[n0 + r];
@@ -237,9 +253,10 @@ static forge_status cls16_gemm_simt(cuda_ctx *ctx, void *C, const forge_bf16 *A,
         (long long)((M + CLS16_TILE - 1) / CLS16_TILE) * (long long)((N + CLS16_TILE - 1) / CLS16_TILE);
     if (tiles > 0x7fffffffLL)
         return forge_error(FORGE_ERR_UNSUPPORTED, "cuda classifier_bf16: a %d x %d GEMM has too many tiles", M, N);
-    cls16_gemm_simt_kernel<OUT_BF16><<<(unsigned)tiles, 256, 0, ctx->stream>>>(
-        C, (const uint16_t *)A, (const uint16_t *)B, M, N, K, a_m, a_k, b_k, b_n, ldc, accumulate);
-    CUDA_LAUNCH_CHECK("cls16_gemm_simt_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(cls16_gemm_simt_kernel<OUT_BF16>, (unsigned)tiles, 256, 0, ctx->stream, ctx->pdl,
+                                     C, (const uint16_t *)A, (const uint16_t *)B, M, N, K, a_m, a_k, b_k, b_n, ldc,
+                                     accumulate),
+                    "cls16_gemm_simt_kernel");
     return FORGE_OK;
 }
 
@@ -260,43 +277,44 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
     forge_gemm_epilogue epi;
     memset(&epi, 0, sizeof epi);
     epi.out_bf16 = 1;
-    if (cls16_refused(forge_gemm_bf16_nt_epi(wte, in, xt, V, rows, C, &epi, ctx->stream)))
+    if (cls16_refused(forge_gemm_bf16_nt_epi(wte, in, xt, V, rows, C, &epi, ctx->stream, ctx->pdl)))
         FORGE_TRY(cls16_gemm_simt<true>(ctx, xt, wte, in, V, rows, C, C, 1, 1, C, rows, 0));
     const int splits = cls16t_splits(V), per_split = cls16t_per_split(V, splits);
     float *part = ctx->ws, *tl = ctx->ws + 2 * (size_t)splits * rows; /* 33 * 16384 floats at most */
     const dim3 grid = cls16t_grid<CLS16T_LANE_ROWS, CLS16T_LANES>(rows, splits), block = cls16t_block<CLS16T_LANES>();
     /* a lane's CLS16T_LANE_ROWS * 2-byte accesses: rows % 8 == 0, and the logits 16-byte aligned (the scratch is) */
-    cls16f_partial_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>
-        <<<grid, block, 0, ctx->stream>>>(part, xt, rows, V, per_split);
-    CUDA_LAUNCH_CHECK("cls16f_partial_kernel");
-    cls16t_target_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(tl, xt, targets, n0, rows, V);
-    CUDA_LAUNCH_CHECK("cls16t_target_kernel");
-    cls16f_grad_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL><<<grid, block, 0, ctx->stream>>>(
-        losses, xt, part, targets, n0, rows, V, per_split, splits, ignore_index, grad_scale, ctx->input_error);
-    CUDA_LAUNCH_CHECK("cls16f_grad_kernel");
-    cls16t_loss_kernel<<<(rows + 255) / 256, 256, 0, ctx->stream>>>(losses, tl, targets, n0, rows, V, ignore_index);
-    CUDA_LAUNCH_CHECK("cls16t_loss_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(cls16f_partial_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>, grid, block,
+                                     0, ctx->stream, ctx->pdl, part, xt, rows, V, per_split),
+                    "cls16f_partial_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(cls16t_target_kernel, (rows + 255) / 256, 256, 0, ctx->stream, ctx->pdl, tl, xt,
+                                     targets, n0, rows, V),
+                    "cls16t_target_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(cls16f_grad_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>, grid, block, 0,
+                                     ctx->stream, ctx->pdl, losses, xt, part, targets, n0, rows, V, per_split, splits,
+                                     ignore_index, grad_scale, ctx->input_error),
+                    "cls16f_grad_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(cls16t_loss_kernel, (rows + 255) / 256, 256, 0, ctx->stream, ctx->pdl, losses, tl,
+                                     targets, n0, rows, V, ignore_index),
+                    "cls16t_loss_kernel");
     const forge_bf16 *dlt = (const forge_bf16 *)xt;
     if (di) {
         size_t need = 0;
         forge_status st = forge_gemm_bf16_tn_workspace(rows, C, V, &need);
         if (st == FORGE_OK) st = cuda_tn_workspace(ctx, need);
         if (st == FORGE_OK)
-            st = forge_gemm_bf16_tn_wgmma(dlt, wte, prod, rows, C, V, 0, ctx->tn_ws, ctx->tn_ws_bytes, ctx->stream);
+            st = forge_gemm_bf16_tn_wgmma(dlt, wte, prod, rows, C, V, 0, ctx->tn_ws, ctx->tn_ws_bytes, ctx->stream,
+                                          ctx->pdl);
         if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, prod, dlt, wte, rows, C, V, 1, rows, C, 1, C, 0);
         FORGE_TRY(st);
         const size_t nd = (size_t)rows * C;
         const unsigned grid = cuda_grid_for(ctx, nd, CLS16_EW_THREADS);
-        if (accumulate)
-            cls16_dinp_kernel<true><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>((uint16_t *)di, prod, nullptr,
-                                                                              (const uint16_t *)wte, rows, C, V, 0);
-        else
-            cls16_dinp_kernel<false><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>((uint16_t *)di, prod, nullptr,
-                                                                               (const uint16_t *)wte, rows, C, V, 0);
-        CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(accumulate ? cls16_dinp_kernel<true> : cls16_dinp_kernel<false>, grid,
+                                         CLS16_EW_THREADS, 0, ctx->stream, ctx->pdl, (uint16_t *)di, prod, nullptr,
+                                         (const uint16_t *)wte, rows, C, V, 0),
+                        "cls16_dinp_kernel");
     }
     if (dwte) {
-        forge_status st = forge_gemm_bf16_nn_wgmma(dlt, in, dwte, V, C, rows, 1, ctx->stream);
+        forge_status st = forge_gemm_bf16_nn_wgmma(dlt, in, dwte, V, C, rows, 1, ctx->stream, ctx->pdl);
         if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, dwte, dlt, in, V, C, rows, rows, 1, C, 1, C, 1);
         FORGE_TRY(st);
     }
@@ -336,15 +354,16 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
         }
         if (rows > Q) rows = Q;
         /* 1. logits = rn(in . wte^T) */
-        if (cls16_refused(forge_gemm_bf16_nt_epi(in, wte, logits, rows, V, C, &epi, ctx->stream)))
+        if (cls16_refused(forge_gemm_bf16_nt_epi(in, wte, logits, rows, V, C, &epi, ctx->stream, ctx->pdl)))
             FORGE_TRY(cls16_gemm_simt<true>(ctx, logits, in, wte, rows, V, C, C, 1, 1, C, V, 0));
         /* 2. losses and dlogits */
-        cls16_softmax_kernel<<<rows, CLS16_THREADS, 0, ctx->stream>>>(losses, dl, dl_tail, logits, targets, n0, V, V8,
-                                                                       ignore_index, grad_scale, ctx->input_error);
-        CUDA_LAUNCH_CHECK("cls16_softmax_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(cls16_softmax_kernel, rows, CLS16_THREADS, 0, ctx->stream, ctx->pdl, losses,
+                                         dl, dl_tail, logits, targets, n0, V, V8, ignore_index, grad_scale,
+                                         ctx->input_error),
+                        "cls16_softmax_kernel");
         /* 3. dinp = rn(dinp + dl . wte): the first V8 columns by GEMM, the tail in the rounding pass */
         if (dinp && V8 > 0) {
-            forge_status st = forge_gemm_bf16_nn_wgmma(dl, wte, prod, rows, C, V8, 0, ctx->stream);
+            forge_status st = forge_gemm_bf16_nn_wgmma(dl, wte, prod, rows, C, V8, 0, ctx->stream, ctx->pdl);
             if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, prod, (const forge_bf16 *)dl, wte, rows, C, V8, V8,
                                                                1, C, 1, C, 0);
             FORGE_TRY(st);
@@ -352,26 +371,24 @@ forge_status cuda_classifier_bf16(forge_backend *be, float *losses, forge_bf16 *
         const size_t nd = dinp ? (size_t)rows * C : 0;
         if (nd) {
             const unsigned grid = cuda_grid_for(ctx, nd, CLS16_EW_THREADS);
-            if (accumulate)
-                cls16_dinp_kernel<true><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>(
-                    (uint16_t *)di, V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT);
-            else
-                cls16_dinp_kernel<false><<<grid, CLS16_EW_THREADS, 0, ctx->stream>>>(
-                    (uint16_t *)di, V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT);
-            CUDA_LAUNCH_CHECK("cls16_dinp_kernel");
+            CUDA_LAUNCH_TRY(forge_pdl_launch(accumulate ? cls16_dinp_kernel<true> : cls16_dinp_kernel<false>, grid,
+                                             CLS16_EW_THREADS, 0, ctx->stream, ctx->pdl, (uint16_t *)di,
+                                             V8 > 0 ? prod : nullptr, dl_tail, (const uint16_t *)wte, rows, C, V8, VT),
+                            "cls16_dinp_kernel");
         }
         /* 4. dwte += dl^T . in: the first V8 rows by GEMM, the tail rows by their own pass */
         if (dwte && V8 > 0) {
-            forge_status st = forge_gemm_bf16_tn_wgmma(dl, in, dwte, V8, C, rows, 1, nullptr, 0, ctx->stream);
+            forge_status st =
+                forge_gemm_bf16_tn_wgmma(dl, in, dwte, V8, C, rows, 1, nullptr, 0, ctx->stream, ctx->pdl);
             if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, dwte, (const forge_bf16 *)dl, in, V8, C, rows, 1,
                                                                V8, C, 1, C, 1);
             FORGE_TRY(st);
         }
         if (dwte && VT > 0) {
             const dim3 grid((unsigned)((C + 31) / 32), (unsigned)VT), block(32, CLS16_TAIL_LANES);
-            cls16_dwte_tail_kernel<<<grid, block, 0, ctx->stream>>>(dwte, dl_tail, (const uint16_t *)in, rows, C,
-                                                                     V8, VT);
-            CUDA_LAUNCH_CHECK("cls16_dwte_tail_kernel");
+            CUDA_LAUNCH_TRY(forge_pdl_launch(cls16_dwte_tail_kernel, grid, block, 0, ctx->stream, ctx->pdl, dwte,
+                                             dl_tail, (const uint16_t *)in, rows, C, V8, VT),
+                            "cls16_dwte_tail_kernel");
         }
     }
     return FORGE_OK;

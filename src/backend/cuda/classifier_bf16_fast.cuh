@@ -38,6 +38,7 @@
 #define FORGE_CUDA_CLASSIFIER_BF16_FAST_CUH
 
 #include "classifier_bf16_passes.cuh"
+#include "pdl.cuh"
 
 #define CLS16F_LOG2E 1.4426950408889634f
 
@@ -118,6 +119,8 @@ __device__ __forceinline__ void cls16f_stats_batch(float (&m)[RL], float (&s)[RL
 template <int RL, int LW, int UNROLL, bool AHEAD = false, bool EXACT = false>
 __global__ void __launch_bounds__(LW * CLS16T_WARPS)
     cls16f_partial_kernel(float *__restrict__ part, const uint16_t *__restrict__ xt, int rows, int V, int per_split) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     static_assert(RL <= CLS16T_WARPS && 32 % LW == 0, "a block's threads cover its rows; streams tile a warp");
     constexpr int RB = RL * LW, NW = RL / 2, STEP = UNROLL * CLS16T_WARPS;
     __shared__ float sm[CLS16T_WARPS][RB], ss[CLS16T_WARPS][RB];
@@ -229,6 +232,8 @@ __global__ void __launch_bounds__(LW * CLS16T_WARPS, RL == 2 ? (AHEAD ? 5 : 6) :
     cls16f_grad_kernel(float *__restrict__ losses, uint16_t *__restrict__ xt, const float *__restrict__ part,
                        const int32_t *__restrict__ targets, int n0, int rows, int V, int per_split, int splits,
                        int ignore_index, float grad_scale, cuda_input_error *err) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     constexpr int RB = RL * LW, NW = RL / 2, STEP = UNROLL * CLS16T_WARPS;
     __shared__ float tm[RB], ts[RB];
     {   /* the block's rows' totals, once: thread t < RB merges row blockIdx.x RB + t's ranges */

@@ -21,6 +21,9 @@
  *   pick different kernels and sum in different orders.
  * - A build without cuBLAS (make cuda CUBLAS=0, FORGE_NO_CUBLAS): cublas is
  *   refused with FORGE_ERR_UNSUPPORTED; auto prints a note and runs fp32.
+ * - ctx->pdl (the runtime options' pdl, default on): the bf16 step's kernels
+ *   launch with programmatic dependent launch (pdl.cuh), each one's launch and
+ *   prologue under the previous kernel's tail; the results are the same bits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,6 +228,7 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
                            device_index, prop.name, prop.major, prop.minor);
     ctx->device = device_index;
     ctx->num_sms = prop.multiProcessorCount;
+    ctx->pdl = ctx->pdl && prop.major >= 9; /* griddepcontrol and the launch attribute: compute capability 9.0 */
     CUDA_TRY(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     /* the side stream carries collectives (NCCL): at the highest priority its kernels are scheduled as soon as
      * SMs free up instead of queueing behind the backward's, which they overlap */
@@ -274,6 +278,7 @@ extern "C" forge_status forge_cuda_backend_create(forge_backend **out, const for
     ctx->matmul = mode;
     ctx->cache_dir = options->cache_dir;
     ctx->matmul_cache_path = options->matmul_cache_path;
+    ctx->pdl = options->pdl != 0;
     /* a bf16 step's GEMMs are forge's bf16 kernels whatever the matmul mode (which picks the fp32 step's) */
     be->name = options->precision == FORGE_TRAIN_BF16 ? "cuda (bf16: forge wgmma GEMMs, flash attention)"
                                                       : cuda_backend_name(mode);

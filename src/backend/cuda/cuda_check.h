@@ -5,7 +5,9 @@
  * launch (launches return nothing, so a bad grid or a missing sm_90a image
  * only shows up in cudaGetLastError). Both record the call or kernel name,
  * file, line and cudaGetErrorString in forge's per-thread message and return
- * FORGE_ERR_DEVICE; library code never exits (status.h).
+ * FORGE_ERR_DEVICE; library code never exits (status.h). CUDA_LAUNCH_TRY is
+ * CUDA_LAUNCH_CHECK for a launch that returns its error (forge_pdl_launch,
+ * pdl.cuh).
  *
  * An error from an earlier asynchronous kernel (an illegal address, say) is
  * sticky and surfaces at the next CUDA_TRY, which then names the wrong call:
@@ -32,6 +34,15 @@ extern "C" {
 #define CUDA_LAUNCH_CHECK(kernel_name)                                                        \
     do {                                                                                      \
         cudaError_t cuda_launch_e_ = cudaGetLastError();                                      \
+        if (cuda_launch_e_ != cudaSuccess)                                                    \
+            return forge_error(FORGE_ERR_DEVICE, "kernel %s failed to launch at %s:%d: %s",   \
+                               (kernel_name), __FILE__, __LINE__,                             \
+                               cudaGetErrorString(cuda_launch_e_));                           \
+    } while (0)
+
+#define CUDA_LAUNCH_TRY(launch, kernel_name)                                                  \
+    do {                                                                                      \
+        cudaError_t cuda_launch_e_ = (launch);                                                \
         if (cuda_launch_e_ != cudaSuccess)                                                    \
             return forge_error(FORGE_ERR_DEVICE, "kernel %s failed to launch at %s:%d: %s",   \
                                (kernel_name), __FILE__, __LINE__,                             \

@@ -90,6 +90,8 @@ typedef struct {
     float *gelu_grad_table;     /* gelu' of a window of bf16 values (gelu_grad_table.cuh), built at creation */
     int gelu_bwd_blocks_per_sm; /* the bf16 GELU backward's resident blocks per SM (its grid) */
     int gelu_dbias_blocks_per_sm; /* the same for the GELU backward with the bias gradient */
+    int pdl; /* the bf16 step's kernels launch with programmatic dependent launch (pdl.cuh): the runtime options'
+              * pdl on a device of compute capability 9.x; 0 = every kernel launched plainly */
 } cuda_ctx;
 
 /* elementwise_bf16.cu: allocates and builds ctx->gelu_grad_table (a kernel on ctx->stream, at creation: never

@@ -13,10 +13,14 @@
  * written once, for W elements (W = 8 or 1). The GELU backward's aligned form is its own kernel instead
  * (gelu_grad_table.cuh): gelu' from a table of its bf16 inputs' values, built at context creation
  * (cuda_gelu_grad_table_init), with the same bits as computing it.
+ *
+ * The step's kernels here launch through forge_pdl_launch (pdl.cuh) and wait for the previous kernel before they
+ * touch memory; the table's one-time build at context creation is a plain launch.
  */
 #include "../../base/fmath.h"
 #include "bf16_io.cuh"
 #include "gelu_grad_table.cuh"
+#include "pdl.cuh"
 
 #define EW_THREADS 256
 
@@ -119,6 +123,8 @@ struct swiglu_backward_op { /* dgate = rn(dgate + dout up silu'(gate)), dup = rn
 
 template <class Op, bool VEC>
 __global__ void __launch_bounds__(EW_THREADS) elementwise_bf16_kernel(Op op, size_t n) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     size_t head = 0;
     if (VEC) {
@@ -133,8 +139,9 @@ template <class Op>
 static forge_status elementwise_launch_scalar(forge_backend *be, const Op &op, size_t n, const char *name) {
     if (n == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    elementwise_bf16_kernel<Op, false><<<cuda_grid_for(ctx, n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
-    CUDA_LAUNCH_CHECK(name);
+    CUDA_LAUNCH_TRY(forge_pdl_launch(elementwise_bf16_kernel<Op, false>, cuda_grid_for(ctx, n, EW_THREADS), EW_THREADS,
+                                     0, ctx->stream, ctx->pdl, op, n),
+                    name);
     return FORGE_OK;
 }
 
@@ -142,8 +149,9 @@ template <class Op>
 static forge_status elementwise_launch(forge_backend *be, const Op &op, size_t n, bool aligned, const char *name) {
     if (!(aligned && n >= 8)) return elementwise_launch_scalar(be, op, n, name);
     cuda_ctx *ctx = cuda_get_ctx(be);
-    elementwise_bf16_kernel<Op, true><<<cuda_grid_for(ctx, n / 8, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(op, n);
-    CUDA_LAUNCH_CHECK(name);
+    CUDA_LAUNCH_TRY(forge_pdl_launch(elementwise_bf16_kernel<Op, true>, cuda_grid_for(ctx, n / 8, EW_THREADS),
+                                     EW_THREADS, 0, ctx->stream, ctx->pdl, op, n),
+                    name);
     return FORGE_OK;
 }
 
@@ -183,13 +191,11 @@ forge_status cuda_gelu_backward_bf16(forge_backend *be, forge_bf16 *dinp, const 
     if (n >= 8 && aligned(dinp, inp, dout)) {
         cuda_ctx *ctx = cuda_get_ctx(be);
         const unsigned grid = gelu_bwd_grid(ctx->num_sms, ctx->gelu_bwd_blocks_per_sm, n);
-        if (accumulate)
-            gelu_backward_bf16_table_kernel<true>
-                <<<grid, GELU_BWD_THREADS, 0, ctx->stream>>>(dinp, inp, dout, n, ctx->gelu_grad_table);
-        else
-            gelu_backward_bf16_table_kernel<false>
-                <<<grid, GELU_BWD_THREADS, 0, ctx->stream>>>(dinp, inp, dout, n, ctx->gelu_grad_table);
-        CUDA_LAUNCH_CHECK("gelu_backward_bf16");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(accumulate ? gelu_backward_bf16_table_kernel<true>
+                                                    : gelu_backward_bf16_table_kernel<false>,
+                                         grid, GELU_BWD_THREADS, 0, ctx->stream, ctx->pdl, dinp, inp, dout, n,
+                                         ctx->gelu_grad_table),
+                        "gelu_backward_bf16");
         return FORGE_OK;
     }
     /* not 16-byte aligned, or under one chunk: element by element, computing gelu' */
@@ -216,9 +222,10 @@ forge_status cuda_gelu_backward_dbias_bf16(forge_backend *be, forge_bf16 *dinp, 
     const int rows_per_chunk = (N + R - 1) / R, items = (OC + 255) / 256 * R;
     int grid = ctx->num_sms * (ctx->gelu_dbias_blocks_per_sm > 0 ? ctx->gelu_dbias_blocks_per_sm : 1);
     if (grid > items) grid = items;
-    gelu_backward_dbias_bf16_kernel<<<grid, dim3(32, GELU_DBIAS_ROWS), 0, ctx->stream>>>(
-        dinp, ctx->ws, inp, dout, N, OC, R, rows_per_chunk, ctx->gelu_grad_table);
-    CUDA_LAUNCH_CHECK("gelu_backward_dbias_bf16_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(gelu_backward_dbias_bf16_kernel, grid, dim3(32, GELU_DBIAS_ROWS), 0, ctx->stream,
+                                     ctx->pdl, dinp, ctx->ws, inp, dout, N, OC, R, rows_per_chunk,
+                                     ctx->gelu_grad_table),
+                    "gelu_backward_dbias_bf16_kernel");
     return cuda_colsum_finish(ctx, dbias, ctx->ws, R, OC);
 }
 

@@ -17,8 +17,12 @@
  * An id outside [0, V) is never read through (embedding.cu's rule): the forward writes a NaN row, the backward
  * skips the row, and both record it in ctx->input_error for poll_errors, which names it (FORGE_ERR_DATA); the CPU
  * reference refuses such an id when the op runs.
+ *
+ * Every kernel here launches with programmatic dependent launch (pdl.cuh) and waits for the previous kernel
+ * (forge_pdl_wait) before its first global access.
  */
 #include "bf16_io.cuh"
+#include "pdl.cuh"
 
 #define ENC_THREADS 256
 #define ENC_BWD_COLS_PER_THREAD 4
@@ -31,6 +35,8 @@ __global__ void __launch_bounds__(ENC_THREADS)
     encoder_forward_bf16_kernel(forge_bf16 *__restrict__ out, const int32_t *__restrict__ ids,
                                 const forge_bf16 *__restrict__ wte, const forge_bf16 *__restrict__ wpe, int N, int T,
                                 int C, int V, cuda_input_error *err) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int per_row = C / W;
     const size_t total = (size_t)N * per_row;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -58,6 +64,8 @@ __global__ void __launch_bounds__(ENC_THREADS)
 __global__ void __launch_bounds__(ENC_THREADS)
     encoder_backward_dwte_bf16_kernel(float *__restrict__ dwte, const forge_bf16 *__restrict__ dout,
                                       const int32_t *__restrict__ ids, int N, int C, int V, cuda_input_error *err) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ unsigned match_mask[ENC_THREADS / 32];
     const int n = blockIdx.x;
     const int tid = threadIdx.x;
@@ -116,6 +124,8 @@ __global__ void __launch_bounds__(ENC_THREADS)
 __global__ void __launch_bounds__(ENC_THREADS)
     enc_sort_count_kernel(int *__restrict__ count, const int32_t *__restrict__ ids, int N, int V,
                           cuda_input_error *err) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
         const int id = ids[n];
         if (id < 0 || id >= V) cuda_report_bad_id(err, CUDA_BAD_ID_EMBEDDING, n, id, V);
@@ -127,6 +137,8 @@ __global__ void __launch_bounds__(ENC_THREADS)
 /* offset[v] = sum of count[0 .. v): one block, each thread a contiguous run of ids */
 __global__ void __launch_bounds__(ENC_SCAN_THREADS)
     enc_sort_scan_kernel(int *__restrict__ offset, const int *__restrict__ count, int V) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ int part[ENC_SCAN_THREADS];
     const int tid = threadIdx.x, per = (V + ENC_SCAN_THREADS - 1) / ENC_SCAN_THREADS;
     const int lo = min(V, tid * per), hi = min(V, lo + per);
@@ -151,6 +163,8 @@ __global__ void __launch_bounds__(ENC_SCAN_THREADS)
 __global__ void __launch_bounds__(ENC_THREADS)
     enc_sort_scatter_kernel(int *__restrict__ rows, int *__restrict__ fill, const int *__restrict__ offset,
                             const int32_t *__restrict__ ids, int N, int V) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
         const int id = ids[n];
         if (id >= 0 && id < V) rows[offset[id] + atomicAdd(&fill[id], 1)] = n;
@@ -161,6 +175,8 @@ __global__ void __launch_bounds__(ENC_THREADS)
 __global__ void __launch_bounds__(ENC_THREADS)
     enc_sort_rank_kernel(int *__restrict__ sorted, const int *__restrict__ rows, const int *__restrict__ offset,
                          const int *__restrict__ count, const int32_t *__restrict__ ids, int N, int V) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) {
         const int id = ids[n];
         if (id < 0 || id >= V) continue;
@@ -176,6 +192,8 @@ __global__ void __launch_bounds__(ENC_THREADS)
     enc_sort_sum_kernel(float *__restrict__ dwte, const forge_bf16 *__restrict__ dout, const int *__restrict__ sorted,
                         const int *__restrict__ offset, const int *__restrict__ count,
                         const int32_t *__restrict__ ids, int C, int V) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int n = blockIdx.x;
     const int id = ids[n];
     if (id < 0 || id >= V) return;
@@ -193,6 +211,8 @@ __global__ void __launch_bounds__(ENC_THREADS)
 __global__ void __launch_bounds__(ENC_THREADS)
     encoder_backward_dwpe_bf16_kernel(float *__restrict__ dwpe, const forge_bf16 *__restrict__ dout, int B, int T,
                                       int C) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const size_t TC = (size_t)T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < TC; i += (size_t)gridDim.x * blockDim.x) {
         float acc = dwpe[i];
@@ -211,13 +231,10 @@ forge_status cuda_encoder_forward_bf16(forge_backend *be, forge_bf16 *out, const
     const bool vec = C % 8 == 0 && bf16_aligned16(out) && bf16_aligned16(wte) && bf16_aligned16(wpe);
     const size_t chunks = (size_t)N * (vec ? C / 8 : C);
     const unsigned grid = cuda_grid_for(ctx, chunks, ENC_THREADS);
-    if (vec)
-        encoder_forward_bf16_kernel<8>
-            <<<grid, ENC_THREADS, 0, ctx->stream>>>(out, ids, wte, wpe, N, T, C, V, ctx->input_error);
-    else
-        encoder_forward_bf16_kernel<1>
-            <<<grid, ENC_THREADS, 0, ctx->stream>>>(out, ids, wte, wpe, N, T, C, V, ctx->input_error);
-    CUDA_LAUNCH_CHECK("encoder_forward_bf16_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(vec ? encoder_forward_bf16_kernel<8> : encoder_forward_bf16_kernel<1>, grid,
+                                     ENC_THREADS, 0, ctx->stream, ctx->pdl, out, ids, wte, wpe, N, T, C, V,
+                                     ctx->input_error),
+                    "encoder_forward_bf16_kernel");
     return FORGE_OK;
 }
 
@@ -230,26 +247,31 @@ forge_status cuda_encoder_backward_bf16(forge_backend *be, float *dwte, float *d
         int *count = (int *)ctx->ws, *fill = count + V, *offset = fill + V, *rows = offset + V, *sorted = rows + N;
         const unsigned grid = cuda_grid_for(ctx, (size_t)N, ENC_THREADS);
         CUDA_TRY(cudaMemsetAsync(count, 0, 2 * (size_t)V * sizeof(int), ctx->stream)); /* count and fill */
-        enc_sort_count_kernel<<<grid, ENC_THREADS, 0, ctx->stream>>>(count, ids, N, V, ctx->input_error);
-        CUDA_LAUNCH_CHECK("enc_sort_count_kernel");
-        enc_sort_scan_kernel<<<1, ENC_SCAN_THREADS, 0, ctx->stream>>>(offset, count, V);
-        CUDA_LAUNCH_CHECK("enc_sort_scan_kernel");
-        enc_sort_scatter_kernel<<<grid, ENC_THREADS, 0, ctx->stream>>>(rows, fill, offset, ids, N, V);
-        CUDA_LAUNCH_CHECK("enc_sort_scatter_kernel");
-        enc_sort_rank_kernel<<<grid, ENC_THREADS, 0, ctx->stream>>>(sorted, rows, offset, count, ids, N, V);
-        CUDA_LAUNCH_CHECK("enc_sort_rank_kernel");
-        enc_sort_sum_kernel<<<N, ENC_THREADS, 0, ctx->stream>>>(dwte, dout, sorted, offset, count, ids, C, V);
-        CUDA_LAUNCH_CHECK("enc_sort_sum_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(enc_sort_count_kernel, grid, ENC_THREADS, 0, ctx->stream, ctx->pdl, count,
+                                         ids, N, V, ctx->input_error),
+                        "enc_sort_count_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(enc_sort_scan_kernel, 1, ENC_SCAN_THREADS, 0, ctx->stream, ctx->pdl, offset,
+                                         count, V),
+                        "enc_sort_scan_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(enc_sort_scatter_kernel, grid, ENC_THREADS, 0, ctx->stream, ctx->pdl, rows,
+                                         fill, offset, ids, N, V),
+                        "enc_sort_scatter_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(enc_sort_rank_kernel, grid, ENC_THREADS, 0, ctx->stream, ctx->pdl, sorted,
+                                         rows, offset, count, ids, N, V),
+                        "enc_sort_rank_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(enc_sort_sum_kernel, N, ENC_THREADS, 0, ctx->stream, ctx->pdl, dwte, dout,
+                                         sorted, offset, count, ids, C, V),
+                        "enc_sort_sum_kernel");
     } else {
-        encoder_backward_dwte_bf16_kernel<<<N, ENC_THREADS, 0, ctx->stream>>>(dwte, dout, ids, N, C, V,
-                                                                               ctx->input_error);
-        CUDA_LAUNCH_CHECK("encoder_backward_dwte_bf16_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(encoder_backward_dwte_bf16_kernel, N, ENC_THREADS, 0, ctx->stream, ctx->pdl,
+                                         dwte, dout, ids, N, C, V, ctx->input_error),
+                        "encoder_backward_dwte_bf16_kernel");
     }
     if (dwpe) {
         const size_t TC = (size_t)T * C;
-        encoder_backward_dwpe_bf16_kernel<<<cuda_grid_for(ctx, TC, ENC_THREADS), ENC_THREADS, 0, ctx->stream>>>(
-            dwpe, dout, B, T, C);
-        CUDA_LAUNCH_CHECK("encoder_backward_dwpe_bf16_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(encoder_backward_dwpe_bf16_kernel, cuda_grid_for(ctx, TC, ENC_THREADS),
+                                         ENC_THREADS, 0, ctx->stream, ctx->pdl, dwpe, dout, B, T, C),
+                        "encoder_backward_dwpe_bf16_kernel");
     }
     return FORGE_OK;
 }

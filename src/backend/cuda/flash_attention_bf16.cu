@@ -29,6 +29,9 @@
  *   never stored, so any T works with the same mainloop.
  * - Query blocks are launched last-first: causal work grows with the block
  *   index, so the long blocks start first and the short ones fill the tail.
+ * - The mma.sync kernels launch plainly (the Hopper path's fallback); the
+ *   delta kernel, which the wgmma backward shares, waits for the previous
+ *   kernel first (forge_pdl_wait) and may take programmatic dependent launch.
  */
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +41,7 @@
 
 #include "cuda_check.h"
 #include "flash_attention_bf16_mma.cuh" /* the shared building blocks, the forward kernel */
+#include "pdl.cuh"
 
 extern "C" {
 #include "flash_attention_bf16.h"
@@ -54,6 +58,8 @@ template <int D>
 __global__ void __launch_bounds__(256)
     fa_bwd_delta_kernel(const bf16_t *__restrict__ o, const bf16_t *__restrict__ dout, float *__restrict__ delta,
                         forge_flash_shape s) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const size_t w = (size_t)blockIdx.x * 32 + threadIdx.x / 8;
     const int j = threadIdx.x & 7;
     const size_t rows = (size_t)s.B * s.Tq * s.H;
@@ -411,7 +417,7 @@ extern "C" forge_status forge_flash_check_shape(const char *what, const forge_fl
 }
 
 extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape *s, const void *o, const void *dout,
-                                                       float *delta, void *stream) {
+                                                       float *delta, void *stream, int pdl) {
     if (s == nullptr) return forge_error(FORGE_ERR_ARG, "forge_flash_bf16_backward_delta: NULL shape");
     if (s->D != 64 && s->D != 128)
         return forge_error(FORGE_ERR_UNSUPPORTED,
@@ -423,14 +429,10 @@ extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape 
                            "forge_flash_bf16_backward_delta: O and dO need 16-byte aligned rows (pointers 16-byte "
                            "aligned, o_stride a multiple of 8), got o_stride=%lld",
                            s->o_stride);
-    cudaStream_t st = (cudaStream_t)stream;
-    if (s->D == 64)
-        fa_bwd_delta_kernel<64><<<(unsigned)((rows + 31) / 32), 256, 0, st>>>((const bf16_t *)o, (const bf16_t *)dout,
-                                                                             delta, *s);
-    else
-        fa_bwd_delta_kernel<128><<<(unsigned)((rows + 31) / 32), 256, 0, st>>>((const bf16_t *)o,
-                                                                              (const bf16_t *)dout, delta, *s);
-    CUDA_LAUNCH_CHECK("fa_bwd_delta_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(s->D == 64 ? fa_bwd_delta_kernel<64> : fa_bwd_delta_kernel<128>,
+                                     (unsigned)((rows + 31) / 32), 256, 0, (cudaStream_t)stream, pdl,
+                                     (const bf16_t *)o, (const bf16_t *)dout, delta, *s),
+                    "fa_bwd_delta_kernel");
     return FORGE_OK;
 }
 
@@ -446,7 +448,7 @@ static forge_status fa_backward_t(const forge_flash_shape *s, const void *q, con
     const float scale = 1.0f / sqrtf((float)D);
     const float sl2 = scale * FA_LOG2E;
     if (s->Tq > 0) {
-        FORGE_TRY(forge_flash_bf16_backward_delta(s, o, dout, delta, st));
+        FORGE_TRY(forge_flash_bf16_backward_delta(s, o, dout, delta, st, 0));
         auto kq = fa_bwd_dq_kernel<D>;
         CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_dq_smem<D>()));
         dim3 grid((unsigned)((s->Tq + FA_BM - 1) / FA_BM), (unsigned)s->H, (unsigned)s->B);
@@ -474,8 +476,8 @@ extern "C" forge_status forge_flash_bf16_forward_mma(const forge_flash_shape *s,
  * at every bench shape (lab/notes/flash.md). Where it refuses (FORGE_ERR_UNSUPPORTED: not an sm_90 device, a
  * layout TMA cannot describe) the mma.sync forward above takes the call. */
 extern "C" forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k,
-                                                 const void *v, void *out_bf16, float *lse, void *stream) {
-    const forge_status st = forge_flash_bf16_forward_wgmma(s, q, k, v, out_bf16, lse, stream);
+                                                 const void *v, void *out_bf16, float *lse, void *stream, int pdl) {
+    const forge_status st = forge_flash_bf16_forward_wgmma(s, q, k, v, out_bf16, lse, stream, pdl);
     if (st != FORGE_ERR_UNSUPPORTED) return st;
     forge_error_clear(); /* a shape / device the wgmma path refuses: the mma.sync forward takes it */
     return forge_flash_bf16_forward_mma(s, q, k, v, out_bf16, lse, stream);

@@ -31,7 +31,10 @@
  *
  * Pointers are device pointers; stream is a cudaStream_t (NULL = default).
  * Launch errors are returned; errors of a running kernel surface at the next
- * synchronising call.
+ * synchronising call. Where an entry takes pdl, nonzero launches its Hopper
+ * kernels with programmatic dependent launch (backend/cuda/pdl.cuh: each may
+ * start under the previous kernel's tail and waits for it before touching
+ * memory; the same results); the mma.sync kernels always launch plainly.
  */
 #ifndef FORGE_FLASH_ATTENTION_BF16_H
 #define FORGE_FLASH_ATTENTION_BF16_H
@@ -51,7 +54,7 @@ typedef struct {
  * that refuses (FORGE_ERR_UNSUPPORTED: not an sm_90 device, a layout TMA cannot describe) the mma.sync kernel
  * (forge_flash_bf16_forward_mma). */
 forge_status forge_flash_bf16_forward(const forge_flash_shape *s, const void *q, const void *k, const void *v,
-                                      void *out_bf16, float *lse, void *stream);
+                                      void *out_bf16, float *lse, void *stream, int pdl);
 
 /* The backward forge runs: the Hopper (sm_90a) kernels on TMA + wgmma (forge_flash_bf16_backward_wgmma), and
  * where those refuse (FORGE_ERR_UNSUPPORTED: not an sm_90 device, Tq == 0 or Tk == 0, a layout TMA cannot
@@ -75,7 +78,7 @@ typedef struct {
  * caller then runs forge_flash_bf16_backward into fp32 and adds). */
 forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                             const void *out_bf16, const void *dout_bf16, const float *lse,
-                                            float *delta, const forge_flash_grads *g, void *stream);
+                                            float *delta, const forge_flash_grads *g, void *stream, int pdl);
 
 /* The two kernels of each default above, by name (same contract and results up to summation order), so that
  * each can be tested and timed on its own: a wgmma entry returns its refusal instead of falling back.
@@ -89,7 +92,7 @@ forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const vo
  * cannot describe.
  * forge_flash_bf16_backward_mma (flash_attention_bf16.cu): mma.sync m16n8k16. */
 forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
-                                            void *out_bf16, float *lse, void *stream);
+                                            void *out_bf16, float *lse, void *stream, int pdl);
 forge_status forge_flash_bf16_forward_mma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                           void *out_bf16, float *lse, void *stream);
 forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
@@ -106,7 +109,7 @@ forge_status forge_flash_check_shape(const char *what, const forge_flash_shape *
 /* delta = rowsum(dO * O) into delta (B, H, Tq) fp32: the first backward kernel, shared by the mma.sync and
  * the wgmma backward. Arguments as checked by forge_flash_check_shape (D = 64 or 128); stream a cudaStream_t. */
 forge_status forge_flash_bf16_backward_delta(const forge_flash_shape *s, const void *out_bf16, const void *dout_bf16,
-                                             float *delta, void *stream);
+                                             float *delta, void *stream, int pdl);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,9 @@
  *   synchronisation).
  * Results do not depend on the chunking: a chunk's rows are computed exactly as
  * the whole problem would compute them.
+ *
+ * The Hopper kernels take the context's programmatic dependent launch
+ * (ctx->pdl, pdl.cuh); the fallbacks' kernels launch plainly.
  */
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -218,7 +221,7 @@ forge_status cuda_flash_attention_forward_bf16(forge_backend *be, forge_bf16 *ou
     if (FORGE_FLASH_BF16_TC(HS)) {
         const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
         const forge_status st = forge_flash_bf16_forward(&s, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS,
-                                                         out, lse, ctx->stream);
+                                                         out, lse, ctx->stream, ctx->pdl);
         if (st != FORGE_ERR_UNSUPPORTED) return st;
         forge_error_clear(); /* a layout the kernels refuse (checked before any launch): the fallback takes it */
     }
@@ -272,7 +275,7 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
         const long long w = (long long)(qw + 2 * kw);
         const forge_flash_grads g = {dqkv, dqkv + qw, dqkv + qw + kw, w, w, w, 1, accumulate != 0};
         forge_status st = forge_flash_bf16_backward_into(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, &g,
-                                                         ctx->stream);
+                                                         ctx->stream, ctx->pdl);
         if (st != FORGE_ERR_UNSUPPORTED) return st;
         forge_error_clear(); /* refused before any launch: the fp32 gradients and the add pass below */
         st = forge_flash_bf16_backward(&s, qkv, qkv + qw, qkv + qw + kw, out, dout, lse, delta, dq, dk, dv, ctx->stream);

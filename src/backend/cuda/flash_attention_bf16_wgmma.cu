@@ -40,6 +40,9 @@
  *   warpgroups, persistent CTAs), which share this file's CTA, ring and
  *   epilogue (flash_attention_bf16_wgmma_fwd.cuh).
  * - Everything waits through mbar_wait (traps after 10 s instead of hanging).
+ * - The barriers are set up before forge_pdl_wait (pdl.cuh), so under
+ *   programmatic dependent launch that prologue runs under the previous
+ *   kernel's tail; no thread touches global memory before the wait.
  */
 #include <math.h>
 #include <stdint.h>
@@ -51,6 +54,7 @@
 #include "cuda_check.h"
 #include "flash_attention_bf16_wgmma_fwd.cuh" /* CTA shape, K/V tile step, epilogue, host steps */
 #include "flash_wgmma_common.cuh"
+#include "pdl.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
 
@@ -114,6 +118,9 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         wgmma_ring_init<STAGES>(bars, FW_CONSUMER_WARPS);
     }
     __syncthreads();
+    /* shared memory only above; global memory from here (pdl.cuh) */
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FW_PRODUCER_REGS>();
@@ -213,27 +220,28 @@ forge_status fw_forward_begin(const char *what, const forge_flash_shape *s, cons
 
 template <int D>
 static forge_status fw_forward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v, void *out,
-                                 float *lse, cudaStream_t st) {
+                                 float *lse, cudaStream_t st, int pdl) {
     CUtensorMap tq, tk, tv;
     FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, FW_BM, "Q", FW_ENTRY));
     FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * D, s->k_stride, fw_cfg<D>::BN, "K", FW_ENTRY));
     FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * D, s->v_stride, 64, "V", FW_ENTRY));
     const float sl2 = (1.0f / sqrtf((float)D)) * FW_LOG2E;
-    auto kern = fw_fwd_kernel<D>;
     constexpr size_t smem = fw_cfg<D>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_TRY(cudaFuncSetAttribute(fw_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)((s->Tq + FW_BM - 1) / FW_BM), (unsigned)s->H, (unsigned)s->B);
-    kern<<<grid, FW_THREADS, smem, st>>>(tq, tk, tv, (fw_bf16 *)out, lse, *s, sl2);
-    CUDA_LAUNCH_CHECK(D == 64 ? "fw_fwd_kernel<64>" : "fw_fwd_kernel<128>");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fw_fwd_kernel<D>, grid, FW_THREADS, smem, st, pdl, tq, tk, tv, (fw_bf16 *)out, lse,
+                                     *s, sl2),
+                    D == 64 ? "fw_fwd_kernel<64>" : "fw_fwd_kernel<128>");
     return FORGE_OK;
 }
 
 extern "C" forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
-                                                       const void *v, void *out_bf16, float *lse, void *stream) {
+                                                       const void *v, void *out_bf16, float *lse, void *stream,
+                                                       int pdl) {
     int launch = 0;
     FORGE_TRY(fw_forward_begin(FW_ENTRY, s, q, k, v, out_bf16, lse, stream, &launch));
     if (!launch) return FORGE_OK;
     cudaStream_t st = (cudaStream_t)stream;
-    return s->D == 64 ? fw_forward_t<64>(s, q, k, v, out_bf16, lse, st)
-                      : fw_forward_t<128>(s, q, k, v, out_bf16, lse, st);
+    return s->D == 64 ? fw_forward_t<64>(s, q, k, v, out_bf16, lse, st, pdl)
+                      : fw_forward_t<128>(s, q, k, v, out_bf16, lse, st, pdl);
 }

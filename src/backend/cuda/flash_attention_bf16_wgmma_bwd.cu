@@ -116,7 +116,8 @@ forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, con
 
 forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flash_shape *s, const void *q,
                                  const void *k, const void *v, const void *out_bf16, const void *dout_bf16,
-                                 const float *lse, float *delta, float *dq, float *dk, float *dv, void *stream) {
+                                 const float *lse, float *delta, float *dq, float *dk, float *dv, void *stream,
+                                 int pdl) {
     const int D = s->D;
     c->s = *s;
     FORGE_TRY(fb_encode(&c->q_res, q, s->B, s->Tq, s->H * D, s->q_stride, FB_BR, "Q (128-row boxes)", entry));
@@ -137,7 +138,8 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
     c->scale = 1.0f / sqrtf((float)D);
     c->sl2 = c->scale * FB_LOG2E;
     c->st = (cudaStream_t)stream;
-    return forge_flash_bf16_backward_delta(s, out_bf16, dout_bf16, delta, c->st);
+    c->pdl = pdl;
+    return forge_flash_bf16_backward_delta(s, out_bf16, dout_bf16, delta, c->st, pdl);
 }
 
 forge_status fb_launch_dq_default(const fb_call &c) {
@@ -151,7 +153,7 @@ forge_status fb_launch_dkdv_default(const fb_call &c) {
 /* The default dQ and dK/dV kernels of s->D with their gradients stored as g says (`entry` names the caller). */
 static forge_status fb_backward_run(const char *entry, const forge_flash_shape *s, const void *q, const void *k,
                                     const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
-                                    float *delta, const forge_flash_grads *g, void *stream) {
+                                    float *delta, const forge_flash_grads *g, void *stream, int pdl) {
     int launch = 0;
     /* the pointer checks of every entry (16-byte aligned) cover the bf16 pair stores too */
     FORGE_TRY(fb_backward_begin(entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, (float *)g->dq, (float *)g->dk,
@@ -159,7 +161,7 @@ static forge_status fb_backward_run(const char *entry, const forge_flash_shape *
     if (!launch) return FORGE_OK;
     fb_call c;
     FORGE_TRY(fb_backward_prepare(&c, entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, (float *)g->dq,
-                                  (float *)g->dk, (float *)g->dv, stream));
+                                  (float *)g->dk, (float *)g->dv, stream, pdl));
     c.g = *g;
     FORGE_TRY(fb_launch_dq_default(c));
     return fb_launch_dkdv_default(c);
@@ -170,13 +172,13 @@ extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape 
                                                         const float *lse, float *delta, float *dq, float *dk,
                                                         float *dv, void *stream) {
     const forge_flash_grads g = {dq, dk, dv, 0, 0, 0, 0, 0};
-    return fb_backward_run(FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, &g, stream);
+    return fb_backward_run(FB_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, &g, stream, 0);
 }
 
 extern "C" forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const void *q, const void *k,
                                                        const void *v, const void *out_bf16, const void *dout_bf16,
                                                        const float *lse, float *delta, const forge_flash_grads *g,
-                                                       void *stream) {
+                                                       void *stream, int pdl) {
     const char *entry = "forge_flash_bf16_backward_into";
     if (s == NULL || g == NULL) return forge_error(FORGE_ERR_ARG, "%s: NULL shape or gradients", entry);
     if (g->bf16 && (g->dq_stride % 2 != 0 || g->dk_stride % 2 != 0 || g->dv_stride % 2 != 0 ||
@@ -186,5 +188,5 @@ extern "C" forge_status forge_flash_bf16_backward_into(const forge_flash_shape *
                            "%s: bf16 gradients need even token strides that hold every head, got dq=%lld dk=%lld "
                            "dv=%lld for H=%d Hkv=%d D=%d",
                            entry, g->dq_stride, g->dk_stride, g->dv_stride, s->H, s->Hkv, s->D);
-    return fb_backward_run(entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, g, stream);
+    return fb_backward_run(entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, g, stream, pdl);
 }

@@ -7,7 +7,9 @@
  * 0>, fb_dkdv_kernel<64>, fb_dkdv_split_kernel<128, 1>; the PIPE = 1 branch of
  * fb_dq_kernel and the PIPE = 0 branch of fb_dkdv_split_kernel are the lab's
  * (fb_dq_kernel<64, 1>, fb_dkdv_split_kernel<128, 0>), kept in the shared
- * templates they are written in.
+ * templates they are written in. Every kernel sets up its barriers, then
+ * waits for the previous kernel (forge_pdl_wait, pdl.cuh) before any global
+ * access, so the launchers may pass fb_call.pdl (programmatic dependent launch).
  */
 #ifndef FORGE_FLASH_ATTENTION_BF16_WGMMA_BWD_CUH
 #define FORGE_FLASH_ATTENTION_BF16_WGMMA_BWD_CUH
@@ -21,6 +23,7 @@
 
 #include "cuda_check.h"
 #include "flash_wgmma_common.cuh"
+#include "pdl.cuh"
 #include "wgmma_common.cuh"
 
 extern "C" {
@@ -223,6 +226,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1);
     __syncthreads();
+    forge_pdl_wait(); /* shared memory only above; global memory from here (pdl.cuh) */
+    forge_pdl_launch_dependents();
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
@@ -594,6 +599,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
     __syncthreads();
+    forge_pdl_wait(); /* shared memory only above; global memory from here (pdl.cuh) */
+    forge_pdl_launch_dependents();
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
@@ -802,6 +809,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         fb_barriers_init(resbar, STAGES, 1 + 32); /* its fence covers the handoff barriers too */
     }
     __syncthreads();
+    forge_pdl_wait(); /* shared memory only above; global memory from here (pdl.cuh) */
+    forge_pdl_launch_dependents();
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
@@ -909,6 +918,7 @@ struct fb_call {
     fb_grads g; /* fp32 dense from fb_backward_prepare; forge_flash_bf16_backward_into sets its own */
     float sl2, scale;
     cudaStream_t st;
+    int pdl; /* the kernels launch with programmatic dependent launch (pdl.cuh) */
 };
 
 /* Defined in flash_attention_bf16_wgmma_bwd.cu. fb_backward_begin: what every wgmma backward entry runs first
@@ -923,7 +933,8 @@ forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, con
                                float *delta, float *dq, float *dk, float *dv, int *launch);
 forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flash_shape *s, const void *q,
                                  const void *k, const void *v, const void *out_bf16, const void *dout_bf16,
-                                 const float *lse, float *delta, float *dq, float *dk, float *dv, void *stream);
+                                 const float *lse, float *delta, float *dq, float *dk, float *dv, void *stream,
+                                 int pdl);
 forge_status fb_launch_dq_default(const fb_call &c);
 forge_status fb_launch_dkdv_default(const fb_call &c);
 
@@ -932,36 +943,34 @@ forge_status fb_launch_dkdv_default(const fb_call &c);
 template <int D, int PIPE> static forge_status fb_launch_dq(const fb_call &c) {
     static_assert(D == 64 || !PIPE, "the pipelined dQ kernel spills at D = 128");
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    auto kq = fb_dq_kernel<D, PIPE>;
-    CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_TRY(cudaFuncSetAttribute(fb_dq_kernel<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gq((unsigned)((c.s.Tq + FB_BR - 1) / FB_BR), (unsigned)c.s.H, (unsigned)c.s.B);
-    kq<<<gq, FB_THREADS, smem, c.st>>>(c.q_res, c.do_res, c.k_str, c.v_str, c.lse, c.delta, c.g, c.s, c.sl2,
-                                       c.scale);
-    CUDA_LAUNCH_CHECK(D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dq_kernel<D, PIPE>, gq, FB_THREADS, smem, c.st, c.pdl, c.q_res, c.do_res,
+                                     c.k_str, c.v_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
+                    D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
     return FORGE_OK;
 }
 
 /* the D = 64 dK/dV kernel: 128 keys per CTA */
 template <int D> static forge_status fb_launch_dkdv(const fb_call &c) {
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    auto kkv = fb_dkdv_kernel<D>;
-    CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2,
-                                        c.scale);
-    CUDA_LAUNCH_CHECK("fb_dkdv_kernel<64>");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res, c.q_str,
+                                     c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
+                    "fb_dkdv_kernel<64>");
     return FORGE_OK;
 }
 
 /* the D = 128 dK/dV kernel, split by role between the consumers: 64 keys per CTA; PIPE = 1 pipelined */
 template <int D, int PIPE> static forge_status fb_launch_dkdv_split(const fb_call &c) {
     constexpr size_t smem = PIPE ? fb_cfg<D>::SPLIT_PIPE_SMEM : fb_cfg<D>::SPLIT_SMEM;
-    auto kkv = fb_dkdv_split_kernel<D, PIPE>;
-    CUDA_TRY(cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_split_kernel<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BS - 1) / FB_BS), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    kkv<<<gk, FB_THREADS, smem, c.st>>>(c.k_str, c.v_str, c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2,
-                                        c.scale);
-    CUDA_LAUNCH_CHECK(PIPE ? "fb_dkdv_split_kernel<128, pipelined>" : "fb_dkdv_split_kernel<128>");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_split_kernel<D, PIPE>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_str,
+                                     c.v_str, c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
+                    PIPE ? "fb_dkdv_split_kernel<128, pipelined>" : "fb_dkdv_split_kernel<128>");
     return FORGE_OK;
 }
 

@@ -18,12 +18,15 @@
  * The loop walks 8-element (16-byte) chunks, two chunks per thread per iteration with all loads issued before
  * any is used (more bytes in flight per thread), then the n % 8 tail element by element. Every pointer must be
  * 16-byte aligned (the caller checks; elementwise_bf16.cu's element-by-element kernel takes the other cases).
+ * Both backward kernels wait for the previous kernel (forge_pdl_wait, pdl.cuh) before their first global access,
+ * the table's copy included: they are launched with programmatic dependent launch.
  */
 #ifndef FORGE_GELU_GRAD_TABLE_CUH
 #define FORGE_GELU_GRAD_TABLE_CUH
 
 #include "../../base/fmath.h"
 #include "bf16_io.cuh"
+#include "pdl.cuh"
 
 #define GELU_TAB_E0 103u        /* the window's first exponent field: 2^-24 */
 #define GELU_TAB_SPAN 4096u     /* patterns of one sign in the window: 32 exponents x 128 mantissas */
@@ -80,6 +83,8 @@ __global__ void __launch_bounds__(GELU_BWD_THREADS)
                                     const forge_bf16 *__restrict__ dout, size_t n,
                                     const float *__restrict__ table_g) {
     __shared__ __align__(16) float table[GELU_TAB_FLOATS];
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     for (int i = threadIdx.x; i < GELU_TAB_FLOATS / 4; i += GELU_BWD_THREADS)
         reinterpret_cast<float4 *>(table)[i] = reinterpret_cast<const float4 *>(table_g)[i];
     __syncthreads();
@@ -138,6 +143,8 @@ static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS)
                                     int OC, int R, int rows_per_chunk, const float *__restrict__ table_g) {
     __shared__ __align__(16) float table[GELU_TAB_FLOATS];
     __shared__ float s[GELU_DBIAS_ROWS][256 + 4];
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int t = threadIdx.y * 32 + threadIdx.x;
     for (int i = t; i < GELU_TAB_FLOATS / 4; i += 32 * GELU_DBIAS_ROWS)
         reinterpret_cast<float4 *>(table)[i] = reinterpret_cast<const float4 *>(table_g)[i];

@@ -10,7 +10,11 @@
  * Accumulation is fp32. Pointers are device pointers; `stream` is a
  * cudaStream_t (NULL = the default stream). Nothing here synchronises with
  * the host; errors of the launch itself are returned, errors of the running
- * kernel surface at the caller's next synchronising CUDA call.
+ * kernel surface at the caller's next synchronising CUDA call. Where an entry
+ * takes `pdl`, nonzero launches its kernels with programmatic dependent launch
+ * (pdl.cuh): each may start under the tail of the kernel before it on the
+ * stream, and waits for that kernel before it touches global memory (the same
+ * results); 0 launches them plainly.
  *
  * Paths (definitions in gemm_wgmma.cu, kernels in gemm_wgmma_kernel.cuh):
  * - wgmma: sm_90a warpgroup MMA fed by TMA through a 4-stage shared-memory
@@ -99,20 +103,20 @@ extern "C" {
 /* C = epilogue(A (M,K) . B (N,K)^T): the forward layout with a fused epilogue (epi NULL: plain, fp32 C).
  * Same rules as forge_gemm_bf16_nt_wgmma (no SIMT fallback: refusals are FORGE_ERR_UNSUPPORTED). */
 forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
-                                    const forge_gemm_epilogue *epi, void *stream);
+                                    const forge_gemm_epilogue *epi, void *stream, int pdl);
 /* C = epilogue(A (M,K) . B (K,N)): dX with a fused epilogue; dgelu_pre gives dpre = (dY . W) * gelu'(pre).
  * Same rules as forge_gemm_bf16_nn_wgmma. */
 forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
-                                    const forge_gemm_epilogue *epi, void *stream);
+                                    const forge_gemm_epilogue *epi, void *stream, int pdl);
 /* "tma" or "direct": the store forge_gemm_bf16_nt_epi (nn = 0) / _nn_epi (nn = 1) take for this C, N and
  * epilogue (epi NULL: plain); for arguments the entries accept. */
 const char *forge_gemm_bf16_epi_store(int nn, const void *C, int N, const forge_gemm_epilogue *epi);
 
 forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
-                                      int accumulate, void *stream);
+                                      int accumulate, void *stream, int pdl);
 forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
 forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
-                                      int accumulate, void *workspace, size_t workspace_bytes, void *stream);
+                                      int accumulate, void *workspace, size_t workspace_bytes, void *stream, int pdl);
 
 forge_status forge_gemm_bf16_nt(const void *A_bf16, const void *B_bf16, float *C, const float *bias, int M, int N,
                                 int K, void *stream);

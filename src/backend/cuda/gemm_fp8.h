@@ -76,9 +76,10 @@ forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, const
  * same bits): v = acc + bias[n] (bias NULL: none); with gelu, pre_out[m][n] = rn(v) (pre_out NULL: not stored) and
  * v = gelu(v); C = rn(v) (round to nearest even). C and pre_out through the TMA store. What forge_gemm_bf16_nt_epi
  * runs for these epilogues wherever its TMA store is allowed. FORGE_ERR_UNSUPPORTED unless K % 8 == 0, A and B
- * 16-byte aligned, N % 8 == 0, C and pre_out 16-byte aligned, bias 4-byte aligned, pre_out only with gelu. */
+ * 16-byte aligned, N % 8 == 0, C and pre_out 16-byte aligned, bias 4-byte aligned, pre_out only with gelu.
+ * pdl != 0: launched with programmatic dependent launch (pdl.cuh; gemm.h). */
 forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias, void *pre_out,
-                                        int gelu, int M, int N, int K, void *stream);
+                                        int gelu, int M, int N, int K, void *stream, int pdl);
 
 #ifdef __cplusplus
 }

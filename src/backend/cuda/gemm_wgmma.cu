@@ -24,6 +24,9 @@
  * Tensor maps are encoded on the host per call (cuTensorMapEncodeTiled via
  * cudaGetDriverEntryPointByVersion, so the binary needs no -lcuda link) and
  * passed as __grid_constant__ parameters.
+ * The entries' pdl argument launches every kernel of the call (the GEMM and its
+ * split-K pass) with programmatic dependent launch (pdl.cuh); each kernel waits
+ * for its predecessor before it touches global memory, so pdl changes no bits.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,6 +87,9 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
         tma_prefetch_desc(&tm_b);
     }
     __syncthreads();
+    /* shared memory and the parameters' tensor maps only above; global memory from here (pdl.cuh) */
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     gemm_epi_dev noep = {}; /* gemm_work_next's split-K path reads only ep.streamk */
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(GEMM_PRODUCER_REGS));
@@ -176,6 +182,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
 __global__ void __launch_bounds__(256)
     gemm_splitk_reduce_kernel(float *__restrict__ C, const float *__restrict__ work, size_t mn, int splits,
                               int accumulate, int vec4) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     if (vec4) {
         const size_t n4 = mn / 4;
@@ -349,21 +357,23 @@ forge_status gemm_encode_c(CUtensorMap *map, gemm_encode_tiled_fn encode, void *
 
 /* The split-K second pass over ep.work's splits slices into ep.C (C += when accumulate). */
 forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int splits, int accumulate,
-                                       cudaStream_t stream, int sm_count) {
+                                       cudaStream_t stream, int pdl, int sm_count) {
     float *C = (float *)ep.C, *work = ep.work;
     const size_t mn = (size_t)M * N;
     const int vec4 = mn % 4 == 0 && (uintptr_t)C % 16 == 0 && (uintptr_t)work % 16 == 0;
     const size_t n = vec4 ? mn / 4 : mn;
     size_t blocks = (n + 255) / 256;
     if (blocks > (size_t)sm_count * 8) blocks = (size_t)sm_count * 8;
-    gemm_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, stream>>>(C, work, mn, splits, accumulate, vec4);
-    CUDA_LAUNCH_CHECK("gemm_splitk_reduce_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_splitk_reduce_kernel, (unsigned)blocks, 256, 0, stream, pdl, C, work, mn,
+                                     splits, accumulate, vec4),
+                    "gemm_splitk_reduce_kernel");
     return FORGE_OK;
 }
 
 /* TN on the C192 kernel (192 x 192 tiles, two consumer warpgroups splitting N), splits as given, then the pass */
 static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
-                                        int accumulate, int splits, cudaStream_t stream, int dev, int sm_count) {
+                                        int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
+                                        int sm_count) {
     static int smem_set[GEMM_MAX_DEVICES];
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
@@ -383,10 +393,10 @@ static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_d
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_wgmma: %lld work units overflow int", units);
     const int grid = (int)(units < sm_count ? units : sm_count);
     ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % 8 == 0 && (uintptr_t)ep.res % 8 == 0 && (uintptr_t)ep.work % 8 == 0;
-    gemm_wgmma_bf16_tn_c192_kernel<<<grid, GEMM_THREADS, GEMM_C192_SMEM, stream>>>(tm_a, tm_b, ep, M, N, K, splits,
-                                                                                 kps);
-    CUDA_LAUNCH_CHECK("gemm_wgmma_bf16_tn_c192_kernel");
-    if (splits > 1) return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, sm_count);
+    CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_tn_c192_kernel, grid, GEMM_THREADS, GEMM_C192_SMEM, stream, pdl,
+                                     tm_a, tm_b, ep, M, N, K, splits, kps),
+                    "gemm_wgmma_bf16_tn_c192_kernel");
+    if (splits > 1) return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, pdl, sm_count);
     return FORGE_OK;
 }
 
@@ -394,10 +404,10 @@ static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_d
 static int gemm_pick_bn(int M, int N, int sm_count);
 template <int LAYOUT, int EPI>
 static forge_status gemm_launch_auto_bn(const void *A, const void *B, const gemm_epi_dev &ep, int M, int N, int K,
-                                        cudaStream_t stream, int dev, int sm_count) {
+                                        cudaStream_t stream, int pdl, int dev, int sm_count) {
     if (gemm_pick_bn(M, N, sm_count) == 128)
-        return gemm_wgmma_launch<128, LAYOUT, EPI>(A, B, ep, M, N, K, 0, 1, stream, dev, sm_count);
-    return gemm_wgmma_launch<256, LAYOUT, EPI>(A, B, ep, M, N, K, 0, 1, stream, dev, sm_count);
+        return gemm_wgmma_launch<128, LAYOUT, EPI>(A, B, ep, M, N, K, 0, 1, stream, pdl, dev, sm_count);
+    return gemm_wgmma_launch<256, LAYOUT, EPI>(A, B, ep, M, N, K, 0, 1, stream, pdl, dev, sm_count);
 }
 
 /* Tile width for a non-split launch: 128x256 unless that leaves SMs idle that 128x128 tiles would use. */
@@ -461,7 +471,7 @@ static gemm_epi_dev gemm_epi_from(void *C, const forge_gemm_epilogue *e) {
 }
 
 forge_status gemm_bf16_nt_epi_launch(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
-                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t st) {
+                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t st, int pdl) {
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
@@ -478,24 +488,26 @@ forge_status gemm_bf16_nt_epi_launch(const void *A_bf16, const void *B_bf16, voi
     if (tma_store) {
         constexpr int T = GEMM_EPI_TMA_STORE;
         switch (flags) {
-        case 0: return gemm_launch_auto_bn<GEMM_NT, T>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+        case 0: return gemm_launch_auto_bn<GEMM_NT, T>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev, sm_count);
         case GEMM_EPI_GELU:
-            return gemm_launch_auto_bn<GEMM_NT, T | GEMM_EPI_GELU>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+            return gemm_launch_auto_bn<GEMM_NT, T | GEMM_EPI_GELU>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev,
+                                                                   sm_count);
         case GEMM_EPI_BF16:
-            return gemm_launch_auto_bn<GEMM_NT, T | GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+            return gemm_launch_auto_bn<GEMM_NT, T | GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev,
+                                                                   sm_count);
         default:
             return gemm_launch_auto_bn<GEMM_NT, T | GEMM_EPI_GELU | GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st,
-                                                                              dev, sm_count);
+                                                                                   pdl, dev, sm_count);
         }
     }
     switch (flags) {
-    case 0: return gemm_launch_auto_bn<GEMM_NT, 0>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+    case 0: return gemm_launch_auto_bn<GEMM_NT, 0>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev, sm_count);
     case GEMM_EPI_GELU:
-        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_GELU>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_GELU>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev, sm_count);
     case GEMM_EPI_BF16:
-        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev, sm_count);
     default:
-        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_GELU | GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, dev,
+        return gemm_launch_auto_bn<GEMM_NT, GEMM_EPI_GELU | GEMM_EPI_BF16>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev,
                                                                           sm_count);
     }
 }
@@ -514,15 +526,15 @@ static int gemm_nt_epi_pingpong(const void *A, const void *B, const void *C, int
 }
 
 extern "C" forge_status forge_gemm_bf16_nt_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
-                                               const forge_gemm_epilogue *epi, void *stream) {
+                                               const forge_gemm_epilogue *epi, void *stream, int pdl) {
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
     if (gemm_nt_epi_pingpong(A_bf16, B_bf16, C, M, N, K, e))
         return forge_gemm_bf16_nt_pp_bf16(A_bf16, B_bf16, C, e->bias, e->gelu ? e->pre_out : nullptr, e->gelu, M, N,
-                                          K, stream);
+                                          K, stream, pdl);
     return gemm_bf16_nt_epi_launch(A_bf16, B_bf16, C, M, N, K, e, gemm_epi_tma_refusal(GEMM_NT, C, N, e) == nullptr,
-                                   (cudaStream_t)stream);
+                                   (cudaStream_t)stream, pdl);
 }
 
 extern "C" const char *forge_gemm_bf16_epi_store(int nn, const void *C, int N, const forge_gemm_epilogue *epi) {
@@ -546,7 +558,7 @@ extern "C" forge_status forge_gemm_bf16_nt_wgmma(const void *A_bf16, const void 
     forge_gemm_epilogue e;
     memset(&e, 0, sizeof e);
     e.bias = bias;
-    return forge_gemm_bf16_nt_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
+    return forge_gemm_bf16_nt_epi(A_bf16, B_bf16, C, M, N, K, &e, stream, 0);
 }
 
 const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void *B, const float *C, int M, int N, int K) {
@@ -562,7 +574,7 @@ const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void *B, con
 }
 
 forge_status gemm_bf16_nn_epi_launch(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
-                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t st) {
+                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t st, int pdl) {
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
@@ -579,46 +591,46 @@ forge_status gemm_bf16_nn_epi_launch(const void *A_bf16, const void *B_bf16, voi
      * register store's scattered 4-byte loads and stores measured 2.9x slower, lab/notes/gemm-bf16.md) */
     if (e->out_bf16 && tma_store && e->residual != nullptr)
         return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_RES | GEMM_EPI_BF16 | GEMM_EPI_BF16_IN | GEMM_EPI_TMA_STORE>(
-            A_bf16, B_bf16, ep, M, N, K, 0, 1, st, dev, sm_count);
+            A_bf16, B_bf16, ep, M, N, K, 0, 1, st, pdl, dev, sm_count);
     if (e->out_bf16 && tma_store && e->dgelu_pre != nullptr)
         return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_BF16 | GEMM_EPI_BF16_IN | GEMM_EPI_TMA_STORE>(
-            A_bf16, B_bf16, ep, M, N, K, 0, 1, st, dev, sm_count);
+            A_bf16, B_bf16, ep, M, N, K, 0, 1, st, pdl, dev, sm_count);
     if (e->out_bf16 && tma_store)
-        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_BF16 | GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, dev,
-                                                                                sm_count);
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_BF16 | GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, pdl,
+                                                                                dev, sm_count);
     if (e->out_bf16 && e->dgelu_pre != nullptr)
         return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_BF16 | GEMM_EPI_BF16_IN>(A_bf16, B_bf16, ep, M,
-                                                                                                N, K, st, dev,
+                                                                                                N, K, st, pdl, dev,
                                                                                                 sm_count);
     if (e->out_bf16)
-        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_BF16 | GEMM_EPI_BF16_IN>(A_bf16, B_bf16, ep, M, N, K, st, dev,
-                                                                              sm_count);
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_BF16 | GEMM_EPI_BF16_IN>(A_bf16, B_bf16, ep, M, N, K, st, pdl,
+                                                                              dev, sm_count);
     /* dgelu + TMA store: BN 128 only (the chunk loads of dgelu_pre next to 128 accumulators would spill) */
     if (e->dgelu_pre != nullptr && tma_store)
         return gemm_wgmma_launch<128, GEMM_NN, GEMM_EPI_DGELU | GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, 0,
-                                                                                    1, st, dev, sm_count);
+                                                                                    1, st, pdl, dev, sm_count);
     if (e->dgelu_pre != nullptr)
-        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_DGELU>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev, sm_count);
     if (tma_store)
-        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
-    return gemm_launch_auto_bn<GEMM_NN, 0>(A_bf16, B_bf16, ep, M, N, K, st, dev, sm_count);
+        return gemm_launch_auto_bn<GEMM_NN, GEMM_EPI_TMA_STORE>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev, sm_count);
+    return gemm_launch_auto_bn<GEMM_NN, 0>(A_bf16, B_bf16, ep, M, N, K, st, pdl, dev, sm_count);
 }
 
 extern "C" forge_status forge_gemm_bf16_nn_epi(const void *A_bf16, const void *B_bf16, void *C, int M, int N,
-                                               int K, const forge_gemm_epilogue *epi, void *stream) {
+                                               int K, const forge_gemm_epilogue *epi, void *stream, int pdl) {
     forge_gemm_epilogue plain;
     memset(&plain, 0, sizeof plain);
     const forge_gemm_epilogue *e = epi != nullptr ? epi : &plain;
     const int tma = gemm_epi_tma_refusal(GEMM_NN, C, N, e) == nullptr;
-    return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, e, tma, (cudaStream_t)stream);
+    return gemm_bf16_nn_epi_launch(A_bf16, B_bf16, C, M, N, K, e, tma, (cudaStream_t)stream, pdl);
 }
 
 extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
-                                                 int K, int accumulate, void *stream) {
+                                                 int K, int accumulate, void *stream, int pdl) {
     forge_gemm_epilogue e;
     memset(&e, 0, sizeof e);
     e.residual = accumulate ? C : nullptr; /* C += the product: read C, add, store, in the epilogue */
-    return forge_gemm_bf16_nn_epi(A_bf16, B_bf16, C, M, N, K, &e, stream);
+    return forge_gemm_bf16_nn_epi(A_bf16, B_bf16, C, M, N, K, &e, stream, pdl);
 }
 
 /* ---- TN (dW): the default plan --------------------------------------------------------------------------- */
@@ -682,30 +694,30 @@ void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long m
 }
 
 forge_status gemm_tn_c192_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                              void *workspace, int splits, cudaStream_t stream, int dev, int sm_count) {
+                              void *workspace, int splits, cudaStream_t stream, int pdl, int dev, int sm_count) {
     gemm_epi_dev ep = {};
     ep.C = C;
     ep.work = splits > 1 ? (float *)workspace : nullptr;
     ep.res = splits == 1 && accumulate ? C : nullptr;
-    return gemm_tn_c192_launch(A, B, ep, M, N, K, accumulate != 0, splits, stream, dev, sm_count);
+    return gemm_tn_c192_launch(A, B, ep, M, N, K, accumulate != 0, splits, stream, pdl, dev, sm_count);
 }
 
 forge_status gemm_tn_launch(int bn, int tma_partials, const void *A, const void *B, const gemm_epi_dev &ep, int M,
-                            int N, int K, int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
-                            long long sk_iters) {
+                            int N, int K, int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
+                            int sm_count, long long sk_iters) {
     if (bn != 128 && bn != 256) return forge_error(FORGE_ERR_ARG, "gemm_wgmma tn: tile width %d (128 or 256)", bn);
     if (!tma_partials) {
         if (bn == 128)
-            return gemm_wgmma_launch<128, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, dev, sm_count,
-                                                      sk_iters);
-        return gemm_wgmma_launch<256, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, dev, sm_count,
+            return gemm_wgmma_launch<128, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, pdl, dev,
+                                                      sm_count, sk_iters);
+        return gemm_wgmma_launch<256, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, pdl, dev, sm_count,
                                                   sk_iters);
     }
     if (bn == 128)
-        return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, dev,
-                                                                   sm_count, sk_iters);
-    return gemm_wgmma_launch<256, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, dev,
-                                                               sm_count, sk_iters);
+        return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, pdl,
+                                                                   dev, sm_count, sk_iters);
+    return gemm_wgmma_launch<256, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, pdl,
+                                                               dev, sm_count, sk_iters);
 }
 
 int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace) {
@@ -714,15 +726,15 @@ int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace) {
 }
 
 forge_status gemm_tn_split_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                               void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int dev,
-                               int sm_count) {
+                               void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int pdl,
+                               int dev, int sm_count) {
     gemm_epi_dev ep = {};
     ep.C = C;
     /* unsplit, C += is the epilogue's read-add-store; split, the reduction pass adds C */
     ep.work = splits > 1 ? (float *)workspace : nullptr;
     ep.res = splits == 1 && accumulate ? C : nullptr;
     const int tma = allow_tma && gemm_tn_tma_partials_ok(M, N, splits, workspace);
-    return gemm_tn_launch(bn, tma, A, B, ep, M, N, K, accumulate != 0, splits, stream, dev, sm_count, 0);
+    return gemm_tn_launch(bn, tma, A, B, ep, M, N, K, accumulate != 0, splits, stream, pdl, dev, sm_count, 0);
 }
 
 /* ---- TN (dW): the entry points ------------------------------------------------------------------------------ */
@@ -746,7 +758,7 @@ extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t
 
 extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
                                                  int K, int accumulate, void *workspace, size_t workspace_bytes,
-                                                 void *stream) {
+                                                 void *stream, int pdl) {
     const char *why = gemm_wgmma_refusal_bwd(GEMM_TN, A_bf16, B_bf16, C, M, N, K);
     if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
         why = "the split-K workspace must be 16-byte aligned";
@@ -758,11 +770,12 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void 
     const long long max_slices = gemm_tn_max_slices(M, N, workspace, workspace_bytes);
     const int one_wave_splits = gemm_tn_one_wave_splits(M, N, K, sm_count, max_slices);
     if (gemm_tn_c192_default(M, N, K, sm_count, one_wave_splits))
-        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_splits, st, dev,
+        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_splits, st, pdl, dev,
                                 sm_count);
     int bm = GEMM_BM, bn = 256, splits = 1;
     gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, GEMM_TN_TILES, 2, &bm, &bn, &splits);
-    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, st, dev, sm_count);
+    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, st, pdl, dev,
+                             sm_count);
 }
 
 /* ---- NT: the dispatching entry and the SIMT fallback --------------------------------------------------------- */

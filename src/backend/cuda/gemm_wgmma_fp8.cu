@@ -11,6 +11,9 @@
  *   epilogue (forge_gemm_bf16_nt_epi's kernel for those epilogues wherever C and pre_out take the TMA store).
  * The body's other instantiations (other promotions, fast accumulation, 2-CTA clusters, a forced store or
  * schedule) are the lab's variants (lab/gemm_fp8/).
+ * The body waits for the previous kernel (forge_pdl_wait) after its shared-memory prologue, so the bf16 ping-pong
+ * launches may take programmatic dependent launch (forge_gemm_bf16_nt_pp_bf16's pdl; pdl.cuh); the fp8 and tf32
+ * entries and forge_gemm_bf16_nt_pp launch plainly, where the wait does nothing.
  */
 #include "gemm_wgmma_fp8_kernel.cuh"
 
@@ -38,7 +41,7 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
  * swizzle row as for fp8 and tf32); C fp32 through the TMA store */
 template <int BIAS>
 static forge_status bf16_pp_launch(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
-                                   int vec2, int dev, int sm_count, cudaStream_t stream) {
+                                   int vec2, int dev, int sm_count, cudaStream_t stream, int pdl) {
     typedef fp8_cfg<128, 1> cfg;
     static int smem_set[FP8_MAX_DEVICES]; /* per instantiation */
     CUtensorMap tm_a, tm_b, tm_c;
@@ -55,9 +58,9 @@ static forge_status bf16_pp_launch(const void *A, const void *B, float *C, const
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
-    gemm_wgmma_bf16_pp_kernel<BIAS><<<grid, FP8_THREADS, cfg::SMEM, stream>>>(tm_a, tm_b, tm_c, C, bias, M, N, K,
-                                                                              vec2);
-    CUDA_LAUNCH_CHECK("gemm_wgmma_bf16_pp_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_pp_kernel<BIAS>, grid, FP8_THREADS, cfg::SMEM, stream, pdl, tm_a,
+                                     tm_b, tm_c, C, bias, M, N, K, vec2),
+                    "gemm_wgmma_bf16_pp_kernel");
     return FORGE_OK;
 }
 
@@ -74,8 +77,8 @@ extern "C" forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, floa
     int dev = 0, sms = 0;
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const int vec2 = N % 2 == 0 && (uintptr_t)C % 8 == 0;
-    if (bias != nullptr) return bf16_pp_launch<1>(A, B, C, bias, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
-    return bf16_pp_launch<0>(A, B, C, nullptr, M, N, K, vec2, dev, sms, (cudaStream_t)stream);
+    if (bias != nullptr) return bf16_pp_launch<1>(A, B, C, bias, M, N, K, vec2, dev, sms, (cudaStream_t)stream, 0);
+    return bf16_pp_launch<0>(A, B, C, nullptr, M, N, K, vec2, dev, sms, (cudaStream_t)stream, 0);
 }
 
 /* bf16 ping-pong with a bf16 C: fp8_store_tile_tma_epi's epilogue (v = acc + bias, pre_out = rn(v) where
@@ -93,7 +96,7 @@ __global__ void __launch_bounds__(FP8_THREADS, 1)
 
 template <int BIAS, int GELU>
 static forge_status bf16_pp_epi_launch(const void *A, const void *B, void *C, const float *bias, void *pre, int M,
-                                       int N, int K, int dev, int sm_count, cudaStream_t stream) {
+                                       int N, int K, int dev, int sm_count, cudaStream_t stream, int pdl) {
     typedef fp8_cfg<128, 1> cfg;
     static int smem_set[FP8_MAX_DEVICES]; /* per instantiation */
     CUtensorMap tm_a, tm_b, tm_c, tm_pre;
@@ -112,14 +115,15 @@ static forge_status bf16_pp_epi_launch(const void *A, const void *B, void *C, co
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
-    gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU><<<grid, FP8_THREADS, cfg::SMEM, stream>>>(
-        tm_a, tm_b, tm_c, tm_pre, C, bias, M, N, K, pre != nullptr);
-    CUDA_LAUNCH_CHECK("gemm_wgmma_bf16_pp_epi_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU>, grid, FP8_THREADS, cfg::SMEM, stream,
+                                     pdl, tm_a, tm_b, tm_c, tm_pre, C, bias, M, N, K, pre != nullptr),
+                    "gemm_wgmma_bf16_pp_epi_kernel");
     return FORGE_OK;
 }
 
 extern "C" forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias,
-                                                   void *pre_out, int gelu, int M, int N, int K, void *stream) {
+                                                   void *pre_out, int gelu, int M, int N, int K, void *stream,
+                                                   int pdl) {
     const char *why = nullptr;
     if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
     else if (K % 8 != 0) why = "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
@@ -136,10 +140,10 @@ extern "C" forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B,
     FORGE_TRY(fp8_device_info(&dev, &sms));
     const cudaStream_t st = (cudaStream_t)stream;
     if (bias != nullptr)
-        return gelu ? bf16_pp_epi_launch<1, 1>(A, B, C, bias, pre_out, M, N, K, dev, sms, st)
-                    : bf16_pp_epi_launch<1, 0>(A, B, C, bias, nullptr, M, N, K, dev, sms, st);
-    return gelu ? bf16_pp_epi_launch<0, 1>(A, B, C, nullptr, pre_out, M, N, K, dev, sms, st)
-                : bf16_pp_epi_launch<0, 0>(A, B, C, nullptr, nullptr, M, N, K, dev, sms, st);
+        return gelu ? bf16_pp_epi_launch<1, 1>(A, B, C, bias, pre_out, M, N, K, dev, sms, st, pdl)
+                    : bf16_pp_epi_launch<1, 0>(A, B, C, bias, nullptr, M, N, K, dev, sms, st, pdl);
+    return gelu ? bf16_pp_epi_launch<0, 1>(A, B, C, nullptr, pre_out, M, N, K, dev, sms, st, pdl)
+                : bf16_pp_epi_launch<0, 0>(A, B, C, nullptr, nullptr, M, N, K, dev, sms, st, pdl);
 }
 
 extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,

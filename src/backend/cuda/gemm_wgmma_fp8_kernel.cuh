@@ -82,6 +82,7 @@
 
 #include "cuda_check.h"
 #include "gemm_gelu.cuh"
+#include "pdl.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
 
@@ -978,6 +979,11 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     }
     if constexpr (CL == 2) fp8_cluster_sync(); /* also a CTA barrier: the partner's barriers are initialised */
     else __syncthreads();
+    /* the prologue above touched shared memory and the parameters' tensor maps only; from here on global memory,
+     * which the previous kernel may still be using under programmatic dependent launch (pdl.cuh; a no-op for a
+     * plain launch) */
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
 
     if (wg == 0) {
         /* ---- producer: one thread drives the TMA ring ---- */

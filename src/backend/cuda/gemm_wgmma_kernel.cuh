@@ -52,6 +52,11 @@
  *   branch of it: the 192-row tile (BM = 192, three consumer warpgroups, a template parameter) and the TN
  *   in-kernel split reduction and stream-K schedule (gemm_splitk_fixup, gemm_work_next; run-time branches on
  *   gemm_epi_dev.tile_cnt / .streamk, which the defaults leave 0). Their launchers are the lab's.
+ * - Programmatic dependent launch (pdl.cuh): the body initialises its
+ *   barriers and prefetches its tensor maps, then waits for the previous
+ *   kernel (forge_pdl_wait) before its first TMA load or global access, so a
+ *   launch with pdl set overlaps that prologue with the previous kernel's tail
+ *   and a plain launch runs the same code.
  * Tensor maps are encoded on the host per call (cuTensorMapEncodeTiled via
  * cudaGetDriverEntryPointByVersion, so the binary needs no -lcuda link) and
  * passed as __grid_constant__ parameters.
@@ -69,6 +74,7 @@
 
 #include "cuda_check.h"
 #include "gemm_gelu.cuh"
+#include "pdl.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
 
@@ -698,6 +704,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
         if constexpr (TMA_STORE) tma_prefetch_desc(&tm_c);
     }
     __syncthreads();
+    /* the prologue above touched shared memory and the parameters' tensor maps only; from here on global memory,
+     * which the previous kernel may still be writing or reading under programmatic dependent launch (pdl.cuh) */
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
 
     if (wg == 0) {
         /* ---- producer warpgroup: one thread drives the TMA ring ---- */
@@ -906,9 +916,10 @@ forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, 
                                  const char *what, int box_mn = 64);
 forge_status gemm_encode_c(CUtensorMap *map, gemm_encode_tiled_fn encode, void *ptr, int M, int N, int bf16);
 
-/* The split-K second pass over ep.work's splits slices into ep.C (C += when accumulate). */
+/* The split-K second pass over ep.work's splits slices into ep.C (C += when accumulate); pdl: launched with
+ * programmatic dependent launch (pdl.cuh), as every launcher below does with its pdl argument. */
 forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int splits, int accumulate,
-                                       cudaStream_t stream, int sm_count);
+                                       cudaStream_t stream, int pdl, int sm_count);
 
 /* The layouts: NT = both K-major, NN = B MN-major, TN = both MN-major. */
 enum { GEMM_NT = 0, GEMM_NN = 1, GEMM_TN = 2 };
@@ -932,7 +943,7 @@ template <int BN, int LAYOUT, int EPI, int BM> static gemm_kernel_fn gemm_kernel
  * caller expresses C += as ep.res = C. */
 template <int BN, int LAYOUT, int EPI, int BM = GEMM_BM>
 static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
-                                      int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
+                                      int accumulate, int splits, cudaStream_t stream, int pdl, int dev, int sm_count,
                                       long long sk_iters = 0) {
     static_assert(BM == GEMM_BM || (LAYOUT == GEMM_TN && EPI == 0), "the 192-row tile is TN's, plain epilogue");
     constexpr int threads = 128 * (1 + BM / 64);
@@ -987,16 +998,21 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     const uintptr_t c_align = (EPI & GEMM_EPI_BF16) ? 4 : 8, in_align = (EPI & GEMM_EPI_BF16_IN) ? 4 : 8;
     ep.vec2 = N % 2 == 0 && (uintptr_t)ep.C % c_align == 0 && (uintptr_t)ep.pre % c_align == 0 &&
               (uintptr_t)ep.res % in_align == 0 && (uintptr_t)ep.dpre % in_align == 0 && (uintptr_t)ep.work % 8 == 0;
-    if (kernel_nt != nullptr)
-        kernel_nt<<<grid, threads, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, tm_pre);
+    if constexpr (LAYOUT == GEMM_NT)
+        CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_kernel<BN, EPI>, grid, threads, smem, stream, pdl, tm_a, tm_b,
+                                         tm_c, ep, M, N, K, splits, kps, tm_pre),
+                        "gemm_wgmma_bf16_kernel");
+    else if constexpr (LAYOUT == GEMM_NN)
+        CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_nn_kernel<BN, EPI>, grid, threads, smem, stream, pdl, tm_a,
+                                         tm_b, tm_c, ep, M, N, K, splits, kps),
+                        "gemm_wgmma_bf16_nn_kernel");
     else
-        kernel<<<grid, threads, smem, stream>>>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
-    CUDA_LAUNCH_CHECK(LAYOUT == GEMM_NT   ? "gemm_wgmma_bf16_kernel"
-                      : LAYOUT == GEMM_NN ? "gemm_wgmma_bf16_nn_kernel"
-                                          : "gemm_wgmma_bf16_tn_kernel");
+        CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_tn_kernel<BN, EPI, BM>, grid, threads, smem, stream, pdl, tm_a,
+                                         tm_b, tm_c, ep, M, N, K, splits, kps),
+                        "gemm_wgmma_bf16_tn_kernel");
     /* with tile_cnt the kernel reduced in place (TN fixup) */
     if (splits > 1 && ep.tile_cnt == nullptr)
-        return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, sm_count);
+        return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, pdl, sm_count);
     return FORGE_OK;
 }
 
@@ -1011,9 +1027,9 @@ const char *gemm_epi_tma_refusal(int layout, const void *C, int N, const forge_g
  * shared memory and stores it with TMA (FORGE_ERR_UNSUPPORTED with gemm_epi_tma_refusal's reason where it cannot),
  * 0 stores from the registers. The entries pass tma_store = (gemm_epi_tma_refusal(...) == NULL). epi NULL: plain. */
 forge_status gemm_bf16_nt_epi_launch(const void *A, const void *B, void *C, int M, int N, int K,
-                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t stream);
+                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t stream, int pdl);
 forge_status gemm_bf16_nn_epi_launch(const void *A, const void *B, void *C, int M, int N, int K,
-                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t stream);
+                                     const forge_gemm_epilogue *epi, int tma_store, cudaStream_t stream, int pdl);
 
 /* ---- TN (dW): the pieces of forge_gemm_bf16_tn_wgmma's plan ------------------------------------------------ */
 
@@ -1057,14 +1073,14 @@ int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits);
  * C += is the epilogue's read-add-store; split, the partials go to the workspace's slices and the pass adds them
  * (and C) in order. */
 forge_status gemm_tn_c192_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                              void *workspace, int splits, cudaStream_t stream, int dev, int sm_count);
+                              void *workspace, int splits, cudaStream_t stream, int pdl, int dev, int sm_count);
 
 /* One launch of the 128-row TN kernel of width bn (128 or 256) with ep as given (split partials through the TMA
  * store when tma_partials; stream-K when sk_iters > 0), then the reduction pass where the launch splits K without
  * tile counters. */
 forge_status gemm_tn_launch(int bn, int tma_partials, const void *A, const void *B, const gemm_epi_dev &ep, int M,
-                            int N, int K, int accumulate, int splits, cudaStream_t stream, int dev, int sm_count,
-                            long long sk_iters);
+                            int N, int K, int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
+                            int sm_count, long long sk_iters);
 
 /* Whether split partials can go through the TMA store: M % 128 == 0 (a box never crosses into the next split's
  * slice), N % 4 == 0, a 16-byte aligned workspace, splits x M rows addressable as int. */
@@ -1074,7 +1090,7 @@ int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace);
  * split, each split's partials go to its slice of the workspace (through the TMA store when allow_tma and
  * gemm_tn_tma_partials_ok, else from the registers: the same sums) and the pass adds them in order 0..S-1. */
 forge_status gemm_tn_split_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                               void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int dev,
-                               int sm_count);
+                               void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int pdl,
+                               int dev, int sm_count);
 
 #endif

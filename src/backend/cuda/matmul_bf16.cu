@@ -25,7 +25,10 @@
  *   dout, its first pass 8 columns a thread where dout allows 16-byte loads.
  * Deterministic: no atomics; every sum has a fixed order for given arguments.
  * Nothing synchronises with the host. Ops share the workspace because they are
- * serialised on the context's stream (cuda_ops.h).
+ * serialised on the context's stream (cuda_ops.h). Every kernel, the GEMMs'
+ * included, launches with programmatic dependent launch where the context has
+ * it on (pdl.cuh): each waits for the previous kernel before it touches memory,
+ * so that serialisation holds.
  */
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -33,6 +36,7 @@
 
 #include "cuda_ops.h"
 #include "gemm.h"
+#include "pdl.cuh"
 
 #define MMB_TILE 64     /* SIMT: a 64 x 64 tile of the output per block */
 #define MMB_BK 16       /* K slice staged in shared memory */
@@ -79,6 +83,8 @@ __global__ void __launch_bounds__(MMB_THREADS)
     mm_bf16_simt_kernel(const uint16_t *__restrict__ A, const uint16_t *__restrict__ B, void *C,
                         uint16_t *__restrict__ pre_out, const uint16_t *__restrict__ pre_in,
                         const float *__restrict__ bias, int M, int N, int K, int tile_n0, int accumulate) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float As[MMB_BK][MMB_TILE + 1];
     __shared__ float Bs[MMB_BK][MMB_TILE + 1];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -155,6 +161,8 @@ __global__ void __launch_bounds__(MMB_THREADS)
  * (32, MMB_DBIAS_ROWS); a fixed order inside the block (matmul.cu's dbias_partial_kernel on bf16 rows) */
 __global__ void mm_bf16_dbias_partial_kernel(float *__restrict__ partial, const uint16_t *__restrict__ dout, int N,
                                              int OC, int rows_per_chunk) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float s[MMB_DBIAS_ROWS][33];
     const int oc = blockIdx.x * 32 + threadIdx.x;
     const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
@@ -176,6 +184,8 @@ __global__ void mm_bf16_dbias_partial_kernel(float *__restrict__ partial, const 
  * in mm_bf16_dbias_partial_kernel, and the row lanes combined in the same order: the same bits. */
 __global__ void mm_bf16_dbias_partial8_kernel(float *__restrict__ partial, const uint16_t *__restrict__ dout, int N,
                                               int OC, int rows_per_chunk) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float s[MMB_DBIAS_ROWS][256 + 4];
     const int c0 = blockIdx.x * 256 + threadIdx.x * 8, lc = threadIdx.x * 8;
     const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
@@ -220,9 +230,10 @@ static forge_status mm_bf16_simt(cuda_ctx *ctx, const void *A, const void *B, vo
     for (long long t0 = 0; t0 < tiles_n; t0 += MMB_MAX_TILES_Y) {
         const long long tn = tiles_n - t0 < MMB_MAX_TILES_Y ? tiles_n - t0 : MMB_MAX_TILES_Y;
         const dim3 grid((unsigned)tiles_m, (unsigned)tn);
-        mm_bf16_simt_kernel<L><<<grid, MMB_THREADS, 0, ctx->stream>>>(
-            (const uint16_t *)A, (const uint16_t *)B, C, pre_out, pre_in, bias, M, N, K, (int)t0, accumulate);
-        CUDA_LAUNCH_CHECK(what);
+        CUDA_LAUNCH_TRY(forge_pdl_launch(mm_bf16_simt_kernel<L>, grid, MMB_THREADS, 0, ctx->stream, ctx->pdl,
+                                         (const uint16_t *)A, (const uint16_t *)B, C, pre_out, pre_in, bias, M, N, K,
+                                         (int)t0, accumulate),
+                        what);
     }
     return FORGE_OK;
 }
@@ -256,7 +267,7 @@ forge_status cuda_matmul_forward_bf16(forge_backend *be, forge_bf16 *out, forge_
         e.pre_out = pre;
         e.out_bf16 = 1;
         int fallback = 0;
-        FORGE_TRY(mm_bf16_take(forge_gemm_bf16_nt_epi(inp, weight, out, N, OC, C, &e, (void *)ctx->stream),
+        FORGE_TRY(mm_bf16_take(forge_gemm_bf16_nt_epi(inp, weight, out, N, OC, C, &e, (void *)ctx->stream, ctx->pdl),
                                &fallback));
         if (!fallback) return FORGE_OK;
     }
@@ -286,7 +297,7 @@ forge_status cuda_matmul_backward_input_bf16(forge_backend *be, forge_bf16 *dinp
         e.dgelu_pre = pre;
         e.out_bf16 = 1;
         int fallback = 0;
-        FORGE_TRY(mm_bf16_take(forge_gemm_bf16_nn_epi(dout, weight, dinp, N, C, OC, &e, (void *)ctx->stream),
+        FORGE_TRY(mm_bf16_take(forge_gemm_bf16_nn_epi(dout, weight, dinp, N, C, OC, &e, (void *)ctx->stream, ctx->pdl),
                                &fallback));
         if (!fallback) return FORGE_OK;
     }
@@ -312,7 +323,7 @@ forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight,
             FORGE_TRY(forge_gemm_bf16_tn_workspace(OC, C, N, &need));
             FORGE_TRY(cuda_tn_workspace(ctx, need));
             FORGE_TRY(mm_bf16_take(forge_gemm_bf16_tn_wgmma(dout, inp, dweight, OC, C, N, 1, ctx->tn_ws,
-                                                            ctx->tn_ws_bytes, (void *)ctx->stream),
+                                                            ctx->tn_ws_bytes, (void *)ctx->stream, ctx->pdl),
                                    &fallback));
         }
         if (fallback)
@@ -328,13 +339,14 @@ forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight,
         const int rows_per_chunk = (N + R - 1) / R;
         if (OC % 8 == 0 && aligned(dout, 16)) {
             const dim3 grid((OC + 255) / 256, R), block(32, MMB_DBIAS_ROWS);
-            mm_bf16_dbias_partial8_kernel<<<grid, block, 0, ctx->stream>>>(ctx->ws, (const uint16_t *)dout, N, OC,
-                                                                          rows_per_chunk);
-            CUDA_LAUNCH_CHECK("mm_bf16_dbias_partial8_kernel");
+            CUDA_LAUNCH_TRY(forge_pdl_launch(mm_bf16_dbias_partial8_kernel, grid, block, 0, ctx->stream, ctx->pdl,
+                                             ctx->ws, (const uint16_t *)dout, N, OC, rows_per_chunk),
+                            "mm_bf16_dbias_partial8_kernel");
         } else {
             const dim3 grid((OC + 31) / 32, R), block(32, MMB_DBIAS_ROWS);
-            mm_bf16_dbias_partial_kernel<<<grid, block, 0, ctx->stream>>>(ctx->ws, dout, N, OC, rows_per_chunk);
-            CUDA_LAUNCH_CHECK("mm_bf16_dbias_partial_kernel");
+            CUDA_LAUNCH_TRY(forge_pdl_launch(mm_bf16_dbias_partial_kernel, grid, block, 0, ctx->stream, ctx->pdl,
+                                             ctx->ws, dout, N, OC, rows_per_chunk),
+                            "mm_bf16_dbias_partial_kernel");
         }
         FORGE_TRY(cuda_colsum_finish(ctx, dbias, ctx->ws, R, OC));
     }

@@ -23,6 +23,9 @@
  * per-lane registers; the block's 8 warps' sums are then added in warp order into the block's partial row. The
  * block count depends on N and the SM count, so the bits of dweight/dbias are fixed for given arguments on a given
  * device. Other shapes run dinp per row, then a column kernel that re-reads dout and inp for the partials.
+ *
+ * Every kernel here launches with programmatic dependent launch (pdl.cuh): each waits for the previous kernel
+ * (forge_pdl_wait) before its first global access.
  */
 #include "norm_bf16_fused.cuh"
 
@@ -92,6 +95,8 @@ __global__ void __launch_bounds__(NB_THREADS)
                                   float *__restrict__ rstd, const forge_bf16 *a, const forge_bf16 *b,
                                   const float *__restrict__ weight, const float *__restrict__ bias, int N, int C,
                                   float eps) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int n = blockIdx.x * NB_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (n >= N) return; /* uniform over the warp */
     const size_t off = (size_t)n * C;
@@ -137,6 +142,8 @@ template <bool VEC, bool RES>
 __global__ void __launch_bounds__(NB_THREADS)
     rmsnorm_forward_bf16_kernel(forge_bf16 *res, forge_bf16 *out, float *__restrict__ rstd, const forge_bf16 *a,
                                 const forge_bf16 *b, const float *__restrict__ weight, int N, int C, float eps) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int n = blockIdx.x * NB_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (n >= N) return;
     const size_t off = (size_t)n * C;
@@ -173,6 +180,8 @@ __global__ void __launch_bounds__(NB_THREADS)
     norm_backward_input_bf16_kernel(forge_bf16 *__restrict__ dinp, const forge_bf16 *__restrict__ dout,
                                     const forge_bf16 *__restrict__ inp, const float *__restrict__ weight,
                                     const float *__restrict__ mean, const float *__restrict__ rstd, int N, int C) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int n = blockIdx.x * NB_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (n >= N) return;
     const size_t off = (size_t)n * C;
@@ -218,6 +227,8 @@ template <bool LN>
 __global__ void norm_param_partial_bf16_kernel(float *__restrict__ partial, const forge_bf16 *__restrict__ dout,
                                                const forge_bf16 *__restrict__ inp, const float *__restrict__ mean,
                                                const float *__restrict__ rstd, int N, int C, int rows_per_chunk) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     __shared__ float sw[NB_COL_ROWS][33], sb[NB_COL_ROWS][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
@@ -269,13 +280,11 @@ static forge_status layernorm_forward_launch(forge_backend *be, forge_bf16 *res,
     FORGE_TRY(check_c(op, C));
     if (N <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (use_vec(C, res, out, a, b, weight, bias))
-        layernorm_forward_bf16_kernel<true, RES>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(res, out, mean, rstd, a, b, weight, bias, N, C, eps);
-    else
-        layernorm_forward_bf16_kernel<false, RES>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(res, out, mean, rstd, a, b, weight, bias, N, C, eps);
-    CUDA_LAUNCH_CHECK("layernorm_forward_bf16_kernel");
+    const auto kern = use_vec(C, res, out, a, b, weight, bias) ? layernorm_forward_bf16_kernel<true, RES>
+                                                                : layernorm_forward_bf16_kernel<false, RES>;
+    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, row_blocks(N), NB_THREADS, 0, ctx->stream, ctx->pdl, res, out, mean, rstd, a,
+                                     b, weight, bias, N, C, eps),
+                    "layernorm_forward_bf16_kernel");
     return FORGE_OK;
 }
 
@@ -286,13 +295,11 @@ static forge_status rmsnorm_forward_launch(forge_backend *be, forge_bf16 *res, f
     FORGE_TRY(check_c(op, C));
     if (N <= 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (use_vec(C, res, out, a, b, weight, NULL))
-        rmsnorm_forward_bf16_kernel<true, RES>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(res, out, rstd, a, b, weight, N, C, eps);
-    else
-        rmsnorm_forward_bf16_kernel<false, RES>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(res, out, rstd, a, b, weight, N, C, eps);
-    CUDA_LAUNCH_CHECK("rmsnorm_forward_bf16_kernel");
+    const auto kern = use_vec(C, res, out, a, b, weight, NULL) ? rmsnorm_forward_bf16_kernel<true, RES>
+                                                                : rmsnorm_forward_bf16_kernel<false, RES>;
+    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, row_blocks(N), NB_THREADS, 0, ctx->stream, ctx->pdl, res, out, rstd, a, b,
+                                     weight, N, C, eps),
+                    "rmsnorm_forward_bf16_kernel");
     return FORGE_OK;
 }
 
@@ -303,17 +310,17 @@ static cudaError_t norm_backward_fused_launch(cuda_ctx *ctx, unsigned R, forge_b
                                               const float *rstd, int N, int C, int rows_per_block) {
     switch ((C + 32 * 8 - 1) / (32 * 8)) {
     case 1:
-        return norm_fused_launch<LN, ACC, 1, norm_fused_stages<1>()>(ctx->stream, R, dinp, ctx->ws, dout, inp,
-                                                                     weight, mean, rstd, N, C, rows_per_block);
+        return norm_fused_launch<LN, ACC, 1, norm_fused_stages<1>()>(ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout,
+                                                                     inp, weight, mean, rstd, N, C, rows_per_block);
     case 2:
-        return norm_fused_launch<LN, ACC, 2, norm_fused_stages<2>()>(ctx->stream, R, dinp, ctx->ws, dout, inp,
-                                                                     weight, mean, rstd, N, C, rows_per_block);
+        return norm_fused_launch<LN, ACC, 2, norm_fused_stages<2>()>(ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout,
+                                                                     inp, weight, mean, rstd, N, C, rows_per_block);
     case 3:
-        return norm_fused_launch<LN, ACC, 3, norm_fused_stages<3>()>(ctx->stream, R, dinp, ctx->ws, dout, inp,
-                                                                     weight, mean, rstd, N, C, rows_per_block);
+        return norm_fused_launch<LN, ACC, 3, norm_fused_stages<3>()>(ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout,
+                                                                     inp, weight, mean, rstd, N, C, rows_per_block);
     default:
         return norm_fused_launch<LN, ACC, NB_FUSED_MAX_CHUNKS, norm_fused_stages<NB_FUSED_MAX_CHUNKS>()>(
-            ctx->stream, R, dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
+            ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
     }
 }
 
@@ -341,34 +348,28 @@ static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, fl
         if (e != cudaSuccess)
             return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_backward_fused_bf16_kernel: %s", op,
                                cudaGetErrorString(e));
-        const cudaError_t ef = norm_fused_finish(ctx->stream, LN, dweight, dbias, ctx->ws, R, C);
+        const cudaError_t ef = norm_fused_finish(ctx->stream, ctx->pdl, LN, dweight, dbias, ctx->ws, R, C);
         if (ef != cudaSuccess)
             return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_fused_finish_kernel: %s", op, cudaGetErrorString(ef));
         return FORGE_OK;
     }
 
-    if (vec && accumulate)
-        norm_backward_input_bf16_kernel<true, LN, true>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    else if (vec)
-        norm_backward_input_bf16_kernel<true, LN, false>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    else if (accumulate)
-        norm_backward_input_bf16_kernel<false, LN, true>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    else
-        norm_backward_input_bf16_kernel<false, LN, false>
-            <<<row_blocks(N), NB_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    CUDA_LAUNCH_CHECK("norm_backward_input_bf16_kernel");
+    auto input_kernel = vec && accumulate ? norm_backward_input_bf16_kernel<true, LN, true>
+                        : vec             ? norm_backward_input_bf16_kernel<true, LN, false>
+                        : accumulate      ? norm_backward_input_bf16_kernel<false, LN, true>
+                                          : norm_backward_input_bf16_kernel<false, LN, false>;
+    CUDA_LAUNCH_TRY(forge_pdl_launch(input_kernel, row_blocks(N), NB_THREADS, 0, ctx->stream, ctx->pdl, dinp, dout, inp,
+                                     weight, mean, rstd, N, C),
+                    "norm_backward_input_bf16_kernel");
 
     const int R = cuda_colsum_chunks(N, C, n_out);
     if (R == 0)
         return forge_error(FORGE_ERR_UNSUPPORTED, "cuda %s: C = %d too wide for the reduction workspace", op, C);
     const int rows_per_chunk = (N + R - 1) / R;
     dim3 grid((C + 31) / 32, R), block(32, NB_COL_ROWS);
-    norm_param_partial_bf16_kernel<LN>
-        <<<grid, block, 0, ctx->stream>>>(ctx->ws, dout, inp, mean, rstd, N, C, rows_per_chunk);
-    CUDA_LAUNCH_CHECK("norm_param_partial_bf16_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(norm_param_partial_bf16_kernel<LN>, grid, block, 0, ctx->stream, ctx->pdl, ctx->ws,
+                                     dout, inp, mean, rstd, N, C, rows_per_chunk),
+                    "norm_param_partial_bf16_kernel");
     FORGE_TRY(cuda_colsum_finish(ctx, dweight, ctx->ws, R, C));
     if (LN) FORGE_TRY(cuda_colsum_finish(ctx, dbias, ctx->ws + (size_t)R * C, R, C));
     return FORGE_OK;

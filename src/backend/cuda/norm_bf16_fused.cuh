@@ -20,12 +20,16 @@
  * order, ((w0 + w1) + w2) + ... + w7, by one thread, which writes the block's partial: dw (R, C) then (LN) db
  * (R, C), the layout of reduce.cu's cuda_colsum_finish. A block with no rows writes zeros. norm_fused_finish then
  * adds the R partials into dweight (and dbias) with cuda_colsum_finish's order and bits, in one launch.
+ *
+ * Both kernels wait for the previous kernel (forge_pdl_wait, pdl.cuh) before their first global access (the
+ * ring's first cp.async included), so their launchers may start them with programmatic dependent launch.
  */
 #ifndef FORGE_NORM_BF16_FUSED_CUH
 #define FORGE_NORM_BF16_FUSED_CUH
 
 #include "bf16_io.cuh"
 #include "colsum_ordered.cuh"
+#include "pdl.cuh"
 
 #define NB_THREADS 256 /* 8 rows per block, one warp each */
 #define NB_ROWS (NB_THREADS / 32)
@@ -171,6 +175,8 @@ __global__ void __launch_bounds__(NB_THREADS)
                                     const forge_bf16 *__restrict__ dout, const forge_bf16 *__restrict__ inp,
                                     const float *__restrict__ weight, const float *__restrict__ mean,
                                     const float *__restrict__ rstd, int N, int C, int rows_per_block) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     static_assert(STAGES >= 2, "one row computed while the next ones load");
     using SL = norm_fused_slot<ACC, CH>;
     constexpr int NP = LN ? 2 : 1; /* partial arrays: dw, (LN) db */
@@ -277,6 +283,8 @@ __global__ void __launch_bounds__(COLSUM_THREADS)
     norm_fused_finish_kernel(float *__restrict__ dweight, float *__restrict__ dbias,
                              const float *__restrict__ partial, int R, int C) {
     __shared__ colsum_chunk_smem s;
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int i = blockIdx.x * COLSUM_COLS + threadIdx.x % COLSUM_COLS;
     const bool valid = i < (LN ? 2 : 1) * C;
     const int p = LN && i >= C ? 1 : 0, c = i - p * C;
@@ -287,29 +295,27 @@ __global__ void __launch_bounds__(COLSUM_THREADS)
     }
 }
 
-static cudaError_t norm_fused_finish(cudaStream_t st, bool ln, float *dweight, float *dbias, const float *partial,
-                                     int R, int C) {
+/* pdl: launched with programmatic dependent launch (pdl.cuh), else plainly */
+static cudaError_t norm_fused_finish(cudaStream_t st, int pdl, bool ln, float *dweight, float *dbias,
+                                     const float *partial, int R, int C) {
     const unsigned blocks = (unsigned)(((ln ? 2 : 1) * C + COLSUM_COLS - 1) / COLSUM_COLS);
-    if (ln)
-        norm_fused_finish_kernel<true><<<blocks, COLSUM_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
-    else
-        norm_fused_finish_kernel<false><<<blocks, COLSUM_THREADS, 0, st>>>(dweight, dbias, partial, R, C);
-    return cudaGetLastError();
+    return forge_pdl_launch(ln ? norm_fused_finish_kernel<true> : norm_fused_finish_kernel<false>, blocks,
+                            COLSUM_THREADS, 0, st, pdl, dweight, dbias, partial, R, C);
 }
 
 /* launches the fused kernel with STAGES slots per warp on stream st (R blocks from norm_fused_grid); the partials
- * go to partial (n_out R C floats) */
+ * go to partial (n_out R C floats); pdl as for norm_fused_finish */
 template <bool LN, bool ACC, int CH, int STAGES>
-static cudaError_t norm_fused_launch(cudaStream_t st, unsigned R, forge_bf16 *dinp, float *partial,
+static cudaError_t norm_fused_launch(cudaStream_t st, int pdl, unsigned R, forge_bf16 *dinp, float *partial,
                                      const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
                                      const float *mean, const float *rstd, int N, int C, int rows_per_block) {
     constexpr int smem = norm_fused_smem<LN, ACC, CH, STAGES>();
     static_assert(smem <= NB_SMEM_MAX, "the ring must fit one block's shared memory");
-    auto kern = norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>;
-    const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t e = cudaFuncSetAttribute(norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    kern<<<R, NB_THREADS, smem, st>>>(dinp, partial, dout, inp, weight, mean, rstd, N, C, rows_per_block);
-    return cudaGetLastError();
+    return forge_pdl_launch(norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>, R, NB_THREADS, smem, st, pdl, dinp,
+                            partial, dout, inp, weight, mean, rstd, N, C, rows_per_block);
 }
 
 #endif

@@ -13,8 +13,13 @@
  * to the CPU's and the only differences left are fp32 rounding of the
  * products. (A float angle loses ~1e-4 absolute at t = 2048.) Each thread
  * reads both halves of its pair before writing, so out == inp is allowed.
+ *
+ * The table kernel, shared with the bf16 entries (rope_bf16.cu), launches with
+ * programmatic dependent launch (pdl.cuh): it waits for the previous kernel
+ * before it writes the workspace, which that kernel may still be reading.
  */
 #include "cuda_ops.h"
+#include "pdl.cuh"
 
 #define ROPE_THREADS 256
 
@@ -22,6 +27,8 @@
 
 /* cs (T, half, 2) = cos, sin of t * theta^(-2i/HS) */
 __global__ void rope_table_kernel(float *__restrict__ cs, int T, int HS, float theta) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     int half = HS / 2;
     int total = T * half;
     for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
@@ -92,9 +99,9 @@ forge_status cuda_rope_table(cuda_ctx *ctx, int T, int HS, float theta, const ch
                            CUDA_WS_FLOATS);
     size_t pairs = (size_t)T * (HS / 2);
     if (pairs == 0) return FORGE_OK;
-    rope_table_kernel<<<cuda_grid_for(ctx, pairs, ROPE_THREADS), ROPE_THREADS, 0, ctx->stream>>>(ctx->ws, T, HS,
-                                                                                                   theta);
-    CUDA_LAUNCH_CHECK("rope_table_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(rope_table_kernel, cuda_grid_for(ctx, pairs, ROPE_THREADS), ROPE_THREADS, 0,
+                                     ctx->stream, ctx->pdl, ctx->ws, T, HS, theta),
+                    "rope_table_kernel");
     return FORGE_OK;
 }
 

@@ -16,8 +16,11 @@
  * pairs (b*T + t, h, i0..i0+7): one 16-byte load per half, the 8 (cos, sin) pairs as four float4, index math in
  * 32 bits over (row, head, chunk) units; the rotation in place of the forward then skips the unrotated heads
  * (h >= n_rot: out = inp already). Elsewhere one thread per pair (b, t, h, i < HS/2) with scalar accesses.
+ * Both, and the table's kernel, launch with programmatic dependent launch (pdl.cuh): each waits for the previous
+ * kernel before its first global access.
  */
 #include "bf16_io.cuh"
+#include "pdl.cuh"
 
 #define ROPE_BF16_THREADS 256
 
@@ -25,6 +28,8 @@ template <bool BACKWARD, bool ACC>
 __global__ void __launch_bounds__(ROPE_BF16_THREADS)
     rope_bf16_kernel(forge_bf16 *out, const forge_bf16 *inp, /* may alias: no __restrict__ */
                      const float *__restrict__ cs, int T, int n_heads, int n_rot, int HS, size_t total) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int half = HS / 2;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
@@ -56,6 +61,8 @@ template <bool BACKWARD, bool ACC>
 __global__ void __launch_bounds__(ROPE_BF16_THREADS)
     rope_bf16_vec_kernel(forge_bf16 *out, const forge_bf16 *inp, /* may alias: no __restrict__ */
                          const float *__restrict__ cs, int T, int n_heads, int heads, int n_rot, int HS, int units) {
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
     const int half = HS / 2, chunks = half / 8;
     for (int u = blockIdx.x * blockDim.x + threadIdx.x; u < units; u += gridDim.x * blockDim.x) {
         const int c = u % chunks, rh = u / chunks, h = rh % heads, row = rh / heads, t = row % T, i0 = 8 * c;
@@ -113,29 +120,21 @@ static forge_status rope_bf16_run(forge_backend *be, forge_bf16 *out, const forg
         units < ((size_t)1 << 30)) {
         if (units == 0) return FORGE_OK;
         const unsigned g = cuda_grid_for(ctx, units, ROPE_BF16_THREADS);
-        if (backward && accumulate)
-            rope_bf16_vec_kernel<true, true><<<g, ROPE_BF16_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads,
-                                                                                      heads, n_rot, HS, (int)units);
-        else if (backward)
-            rope_bf16_vec_kernel<true, false><<<g, ROPE_BF16_THREADS, 0, ctx->stream>>>(
-                out, inp, ctx->ws, T, n_heads, heads, n_rot, HS, (int)units);
-        else
-            rope_bf16_vec_kernel<false, false><<<g, ROPE_BF16_THREADS, 0, ctx->stream>>>(
-                out, inp, ctx->ws, T, n_heads, heads, n_rot, HS, (int)units);
-        CUDA_LAUNCH_CHECK(backward ? "rope_bf16_vec_kernel<backward>" : "rope_bf16_vec_kernel<forward>");
+        const auto kern = backward && accumulate ? rope_bf16_vec_kernel<true, true>
+                          : backward             ? rope_bf16_vec_kernel<true, false>
+                                                 : rope_bf16_vec_kernel<false, false>;
+        CUDA_LAUNCH_TRY(forge_pdl_launch(kern, g, ROPE_BF16_THREADS, 0, ctx->stream, ctx->pdl, out, inp, ctx->ws, T,
+                                         n_heads, heads, n_rot, HS, (int)units),
+                        backward ? "rope_bf16_vec_kernel<backward>" : "rope_bf16_vec_kernel<forward>");
         return FORGE_OK;
     }
     const unsigned grid = cuda_grid_for(ctx, total, ROPE_BF16_THREADS);
-    if (backward && accumulate)
-        rope_bf16_kernel<true, true>
-            <<<grid, ROPE_BF16_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads, n_rot, HS, total);
-    else if (backward)
-        rope_bf16_kernel<true, false>
-            <<<grid, ROPE_BF16_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads, n_rot, HS, total);
-    else
-        rope_bf16_kernel<false, false>
-            <<<grid, ROPE_BF16_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads, n_rot, HS, total);
-    CUDA_LAUNCH_CHECK(backward ? "rope_bf16_kernel<backward>" : "rope_bf16_kernel<forward>");
+    const auto kern = backward && accumulate ? rope_bf16_kernel<true, true>
+                      : backward             ? rope_bf16_kernel<true, false>
+                                             : rope_bf16_kernel<false, false>;
+    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, grid, ROPE_BF16_THREADS, 0, ctx->stream, ctx->pdl, out, inp, ctx->ws, T,
+                                     n_heads, n_rot, HS, total),
+                    backward ? "rope_bf16_kernel<backward>" : "rope_bf16_kernel<forward>");
     return FORGE_OK;
 }
 

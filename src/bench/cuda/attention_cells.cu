@@ -574,11 +574,11 @@ extern "C" forge_status forge_attention_suite_run(FILE *out, int reps, int quick
 /* ---- `forge bench attention`: forge's defaults ---------------------------------------- */
 
 static forge_status ab_default_fwd(const forge_attention_io *io) {
-    return forge_flash_bf16_forward(&io->fs, io->q, io->k, io->v, io->out, io->lse, io->stream);
+    return forge_flash_bf16_forward(&io->fs, io->q, io->k, io->v, io->out, io->lse, io->stream, 0);
 }
 
 static forge_status ab_default_fwdbwd(const forge_attention_io *io) {
-    FORGE_TRY(forge_flash_bf16_forward(&io->fs, io->q, io->k, io->v, io->out, io->lse, io->stream));
+    FORGE_TRY(forge_flash_bf16_forward(&io->fs, io->q, io->k, io->v, io->out, io->lse, io->stream, 0));
     return forge_flash_bf16_backward(&io->fs, io->q, io->k, io->v, io->out, io->dO, io->lse, io->delta, io->dq,
                                      io->dk, io->dv, io->stream);
 }

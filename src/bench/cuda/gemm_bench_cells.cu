@@ -66,8 +66,8 @@ extern "C" forge_status gb_run(void *ctx, int set) {
     if (sh->b_mn) { /* NN or TN */
         if (sh->a_mn)
             return forge_gemm_bf16_tn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->work, sh->work_bytes,
-                                            sh->stream);
-        return forge_gemm_bf16_nn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->stream);
+                                            sh->stream, 0);
+        return forge_gemm_bf16_nn_wgmma(A, B, sh->C, sh->M, sh->N, sh->K, 0, sh->stream, 0);
     }
     switch (c->kind) {
     case GB_WGMMA: return forge_gemm_bf16_nt_wgmma(A, B, sh->C, bias, sh->M, sh->N, sh->K, sh->stream);
@@ -397,13 +397,14 @@ static forge_status ge_run(void *ctx, int set) {
     switch ((ge_kind)c->kind) {
     case GE_FUSED: { /* the library picks the store (ge_cell_store_matches: the one c->tma names) */
         const forge_gemm_epilogue e = ge_epilogue(c);
-        if (sh->b_mn) return forge_gemm_bf16_nn_epi(A, B, sh->C, M, N, K, &e, sh->stream);
-        return forge_gemm_bf16_nt_epi(A, B, sh->C, M, N, K, &e, sh->stream);
+        if (sh->b_mn) return forge_gemm_bf16_nn_epi(A, B, sh->C, M, N, K, &e, sh->stream, 0);
+        return forge_gemm_bf16_nt_epi(A, B, sh->C, M, N, K, &e, sh->stream, 0);
     }
     case GE_SUITE: return c->suite_run(c, set);
     case GE_FORGE_ACC:
-        if (sh->a_mn) return forge_gemm_bf16_tn_wgmma(A, B, sh->C, M, N, K, 1, sh->work, sh->work_bytes, sh->stream);
-        return forge_gemm_bf16_nn_wgmma(A, B, sh->C, M, N, K, 1, sh->stream);
+        if (sh->a_mn)
+            return forge_gemm_bf16_tn_wgmma(A, B, sh->C, M, N, K, 1, sh->work, sh->work_bytes, sh->stream, 0);
+        return forge_gemm_bf16_nn_wgmma(A, B, sh->C, M, N, K, 1, sh->stream, 0);
     case GE_CUBLAS_BETA1: return gc_cublas_gemm_ex(sh, set, 1.0f, 0, sh->C);
     case GE_CUBLAS_BF16: return gc_cublas_gemm_ex(sh, set, 0.0f, 1, sh->C);
     case GE_CUBLASLT_GELU_BIAS: return ge_lt_gelu_bias(b, sh, set);
@@ -414,7 +415,7 @@ static forge_status ge_run(void *ctx, int set) {
         if (c->kind == GE_CUBLAS_PASSES)
             FORGE_TRY(gc_cublas_gemm_ex(sh, set, 0.0f, 0, g));
         else if (sh->b_mn)
-            FORGE_TRY(forge_gemm_bf16_nn_wgmma(A, B, g, M, N, K, 0, sh->stream));
+            FORGE_TRY(forge_gemm_bf16_nn_wgmma(A, B, g, M, N, K, 0, sh->stream, 0));
         else
             FORGE_TRY(forge_gemm_bf16_nt_wgmma(A, B, g, c->bias_in_gemm ? sh->bias : NULL, M, N, K, sh->stream));
         if (c->bias && !c->bias_in_gemm) FORGE_TRY(ge_pass<0>(sh, g, sh->bias));
