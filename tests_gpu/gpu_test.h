@@ -87,5 +87,6 @@ void run_gemm_tn_cases(parity *P);
 void run_flash16_cases(parity *P);
 void run_decode_cases(parity *P); /* the KV-cache decode path against the forward (test_gpu_decode.c) */
 void run_gelu16_cases(parity *P);  /* gelu_backward_bf16 over every bf16 x, bitwise (test_gpu_gelu16.c) */
+void run_pdl_cases(parity *P);     /* bf16 training steps with PDL on = off, bitwise (test_gpu_pdl.c) */
 
 #endif
