@@ -7,7 +7,7 @@
 #             and optimizer state must be bitwise equal (a change that keeps the math), FORGE_S15_TRAJ_EXTRA flags given to both
 #   flash16   forge_gpu_tests --only flash16 (the bf16 flash kernels against the CPU reference)
 #   ops       the op walk of FORGE_S15_OPS
-#   gpu       forge_gpu_tests --only FORGE_S15_ONLY
+#   gpu       forge_gpu_tests --only S for each suite S of FORGE_S15_ONLY (comma-separated)
 #   dwplan    forge-lab bench dw-plan
 #   bench     forge bench train --breakdown on FORGE_S15_CASES (no baseline)
 #   pdl       forge bench train with and without --no-pdl, FORGE_S15_ROUNDS alternating rounds
@@ -98,7 +98,7 @@ for c in ${FORGE_S15_CHECKS:-traj flash16 dwplan bench}; do
         traj) check traj 150 bash -c traj ;;
         flash16) check flash16 100 "$T" --only flash16 ;;
         ops) check ops 100 "$T" --op "${FORGE_S15_OPS:?}" ;;
-        gpu) check "gpu-${FORGE_S15_ONLY:?}" 150 "$T" --only "$FORGE_S15_ONLY" ;;
+        gpu) for suite in ${FORGE_S15_ONLY//,/ }; do check "gpu-$suite" 150 "$T" --only "$suite"; done ;;
         dwplan) check dwplan 120 "$L" bench dw-plan --reps 20 ;;
         bench) check bench 90 "$F" bench train --device cuda --precision bf16 \
             --cases "${FORGE_S15_CASES:-gpt2-124m:16x1024}" --steps 12 --breakdown --results /tmp/s15-bench ;;
