@@ -11,7 +11,8 @@ such an expression in the calling function), and checks each kernel's body in so
   device function the kernel calls at its top level whose own body passes this check (gemm_wgmma_body, say);
   forge_pdl_launch_dependents() follows it at the same level;
 - before the wait: no `return`, no inline asm, no use of a parameter other than a scalar one (an arithmetic type, or
-  a struct of arithmetic fields, by value or by reference: kernel-parameter space, never global memory); calls
+  a struct of arithmetic fields, by value or by reference: kernel-parameter space, never global memory) or a
+  CUtensorMap (parameter space too; the TMA copies that read through one are calls, checked as such); calls
   only to ALLOW (helpers that touch shared memory, barriers or the parameters' tensor maps, listed below with the
   reason) or to device functions that are "pure": every parameter scalar, no inline asm, and only pure or ALLOW
   calls inside (their arguments are still checked, so p[i] as an argument is caught).
