@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../lab_fill.cuh"
 #include "../lab_stats.h"
 extern "C" {
 #include "gemm_bf16_variants.h"
@@ -56,18 +57,6 @@ struct dwp_plan {
 /* launches per timed sample: the host's launch work for one call (~4 us) overlaps the previous call's kernels, as
  * in the step's CUDA graph, instead of showing up as idle device time */
 #define DWP_BACK_TO_BACK 8
-
-/* x[i] = bf16 uniform in [-lim, lim), from a hash of i and seed */
-__global__ void dwp_fill_bf16(uint16_t *x, size_t n, uint64_t seed, float lim) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1 + (seed << 40)) * 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        const float f = ((float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * lim;
-        x[i] = (uint16_t)(__float_as_uint(f) >> 16);
-    }
-}
 
 /* out[0] = max |a - b|, out[1] = max |b| (non-negative floats compare as their bits) */
 __global__ void dwp_diff(unsigned *out, const float *a, const float *b, size_t n) {
@@ -127,8 +116,8 @@ static int dwp_shape_run(const dwp_shape &s, int reps, int sms) {
     DWP_TRY(cudaMalloc(&Cp, P * cn * 4));
     DWP_TRY(cudaMalloc(&d, 2 * sizeof(unsigned)));
     DWP_TRY(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 16));
-    dwp_fill_bf16<<<1024, 256>>>(A, an, 1, 1.0f);
-    dwp_fill_bf16<<<1024, 256>>>(B, bn, 2, 1.0f);
+    lab_fill_bf16<<<1024, 256>>>(A, an, 1, 1.0f);
+    lab_fill_bf16<<<1024, 256>>>(B, bn, 2, 1.0f);
     DWP_TRY(cudaMemset(C0, 0, cn * 4));
     DWP_TRY(cudaGetLastError());
     /* C_p = C0 + the product: every plan from the same C, checked against the default's */

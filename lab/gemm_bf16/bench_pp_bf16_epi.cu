@@ -22,9 +22,10 @@
 
 #include <cuda_runtime.h>
 
+#include "../lab_fill.cuh"
+#include "../lab_stats.h"
 extern "C" {
 #include "gemm_bf16_variants.h"
-#include "../lab_stats.h"
 }
 
 #define PPB_TRY(x)                                                                                                 \
@@ -49,18 +50,6 @@ struct ppb_shape {
     const char *name;
     int M, N, K, bias, gelu, pre;
 };
-
-/* x[i] = bf16 uniform in [-lim, lim), from a hash of i and seed */
-__global__ void ppb_fill_bf16(uint16_t *x, size_t n, uint64_t seed, float lim) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1 + (seed << 40)) * 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        const float f = ((float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * lim;
-        x[i] = (uint16_t)(__float_as_uint(f) >> 16);
-    }
-}
 
 __global__ void ppb_fill_f32(float *x, size_t n, uint64_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -105,8 +94,8 @@ static int ppb_shape_run(const ppb_shape &s, int reps, int *pass_out) {
         PPB_TRY(cudaMemset(C[k], 0xFF, cn * 2)); /* NaN: an element never written differs */
         PPB_TRY(cudaMemset(P[k], 0xFF, cn * 2));
     }
-    ppb_fill_bf16<<<1024, 256>>>(A, an, 1, 1.0f);
-    ppb_fill_bf16<<<1024, 256>>>(B, bn, 2, 0.125f);
+    lab_fill_bf16<<<1024, 256>>>(A, an, 1, 1.0f);
+    lab_fill_bf16<<<1024, 256>>>(B, bn, 2, 0.125f);
     ppb_fill_f32<<<64, 256>>>(bias, (size_t)s.N, 3);
     PPB_TRY(cudaGetLastError());
     forge_gemm_epilogue e[2];
