@@ -128,7 +128,7 @@ static int wants_help(int argc, char **argv) {
 typedef struct {
     const char *device, *matmul, *attention, *precision, *matmul_cache;
     long threads;
-    int no_pdl;
+    int pdl;
 } runtime_flags;
 
 #define RUNTIME_HELP                                                                                       \
@@ -141,8 +141,8 @@ typedef struct {
     "                       (docs/mixed-precision.md) [bf16 on cuda, fp32 on cpu; a resumed run: its\n"  \
     "                       checkpoint's]\n"                        \
     "  --threads N          CPU threads [all cores]\n"                                                      \
-    "  --no-pdl             cuda: launch the bf16 step's kernels plainly, without programmatic dependent\n"  \
-    "                       launch (which starts each under the previous one's tail; same results): for A/B\n" \
+    "  --pdl                cuda: launch the bf16 step's kernels with programmatic dependent launch (each\n"  \
+    "                       starts under the previous one's tail; same results; off: it measured slower)\n" \
     "  --matmul-cache FILE  the auto matmul table's file [$XDG_CACHE_HOME/forge or ~/.cache/forge]\n"
 
 /* Matches one runtime flag at a->argv[a->i]: 1 if it was one (its value or error recorded). */
@@ -153,7 +153,7 @@ static int runtime_flag(args *a, runtime_flags *f, forge_status *s) {
     if (opt_match(a, "--matmul", &v, s)) return f->matmul = v, 1;
     if (opt_match(a, "--attention", &v, s)) return f->attention = v, 1;
     if (opt_match(a, "--precision", &v, s)) return f->precision = v, 1;
-    if (strcmp(a->argv[a->i], "--no-pdl") == 0) return f->no_pdl = 1, 1;
+    if (strcmp(a->argv[a->i], "--pdl") == 0) return f->pdl = 1, 1;
     if (opt_match(a, "--threads", &v, s)) {
         if (*s == FORGE_OK) *s = parse_int("--threads", v, 0, 4096, &f->threads);
         return 1;
@@ -201,9 +201,9 @@ static forge_status runtime_options_build(const char *cmd, const runtime_flags *
     } else if (o->device == FORGE_DEVICE_CUDA && !f->matmul) {
         o->precision = FORGE_TRAIN_BF16;
     }
-    if (f->no_pdl && o->device != FORGE_DEVICE_CUDA)
-        return usage_error(cmd, "--no-pdl applies to --device cuda only", NULL);
-    o->pdl = !f->no_pdl;
+    if (f->pdl && o->device != FORGE_DEVICE_CUDA)
+        return usage_error(cmd, "--pdl applies to --device cuda only", NULL);
+    o->pdl = f->pdl;
     o->threads = (int)f->threads;
     o->cache_dir = default_cache_dir();
     o->matmul_cache_path = f->matmul_cache;

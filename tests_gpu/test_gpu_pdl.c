@@ -8,7 +8,7 @@
  * the device). A tiny GPT-2 (LayerNorm, GELU, learned positions, tied embeddings, an odd vocabulary) and a tiny
  * Llama (RMSNorm, SwiGLU, RoPE, grouped-query attention) train a few bf16 steps of two micro-batches each on fixed
  * random tokens, from the same initial weights, three ways:
- *   - PDL off, the step recorded as a CUDA graph and replayed (--no-pdl: every kernel launched plainly);
+ *   - PDL off, the step recorded as a CUDA graph and replayed (the default: every kernel launched plainly);
  *   - PDL on, recorded and replayed (the trainer's default: programmatic edges inside the graph);
  *   - PDL on, op by op (launched directly on the stream, no graph);
  * and every step's loss and gradient norm and the final parameters (fp32 masters) must be equal bit for bit. The

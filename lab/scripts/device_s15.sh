@@ -10,7 +10,7 @@
 #   gpu       forge_gpu_tests --only S for each suite S of FORGE_S15_ONLY (comma-separated)
 #   dwplan    forge-lab bench dw-plan
 #   bench     forge bench train --breakdown on FORGE_S15_CASES (no baseline)
-#   pdl       forge bench train with and without --no-pdl, FORGE_S15_ROUNDS alternating rounds
+#   pdl       forge bench train with --pdl and without, FORGE_S15_ROUNDS alternating rounds
 set -u -o pipefail
 : "${OUT:?set OUT}"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -83,7 +83,7 @@ pdl_ab() { # alternating rounds of the bench with PDL (the default) and without
     for r in $(seq 1 "${FORGE_S15_ROUNDS:-3}"); do
         for mode in on off; do
             local extra=""
-            [ "$mode" = off ] && extra=--no-pdl
+            [ "$mode" = on ] && extra=--pdl
             echo "== round $r pdl $mode"
             # shellcheck disable=SC2086
             "$F" bench train --device cuda --precision bf16 --cases "${FORGE_S15_CASES:-gpt2-124m:16x1024}" \

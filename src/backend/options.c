@@ -12,7 +12,7 @@ void forge_runtime_options_default(forge_runtime_options *o) {
     o->matmul = FORGE_MATMUL_FP32;
     o->attention = FORGE_ATTENTION_FLASH;
     o->precision = FORGE_TRAIN_FP32;
-    o->pdl = 1;
+    o->pdl = 0;
 }
 
 static const char *const DEVICE_NAMES[FORGE_DEVICE_COUNT] = {"cpu", "cuda"};

@@ -57,7 +57,8 @@ typedef struct {
     const char *matmul_cache_path;/* the matmul auto table's file itself, overriding cache_dir's; or NULL */
     int pdl;                      /* CUDA: the bf16 step's kernels launch with programmatic dependent launch, each
                                      starting under the previous one's tail (backend/cuda/pdl.cuh; the same bits);
-                                     0 launches them plainly (--no-pdl, for A/B). Default 1. */
+                                     off by default: on the H200 it measured 0.977x at gpt2-124m (docs/results.md);
+                                     --pdl turns it on for A/B. */
 } forge_runtime_options;
 
 void forge_runtime_options_default(forge_runtime_options *o);

@@ -317,7 +317,7 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
     const char *precision = forge_train_precision_name(be->options.precision);
     if (cuda && bf16) snprintf(suite, sizeof suite, "train_cuda_bf16");
     else if (cuda) snprintf(suite, sizeof suite, "train_cuda_%s", forge_matmul_mode_name(be->options.matmul));
-    /* PDL (--no-pdl) is in the config, so an A/B's two runs are two configurations of one suite */
+    /* PDL (--pdl) is in the config, so an A/B's two runs are two configurations of one suite */
     int len = snprintf(config, sizeof config, "train backend=%s precision=%s%s cases=", be->name, precision,
                        !cuda ? "" : be->options.pdl ? " pdl=on" : " pdl=off");
     for (int i = 0; i < n_cases && len < (int)sizeof config; i++)
@@ -330,7 +330,7 @@ forge_status forge_bench_train(FILE *out, const forge_runtime_options *rt, const
     if (s == FORGE_OK)
         fprintf(out, "== forge bench train (%s, %s%s): full steps on random tokens; check = forward losses vs the "
                      "CPU reference on the same parameters\n", be->name, precision,
-                !cuda ? "" : be->options.pdl ? ", PDL on" : ", PDL off (--no-pdl)");
+                !cuda ? "" : be->options.pdl ? ", PDL on (--pdl)" : ", PDL off");
     double mfu[BENCH_TRAIN_MAX_CASES] = {0}, peak_mib[BENCH_TRAIN_MAX_CASES] = {0};
     double tok_s[BENCH_TRAIN_MAX_CASES] = {0};
     double ratio[BENCH_TRAIN_MAX_CASES], ratio_lo[BENCH_TRAIN_MAX_CASES], ratio_hi[BENCH_TRAIN_MAX_CASES];

@@ -572,7 +572,7 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     fprintf(out,
             "model %s (%s): %zu parameters | device %s%s | precision %s | %d layers, d_model %d, %d heads (%d kv)\n",
             cfg->name, forge_family_name(cfg->family), tr->model->n_elements, tr->be->name,
-            tr->be->kind == FORGE_DEVICE_CUDA && !tr->be->options.pdl ? " (kernels launched plainly: --no-pdl)" : "",
+            tr->be->kind == FORGE_DEVICE_CUDA && tr->be->options.pdl ? " (programmatic dependent launch: --pdl)" : "",
             run_precision(&tr->be->options), cfg->n_layers,
             cfg->d_model, cfg->n_heads, cfg->n_kv_heads);
     fprintf(out, "data %s: %llu train tokens | batch %d x %d, %d micro-batch(es) per step = %ld tokens/step\n",

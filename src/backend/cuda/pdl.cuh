@@ -19,7 +19,7 @@
  *   orders memory). It acts once per CTA, whichever thread issues it first; the kernels call it right after
  *   their wait, so the next kernel's CTAs take the SMs this grid's last wave leaves free and run their own
  *   prologue there.
- * - A kernel launched without the attribute (--no-pdl, the lab, the fp8 / tf32 kernels sharing a body) runs
+ * - A kernel launched without the attribute (PDL off: the default, the lab, the fp8 / tf32 kernels sharing a body) runs
  *   both instructions as no-ops: nothing waits, nothing is triggered early; one binary serves both.
  * - Both are compiled only for sm_90 and later (griddepcontrol is PTX 7.8, sm_90); elsewhere they are empty.
  */
