@@ -574,7 +574,8 @@
 #define FORGE_ENCODER_CASES(K)                                                                                   \
     K(.B = 1, .T = 1, .C = 45, .V = 1000, .maxT = 1) K(.B = 2, .T = 67, .C = 768, .V = 1000, .maxT = 80)         \
     K(.B = 4, .T = 64, .C = 45, .V = 50, .maxT = 64) K(.B = 1, .T = 257, .C = 1031, .V = 1000, .maxT = 300)      \
-    K(.B = 4, .T = 1025, .C = 64, .V = 7, .maxT = 1100)
+    K(.B = 4, .T = 1025, .C = 64, .V = 7, .maxT = 1100)                                                        \
+    K(.B = 2, .T = 67, .C = 40, .V = 20011, .maxT = 67) /* the id scan's tiles of 8192: two full and a partial */
 #define FORGE_ROPE_CASES_E(K, EXTRA)                                                                             \
     /* qkv NH=6, NKV=2 */                                                                                        \
     K(.B = 2, .T = 67, .n_heads = 10, .n_rot = 8, .HS = 64, .theta = 10000.0f EXTRA())                           \

@@ -134,28 +134,67 @@ __global__ void __launch_bounds__(ENC_THREADS)
 }
 
 #define ENC_SCAN_THREADS 1024
-/* offset[v] = sum of count[0 .. v): one block, each thread a contiguous run of ids */
+#define ENC_SCAN_PER 8 /* counts per thread and tile: a tile is ENC_SCAN_THREADS * ENC_SCAN_PER ids */
+/* offset[v] = sum of count[0 .. v), one block walking the ids in tiles. A tile is loaded coalesced into shared
+ * memory (every thread's loads issued at once: one memory round trip a tile instead of one per id a thread), each
+ * thread scans its ENC_SCAN_PER consecutive ids there, the threads' totals are scanned by warp shuffles, and the
+ * tile's offsets go back coalesced; `carry` is the sum of the earlier tiles. Integer sums: any order gives the
+ * same offsets. */
 __global__ void __launch_bounds__(ENC_SCAN_THREADS)
     enc_sort_scan_kernel(int *__restrict__ offset, const int *__restrict__ count, int V) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    __shared__ int part[ENC_SCAN_THREADS];
-    const int tid = threadIdx.x, per = (V + ENC_SCAN_THREADS - 1) / ENC_SCAN_THREADS;
-    const int lo = min(V, tid * per), hi = min(V, lo + per);
-    int sum = 0;
-    for (int v = lo; v < hi; v++) sum += count[v];
-    part[tid] = sum;
-    __syncthreads();
-    for (int d = 1; d < ENC_SCAN_THREADS; d <<= 1) { /* inclusive scan of the runs' sums */
-        const int add = tid >= d ? part[tid - d] : 0;
+    constexpr int TILE = ENC_SCAN_THREADS * ENC_SCAN_PER, WARPS = ENC_SCAN_THREADS / 32;
+    /* thread t's ids at t * (PER + 1): the stride is odd, so a warp's reads of its runs hit distinct banks */
+    __shared__ int tile[ENC_SCAN_THREADS * (ENC_SCAN_PER + 1)];
+    __shared__ int warp_sum[WARPS];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int carry = 0;
+    for (int v0 = 0; v0 < V; v0 += TILE) {
+#pragma unroll
+        for (int k = 0; k < ENC_SCAN_PER; k++) {
+            const int i = k * ENC_SCAN_THREADS + tid; /* coalesced: consecutive threads, consecutive ids */
+            tile[i / ENC_SCAN_PER * (ENC_SCAN_PER + 1) + i % ENC_SCAN_PER] = v0 + i < V ? count[v0 + i] : 0;
+        }
         __syncthreads();
-        part[tid] += add;
+        int *run = tile + tid * (ENC_SCAN_PER + 1);
+        int sum = 0;
+#pragma unroll
+        for (int k = 0; k < ENC_SCAN_PER; k++) sum += run[k];
+        int incl = sum; /* inclusive scan of the threads' sums: within the warp, then over the warps */
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int up = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += up;
+        }
+        if (lane == 31) warp_sum[warp] = incl;
         __syncthreads();
-    }
-    int run = part[tid] - sum;
-    for (int v = lo; v < hi; v++) {
-        offset[v] = run;
-        run += count[v];
+        if (warp == 0) {
+            int w = lane < WARPS ? warp_sum[lane] : 0;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int up = __shfl_up_sync(0xffffffffu, w, d);
+                if (lane >= d) w += up;
+            }
+            if (lane < WARPS) warp_sum[lane] = w; /* inclusive over the warps */
+        }
+        __syncthreads();
+        int excl = carry + incl - sum + (warp > 0 ? warp_sum[warp - 1] : 0);
+        const int tile_total = warp_sum[WARPS - 1];
+#pragma unroll
+        for (int k = 0; k < ENC_SCAN_PER; k++) {
+            const int c = run[k];
+            run[k] = excl;
+            excl += c;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < ENC_SCAN_PER; k++) {
+            const int i = k * ENC_SCAN_THREADS + tid;
+            if (v0 + i < V) offset[v0 + i] = tile[i / ENC_SCAN_PER * (ENC_SCAN_PER + 1) + i % ENC_SCAN_PER];
+        }
+        carry += tile_total;
+        __syncthreads(); /* the next tile overwrites tile[] and warp_sum[] */
     }
 }
 
