@@ -167,6 +167,7 @@ static void cuda_destroy(forge_backend *be) {
         cuda_mm_table_close(ctx);
         if (ctx->ws) cudaFree(ctx->ws);
         if (ctx->tn_ws) cudaFree(ctx->tn_ws);
+        if (ctx->rope_cs) cudaFree(ctx->rope_cs);
         if (ctx->input_error) cudaFree(ctx->input_error);
         if (ctx->reduce_done) cudaFree(ctx->reduce_done);
         if (ctx->gelu_grad_table) cudaFree(ctx->gelu_grad_table);

@@ -86,7 +86,11 @@ typedef struct {
     size_t tn_ws_bytes;
     cuda_input_error *input_error; /* device memory: see cuda_input_error */
     unsigned *reduce_done; /* device counter of the one-launch reductions (adamw.cu): 0 between launches */
-    unsigned ws_generation; /* bumped when a workspace a recorded graph may use is replaced (tn_ws) */
+    unsigned ws_generation; /* bumped when a workspace a recorded graph may use is replaced (tn_ws, rope_cs) */
+    float *rope_cs;         /* rope.cu's cos/sin table (rope_T, rope_HS / 2, 2) for rope_theta, or NULL */
+    size_t rope_cs_floats;  /* its allocation */
+    int rope_T, rope_HS;
+    float rope_theta;
     float *gelu_grad_table;     /* gelu' of a window of bf16 values (gelu_grad_table.cuh), built at creation */
     int gelu_bwd_blocks_per_sm; /* the bf16 GELU backward's resident blocks per SM (its grid) */
     int gelu_dbias_blocks_per_sm; /* the same for the GELU backward with the bias gradient */
@@ -215,10 +219,11 @@ void cuda_mm_table_close(cuda_ctx *ctx);
 forge_status cuda_mm_choose(cuda_ctx *ctx, cuda_mm_layout layout, int M, int N, int K, int *use_cublas);
 
 
-/* ---- rope.cu: RoPE's argument checks, and its cos/sin table (T, HS/2, 2) into ctx->ws (angles in double, rounded
- * once to float, as the CPU's), shared by the fp32 and bf16 entries --------------------------------------- */
+/* ---- rope.cu: RoPE's argument checks, and its cos/sin table (T, HS/2, 2) (angles in double, rounded once to float,
+ * as the CPU's), shared by the fp32 and bf16 entries: *cs = the table, kept in ctx->rope_cs across calls (built
+ * into ctx->ws instead while the stream is being recorded and no table is kept yet) ---------------------------- */
 forge_status cuda_rope_check_args(const char *op, int n_heads, int n_rot, int HS, float theta);
-forge_status cuda_rope_table(cuda_ctx *ctx, int T, int HS, float theta, const char *op);
+forge_status cuda_rope_table(cuda_ctx *ctx, int T, int HS, float theta, const char *op, const float **cs);
 
 /* ---- every op of op_list.h: cuda_NAME(forge_backend *be, ...), one .cu file per family (elementwise,
  * embedding, matmul, layernorm, rmsnorm, rope, attention, flash_attention, classifier, adamw; the bf16 entries

@@ -9,10 +9,18 @@
  *
  * The decision a reader would get wrong: the angle is computed in double and
  * rounded once to float cos/sin, exactly as the CPU reference does, into a
- * (T, HS/2) table in the workspace; so the GPU's cos/sin are bit-identical
- * to the CPU's and the only differences left are fp32 rounding of the
- * products. (A float angle loses ~1e-4 absolute at t = 2048.) Each thread
- * reads both halves of its pair before writing, so out == inp is allowed.
+ * (T, HS/2) table; so the GPU's cos/sin are bit-identical to the CPU's and
+ * the only differences left are fp32 rounding of the products. (A float
+ * angle loses ~1e-4 absolute at t = 2048.) Each thread reads both halves of
+ * its pair before writing, so out == inp is allowed.
+ *
+ * The table is kept in ctx->rope_cs and built once per (HS, theta, longest
+ * T), not once per call: a step's 2 x n_layers rope ops read the same table
+ * (at gpt-25m that was 16 table launches a step). Rebuilding it bumps
+ * ctx->ws_generation, so a recorded step that read the old contents is
+ * re-recorded. While a step is being recorded (the first step runs op by op,
+ * so this is rare) a missing table is built into the workspace as before,
+ * by a kernel that becomes part of the recording.
  *
  * The table kernel, shared with the bf16 entries (rope_bf16.cu), launches with
  * programmatic dependent launch (pdl.cuh): it waits for the previous kernel
@@ -91,17 +99,46 @@ forge_status cuda_rope_check_args(const char *op, int n_heads, int n_rot, int HS
     return FORGE_OK;
 }
 
-forge_status cuda_rope_table(cuda_ctx *ctx, int T, int HS, float theta, const char *op) {
+forge_status cuda_rope_table(cuda_ctx *ctx, int T, int HS, float theta, const char *op, const float **cs) {
     size_t table = (size_t)T * HS; /* T * half * 2 floats */
     if (table > CUDA_WS_FLOATS)
         return forge_error(FORGE_ERR_UNSUPPORTED,
                            "cuda %s: T * HS = %zu exceeds the %zu-float cos/sin workspace", op, table,
                            CUDA_WS_FLOATS);
     size_t pairs = (size_t)T * (HS / 2);
+    *cs = ctx->ws;
     if (pairs == 0) return FORGE_OK;
+    /* the table depends on (t, i, HS, theta) only: rows [0, T) of a longer table are this one */
+    if (ctx->rope_cs && ctx->rope_T >= T && ctx->rope_HS == HS && ctx->rope_theta == theta) {
+        *cs = ctx->rope_cs;
+        return FORGE_OK;
+    }
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CUDA_TRY(cudaStreamIsCapturing(ctx->stream, &capturing));
+    float *dst = ctx->ws; /* while a step is recorded, nothing is allocated: the table goes to the workspace */
+    if (capturing == cudaStreamCaptureStatusNone) {
+        if (ctx->rope_cs_floats < table) {
+            if (ctx->rope_cs) CUDA_TRY(cudaFree(ctx->rope_cs)); /* waits for the work queued with it */
+            ctx->rope_cs = NULL;
+            ctx->rope_cs_floats = 0;
+            cudaError_t e = cudaMalloc((void **)&ctx->rope_cs, table * sizeof(float));
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                ctx->rope_cs = NULL;
+                return forge_error(e == cudaErrorMemoryAllocation ? FORGE_ERR_OOM : FORGE_ERR_DEVICE,
+                                   "cuda %s: %.1f KiB for the cos/sin table: %s", op, table * 4 / 1024.0,
+                                   cudaGetErrorString(e));
+            }
+            ctx->rope_cs_floats = table;
+        }
+        ctx->rope_T = T, ctx->rope_HS = HS, ctx->rope_theta = theta;
+        ctx->ws_generation++; /* a recorded graph that read the table's old contents must not run */
+        dst = ctx->rope_cs;
+    }
     CUDA_LAUNCH_TRY(forge_pdl_launch(rope_table_kernel, cuda_grid_for(ctx, pairs, ROPE_THREADS), ROPE_THREADS, 0,
-                                     ctx->stream, ctx->pdl, ctx->ws, T, HS, theta),
+                                     ctx->stream, ctx->pdl, dst, T, HS, theta),
                     "rope_table_kernel");
+    *cs = dst;
     return FORGE_OK;
 }
 
@@ -112,14 +149,13 @@ static forge_status rope_run(forge_backend *be, float *out, const float *inp, in
     size_t total = (size_t)B * T * n_heads * (HS / 2);
     if (total == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (n_rot > 0) FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, op));
+    const float *cs = ctx->ws;
+    if (n_rot > 0) FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, op, &cs));
     unsigned grid = cuda_grid_for(ctx, total, ROPE_THREADS);
     if (backward)
-        rope_kernel<true><<<grid, ROPE_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads, n_rot, HS,
-                                                                  total);
+        rope_kernel<true><<<grid, ROPE_THREADS, 0, ctx->stream>>>(out, inp, cs, T, n_heads, n_rot, HS, total);
     else
-        rope_kernel<false><<<grid, ROPE_THREADS, 0, ctx->stream>>>(out, inp, ctx->ws, T, n_heads, n_rot,
-                                                                   HS, total);
+        rope_kernel<false><<<grid, ROPE_THREADS, 0, ctx->stream>>>(out, inp, cs, T, n_heads, n_rot, HS, total);
     CUDA_LAUNCH_CHECK(backward ? "rope_kernel<backward>" : "rope_kernel<forward>");
     return FORGE_OK;
 }

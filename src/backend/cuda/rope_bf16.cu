@@ -1,7 +1,7 @@
 /*
  * rope_bf16.cu: the bf16 rotary position embedding on the GPU; the reference is backend/cpu/rope_bf16.c.
- * rope.cu's rotate-half form and cos/sin table (cuda_rope_table: angles in double, rounded once to float, into
- * ctx->ws), the rotation in fp32 on the widened values, one rounding:
+ * rope.cu's rotate-half form and cos/sin table (cuda_rope_table: angles in double, rounded once to float, kept in
+ * ctx->rope_cs), the rotation in fp32 on the widened values, one rounding:
  *
  *   out[i] = rn(fmaf(x[i], cos, -(x[i+HS/2] sin)))    out[i+HS/2] = rn(fmaf(x[i+HS/2], cos, x[i] sin))
  *
@@ -112,18 +112,19 @@ static forge_status rope_bf16_run(forge_backend *be, forge_bf16 *out, const forg
     if (B <= 0 || T <= 0 || n_heads <= 0) return FORGE_OK;
     const size_t total = (size_t)B * T * n_heads * (HS / 2);
     cuda_ctx *ctx = cuda_get_ctx(be);
-    if (n_rot > 0) FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, op));
+    const float *cs = ctx->ws;
+    if (n_rot > 0) FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, op, &cs));
     /* the forward in place leaves the unrotated heads as they are: only the first n_rot are visited */
     const int heads = !backward && out == inp ? n_rot : n_heads;
     const size_t units = (size_t)B * T * heads * (HS / 16);
-    if (HS % 16 == 0 && bf16_aligned16(out) && bf16_aligned16(inp) && bf16_aligned16(ctx->ws) &&
+    if (HS % 16 == 0 && bf16_aligned16(out) && bf16_aligned16(inp) && bf16_aligned16(cs) &&
         units < ((size_t)1 << 30)) {
         if (units == 0) return FORGE_OK;
         const unsigned g = cuda_grid_for(ctx, units, ROPE_BF16_THREADS);
         const auto kern = backward && accumulate ? rope_bf16_vec_kernel<true, true>
                           : backward             ? rope_bf16_vec_kernel<true, false>
                                                  : rope_bf16_vec_kernel<false, false>;
-        CUDA_LAUNCH_TRY(forge_pdl_launch(kern, g, ROPE_BF16_THREADS, 0, ctx->stream, ctx->pdl, out, inp, ctx->ws, T,
+        CUDA_LAUNCH_TRY(forge_pdl_launch(kern, g, ROPE_BF16_THREADS, 0, ctx->stream, ctx->pdl, out, inp, cs, T,
                                          n_heads, heads, n_rot, HS, (int)units),
                         backward ? "rope_bf16_vec_kernel<backward>" : "rope_bf16_vec_kernel<forward>");
         return FORGE_OK;
@@ -132,7 +133,7 @@ static forge_status rope_bf16_run(forge_backend *be, forge_bf16 *out, const forg
     const auto kern = backward && accumulate ? rope_bf16_kernel<true, true>
                       : backward             ? rope_bf16_kernel<true, false>
                                              : rope_bf16_kernel<false, false>;
-    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, grid, ROPE_BF16_THREADS, 0, ctx->stream, ctx->pdl, out, inp, ctx->ws, T,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, grid, ROPE_BF16_THREADS, 0, ctx->stream, ctx->pdl, out, inp, cs, T,
                                      n_heads, n_rot, HS, total),
                     backward ? "rope_bf16_kernel<backward>" : "rope_bf16_kernel<forward>");
     return FORGE_OK;
