@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# device_s16.sh: the ninth session's checks on the GPU machine (device_run.sh stage "s16"), from the repo root with
+# OUT set. Each check under its own timeout, its log in $OUT/s16-NAME.log; a table last.
+#   traj      the same bf16 training run (gpt-10m and gpt-25m on .carry/data/ts8192, FORGE_S16_STEPS steps,
+#             16 x 256, graph replay) with the base binary (.carry/bin-base/forge, unpacked to build/base/forge)
+#             and this tree's. Configs in FORGE_S16_BITWISE (default both) must match bit for bit: the logged
+#             losses, grad norms and val losses and the final checkpoint's weights and optimizer state (a change
+#             that keeps the math); the others are compared within bf16 tolerance instead (the largest relative
+#             loss difference is printed; the final val losses must agree within 1%). FORGE_S16_TRAJ_EXTRA flags
+#             are given to both
+#   flash16   forge_gpu_tests --only flash16 (the bf16 flash kernels against the CPU reference)
+#   ops       the op walk of FORGE_S16_OPS
+#   gpu       forge_gpu_tests --only S for each suite S of FORGE_S16_ONLY (comma-separated)
+#   dwplan    forge-lab bench dw-plan
+#   bench     forge bench train --breakdown on FORGE_S16_CASES (no baseline)
+#   pdl       forge bench train with --pdl and without, FORGE_S16_ROUNDS alternating rounds
+set -u -o pipefail
+: "${OUT:?set OUT}"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+T=build/cuda/forge_gpu_tests
+L=build/cuda/forge-lab
+F=build/cuda/forge
+DATA=.carry/data/ts8192
+STEPS=${FORGE_S16_STEPS:-200}
+if [ -e .carry/bin-base/forge.gz ]; then
+    mkdir -p build/base && gunzip -c .carry/bin-base/forge.gz >build/base/forge && chmod +x build/base/forge
+fi
+names=() results=() secs=()
+check() { # NAME TIMEOUT CMD...
+    local name=$1 lim=$2 t0 rc
+    shift 2
+    t0=$(date +%s)
+    timeout "$lim" "$@" >"$OUT/s16-$name.log" 2>&1
+    rc=$?
+    names+=("$name")
+    case $rc in 0) results+=(pass) ;; 124 | 137) results+=("timeout($lim)") ;; *) results+=("fail(rc=$rc)") ;; esac
+    secs+=("$(($(date +%s) - t0))")
+    echo "== $name: ${results[-1]}"
+    grep -E "passed, |FAIL|bitwise|differ" "$OUT/s16-$name.log" | tail -n 6
+}
+traj() { # the base and this tree's binary on the same runs; losses compared bit for bit
+    local fails=0 cfg bin
+    for cfg in gpt-10m gpt-25m; do
+        for bin in base tree; do
+            local exe=$F
+            [ "$bin" = base ] && exe=build/base/forge
+            # shellcheck disable=SC2086
+            "$exe" train --device cuda --precision bf16 --config "$cfg" --data "$DATA" --out "/tmp/s16-$cfg-$bin" \
+                --steps "$STEPS" --batch 16 --seq-len 256 --eval-every 100 --eval-batches 4 --lr 6e-4 --seed 1337 \
+                --quiet ${FORGE_S16_TRAJ_EXTRA:-} >"$OUT/s16-traj-$cfg-$bin.log" 2>&1 || {
+                echo "FAIL train $cfg $bin"
+                tail -n 5 "$OUT/s16-traj-$cfg-$bin.log"
+                fails=1
+            }
+        done
+        local bitwise=0
+        case " ${FORGE_S16_BITWISE-gpt-10m gpt-25m} " in *" $cfg "*) bitwise=1 ;; esac
+        python3 - "/tmp/s16-$cfg-base/log.jsonl" "/tmp/s16-$cfg-tree/log.jsonl" "$cfg" "$bitwise" <<'PY' || fails=1
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p)]
+a, b, cfg, bitwise = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+keys = ("loss", "grad_norm", "val_loss")
+rows = lambda r: [(x.get("step"), k, x[k]) for x in r for k in keys if k in x]
+ra, rb = rows(a), rows(b)
+diff = [(x, y) for x, y in zip(ra, rb) if x != y]
+same = len(ra) == len(rb) and len(ra) > 0
+rel = max((abs(x[2] - y[2]) / max(abs(x[2]), 1e-12) for x, y in zip(ra, rb) if x[1] != "grad_norm"), default=0.0)
+va = [x["val_loss"] for x in a if "val_loss" in x]
+vb = [x["val_loss"] for x in b if "val_loss" in x]
+vrel = abs(va[-1] - vb[-1]) / va[-1] if va and vb else float("inf")
+if bitwise:
+    ok = same and not diff
+    print(f"{cfg}: {len(ra)} logged values, base vs tree {'bitwise equal' if ok else 'differ'}"
+          + ("" if ok else f" (first: {diff[:2]}, lengths {len(ra)} / {len(rb)})"))
+else:
+    ok = same and vrel <= 0.01
+    print(f"{cfg}: {len(ra)} logged values, {len(diff)} differ (tolerance run): largest relative loss difference "
+          f"{rel:.3e}, final val loss {va[-1] if va else None} vs {vb[-1] if vb else None} ({vrel:.3e}) "
+          + ("within 1%" if ok else "FAIL"))
+sys.exit(0 if ok else 1)
+PY
+        local ck f
+        ck=$(basename "$(ls -d "/tmp/s16-$cfg-tree"/ckpt_* | tail -n 1)")
+        [ "$bitwise" = 1 ] || continue
+        for f in model.safetensors state.safetensors; do
+            if cmp -s "/tmp/s16-$cfg-base/$ck/$f" "/tmp/s16-$cfg-tree/$ck/$f"; then
+                echo "$cfg: $ck/$f bitwise equal"
+            else
+                echo "$cfg: $ck/$f differ"
+                fails=1
+            fi
+        done
+    done
+    return $fails
+}
+pdl_ab() { # alternating rounds of the bench with --pdl and without (the default)
+    local r
+    for r in $(seq 1 "${FORGE_S16_ROUNDS:-3}"); do
+        for mode in on off; do
+            local extra=""
+            [ "$mode" = on ] && extra=--pdl
+            echo "== round $r pdl $mode"
+            # shellcheck disable=SC2086
+            "$F" bench train --device cuda --precision bf16 --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" \
+                --steps 20 --results "/tmp/s16-pdl-$r-$mode" $extra 2>&1 | grep -E "tok/s|^gpt|median"
+        done
+    done
+}
+export F DATA STEPS OUT
+export -f traj pdl_ab
+for c in ${FORGE_S16_CHECKS:-traj flash16 dwplan bench}; do
+    case $c in
+        traj) check traj 150 bash -c traj ;;
+        flash16) check flash16 100 "$T" --only flash16 ;;
+        ops) check ops 100 "$T" --op "${FORGE_S16_OPS:?}" ;;
+        gpu) for suite in ${FORGE_S16_ONLY//,/ }; do check "gpu-$suite" 150 "$T" --only "$suite"; done ;;
+        dwplan) check dwplan 120 "$L" bench dw-plan --reps 20 ;;
+        bench) check bench 90 "$F" bench train --device cuda --precision bf16 \
+            --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" --steps 12 --breakdown --results /tmp/s16-bench ;;
+        pdl) check pdl 300 bash -c pdl_ab ;;
+    esac
+done
+for f in "$OUT"/s16-dwplan.log "$OUT"/s16-bench.log "$OUT"/s16-pdl.log; do
+    [ -e "$f" ] && { echo "---- $(basename "$f")"; grep -vE "^\s*$" "$f" | tail -n 70; }
+done
+echo
+printf '%-18s %-16s %s\n' check result seconds
+for i in "${!names[@]}"; do printf '%-18s %-16s %s\n' "${names[$i]}" "${results[$i]}" "${secs[$i]}"; done
+for r in "${results[@]}"; do [ "$r" = pass ] || exit 1; done
+exit 0
