@@ -69,12 +69,6 @@ __device__ __forceinline__ float colsum_ordered_rows(const float *__restrict__ c
     return sum;
 }
 
-/* the same over the kernel's block (threadIdx.x), CHUNK = COLSUM_CHUNK */
-__device__ __forceinline__ float colsum_ordered_block(const float *__restrict__ col, size_t stride, int R,
-                                                      bool valid, colsum_chunk_smem &s) {
-    return colsum_ordered_rows<COLSUM_CHUNK>(col, stride, R, valid, s, threadIdx.x);
-}
-
 /* ---- the last arrivals finish ------------------------------------------------------------------------------------ */
 
 /* A first-pass kernel's finish (a kernel parameter): out[p][c] += sum over r of partial[(p R + r) C + c], r in
