@@ -280,41 +280,7 @@ static void test_backward_weight(void) {
     forge_backend_destroy(ref32);
 }
 
-/* The qkv projection with RoPE: the GEMM's bf16 output rotated by rope_forward_bf16, bit for bit (the rounding points
- * the CUDA epilogue reproduces), on both CPU backends; bad shapes refused. */
-static void test_forward_rope(void) {
-    TEST_CASE("matmul_forward_rope_bf16: matmul_forward_bf16, then rope_forward_bf16 in place, bit for bit");
-    const int B = 2, T = 13, C = 24, HS = 16, NH = 2, NKV = 1, n_heads = NH + 2 * NKV, OC = n_heads * HS;
-    const size_t n = (size_t)B * T * OC;
-    forge_rng r;
-    forge_rng_seed(&r, 21, 7);
-    forge_bf16 *inp = bf16_rand(&r, (size_t)B * T * C, -1, 1, 0), *w = bf16_rand(&r, (size_t)OC * C, -1, 1, 0);
-    forge_bf16 *got = malloc(n * sizeof *got), *want = malloc(n * sizeof *want);
-    for (int reference = 1; reference >= 0 && inp && w && got && want; reference--) {
-        forge_backend *be = cpu_backend(reference);
-        if (!be) break;
-        CHECK_OK(be->matmul_forward_rope_bf16(be, got, inp, w, B, T, C, n_heads, NH + NKV, HS, 500000.0f));
-        CHECK_OK(be->matmul_forward_bf16(be, want, NULL, inp, w, NULL, B * T, C, OC));
-        CHECK_OK(be->rope_forward_bf16(be, want, want, B, T, n_heads, NH + NKV, HS, 500000.0f));
-        CHECK_MSG(memcmp(got, want, n * sizeof *got) == 0, "reference=%d: the fused op differs from the pair",
-                  reference);
-        CHECK(be->matmul_forward_rope_bf16(be, got, inp, w, B, T, C, n_heads, NH + NKV, 7, 500000.0f) ==
-              FORGE_ERR_ARG);
-        CHECK(be->matmul_forward_rope_bf16(be, got, inp, w, B, T, C, n_heads, n_heads + 1, HS, 500000.0f) ==
-              FORGE_ERR_ARG);
-        CHECK(be->matmul_forward_rope_bf16(be, got, inp, w, -1, T, C, n_heads, NH + NKV, HS, 500000.0f) ==
-              FORGE_ERR_ARG);
-        forge_error_clear();
-        forge_backend_destroy(be);
-    }
-    free(inp);
-    free(w);
-    free(got);
-    free(want);
-}
-
 void suite_ops_bf16_matmul(void) {
-    test_forward_rope();
     test_forward_values();
     test_forward_ties();
     test_backward_input();

@@ -128,46 +128,6 @@ static void case_encoder_bf16_bad_ids(parity *P) {
     ibuf_free(P, &ids);
 }
 
-/* The qkv projection with RoPE in the GEMM's epilogue gives the bits of the GEMM then the rope kernel, both on the
- * GPU (heads of 64 and 128; rows not a multiple of the 128-row tile; rotated heads ending inside a 128-column tile) */
-static void case_qkv_rope_matches_pair(parity *P) {
-    static const int shapes[][6] = {/* B, T, C, n_heads, n_rot, HS */
-                                    {2, 67, 64, 6, 4, 64}, {3, 100, 520, 12, 8, 64}, {1, 130, 40, 5, 4, 128},
-                                    {2, 64, 128, 3, 1, 64}};
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        const int B = shapes[k][0], T = shapes[k][1], C = shapes[k][2], n_heads = shapes[k][3],
-                  n_rot = shapes[k][4], HS = shapes[k][5], OC = n_heads * HS;
-        const size_t n = (size_t)B * T * OC;
-        char shape[96];
-        snprintf(shape, sizeof shape, "B=%d T=%d C=%d n_heads=%d n_rot=%d HS=%d", B, T, C, n_heads, n_rot, HS);
-        bbuf x = {0}, w = {0}, fused = {0}, pair = {0};
-        forge_bf16 *hf = malloc(n * sizeof *hf), *hp = malloc(n * sizeof *hp);
-        if (hf && hp && bbuf_rand(P, &x, (size_t)B * T * C, -1, 1) && bbuf_rand(P, &w, (size_t)OC * C, -1, 1) &&
-            bbuf_poison(P, &fused, n) && bbuf_poison(P, &pair, n)) {
-            forge_backend *g = P->gpu;
-            forge_status s = g->matmul_forward_rope_bf16(g, fused.g, x.g, w.g, B, T, C, n_heads, n_rot, HS, 1e4f);
-            if (s == FORGE_OK) s = g->matmul_forward_bf16(g, pair.g, NULL, x.g, w.g, NULL, B * T, C, OC);
-            if (s == FORGE_OK) s = g->rope_forward_bf16(g, pair.g, pair.g, B, T, n_heads, n_rot, HS, 1e4f);
-            if (s == FORGE_OK) s = g->copy_to_host(g, hf, fused.g, n * sizeof *hf);
-            if (s == FORGE_OK) s = g->copy_to_host(g, hp, pair.g, n * sizeof *hp);
-            size_t diff = 0;
-            for (size_t i = 0; s == FORGE_OK && i < n; i++) diff += hf[i] != hp[i];
-            char why[160];
-            snprintf(why, sizeof why, "%s%zu of %zu elements differ", s == FORGE_OK ? "" : forge_error_message(),
-                     diff, n);
-            report(P, s == FORGE_OK && diff == 0, "matmul_forward_rope_bf16(= GEMM, then rope; bitwise)", shape,
-                   (double)diff, 0, why);
-            forge_error_clear();
-        }
-        free(hf);
-        free(hp);
-        bbuf_free(P, &x);
-        bbuf_free(P, &w);
-        bbuf_free(P, &fused);
-        bbuf_free(P, &pair);
-    }
-}
-
 /* bf16 ops in place: rope (out == inp) and the residual norms (res == a, res == b) give the reference's bits. */
 static void case_bf16_in_place(parity *P) {
     const int B = 2, T = 67, n_heads = 10, n_rot = 8, HS = 64, N = 37, C = 768;
@@ -435,7 +395,6 @@ int main(int argc, char **argv) {
 #endif
         case_rope_in_place(&P);
         case_bf16_in_place(&P);
-        case_qkv_rope_matches_pair(&P);
         case_encoder_bf16_bad_ids(&P);
         case_flash_deterministic(&P, 2, 333, 4, 2, 64);
         case_flash_deterministic(&P, 1, 300, 4, 1, 128);

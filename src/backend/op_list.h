@@ -215,18 +215,6 @@
               A(IN, forge_bf16, inp, (size_t)N * C, -1, 1) A(IN, forge_bf16, weight, (size_t)OC * C, -1, 1)      \
                   A(IN_OPT, float, bias, OC, -1, 1) A(SIZE, int, N) A(SIZE, int, C) A(SIZE, int, OC),            \
       FORGE_MATMUL_BF16_CASES(K))                                                                                \
-    /* out (B*T, n_heads*HS) = rope(rn(inp . weight^T)): matmul_forward_bf16 without a bias, then               \
-     * rope_forward_bf16 on its output (the first n_rot heads of a row rotated, position t): the qkv projection  \
-     * of a RoPE model. CUDA rotates in the GEMM's epilogue (heads of 64 or 128; else the pair of kernels), the  \
-     * pair's bits. D: a rotation mixes two GEMM outputs (|cos| + |sin| <= 1.42 times their bound) and rounds    \
-     * once more, with rope's table ULP: ULP_SUMS(2, 5, C). */                                                   \
-    X(matmul_forward_rope_bf16, FORGE_BF16, 0,                                                                   \
-      A(OUT, forge_bf16, out, (size_t)B * T * n_heads * HS, ULP_SUMS(2, 5, C))                                   \
-          A(IN, forge_bf16, inp, (size_t)B * T * C, -1, 1) A(IN, forge_bf16, weight, (size_t)n_heads * HS * C,   \
-                                                               -1, 1)                                            \
-              A(SIZE, int, B) A(SIZE, int, T) A(SIZE, int, C) A(SIZE, int, n_heads) A(SIZE, int, n_rot)          \
-                  A(SIZE, int, HS) A(SCALAR, float, theta),                                                      \
-      FORGE_MATMUL_ROPE_BF16_CASES(K))                                                                           \
     /* dinp (N,C) = rn(dinp + d) (accumulate = 1) or rn(d) (accumulate = 0: dinp is only written, the first    \
      * gradient of a tensor), d = dout (N,OC) . weight (OC,C), times gelu'(pre) when pre (N,C) is given (it      \
      * may be NULL). D <= 1.13 SUM(OC) + |acc| |the two gelu' evaluations' difference| (the tanh form on both;   \
@@ -596,15 +584,6 @@
     K(.B = 1, .T = 1, .n_heads = 3, .n_rot = 0, .HS = 2, .theta = 10000.0f EXTRA())                              \
     K(.B = 1, .T = 2048, .n_heads = 4, .n_rot = 2, .HS = 128, .theta = 10000.0f EXTRA()) /* large angles */
 #define FORGE_ROPE_CASES(K) FORGE_ROPE_CASES_E(K, FORGE_NO_EXTRA)
-/* The qkv projection with RoPE: heads of 64 and 128 (the fused epilogue; rows not a multiple of its 128-row tile,
- * rotated heads ending inside and at a tile's 128 columns), 32 and 6 (the pair of kernels), one row, t up to 2047. */
-#define FORGE_MATMUL_ROPE_BF16_CASES(K)                                                                          \
-    K(.B = 2, .T = 67, .C = 64, .n_heads = 6, .n_rot = 4, .HS = 64, .theta = 10000.0f)                           \
-    K(.B = 1, .T = 130, .C = 40, .n_heads = 5, .n_rot = 4, .HS = 128, .theta = 500000.0f)                        \
-    K(.B = 3, .T = 33, .C = 24, .n_heads = 6, .n_rot = 3, .HS = 64, .theta = 10000.0f)                           \
-    K(.B = 2, .T = 33, .C = 24, .n_heads = 6, .n_rot = 4, .HS = 32, .theta = 10000.0f)                           \
-    K(.B = 1, .T = 1, .C = 8, .n_heads = 3, .n_rot = 2, .HS = 6, .theta = 10000.0f)                              \
-    K(.B = 1, .T = 2048, .C = 16, .n_heads = 3, .n_rot = 2, .HS = 64, .theta = 10000.0f)
 #define FORGE_ATTENTION_CASES(K)                                                                                 \
     K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 64) K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 64)              \
     K(.B = 2, .T = 67, .NH = 6, .NKV = 2, .HS = 6) K(.B = 2, .T = 67, .NH = 6, .NKV = 6, .HS = 6)                \

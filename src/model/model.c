@@ -287,10 +287,8 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
     for (int l = 0; l < c->n_layers; l++) {
         forge_layer_params *L = &m->layers[l];
         /* attention block: x = x + proj(attention(rope(qkv(h)))), then h = norm2(x) */
-        if (c->positions == FORGE_POSITIONS_ROPE)
-            FORGE_TRY(forge_op_qkv_rope(tape, &h, h, L->qkv_w, L->qkv_b, NH, NKV, HS, c->rope_theta));
-        else
-            FORGE_TRY(forge_op_matmul(tape, &h, h, L->qkv_w, L->qkv_b));
+        FORGE_TRY(forge_op_matmul(tape, &h, h, L->qkv_w, L->qkv_b));
+        if (c->positions == FORGE_POSITIONS_ROPE) FORGE_TRY(forge_op_rope(tape, &h, h, NH, NKV, HS, c->rope_theta));
         if (m->flash_attention)
             FORGE_TRY(forge_op_flash_attention(tape, &a, h, NH, NKV, HS));
         else

@@ -11,12 +11,6 @@
  * is written rather than added when it is x's first gradient. The GELU
  * derivative is its own pass, not the dgelu_pre epilogue of the projection's dX
  * GEMM, which measured slower than the pair (docs/results.md).
- *
- * The qkv projection of a RoPE model (forge_op_qkv_rope) is one tape entry in
- * bf16 without a bias: matmul_forward_rope_bf16 rotates the GEMM's output as
- * it is stored (no separate rope pass over qkv); its backward rotates dout
- * back in place (rope_backward_bf16, as the rope op's in-place form does) and
- * runs the matmul rule. Elsewhere it is forge_op_matmul then forge_op_rope.
  */
 #include "op_common.h"
 
@@ -141,51 +135,6 @@ forge_status forge_op_matmul(forge_tape *tape, forge_tensor **out, forge_tensor 
     forge_tape_entry e = {.op = "matmul", .backward = matmul_backward, .flags = FORGE_TAPE_OUT_GRAD_READ_ONLY,
                           .out = o, .in = {x, weight, bias}};
     matmul_params p = {N, C, OC};
-    return forge_tape_push(tape, &e, &p, sizeof p);
-}
-
-typedef struct {
-    matmul_params mm; /* first: matmul_backward_bf16 reads it; B = N / T, n_heads = OC / HS (an entry holds 32 bytes) */
-    int T, n_rot, HS;
-    float theta;
-} matmul_rope_params;
-
-/* dout (the rotated output's gradient) rotated back in place into the GEMM output's gradient, then the matmul rule */
-static forge_status matmul_rope_backward_bf16(forge_tape *tape, const forge_tape_entry *e) {
-    forge_backend *be = forge_tape_backend(tape);
-    matmul_rope_params p;
-    forge_tape_entry_params(e, &p, sizeof p);
-    forge_bf16 *g = forge_bf16p(e->out->grad);
-    OP_REQUIRE(be, rope_backward_bf16);
-    FORGE_TRY(be->rope_backward_bf16(be, g, g, p.mm.N / p.T, p.T, p.mm.OC / p.HS, p.n_rot, p.HS, p.theta, 0));
-    return matmul_backward_bf16(tape, e);
-}
-
-forge_status forge_op_qkv_rope(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
-                               forge_tensor *bias, int NH, int NKV, int HS, float theta) {
-    forge_backend *be = forge_tape_backend(tape);
-    if (!op_is_bf16(x) || bias || x->ndim != 3 || !be->matmul_forward_rope_bf16) {
-        FORGE_TRY(forge_op_matmul(tape, out, x, weight, bias));
-        return forge_op_rope(tape, out, *out, NH, NKV, HS, theta);
-    }
-    int N = 0, C = 0, OC = 0;
-    FORGE_TRY(matmul_check(x, weight, NULL, &N, &C, &OC));
-    if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || HS <= 0 || HS % 2 != 0 || OC != (NH + 2 * NKV) * HS)
-        return forge_error(FORGE_ERR_ARG,
-                           "qkv_rope: the weight's %d rows must be (NH + 2 NKV) HS = (%d + 2 * %d) * %d, with NH a "
-                           "multiple of NKV and HS even",
-                           OC, NH, NKV, HS);
-    const forge_bf16 *w16;
-    FORGE_TRY(op_working("qkv_rope", weight, &w16));
-    FORGE_TRY(op_new_like(tape, out, x, OC));
-    forge_tensor *o = *out;
-    const int B = (int)x->shape[0], T = (int)x->shape[1];
-    FORGE_TRY(be->matmul_forward_rope_bf16(be, forge_bf16p(o), forge_bf16p(x), w16, B, T, C, NH + 2 * NKV, NH + NKV,
-                                           HS, theta));
-    o->requires_grad = x->requires_grad || weight->requires_grad;
-    /* the rule rotates out's gradient in place: out must own it (no FORGE_TAPE_OUT_GRAD_READ_ONLY) */
-    forge_tape_entry e = {.op = "qkv_rope", .backward = matmul_rope_backward_bf16, .out = o, .in = {x, weight, NULL}};
-    matmul_rope_params p = {{N, C, OC}, T, NH + NKV, HS, theta};
     return forge_tape_push(tape, &e, &p, sizeof p);
 }
 

@@ -30,10 +30,6 @@ forge_status forge_op_matmul(forge_tape *tape, forge_tensor **out, forge_tensor 
 /* out = gelu(x . weight^T + bias): fp32 runs matmul then gelu; bf16 fuses GELU into the GEMM */
 forge_status forge_op_matmul_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
                                   forge_tensor *bias);
-/* qkv (B,T,(NH+2NKV)*HS) = rope(x (B,T,C) . weight^T + bias): the qkv projection, then forge_op_rope's rotation
- * of the NH+NKV query and key heads; bf16 without a bias rotates in the GEMM's epilogue (one tape entry) */
-forge_status forge_op_qkv_rope(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
-                               forge_tensor *bias, int NH, int NKV, int HS, float theta);
 forge_status forge_op_layernorm(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,
                                 forge_tensor *bias, float eps);
 forge_status forge_op_rmsnorm(forge_tape *tape, forge_tensor **out, forge_tensor *x, forge_tensor *weight,

@@ -69,21 +69,6 @@ forge_status cpu_matmul_forward_bf16(forge_backend *be, forge_bf16 *out, forge_b
     return FORGE_OK;
 }
 
-/* The qkv projection of a RoPE model: the GEMM's bf16 output, then rope_forward_bf16 on it in place (the pair's
- * rounding points, which the CUDA epilogue reproduces) */
-forge_status cpu_matmul_forward_rope_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *inp,
-                                          const forge_bf16 *weight, int B, int T, int C, int n_heads, int n_rot,
-                                          int HS, float theta) {
-    if (B < 0 || T < 0 || n_heads < 0 || HS < 0 || (long long)B * T > 0x7fffffffLL ||
-        (long long)n_heads * HS > 0x7fffffffLL)
-        return forge_error(FORGE_ERR_ARG,
-                           "matmul_forward_rope_bf16: sizes must be >= 0 and fit an int, got B=%d T=%d n_heads=%d "
-                           "HS=%d",
-                           B, T, n_heads, HS);
-    FORGE_TRY(cpu_matmul_forward_bf16(be, out, NULL, inp, weight, NULL, B * T, C, n_heads * HS));
-    return cpu_rope_forward_bf16(be, out, out, B, T, n_heads, n_rot, HS, theta);
-}
-
 forge_status cpu_matmul_backward_input_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *dout,
                                             const forge_bf16 *weight, const forge_bf16 *pre, int N, int C, int OC,
                                             int accumulate) {

@@ -80,14 +80,6 @@ forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, const
  * pdl != 0: launched with programmatic dependent launch (pdl.cuh; gemm.h). */
 forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias, void *pre_out,
                                         int gelu, int M, int N, int K, void *stream, int pdl);
-/* C (M,N) bf16 = rope(rn(A . B^T)): the bf16 ping-pong GEMM whose epilogue rotates the first rope_cols columns of
- * every row by RoPE (heads of HS = 64 or 128 columns, position = row % T, cs rope.cu's (T, HS/2, 2) cos/sin table),
- * with the bits of forge_gemm_bf16_nt_pp_bf16 followed by rope_bf16.cu's forward. The refusal says why arguments
- * cannot take this kernel (NULL: they can; cs is not checked there); the entry returns FORGE_ERR_UNSUPPORTED then. */
-const char *forge_gemm_bf16_nt_pp_rope_refusal(const void *A, const void *B, const void *C, int M, int N, int K, int T,
-                                               int rope_cols, int HS);
-forge_status forge_gemm_bf16_nt_pp_rope(const void *A, const void *B, void *C, int M, int N, int K, const float *cs,
-                                        int T, int rope_cols, int HS, void *stream, int pdl);
 
 #ifdef __cplusplus
 }

@@ -121,69 +121,6 @@ static forge_status bf16_pp_epi_launch(const void *A, const void *B, void *C, co
     return FORGE_OK;
 }
 
-/* bf16 ping-pong with a bf16 C rotated by RoPE as it is stored (fp8_rope_tile: heads of RHS columns, the first
- * rope_cols columns rotated, position = row % rope_T; the bits of the plain bf16 C followed by rope_bf16.cu's
- * forward) */
-template <int RHS>
-__global__ void __launch_bounds__(FP8_THREADS, 1)
-    gemm_wgmma_bf16_pp_rope_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                                   const __grid_constant__ CUtensorMap tm_c, void *__restrict__ C, int M, int N, int K,
-                                   const float *__restrict__ rope_cs, int rope_T, int rope_cols) {
-    wgmma_nt_body<128, WG_BF16, 1, 0, 1, 1, 1, 0, FP8_EPI_ADD | (RHS == 128 ? FP8_EPI_ROPE128 : FP8_EPI_ROPE64)>(
-        tm_a, tm_b, C, 1.0f, M, N, K, 0, &tm_c, nullptr, &tm_c, 0, rope_cs, rope_T, rope_cols);
-}
-
-template <int RHS>
-static forge_status bf16_pp_rope_launch(const void *A, const void *B, void *C, int M, int N, int K, const float *cs,
-                                        int T, int rope_cols, int dev, int sm_count, cudaStream_t stream, int pdl) {
-    typedef fp8_cfg<128, 1> cfg;
-    static int smem_set[FP8_MAX_DEVICES]; /* per instantiation */
-    CUtensorMap tm_a, tm_b, tm_c;
-    FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 1));
-    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, A, M, K, (unsigned long long)K * 2, FP8_BM,
-                              FP8_BK / 2, "gemm_bf16 pp A (bf16, K-major)"));
-    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, B, N, K, (unsigned long long)K * 2, 128,
-                              FP8_BK / 2, "gemm_bf16 pp B (bf16, K-major)"));
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_rope_kernel<RHS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)cfg::SMEM));
-        smem_set[dev] = 1;
-    }
-    const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
-    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
-    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_pp_rope_kernel<RHS>, grid, FP8_THREADS, cfg::SMEM, stream, pdl,
-                                     tm_a, tm_b, tm_c, C, M, N, K, cs, T, rope_cols),
-                    RHS == 128 ? "gemm_wgmma_bf16_pp_rope_kernel<128>" : "gemm_wgmma_bf16_pp_rope_kernel<64>");
-    return FORGE_OK;
-}
-
-extern "C" const char *forge_gemm_bf16_nt_pp_rope_refusal(const void *A, const void *B, const void *C, int M, int N,
-                                                          int K, int T, int rope_cols, int HS) {
-    if (M <= 0 || N <= 0 || K <= 0 || T <= 0) return "M, N, K and T must be >= 1";
-    if (HS != 64 && HS != 128) return "RoPE in the epilogue takes heads of 64 or 128 columns";
-    if (rope_cols < 0 || rope_cols > N || rope_cols % HS != 0) return "rope_cols must be whole heads within N";
-    if (M % T != 0) return "the rows must be whole sequences (M a multiple of T)";
-    if (K % 8 != 0) return "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
-    if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) return "A and B must be 16-byte aligned (TMA)";
-    if (!fp8_c_tma_ok(C, N, 1))
-        return "the ping-pong schedule stores C through TMA: N must be a multiple of 8 and C 16-byte aligned";
-    return nullptr;
-}
-
-extern "C" forge_status forge_gemm_bf16_nt_pp_rope(const void *A, const void *B, void *C, int M, int N, int K,
-                                                   const float *cs, int T, int rope_cols, int HS, void *stream,
-                                                   int pdl) {
-    const char *why = forge_gemm_bf16_nt_pp_rope_refusal(A, B, C, M, N, K, T, rope_cols, HS);
-    if (why == nullptr && rope_cols > 0 && (uintptr_t)cs % 16 != 0) why = "the cos/sin table must be 16-byte aligned";
-    if (why != nullptr)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 nt pp rope (M=%d N=%d K=%d HS=%d): %s", M, N, K, HS, why);
-    int dev = 0, sms = 0;
-    FORGE_TRY(fp8_device_info(&dev, &sms));
-    return HS == 128 ? bf16_pp_rope_launch<128>(A, B, C, M, N, K, cs, T, rope_cols, dev, sms, (cudaStream_t)stream, pdl)
-                     : bf16_pp_rope_launch<64>(A, B, C, M, N, K, cs, T, rope_cols, dev, sms, (cudaStream_t)stream, pdl);
-}
-
 extern "C" forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias,
                                                    void *pre_out, int gelu, int M, int N, int K, void *stream,
                                                    int pdl) {

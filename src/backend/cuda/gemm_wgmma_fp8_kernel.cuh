@@ -786,61 +786,15 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
  * store of fill f - 2 (the same box) has read it: all of its bulk groups at the first fill (the previous tile
  * half's), at most one (fill f - 1's) after. The bias of a thread's 2 x 8 columns is loaded once per box of
  * columns (read-only cache, zero past N). */
-#define FP8_EPI_ADD 1      /* the cooperative kernel's sequence: v = acc + bias (0 without one), bf16 C */
-#define FP8_EPI_GELU 2     /* then GELU, pre_out (bf16) before it where has_pre */
-#define FP8_EPI_ROPE64 4   /* then RoPE on the columns below rope_cols, heads of 64 (fp8_rope_tile; no bias) */
-#define FP8_EPI_ROPE128 8  /* the same, heads of 128 */
-#define FP8_EPI_ROPE (FP8_EPI_ROPE64 | FP8_EPI_ROPE128)
-
-/* RoPE fused into the bf16 epilogue (FP8_EPI_ROPE64 / _ROPE128: the qkv projection's output rotated as it is
- * stored), on a warpgroup's 64 x 128 tile half in place, before fp8_store_tile_tma_epi stores it. Per element the
- * sequence of the unfused pair (the GEMM's bf16 epilogue, then rope_bf16.cu's forward):
- *     x = rn(acc + 0)                                  the GEMM's C (no bias)
- *     out[i] = fmaf(x[i], cos, -(x[i + HS/2] sin))     out[i + HS/2] = fmaf(x[i + HS/2], cos, x[i] sin)
- * and the store rounds out once more (without adding 0, so a -0 stays -0 as in the unfused kernel's rn(out)).
- * cs is rope.cu's (T, HS/2, 2) cos/sin table, the row's position t = row % T (rows are b*T + t). Columns
- * [0, rope_cols) are rotated, rope_cols a multiple of HS; the tile's columns start on a head (tile_col % 128 == 0,
- * HS divides 128). In the accumulator fragment (d[4i + 2h + j]: column 8i + 2(lane%4) + j, row warp*16 + lane/4 +
- * 8h) the partner column + HS/2 is chunk i + HS/16 of the same thread, so the rotation needs no exchange. */
-template <int RHS>
-__device__ __forceinline__ void fp8_rope_tile(float (&d)[64], const float *__restrict__ cs, int tid, int tile_row,
-                                              int tile_col, int rope_T, int rope_cols) {
-    static_assert(RHS == 64 || RHS == 128, "heads of 64 or 128 columns");
-    constexpr int P = RHS / 16; /* chunks of 8 columns in half a head */
-    constexpr int half = RHS / 2;
-    const int warp = tid / 32, lane = tid % 32;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int t = (tile_row + warp * 16 + lane / 4 + 8 * h) % rope_T;
-        const float *row_cs = cs + 2 * (size_t)t * half;
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            if (i % (2 * P) >= P) continue; /* the upper half of a head: rotated with chunk i - P */
-            const int ci = 8 * (i % (2 * P)) + 2 * (lane % 4); /* the column's index in its head, < HS/2 */
-            if (tile_col + 8 * i >= rope_cols) continue;
-            const float4 c4 = __ldg(reinterpret_cast<const float4 *>(row_cs + 2 * ci)); /* cos, sin of ci, ci + 1 */
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const float co = j ? c4.z : c4.x, sn = j ? c4.w : c4.y;
-                float &lo = d[4 * i + 2 * h + j], &hi = d[4 * (i + P) + 2 * h + j];
-                const float x0 = __bfloat162float(__float2bfloat16_rn(lo + 0.0f));
-                const float x1 = __bfloat162float(__float2bfloat16_rn(hi + 0.0f));
-                lo = fmaf(x0, co, -(x1 * sn));
-                hi = fmaf(x1, co, x0 * sn);
-            }
-        }
-    }
-}
-
+#define FP8_EPI_ADD 1  /* the cooperative kernel's sequence: v = acc + bias (0 without one), bf16 C */
+#define FP8_EPI_GELU 2 /* then GELU, pre_out (bf16) before it where has_pre */
 template <int XEPI, int BIAS>
 __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], const CUtensorMap *tm_c,
                                                        const CUtensorMap *tm_pre, int has_pre, uint32_t sout, int c,
                                                        int tid, int tile_row, int tile_col, int M, int N,
-                                                       const float *__restrict__ bias, int rope_cols = 0) {
+                                                       const float *__restrict__ bias) {
     static_assert((XEPI & FP8_EPI_ADD) != 0, "the bf16 epilogues add the bias (or 0) first");
-    constexpr bool GELU = (XEPI & FP8_EPI_GELU) != 0, ROPE = (XEPI & FP8_EPI_ROPE) != 0;
-    static_assert(!ROPE || (!GELU && !BIAS), "RoPE: the plain bf16 epilogue (no bias, no GELU)");
-    (void)rope_cols;
+    constexpr bool GELU = (XEPI & FP8_EPI_GELU) != 0;
     constexpr int CH = 8;          /* 8-column groups per 64-column bf16 box */
     constexpr int NBOX = 128 / 64; /* boxes of columns in the 128-wide tile */
     const int warp = tid / 32, lane = tid % 32;
@@ -881,8 +835,6 @@ __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], con
                      * swizzled sx ^ ii */
                     const uint32_t a = box + srow + 1024u * (uint32_t)h + ((sx ^ (uint32_t)ii) << 4);
                     float v0 = d[4 * i + 2 * h] + bv[ii][0], v1 = d[4 * i + 2 * h + 1] + bv[ii][1];
-                    if (ROPE && tile_col + 8 * i < rope_cols) /* fp8_rope_tile's output, stored as it is */
-                        v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
                     if constexpr (GELU && pass == 1) { /* pass 0 of 2 stages v itself (pre_out) */
                         v0 = gemm_gelu(v0);
                         v1 = gemm_gelu(v1);
@@ -976,8 +928,7 @@ template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, 
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2,
                                               const CUtensorMap *tm_c = nullptr, const float *bias = nullptr,
-                                              const CUtensorMap *tm_pre = nullptr, int has_pre = 0,
-                                              const float *rope_cs = nullptr, int rope_T = 1, int rope_cols = 0) {
+                                              const CUtensorMap *tm_pre = nullptr, int has_pre = 0) {
     static_assert(!BIAS || PP, "bias: the ping-pong epilogue only");
     static_assert(!XEPI || (PP && AT == WG_BF16 && OUT_BF16), "the bf16 epilogues: bf16 ping-pong, bf16 C");
     typedef fp8_cfg<BN, TMA_C> cfg;
@@ -1033,7 +984,6 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
      * plain launch) */
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    (void)rope_cs, (void)rope_T, (void)rope_cols; /* XEPI's RoPE only */
 
     if (wg == 0) {
         /* ---- producer: one thread drives the TMA ring ---- */
@@ -1084,15 +1034,10 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 fp8_pp_tile<AT, STAGES>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
                                         (uint32_t)((s0 / STAGES) & 1), signal);
                 if constexpr (XEPI) {
-                    constexpr int RHS = (XEPI & FP8_EPI_ROPE128) != 0 ? 128 : 64;
-                    if constexpr ((XEPI & FP8_EPI_ROPE) != 0)
-                        fp8_rope_tile<RHS>(dlo, rope_cs, tid, tm * FP8_BM, tn * BN, rope_T, rope_cols);
                     fp8_store_tile_tma_epi<XEPI, BIAS>(dlo, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM,
-                                                       tn * BN, M, N, bias, rope_cols);
-                    if constexpr ((XEPI & FP8_EPI_ROPE) != 0)
-                        fp8_rope_tile<RHS>(dhi, rope_cs, tid, tm * FP8_BM + 64, tn * BN, rope_T, rope_cols);
+                                                       tn * BN, M, N, bias);
                     fp8_store_tile_tma_epi<XEPI, BIAS>(dhi, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM + 64,
-                                                       tn * BN, M, N, bias, rope_cols);
+                                                       tn * BN, M, N, bias);
                 } else {
                     fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN,
                                                               M, N, bias);

@@ -40,7 +40,6 @@
 #include "colsum_ordered.cuh"
 #include "cuda_ops.h"
 #include "gemm.h"
-#include "gemm_fp8.h" /* forge_gemm_bf16_nt_pp_rope */
 #include "pdl.cuh"
 
 #define MMB_TILE 64     /* SIMT: a 64 x 64 tile of the output per block */
@@ -296,34 +295,6 @@ forge_status cuda_matmul_forward_bf16(forge_backend *be, forge_bf16 *out, forge_
         if (!fallback) return FORGE_OK;
     }
     return mm_bf16_simt<MMB_NT>(ctx, inp, weight, out, pre, NULL, bias, N, OC, C, "mm_bf16_simt_kernel<NT>");
-}
-
-/* The qkv projection of a RoPE model: the bf16 ping-pong GEMM rotating its output as it stores it where
- * forge_gemm_bf16_nt_pp_rope takes the arguments (heads of 64 or 128, aligned operands: the pair's bits), else the
- * GEMM, then the rope kernel in place. */
-forge_status cuda_matmul_forward_rope_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *inp,
-                                           const forge_bf16 *weight, int B, int T, int C, int n_heads, int n_rot,
-                                           int HS, float theta) {
-    if (B < 0 || T < 0 || n_heads < 0 || HS < 0 || (long long)B * T > 0x7fffffffLL ||
-        (long long)n_heads * HS > 0x7fffffffLL)
-        return forge_error(FORGE_ERR_ARG,
-                           "cuda matmul_forward_rope_bf16: sizes must be >= 0 and fit an int, got B=%d T=%d "
-                           "n_heads=%d HS=%d",
-                           B, T, n_heads, HS);
-    FORGE_TRY(cuda_rope_check_args("matmul_forward_rope_bf16", n_heads, n_rot, HS, theta));
-    const int N = B * T, OC = n_heads * HS;
-    if (N == 0 || OC == 0) return FORGE_OK;
-    cuda_ctx *ctx = cuda_get_ctx(be);
-    if (C > 0 && n_rot > 0 &&
-        forge_gemm_bf16_nt_pp_rope_refusal(inp, weight, out, N, OC, C, T, n_rot * HS, HS) == NULL) {
-        const float *cs = NULL;
-        FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, "matmul_forward_rope_bf16", &cs));
-        if ((uintptr_t)cs % 16 == 0)
-            return forge_gemm_bf16_nt_pp_rope(inp, weight, out, N, OC, C, cs, T, n_rot * HS, HS, (void *)ctx->stream,
-                                              ctx->pdl);
-    }
-    FORGE_TRY(cuda_matmul_forward_bf16(be, out, NULL, inp, weight, NULL, N, C, OC));
-    return cuda_rope_forward_bf16(be, out, out, B, T, n_heads, n_rot, HS, theta);
 }
 
 forge_status cuda_matmul_backward_input_bf16(forge_backend *be, forge_bf16 *dinp, const forge_bf16 *dout,
