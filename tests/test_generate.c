@@ -148,10 +148,13 @@ static void env_close(env *e) {
     forge_backend_destroy(e->be);
 }
 
+/* llama 2: with biases (the MLP's gate and up as two GEMVs into the halves of the packed row, model.c: pack_swiglu) */
 static void test_decode_logits(int llama) {
-    TEST_CASE(llama ? "decode: every position's logits equal the full forward's row (Llama, GQA 6/2, RoPE)"
-                    : "decode: every position's logits equal the full forward's row (GPT-2, tied, learned positions)");
-    forge_model_config cfg = small_config(llama, 61);
+    TEST_CASE(llama == 2 ? "decode: every position's logits equal the full forward's row (Llama with biases)"
+              : llama    ? "decode: every position's logits equal the full forward's row (Llama, GQA 6/2, RoPE)"
+                         : "decode: every position's logits equal the full forward's row (GPT-2, tied, learned positions)");
+    forge_model_config cfg = small_config(llama != 0, 61);
+    if (llama == 2) cfg.bias = 1;
     env e;
     CHECK(env_open(&e, &cfg));
     if (test_case_failed()) return;
@@ -416,6 +419,7 @@ void suite_generate(void) {
     test_attention_decode_values();
     test_decode_logits(0);
     test_decode_logits(1);
+    test_decode_logits(2);
     test_decode_device_args(0);
     test_decode_device_args(1);
     test_decode_ops();

@@ -40,6 +40,7 @@ typedef enum {
     GC_ROPE,
     GC_GELU,
     GC_SWIGLU,
+    GC_SWIGLU_PACKED,
     GC_ADD,
     GC_ATTENTION,
     GC_FLASH,
@@ -89,6 +90,7 @@ static double objective(gc_ctx *g) {
         break;
     case GC_GELU: s = be->gelu_forward(be, g->out, g->in[0], g->n_out); break;
     case GC_SWIGLU: s = be->swiglu_forward(be, g->out, g->in[0], g->in[1], g->n_out); break;
+    case GC_SWIGLU_PACKED: s = be->swiglu_packed_forward(be, g->out, g->in[0], g->N, g->C); break;
     case GC_ADD: s = be->add_forward(be, g->out, g->in[0], g->in[1], g->n_out); break;
     case GC_ATTENTION:
         s = be->attention_forward(be, g->out, g->save0, g->in[0], g->B, g->T, g->NH, g->NKV, g->HS);
@@ -311,6 +313,24 @@ static void test_swiglu(forge_rng *rng) {
     forge_backend_destroy(be);
 }
 
+/* gu (N, 2F): gate then up in each row (F in g.C) */
+static void test_swiglu_packed(forge_rng *rng) {
+    TEST_CASE("gradcheck swiglu packed");
+    forge_backend *be = ref_backend();
+    if (!be) return;
+    const int N = 7, F = 13;
+    const size_t n = (size_t)N * F;
+    gc_ctx g = {.be = be, .op = GC_SWIGLU_PACKED, .N = N, .C = F, .n_out = n};
+    g.in[0] = fx_random(rng, 2 * n, -4, 4);
+    g.out = fx_floats(n);
+    float *R = fx_random(rng, n, -1, 1), *dgu = fx_floats(2 * n);
+    g.R = R;
+    CHECK_OK(be->swiglu_packed_backward(be, dgu, R, g.in[0], N, F));
+    fd_check(&g, "dgu", g.in[0], 2 * n, dgu, rng);
+    free(g.in[0]), free(g.out), free(R), free(dgu);
+    forge_backend_destroy(be);
+}
+
 static void test_add(forge_rng *rng) {
     TEST_CASE("gradcheck add (backward is accumulate into both inputs)");
     forge_backend *be = ref_backend();
@@ -414,6 +434,7 @@ void suite_gradcheck(void) {
     test_rope(&rng);
     test_gelu(&rng);
     test_swiglu(&rng);
+    test_swiglu_packed(&rng);
     test_add(&rng);
     test_attention(&rng, 4, 2);
     test_attention(&rng, 3, 3);

@@ -1,5 +1,6 @@
 /* test_model.c: layout and names, init statistics, a whole-model gradient
- * check, and a tiny model overfitting one batch. */
+ * check, a tiny model overfitting one batch, the packed SwiGLU MLP against
+ * its two-GEMM reference, and the gradient buckets' launch rule. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,9 @@ typedef struct {
     forge_tensor *ids, *targets;
 } fixture;
 
-static int fixture_init(fixture *f, const forge_model_config *cfg, int B, int T, int reference) {
+static int fixture_init_with(fixture *f, const forge_model_config *cfg, int B, int T, const forge_runtime_options *o) {
     memset(f, 0, sizeof *f);
-    if (forge_backend_create_cpu(&f->be, 0, reference) != FORGE_OK) return 0;
+    if (forge_backend_create(&f->be, FORGE_DEVICE_CPU, o) != FORGE_OK) return 0;
     if (forge_pool_create(&f->pool, f->be) != FORGE_OK) return 0;
     if (forge_tape_create(&f->tape, f->pool) != FORGE_OK) return 0;
     if (forge_model_create(&f->m, cfg, f->pool, 42) != FORGE_OK) return 0;
@@ -35,6 +36,14 @@ static int fixture_init(fixture *f, const forge_model_config *cfg, int B, int T,
         forge_i32(f->targets)[i] = (int32_t)forge_rng_below(&rng, (uint64_t)cfg->vocab_size);
     }
     return 1;
+}
+
+static int fixture_init(fixture *f, const forge_model_config *cfg, int B, int T, int reference) {
+    forge_runtime_options o;
+    forge_runtime_options_default(&o);
+    o.threads = 0;
+    o.cpu_reference = reference;
+    return fixture_init_with(f, cfg, B, T, &o);
 }
 
 static void fixture_free(fixture *f) {
@@ -191,6 +200,107 @@ static void test_overfit(int llama) {
     fixture_free(&f);
 }
 
+/* The SwiGLU MLP as one GEMM each way on the stacked [gate; up] weights (model.c: pack_swiglu). Taken for a Llama
+ * without biases: gate_up_w a (2H, C) view starting at fc_w's elements in the parameter, gradient and bf16
+ * working-copy blocks, one tape entry fewer per layer. Not with biases (fc_b lies between fc_w and up_w). Against
+ * the two-GEMM reference (swiglu_packed = 0) from the same init and batch: the forward gives the same bits (fp32
+ * and bf16: each element is the same dot product), and fp32 training stays within float rounding of it (the input
+ * gradient of h is one 2H-long sum instead of two H-long ones added, which moves later steps by a few ulps). */
+static void test_swiglu_packed(void) {
+    TEST_CASE("swiglu: one packed GEMM each way (llama, no biases); fp32 training follows the two-GEMM path");
+    forge_model_config cfg = test_small_config(1);
+    enum { B = 2, T = 8, N = B * T, STEPS = 12 };
+    fixture f[2];
+    int ok = fixture_init(&f[0], &cfg, B, T, 0);
+    ok = fixture_init(&f[1], &cfg, B, T, 0) && ok;
+    CHECK(ok);
+    if (ok) {
+        CHECK(f[0].m->swiglu_packed == 1);
+        for (int l = 0; l < cfg.n_layers; l++) {
+            const forge_layer_params *L = &f[0].m->layers[l];
+            const forge_tensor *s = L->gate_up_w;
+            CHECK_MSG(s && s->ndim == 2 && s->shape[0] == 2 * cfg.ffn_hidden && s->shape[1] == cfg.d_model &&
+                          s->data == L->fc_w->data && s->grad->data == L->fc_w->grad->data &&
+                          forge_f32(L->up_w) == forge_f32(s) + L->fc_w->numel && !s->working,
+                      "layer %d: gate_up_w is not the (2H, C) view of fc_w then up_w", l);
+        }
+        f[1].m->swiglu_packed = 0; /* the reference: two GEMMs */
+        forge_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+        forge_optimizer *opt[2] = {NULL, NULL};
+        float loss[2][STEPS];
+        size_t entries[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(forge_optimizer_create(&opt[k], f[k].m, ac));
+            for (int step = 0; step < STEPS && !test_case_failed(); step++) {
+                forge_tensor *losses;
+                CHECK_OK(forge_model_zero_grad(f[k].m));
+                CHECK_OK(forge_model_forward(f[k].m, f[k].tape, f[k].ids, f[k].targets, 1.0f / N, &losses));
+                entries[k] = forge_tape_size(f[k].tape);
+                CHECK_OK(forge_tape_backward(f[k].tape));
+                double sum = 0;
+                for (int i = 0; i < N; i++) sum += forge_f32(losses)[i];
+                loss[k][step] = (float)(sum / N);
+                forge_tape_reset(f[k].tape);
+                CHECK_OK(forge_optimizer_begin_step(opt[k], 1e-2f));
+                CHECK_OK(forge_optimizer_grad_norm(opt[k]));
+                CHECK_OK(forge_optimizer_update(opt[k]));
+            }
+        }
+        if (!test_case_failed()) {
+            CHECK_MSG(entries[0] + (size_t)cfg.n_layers == entries[1], "tape entries: %zu packed, %zu unpacked",
+                      entries[0], entries[1]);
+            CHECK_MSG(memcmp(&loss[0][0], &loss[1][0], sizeof(float)) == 0, "first loss %.9g packed vs %.9g",
+                      loss[0][0], loss[1][0]);
+            double worst = 0;
+            for (int i = 0; i < STEPS; i++) worst = fmax(worst, fabs((double)loss[0][i] - loss[1][i]) / loss[1][i]);
+            CHECK_MSG(worst < 1e-5, "worst relative loss difference %.3g", worst);
+            CHECK(loss[0][STEPS - 1] < loss[0][0] - 0.1f);
+        }
+        forge_optimizer_free(opt[0]);
+        forge_optimizer_free(opt[1]);
+    }
+    fixture_free(&f[0]);
+    fixture_free(&f[1]);
+
+    /* biases: two GEMMs; GPT-2's GELU MLP has no second projection */
+    const int families[2] = {1, 0};
+    for (int k = 0; k < 2; k++) {
+        forge_model_config c = test_small_config(families[k]);
+        c.bias = 1;
+        fixture g;
+        CHECK(fixture_init(&g, &c, 1, 4, 0));
+        if (!test_case_failed()) CHECK(g.m->swiglu_packed == 0 && g.m->layers[0].gate_up_w == NULL);
+        fixture_free(&g);
+    }
+
+    /* bf16: the view covers the working copy too, and the forward's losses are the two GEMMs' bits */
+    forge_runtime_options o;
+    forge_runtime_options_default(&o);
+    o.threads = 2;
+    o.precision = FORGE_TRAIN_BF16;
+    fixture h[2];
+    memset(h, 0, sizeof h);
+    float first[2][N];
+    for (int k = 0; k < 2; k++) {
+        CHECK(fixture_init_with(&h[k], &cfg, B, T, &o));
+        if (test_case_failed()) break;
+        h[k].m->swiglu_packed = k == 0;
+        forge_tensor *losses;
+        CHECK_OK(forge_model_forward(h[k].m, h[k].tape, h[k].ids, h[k].targets, 1.0f / N, &losses));
+        if (!test_case_failed()) memcpy(first[k], forge_f32(losses), sizeof first[k]);
+        forge_tape_reset(h[k].tape);
+    }
+    if (!test_case_failed()) {
+        const forge_layer_params *L = &h[0].m->layers[cfg.n_layers - 1];
+        const forge_tensor *w = L->gate_up_w->working;
+        CHECK(w && w->dtype == FORGE_BF16 && w->shape[0] == 2 * cfg.ffn_hidden && w->data == L->fc_w->working->data &&
+              (forge_bf16 *)L->up_w->working->data == (forge_bf16 *)w->data + L->fc_w->numel);
+        CHECK_MSG(memcmp(first[0], first[1], sizeof first[0]) == 0, "bf16 forward: packed losses differ");
+    }
+    fixture_free(&h[0]);
+    fixture_free(&h[1]);
+}
+
 /* The bucket-ready rule (train/buckets.h): every bucket the tape hook launches already holds its final gradient
  * (snapshots taken at launch equal the block after the whole backward, bit for bit); buckets are launched during
  * the backward, not all at its end; with tied embeddings the bucket of wte's first row goes last. */
@@ -266,6 +376,7 @@ void suite_model(void) {
     model_gradcheck(1);
     test_overfit(0);
     test_overfit(1);
+    test_swiglu_packed();
     test_buckets_ready(0);
     test_buckets_ready(1);
 }

@@ -217,6 +217,63 @@ done:
     forge_backend_destroy(be);
 }
 
+/* The packed SwiGLU (gu (N, 2F): gate then up in each row) is swiglu_forward_bf16/swiglu_backward_bf16 on the rows'
+ * halves, bit for bit, adding and writing, on the reference and the threaded backends; F odd, F % 8 = 4 and 0. */
+static void test_swiglu_packed(void) {
+    TEST_CASE("bf16 swiglu packed: the unpacked entries' bits on each row's halves, adding and writing");
+    static const int shapes[][2] = {{1, 1}, {1, 1031}, {5, 7}, {9, 16}, {3, 1412}};
+    forge_rng rng;
+    forge_rng_seed(&rng, 22, 5);
+    for (int threads = 1; threads <= 2; threads++) {
+        forge_backend *be = NULL;
+        CHECK_OK(forge_backend_create_cpu(&be, threads, threads == 1));
+        if (!be) return;
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            const int N = shapes[k][0], F = shapes[k][1];
+            const size_t n = (size_t)N * F, row = (size_t)F * sizeof(forge_bf16);
+            forge_bf16 *gu = bf_random(&rng, 2 * n, -6, 6), *d = bf_random(&rng, n, -1, 1);
+            forge_bf16 *dgu0 = bf_random(&rng, 2 * n, -1, 1), *dgu = bf_copy(dgu0, 2 * n);
+            forge_bf16 *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
+            forge_bf16 *gate = malloc(n * sizeof *gate), *up = malloc(n * sizeof *up);
+            forge_bf16 *dgate = malloc(n * sizeof *dgate), *dup = malloc(n * sizeof *dup);
+            forge_bf16 *half = malloc(n * sizeof *half);
+            const int ok = gu && d && dgu0 && dgu && out && want && gate && up && dgate && dup && half;
+            if (!ok) {
+                CHECK_MSG(0, "out of memory");
+            } else {
+                for (int r = 0; r < N; r++) {
+                    memcpy(gate + (size_t)r * F, gu + (size_t)r * 2 * F, row);
+                    memcpy(up + (size_t)r * F, gu + (size_t)r * 2 * F + F, row);
+                }
+                CHECK_OK(be->swiglu_packed_forward_bf16(be, out, gu, N, F));
+                CHECK_OK(be->swiglu_forward_bf16(be, want, gate, up, n));
+                check_bits("swiglu_packed_forward_bf16", out, want, n);
+                for (int accumulate = 1; accumulate >= 0; accumulate--) {
+                    memcpy(dgu, dgu0, 2 * n * sizeof *dgu);
+                    for (int r = 0; r < N; r++) {
+                        memcpy(dgate + (size_t)r * F, dgu0 + (size_t)r * 2 * F, row);
+                        memcpy(dup + (size_t)r * F, dgu0 + (size_t)r * 2 * F + F, row);
+                    }
+                    CHECK_OK(be->swiglu_packed_backward_bf16(be, dgu, d, gu, N, F, accumulate));
+                    CHECK_OK(be->swiglu_backward_bf16(be, dgate, dup, d, gate, up, n, accumulate));
+                    for (int r = 0; r < N; r++) memcpy(half + (size_t)r * F, dgu + (size_t)r * 2 * F, row);
+                    check_bits(accumulate ? "swiglu_packed_backward_bf16 dgate, adding"
+                                          : "swiglu_packed_backward_bf16 dgate, writing",
+                               half, dgate, n);
+                    for (int r = 0; r < N; r++) memcpy(half + (size_t)r * F, dgu + (size_t)r * 2 * F + F, row);
+                    check_bits(accumulate ? "swiglu_packed_backward_bf16 dup, adding"
+                                          : "swiglu_packed_backward_bf16 dup, writing",
+                               half, dup, n);
+                }
+            }
+            free(gu), free(d), free(dgu0), free(dgu), free(out), free(want), free(gate), free(up), free(dgate);
+            free(dup), free(half);
+            if (!ok) break;
+        }
+        forge_backend_destroy(be);
+    }
+}
+
 /* ---- encoder -------------------------------------------------------------------------------------------------- */
 
 static void test_encoder(void) {
@@ -653,6 +710,7 @@ done:
 void suite_ops_bf16(void) {
     test_fmath();
     test_elementwise();
+    test_swiglu_packed();
     test_encoder();
     test_norm_row_order();
     test_norm_forward();

@@ -547,6 +547,48 @@ static void test_fast_elementwise(void) {
     pair_free(&p);
 }
 
+/* The packed SwiGLU (gu (N, 2F): gate then up in each row) is swiglu_forward/backward on the rows' halves, bit for
+ * bit, on the reference and the threaded backends; F odd and even, one row and several. */
+static void test_swiglu_packed(void) {
+    TEST_CASE("swiglu packed: the unpacked entries' bits on each row's halves (gate, up)");
+    static const int shapes[][2] = {{1, 1}, {1, 1031}, {5, 7}, {9, 16}, {3, 200}};
+    forge_rng rng;
+    forge_rng_seed(&rng, 21, 5);
+    for (int reference = 0; reference < 2; reference++) {
+        forge_backend *be = make_backend(reference);
+        if (!be) return;
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            const int N = shapes[k][0], F = shapes[k][1];
+            const size_t n = (size_t)N * F;
+            float *gu = fx_random(&rng, 2 * n, -4, 4), *d = fx_random(&rng, n, -1, 1);
+            float *dgu = fx_random(&rng, 2 * n, -1, 1), *out = fx_floats(n), *want = fx_floats(n);
+            float *gate = fx_floats(n), *up = fx_floats(n), *dgate = fx_floats(n), *dup = fx_floats(n);
+            for (int r = 0; r < N; r++) {
+                memcpy(gate + (size_t)r * F, gu + (size_t)r * 2 * F, F * sizeof(float));
+                memcpy(up + (size_t)r * F, gu + (size_t)r * 2 * F + F, F * sizeof(float));
+                memcpy(dgate + (size_t)r * F, dgu + (size_t)r * 2 * F, F * sizeof(float));
+                memcpy(dup + (size_t)r * F, dgu + (size_t)r * 2 * F + F, F * sizeof(float));
+            }
+            CHECK_OK(be->swiglu_packed_forward(be, out, gu, N, F));
+            CHECK_OK(be->swiglu_forward(be, want, gate, up, n));
+            CHECK_MSG(memcmp(out, want, n * sizeof(float)) == 0, "forward N=%d F=%d differs", N, F);
+            CHECK_OK(be->swiglu_packed_backward(be, dgu, d, gu, N, F));
+            CHECK_OK(be->swiglu_backward(be, dgate, dup, d, gate, up, n));
+            int same = 1;
+            for (int r = 0; r < N; r++)
+                same &= memcmp(dgu + (size_t)r * 2 * F, dgate + (size_t)r * F, F * sizeof(float)) == 0 &&
+                        memcmp(dgu + (size_t)r * 2 * F + F, dup + (size_t)r * F, F * sizeof(float)) == 0;
+            CHECK_MSG(same, "backward N=%d F=%d (reference %d) differs", N, F, reference);
+            free(gu), free(d), free(dgu), free(out), free(want), free(gate), free(up), free(dgate), free(dup);
+        }
+        /* negative sizes are refused */
+        float one = 1.0f;
+        CHECK(be->swiglu_packed_forward(be, &one, &one, -1, 1) == FORGE_ERR_ARG);
+        forge_error_clear();
+        forge_backend_destroy(be);
+    }
+}
+
 static void test_fast_embedding(void) {
     TEST_CASE("fast vs reference: embedding and position");
     pair p;
@@ -815,6 +857,7 @@ void suite_ops_forward(void) {
     test_classifier_values();
     test_adamw_values();
     test_fast_elementwise();
+    test_swiglu_packed();
     test_fast_embedding();
     test_fast_matmul();
     test_matmul_thread_counts();

@@ -94,6 +94,17 @@
       A(ACC, float, dgate, n, ABS(1e-4)) A(ACC, float, dup, n, ABS(1e-4)) A(IN, float, dout, n, -1, 1)           \
           A(IN, float, gate, n, -3, 3) A(IN, float, up, n, -3, 3) A(SIZE, size_t, n),                            \
       K(.n = 1) K(.n = 37) K(.n = 4097) K(.n = 1000003))                                                         \
+    /* The packed form: gu (N,2F) is the output of the MLP's one GEMM on the stacked [gate_w; up_w], row n       \
+     * holding gate in columns [0, F) and up in [F, 2F). out (N,F) = silu(gate) up, each element swiglu_forward's \
+     * expression; dgu (N,2F) += [dout up silu'(gate) | dout silu(gate)], swiglu_backward's. */                   \
+    X(swiglu_packed_forward, FORGE_F32, 0,                                                                       \
+      A(OUT, float, out, (size_t)N * F, ABS(1e-4)) A(IN, float, gu, (size_t)N * 2 * F, -3, 3) A(SIZE, int, N)    \
+          A(SIZE, int, F),                                                                                       \
+      FORGE_SWIGLU_PACKED_CASES(K, FORGE_NO_EXTRA))                                                              \
+    X(swiglu_packed_backward, FORGE_F32, 0,                                                                      \
+      A(ACC, float, dgu, (size_t)N * 2 * F, ABS(1e-4)) A(IN, float, dout, (size_t)N * F, -1, 1)                  \
+          A(IN, float, gu, (size_t)N * 2 * F, -3, 3) A(SIZE, int, N) A(SIZE, int, F),                            \
+      FORGE_SWIGLU_PACKED_CASES(K, FORGE_NO_EXTRA))                                                              \
     /* bf16 (docs/mixed-precision.md): fp32 arithmetic on the widened inputs, one rounding where a result is     \
      * stored; a backward rounds dinp after its add (dinp = rn(dinp + dx)). GELU, its gradient and the sigmoid   \
      * are base/fmath.h's, which the CPU reference and the CUDA kernel evaluate op for op (exp and tanh from     \
@@ -136,6 +147,17 @@
           A(IN, forge_bf16, dout, n, -1, 1) A(IN, forge_bf16, gate, n, -6, 6) A(IN, forge_bf16, up, n, -3, 3)    \
               A(SIZE, size_t, n) A(SCALAR, int, accumulate),                                                     \
       FORGE_EW_BF16_BWD_CASES(K))                                                                                \
+    /* the packed form (swiglu_packed_forward): out (N,F) = rn(silu(gate) up); dgu (N,2F) = rn(dgu + [dout up    \
+     * silu'(gate) | dout silu(gate)]) (accumulate = 0: written), each element swiglu_*_bf16's expression */      \
+    X(swiglu_packed_forward_bf16, FORGE_BF16, 0,                                                                 \
+      A(OUT, forge_bf16, out, (size_t)N * F, ULP(0)) A(IN, forge_bf16, gu, (size_t)N * 2 * F, -6, 6)             \
+          A(SIZE, int, N) A(SIZE, int, F),                                                                       \
+      FORGE_SWIGLU_PACKED_CASES(K, FORGE_NO_EXTRA))                                                              \
+    X(swiglu_packed_backward_bf16, FORGE_BF16, 0,                                                                \
+      A(ACC_IF, forge_bf16, dgu, (size_t)N * 2 * F, ULP(0), accumulate)                                          \
+          A(IN, forge_bf16, dout, (size_t)N * F, -1, 1) A(IN, forge_bf16, gu, (size_t)N * 2 * F, -6, 6)          \
+              A(SIZE, int, N) A(SIZE, int, F) A(SCALAR, int, accumulate),                                        \
+      FORGE_SWIGLU_PACKED_CASES(K, FORGE_CASE_ACC) FORGE_SWIGLU_PACKED_CASES(K, FORGE_CASE_WRITE))               \
                                                                                                                  \
     /* ---- embeddings ---------------------------------------------------------------------------------- */     \
     /* out (N,C) = table[ids[n]]; table (V,C); an id outside [0, V) is an error */                               \
@@ -569,6 +591,12 @@
     K(.n = 1, .accumulate = 1) K(.n = 37, .accumulate = 1) K(.n = 4097, .accumulate = 1)                         \
     K(.n = 1000003, .accumulate = 1) K(.n = 1, .accumulate = 0) K(.n = 37, .accumulate = 0)                      \
     K(.n = 4097, .accumulate = 0) K(.n = 1000003, .accumulate = 0)
+/* Packed SwiGLU rows (N, 2F): F odd and F % 8 = 4 (a row boundary inside every 8-wide chunk: element by element),
+ * F % 8 = 0 (16-byte vectors: gpt-25m's 1408, and 704), one row (the decoder's), and a case over the quick limit. */
+#define FORGE_SWIGLU_PACKED_CASES(K, EXTRA)                                                                      \
+    K(.N = 1, .F = 1 EXTRA()) K(.N = 37, .F = 5 EXTRA()) K(.N = 1, .F = 1031 EXTRA()) K(.N = 3, .F = 4097 EXTRA()) \
+    K(.N = 61, .F = 1412 EXTRA()) K(.N = 130, .F = 1408 EXTRA()) K(.N = 257, .F = 1000 EXTRA())                \
+    K(.N = 700, .F = 704 EXTRA())
 /* Token rows B*T and channels C that miss every tile (C = 45, 1031: no 8-wide vectors), V small (ids repeat:
  * several rows per owner) and large. */
 #define FORGE_ENCODER_CASES(K)                                                                                   \

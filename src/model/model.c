@@ -109,6 +109,7 @@ static void build_layout(layout_builder *lb) {
             P(fc_w, gpt2 ? "mlp.c_fc.weight" : "mlp.up_proj.weight", 2, H, C, linear);
             if (c->bias) P(fc_b, gpt2 ? "mlp.c_fc.bias" : "mlp.up_proj.bias", 1, H, 1, FORGE_EXPORT_PLAIN);
         } else {
+            /* gate then up, back to back when there are no biases: pack_swiglu views them as one (2H, C) matrix */
             P(fc_w, gpt2 ? "mlp.c_gate.weight" : "mlp.gate_proj.weight", 2, H, C, linear);
             if (c->bias) P(fc_b, gpt2 ? "mlp.c_gate.bias" : "mlp.gate_proj.bias", 1, H, 1, FORGE_EXPORT_PLAIN);
             P(up_w, gpt2 ? "mlp.c_fc.weight" : "mlp.up_proj.weight", 2, H, C, linear);
@@ -125,6 +126,68 @@ static void build_layout(layout_builder *lb) {
         m->lm_head = m->wte;
     else
         m->lm_head = add_param(lb, "lm_head.weight", 2, V, C, FORGE_EXPORT_PLAIN);
+}
+
+/* A (rows, C) tensor starting at a's elements, in all three blocks: the parameters, their gradients and (bf16 step)
+ * the working copy. Not a parameter of the model: the optimizer, checkpoints and names see a's and its neighbour's. */
+static forge_tensor *stacked_view(const forge_tensor *a, int64_t rows) {
+    forge_tensor *t = calloc(1, sizeof *t), *g = calloc(1, sizeof *g), *w = a->working ? calloc(1, sizeof *w) : NULL;
+    if (!t || !g || (a->working && !w)) {
+        free(t);
+        free(g);
+        free(w);
+        return NULL;
+    }
+    *t = *a;
+    *g = *a->grad;
+    t->shape[0] = g->shape[0] = rows;
+    t->numel = g->numel = (size_t)rows * (size_t)a->shape[1];
+    t->grad = g;
+    if (w) {
+        *w = *a->working;
+        w->shape[0] = rows;
+        w->numel = t->numel;
+        t->working = w;
+    }
+    return t;
+}
+
+static void stacked_view_free(forge_tensor *t) {
+    if (!t) return;
+    free(t->grad);
+    free(t->working);
+    free(t);
+}
+
+/* b's elements follow a's in every block a and b live in */
+static int adjacent(const forge_tensor *a, const forge_tensor *b) {
+    if (a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[1]) return 0;
+    if (forge_f32(b) != forge_f32(a) + a->numel || forge_f32(b->grad) != forge_f32(a->grad) + a->numel) return 0;
+    if (!a->working != !b->working) return 0;
+    return !a->working || (forge_bf16 *)b->working->data == (forge_bf16 *)a->working->data + a->numel;
+}
+
+/* The SwiGLU MLP's gate and up projections read the same input, so stacked into one (2H, C) matrix they run as one
+ * GEMM each way: the forward's gu = h [gate_w; up_w]^T (N, 2H) (each element the same C-long dot product as two
+ * GEMMs give), the backward's dh = dgu [gate_w; up_w] (one K = 2H product written once, where the second of two
+ * GEMMs added into the first's output) and one dW GEMM into both gradients. build_layout registers the two back to
+ * back, so the stack is a view of the parameters, and since the gradient and working-copy blocks share their
+ * layout, of those too. With biases, the gate's bias sits between them and the stack does not exist: the flat layout is
+ * also the order state.safetensors stores the AdamW moments in, element for element, so it stays what existing
+ * checkpoints hold, and those configs keep two GEMMs (swiglu_packed = 0). */
+static forge_status pack_swiglu(forge_model *m) {
+    const forge_model_config *c = &m->cfg;
+    m->swiglu_packed = 0;
+    if (c->activation != FORGE_ACTIVATION_SWIGLU || c->bias) return FORGE_OK;
+    for (int l = 0; l < c->n_layers; l++)
+        if (!adjacent(m->layers[l].fc_w, m->layers[l].up_w)) return FORGE_OK;
+    for (int l = 0; l < c->n_layers; l++) {
+        forge_layer_params *L = &m->layers[l];
+        L->gate_up_w = stacked_view(L->fc_w, L->fc_w->shape[0] + L->up_w->shape[0]);
+        if (!L->gate_up_w) return forge_error(FORGE_ERR_OOM, "model: out of host memory");
+    }
+    m->swiglu_packed = 1;
+    return FORGE_OK;
 }
 
 static int is_residual_projection(const forge_model *m, const forge_tensor *t) {
@@ -196,6 +259,7 @@ forge_status forge_model_create(forge_model **out, const forge_model_config *cfg
         build_layout(&create);
         s = create.status;
     }
+    if (s == FORGE_OK) s = pack_swiglu(m);
     if (s == FORGE_OK) s = init_params(m, seed);
     if (s == FORGE_OK) s = forge_model_zero_grad(m);
     if (s != FORGE_OK) {
@@ -217,6 +281,8 @@ void forge_model_free(forge_model *m) {
             free(m->params[i].t);
         }
     }
+    if (m->layers)
+        for (int l = 0; l < m->cfg.n_layers; l++) stacked_view_free(m->layers[l].gate_up_w);
     if (m->param_data) forge_pool_block_release(m->pool, m->param_data, m->param_block_bytes);
     if (m->grad_data) forge_pool_block_release(m->pool, m->grad_data, m->grad_block_bytes);
     if (m->working_data) forge_pool_block_release(m->pool, m->working_data, m->working_block_bytes);
@@ -298,6 +364,11 @@ forge_status forge_model_forward(forge_model *m, forge_tape *tape, const forge_t
         /* MLP block: x = x + proj(act(fc(h))), then h = the next block's norm1 (or the final norm) of x */
         if (c->activation == FORGE_ACTIVATION_GELU) {
             FORGE_TRY(forge_op_matmul_gelu(tape, &u, h, L->fc_w, L->fc_b));
+        } else if (m->swiglu_packed) {
+            /* gate and up in one GEMM (pack_swiglu): gu (N, 2H), gate in columns [0, H), up in [H, 2H) */
+            forge_tensor *gu;
+            FORGE_TRY(forge_op_matmul(tape, &gu, h, L->gate_up_w, NULL));
+            FORGE_TRY(forge_op_swiglu_packed(tape, &u, gu));
         } else {
             forge_tensor *gate, *up;
             FORGE_TRY(forge_op_matmul(tape, &gate, h, L->fc_w, L->fc_b));

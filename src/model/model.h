@@ -44,6 +44,8 @@ typedef struct {
     forge_tensor *norm2_w, *norm2_b;        /* (C) */
     forge_tensor *fc_w, *fc_b;              /* gelu: (H, C) ; swiglu: gate (H, C) */
     forge_tensor *up_w, *up_b;              /* swiglu only: (H, C) */
+    forge_tensor *gate_up_w;                /* swiglu without biases: (2H, C), fc_w's rows then up_w's, a view of
+                                               both (data, grad, working copy; model.c: pack_swiglu); else NULL */
     forge_tensor *mlp_proj_w, *mlp_proj_b;  /* (C, H), (C) */
 } forge_layer_params;
 
@@ -61,6 +63,8 @@ typedef struct {
     forge_tensor *wte, *wpe, *normf_w, *normf_b, *lm_head; /* lm_head == wte when tied */
     forge_layer_params *layers;
     int flash_attention; /* 1: fused attention (default); 0: the materialised reference (runtime options) */
+    int swiglu_packed;   /* 1: the SwiGLU MLP runs one GEMM on gate_up_w (every layer has it); 0: two, on fc_w and
+                          * up_w (a config with biases; tests clear it to run the reference) */
 } forge_model;
 
 /* Allocates the parameters on pool's backend and initialises them GPT-2 style

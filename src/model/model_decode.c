@@ -16,7 +16,8 @@ struct forge_decoder {
     float *k_cache, *v_cache;             /* (L, context_length, NKV, HS) each */
     float *x0, *x20;                      /* the residual rows where a step starts (x, x2 swap within it) */
     float *x, *x2, *h, *qkv, *att, *proj; /* one row: C, C, C, QKV, NH*HS, C */
-    float *fc, *up, *act;                 /* H each (up: SwiGLU only) */
+    float *fc, *act;                      /* fc: H (GELU), or 2H for SwiGLU: gate then up, the packed row the
+                                           * swiglu_packed_forward entry reads; act: H */
     float *mean, *rstd;                   /* the norms' statistics (one row; not used afterwards) */
     float *logits;                        /* V */
     int32_t *args;                        /* device {id, pos} of the step being run or replayed */
@@ -37,7 +38,8 @@ forge_status forge_decoder_create(forge_decoder **out, forge_model *m, const for
     const size_t HS = C / (size_t)c->n_heads, QKV = (size_t)(c->n_heads + 2 * c->n_kv_heads) * HS;
     const size_t cache = (size_t)c->n_layers * (size_t)c->context_length * (size_t)c->n_kv_heads * HS;
     /* the last piece is the two int32 arguments, in a float-sized slot each */
-    const size_t sizes[] = {cache, cache, C, C, C, QKV, C, C, H, H, H, 1, 1, V, 2};
+    const size_t FC = c->activation == FORGE_ACTIVATION_SWIGLU ? 2 * H : H;
+    const size_t sizes[] = {cache, cache, C, C, C, QKV, C, C, FC, H, 1, 1, V, 2};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += round64(sizes[i]);
     forge_decoder *d = calloc(1, sizeof *d);
@@ -55,7 +57,7 @@ forge_status forge_decoder_create(forge_decoder **out, forge_model *m, const for
     }
     float *args = NULL;
     float **ptrs[] = {&d->k_cache, &d->v_cache, &d->x0,  &d->x20,   &d->h,    &d->qkv,    &d->att,   &d->proj,
-                      &d->fc,      &d->up,      &d->act, &d->mean, &d->rstd, &d->logits, &args};
+                      &d->fc,      &d->act,     &d->mean, &d->rstd, &d->logits, &args};
     float *p = d->block;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         *ptrs[i] = p;
@@ -158,14 +160,21 @@ static forge_status device_step(forge_decoder *d, int32_t id, int pos, int want_
         FORGE_TRY(residual_row(d, d->proj));
         FORGE_TRY(norm_row(d, d->h, d->x, L->norm2_w, L->norm2_b));
         /* MLP block: x = x + proj(act(fc(h))), then h = the next block's norm1 (or the final norm) of x */
-        FORGE_TRY(linear_row(be, d->fc, d->h, L->fc_w, L->fc_b));
         if (c->activation == FORGE_ACTIVATION_GELU) {
             REQUIRE(be, gelu_forward);
+            FORGE_TRY(linear_row(be, d->fc, d->h, L->fc_w, L->fc_b));
             FORGE_TRY(be->gelu_forward(be, d->act, d->fc, (size_t)H));
         } else {
-            REQUIRE(be, swiglu_forward);
-            FORGE_TRY(linear_row(be, d->up, d->h, L->up_w, L->up_b));
-            FORGE_TRY(be->swiglu_forward(be, d->act, d->fc, d->up, (size_t)H));
+            /* gate and up into one row, as the training forward: one GEMV on the stacked weights where the model
+             * has them (model.c: pack_swiglu), else two into its halves */
+            REQUIRE(be, swiglu_packed_forward);
+            if (m->swiglu_packed) {
+                FORGE_TRY(linear_row(be, d->fc, d->h, L->gate_up_w, NULL));
+            } else {
+                FORGE_TRY(linear_row(be, d->fc, d->h, L->fc_w, L->fc_b));
+                FORGE_TRY(linear_row(be, d->fc + H, d->h, L->up_w, L->up_b));
+            }
+            FORGE_TRY(be->swiglu_packed_forward(be, d->act, d->fc, 1, H));
         }
         FORGE_TRY(linear_row(be, d->proj, d->act, L->mlp_proj_w, L->mlp_proj_b));
         FORGE_TRY(residual_row(d, d->proj));

@@ -44,6 +44,9 @@ forge_status forge_op_rope(forge_tape *tape, forge_tensor **out, forge_tensor *q
                            float theta);
 forge_status forge_op_gelu(forge_tape *tape, forge_tensor **out, forge_tensor *x);
 forge_status forge_op_swiglu(forge_tape *tape, forge_tensor **out, forge_tensor *gate, forge_tensor *up);
+/* out (.., F) = silu(gate) up over the packed gu (.., 2F): gate its columns [0, F), up [F, 2F) (the output of the
+ * MLP's one GEMM on the stacked [gate_w; up_w]) */
+forge_status forge_op_swiglu_packed(forge_tape *tape, forge_tensor **out, forge_tensor *gu);
 forge_status forge_op_add(forge_tape *tape, forge_tensor **out, forge_tensor *a, forge_tensor *b);
 /* out (B,T,NH*HS) = causal attention over packed qkv (B,T,(NH+2NKV)*HS) */
 forge_status forge_op_attention(forge_tape *tape, forge_tensor **out, forge_tensor *qkv, int NH, int NKV,

@@ -1,4 +1,5 @@
-/* pointwise.c: residual add, GELU (tanh form, as GPT-2) and SwiGLU (Llama). */
+/* pointwise.c: residual add, GELU (tanh form, as GPT-2) and SwiGLU (Llama), the latter on separate gate and up
+ * tensors or on the packed (N, 2F) output of the MLP's one GEMM on its stacked gate and up weights. */
 #include "op_common.h"
 
 static forge_status check_same(const char *op, const forge_tensor *a, const forge_tensor *b) {
@@ -135,5 +136,43 @@ forge_status forge_op_swiglu(forge_tape *tape, forge_tensor **out, forge_tensor 
     else FORGE_TRY(be->swiglu_forward(be, forge_f32(o), forge_f32(gate), forge_f32(up), o->numel));
     o->requires_grad = gate->requires_grad || up->requires_grad;
     forge_tape_entry e = {.op = "swiglu", .backward = swiglu_backward, .out = o, .in = {gate, up}};
+    return forge_tape_push(tape, &e, NULL, 0);
+}
+
+/* dgu (N, 2F): bf16 writes it (rn(0 + d), no zeroing pass) when it is gu's first gradient, as in the model, where
+ * this op is gu's only consumer; otherwise adds into it */
+static forge_status swiglu_packed_backward(forge_tape *tape, const forge_tape_entry *e) {
+    forge_backend *be = forge_tape_backend(tape);
+    forge_tensor *gu = e->in[0], *dgu;
+    const int N = op_rows(gu), F = op_cols(gu) / 2;
+    if (op_is_bf16(e->out)) {
+        OP_REQUIRE(be, swiglu_packed_backward_bf16);
+        int fresh = 0;
+        FORGE_TRY(forge_tape_grad_fresh(tape, gu, &dgu, &fresh));
+        if (!dgu) return FORGE_OK;
+        return be->swiglu_packed_backward_bf16(be, forge_bf16p(dgu), forge_bf16p(e->out->grad), forge_bf16p(gu), N,
+                                               F, !fresh);
+    }
+    OP_REQUIRE(be, swiglu_packed_backward);
+    FORGE_TRY(forge_tape_grad(tape, gu, &dgu));
+    if (!dgu) return FORGE_OK;
+    return be->swiglu_packed_backward(be, forge_f32(dgu), forge_f32(e->out->grad), forge_f32(gu), N, F);
+}
+
+forge_status forge_op_swiglu_packed(forge_tape *tape, forge_tensor **out, forge_tensor *gu) {
+    forge_backend *be = forge_tape_backend(tape);
+    const int bf16 = op_is_bf16(gu);
+    if (bf16) OP_REQUIRE(be, swiglu_packed_forward_bf16);
+    else OP_REQUIRE(be, swiglu_packed_forward);
+    if (op_cols(gu) % 2 != 0)
+        return forge_error(FORGE_ERR_ARG, "swiglu_packed: the last dimension (%d) must be even: gate then up",
+                           op_cols(gu));
+    const int N = op_rows(gu), F = op_cols(gu) / 2;
+    FORGE_TRY(op_new_like(tape, out, gu, F));
+    forge_tensor *o = *out;
+    if (bf16) FORGE_TRY(be->swiglu_packed_forward_bf16(be, forge_bf16p(o), forge_bf16p(gu), N, F));
+    else FORGE_TRY(be->swiglu_packed_forward(be, forge_f32(o), forge_f32(gu), N, F));
+    o->requires_grad = gu->requires_grad;
+    forge_tape_entry e = {.op = "swiglu_packed", .backward = swiglu_packed_backward, .out = o, .in = {gu}};
     return forge_tape_push(tape, &e, NULL, 0);
 }

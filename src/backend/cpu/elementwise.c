@@ -8,7 +8,10 @@
  * which only works by the accident of 1/inf = 0. tanh is tanh_fast below, not
  * the C library's tanhf: a call per element that the compiler cannot
  * vectorise, which made GELU a fifth of a tiny-model training step on the CPU.
- * Backward entries accumulate (+=) like every backward in backend.h.
+ * Backward entries accumulate (+=) like every backward in backend.h. SwiGLU
+ * has a packed form, gate and up the two halves of each row of one (N, 2F)
+ * buffer (the output of the MLP's one GEMM on its stacked weights), computed
+ * by the same expressions as the separate form.
  */
 #include <math.h>
 #include <stdint.h>
@@ -97,16 +100,26 @@ forge_status cpu_gelu_backward(forge_backend *be, float *dinp, const float *inp,
     return FORGE_OK;
 }
 
+/* silu(g) u; expf(-g) may overflow to inf for very negative g: sigmoid is then 0, as it should be */
+static inline float swiglu_value(float g, float u) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    return g * sig * u;
+}
+
+/* dgate += dout up silu'(g), dup += dout silu(g); silu'(g) = sig (1 + g (1 - sig)) */
+static inline void swiglu_grads(float *dgate, float *dup, float d, float g, float u) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    float silu = g * sig;
+    float dsilu = sig * (1.0f + g * (1.0f - sig));
+    *dgate += d * u * dsilu;
+    *dup += d * silu;
+}
+
 forge_status cpu_swiglu_forward(forge_backend *be, float *out, const float *gate, const float *up,
                                 size_t n) {
     int nt = cpu_threads(be);
 #pragma omp parallel for num_threads(nt)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        /* expf(-g) may overflow to inf for very negative g: sigmoid is then 0, as it should be */
-        float sig = 1.0f / (1.0f + expf(-g));
-        out[i] = g * sig * up[i];
-    }
+    for (size_t i = 0; i < n; i++) out[i] = swiglu_value(gate[i], up[i]);
     return FORGE_OK;
 }
 
@@ -114,15 +127,35 @@ forge_status cpu_swiglu_backward(forge_backend *be, float *dgate, float *dup, co
                                  const float *gate, const float *up, size_t n) {
     int nt = cpu_threads(be);
 #pragma omp parallel for num_threads(nt)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        float sig = 1.0f / (1.0f + expf(-g));
-        float silu = g * sig;
-        /* silu'(g) = sig (1 + g (1 - sig)) */
-        float dsilu = sig * (1.0f + g * (1.0f - sig));
-        dgate[i] += dout[i] * up[i] * dsilu;
-        dup[i] += dout[i] * silu;
-    }
+    for (size_t i = 0; i < n; i++) swiglu_grads(&dgate[i], &dup[i], dout[i], gate[i], up[i]);
+    return FORGE_OK;
+}
+
+/* gu (N, 2F): row n is gate (F) then up (F) */
+forge_status cpu_swiglu_packed_forward(forge_backend *be, float *out, const float *gu, int N, int F) {
+    if (N < 0 || F < 0)
+        return forge_error(FORGE_ERR_ARG, "cpu swiglu_packed_forward: sizes must be >= 0, got N=%d F=%d", N, F);
+    int nt = cpu_threads(be);
+#pragma omp parallel for collapse(2) num_threads(nt)
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < F; i++) {
+            const float *g = gu + (size_t)n * 2 * F + i;
+            out[(size_t)n * F + i] = swiglu_value(g[0], g[F]);
+        }
+    return FORGE_OK;
+}
+
+forge_status cpu_swiglu_packed_backward(forge_backend *be, float *dgu, const float *dout, const float *gu, int N,
+                                        int F) {
+    if (N < 0 || F < 0)
+        return forge_error(FORGE_ERR_ARG, "cpu swiglu_packed_backward: sizes must be >= 0, got N=%d F=%d", N, F);
+    int nt = cpu_threads(be);
+#pragma omp parallel for collapse(2) num_threads(nt)
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < F; i++) {
+            const size_t at = (size_t)n * 2 * F + i;
+            swiglu_grads(&dgu[at], &dgu[at + F], dout[(size_t)n * F + i], gu[at], gu[at + F]);
+        }
     return FORGE_OK;
 }
 

@@ -4,7 +4,9 @@
  *
  * Same formulas as backend/cpu/elementwise.c: GELU is the tanh approximation
  * (GPT-2), and its backward uses 1 - tanh^2 for sech^2 (coshf overflows for
- * |x| > ~10). Backward entries accumulate (+=). The kernels are grid-stride
+ * |x| > ~10). SwiGLU's packed form reads gate and up from the two halves of
+ * each row of one (N, 2F) buffer, with the same expressions (swiglu_value,
+ * swiglu_grads). Backward entries accumulate (+=). The kernels are grid-stride
  * loops over size_t n with scalar, coalesced accesses: memory-bound, and
  * correct for any n and any alignment. Results differ from the CPU only by
  * the last-ulp differences of the device tanhf/expf.
@@ -53,27 +55,52 @@ __global__ void gelu_backward_kernel(float *__restrict__ dinp, const float *__re
     }
 }
 
+/* silu(g) u; expf(-g) = inf gives sig = 0, as it should */
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    return g * sig * u;
+}
+
+/* dgate += dout up silu'(g), dup += dout silu(g) */
+__device__ __forceinline__ void swiglu_grads(float *dgate, float *dup, float d, float g, float u) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    float silu = g * sig;
+    float dsilu = sig * (1.0f + g * (1.0f - sig)); /* silu'(g) */
+    *dgate += d * u * dsilu;
+    *dup += d * silu;
+}
+
 __global__ void swiglu_forward_kernel(float *__restrict__ out, const float *__restrict__ gate,
                                       const float *__restrict__ up, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        float sig = 1.0f / (1.0f + expf(-g)); /* expf(-g) = inf gives sig = 0, as it should */
-        out[i] = g * sig * up[i];
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = swiglu_value(gate[i], up[i]);
 }
 
 __global__ void swiglu_backward_kernel(float *__restrict__ dgate, float *__restrict__ dup,
                                        const float *__restrict__ dout, const float *__restrict__ gate,
                                        const float *__restrict__ up, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        swiglu_grads(&dgate[i], &dup[i], dout[i], gate[i], up[i]);
+}
+
+/* gu (N, 2F), row r gate (F) then up (F); element i = r F + c of out (N, F) reads gu[i + r F] and gu[i + r F + F] */
+__global__ void swiglu_packed_forward_kernel(float *__restrict__ out, const float *__restrict__ gu, size_t F,
+                                             size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        float sig = 1.0f / (1.0f + expf(-g));
-        float silu = g * sig;
-        float dsilu = sig * (1.0f + g * (1.0f - sig)); /* silu'(g) */
-        dgate[i] += dout[i] * up[i] * dsilu;
-        dup[i] += dout[i] * silu;
+        const size_t at = i + i / F * F;
+        out[i] = swiglu_value(gu[at], gu[at + F]);
+    }
+}
+
+__global__ void swiglu_packed_backward_kernel(float *__restrict__ dgu, const float *__restrict__ dout,
+                                              const float *__restrict__ gu, size_t F, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t at = i + i / F * F;
+        swiglu_grads(&dgu[at], &dgu[at + F], dout[i], gu[at], gu[at + F]);
     }
 }
 
@@ -133,6 +160,31 @@ forge_status cuda_swiglu_backward(forge_backend *be, float *dgate, float *dup, c
     swiglu_backward_kernel<<<cuda_grid_for(ctx, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0,
                              ctx->stream>>>(dgate, dup, dout, gate, up, n);
     CUDA_LAUNCH_CHECK("swiglu_backward_kernel");
+    return FORGE_OK;
+}
+
+forge_status cuda_swiglu_packed_forward(forge_backend *be, float *out, const float *gu, int N, int F) {
+    if (N < 0 || F < 0)
+        return forge_error(FORGE_ERR_ARG, "cuda swiglu_packed_forward: sizes must be >= 0, got N=%d F=%d", N, F);
+    const size_t n = (size_t)N * F;
+    if (n == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    swiglu_packed_forward_kernel<<<cuda_grid_for(ctx, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0,
+                                   ctx->stream>>>(out, gu, (size_t)F, n);
+    CUDA_LAUNCH_CHECK("swiglu_packed_forward_kernel");
+    return FORGE_OK;
+}
+
+forge_status cuda_swiglu_packed_backward(forge_backend *be, float *dgu, const float *dout, const float *gu, int N,
+                                         int F) {
+    if (N < 0 || F < 0)
+        return forge_error(FORGE_ERR_ARG, "cuda swiglu_packed_backward: sizes must be >= 0, got N=%d F=%d", N, F);
+    const size_t n = (size_t)N * F;
+    if (n == 0) return FORGE_OK;
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    swiglu_packed_backward_kernel<<<cuda_grid_for(ctx, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0,
+                                    ctx->stream>>>(dgu, dout, gu, (size_t)F, n);
+    CUDA_LAUNCH_CHECK("swiglu_packed_backward_kernel");
     return FORGE_OK;
 }
 

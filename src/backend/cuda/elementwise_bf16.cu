@@ -10,7 +10,8 @@
  *
  * One grid-stride kernel per op over 8-wide chunks (one 16-byte vector per operand) when every pointer is 16-byte
  * aligned, then the n % 8 tail element by element; element by element throughout otherwise. The op's body is
- * written once, for W elements (W = 8 or 1). The GELU backward's aligned form is its own kernel instead
+ * written once, for W elements (W = 8 or 1). The packed SwiGLU (gate and up side by side in each row of the MLP's
+ * one GEMM output) runs SwiGLU's bodies at its own offsets, 8-wide only when 8 divides the row's half F. The GELU backward's aligned form is its own kernel instead
  * (gelu_grad_table.cuh): gelu' from a table of its bf16 inputs' values, built at context creation
  * (cuda_gelu_grad_table_init), with the same bits as computing it.
  *
@@ -81,41 +82,82 @@ struct gelu_backward_op { /* dinp = rn(dinp + gelu'(inp) dout), the old dinp +0 
     }
 };
 
-struct swiglu_forward_op { /* out = rn(gate sig(gate) up) */
+/* SwiGLU's bodies on W elements, shared by the two layouts: out = rn(gate sig(gate) up); dgate = rn(dgate + dout up
+ * silu'(gate)), dup = rn(dup + dout silu(gate)), the old values +0 when !ACC (written) */
+template <int W>
+__device__ __forceinline__ void swiglu_forward_w(forge_bf16 *out, const forge_bf16 *gate, const forge_bf16 *up) {
+    float g[W], u[W];
+    bf16_load<W>(g, gate);
+    bf16_load<W>(u, up);
+#pragma unroll
+    for (int k = 0; k < W; k++) g[k] = g[k] * forge_sigmoid(g[k]) * u[k];
+    bf16_store<W>(out, g);
+}
+
+template <bool ACC, int W>
+__device__ __forceinline__ void swiglu_backward_w(forge_bf16 *dgate, forge_bf16 *dup, const forge_bf16 *dout,
+                                                  const forge_bf16 *gate, const forge_bf16 *up) {
+    float dg[W], du[W], d[W], g[W], u[W];
+    grad_load<ACC, W>(dg, dgate);
+    grad_load<ACC, W>(du, dup);
+    bf16_load<W>(d, dout);
+    bf16_load<W>(g, gate);
+    bf16_load<W>(u, up);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        const float sig = forge_sigmoid(g[k]);
+        const float dsilu = sig * fmaf(g[k], 1.0f - sig, 1.0f); /* silu'(g) = sig (1 + g (1 - sig)) */
+        dg[k] = fmaf(d[k] * u[k], dsilu, dg[k]);
+        du[k] = fmaf(d[k], g[k] * sig, du[k]);
+    }
+    bf16_store<W>(dgate, dg);
+    bf16_store<W>(dup, du);
+}
+
+struct swiglu_forward_op {
     forge_bf16 *out;
     const forge_bf16 *gate, *up;
     template <int W>
     __device__ __forceinline__ void run(size_t i) const {
-        float g[W], u[W];
-        bf16_load<W>(g, gate + i);
-        bf16_load<W>(u, up + i);
-#pragma unroll
-        for (int k = 0; k < W; k++) g[k] = g[k] * forge_sigmoid(g[k]) * u[k];
-        bf16_store<W>(out + i, g);
+        swiglu_forward_w<W>(out + i, gate + i, up + i);
     }
 };
 
 template <bool ACC>
-struct swiglu_backward_op { /* dgate = rn(dgate + dout up silu'(gate)), dup = rn(dup + dout silu(gate)) */
+struct swiglu_backward_op {
     forge_bf16 *dgate, *dup;
     const forge_bf16 *dout, *gate, *up;
     template <int W>
     __device__ __forceinline__ void run(size_t i) const {
-        float dg[W], du[W], d[W], g[W], u[W];
-        grad_load<ACC, W>(dg, dgate + i);
-        grad_load<ACC, W>(du, dup + i);
-        bf16_load<W>(d, dout + i);
-        bf16_load<W>(g, gate + i);
-        bf16_load<W>(u, up + i);
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            const float sig = forge_sigmoid(g[k]);
-            const float dsilu = sig * fmaf(g[k], 1.0f - sig, 1.0f); /* silu'(g) = sig (1 + g (1 - sig)) */
-            dg[k] = fmaf(d[k] * u[k], dsilu, dg[k]);
-            du[k] = fmaf(d[k], g[k] * sig, du[k]);
-        }
-        bf16_store<W>(dgate + i, dg);
-        bf16_store<W>(dup + i, du);
+        swiglu_backward_w<ACC, W>(dgate + i, dup + i, dout + i, gate + i, up + i);
+    }
+};
+
+/* The packed layout: gu (N, 2F), row r gate (F) then up (F). Element i = r F + c of out and dout (N, F) pairs with
+ * gu[i + r F] and gu[i + r F + F]; W = 8 only when 8 | F (a chunk stays in its row, and every operand of it is
+ * 16-byte aligned when gu and out are). */
+__device__ __forceinline__ size_t packed_at(size_t i, size_t F) { return i + i / F * F; }
+
+struct swiglu_packed_forward_op {
+    forge_bf16 *out;
+    const forge_bf16 *gu;
+    size_t F;
+    template <int W>
+    __device__ __forceinline__ void run(size_t i) const {
+        const size_t at = packed_at(i, F);
+        swiglu_forward_w<W>(out + i, gu + at, gu + at + F);
+    }
+};
+
+template <bool ACC>
+struct swiglu_packed_backward_op {
+    forge_bf16 *dgu;
+    const forge_bf16 *dout, *gu;
+    size_t F;
+    template <int W>
+    __device__ __forceinline__ void run(size_t i) const {
+        const size_t at = packed_at(i, F);
+        swiglu_backward_w<ACC, W>(dgu + at, dgu + at + F, dout + i, gu + at, gu + at + F);
     }
 };
 
@@ -244,4 +286,25 @@ forge_status cuda_swiglu_backward_bf16(forge_backend *be, forge_bf16 *dgate, for
                                   aligned(dgate, dup, dout, gate, up), "swiglu_backward_bf16");
     return elementwise_launch(be, swiglu_backward_op<false>{dgate, dup, dout, gate, up}, n,
                               aligned(dgate, dup, dout, gate, up), "swiglu_backward_bf16");
+}
+
+forge_status cuda_swiglu_packed_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *gu, int N, int F) {
+    if (N < 0 || F < 0)
+        return forge_error(FORGE_ERR_ARG, "cuda swiglu_packed_forward_bf16: sizes must be >= 0, got N=%d F=%d", N, F);
+    return elementwise_launch(be, swiglu_packed_forward_op{out, gu, (size_t)F}, (size_t)N * F,
+                              F % 8 == 0 && aligned(out, gu), "swiglu_packed_forward_bf16");
+}
+
+forge_status cuda_swiglu_packed_backward_bf16(forge_backend *be, forge_bf16 *dgu, const forge_bf16 *dout,
+                                              const forge_bf16 *gu, int N, int F, int accumulate) {
+    if (N < 0 || F < 0)
+        return forge_error(FORGE_ERR_ARG, "cuda swiglu_packed_backward_bf16: sizes must be >= 0, got N=%d F=%d", N,
+                           F);
+    const size_t n = (size_t)N * F;
+    const bool vec = F % 8 == 0 && aligned(dgu, dout, gu);
+    if (accumulate)
+        return elementwise_launch(be, swiglu_packed_backward_op<true>{dgu, dout, gu, (size_t)F}, n, vec,
+                                  "swiglu_packed_backward_bf16");
+    return elementwise_launch(be, swiglu_packed_backward_op<false>{dgu, dout, gu, (size_t)F}, n, vec,
+                              "swiglu_packed_backward_bf16");
 }
