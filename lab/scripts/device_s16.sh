@@ -14,6 +14,8 @@
 #   dwplan    forge-lab bench dw-plan
 #   bench     forge bench train --breakdown on FORGE_S16_CASES (no baseline)
 #   pdl       forge bench train with --pdl and without, FORGE_S16_ROUNDS alternating rounds
+#   ab        forge bench train with the base binary and this tree's, FORGE_S16_ROUNDS alternating rounds on
+#             FORGE_S16_CASES (the first round with --breakdown: both step's ops in one call)
 set -u -o pipefail
 : "${OUT:?set OUT}"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -108,8 +110,22 @@ pdl_ab() { # alternating rounds of the bench with --pdl and without (the default
         done
     done
 }
+base_ab() { # alternating rounds of the bench with the base binary and this tree's
+    local r bin
+    for r in $(seq 1 "${FORGE_S16_ROUNDS:-3}"); do
+        for bin in base tree; do
+            local exe=$F extra=""
+            [ "$bin" = base ] && exe=build/base/forge
+            [ "$r" = 1 ] && extra=--breakdown
+            echo "== round $r $bin"
+            # shellcheck disable=SC2086
+            "$exe" bench train --device cuda --precision bf16 --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" \
+                --steps 20 --results "/tmp/s16-ab-$r-$bin" $extra 2>&1 | grep -E "tok/s|^gpt|median|^  [a-z(]"
+        done
+    done
+}
 export F DATA STEPS OUT
-export -f traj pdl_ab
+export -f traj pdl_ab base_ab
 for c in ${FORGE_S16_CHECKS:-traj flash16 dwplan bench}; do
     case $c in
         traj) check traj 150 bash -c traj ;;
@@ -120,10 +136,11 @@ for c in ${FORGE_S16_CHECKS:-traj flash16 dwplan bench}; do
         bench) check bench 90 "$F" bench train --device cuda --precision bf16 \
             --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" --steps 12 --breakdown --results /tmp/s16-bench ;;
         pdl) check pdl 300 bash -c pdl_ab ;;
+        ab) check ab "${FORGE_S16_T_AB:-300}" bash -c base_ab ;;
     esac
 done
-for f in "$OUT"/s16-dwplan.log "$OUT"/s16-bench.log "$OUT"/s16-pdl.log; do
-    [ -e "$f" ] && { echo "---- $(basename "$f")"; grep -vE "^\s*$" "$f" | tail -n 70; }
+for f in "$OUT"/s16-dwplan.log "$OUT"/s16-bench.log "$OUT"/s16-pdl.log "$OUT"/s16-ab.log; do
+    [ -e "$f" ] && { echo "---- $(basename "$f")"; grep -E "tok/s|^== round" "$f" | tail -n 40; }
 done
 echo
 printf '%-18s %-16s %s\n' check result seconds
