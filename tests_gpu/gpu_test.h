@@ -88,6 +88,5 @@ void run_flash16_cases(parity *P);
 void run_decode_cases(parity *P); /* the KV-cache decode path against the forward (test_gpu_decode.c) */
 void run_gelu16_cases(parity *P);  /* gelu_backward_bf16 over every bf16 x, bitwise (test_gpu_gelu16.c) */
 void run_pdl_cases(parity *P);     /* bf16 training steps with PDL on = off, bitwise (test_gpu_pdl.c) */
-void run_colsum_cases(parity *P);  /* the bf16 column sums finished in their kernels, bitwise (test_gpu_colsum.c) */
 
 #endif

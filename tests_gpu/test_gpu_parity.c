@@ -5,12 +5,10 @@
  * every matmul mode for the GEMM-backed ops. Then a few properties no single call shows (determinism, refusals, memory,
  * the pool, the auto matmul table, ops in place, token ids outside the table), and the kernel suites of the bf16/fp8
  * GEMMs and bf16 flash attention (test_gemm_*_kernels.c,
- * test_flash16_kernels.c), which are not backend ops, whole bf16 training
- * steps with and without programmatic dependent launch (test_gpu_pdl.c), and
- * the bf16 column sums finished inside their first-pass kernels against the
- * order they must keep (test_gpu_colsum.c).
+ * test_flash16_kernels.c), which are not backend ops, and whole bf16 training
+ * steps with and without programmatic dependent launch (test_gpu_pdl.c).
  *
- * Usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl|colsum]
+ * Usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl]
  * (--quick drops cases over 1e6 elements, for compute-sanitizer). Ends with
  * "N passed, N failed"; exit status 1 on any failure.
  */
@@ -350,7 +348,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) P.op_filter = argv[++i];
         else {
-            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl|colsum] "
+            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl] "
                    "[--op NAME,...]\n"
                    "  --op: the op walk only, of the named ops (every case, default matmul mode)\n"
                    "0 passed, 1 failed\n");
@@ -408,7 +406,6 @@ int main(int argc, char **argv) {
     if (all || (only && strcmp(only, "decode") == 0)) run_decode_cases(&P);
     if (all || (only && strcmp(only, "gelu16") == 0)) run_gelu16_cases(&P);
     if (all || (only && strcmp(only, "pdl") == 0)) run_pdl_cases(&P);
-    if (all || (only && strcmp(only, "colsum") == 0)) run_colsum_cases(&P);
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);

@@ -1,14 +1,13 @@
 /*
  * bench_norm16_bwd.cu: `forge-lab bench norm16-bwd [--reps N]`: the bf16 norm backward's fused kernel (dinp and the
- * dweight/dbias partials in one pass, then the ordered finish), interleaved round by round on the same inputs, at
- * gpt2-124m's LayerNorm (N = 16384, C = 768, accumulate = 1 and 0) and gpt-25m's RMSNorm (N = 16384, C = 512,
- * accumulate = 1). Contenders:
+ * dweight/dbias partials in one pass, then reduce.cu's ordered finish), interleaved round by round on the same
+ * inputs, at gpt2-124m's LayerNorm (N = 16384, C = 768, accumulate = 1 and 0) and gpt-25m's RMSNorm (N = 16384,
+ * C = 512, accumulate = 1). Contenders:
  *   baseline  the fused kernel with one row per warp loaded ahead in registers (lab/norm/norm16_bwd_v0.cuh), then
- *             reduce.cu's cuda_colsum_finish per output (an earlier default)
+ *             reduce.cu's cuda_colsum_finish per output (the previous default)
  *   src       the public op through the CUDA backend (norm_bf16.cu: norm_bf16_fused.cuh's ring with its default
- *             stages, whose last blocks to arrive finish both outputs: colsum_ordered.cuh's colsum_last_finish)
- *   src+colsum the src kernel writing its partials only, then the baseline's finish launches (what the kernel alone
- *             gains over the baseline; src against it: what finishing in the kernel gains over separate launches)
+ *             stages, then norm_fused_finish: both outputs in one launch, loads batched)
+ *   src+colsum the src kernel with the baseline's finish (what the kernel alone gains)
  *   stages S  the ring kernel with S row slots per warp (lab instantiations of norm_bf16_fused.cuh), finished as src
  *   2/SM st S the ring kernel with S slots on twice the blocks (2 per SM, half the rows each: another partition,
  *             so dweight/dbias sum in another order and are checked within tolerance only)
@@ -59,7 +58,7 @@ typedef struct {
 
 /* contenders: 0 baseline, 1 src, then these lab ones (those whose ring fits and which differ from src): S row slots
  * per warp (0: the default's), with the default grid (1 block per SM) or 2 blocks per SM (another partition of the
- * rows: dweight/dbias in another order), finished in the kernel as src is or (colsum) by reduce.cu's
+ * rows: dweight/dbias in another order), finished by norm_fused_finish or (colsum) by reduce.cu's two
  * cuda_colsum_finish launches as the baseline is */
 typedef struct {
     int stages, per_sm, colsum;
@@ -91,10 +90,10 @@ static bool nbb_lab_ok(nbb_lab l) {
 }
 
 template <bool LN, bool ACC, int CH, int S>
-static cudaError_t nbb_launch_stages(cuda_ctx *ctx, const colsum_last &fin, const nbb_args *a, int N, int C, int rpb) {
+static cudaError_t nbb_launch_stages(cuda_ctx *ctx, unsigned R, const nbb_args *a, int N, int C, int rpb) {
     if constexpr (norm_fused_smem<LN, ACC, CH, S>() <= NB_SMEM_MAX)
-        return norm_fused_launch<LN, ACC, CH, S>(ctx->stream, 0, fin, a->dinp, a->dout, a->inp, a->weight, a->mean,
-                                                 a->rstd, N, C, rpb);
+        return norm_fused_launch<LN, ACC, CH, S>(ctx->stream, 0, R, a->dinp, ctx->ws, a->dout, a->inp, a->weight,
+                                                 a->mean, a->rstd, N, C, rpb);
     else
         return cudaErrorInvalidValue;
 }
@@ -116,7 +115,6 @@ static int nbb_run_t(forge_backend *be, int v, const nbb_args *a, int N, int C) 
         return 0;
     }
     const int per_sm = v >= 2 ? NBB_LAB[v - 2].per_sm : 1;
-    const bool in_kernel = v >= 2 && !NBB_LAB[v - 2].colsum; /* the finish by the kernel's last blocks */
     int rpb;
     const int R = norm_fused_grid(N, C, LN ? 2 : 1, per_sm * ctx->num_sms, &rpb);
     if (v == 0) {
@@ -124,24 +122,21 @@ static int nbb_run_t(forge_backend *be, int v, const nbb_args *a, int N, int C) 
                                                                          a->mean, a->rstd, N, C, rpb);
         NBB_TRY(cudaGetLastError());
     } else {
-        colsum_last fin = {a->dweight, a->dbias, ctx->ws, NULL, R, C, LN ? 2 : 1, 1}; /* NULL ticket: partials only */
-        if (in_kernel && colsum_last_plan(ctx, &fin, a->dweight, a->dbias, ctx->ws, LN ? 2 : 1, R, C, R) != FORGE_OK) {
-            fprintf(stderr, "forge-lab bench norm16-bwd: finish: %s\n", forge_error_message());
-            return 1;
-        }
         cudaError_t e = cudaErrorInvalidValue;
         switch (nbb_stages<CH>(NBB_LAB[v - 2])) {
-        case 2: e = nbb_launch_stages<LN, ACC, CH, 2>(ctx, fin, a, N, C, rpb); break;
-        case 3: e = nbb_launch_stages<LN, ACC, CH, 3>(ctx, fin, a, N, C, rpb); break;
-        case 4: e = nbb_launch_stages<LN, ACC, CH, 4>(ctx, fin, a, N, C, rpb); break;
-        case 5: e = nbb_launch_stages<LN, ACC, CH, 5>(ctx, fin, a, N, C, rpb); break;
-        case 6: e = nbb_launch_stages<LN, ACC, CH, 6>(ctx, fin, a, N, C, rpb); break;
-        case 8: e = nbb_launch_stages<LN, ACC, CH, 8>(ctx, fin, a, N, C, rpb); break;
+        case 2: e = nbb_launch_stages<LN, ACC, CH, 2>(ctx, R, a, N, C, rpb); break;
+        case 3: e = nbb_launch_stages<LN, ACC, CH, 3>(ctx, R, a, N, C, rpb); break;
+        case 4: e = nbb_launch_stages<LN, ACC, CH, 4>(ctx, R, a, N, C, rpb); break;
+        case 5: e = nbb_launch_stages<LN, ACC, CH, 5>(ctx, R, a, N, C, rpb); break;
+        case 6: e = nbb_launch_stages<LN, ACC, CH, 6>(ctx, R, a, N, C, rpb); break;
+        case 8: e = nbb_launch_stages<LN, ACC, CH, 8>(ctx, R, a, N, C, rpb); break;
         }
         NBB_TRY(e);
     }
-    if (!in_kernel && (cuda_colsum_finish(ctx, a->dweight, ctx->ws, R, C) != FORGE_OK ||
-                       (LN && cuda_colsum_finish(ctx, a->dbias, ctx->ws + (size_t)R * C, R, C) != FORGE_OK))) {
+    if (v >= 2 && !NBB_LAB[v - 2].colsum) {
+        NBB_TRY(norm_fused_finish(ctx->stream, 0, LN, a->dweight, a->dbias, ctx->ws, R, C));
+    } else if (cuda_colsum_finish(ctx, a->dweight, ctx->ws, R, C) != FORGE_OK ||
+               (LN && cuda_colsum_finish(ctx, a->dbias, ctx->ws + (size_t)R * C, R, C) != FORGE_OK)) {
         fprintf(stderr, "forge-lab bench norm16-bwd: finish: %s\n", forge_error_message());
         return 1;
     }

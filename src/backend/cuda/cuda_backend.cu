@@ -170,7 +170,6 @@ static void cuda_destroy(forge_backend *be) {
         if (ctx->rope_cs) cudaFree(ctx->rope_cs);
         if (ctx->input_error) cudaFree(ctx->input_error);
         if (ctx->reduce_done) cudaFree(ctx->reduce_done);
-        if (ctx->colsum_ticket) cudaFree(ctx->colsum_ticket);
         if (ctx->gelu_grad_table) cudaFree(ctx->gelu_grad_table);
         if (ctx->fork_event) cudaEventDestroy(ctx->fork_event);
         if (ctx->join_event) cudaEventDestroy(ctx->join_event);
@@ -244,8 +243,6 @@ static forge_status cuda_ctx_init(cuda_ctx *ctx, int device_index) {
     CUDA_TRY(cudaMemsetAsync(ctx->input_error, 0, sizeof(cuda_input_error), ctx->stream));
     CUDA_TRY(cudaMalloc((void **)&ctx->reduce_done, sizeof(unsigned)));
     CUDA_TRY(cudaMemsetAsync(ctx->reduce_done, 0, sizeof(unsigned), ctx->stream));
-    CUDA_TRY(cudaMalloc((void **)&ctx->colsum_ticket, sizeof(unsigned)));
-    CUDA_TRY(cudaMemsetAsync(ctx->colsum_ticket, 0, sizeof(unsigned), ctx->stream));
     FORGE_TRY(cuda_gelu_grad_table_init(ctx));
 #ifndef FORGE_NO_CUBLAS
     if (ctx->matmul == FORGE_MATMUL_CUBLAS || ctx->matmul == FORGE_MATMUL_AUTO) {

@@ -10,13 +10,9 @@
  * - No float atomics anywhere: every reduction (dbias, dweight of the norms,
  *   dwpe, dtable, dK/dV of grouped-query attention, sumsq) has a fixed
  *   summation order, so two runs give bit-identical results. Cross-block
- *   reductions write per-block partials into ctx->ws and sum them in order:
- *   in a second kernel, or in the same one, whose last blocks to finish take
- *   the sum (an integer ticket counter decides which: adamw.cu's reductions,
- *   the bf16 column sums of colsum_ordered.cuh). That is why ops share one
- *   workspace and one counter of each kind: they are serialised on the stream,
- *   so one op's partials are dead, and its counter back at 0, before the next
- *   op starts.
+ *   reductions write per-block partials into ctx->ws and a second kernel sums
+ *   them in order, which is why ops share one workspace: they are serialised
+ *   on the stream, so one op's partials are dead before the next op starts.
  * - The context is not re-entrant: drive one backend from one host thread.
  */
 #ifndef FORGE_CUDA_OPS_H
@@ -90,8 +86,6 @@ typedef struct {
     size_t tn_ws_bytes;
     cuda_input_error *input_error; /* device memory: see cuda_input_error */
     unsigned *reduce_done; /* device counter of the one-launch reductions (adamw.cu): 0 between launches */
-    unsigned *colsum_ticket; /* device counter of the column sums' last-arrivals finish (colsum_ordered.cuh): 0
-                              * between launches */
     unsigned ws_generation; /* bumped when a workspace a recorded graph may use is replaced (tn_ws, rope_cs) */
     float *rope_cs;         /* rope.cu's cos/sin table (rope_T, rope_HS / 2, 2) for rope_theta, or NULL */
     size_t rope_cs_floats;  /* its allocation */
@@ -168,9 +162,7 @@ forge_status cuda_gemm(cuda_ctx *ctx, float *C, const float *A, const float *B,
 
 /* ---- deterministic column sums (reduce.cu) -----------------------------
  * A column reduction over N rows runs as R row chunks, each writing a
- * partial row into ctx->ws, then out[c] += sum_r partial[r][c] in order r:
- * cuda_colsum_finish launches that second pass (the fp32 ops); the bf16
- * first passes run it at their own end (colsum_ordered.cuh).
+ * partial row into ctx->ws, then out[c] += sum_r partial[r][c] in order r.
  * cuda_colsum_chunks picks R from N and C alone (never from the device), so
  * the summation order is the same on every GPU. Returns 0 when even one
  * chunk's n_out*C floats do not fit the workspace.                         */

@@ -264,12 +264,11 @@ forge_status cuda_gelu_backward_dbias_bf16(forge_backend *be, forge_bf16 *dinp, 
     const int rows_per_chunk = (N + R - 1) / R, items = (OC + 255) / 256 * R;
     int grid = ctx->num_sms * (ctx->gelu_dbias_blocks_per_sm > 0 ? ctx->gelu_dbias_blocks_per_sm : 1);
     if (grid > items) grid = items;
-    colsum_last fin;
-    FORGE_TRY(colsum_last_plan(ctx, &fin, dbias, NULL, ctx->ws, 1, R, OC, grid));
     CUDA_LAUNCH_TRY(forge_pdl_launch(gelu_backward_dbias_bf16_kernel, grid, dim3(32, GELU_DBIAS_ROWS), 0, ctx->stream,
-                                     ctx->pdl, dinp, fin, inp, dout, N, OC, rows_per_chunk, ctx->gelu_grad_table),
+                                     ctx->pdl, dinp, ctx->ws, inp, dout, N, OC, R, rows_per_chunk,
+                                     ctx->gelu_grad_table),
                     "gelu_backward_dbias_bf16_kernel");
-    return FORGE_OK;
+    return cuda_colsum_finish(ctx, dbias, ctx->ws, R, OC);
 }
 
 forge_status cuda_swiglu_forward_bf16(forge_backend *be, forge_bf16 *out, const forge_bf16 *gate,

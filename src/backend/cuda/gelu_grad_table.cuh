@@ -26,7 +26,6 @@
 
 #include "../../base/fmath.h"
 #include "bf16_io.cuh"
-#include "colsum_ordered.cuh"
 #include "pdl.cuh"
 
 #define GELU_TAB_E0 103u        /* the window's first exponent field: 2^-24 */
@@ -134,26 +133,18 @@ __global__ void __launch_bounds__(GELU_BWD_THREADS)
  * computes from the stored dinp, bit for bit, because the partition and the order are the same: a work item
  * (column tile of 256, row chunk r) is a (32, GELU_DBIAS_ROWS) block's, thread (x, y) sums columns [8x, 8x + 8) of
  * the tile over the rows r rows_per_chunk + y, + GELU_DBIAS_ROWS, ... in order, and the row lanes are combined in
- * lane order. The blocks loop over the work items (tile fastest), so each copies the table once. Then the last
- * blocks to arrive add the partials into dbias in row-chunk order, as matmul_bf16.cu's dbias finish does
- * (colsum_ordered.cuh: colsum_last_finish; fin.partial = partial, (1, R, OC)), in the table's shared memory.
+ * lane order. The blocks loop over the work items (tile fastest), so each copies the table once.
  * OC % 8 == 0 and 16-byte aligned pointers (the caller checks). */
 #define GELU_DBIAS_ROWS 8 /* matmul_bf16.cu's MMB_DBIAS_ROWS: the partition of its partials */
-/* partials a column per round trip of the finish (colsum_ordered.cuh): the usual 128 row chunks in one trip, in
- * the table's 32 KB, within the 64 registers a thread the kernel was allocated without it (sm_90: 4 blocks an SM) */
-#define GELU_FINISH_CHUNK 128
 
 static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS)
-    gelu_backward_dbias_bf16_kernel(forge_bf16 *__restrict__ dinp, colsum_last fin,
+    gelu_backward_dbias_bf16_kernel(forge_bf16 *__restrict__ dinp, float *__restrict__ partial,
                                     const forge_bf16 *__restrict__ inp, const forge_bf16 *__restrict__ dout, int N,
-                                    int OC, int rows_per_chunk, const float *__restrict__ table_g) {
-    static_assert(GELU_FINISH_CHUNK * COLSUM_COLS <= GELU_TAB_FLOATS, "the finish's chunk fits the table's memory");
+                                    int OC, int R, int rows_per_chunk, const float *__restrict__ table_g) {
     __shared__ __align__(16) float table[GELU_TAB_FLOATS];
     __shared__ float s[GELU_DBIAS_ROWS][256 + 4];
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    float *__restrict__ partial = fin.partial;
-    const int R = fin.R;
     const int t = threadIdx.y * 32 + threadIdx.x;
     for (int i = t; i < GELU_TAB_FLOATS / 4; i += 32 * GELU_DBIAS_ROWS)
         reinterpret_cast<float4 *>(table)[i] = reinterpret_cast<const float4 *>(table_g)[i];
@@ -192,8 +183,6 @@ static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS)
         }
         __syncthreads(); /* s is read before the next item writes it */
     }
-    /* the table is dead: the finish's chunks go there */
-    colsum_last_finish<GELU_FINISH_CHUNK>(fin, reinterpret_cast<float(*)[COLSUM_COLS]>(table), t);
 }
 
 /* The grid: blocks_per_sm blocks on each of num_sms SMs (the copy of the table is amortised over a long loop),

@@ -21,12 +21,9 @@
  *   writes the first gradient, through TMA; no workspace, no second pass.
  * - backward_weight: the TN split-K GEMM accumulates into dweight directly
  *   (its partial slices in ctx->tn_ws, sized to its plan, reduced in a fixed
- *   order); dbias is the ordered column sum over the bf16 dout in one launch:
- *   row-chunk partials (8 columns a thread where dout allows 16-byte loads),
- *   added in row-chunk order by the kernel's last blocks to arrive
- *   (colsum_ordered.cuh: the bits of a separate finish kernel).
- * Deterministic: no float atomics (an integer ticket picks the finishing
- * blocks, not the order); every sum has a fixed order for given arguments.
+ *   order); dbias is the ordered two-pass column sum (reduce.cu) over the bf16
+ *   dout, its first pass 8 columns a thread where dout allows 16-byte loads.
+ * Deterministic: no atomics; every sum has a fixed order for given arguments.
  * Nothing synchronises with the host. Ops share the workspace because they are
  * serialised on the context's stream (cuda_ops.h). Every kernel, the GEMMs'
  * included, launches with programmatic dependent launch where the context has
@@ -37,7 +34,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "colsum_ordered.cuh"
 #include "cuda_ops.h"
 #include "gemm.h"
 #include "pdl.cuh"
@@ -47,11 +43,6 @@
 #define MMB_THREADS 256 /* 16 x 16 threads, a 4 x 4 register block each */
 #define MMB_MAX_TILES_Y 65535
 #define MMB_DBIAS_ROWS 8 /* threads along the rows of a dbias block: 32 columns x 8 */
-/* partials a column per round trip of the dbias finish (colsum_ordered.cuh): the 8-wide kernel's 64 x 64 floats
- * (16 KB) over its 8 KB lane buffer leave its resident blocks as they were, and cover the usual 128 row chunks in
- * two round trips; the scalar kernel (odd shapes) takes 8 KB */
-#define MMB_FINISH_CHUNK 32
-#define MMB_FINISH_CHUNK_SCALAR 32
 #define MMB_GELU_SCALING_FACTOR 0.7978845608028654f /* sqrt(2/pi) */
 #define MMB_GELU_CUBIC 0.044715f
 
@@ -167,19 +158,12 @@ __global__ void __launch_bounds__(MMB_THREADS)
 }
 
 /* partial[r][oc] = sum of dout[n][oc] (bf16, widened) over the rows n of chunk r; grid (ceil(OC/32), R), block
- * (32, MMB_DBIAS_ROWS); a fixed order inside the block (matmul.cu's dbias_partial_kernel on bf16 rows). Then the
- * last blocks to arrive add the partials into dbias (colsum_ordered.cuh: colsum_last_finish, fin.partial = partial,
- * (1, R, OC)). */
-__global__ void mm_bf16_dbias_partial_kernel(colsum_last fin, const uint16_t *__restrict__ dout, int N, int OC,
-                                             int rows_per_chunk) {
+ * (32, MMB_DBIAS_ROWS); a fixed order inside the block (matmul.cu's dbias_partial_kernel on bf16 rows) */
+__global__ void mm_bf16_dbias_partial_kernel(float *__restrict__ partial, const uint16_t *__restrict__ dout, int N,
+                                             int OC, int rows_per_chunk) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    __shared__ union {
-        float lanes[MMB_DBIAS_ROWS][33];
-        float chunk[MMB_FINISH_CHUNK_SCALAR][COLSUM_COLS]; /* the finish's, once the partials are written */
-    } sm;
-    float(*s)[33] = sm.lanes;
-    float *__restrict__ partial = fin.partial;
+    __shared__ float s[MMB_DBIAS_ROWS][33];
     const int oc = blockIdx.x * 32 + threadIdx.x;
     const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
     float acc = 0.0f;
@@ -193,22 +177,16 @@ __global__ void mm_bf16_dbias_partial_kernel(colsum_last fin, const uint16_t *__
         for (int r = 0; r < MMB_DBIAS_ROWS; r++) sum += s[r][threadIdx.x];
         partial[(size_t)blockIdx.y * OC + oc] = sum;
     }
-    colsum_last_finish<MMB_FINISH_CHUNK_SCALAR>(fin, sm.chunk, threadIdx.y * 32 + threadIdx.x);
 }
 
 /* The same partials 8 columns a thread (16-byte loads; OC % 8 == 0, dout 16-byte aligned): grid
  * (ceil(OC/256), R), block (32, MMB_DBIAS_ROWS); each column is summed over the same rows in the same order as
- * in mm_bf16_dbias_partial_kernel, and the row lanes combined in the same order: the same bits; the same finish. */
-__global__ void mm_bf16_dbias_partial8_kernel(colsum_last fin, const uint16_t *__restrict__ dout, int N, int OC,
-                                              int rows_per_chunk) {
+ * in mm_bf16_dbias_partial_kernel, and the row lanes combined in the same order: the same bits. */
+__global__ void mm_bf16_dbias_partial8_kernel(float *__restrict__ partial, const uint16_t *__restrict__ dout, int N,
+                                              int OC, int rows_per_chunk) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    __shared__ union {
-        float lanes[MMB_DBIAS_ROWS][256 + 4];
-        float chunk[MMB_FINISH_CHUNK][COLSUM_COLS]; /* the finish's, once the partials are written */
-    } sm;
-    float(*s)[256 + 4] = sm.lanes;
-    float *__restrict__ partial = fin.partial;
+    __shared__ float s[MMB_DBIAS_ROWS][256 + 4];
     const int c0 = blockIdx.x * 256 + threadIdx.x * 8, lc = threadIdx.x * 8;
     const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
     float acc[8];
@@ -236,7 +214,6 @@ __global__ void mm_bf16_dbias_partial8_kernel(colsum_last fin, const uint16_t *_
             partial[(size_t)blockIdx.y * OC + c0 + k] = sum;
         }
     }
-    colsum_last_finish<MMB_FINISH_CHUNK>(fin, sm.chunk, threadIdx.y * 32 + threadIdx.x);
 }
 
 /* ---- launchers ------------------------------------------------------------- */
@@ -360,18 +337,18 @@ forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight,
             return forge_error(FORGE_ERR_UNSUPPORTED,
                                "cuda matmul_backward_weight_bf16: OC = %d too wide for the dbias workspace", OC);
         const int rows_per_chunk = (N + R - 1) / R;
-        const bool vec = OC % 8 == 0 && aligned(dout, 16);
-        const dim3 grid(vec ? (OC + 255) / 256 : (OC + 31) / 32, R), block(32, MMB_DBIAS_ROWS);
-        colsum_last fin;
-        FORGE_TRY(colsum_last_plan(ctx, &fin, dbias, NULL, ctx->ws, 1, R, OC, (long long)grid.x * grid.y));
-        if (vec)
-            CUDA_LAUNCH_TRY(forge_pdl_launch(mm_bf16_dbias_partial8_kernel, grid, block, 0, ctx->stream, ctx->pdl, fin,
-                                             (const uint16_t *)dout, N, OC, rows_per_chunk),
+        if (OC % 8 == 0 && aligned(dout, 16)) {
+            const dim3 grid((OC + 255) / 256, R), block(32, MMB_DBIAS_ROWS);
+            CUDA_LAUNCH_TRY(forge_pdl_launch(mm_bf16_dbias_partial8_kernel, grid, block, 0, ctx->stream, ctx->pdl,
+                                             ctx->ws, (const uint16_t *)dout, N, OC, rows_per_chunk),
                             "mm_bf16_dbias_partial8_kernel");
-        else
-            CUDA_LAUNCH_TRY(forge_pdl_launch(mm_bf16_dbias_partial_kernel, grid, block, 0, ctx->stream, ctx->pdl, fin,
-                                             (const uint16_t *)dout, N, OC, rows_per_chunk),
+        } else {
+            const dim3 grid((OC + 31) / 32, R), block(32, MMB_DBIAS_ROWS);
+            CUDA_LAUNCH_TRY(forge_pdl_launch(mm_bf16_dbias_partial_kernel, grid, block, 0, ctx->stream, ctx->pdl,
+                                             ctx->ws, dout, N, OC, rows_per_chunk),
                             "mm_bf16_dbias_partial_kernel");
+        }
+        FORGE_TRY(cuda_colsum_finish(ctx, dbias, ctx->ws, R, OC));
     }
     return FORGE_OK;
 }

@@ -14,10 +14,9 @@
  * forms write res in the first pass and read it back in the next ones (the same lane reads what it wrote), so
  * res may be a or b; hence no __restrict__ on those pointers.
  *
- * dweight/dbias sum over the N rows: one partial row per row chunk in ctx->ws, then an ordered finish, run by the
- * same kernel's last blocks to arrive (colsum_ordered.cuh: colsum_last_finish, the order and bits of reduce.cu's
- * finish kernel; deterministic, no float atomics; the order differs from the reference's row loop: the walker's
- * SUM(N)). On the VEC path
+ * dweight/dbias sum over the N rows: one partial row per row chunk in ctx->ws, then an ordered finish (reduce.cu's,
+ * or the fused path's norm_fused_finish with the same order and bits; deterministic, no atomics; the order differs
+ * from the reference's row loop: the walker's SUM(N)). On the VEC path
  * with C <= NB_FUSED_MAX_C the backward is one fused kernel (norm_bf16_fused.cuh): each block walks a fixed,
  * contiguous range of rows (its warps interleaved over it), computes dinp as the row kernel does from the row's
  * bf16 inputs streamed into shared memory a few rows ahead, and keeps the column sums of dout x-hat and dout in
@@ -31,7 +30,6 @@
 #include "norm_bf16_fused.cuh"
 
 #define NB_COL_ROWS 8 /* threads along the rows of a parameter-gradient block: 32 columns x 8 */
-#define NB_COL_FINISH_CHUNK 32 /* partials a column per round trip of that kernel's finish (colsum_ordered.cuh) */
 
 /* ---- the row pass: chunk c0 (a multiple of 8) of a row ------------------------------------------------------- */
 
@@ -223,23 +221,15 @@ __global__ void __launch_bounds__(NB_THREADS)
     }
 }
 
-/* ---- backward: dweight (and LN: dbias) partials over row chunks, then their finish --------------------------------
- * partial = fin.partial: dw (R, C) then (LN) db (R, C); grid (ceil(C/32), R), block (32, NB_COL_ROWS); then the last
- * blocks to arrive add them into dweight (and dbias) (colsum_last_finish) */
+/* ---- backward: dweight (and LN: dbias) partials over row chunks --------------------------------------------------
+ * partial: dw (R, C) then (LN) db (R, C); grid (ceil(C/32), R), block (32, NB_COL_ROWS) */
 template <bool LN>
-__global__ void norm_param_partial_bf16_kernel(colsum_last fin, const forge_bf16 *__restrict__ dout,
+__global__ void norm_param_partial_bf16_kernel(float *__restrict__ partial, const forge_bf16 *__restrict__ dout,
                                                const forge_bf16 *__restrict__ inp, const float *__restrict__ mean,
                                                const float *__restrict__ rstd, int N, int C, int rows_per_chunk) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    __shared__ union {
-        struct {
-            float w[NB_COL_ROWS][33], b[NB_COL_ROWS][33];
-        } lanes;
-        float chunk[NB_COL_FINISH_CHUNK][COLSUM_COLS]; /* the finish's, once the partials are written */
-    } sm;
-    float(*sw)[33] = sm.lanes.w, (*sb)[33] = sm.lanes.b;
-    float *__restrict__ partial = fin.partial;
+    __shared__ float sw[NB_COL_ROWS][33], sb[NB_COL_ROWS][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
     float dw = 0.0f, db = 0.0f;
@@ -265,7 +255,6 @@ __global__ void norm_param_partial_bf16_kernel(colsum_last fin, const forge_bf16
         partial[(size_t)blockIdx.y * C + c] = tw;
         if (LN) partial[((size_t)gridDim.y + blockIdx.y) * C + c] = tb;
     }
-    colsum_last_finish<NB_COL_FINISH_CHUNK>(fin, sm.chunk, threadIdx.y * 32 + threadIdx.x);
 }
 
 /* ---- launchers ------------------------------------------------------------------------------------------------ */
@@ -316,28 +305,28 @@ static forge_status rmsnorm_forward_launch(forge_backend *be, forge_bf16 *res, f
 
 /* the fused kernel for CH = ceil(C / 256) chunks per lane, with its default stage count */
 template <bool LN, bool ACC>
-static cudaError_t norm_backward_fused_launch(cuda_ctx *ctx, const colsum_last &fin, forge_bf16 *dinp,
-                                              const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
-                                              const float *mean, const float *rstd, int N, int C, int rows_per_block) {
+static cudaError_t norm_backward_fused_launch(cuda_ctx *ctx, unsigned R, forge_bf16 *dinp, const forge_bf16 *dout,
+                                              const forge_bf16 *inp, const float *weight, const float *mean,
+                                              const float *rstd, int N, int C, int rows_per_block) {
     switch ((C + 32 * 8 - 1) / (32 * 8)) {
     case 1:
-        return norm_fused_launch<LN, ACC, 1, norm_fused_stages<1>()>(ctx->stream, ctx->pdl, fin, dinp, dout, inp,
-                                                                     weight, mean, rstd, N, C, rows_per_block);
+        return norm_fused_launch<LN, ACC, 1, norm_fused_stages<1>()>(ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout,
+                                                                     inp, weight, mean, rstd, N, C, rows_per_block);
     case 2:
-        return norm_fused_launch<LN, ACC, 2, norm_fused_stages<2>()>(ctx->stream, ctx->pdl, fin, dinp, dout, inp,
-                                                                     weight, mean, rstd, N, C, rows_per_block);
+        return norm_fused_launch<LN, ACC, 2, norm_fused_stages<2>()>(ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout,
+                                                                     inp, weight, mean, rstd, N, C, rows_per_block);
     case 3:
-        return norm_fused_launch<LN, ACC, 3, norm_fused_stages<3>()>(ctx->stream, ctx->pdl, fin, dinp, dout, inp,
-                                                                     weight, mean, rstd, N, C, rows_per_block);
+        return norm_fused_launch<LN, ACC, 3, norm_fused_stages<3>()>(ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout,
+                                                                     inp, weight, mean, rstd, N, C, rows_per_block);
     default:
         return norm_fused_launch<LN, ACC, NB_FUSED_MAX_CHUNKS, norm_fused_stages<NB_FUSED_MAX_CHUNKS>()>(
-            ctx->stream, ctx->pdl, fin, dinp, dout, inp, weight, mean, rstd, N, C, rows_per_block);
+            ctx->stream, ctx->pdl, R, dinp, ctx->ws, dout, inp, weight, mean, rstd, N, C, rows_per_block);
     }
 }
 
-/* VEC and C <= NB_FUSED_MAX_C: the fused kernel, dinp and R block partials in one pass over the rows. Otherwise
- * dinp per row, then R row-chunk partials from the scalar column kernel. Either kernel's last blocks to arrive add
- * the partials into dweight (and dbias) in row-chunk order. */
+/* VEC and C <= NB_FUSED_MAX_C: the fused kernel, dinp and R block partials in one pass over the rows, then
+ * norm_fused_finish. Otherwise dinp per row, then R row-chunk partials from the scalar column kernel, then reduce.cu's
+ * cuda_colsum_finish. Either finish adds the partials into dweight (and dbias) in row-chunk order. */
 template <bool LN>
 static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, float *dweight, float *dbias,
                                          const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
@@ -351,16 +340,17 @@ static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, fl
     if (vec && C <= NB_FUSED_MAX_C) {
         int rows_per_block;
         const int R = norm_fused_grid(N, C, n_out, ctx->num_sms, &rows_per_block);
-        colsum_last fin;
-        FORGE_TRY(colsum_last_plan(ctx, &fin, dweight, dbias, ctx->ws, n_out, R, C, R));
         const cudaError_t e =
-            accumulate ? norm_backward_fused_launch<LN, true>(ctx, fin, dinp, dout, inp, weight, mean, rstd, N, C,
-                                                              rows_per_block)
-                       : norm_backward_fused_launch<LN, false>(ctx, fin, dinp, dout, inp, weight, mean, rstd, N, C,
-                                                               rows_per_block);
+            accumulate ? norm_backward_fused_launch<LN, true>(ctx, (unsigned)R, dinp, dout, inp, weight, mean, rstd,
+                                                              N, C, rows_per_block)
+                       : norm_backward_fused_launch<LN, false>(ctx, (unsigned)R, dinp, dout, inp, weight, mean, rstd,
+                                                               N, C, rows_per_block);
         if (e != cudaSuccess)
             return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_backward_fused_bf16_kernel: %s", op,
                                cudaGetErrorString(e));
+        const cudaError_t ef = norm_fused_finish(ctx->stream, ctx->pdl, LN, dweight, dbias, ctx->ws, R, C);
+        if (ef != cudaSuccess)
+            return forge_error(FORGE_ERR_DEVICE, "cuda %s: norm_fused_finish_kernel: %s", op, cudaGetErrorString(ef));
         return FORGE_OK;
     }
 
@@ -377,11 +367,11 @@ static forge_status norm_backward_launch(forge_backend *be, forge_bf16 *dinp, fl
         return forge_error(FORGE_ERR_UNSUPPORTED, "cuda %s: C = %d too wide for the reduction workspace", op, C);
     const int rows_per_chunk = (N + R - 1) / R;
     dim3 grid((C + 31) / 32, R), block(32, NB_COL_ROWS);
-    colsum_last fin;
-    FORGE_TRY(colsum_last_plan(ctx, &fin, dweight, dbias, ctx->ws, n_out, R, C, (long long)grid.x * grid.y));
-    CUDA_LAUNCH_TRY(forge_pdl_launch(norm_param_partial_bf16_kernel<LN>, grid, block, 0, ctx->stream, ctx->pdl, fin,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(norm_param_partial_bf16_kernel<LN>, grid, block, 0, ctx->stream, ctx->pdl, ctx->ws,
                                      dout, inp, mean, rstd, N, C, rows_per_chunk),
                     "norm_param_partial_bf16_kernel");
+    FORGE_TRY(cuda_colsum_finish(ctx, dweight, ctx->ws, R, C));
+    if (LN) FORGE_TRY(cuda_colsum_finish(ctx, dbias, ctx->ws + (size_t)R * C, R, C));
     return FORGE_OK;
 }
 

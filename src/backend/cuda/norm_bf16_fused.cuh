@@ -18,13 +18,11 @@
  *
  * At the end the NB_ROWS warps' accumulators go to shared memory (over the ring) and each column is added in warp
  * order, ((w0 + w1) + w2) + ... + w7, by one thread, which writes the block's partial: dw (R, C) then (LN) db
- * (R, C), the layout of reduce.cu's cuda_colsum_finish. A block with no rows writes zeros. The last blocks to
- * arrive then add the R partials into dweight (and dbias), both outputs' columns as one range, in the same
- * launch (colsum_ordered.cuh: colsum_last_finish, in the ring's shared memory): the order and bits of
- * cuda_colsum_finish on each output.
+ * (R, C), the layout of reduce.cu's cuda_colsum_finish. A block with no rows writes zeros. norm_fused_finish then
+ * adds the R partials into dweight (and dbias) with cuda_colsum_finish's order and bits, in one launch.
  *
- * The kernel waits for the previous kernel (forge_pdl_wait, pdl.cuh) before its first global access (the ring's
- * first cp.async included), so its launcher may start it with programmatic dependent launch.
+ * Both kernels wait for the previous kernel (forge_pdl_wait, pdl.cuh) before their first global access (the
+ * ring's first cp.async included), so their launchers may start them with programmatic dependent launch.
  */
 #ifndef FORGE_NORM_BF16_FUSED_CUH
 #define FORGE_NORM_BF16_FUSED_CUH
@@ -123,19 +121,10 @@ struct norm_fused_slot {
 
 /* dynamic shared memory of the fused kernel: the ring, or the final warp-order combine if larger */
 template <bool LN, bool ACC, int CH, int STAGES>
-__host__ __device__ constexpr int norm_fused_smem() {
+constexpr int norm_fused_smem() {
     constexpr int ring = NB_ROWS * STAGES * norm_fused_slot<ACC, CH>::BYTES;
     constexpr int combine = NB_ROWS * (LN ? 2 : 1) * CH * 32 * 8 * 4;
     return ring > combine ? ring : combine;
-}
-
-/* partials a column per round trip of the finish (colsum_ordered.cuh), in the ring's shared memory: up to
- * COLSUM_CHUNK (every R of norm_fused_grid on an H200 in one trip), as many as the ring holds */
-template <bool LN, bool ACC, int CH, int STAGES>
-__host__ __device__ constexpr int norm_fused_finish_chunk() {
-    constexpr int fit = norm_fused_smem<LN, ACC, CH, STAGES>() / (int)(COLSUM_COLS * sizeof(float)) / COLSUM_GROUPS *
-                        COLSUM_GROUPS;
-    return fit < COLSUM_CHUNK ? fit : COLSUM_CHUNK;
 }
 
 /* the stage count of the default (norm_bf16.cu's launcher): about 3 rows' chunks per warp in flight at C = 768 */
@@ -179,20 +168,16 @@ __device__ __forceinline__ void norm_fused_issue(uint32_t slot, const forge_bf16
 }
 
 /* VEC only (C % 8 == 0, 16-byte aligned pointers), CH = ceil(C / 256) <= NB_FUSED_MAX_CHUNKS; dynamic shared
- * memory norm_fused_smem<LN, ACC, CH, STAGES>(); the partials in fin.partial ((LN ? 2 : 1), gridDim.x, C) */
+ * memory norm_fused_smem<LN, ACC, CH, STAGES>() */
 template <bool LN, bool ACC, int CH, int STAGES>
 __global__ void __launch_bounds__(NB_THREADS)
-    norm_backward_fused_bf16_kernel(forge_bf16 *__restrict__ dinp, colsum_last fin,
+    norm_backward_fused_bf16_kernel(forge_bf16 *__restrict__ dinp, float *__restrict__ partial,
                                     const forge_bf16 *__restrict__ dout, const forge_bf16 *__restrict__ inp,
                                     const float *__restrict__ weight, const float *__restrict__ mean,
                                     const float *__restrict__ rstd, int N, int C, int rows_per_block) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
     static_assert(STAGES >= 2, "one row computed while the next ones load");
-    static_assert(NB_THREADS == COLSUM_THREADS, "the block finishes the column sums (colsum_last_finish)");
-    constexpr int FINISH_CHUNK = norm_fused_finish_chunk<LN, ACC, CH, STAGES>();
-    static_assert(FINISH_CHUNK >= COLSUM_GROUPS, "the finish's chunk fits the ring");
-    float *__restrict__ partial = fin.partial;
     using SL = norm_fused_slot<ACC, CH>;
     constexpr int NP = LN ? 2 : 1; /* partial arrays: dw, (LN) db */
     constexpr int CW = CH * 32 * 8; /* columns of a lane's chunks */
@@ -288,14 +273,40 @@ __global__ void __launch_bounds__(NB_THREADS)
         for (int v = 1; v < NB_ROWS; v++) t = t + red[(size_t)(v * NP + p) * CW + c];
         partial[((size_t)p * gridDim.x + blockIdx.x) * C + c] = t;
     }
-    colsum_last_finish<FINISH_CHUNK>(fin, reinterpret_cast<float(*)[COLSUM_COLS]>(nb_smem), threadIdx.x);
 }
 
-/* launches the fused kernel with STAGES slots per warp on stream st (fin.R blocks from norm_fused_grid; fin from
- * colsum_last_plan, n_out R C floats of partials, or with a NULL ticket: the partials only); pdl: launched with
- * programmatic dependent launch (pdl.cuh), else plainly */
+/* dweight[c] += sum_r partial[r][c] and (LN) dbias[c] += sum_r partial[R + r][c], r in order from a zero sum: the
+ * bits of reduce.cu's cuda_colsum_finish, one launch for both (colsum_ordered.cuh: a block of COLSUM_COLS output
+ * columns, LN's dbias columns numbered after dweight's). */
+template <bool LN>
+__global__ void __launch_bounds__(COLSUM_THREADS)
+    norm_fused_finish_kernel(float *__restrict__ dweight, float *__restrict__ dbias,
+                             const float *__restrict__ partial, int R, int C) {
+    __shared__ colsum_chunk_smem s;
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
+    const int i = blockIdx.x * COLSUM_COLS + threadIdx.x % COLSUM_COLS;
+    const bool valid = i < (LN ? 2 : 1) * C;
+    const int p = LN && i >= C ? 1 : 0, c = i - p * C;
+    const float sum = colsum_ordered_block(partial + (valid ? (size_t)p * R * C + c : 0), (size_t)C, R, valid, s);
+    if (threadIdx.x < COLSUM_COLS && valid) {
+        float *out = p ? dbias : dweight;
+        out[c] += sum;
+    }
+}
+
+/* pdl: launched with programmatic dependent launch (pdl.cuh), else plainly */
+static cudaError_t norm_fused_finish(cudaStream_t st, int pdl, bool ln, float *dweight, float *dbias,
+                                     const float *partial, int R, int C) {
+    const unsigned blocks = (unsigned)(((ln ? 2 : 1) * C + COLSUM_COLS - 1) / COLSUM_COLS);
+    return forge_pdl_launch(ln ? norm_fused_finish_kernel<true> : norm_fused_finish_kernel<false>, blocks,
+                            COLSUM_THREADS, 0, st, pdl, dweight, dbias, partial, R, C);
+}
+
+/* launches the fused kernel with STAGES slots per warp on stream st (R blocks from norm_fused_grid); the partials
+ * go to partial (n_out R C floats); pdl as for norm_fused_finish */
 template <bool LN, bool ACC, int CH, int STAGES>
-static cudaError_t norm_fused_launch(cudaStream_t st, int pdl, const colsum_last &fin, forge_bf16 *dinp,
+static cudaError_t norm_fused_launch(cudaStream_t st, int pdl, unsigned R, forge_bf16 *dinp, float *partial,
                                      const forge_bf16 *dout, const forge_bf16 *inp, const float *weight,
                                      const float *mean, const float *rstd, int N, int C, int rows_per_block) {
     constexpr int smem = norm_fused_smem<LN, ACC, CH, STAGES>();
@@ -303,8 +314,8 @@ static cudaError_t norm_fused_launch(cudaStream_t st, int pdl, const colsum_last
     const cudaError_t e = cudaFuncSetAttribute(norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    return forge_pdl_launch(norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>, (unsigned)fin.R, NB_THREADS, smem,
-                            st, pdl, dinp, fin, dout, inp, weight, mean, rstd, N, C, rows_per_block);
+    return forge_pdl_launch(norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>, R, NB_THREADS, smem, st, pdl, dinp,
+                            partial, dout, inp, weight, mean, rstd, N, C, rows_per_block);
 }
 
 #endif

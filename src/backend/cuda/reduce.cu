@@ -1,11 +1,8 @@
 /*
  * reduce.cu: the second pass of forge's deterministic column sums (dbias,
- * the norms' dweight/dbias) as a kernel of its own: out[c] += sum over r of
- * partial[r][c], r in order. The first pass is op-specific (each op knows
- * what it sums) and lives with the op; see cuda_ops.h for why nothing here
- * uses float atomics. The fp32 ops finish this way; the bf16 step's first
- * passes finish their own sums (colsum_ordered.cuh, colsum_last_finish) with
- * the same order and bits, one launch fewer.
+ * the norms' dweight/dbias): out[c] += sum over r of partial[r][c], r in
+ * order. The first pass is op-specific (each op knows what it sums) and
+ * lives with the op; see cuda_ops.h for why nothing here uses atomics.
  * The finish launches with programmatic dependent launch (pdl.cuh): it waits
  * for the first pass (forge_pdl_wait) before it reads a partial.
  */
@@ -31,8 +28,7 @@ __global__ void __launch_bounds__(COLSUM_THREADS)
     forge_pdl_wait();
     forge_pdl_launch_dependents();
     const int c = blockIdx.x * COLSUM_COLS + threadIdx.x % COLSUM_COLS;
-    const float sum =
-        colsum_ordered_rows<COLSUM_CHUNK>(partials + (c < C ? c : 0), (size_t)C, R, c < C, s, threadIdx.x);
+    const float sum = colsum_ordered_block(partials + (c < C ? c : 0), (size_t)C, R, c < C, s);
     if (threadIdx.x < COLSUM_COLS && c < C) out[c] += sum;
 }
 
