@@ -14,6 +14,8 @@
 #   dwplan    forge-lab bench dw-plan
 #   bench     forge bench train --breakdown on FORGE_S16_CASES (no baseline)
 #   pdl       forge bench train with --pdl and without, FORGE_S16_ROUNDS alternating rounds
+#   paired    the base binary's forge bench train against the PyTorch baseline (tools/torch_train_bench.py) on
+#             FORGE_S16_CASES, FORGE_S16_PAIRED_STEPS rounds (the train_bench stage does the same for this tree's)
 #   ab        forge bench train with the base binary and this tree's, FORGE_S16_ROUNDS alternating rounds on
 #             FORGE_S16_CASES (the first round with --breakdown: both step's ops in one call)
 set -u -o pipefail
@@ -137,10 +139,13 @@ for c in ${FORGE_S16_CHECKS:-traj flash16 dwplan bench}; do
             --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" --steps 12 --breakdown --results /tmp/s16-bench ;;
         pdl) check pdl 300 bash -c pdl_ab ;;
         ab) check ab "${FORGE_S16_T_AB:-300}" bash -c base_ab ;;
+        paired) check paired 200 build/base/forge bench train --device cuda --precision bf16 \
+            --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" --steps "${FORGE_S16_PAIRED_STEPS:-16}" \
+            --baseline "python3 tools/torch_train_bench.py" --results /tmp/s16-paired ;;
     esac
 done
-for f in "$OUT"/s16-dwplan.log "$OUT"/s16-bench.log "$OUT"/s16-pdl.log "$OUT"/s16-ab.log; do
-    [ -e "$f" ] && { echo "---- $(basename "$f")"; grep -E "tok/s|^== round" "$f" | tail -n 40; }
+for f in "$OUT"/s16-dwplan.log "$OUT"/s16-bench.log "$OUT"/s16-pdl.log "$OUT"/s16-ab.log "$OUT"/s16-paired.log; do
+    [ -e "$f" ] && { echo "---- $(basename "$f")"; grep -E "tok/s|^== round|paired" "$f" | tail -n 40; }
 done
 echo
 printf '%-18s %-16s %s\n' check result seconds
