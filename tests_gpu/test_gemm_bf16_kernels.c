@@ -7,22 +7,8 @@
  * bf16, C within fp32 summation error of the double reference of the same bf16 values (1e-5 of the largest |C|:
  * a wrong slot, a lost split or a read of an unwritten slot shows as a far larger error) and bit-identical when
  * run again (the splits are summed in a fixed order). accumulate: C starts as 1 + (i % 7) / 8 and the product is
- * added. C is poisoned (NaN) otherwise, and the workspace before every run (its tile counters then zeroed again).
- * The variants of the reduction and tile are the lab's (forge-lab test gemm-bf16).
- *
- * The in-kernel split-K reduction bit for bit (case_gemm_tn_fixup, --only gemm_tn): each tile's last unit adds the
- * S slices into C; the separate pass it replaces computed t = 0 + p0 + ... + p(S-1) in fp32, then C + t
- * (accumulate) or t. The slices stay in the workspace after the call, so the pass is emulated on the host from
- * them and C must equal it bit for bit; a unit that read a slice before its writer had stored it would have read
- * the poison (the slices are NaN before the call), so C would differ. Splits 2..8 on the 128-row kernel (a
- * workspace holding exactly S slices caps the plan at S; K = 840 x 64 so that every S cuts K evenly), partials
- * stored from the registers (M % 128 != 0) and through TMA (M % 128 == 0), 128 x 128 and 128 x 256 tiles; C192 at
- * its one-wave plans S = 2, 3, 5, 7, 8; odd tile counts, M and N past the last whole tile; accumulate 0 and 1.
- * Each plan runs: once (against the emulation and, on 256 sampled elements, the float64 reference within 1e-5 of
- * the sample's max |C|), again with the slices re-poisoned (the same bits), twice back to back on a stream with
- * PDL (C + t + t), and as a captured CUDA graph of those two calls replayed twice (C + 4t): the counters must be
- * back at 0 after every call (read back each time), which the repeated calls also rely on. The plans assume the
- * H200's 132 SMs; elsewhere they differ (printed per case) and the coverage line is skipped.
+ * added. C is poisoned (NaN) otherwise, and the workspace before every run. The variants of the reduction and
+ * tile are the lab's (forge-lab test gemm-bf16).
  *
  * forge_gemm_bf16_nt_epi's bf16 forms (case_nt_epi_bf16; run with the dW cases, --only gemm_tn): bias or not x
  * {plain, GELU + pre_out, GELU}, bf16 C (and pre_out), where the TMA store takes C (N % 8 == 0, 16-byte aligned):
@@ -86,8 +72,7 @@ static void tn_reference(const tn_problem *t, double *ref) {
 static int tn_call(parity *P, const tn_problem *t, float *out, const char *shape) {
     const size_t cn = (size_t)t->M * t->N;
     if (cudaMemcpy(t->dC, t->c0, cn * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemset(t->dW, 0xFF, t->wbytes ? t->wbytes : 16) != cudaSuccess ||
-        forge_gemm_bf16_tn_workspace_init(t->dW, t->wbytes, NULL) != FORGE_OK) {
+        cudaMemset(t->dW, 0xFF, t->wbytes ? t->wbytes : 16) != cudaSuccess) {
         report(P, 0, "gemm_tn_default", shape, INFINITY, 0, "(upload failed)");
         return 0;
     }
@@ -154,251 +139,6 @@ static void case_gemm_tn_default(parity *P, int M, int N, int K, int accumulate)
 done:
     cudaFree(t.dA), cudaFree(t.dB), cudaFree(t.dC), cudaFree(t.dW);
     free(t.a16), free(t.b16), free(t.c0), free(c1), free(c2), free(ref);
-}
-
-/* ---- the in-kernel split-K reduction against the pass it replaced, bit for bit ---- */
-
-#define FX_SAMPLES 256
-#define FX_MAX_S 32
-
-/* which (kernel, splits) pairs the fixup cases covered: [0] the 128-row kernel, [1] C192; bit S */
-static unsigned fx_covered[2];
-
-/* one problem, its device buffers and host mirrors */
-typedef struct {
-    int M, N, K;
-    uint16_t *a16, *b16;      /* host (K,M), (K,N) */
-    float *c0, *out, *slices; /* host: C before the calls, C after them, the workspace's slices */
-    void *dA, *dB, *dC, *dW;
-    size_t wmax;              /* bytes of dW */
-    cudaStream_t st;
-} fx_problem;
-
-/* C = c0 on the device (synchronous) */
-static int fx_upload_c(const fx_problem *f) {
-    return cudaMemcpy(f->dC, f->c0, (size_t)f->M * f->N * 4, cudaMemcpyHostToDevice) == cudaSuccess;
-}
-
-/* NaN over the slices, the counters at the workspace's head untouched */
-static int fx_poison(const fx_problem *f) {
-    return cudaMemset((char *)f->dW + FORGE_GEMM_TN_WS_HEADER, 0xFF, f->wmax - FORGE_GEMM_TN_WS_HEADER) == cudaSuccess;
-}
-
-/* C back into f->out after the stream drained; *nonzero = counters at the workspace's head that are not 0 */
-static int fx_fetch(const fx_problem *f, size_t *nonzero) {
-    int cnt[FORGE_GEMM_TN_WS_HEADER / 4];
-    if (cudaStreamSynchronize(f->st) != cudaSuccess ||
-        cudaMemcpy(f->out, f->dC, (size_t)f->M * f->N * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        cudaMemcpy(cnt, f->dW, sizeof cnt, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return 0;
-    for (size_t i = 0; i < sizeof cnt / sizeof cnt[0]; i++) *nonzero += cnt[i] != 0;
-    return 1;
-}
-
-/* elements of f->out whose bits differ from want */
-static size_t fx_bits_differ(const fx_problem *f, const float *want) {
-    size_t d = 0;
-    for (size_t i = 0; i < (size_t)f->M * f->N; i++) d += memcmp(&f->out[i], &want[i], 4) != 0;
-    return d;
-}
-
-/* One plan of one problem: the workspace holds `cap` slices (0: what forge_gemm_bf16_tn_workspace asks for). */
-static void fx_plan_case(parity *P, fx_problem *f, int accumulate, int cap) {
-    const char *op = "gemm_tn_fixup";
-    const int M = f->M, N = f->N, K = f->K;
-    const size_t cn = (size_t)M * N;
-    char shape[160], sub[512];
-    size_t wbytes = 0;
-    if (cap > 0)
-        wbytes = FORGE_GEMM_TN_WS_HEADER + (size_t)cap * cn * 4;
-    else if (forge_gemm_bf16_tn_workspace(M, N, K, &wbytes) != FORGE_OK)
-        wbytes = 0;
-    int tm = 0, tn = 0, S = 1;
-    snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s ws=%s%d", M, N, K, accumulate ? " C+=" : "", cap ? "" : "plan:",
-             cap);
-    if (wbytes > f->wmax || forge_gemm_bf16_tn_plan(M, N, K, accumulate, f->dW, wbytes, &tm, &tn, &S) != FORGE_OK) {
-        report(P, 0, op, shape, INFINITY, 0, "(workspace or plan query failed)");
-        return;
-    }
-    const int tma = tm == 128 && M % 128 == 0 && N % 4 == 0;
-    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " plan %dx%d s%d%s", tm, tn, S,
-             tm == 128 ? (tma ? " tma" : " direct") : "");
-    if (S < 2 || S > FX_MAX_S) {
-        report(P, 0, op, shape, INFINITY, 0, "(the plan does not split: the case tests nothing)");
-        return;
-    }
-    fx_covered[tm == 192] |= 1u << S;
-    float *t = malloc(cn * 4), *e1 = malloc(cn * 4), *e2 = malloc(cn * 4), *e4 = malloc(cn * 4), *c1 = malloc(cn * 4);
-    cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
-    size_t nonzero = 0, d_pass = 0, d_rerun = 0, d_b2b = 0, d_graph = 0;
-    double worst = 0.0;
-    int ok = t && e1 && e2 && e4 && c1;
-    /* 1: once, against the pass emulated from the slices the call left */
-    ok = ok && fx_poison(f) && fx_upload_c(f) &&
-         forge_gemm_bf16_tn_wgmma(f->dA, f->dB, (float *)f->dC, M, N, K, accumulate, f->dW, wbytes, f->st, 0) ==
-             FORGE_OK &&
-         fx_fetch(f, &nonzero) &&
-         cudaMemcpy(f->slices, (char *)f->dW + FORGE_GEMM_TN_WS_HEADER, (size_t)S * cn * 4, cudaMemcpyDeviceToHost) ==
-             cudaSuccess;
-    if (!ok) {
-        char why[640];
-        snprintf(why, sizeof why, "(first call or copy failed: %s)", forge_error_message());
-        report(P, 0, op, shape, INFINITY, 0, why);
-        goto done;
-    }
-    memcpy(c1, f->out, cn * 4);
-    for (size_t i = 0; i < cn; i++) { /* gemm_splitk_reduce_kernel's arithmetic, in its order */
-        float sum = 0.0f;
-        for (int sl = 0; sl < S; sl++) sum += f->slices[(size_t)sl * cn + i];
-        t[i] = sum;
-        float c = accumulate ? f->c0[i] + sum : sum;
-        e1[i] = c;
-        c = accumulate ? c + sum : sum;
-        e2[i] = c;
-        c = accumulate ? c + sum : sum;
-        c = accumulate ? c + sum : sum;
-        e4[i] = c;
-    }
-    d_pass = fx_bits_differ(f, e1);
-    /* the product itself, on sampled elements: a slice that holds the wrong sums would pass the emulation */
-    {
-        double scale = 0.0, err = 0.0;
-        for (int q = 0; q < FX_SAMPLES; q++) {
-            const size_t i = (size_t)(forge_rng_u32(&P->rng) % (uint32_t)cn);
-            const int m = (int)(i / (size_t)N), n = (int)(i % (size_t)N);
-            double r = accumulate ? (double)f->c0[i] : 0.0;
-            for (int k = 0; k < K; k++)
-                r += (double)tn_widen(f->a16[(size_t)k * M + m]) * (double)tn_widen(f->b16[(size_t)k * N + n]);
-            if (fabs(r) > scale) scale = fabs(r);
-            const double e = fabs((double)c1[i] - r);
-            if (!(e <= err)) err = e;
-        }
-        worst = err / (scale > 0.0 ? scale : 1.0);
-    }
-    /* 2: again, the slices poisoned again: the same bits */
-    ok = fx_poison(f) && fx_upload_c(f) &&
-         forge_gemm_bf16_tn_wgmma(f->dA, f->dB, (float *)f->dC, M, N, K, accumulate, f->dW, wbytes, f->st, 1) ==
-             FORGE_OK &&
-         fx_fetch(f, &nonzero);
-    if (ok) d_rerun = fx_bits_differ(f, c1);
-    /* 3: twice back to back on the stream with PDL (the second call's CTAs may start under the first's tail) */
-    ok = ok && fx_upload_c(f) &&
-         forge_gemm_bf16_tn_wgmma(f->dA, f->dB, (float *)f->dC, M, N, K, accumulate, f->dW, wbytes, f->st, 1) ==
-             FORGE_OK &&
-         forge_gemm_bf16_tn_wgmma(f->dA, f->dB, (float *)f->dC, M, N, K, accumulate, f->dW, wbytes, f->st, 1) ==
-             FORGE_OK &&
-         fx_fetch(f, &nonzero);
-    if (ok) d_b2b = fx_bits_differ(f, e2);
-    /* 4: those two calls captured as a graph, replayed twice: the counters must be 0 again at each replay */
-    ok = ok && cudaStreamBeginCapture(f->st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-    if (ok) {
-        const forge_status s1 =
-            forge_gemm_bf16_tn_wgmma(f->dA, f->dB, (float *)f->dC, M, N, K, accumulate, f->dW, wbytes, f->st, 1);
-        const forge_status s2 =
-            forge_gemm_bf16_tn_wgmma(f->dA, f->dB, (float *)f->dC, M, N, K, accumulate, f->dW, wbytes, f->st, 1);
-        ok = cudaStreamEndCapture(f->st, &g) == cudaSuccess && s1 == FORGE_OK && s2 == FORGE_OK;
-    }
-    ok = ok && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess && fx_upload_c(f) &&
-         cudaGraphLaunch(ge, f->st) == cudaSuccess && cudaGraphLaunch(ge, f->st) == cudaSuccess &&
-         fx_fetch(f, &nonzero);
-    if (ok) d_graph = fx_bits_differ(f, e4);
-    if (!ok) {
-        char why[640];
-        snprintf(why, sizeof why, "(a repeated call, the capture or the replay failed: %s / %s)",
-                 forge_error_message(), cudaGetErrorString(cudaGetLastError()));
-        report(P, 0, op, shape, INFINITY, 0, why);
-        goto done;
-    }
-    snprintf(sub, sizeof sub,
-             "%s: bits differing from the pass %zu, rerun %zu, back to back %zu, graph x2 %zu; counters left nonzero "
-             "%zu; sampled vs float64 rel",
-             shape, d_pass, d_rerun, d_b2b, d_graph, nonzero);
-    report(P, d_pass == 0 && d_rerun == 0 && d_b2b == 0 && d_graph == 0 && nonzero == 0 && worst <= 1e-5, op, sub,
-           worst, 1e-5, NULL);
-done:
-    if (ge) cudaGraphExecDestroy(ge);
-    if (g) cudaGraphDestroy(g);
-    free(t), free(e1), free(e2), free(e4), free(c1);
-}
-
-/* One problem: random bf16 operands, C0 random (accumulate) or NaN; every cap of caps[] (0: the plan's own) with
- * accumulate 0 and 1. */
-static void case_gemm_tn_fixup(parity *P, int M, int N, int K, const int *caps, int n_caps) {
-    fx_problem f;
-    memset(&f, 0, sizeof f);
-    f.M = M, f.N = N, f.K = K;
-    const size_t an = (size_t)K * M, bn = (size_t)K * N, cn = (size_t)M * N;
-    char shape[96];
-    snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
-    /* the largest workspace any of its plans takes */
-    f.wmax = FORGE_GEMM_TN_WS_HEADER;
-    for (int i = 0; i < n_caps; i++) {
-        size_t w = FORGE_GEMM_TN_WS_HEADER + (size_t)caps[i] * cn * 4;
-        if (caps[i] == 0 && forge_gemm_bf16_tn_workspace(M, N, K, &w) != FORGE_OK) w = 0;
-        if (w > f.wmax) f.wmax = w;
-    }
-    f.a16 = malloc(an * 2), f.b16 = malloc(bn * 2), f.c0 = malloc(cn * 4), f.out = malloc(cn * 4);
-    f.slices = malloc(f.wmax);
-    if (!f.a16 || !f.b16 || !f.c0 || !f.out || !f.slices || cudaMalloc(&f.dA, an * 2) != cudaSuccess ||
-        cudaMalloc(&f.dB, bn * 2) != cudaSuccess || cudaMalloc(&f.dC, cn * 4) != cudaSuccess ||
-        cudaMalloc(&f.dW, f.wmax) != cudaSuccess || cudaStreamCreate(&f.st) != cudaSuccess) {
-        report(P, 0, "gemm_tn_fixup", shape, INFINITY, 0, "(allocation failed)");
-        goto done;
-    }
-    for (size_t i = 0; i < an; i++) f.a16[i] = tn_draw(P, 0);
-    for (size_t i = 0; i < bn; i++) f.b16[i] = tn_draw(P, 0);
-    /* the workspace as an allocation starts: counters zeroed once, here, and never again in this case */
-    if (cudaMemcpy(f.dA, f.a16, an * 2, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(f.dB, f.b16, bn * 2, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemset(f.dW, 0xFF, f.wmax) != cudaSuccess ||
-        forge_gemm_bf16_tn_workspace_init(f.dW, f.wmax, NULL) != FORGE_OK || cudaDeviceSynchronize() != cudaSuccess) {
-        report(P, 0, "gemm_tn_fixup", shape, INFINITY, 0, "(upload failed)");
-        goto done;
-    }
-    for (int accumulate = 0; accumulate < 2; accumulate++) {
-        for (size_t i = 0; i < cn; i++) f.c0[i] = accumulate ? tn_widen(tn_draw(P, 0)) * 4.0f : NAN;
-        for (int i = 0; i < n_caps; i++) fx_plan_case(P, &f, accumulate, caps[i]);
-    }
-done:
-    if (f.st) cudaStreamDestroy(f.st);
-    cudaFree(f.dA), cudaFree(f.dB), cudaFree(f.dC), cudaFree(f.dW);
-    free(f.a16), free(f.b16), free(f.c0), free(f.out), free(f.slices);
-}
-
-static void run_gemm_tn_fixup_cases(parity *P) {
-    /* K = 840 x 64: every S in 2..8 divides the 840 K slices. {M, N, K, caps...} (0 ends the list; a leading -1:
-     * the plan's own workspace). On 132 SMs: 264 x 520 and 384 x 520 take 128 x 128 tiles (15 of them) at
-     * S = cap, partials from the registers (264: M % 128 = 8) and through TMA (384); 640 x 520 at cap 8 takes
-     * 128 x 256 (15 tiles, TMA); 648 x 1032 at caps 3 and 4 takes 128 x 256 with register partials (30 tiles);
-     * then C192's one-wave plans: 63 tiles at S = 2, 41 at 3, 25 at 5, 17 at 7, 15 at 8 (K = 4096 S + 8: a K
-     * tail, 65 K slices a unit); the last shape is --quick's (S = 2, 3, 4 and the plan's own). */
-    static const int cases[][11] = {
-        {264, 520, 53760, 2, 3, 4, 5, 6, 7, 8, 0}, {384, 520, 53760, 2, 3, 4, 5, 6, 7, 8, 0},
-        {640, 520, 53760, 8, 0},                    {648, 1032, 53760, 3, 4, 0},
-        {1336, 1720, 8200, -1, 0},                  {192, 7800, 12296, -1, 0},
-        {920, 936, 20488, -1, 0},                   {184, 3200, 28680, -1, 0},
-        {568, 904, 32776, -1, 0},                   {264, 520, 1536, 2, 3, 4, -1, 0}};
-    memset(fx_covered, 0, sizeof fx_covered);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const int M = cases[i][0], N = cases[i][1], K = cases[i][2];
-        if (P->quick && (long long)M * N * K > 300000000LL) continue;
-        int caps[8], n = 0;
-        for (int j = 3; j < 11 && cases[i][j] != 0; j++) caps[n++] = cases[i][j] < 0 ? 0 : cases[i][j];
-        case_gemm_tn_fixup(P, M, N, K, caps, n);
-    }
-    int dev = 0, sms = 0;
-    if (P->quick || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms != 132) {
-        report_skip(P, "gemm_tn_fixup", "coverage", "the shapes are chosen for 132 SMs and the full list");
-        return;
-    }
-    const unsigned want128 = 0x1FCu, want192 = (1u << 2) | (1u << 3) | (1u << 5) | (1u << 7) | (1u << 8);
-    char sub[160];
-    snprintf(sub, sizeof sub, "coverage: splits 2-8 on the 128-row kernel (mask 0x%x of 0x%x), C192 (0x%x of 0x%x)",
-             fx_covered[0], want128, fx_covered[1], want192);
-    report(P, (fx_covered[0] & want128) == want128 && (fx_covered[1] & want192) == want192, "gemm_tn_fixup", sub, 0.0,
-           0.0, NULL);
 }
 
 /* ---- forge_gemm_bf16_nt_epi, bf16 C: the ping-pong kernel's epilogues ---- */
@@ -544,7 +284,6 @@ void run_gemm_tn_cases(parity *P) {
         if (P->quick && (long long)shapes[i][0] * shapes[i][1] * shapes[i][2] > 300000000LL) continue;
         case_gemm_tn_default(P, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
     }
-    run_gemm_tn_fixup_cases(P);
     /* forge_gemm_bf16_nt_epi's bf16 forms: {M, N, K}: odd M (a last row-block of 1 and 5 rows, a second 64-row half
      * wholly outside C); N = 8 (one column group), 72 (a 64-column box and 8 of the next), 200 (a tile and 72
      * columns), 3072 (24 tiles); K = 8 (one stage, almost all zero-filled), 136 (a K tail), 768, 3000 */

@@ -3,17 +3,15 @@
  * timed in the groups of `forge bench gemm` (src/bench/cuda/gemm_bench_cells.h), next to that suite's own cells
  * of the group (cuBLAS and forge's default), so each variant is A/B'd against the default in the same run.
  *
- * - Plain groups: every TN (dW) shape with the split reductions and tiles (forge_wgmma_bf16_<mode>: default_pass
- *   (the default's plan with the separate reduction pass: the A/B of the default's in-kernel reduction), pass,
+ * - Plain groups: every TN (dW) shape with the split reductions and tiles (forge_wgmma_bf16_<mode>: pass,
  *   fixup (= inkernel), streamk, pass_tma, t192, c192, model192; with --tn-splits S also pass_tma at S splits,
  *   forge_wgmma_bf16_splits<S>), and every plain NT shape whose C takes the TMA store with the cooperative kernel
  *   (forge_wgmma_bf16_coop: forge_gemm_bf16_nt_epi, which the default forge_gemm_bf16_nt_wgmma no longer runs
  *   there: it takes the ping-pong kernel).
  * - Epilogue groups: the fused epilogues with the direct store forced where the library takes the TMA store (the
  *   cell names `forge bench gemm` used for them when the store was a caller's flag: forge_fused_bias_gelu,
- *   forge_bf16_out, forge_nn_fused_gelu_bwd, forge_direct_store, ...), and the dW C += with the default's plan
- *   reduced by the pass, the slot-layout in-kernel reduction and stream-K (forge_wgmma_bf16_acc_default_pass,
- *   _acc_fixup, _acc_streamk).
+ *   forge_bf16_out, forge_nn_fused_gelu_bwd, forge_direct_store, ...), and the dW C += with the in-kernel
+ *   reduction and stream-K (forge_wgmma_bf16_acc_fixup, _acc_streamk).
  * Options: --reps N (default 10, raised to 30 by the harness), --quick (only the shapes with M*N <= 2^21),
  * --tn-splits S (1..32), --results DIR, --order sequential|interleaved, --only "pat1|pat2" (the cells whose
  * "name@group" contains a pattern, as `forge bench --only`). Writes
@@ -70,8 +68,7 @@ static int lb_plain_cells(const gb_shape_spec *sp, gc_shape *sh, gb_cell_spec *o
     static const struct {
         lab_gemm_tn_reduce mode;
         const char *name;
-    } tn[] = {{LAB_GEMM_TN_DEFAULT_PASS, "forge_wgmma_bf16_default_pass"},
-              {LAB_GEMM_TN_INKERNEL, "forge_wgmma_bf16_fixup"},   {LAB_GEMM_TN_STREAMK, "forge_wgmma_bf16_streamk"},
+    } tn[] = {{LAB_GEMM_TN_INKERNEL, "forge_wgmma_bf16_fixup"},   {LAB_GEMM_TN_STREAMK, "forge_wgmma_bf16_streamk"},
               {LAB_GEMM_TN_PASS_TMA, "forge_wgmma_bf16_pass_tma"}, {LAB_GEMM_TN_PASS_T192, "forge_wgmma_bf16_t192"},
               {LAB_GEMM_TN_PASS_C192, "forge_wgmma_bf16_c192"},   {LAB_GEMM_TN_PASS, "forge_wgmma_bf16_pass"},
               {LAB_GEMM_TN_MODEL192, "forge_wgmma_bf16_model192"}};
@@ -128,7 +125,6 @@ static const lb_epi_row LB_EPI_ROWS[] = {
     {GE_G_STORE, -1, "forge_direct_store", 0, 0, 0, 0, 0, 0},
     {GE_G_EDGE, GB_NN, "forge_nn_fused_gelu_bwd", 0, 0, 0, 1, 0, 0},
     {GE_G_EDGE, GB_NT, "forge_fused_bias_gelu", 1, 1, 0, 0, 0, 0},
-    {GE_G_ACC, GB_TN, "forge_wgmma_bf16_acc_default_pass", 0, 0, 0, 0, 0, LAB_GEMM_TN_DEFAULT_PASS},
     {GE_G_ACC, GB_TN, "forge_wgmma_bf16_acc_fixup", 0, 0, 0, 0, 0, LAB_GEMM_TN_INKERNEL},
     {GE_G_ACC, GB_TN, "forge_wgmma_bf16_acc_streamk", 0, 0, 0, 0, 0, LAB_GEMM_TN_STREAMK},
 };

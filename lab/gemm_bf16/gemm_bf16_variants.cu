@@ -2,9 +2,7 @@
  * gemm_bf16_variants.cu: the bf16 wgmma GEMM's variants (gemm_bf16_variants.h): explicit TN split reductions and
  * tiles, and the NT / NN fused epilogues with the store forced. The kernels, the cost model and the launchers are
  * src's (gemm_wgmma_kernel.cuh, gemm_wgmma.cu); this file instantiates only the 192-row TN tile, which no default
- * runs, and owns the plans and workspace layouts of the slot-layout in-kernel reduction and stream-K. Every mode
- * keeps off the workspace's first FORGE_GEMM_TN_WS_HEADER bytes except through src's launchers: the default's tile
- * counters live there and must stay zero between calls (gemm.h).
+ * runs, and owns the plans and workspace layouts of the in-kernel reduction and stream-K.
  */
 #include <stdint.h>
 #include <string.h>
@@ -21,8 +19,8 @@ extern "C" {
 static const gemm_tn_tile LAB_TN_TILE_192 = {192, 192, 1.125, 1};
 
 extern "C" const char *lab_gemm_tn_reduce_name(lab_gemm_tn_reduce reduce) {
-    static const char *const names[LAB_GEMM_TN_N_MODES] = {"default", "pass",  "inkernel", "streamk",     "pass_tma",
-                                                           "t192",    "c192",  "model192", "default_pass"};
+    static const char *const names[LAB_GEMM_TN_N_MODES] = {"default", "pass",  "inkernel", "streamk",
+                                                           "pass_tma", "t192", "c192",     "model192"};
     return (int)reduce >= 0 && reduce < LAB_GEMM_TN_N_MODES ? names[reduce] : "?";
 }
 
@@ -45,19 +43,16 @@ static void lab_tn_plan(int M, int N, int K, int accumulate, int sm_count, long 
     *splits = lab_tn_force_splits(*splits, forced, K, max_slices);
 }
 
-/* The slot-layout in-kernel reduction's workspace, after the default's FORGE_GEMM_TN_WS_HEADER: one int counter
- * per tile (rounded up to 256 bytes, so the slots stay 16-byte aligned), then tiles x splits slots of GEMM_BM x bn
- * fp32 in fragment order (padded tiles included). */
+/* The in-kernel reduction's workspace: one int counter per tile (rounded up to 256 bytes, so the slots stay
+ * 16-byte aligned), then tiles x splits slots of GEMM_BM x bn fp32 in fragment order (padded tiles included). */
 static long long lab_tn_tiles(int M, int N, int bn) {
     return (long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn);
 }
 static size_t lab_tn_fixup_cnt_bytes(long long tiles) { return (size_t)((tiles * 4 + 255) / 256 * 256); }
 static size_t lab_tn_fixup_bytes(int M, int N, int bn, int splits) {
     const long long tiles = lab_tn_tiles(M, N, bn);
-    return FORGE_GEMM_TN_WS_HEADER + lab_tn_fixup_cnt_bytes(tiles) +
-           (size_t)tiles * splits * GEMM_BM * bn * sizeof(float);
+    return lab_tn_fixup_cnt_bytes(tiles) + (size_t)tiles * splits * GEMM_BM * bn * sizeof(float);
 }
-static char *lab_tn_own(void *workspace) { return (char *)workspace + FORGE_GEMM_TN_WS_HEADER; }
 
 /* Stream-K: tile width 256 (128 when N <= 128), grid = min(SMs, tiles x ktiles) so every CTA's range holds >= 1
  * iteration, workspace = the tile counters + 2 slots per CTA (gemm_fixup_slot). */
@@ -67,8 +62,7 @@ static size_t lab_tn_streamk_bytes(int M, int N, int K, int sm_count) {
     const long long tiles = lab_tn_tiles(M, N, bn);
     const long long iters = tiles * ((K + GEMM_BK - 1) / GEMM_BK);
     const long long grid = iters < sm_count ? iters : sm_count;
-    return FORGE_GEMM_TN_WS_HEADER + lab_tn_fixup_cnt_bytes(tiles) +
-           (size_t)(2 * grid) * GEMM_BM * bn * sizeof(float);
+    return lab_tn_fixup_cnt_bytes(tiles) + (size_t)(2 * grid) * GEMM_BM * bn * sizeof(float);
 }
 
 extern "C" forge_status lab_gemm_bf16_tn_workspace(int M, int N, int K, int splits, size_t *bytes) {
@@ -88,7 +82,7 @@ extern "C" forge_status lab_gemm_bf16_tn_workspace(int M, int N, int K, int spli
                                            GEMM_MAX_SPLITS);
         if (s192 > s) s = s192;
         if (s1 > s) s = s1;
-        size_t b = s > 1 ? FORGE_GEMM_TN_WS_HEADER + (size_t)s * M * N * sizeof(float) : 0;
+        size_t b = s > 1 ? (size_t)s * M * N * sizeof(float) : 0;
         const size_t f = s > 1 ? lab_tn_fixup_bytes(M, N, bn, s) : 0;
         if (f > b) b = f;
         if (b > need) need = b;
@@ -101,7 +95,10 @@ extern "C" forge_status lab_gemm_bf16_tn_workspace(int M, int N, int K, int spli
 /* The 192-row three-warpgroup kernel at `splits` (the pass reduces split partials). */
 static forge_status lab_tn_t192_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
                                     void *workspace, int splits, cudaStream_t stream, int dev, int sm_count) {
-    const gemm_epi_dev ep = gemm_tn_ep(C, accumulate, workspace, splits, 0);
+    gemm_epi_dev ep = {};
+    ep.C = C;
+    ep.work = splits > 1 ? (float *)workspace : nullptr;
+    ep.res = splits == 1 && accumulate ? C : nullptr;
     return gemm_wgmma_launch<192, GEMM_TN, 0, 192>(A, B, ep, M, N, K, accumulate != 0, splits, stream, 0, dev,
                                                    sm_count);
 }
@@ -121,10 +118,10 @@ static forge_status lab_tn_streamk_run(const void *A, const void *B, float *C, i
     gemm_epi_dev ep = {};
     ep.C = C;
     ep.res = accumulate ? C : nullptr; /* a whole tile's epilogue or the fixup adds C */
-    ep.tile_cnt = (int *)lab_tn_own(workspace);
-    ep.work = (float *)(lab_tn_own(workspace) + lab_tn_fixup_cnt_bytes(tiles));
+    ep.tile_cnt = (int *)workspace;
+    ep.work = (float *)((char *)workspace + lab_tn_fixup_cnt_bytes(tiles));
     ep.streamk = 1;
-    CUDA_TRY(cudaMemsetAsync(ep.tile_cnt, 0, (size_t)tiles * sizeof(int), stream));
+    CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), stream));
     const long long iters = tiles * ((K + GEMM_BK - 1) / GEMM_BK);
     return gemm_tn_launch(bn, 0, A, B, ep, M, N, K, accumulate != 0, 1, stream, 0, dev, sm_count, iters);
 }
@@ -135,8 +132,7 @@ static forge_status lab_tn_inkernel_run(const void *A, const void *B, float *C, 
                                         void *workspace, size_t workspace_bytes, int bn, int splits,
                                         cudaStream_t stream, int dev, int sm_count) {
     const long long tiles = lab_tn_tiles(M, N, bn);
-    const size_t cnt = FORGE_GEMM_TN_WS_HEADER + lab_tn_fixup_cnt_bytes(tiles);
-    const size_t slot = (size_t)GEMM_BM * bn * sizeof(float);
+    const size_t cnt = lab_tn_fixup_cnt_bytes(tiles), slot = (size_t)GEMM_BM * bn * sizeof(float);
     if (splits > 1) {
         /* cut to what the padded slots fit, then renormalised so that no split is empty (an empty unit would
          * publish stale registers) */
@@ -147,13 +143,13 @@ static forge_status lab_tn_inkernel_run(const void *A, const void *B, float *C, 
         splits = (ktiles + kps - 1) / kps;
     }
     if (splits < 2)
-        return gemm_tn_split_run(A, B, C, M, N, K, accumulate, workspace, bn, 1, 0, 0, stream, 0, dev, sm_count);
+        return gemm_tn_split_run(A, B, C, M, N, K, accumulate, workspace, bn, 1, 0, stream, 0, dev, sm_count);
     gemm_epi_dev ep = {};
     ep.C = C;
-    ep.tile_cnt = (int *)lab_tn_own(workspace);
+    ep.tile_cnt = (int *)workspace;
     ep.work = (float *)((char *)workspace + cnt);
     ep.res = accumulate ? C : nullptr; /* the last split's epilogue adds C */
-    CUDA_TRY(cudaMemsetAsync(ep.tile_cnt, 0, (size_t)tiles * sizeof(int), stream));
+    CUDA_TRY(cudaMemsetAsync(workspace, 0, (size_t)tiles * sizeof(int), stream));
     return gemm_tn_launch(bn, 0, A, B, ep, M, N, K, accumulate != 0, splits, stream, 0, dev, sm_count, 0);
 }
 
@@ -180,23 +176,12 @@ extern "C" forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *
         return lab_tn_streamk_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes, st, dev,
                                   sm_count);
     const long long max_slices = gemm_tn_max_slices(M, N, workspace, workspace_bytes);
-    if (reduce == LAB_GEMM_TN_DEFAULT_PASS) { /* the default's plan, split partials reduced by the pass */
-        int bm = 0, bn = 0, s = 1;
-        gemm_tn_default_plan(M, N, K, accumulate, sm_count, max_slices, &bm, &bn, &s);
-        s = lab_tn_force_splits(s, splits, K, max_slices);
-        if (bm == 192)
-            return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, s, 0, st, 0, dev, sm_count);
-        return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s, 1, 0, st, 0, dev,
-                                 sm_count);
-    }
     /* the splits that put the 192 x 192 tiles (C192, T192) on one wave of units */
     const int one_wave = gemm_tn_one_wave_splits(M, N, K, sm_count, max_slices);
     const int one_wave_run = lab_tn_force_splits(one_wave, splits, K, max_slices);
-    /* MODEL192 reduces as DEFAULT does (in the kernel; T192 by the pass), the PASS modes by the pass */
-    const int fixup = reduce == LAB_GEMM_TN_MODEL192;
     if (reduce == LAB_GEMM_TN_PASS_C192 ||
         (reduce == LAB_GEMM_TN_MODEL192 && gemm_tn_c192_default(M, N, K, sm_count, one_wave)))
-        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_run, fixup, st, 0, dev,
+        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_run, st, 0, dev,
                                 sm_count);
     int bm = GEMM_BM, bn = 256, s = 1;
     lab_tn_plan(M, N, K, accumulate != 0, sm_count, max_slices,
@@ -210,8 +195,7 @@ extern "C" forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *
         return lab_tn_inkernel_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes, bn, s, st, dev,
                                    sm_count);
     return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s,
-                             reduce == LAB_GEMM_TN_PASS_TMA || reduce == LAB_GEMM_TN_MODEL192, fixup, st, 0, dev,
-                             sm_count);
+                             reduce == LAB_GEMM_TN_PASS_TMA || reduce == LAB_GEMM_TN_MODEL192, st, 0, dev, sm_count);
 }
 
 extern "C" forge_status lab_gemm_bf16_tn_plan(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
@@ -231,10 +215,8 @@ extern "C" forge_status lab_gemm_bf16_tn_plan(const void *A_bf16, const void *B_
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const int s = lab_tn_force_splits(splits, splits, K, max_slices);
     const cudaStream_t st = (cudaStream_t)stream;
-    /* reduced as the default reduces (in the kernel), so that a plan is timed against the default on equal terms */
-    if (bn == 192)
-        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, s, 1, st, 0, dev, sm_count);
-    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s, 1, 1, st, 0, dev, sm_count);
+    if (bn == 192) return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, s, st, 0, dev, sm_count);
+    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, s, 1, st, 0, dev, sm_count);
 }
 
 extern "C" forge_status lab_gemm_bf16_nt_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N,

@@ -6,20 +6,16 @@
  * dW (TN, C (M,N) (+)= A (K,M)^T . B (K,N), the layout and argument rules of forge_gemm_bf16_tn_wgmma) with
  * the split reduction and tile chosen by the caller. All are deterministic (fixed summation order 0..S-1, no
  * atomics on the data):
- * - DEFAULT: forge_gemm_bf16_tn_wgmma itself (the comparison point): C192 or the cost model's plan, every split
- *   writes its M*N slice, and each tile's last unit sums the tile's slices into C inside the same kernel.
- * - DEFAULT_PASS: DEFAULT's plan with the separate reduction pass instead (what DEFAULT was before the in-kernel
- *   reduction): the same bits as DEFAULT, one more launch; the A/B of the two reductions.
+ * - DEFAULT: forge_gemm_bf16_tn_wgmma itself (the comparison point).
  * - PASS: the cost model's tile and splits (gemm_plan_tn); every split writes an M*N fp32 slice from the
  *   registers, then a second kernel sums the slices into C.
  * - PASS_TMA: PASS with each split's partial tile staged in shared memory and stored by TMA where the slices
  *   allow it (M % 128 == 0, N % 4 == 0, 16-byte aligned workspace), else PASS: the same sums in the same order
- *   (bit-identical to PASS). DEFAULT_PASS where the default does not take C192.
+ *   (bit-identical to PASS). What DEFAULT runs where it does not take C192.
  * - INKERNEL: every split writes its tile's partial to a per-(tile, split) slot and arrives on a per-tile counter
  *   in the workspace (zeroed by a cudaMemsetAsync on the stream before the launch); the CTA that arrives last sums
  *   the slots in order 0..S-1 while they are still in L2 and stores C. Same plan as PASS unless the workspace
- *   holds fewer padded slots. (DEFAULT's reduction is the same idea over the M*N slices, whose stores are
- *   PASS_TMA's, and with counters that reset themselves: no memset.)
+ *   holds fewer padded slots.
  * - STREAMK: not split-K: the tiles x K-tiles iterations are cut into one contiguous range per SM, so every SM
  *   does the same work; a tile shared by consecutive CTAs is reduced as in INKERNEL (fixed order of the CTAs,
  *   bit-reproducible on one device model; a different SM count cuts K differently).
@@ -28,13 +24,10 @@
  * - PASS_C192: PASS_T192's plan on the kernel with two consumer warpgroups that split the tile's N (what DEFAULT
  *   runs at the GPT-2 MLP and attention-projection dW, forced here at any shape). Same K split as PASS_T192.
  * - MODEL192: DEFAULT with the 192 x 192 three-warpgroup tile among the cost model's candidates (one-wave plans
- *   only): C192 where DEFAULT takes it, else the model's tile, the partials through the TMA store where allowed,
- *   reduced as DEFAULT reduces (the 192-row tile: by the pass).
+ *   only): C192 where DEFAULT takes it, else the model's tile, the partials through the TMA store where allowed.
  * splits > 0 replaces the split count of the mode's plan (capped at 32, the K slices and what the workspace holds;
  * renormalised so that no split is empty), the tile stays the mode's; DEFAULT and STREAMK take none (0).
- * lab_gemm_bf16_tn_workspace's size is enough for every mode at that splits. The workspace starts with DEFAULT's
- * tile counters (gemm.h): zero them after allocating it (forge_gemm_bf16_tn_workspace_init) and after writing
- * anything else there (a poison, say); the modes here keep them zero.
+ * lab_gemm_bf16_tn_workspace's size is enough for every mode at that splits.
  *
  * NT / NN fused epilogues with the store forced: tma_store != 0 the TMA store (refused where the arguments do not
  * allow it), 0 the direct store from the registers wherever the entries would take the TMA store.
@@ -59,12 +52,10 @@ typedef enum {
     LAB_GEMM_TN_PASS_T192,
     LAB_GEMM_TN_PASS_C192,
     LAB_GEMM_TN_MODEL192,
-    LAB_GEMM_TN_DEFAULT_PASS,
     LAB_GEMM_TN_N_MODES
 } lab_gemm_tn_reduce;
 
-/* "default", "pass", "inkernel", "streamk", "pass_tma", "t192", "c192", "model192", "default_pass" ("?"
- * otherwise). */
+/* "default", "pass", "inkernel", "streamk", "pass_tma", "t192", "c192", "model192" ("?" otherwise). */
 const char *lab_gemm_tn_reduce_name(lab_gemm_tn_reduce reduce);
 
 /* Bytes of workspace every mode wants at this shape with `splits` (0: the plans' own). */
@@ -75,8 +66,8 @@ forge_status lab_gemm_bf16_tn_reduce(const void *A_bf16, const void *B_bf16, flo
                                      lab_gemm_tn_reduce reduce, int splits, void *stream);
 
 /* dW on an explicit plan: tile width bn (128 or 256: the 128-row kernel, split partials through the TMA store where
- * allowed; 192: the C192 kernel) and splits (1..32, renormalised so that no split is empty), reduced in the kernel
- * as DEFAULT is; the workspace must hold FORGE_GEMM_TN_WS_HEADER + splits * M * N * 4 bytes when splits > 1. */
+ * allowed; 192: the C192 kernel) and splits (1..32, renormalised so that no split is empty); the workspace must
+ * hold splits * M * N floats when splits > 1. */
 forge_status lab_gemm_bf16_tn_plan(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                    int accumulate, void *workspace, size_t workspace_bytes, int bn, int splits,
                                    void *stream);

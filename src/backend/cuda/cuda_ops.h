@@ -82,7 +82,7 @@ typedef struct {
     cublasHandle_t cublas; /* NULL unless matmul is CUBLAS or AUTO */
     struct cuda_mm_table *mm_table; /* AUTO only: the per-shape choices */
     float *ws;             /* (CUDA_WS_FLOATS) device workspace for partial sums */
-    float *tn_ws;          /* the bf16 dW GEMM's tile counters and split-K slices (cuda_tn_workspace) */
+    float *tn_ws;          /* the bf16 dW GEMM's split-K slices (cuda_tn_workspace), grown to its plans */
     size_t tn_ws_bytes;
     cuda_input_error *input_error; /* device memory: see cuda_input_error */
     unsigned *reduce_done; /* device counter of the one-launch reductions (adamw.cu): 0 between launches */
@@ -103,8 +103,7 @@ typedef struct {
 forge_status cuda_gelu_grad_table_init(cuda_ctx *ctx);
 
 /* At least `bytes` of split-K workspace for the bf16 dW GEMM (forge_gemm_bf16_tn_workspace's plan), in
- * ctx->tn_ws, its tile counters zeroed on ctx->stream (forge_gemm_bf16_tn_workspace_init; the GEMM calls keep
- * them zero). Grows by reallocation, which waits for the device: that happens in a run's first step (the
+ * ctx->tn_ws. Grows by reallocation, which waits for the device: that happens in a run's first step (the
  * shapes of a model's dW GEMMs do not change), never in a steady one. */
 forge_status cuda_tn_workspace(cuda_ctx *ctx, size_t bytes);
 

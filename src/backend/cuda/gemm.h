@@ -46,23 +46,16 @@
  *   (no accumulate, N % 4 == 0, C 16-byte aligned).
  * - tn: A (K,M) M-contiguous (dY as stored, (B*T, OC)), B (K,N) N-contiguous (X, (B*T, C)); K = B*T.
  *   Needs M % 8 == 0 and N % 8 == 0; any K. Split-K: the K range is cut into `splits` slices, each
- *   work unit (tile, slice) writes its fp32 partial sums into its own M*N slice of `workspace` and takes a
- *   ticket on its tile's counter; the unit that arrives last adds the tile's slices into C in the fixed order
- *   0, 1, ... from zero, C = C + sum (accumulate) or C = sum, inside the same kernel (no atomics on the data:
- *   bit-reproducible for the same arguments on the same device, and the bits of a separate reduction pass
- *   over the same slices). The plan is chosen per call from the shape and the SM count
+ *   work unit (tile, slice) writes its fp32 partial sums into its own M*N slice of `workspace`, then a
+ *   second kernel adds the slices into C in the fixed order 0, 1, ... (no atomics: bit-reproducible for
+ *   the same arguments on the same device). The plan is chosen per call from the shape and the SM count
  *   (chosen by measurement: lab/notes/gemm-bf16.md): 192 x 192 tiles (two consumer warpgroups splitting N)
  *   at the splits that make one wave of units, where that wave keeps >= 90% of the SMs busy with units of
  *   >= 64 K slices (the GPT-2 MLP dW at 16 x 1024 tokens); elsewhere a cost model's tile (128 x 256 or
  *   128 x 128) and splits, the partials stored through TMA where the slices allow it (M % 128 == 0,
  *   N % 4 == 0). forge_gemm_bf16_tn_workspace says how many bytes the plan wants (0 when it does not
- *   split); forge_gemm_bf16_tn_plan says which plan a call takes. The workspace: FORGE_GEMM_TN_WS_HEADER bytes
- *   of tile counters, then the slices; a smaller workspace (or NULL) caps splits at what fits
- *   ((workspace_bytes - FORGE_GEMM_TN_WS_HEADER) / (M*N*4); < 2 means no split). The counters must be zero
- *   when a call starts, and every call leaves them zero (the last unit of each tile resets its own, so a
- *   recorded graph replays with no memset): zero them once after allocating the workspace
- *   (forge_gemm_bf16_tn_workspace_init), and again if anything else wrote there. The workspace must be 16-byte
- *   aligned and not shared with a concurrently running call.
+ *   split). A smaller workspace (or NULL) caps splits at what fits (workspace_bytes / (M*N*4); < 2 means no
+ *   split). The workspace must be 16-byte aligned and not shared with a concurrently running call.
  * Arguments these paths cannot take return FORGE_ERR_UNSUPPORTED with the reason (no SIMT fallback).
  */
 #include <stddef.h>
@@ -121,18 +114,7 @@ const char *forge_gemm_bf16_epi_store(int nn, const void *C, int N, const forge_
 
 forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *stream, int pdl);
-/* The tn workspace's head: per-tile arrival counters (int) of the in-kernel split-K reduction (4096 tiles; a plan
- * with more tiles does not split); the split slices follow it. */
-#define FORGE_GEMM_TN_WS_HEADER 16384
 forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
-/* Zeroes the counters at the head of a tn workspace (its first min(workspace_bytes, FORGE_GEMM_TN_WS_HEADER) bytes),
- * stream-ordered on `stream`. */
-forge_status forge_gemm_bf16_tn_workspace_init(void *workspace, size_t workspace_bytes, void *stream);
-/* The plan forge_gemm_bf16_tn_wgmma takes for these arguments on this device: tile_m x tile_n tiles (192 x 192:
- * the C192 kernel; 128 x 256 or 128 x 128: the 128-row kernel) and splits (1: unsplit; > 1: slice s of the
- * workspace, at FORGE_GEMM_TN_WS_HEADER + s*M*N*4 bytes, holds split s's partial sums after the call). */
-forge_status forge_gemm_bf16_tn_plan(int M, int N, int K, int accumulate, const void *workspace,
-                                     size_t workspace_bytes, int *tile_m, int *tile_n, int *splits);
 forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *workspace, size_t workspace_bytes, void *stream, int pdl);
 

@@ -1,10 +1,9 @@
 /*
  * gemm_wgmma.cu: the Hopper bf16 GEMM's entry points (gemm.h) and the kernels
- * only they launch: the TN "C192" kernel, the split-K reduction pass (now only
- * the lab's two-pass modes launch it) and the explicit SIMT fallback. The
- * shared kernel body, its epilogue and the launch template are in
- * gemm_wgmma_kernel.cuh (design notes there); this file instantiates the
- * variants of it that the entry points run.
+ * only they launch: the TN "C192" kernel, the split-K reduction pass and the
+ * explicit SIMT fallback. The shared kernel body, its epilogue and the launch
+ * template are in gemm_wgmma_kernel.cuh (design notes there); this file
+ * instantiates the variants of it that the entry points run.
  *
  *   C (M,N) fp32 = A (M,K) . B (N,K)^T [+ bias (N)]     A, B bf16, K-major
  *
@@ -21,15 +20,13 @@
  * - forge_gemm_bf16_tn_wgmma: the C192 kernel where its one-wave plan fills the
  *   SMs with long units (gemm_tn_c192_default), else the cost model's tile and
  *   splits (gemm_plan_tn) with the partials through the TMA store where the
- *   slices allow it; split, the tile's last unit adds the slices into C inside
- *   the kernel (gemm_slice_fixup: the pass's sums, one launch instead of two).
+ *   slices allow it, then the reduction pass.
  * Tensor maps are encoded on the host per call (cuTensorMapEncodeTiled via
  * cudaGetDriverEntryPointByVersion, so the binary needs no -lcuda link) and
  * passed as __grid_constant__ parameters.
- * The entries' pdl argument launches every kernel of the call (the GEMM, and in
- * the lab's two-pass modes its split-K pass) with programmatic dependent launch
- * (pdl.cuh); each kernel waits for its predecessor before it touches global
- * memory (the tile counters included), so pdl changes no bits.
+ * The entries' pdl argument launches every kernel of the call (the GEMM and its
+ * split-K pass) with programmatic dependent launch (pdl.cuh); each kernel waits
+ * for its predecessor before it touches global memory, so pdl changes no bits.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,9 +49,8 @@ extern "C" {
  * accumulators. A 96-column half must start on an MN block of the swizzled layout, so B is staged as six 32-wide
  * MN-major boxes with the 64-byte swizzle (wgmma_desc_mn64), A as the usual three 64-wide boxes (128-byte
  * swizzle). Work units as in the 128-row kernel (unit u = split u / tiles of tile u % tiles, kps K slices each);
- * splits == 1 writes C (C += through ep.res), splits > 1 writes plain partials to ep.work's slice, and the tile's
- * last unit adds them into C (ep.split_cnt, the default: gemm_slice_fixup) or the pass does
- * (gemm_splitk_reduce_launch, the lab's PASS_C192). */
+ * splits == 1 writes C (C += through ep.res), splits > 1 writes plain partials to ep.work's slice and the pass
+ * reduces them (gemm_splitk_reduce_launch). */
 #define GEMM_C192_BM 192
 #define GEMM_C192_BN 192
 #define GEMM_C192_STAGES 4
@@ -177,25 +173,12 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
             gemm_epilogue<96, 0>(d0, out, row0, col0, M, N);
             gemm_epilogue<96, 0>(d1, out, row0 + 64, col0, M, N);
             gemm_epilogue<96, 0>(d2, out, row0 + 128, col0, M, N);
-            /* split, the default: the tile's last unit sums the slices into C (d0-d2 are its scratch now; the next
-             * unit's first MMAs overwrite them) as three 64-row blocks, d_h the block of rows 64h..: 16 threads per
-             * row x 3 float4, 16 rows x 4 */
-            if (wk.parts > 1 && ep.split_cnt != nullptr &&
-                gemm_slice_arrive<false>(ep.split_cnt + wk.tile, splits)) {
-                const int m0 = tm * GEMM_C192_BM, n0 = tn * GEMM_C192_BN;
-                if (ep.res != nullptr)
-                    for (int h = 0; h < 3; h++) gemm_slice_prefetch_c<16, 3, 4>(ep, m0 + 64 * h, n0, M, N);
-                gemm_slice_fixup<16, 3, 4>(d0, ep, m0, n0, splits, M, N);
-                gemm_slice_fixup<16, 3, 4>(d1, ep, m0 + 64, n0, splits, M, N);
-                gemm_slice_fixup<16, 3, 4>(d2, ep, m0 + 128, n0, splits, M, N);
-            }
         }
     }
 }
 
 /* The split-K second pass: C[i] (+)= sum over s = 0, 1, ..., splits-1 of work[s*mn + i], always in that
- * order, so the result does not depend on which CTA finished first (no atomics). float4 when vec4. The defaults
- * reduce in the kernel instead (gemm_slice_fixup, the same arithmetic); the lab's two-pass modes launch this. */
+ * order, so the result does not depend on which CTA finished first (no atomics). float4 when vec4. */
 __global__ void __launch_bounds__(256)
     gemm_splitk_reduce_kernel(float *__restrict__ C, const float *__restrict__ work, size_t mn, int splits,
                               int accumulate, int vec4) {
@@ -387,8 +370,7 @@ forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int
     return FORGE_OK;
 }
 
-/* TN on the C192 kernel (192 x 192 tiles, two consumer warpgroups splitting N), splits as given; split, reduced
- * in the kernel (ep.split_cnt) or by the pass after it */
+/* TN on the C192 kernel (192 x 192 tiles, two consumer warpgroups splitting N), splits as given, then the pass */
 static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
                                         int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
                                         int sm_count) {
@@ -414,8 +396,7 @@ static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_d
     CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_tn_c192_kernel, grid, GEMM_THREADS, GEMM_C192_SMEM, stream, pdl,
                                      tm_a, tm_b, ep, M, N, K, splits, kps),
                     "gemm_wgmma_bf16_tn_c192_kernel");
-    if (splits > 1 && ep.split_cnt == nullptr)
-        return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, pdl, sm_count);
+    if (splits > 1) return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, pdl, sm_count);
     return FORGE_OK;
 }
 
@@ -657,30 +638,7 @@ extern "C" forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void 
 const gemm_tn_tile GEMM_TN_TILES[2] = {{GEMM_BM, 256, 1.0, 0}, {GEMM_BM, 128, 0.68, 0}};
 
 long long gemm_tn_max_slices(int M, int N, const void *workspace, size_t workspace_bytes) {
-    if (workspace == nullptr || workspace_bytes < FORGE_GEMM_TN_WS_HEADER) return 0;
-    return (long long)((workspace_bytes - FORGE_GEMM_TN_WS_HEADER) / ((size_t)M * N * sizeof(float)));
-}
-
-gemm_epi_dev gemm_tn_ep(float *C, int accumulate, void *workspace, int splits, int fixup) {
-    gemm_epi_dev ep = {};
-    ep.C = C;
-    if (splits > 1) {
-        ep.work = (float *)((char *)workspace + FORGE_GEMM_TN_WS_HEADER);
-        ep.split_cnt = fixup ? (int *)workspace : nullptr;
-    }
-    /* C += : unsplit, the epilogue's read-add-store; split with the fixup, the last unit's C + t; split with the
-     * pass, the pass adds C (res unused) */
-    ep.res = accumulate && (splits == 1 || fixup) ? C : nullptr;
-    return ep;
-}
-
-/* The fixup's tile counters hold GEMM_TN_MAX_TILES tiles; FORGE_ERR_ARG naming the plan beyond that. */
-static forge_status gemm_tn_check_tiles(long long tiles, int bm, int bn, int splits) {
-    if (tiles <= GEMM_TN_MAX_TILES) return FORGE_OK;
-    return forge_error(FORGE_ERR_ARG,
-                       "gemm_wgmma tn: %lld tiles of %d x %d at %d splits, more than the workspace's %d tile "
-                       "counters (FORGE_GEMM_TN_WS_HEADER)",
-                       tiles, bm, bn, splits, GEMM_TN_MAX_TILES);
+    return workspace == nullptr ? 0 : (long long)(workspace_bytes / ((size_t)M * N * sizeof(float)));
 }
 
 int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits) {
@@ -715,10 +673,7 @@ void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long m
     for (int bi = 0; bi < n_tiles; bi++) {
         const int bn = tiles[bi].bn, bm = tiles[bi].bm;
         const long long n_mn = (long long)((M + bm - 1) / bm) * ((N + bn - 1) / bn);
-        /* more tiles than the in-kernel reduction has counters for: unsplit (>= 31 waves of tiles on 132 SMs, where
-         * splitting could only even out the last one) */
-        const long long tile_cap = n_mn > GEMM_TN_MAX_TILES ? 1 : cap;
-        for (long long s = 1; s <= tile_cap; s++) {
+        for (long long s = 1; s <= cap; s++) {
             const long long kps = (ktiles + s - 1) / s;
             if ((ktiles + kps - 1) / kps != s) continue; /* an empty split: the same as a smaller s */
             const long long units = n_mn * s, waves = (units + sm_count - 1) / sm_count;
@@ -739,13 +694,11 @@ void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long m
 }
 
 forge_status gemm_tn_c192_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                              void *workspace, int splits, int fixup, cudaStream_t stream, int pdl, int dev,
-                              int sm_count) {
-    if (splits > 1 && fixup)
-        FORGE_TRY(gemm_tn_check_tiles((long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) *
-                                          ((N + GEMM_C192_BN - 1) / GEMM_C192_BN),
-                                      GEMM_C192_BM, GEMM_C192_BN, splits));
-    const gemm_epi_dev ep = gemm_tn_ep(C, accumulate, workspace, splits, fixup);
+                              void *workspace, int splits, cudaStream_t stream, int pdl, int dev, int sm_count) {
+    gemm_epi_dev ep = {};
+    ep.C = C;
+    ep.work = splits > 1 ? (float *)workspace : nullptr;
+    ep.res = splits == 1 && accumulate ? C : nullptr;
     return gemm_tn_c192_launch(A, B, ep, M, N, K, accumulate != 0, splits, stream, pdl, dev, sm_count);
 }
 
@@ -773,26 +726,15 @@ int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace) {
 }
 
 forge_status gemm_tn_split_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                               void *workspace, int bn, int splits, int allow_tma, int fixup, cudaStream_t stream,
-                               int pdl, int dev, int sm_count) {
-    if (splits > 1 && fixup)
-        FORGE_TRY(gemm_tn_check_tiles((long long)((M + GEMM_BM - 1) / GEMM_BM) * ((N + bn - 1) / bn), GEMM_BM, bn,
-                                      splits));
-    const gemm_epi_dev ep = gemm_tn_ep(C, accumulate, workspace, splits, fixup);
+                               void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int pdl,
+                               int dev, int sm_count) {
+    gemm_epi_dev ep = {};
+    ep.C = C;
+    /* unsplit, C += is the epilogue's read-add-store; split, the reduction pass adds C */
+    ep.work = splits > 1 ? (float *)workspace : nullptr;
+    ep.res = splits == 1 && accumulate ? C : nullptr;
     const int tma = allow_tma && gemm_tn_tma_partials_ok(M, N, splits, workspace);
     return gemm_tn_launch(bn, tma, A, B, ep, M, N, K, accumulate != 0, splits, stream, pdl, dev, sm_count, 0);
-}
-
-void gemm_tn_default_plan(int M, int N, int K, int accumulate, int sm_count, long long max_slices, int *bm, int *bn,
-                          int *splits) {
-    const int one_wave_splits = gemm_tn_one_wave_splits(M, N, K, sm_count, max_slices);
-    if (gemm_tn_c192_default(M, N, K, sm_count, one_wave_splits)) {
-        *bm = GEMM_C192_BM;
-        *bn = GEMM_C192_BN;
-        *splits = one_wave_splits;
-        return;
-    }
-    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, GEMM_TN_TILES, 2, bm, bn, splits);
 }
 
 /* ---- TN (dW): the entry points ------------------------------------------------------------------------------ */
@@ -810,27 +752,7 @@ extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t
         gemm_plan_tn(M, N, K, acc, sm_count, GEMM_MAX_SPLITS, GEMM_TN_TILES, 2, &bm, &bn, &s);
         if (s > splits) splits = s;
     }
-    *bytes = splits > 1 ? FORGE_GEMM_TN_WS_HEADER + (size_t)splits * M * N * sizeof(float) : 0;
-    return FORGE_OK;
-}
-
-extern "C" forge_status forge_gemm_bf16_tn_workspace_init(void *workspace, size_t workspace_bytes, void *stream) {
-    if (workspace == nullptr || workspace_bytes == 0) return FORGE_OK;
-    const size_t n = workspace_bytes < FORGE_GEMM_TN_WS_HEADER ? workspace_bytes : FORGE_GEMM_TN_WS_HEADER;
-    CUDA_TRY(cudaMemsetAsync(workspace, 0, n, (cudaStream_t)stream));
-    return FORGE_OK;
-}
-
-extern "C" forge_status forge_gemm_bf16_tn_plan(int M, int N, int K, int accumulate, const void *workspace,
-                                                size_t workspace_bytes, int *tile_m, int *tile_n, int *splits) {
-    *tile_m = *tile_n = 0;
-    *splits = 1;
-    if (M <= 0 || N <= 0 || K <= 0)
-        return forge_error(FORGE_ERR_ARG, "gemm_wgmma tn plan: M, N and K must be >= 1 (M=%d N=%d K=%d)", M, N, K);
-    int dev = 0, sm_count = 0;
-    FORGE_TRY(gemm_device_info(&dev, &sm_count));
-    gemm_tn_default_plan(M, N, K, accumulate, sm_count, gemm_tn_max_slices(M, N, workspace, workspace_bytes), tile_m,
-                         tile_n, splits);
+    *bytes = splits > 1 ? (size_t)splits * M * N * sizeof(float) : 0;
     return FORGE_OK;
 }
 
@@ -845,13 +767,14 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void 
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const cudaStream_t st = (cudaStream_t)stream;
+    const long long max_slices = gemm_tn_max_slices(M, N, workspace, workspace_bytes);
+    const int one_wave_splits = gemm_tn_one_wave_splits(M, N, K, sm_count, max_slices);
+    if (gemm_tn_c192_default(M, N, K, sm_count, one_wave_splits))
+        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_splits, st, pdl, dev,
+                                sm_count);
     int bm = GEMM_BM, bn = 256, splits = 1;
-    gemm_tn_default_plan(M, N, K, accumulate, sm_count, gemm_tn_max_slices(M, N, workspace, workspace_bytes), &bm,
-                         &bn, &splits);
-    /* split: reduced in the kernel (fixup 1) */
-    if (bm == GEMM_C192_BM)
-        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, splits, 1, st, pdl, dev, sm_count);
-    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, 1, st, pdl, dev,
+    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, GEMM_TN_TILES, 2, &bm, &bn, &splits);
+    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, st, pdl, dev,
                              sm_count);
 }
 

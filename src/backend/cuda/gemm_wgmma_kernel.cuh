@@ -48,13 +48,9 @@
  *   GEMM_EPI_TMA_STORE, through shared-memory staging boxes and TMA (the
  *   consumers move on while the stores drain); meanwhile the producer is
  *   already filling the ring for the CTA's next tile.
- * - TN split-K (dW) is reduced inside the kernel by default: every unit stores its partial into its split's M*N
- *   slice of the workspace (as the separate pass used to read them), then takes a ticket on its tile's counter;
- *   the CTA that arrives last sums the tile's slices in order 0..S-1 from zero and writes C (gemm_slice_arrive,
- *   gemm_slice_fixup; gemm_epi_dev.split_cnt). The same bits as the pass, without its launch.
  * - The device code of the variants that the defaults do not launch stays in the shared body where it is a
  *   branch of it: the 192-row tile (BM = 192, three consumer warpgroups, a template parameter) and the TN
- *   slot-layout split reduction and stream-K schedule (gemm_splitk_fixup, gemm_work_next; run-time branches on
+ *   in-kernel split reduction and stream-K schedule (gemm_splitk_fixup, gemm_work_next; run-time branches on
  *   gemm_epi_dev.tile_cnt / .streamk, which the defaults leave 0). Their launchers are the lab's.
  * - Programmatic dependent launch (pdl.cuh): the body initialises its
  *   barriers and prefetches its tensor maps, then waits for the previous
@@ -189,11 +185,8 @@ struct gemm_epi_dev {
     void *pre;         /* (M,N), C's type, or nullptr: v before GELU (GEMM_EPI_GELU only) */
     const float *dpre; /* (M,N) fp32: the pre-activation of GEMM_EPI_DGELU */
     float *work;       /* split-K partial slices (splits > 1; the epilogue is then plain) */
-    int *split_cnt;    /* TN split-K reduced in the kernel over the M*N slices of work (the default): one arrival
-                        * counter per tile, 0 before the launch and left 0 by it (gemm_slice_arrive); with res = C
-                        * for C +=. nullptr (and tile_cnt nullptr) = the separate reduction pass */
-    int *tile_cnt;     /* the lab's TN split-K reduced in the kernel over per-(tile, split) slots of work: one
-                        * arrival counter per tile (zeroed by the host before the launch) */
+    int *tile_cnt;     /* TN split-K with the in-kernel fixed-order reduction: one arrival counter per tile
+                        * (zeroed by the host before the launch); nullptr = the separate reduction pass */
     int streamk;       /* TN stream-K (with tile_cnt and work: 2 partial-tile slots per CTA); 0 = split-K units */
     int vec2;          /* N even and every (M,N) buffer aligned for 2-element accesses */
 };
@@ -668,171 +661,6 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
     gemm_epilogue<BN, 0>(d, out, row0, col0, M, N);
 }
 
-/* ---- split-K: the default in-kernel reduction over the M*N slices -------------
- *
- * What the separate pass (gemm_splitk_reduce_kernel) computes, t = 0 + p0 + p1 + ... + p(S-1) in fp32 and then
- * C = C + t (accumulate) or C = t, done instead by the last of a tile's S units: the same operations in the same
- * order on the same values, so the same bits (t is never -0, so the pass's 0 + t of a plain C is t). Every unit
- * first stores its partial into its split's M*N slice exactly as for the pass (through the TMA store where the
- * slices allow it, else from the registers); gemm_slice_arrive then takes a ticket on the tile's counter; the CTA
- * whose ticket is S - 1 resets the counter to 0 (so the next call, or the next replay of a recorded graph, finds
- * it 0: no memset launch) and runs gemm_slice_fixup over the tile. Nobody waits for another CTA (the last
- * arrival finds every partial stored), so there is no co-residency assumption and nothing can deadlock.
- * Memory ordering (PTX memory model, the release / acquire pattern through a CTA barrier): every thread's
- * partial stores and its fence, or (TMA) the issuing thread's cp.async.bulk.wait_group 0 (the bulk writes
- * complete, not only their shared-memory reads: .read would not do), fence.proxy.async.global (the async proxy's
- * writes ordered before that thread's generic operations) and fence; a named barrier of the 256 consumer
- * threads; one thread's atom.acq_rel.gpu on the counter, a release of everything the CTA stored (cumulative
- * through the barrier) and, in the last arrival, an acquire of the other units' releases; its verdict reaches
- * the 256 threads through bar.red (a second barrier), and the readers load with ld.global.cg (L2, never a line
- * this SM's L1 may hold from earlier). The readers' own fences are conservative.
- * Cost: the last arrival is a straggler. One SM reads the tile's S slices (from L2: written moments before) and
- * C and writes C, (S + 1 + accumulate) x the tile's bytes at roughly 100 GB/s per SM: ~5 us at S = 2 and ~11 us
- * at S = 7 for a 128 x 256 tile (128 KiB), ~5 us for a C192 tile at S = 2; in a one-wave plan that is the
- * kernel's tail, where the pass spread (2S + 1 + accumulate) x M*N*4 bytes over every SM (~8-11 us at the GPT-2
- * dW) but paid its own launch and the gap before it. */
-#define GEMM_SLICE_PASS 8 /* float4 a thread sums over the slices at a time, two slices in flight (64 KiB a CTA) */
-
-/* threadIdx.x read where it is used: the compiler hoists a plain threadIdx.x expression of the fixup out of the
- * unit loop, and the value then stays live (and spilled, at BN = 256) through every mainloop and epilogue */
-__device__ __forceinline__ int gemm_tid_here(void) {
-    int t;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-    return t;
-}
-
-/* This CTA's partial of its current unit is stored (TMA: by gemm_epilogue's TMA store, whose bulk groups thread 0
- * of each consumer warpgroup committed); publishes it and takes the tile's ticket (cnt: the tile's counter).
- * Returns, in all 256 consumer threads, whether this unit arrived last (its counter is then back at 0). */
-template <bool TMA>
-__device__ __forceinline__ bool gemm_slice_arrive(int *cnt, int splits) {
-    const int ctid = gemm_tid_here() - 128;
-    if constexpr (TMA) {
-        if (ctid % 128 == 0) {
-            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-            asm volatile("fence.proxy.async.global;" ::: "memory");
-        }
-    }
-    /* every thread that wrote: its writes performed at gpu scope before it arrives (thread 0's release below
-     * covers them through the barrier anyway; the writes have to land before the ticket either way) */
-    if (!TMA || ctid % 128 == 0) __threadfence();
-    asm volatile("bar.sync %0, 256;" ::"n"(GEMM_FIXUP_BAR) : "memory");
-    int last = 0;
-    if (ctid == 0) {
-        int old;
-        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
-        last = old == splits - 1;
-        if (last) atomicExch(cnt, 0); /* every unit of the tile has arrived: nobody reads it again in this grid */
-    }
-    uint32_t any;
-    asm volatile("{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\n"
-                 "bar.red.or.pred q, %2, 256, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-                 : "=r"(any)
-                 : "r"(last), "n"(GEMM_FIXUP_BAR)
-                 : "memory");
-    return any != 0;
-}
-
-/* The last arrival's share of one block of the tile, in all 256 consumer threads: rows r0 + RG i (RG = 256 / CW,
- * i < RI) and float4 columns c0 + 4 (CW j) (j < CJ) from this thread's (r0 + ctid / CW, c0 + 4 (ctid % CW)), so a
- * warp reads 512 contiguous bytes of a row (CW >= 32) or two 256-byte runs (CW = 16). The block: RG x RI rows,
- * 4 x CW x CJ columns. N % 8 == 0 (gemm.h), so a float4 of a row is wholly inside C or wholly past N. */
-template <int CW, int CJ, int RI> struct gemm_slice_block {
-    static constexpr int RG = 256 / CW, NV = CJ * RI;
-    static_assert(256 % CW == 0, "whole rows of threads");
-    int row, col; /* this thread's first element */
-    size_t off, rstride;
-    __device__ __forceinline__ gemm_slice_block(int r0, int c0, int N) {
-        const int ctid = gemm_tid_here() - 128;
-        row = r0 + ctid / CW;
-        col = c0 + 4 * (ctid % CW);
-        off = (size_t)row * N + col;
-        rstride = (size_t)RG * N;
-    }
-    __device__ __forceinline__ bool in(int v, int M, int N) const { /* float4 v = CJ i + j */
-        return row + RG * (v / CJ) < M && col + 4 * CW * (v % CJ) < N;
-    }
-    __device__ __forceinline__ size_t at(int v) const { return off + (size_t)(v / CJ) * rstride + 4 * CW * (v % CJ); }
-};
-
-/* C += : pulls this thread's C elements of the block into L2 while the slices are summed (C was last written by
- * an earlier kernel, so it is likely in HBM) */
-template <int CW, int CJ, int RI>
-__device__ __forceinline__ void gemm_slice_prefetch_c(const gemm_epi_dev &ep, int r0, int c0, int M, int N) {
-    typedef gemm_slice_block<CW, CJ, RI> blk;
-    const blk b(r0, c0, N);
-#pragma unroll
-    for (int v = 0; v < blk::NV; v++)
-        if (b.in(v, M, N)) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const float *>(ep.C) + b.at(v)));
-}
-
-/* t = 0 + slice 0 + ... + slice S-1 of this thread's float4 of the block, in acc (scratch: the unit's partial is
- * already stored; acc[4v + k] is component k of float4 v), then C = C + t (ep.res != nullptr, i.e. C +=) or C = t.
- * The slices' loads are independent of each other; C += loads a pass's float4 of C before storing any of them (the
- * compiler cannot tell a C store from a later C load, so a load after a store waits for nothing but is issued
- * after it: one round trip per pass instead of one per float4). */
-template <int CW, int CJ, int RI>
-__device__ __forceinline__ void gemm_slice_fixup(float (&acc)[4 * CJ * RI], const gemm_epi_dev &ep, int r0, int c0,
-                                                 int splits, int M, int N) {
-    typedef gemm_slice_block<CW, CJ, RI> blk;
-    /* G float4 per pass over the slices, the slice loop unrolled by two: 2G loads in flight (the rest of acc is dead
-     * meanwhile, which leaves registers for them; 16 float4 a pass spilled at BN = 256); then C += loads the pass's
-     * G float4 of C before storing any. C192's 64-row blocks (12 float4 a thread): passes of 6. */
-    constexpr int NV = blk::NV, G = NV % GEMM_SLICE_PASS == 0 ? GEMM_SLICE_PASS : 6;
-    static_assert(NV % G == 0, "passes tile the thread's float4");
-    const blk b(r0, c0, N);
-    __threadfence(); /* conservative, like the proxy fence: thread 0's acquire and bar.red already order the loads */
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    const size_t mn = (size_t)M * N;
-    float *const C = static_cast<float *>(ep.C);
-    const bool c16 = ((uintptr_t)C & 15) == 0; /* gemm.h asks C for 4-byte alignment only */
-#pragma unroll
-    for (int g0 = 0; g0 < NV; g0 += G) {
-#pragma unroll
-        for (int k = 4 * g0; k < 4 * (g0 + G); k++) acc[k] = 0.0f;
-#pragma unroll 2
-        for (int s = 0; s < splits; s++) {
-            const float *const slice = ep.work + (size_t)s * mn;
-#pragma unroll
-            for (int v = g0; v < g0 + G; v++) {
-                if (b.in(v, M, N)) {
-                    const float4 w = __ldcg(reinterpret_cast<const float4 *>(slice + b.at(v)));
-                    acc[4 * v] += w.x;
-                    acc[4 * v + 1] += w.y;
-                    acc[4 * v + 2] += w.z;
-                    acc[4 * v + 3] += w.w;
-                }
-            }
-        }
-        float4 cv[G];
-#pragma unroll
-        for (int u = 0; u < G; u++) {
-            cv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (ep.res != nullptr && b.in(g0 + u, M, N)) {
-                const float *const p = C + b.at(g0 + u);
-                cv[u] = c16 ? *reinterpret_cast<const float4 *>(p) : make_float4(p[0], p[1], p[2], p[3]);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < G; u++) {
-            const int v = g0 + u;
-            if (!b.in(v, M, N)) continue;
-            float4 t = make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
-            if (ep.res != nullptr) /* the pass's C + t */
-                t = make_float4(cv[u].x + t.x, cv[u].y + t.y, cv[u].z + t.z, cv[u].w + t.w);
-            float *const p = C + b.at(v);
-            if (c16) {
-                *reinterpret_cast<float4 *>(p) = t;
-            } else {
-                p[0] = t.x;
-                p[1] = t.y;
-                p[2] = t.z;
-                p[3] = t.w;
-            }
-        }
-    }
-}
-
 /* ---- kernels ------------------------------------------------------------- */
 
 /* The persistent warp-specialised mainloop + epilogue, shared by the three layouts. TA / TB (compile time):
@@ -841,11 +669,10 @@ __device__ __forceinline__ void gemm_slice_fixup(float (&acc)[4 * CJ * RI], cons
  * Work units are (tile, K split) pairs, unit u = split (u / tiles) of tile (u % tiles), so the CTAs in
  * flight share one K range of the operands in L2. With splits == 1 the epilogue (gemm_epilogue<BN, EPI>, the
  * fused operations of ep) writes C; with splits > 1 (EPI 0 only) it writes split s's partial sums, plain, to
- * the fp32 slice ep.work + s*M*N, and then (TN with ep.split_cnt, the default) the tile's last unit adds the
- * slices into C (gemm_slice_arrive / gemm_slice_fixup), or else gemm_splitk_reduce_kernel does afterwards (or,
- * TN with ep.tile_cnt, the lab's slot fixup reduces in the kernel). TN stream-K (ep.streamk) replaces the units
- * by contiguous iteration ranges (gemm_work_next); a tile done by one CTA gets the normal epilogue, one split
- * between CTAs the fixup. */
+ * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards (or, TN with
+ * ep.tile_cnt, the fixup reduces in the kernel). TN stream-K (ep.streamk) replaces the units by contiguous
+ * iteration ranges (gemm_work_next); a tile done by one CTA gets the normal epilogue, one split between CTAs the
+ * fixup. */
 template <int BN, int TA, int TB, int EPI, int BM = GEMM_BM>
 __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
                                                 const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
@@ -1025,15 +852,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                     part.C = ep.work + (size_t)wk.part * M * N;
                     gemm_epilogue<BN, 0>(d, part, row0, col0, M, N);
                 }
-                /* TN, the default: the tile's last unit sums the slices into C (d is its scratch; the next unit's
-                 * first MMA overwrites it) */
-                if constexpr (TA && TB && BM == GEMM_BM && (BN == 128 || BN == 256)) {
-                    if (ep.split_cnt != nullptr && gemm_slice_arrive<TMA_STORE>(ep.split_cnt + wk.tile, splits)) {
-                        /* the 128 x BN tile as one block: BN/4 threads per row, 256 / (BN/4) rows at a time */
-                        if (ep.res != nullptr) gemm_slice_prefetch_c<BN / 4, 1, BN / 8>(ep, tm * BM, tn * BN, M, N);
-                        gemm_slice_fixup<BN / 4, 1, BN / 8>(d, ep, tm * BM, tn * BN, splits, M, N);
-                    }
-                }
             }
         }
         /* the staging boxes must not be released (CTA exit) while a TMA store still reads them */
@@ -1099,8 +917,7 @@ forge_status gemm_encode_mnmajor(CUtensorMap *map, gemm_encode_tiled_fn encode, 
 forge_status gemm_encode_c(CUtensorMap *map, gemm_encode_tiled_fn encode, void *ptr, int M, int N, int bf16);
 
 /* The split-K second pass over ep.work's splits slices into ep.C (C += when accumulate); pdl: launched with
- * programmatic dependent launch (pdl.cuh), as every launcher below does with its pdl argument. Only launches
- * without ep.split_cnt (the lab's two-pass modes) run it. */
+ * programmatic dependent launch (pdl.cuh), as every launcher below does with its pdl argument. */
 forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int splits, int accumulate,
                                        cudaStream_t stream, int pdl, int sm_count);
 
@@ -1193,8 +1010,8 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
         CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_tn_kernel<BN, EPI, BM>, grid, threads, smem, stream, pdl, tm_a,
                                          tm_b, tm_c, ep, M, N, K, splits, kps),
                         "gemm_wgmma_bf16_tn_kernel");
-    /* with split_cnt or tile_cnt the kernel reduced in place (TN) */
-    if (splits > 1 && ep.split_cnt == nullptr && ep.tile_cnt == nullptr)
+    /* with tile_cnt the kernel reduced in place (TN fixup) */
+    if (splits > 1 && ep.tile_cnt == nullptr)
         return gemm_splitk_reduce_launch(ep, M, N, splits, accumulate, stream, pdl, sm_count);
     return FORGE_OK;
 }
@@ -1219,15 +1036,8 @@ forge_status gemm_bf16_nn_epi_launch(const void *A, const void *B, void *C, int 
 /* Why the NN / TN paths cannot take these arguments, or NULL. */
 const char *gemm_wgmma_refusal_bwd(int layout, const void *A, const void *B, const float *C, int M, int N, int K);
 
-/* The TN workspace (gemm.h): FORGE_GEMM_TN_WS_HEADER bytes of per-tile int counters of the in-kernel reduction,
- * then the M*N fp32 split slices. How many slices it holds (0 without one, or one smaller than the counters). */
-#define GEMM_TN_MAX_TILES (FORGE_GEMM_TN_WS_HEADER / 4)
+/* How many M*N fp32 split slices the workspace holds (0 without one). */
 long long gemm_tn_max_slices(int M, int N, const void *workspace, size_t workspace_bytes);
-
-/* The launch arguments of a TN call at `splits` on that workspace: unsplit, res = C for C +=; split, work = the
- * slices, and with fixup the tile counters (split_cnt) and res = C for C += (reduced in the kernel, the default),
- * without it neither (the pass reduces and adds C). */
-gemm_epi_dev gemm_tn_ep(float *C, int accumulate, void *workspace, int splits, int fixup);
 
 /* A candidate tile of the TN cost model (gemm_plan_tn): bm x bn, the modelled cost of one 64-wide K slice of a
  * unit relative to 128 x 256's, and one_wave: only plans of at most one wave of units may take it. */
@@ -1244,11 +1054,9 @@ extern const gemm_tn_tile GEMM_TN_TILES[2];
  * time, where time = waves x K slices per unit x the tile's slice cost + the reduction pass's traffic (each
  * split's slice written once and read once, C read if accumulating and written) at 3.5 TB/s, in units of one
  * 128x256x64 slice (0.6 us; both constants measured: lab/notes/gemm-bf16.md). cap = min(K slices,
- * GEMM_MAX_SPLITS, max_slices; at least 1): max_slices is what the workspace holds (< 2: no split); a candidate
- * with more than GEMM_TN_MAX_TILES tiles is not split. Every split is non-empty (splits = ceil(ktiles / kps));
- * ties go to the earlier candidate and the smaller split count. Deterministic in its arguments. (The reduction's
- * term still models the pass, whose traffic the in-kernel reduction now moves: the plans, and so the bits, are
- * the pass's; re-fitting it to the fixup's cost is a measured change of its own.) */
+ * GEMM_MAX_SPLITS, max_slices; at least 1): max_slices is what the workspace holds (< 2: no split). Every split
+ * is non-empty (splits = ceil(ktiles / kps)); ties go to the earlier candidate and the smaller split count.
+ * Deterministic in its arguments. */
 void gemm_plan_tn(int M, int N, int K, int accumulate, int sm_count, long long max_slices, const gemm_tn_tile *tiles,
                   int n_tiles, int *bm_out, int *bn_out, int *splits_out);
 
@@ -1262,15 +1070,14 @@ int gemm_tn_one_wave_splits(int M, int N, int K, int sm_count, long long max_sli
 int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits);
 
 /* C (+)= A^T . B on the C192 kernel (192 x 192 tiles, two consumer warpgroups splitting N) at `splits`: unsplit,
- * C += is the epilogue's read-add-store; split, the partials go to the workspace's slices and the tile's last
- * unit (fixup, the default) or the pass after the kernel (fixup 0) adds them (and C) in order. */
+ * C += is the epilogue's read-add-store; split, the partials go to the workspace's slices and the pass adds them
+ * (and C) in order. */
 forge_status gemm_tn_c192_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                              void *workspace, int splits, int fixup, cudaStream_t stream, int pdl, int dev,
-                              int sm_count);
+                              void *workspace, int splits, cudaStream_t stream, int pdl, int dev, int sm_count);
 
 /* One launch of the 128-row TN kernel of width bn (128 or 256) with ep as given (split partials through the TMA
  * store when tma_partials; stream-K when sk_iters > 0), then the reduction pass where the launch splits K without
- * tile counters (split_cnt or the lab's tile_cnt). */
+ * tile counters. */
 forge_status gemm_tn_launch(int bn, int tma_partials, const void *A, const void *B, const gemm_epi_dev &ep, int M,
                             int N, int K, int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
                             int sm_count, long long sk_iters);
@@ -1281,15 +1088,9 @@ int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace);
 
 /* C (+)= A^T . B on the 128-row kernel of width bn at `splits`: unsplit, C += is the epilogue's read-add-store;
  * split, each split's partials go to its slice of the workspace (through the TMA store when allow_tma and
- * gemm_tn_tma_partials_ok, else from the registers: the same sums) and the tile's last unit (fixup, the default)
- * or the pass after the kernel (fixup 0) adds them in order 0..S-1. */
+ * gemm_tn_tma_partials_ok, else from the registers: the same sums) and the pass adds them in order 0..S-1. */
 forge_status gemm_tn_split_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
-                               void *workspace, int bn, int splits, int allow_tma, int fixup, cudaStream_t stream,
-                               int pdl, int dev, int sm_count);
-
-/* What forge_gemm_bf16_tn_wgmma runs (forge_gemm_bf16_tn_plan): C192 at the one-wave splits where
- * gemm_tn_c192_default says so (bm = bn = 192), else gemm_plan_tn over GEMM_TN_TILES. */
-void gemm_tn_default_plan(int M, int N, int K, int accumulate, int sm_count, long long max_slices, int *bm, int *bn,
-                          int *splits);
+                               void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int pdl,
+                               int dev, int sm_count);
 
 #endif

@@ -21,7 +21,7 @@
  *   writes the first gradient, through TMA; no workspace, no second pass.
  * - backward_weight: the TN split-K GEMM accumulates into dweight directly
  *   (its partial slices in ctx->tn_ws, sized to its plan, reduced in a fixed
- *   order inside the GEMM's launch); dbias is the ordered two-pass column sum (reduce.cu) over the bf16
+ *   order); dbias is the ordered two-pass column sum (reduce.cu) over the bf16
  *   dout, its first pass 8 columns a thread where dout allows 16-byte loads.
  * Deterministic: no atomics; every sum has a fixed order for given arguments.
  * Nothing synchronises with the host. Ops share the workspace because they are
@@ -315,7 +315,7 @@ forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight,
     if (C > 0) {
         int fallback = 1;
         /* gemm.h's tn rules (M = OC and N = C multiples of 8, 16-byte operands, 4-byte C); split-K partials in
-         * the workspace, reduced in slice order by each tile's last unit (one launch) */
+         * the workspace, reduced in slice order */
         if (OC % 8 == 0 && C % 8 == 0 && aligned(dout, 16) && aligned(inp, 16) && aligned(dweight, 4)) {
             /* the workspace the plan wants (its split-K slices), so the plan is never cut down to what a fixed
              * buffer holds */

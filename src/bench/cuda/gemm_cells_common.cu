@@ -230,8 +230,6 @@ extern "C" forge_status gc_shape_init(gc_shape *sh, int M, int N, int K, int tf3
     if (e == cudaSuccess && work_bytes > 0) {
         sh->work_bytes = work_bytes;
         e = cudaMalloc(&sh->work, work_bytes);
-        /* starts zeroed: the bf16 TN GEMM keeps tile counters at its head (gemm.h), 0 between calls */
-        if (e == cudaSuccess) e = cudaMemset(sh->work, 0, work_bytes);
     }
     free(host);
     free(hbias);

@@ -79,7 +79,7 @@ typedef struct {
     int tf32;                   /* 0: bf16 inputs (uint16_t), 1: tf32-valued fp32 inputs */
     int a_mn, b_mn;             /* stored layout of A and B (above) */
     void *A[GC_MAX_SETS], *B[GC_MAX_SETS]; /* M*K, N*K elements per input set */
-    void *work;                 /* suite workspace of work_bytes, zeroed (gemm TN: counters + split-K), NULL if 0 */
+    void *work;                 /* suite workspace of work_bytes (gemm TN: split-K), NULL if 0 */
     size_t work_bytes;
     float *bias;                /* (N) */
     float *C;                   /* (M,N) shared by the shape's cells */
