@@ -355,7 +355,8 @@
      * may, rarely, round an entry to a neighbouring float; the rotation then moves by ~1 fp32 ulp of |x|, its   \
      * bf16 rounding by one ulp (more only if the rotation also cancels below 2^-16 |x|, rarer still).           \
      * Everything else is the reference's fp32 expression in its order. out may be inp. The backward with        \
-     * accumulate = 0 writes dinp = rn(0 + r) (a fresh gradient; dinp may then be dout). */                      \
+     * accumulate = 0 writes dinp = rn(0 + r) (a fresh gradient; dinp may then be dout; in place, CUDA leaves  \
+     * the unrotated heads' values as they are, so a -0 there stays -0). */                                      \
     X(rope_forward_bf16, FORGE_BF16, 0,                                                                          \
       A(OUT, forge_bf16, out, (size_t)B * T * n_heads * HS, ULP(1))                                              \
           A(IN, forge_bf16, inp, (size_t)B * T * n_heads * HS, -1, 1) A(SIZE, int, B) A(SIZE, int, T)            \

@@ -136,7 +136,12 @@ struct swiglu_backward_op {
 /* The packed layout: gu (N, 2F), row r gate (F) then up (F). Element i = r F + c of out and dout (N, F) pairs with
  * gu[i + r F] and gu[i + r F + F]; W = 8 only when 8 | F (a chunk stays in its row, and every operand of it is
  * 16-byte aligned when gu and out are). */
-__device__ __forceinline__ size_t packed_at(size_t i, size_t F) { return i + i / F * F; }
+__device__ __forceinline__ size_t packed_at(size_t i, size_t F) {
+    /* the row by a 32-bit division wherever the index fits (every training shape): a 64-bit one is a long software
+     * sequence, paid once per chunk of this memory-bound pass */
+    const size_t r = (i >> 32) == 0 && (F >> 32) == 0 ? (size_t)((uint32_t)i / (uint32_t)F) : i / F;
+    return i + r * F;
+}
 
 struct swiglu_packed_forward_op {
     forge_bf16 *out;

@@ -14,8 +14,8 @@
  *
  * Two kernels, the same arithmetic: where HS % 16 == 0 and the pointers are 16-byte aligned, a thread takes 8
  * pairs (b*T + t, h, i0..i0+7): one 16-byte load per half, the 8 (cos, sin) pairs as four float4, index math in
- * 32 bits over (row, head, chunk) units; the rotation in place of the forward then skips the unrotated heads
- * (h >= n_rot: out = inp already). Elsewhere one thread per pair (b, t, h, i < HS/2) with scalar accesses.
+ * 32 bits over (row, head, chunk) units; a rotation in place (the forward, and the backward that writes) then skips
+ * the unrotated heads (h >= n_rot: out = inp already, a -0 of the backward kept as -0). Elsewhere one thread per pair (b, t, h, i < HS/2) with scalar accesses.
  * Both, and the table's kernel, launch with programmatic dependent launch (pdl.cuh): each waits for the previous
  * kernel before its first global access.
  */
@@ -114,8 +114,11 @@ static forge_status rope_bf16_run(forge_backend *be, forge_bf16 *out, const forg
     cuda_ctx *ctx = cuda_get_ctx(be);
     const float *cs = ctx->ws;
     if (n_rot > 0) FORGE_TRY(cuda_rope_table(ctx, T, HS, theta, op, &cs));
-    /* the forward in place leaves the unrotated heads as they are: only the first n_rot are visited */
-    const int heads = !backward && out == inp ? n_rot : n_heads;
+    /* in place, the unrotated heads are left as they are: only the first n_rot are visited. The forward's out = inp
+     * there already; so is the written backward's rn(0 + dout) but for a -0 (kept, where the pass writes +0), which
+     * no sum that reads the gradient can tell from +0 unless every term is a zero (the trainer's dqkv, rotated
+     * back where it lies) */
+    const int heads = out == inp && (!backward || !accumulate) ? n_rot : n_heads;
     const size_t units = (size_t)B * T * heads * (HS / 16);
     if (HS % 16 == 0 && bf16_aligned16(out) && bf16_aligned16(inp) && bf16_aligned16(cs) &&
         units < ((size_t)1 << 30)) {
