@@ -11,9 +11,9 @@
  * One grid-stride kernel per op over 8-wide chunks (one 16-byte vector per operand) when every pointer is 16-byte
  * aligned, then the n % 8 tail element by element; element by element throughout otherwise. The op's body is
  * written once, for W elements (W = 8 or 1). The packed SwiGLU (gate and up side by side in each row of the MLP's
- * one GEMM output) runs SwiGLU's bodies at its own offsets, 8-wide only when 8 divides the row's half F. The GELU backward's aligned form is its own kernel instead
- * (gelu_grad_table.cuh): gelu' from a table of its bf16 inputs' values, built at context creation
- * (cuda_gelu_grad_table_init), with the same bits as computing it.
+ * one GEMM output) runs SwiGLU's bodies at its own offsets, 8-wide only when 8 divides the row's half F. The GELU
+ * backward's aligned form is its own kernel instead (gelu_grad_table.cuh): gelu' from a table of its bf16 inputs'
+ * values, built at context creation (cuda_gelu_grad_table_init), with the same bits as computing it.
  *
  * The step's kernels here launch through forge_pdl_launch (pdl.cuh) and wait for the previous kernel before they
  * touch memory; the table's one-time build at context creation is a plain launch.

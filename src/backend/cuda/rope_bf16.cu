@@ -15,7 +15,8 @@
  * Two kernels, the same arithmetic: where HS % 16 == 0 and the pointers are 16-byte aligned, a thread takes 8
  * pairs (b*T + t, h, i0..i0+7): one 16-byte load per half, the 8 (cos, sin) pairs as four float4, index math in
  * 32 bits over (row, head, chunk) units; a rotation in place (the forward, and the backward that writes) then skips
- * the unrotated heads (h >= n_rot: out = inp already, a -0 of the backward kept as -0). Elsewhere one thread per pair (b, t, h, i < HS/2) with scalar accesses.
+ * the unrotated heads (h >= n_rot: out = inp already, a -0 of the backward kept as -0). Elsewhere one thread per
+ * pair (b, t, h, i < HS/2) with scalar accesses.
  * Both, and the table's kernel, launch with programmatic dependent launch (pdl.cuh): each waits for the previous
  * kernel before its first global access.
  */
