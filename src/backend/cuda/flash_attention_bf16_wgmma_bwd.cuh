@@ -187,7 +187,7 @@ __device__ __forceinline__ void fb_dq_p(float (&sc)[32], int k0, int wrow0, int 
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int j = n * 8 + 2 * tq + (e & 1);
-            const float p = exp2f(fmaf(sc[4 * n + e], sl2, -lse2[e >> 1]));
+            const float p = fw_ex2(fmaf(sc[4 * n + e], sl2, -lse2[e >> 1]));
             sc[4 * n + e] = (j > ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
         }
 }
@@ -488,7 +488,7 @@ __device__ __forceinline__ void fb_p_transposed(float (&st)[32], const float *ls
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int j = col + (e & 1);
-            const float p = exp2f(fmaf(st[4 * n + e], sl2, -((e & 1) ? l2.y : l2.x)));
+            const float p = fw_ex2(fmaf(st[4 * n + e], sl2, -((e & 1) ? l2.y : l2.x)));
             st[4 * n + e] = (j < ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
         }
     }

@@ -136,13 +136,13 @@ __device__ __forceinline__ void fw_softmax_row(float (&sc)[BN / 2], float &m, fl
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float mnew = fmaxf(m, mx * sl2);
     const float muse = mnew == -INFINITY ? 0.0f : mnew;
-    alpha = exp2f(m - muse);
+    alpha = fw_ex2(m - muse);
     m = mnew;
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < BN / 8; n++) {
-        sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], sl2, -muse));
-        sc[4 * n + 2 * r + 1] = exp2f(fmaf(sc[4 * n + 2 * r + 1], sl2, -muse));
+        sc[4 * n + 2 * r] = fw_ex2(fmaf(sc[4 * n + 2 * r], sl2, -muse));
+        sc[4 * n + 2 * r + 1] = fw_ex2(fmaf(sc[4 * n + 2 * r + 1], sl2, -muse));
         sum += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
     }
     l = l * alpha + sum;

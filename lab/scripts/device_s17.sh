@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# device_s16.sh: the ninth session's checks on the GPU machine (device_run.sh stage "s16"), from the repo root with
-# OUT set. Each check under its own timeout, its log in $OUT/s16-NAME.log; a table last.
-#   traj      the same bf16 training run (gpt-10m and gpt-25m on .carry/data/ts8192, FORGE_S16_STEPS steps,
+# device_s17.sh: the tenth session's checks on the GPU machine (device_run.sh stage "s17"), from the repo root with
+# OUT set. Each check under its own timeout, its log in $OUT/s17-NAME.log; a table last.
+#   traj      the same bf16 training run (gpt-10m and gpt-25m on .carry/data/ts8192, FORGE_S17_STEPS steps,
 #             16 x 256, graph replay) with the base binary (.carry/bin-base/forge, unpacked to build/base/forge)
-#             and this tree's. Configs in FORGE_S16_BITWISE (default both) must match bit for bit: the logged
+#             and this tree's. Configs in FORGE_S17_BITWISE (default both) must match bit for bit: the logged
 #             losses, grad norms and val losses and the final checkpoint's weights and optimizer state (a change
 #             that keeps the math); the others are compared within bf16 tolerance instead (the largest relative
-#             loss difference is printed; the final val losses must agree within 1%). FORGE_S16_TRAJ_EXTRA flags
+#             loss difference is printed; the final val losses must agree within 1%). FORGE_S17_TRAJ_EXTRA flags
 #             are given to both
 #   flash16   forge_gpu_tests --only flash16 (the bf16 flash kernels against the CPU reference)
-#   ops       the op walk of FORGE_S16_OPS
-#   gpu       forge_gpu_tests --only S for each suite S of FORGE_S16_ONLY (comma-separated)
+#   ops       the op walk of FORGE_S17_OPS
+#   gpu       forge_gpu_tests --only S for each suite S of FORGE_S17_ONLY (comma-separated)
 #   dwplan    forge-lab bench dw-plan
-#   bench     forge bench train --breakdown on FORGE_S16_CASES (no baseline)
-#   pdl       forge bench train with --pdl and without, FORGE_S16_ROUNDS alternating rounds
+#   bench     forge bench train --breakdown on FORGE_S17_CASES (no baseline)
+#   pdl       forge bench train with --pdl and without, FORGE_S17_ROUNDS alternating rounds
 #   paired    the base binary's forge bench train against the PyTorch baseline (tools/torch_train_bench.py) on
-#             FORGE_S16_CASES, FORGE_S16_PAIRED_STEPS rounds (the train_bench stage does the same for this tree's)
-#   ab        forge bench train with the base binary and this tree's, FORGE_S16_ROUNDS alternating rounds on
-#             FORGE_S16_CASES (the first round with --breakdown: both step's ops in one call)
+#             FORGE_S17_CASES, FORGE_S17_PAIRED_STEPS rounds (the train_bench stage does the same for this tree's)
+#   ab        forge bench train with the base binary and this tree's, FORGE_S17_ROUNDS alternating rounds on
+#             FORGE_S17_CASES (the first round with --breakdown: both step's ops in one call)
+#   labtest   forge-lab test S for each suite S of FORGE_S17_LABTEST (space-separated)
+#   labbench  forge-lab bench ARGS for each entry of FORGE_S17_LABBENCH (entries separated by ';')
+#   ncu       one gpt2-124m step kernel by kernel (lab/scripts/device_ncu_step.sh; NCU_STEP_* as there)
 set -u -o pipefail
 : "${OUT:?set OUT}"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -26,7 +29,7 @@ T=build/cuda/forge_gpu_tests
 L=build/cuda/forge-lab
 F=build/cuda/forge
 DATA=.carry/data/ts8192
-STEPS=${FORGE_S16_STEPS:-200}
+STEPS=${FORGE_S17_STEPS:-200}
 if [ -e .carry/bin-base/forge.gz ]; then
     mkdir -p build/base && gunzip -c .carry/bin-base/forge.gz >build/base/forge && chmod +x build/base/forge
 fi
@@ -35,13 +38,13 @@ check() { # NAME TIMEOUT CMD...
     local name=$1 lim=$2 t0 rc
     shift 2
     t0=$(date +%s)
-    timeout "$lim" "$@" >"$OUT/s16-$name.log" 2>&1
+    timeout "$lim" "$@" >"$OUT/s17-$name.log" 2>&1
     rc=$?
     names+=("$name")
     case $rc in 0) results+=(pass) ;; 124 | 137) results+=("timeout($lim)") ;; *) results+=("fail(rc=$rc)") ;; esac
     secs+=("$(($(date +%s) - t0))")
     echo "== $name: ${results[-1]}"
-    grep -E "passed, |FAIL|bitwise|differ" "$OUT/s16-$name.log" | tail -n 6
+    grep -E "passed, |FAIL|bitwise|differ" "$OUT/s17-$name.log" | tail -n 6
 }
 traj() { # the base and this tree's binary on the same runs; losses compared bit for bit
     local fails=0 cfg bin
@@ -50,17 +53,17 @@ traj() { # the base and this tree's binary on the same runs; losses compared bit
             local exe=$F
             [ "$bin" = base ] && exe=build/base/forge
             # shellcheck disable=SC2086
-            "$exe" train --device cuda --precision bf16 --config "$cfg" --data "$DATA" --out "/tmp/s16-$cfg-$bin" \
+            "$exe" train --device cuda --precision bf16 --config "$cfg" --data "$DATA" --out "/tmp/s17-$cfg-$bin" \
                 --steps "$STEPS" --batch 16 --seq-len 256 --eval-every 100 --eval-batches 4 --lr 6e-4 --seed 1337 \
-                --quiet ${FORGE_S16_TRAJ_EXTRA:-} >"$OUT/s16-traj-$cfg-$bin.log" 2>&1 || {
+                --quiet ${FORGE_S17_TRAJ_EXTRA:-} >"$OUT/s17-traj-$cfg-$bin.log" 2>&1 || {
                 echo "FAIL train $cfg $bin"
-                tail -n 5 "$OUT/s16-traj-$cfg-$bin.log"
+                tail -n 5 "$OUT/s17-traj-$cfg-$bin.log"
                 fails=1
             }
         done
         local bitwise=0
-        case " ${FORGE_S16_BITWISE-gpt-10m gpt-25m} " in *" $cfg "*) bitwise=1 ;; esac
-        python3 - "/tmp/s16-$cfg-base/log.jsonl" "/tmp/s16-$cfg-tree/log.jsonl" "$cfg" "$bitwise" <<'PY' || fails=1
+        case " ${FORGE_S17_BITWISE-gpt-10m gpt-25m} " in *" $cfg "*) bitwise=1 ;; esac
+        python3 - "/tmp/s17-$cfg-base/log.jsonl" "/tmp/s17-$cfg-tree/log.jsonl" "$cfg" "$bitwise" <<'PY' || fails=1
 import json, sys
 def load(p):
     return [json.loads(l) for l in open(p)]
@@ -86,10 +89,10 @@ else:
 sys.exit(0 if ok else 1)
 PY
         local ck f
-        ck=$(basename "$(ls -d "/tmp/s16-$cfg-tree"/ckpt_* | tail -n 1)")
+        ck=$(basename "$(ls -d "/tmp/s17-$cfg-tree"/ckpt_* | tail -n 1)")
         [ "$bitwise" = 1 ] || continue
         for f in model.safetensors state.safetensors; do
-            if cmp -s "/tmp/s16-$cfg-base/$ck/$f" "/tmp/s16-$cfg-tree/$ck/$f"; then
+            if cmp -s "/tmp/s17-$cfg-base/$ck/$f" "/tmp/s17-$cfg-tree/$ck/$f"; then
                 echo "$cfg: $ck/$f bitwise equal"
             else
                 echo "$cfg: $ck/$f differ"
@@ -101,51 +104,67 @@ PY
 }
 pdl_ab() { # alternating rounds of the bench with --pdl and without (the default)
     local r
-    for r in $(seq 1 "${FORGE_S16_ROUNDS:-3}"); do
+    for r in $(seq 1 "${FORGE_S17_ROUNDS:-3}"); do
         for mode in on off; do
             local extra=""
             [ "$mode" = on ] && extra=--pdl
             echo "== round $r pdl $mode"
             # shellcheck disable=SC2086
-            "$F" bench train --device cuda --precision bf16 --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" \
-                --steps 20 --results "/tmp/s16-pdl-$r-$mode" $extra 2>&1 | grep -E "tok/s|^gpt|median"
+            "$F" bench train --device cuda --precision bf16 --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" \
+                --steps 20 --results "/tmp/s17-pdl-$r-$mode" $extra 2>&1 | grep -E "tok/s|^gpt|median"
         done
     done
 }
 base_ab() { # alternating rounds of the bench with the base binary and this tree's
     local r bin
-    for r in $(seq 1 "${FORGE_S16_ROUNDS:-3}"); do
+    for r in $(seq 1 "${FORGE_S17_ROUNDS:-3}"); do
         for bin in base tree; do
             local exe=$F extra=""
             [ "$bin" = base ] && exe=build/base/forge
             [ "$r" = 1 ] && extra=--breakdown
             echo "== round $r $bin"
             # shellcheck disable=SC2086
-            "$exe" bench train --device cuda --precision bf16 --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" \
-                --steps 20 --results "/tmp/s16-ab-$r-$bin" $extra 2>&1 | grep -E "tok/s|^gpt|median|^  [a-z(]"
+            "$exe" bench train --device cuda --precision bf16 --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" \
+                --steps 20 --results "/tmp/s17-ab-$r-$bin" $extra 2>&1 | grep -E "tok/s|^gpt|median|^  [a-z(]"
         done
     done
 }
 export F DATA STEPS OUT
 export -f traj pdl_ab base_ab
-for c in ${FORGE_S16_CHECKS:-traj flash16 dwplan bench}; do
+for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
     case $c in
         traj) check traj 150 bash -c traj ;;
         flash16) check flash16 100 "$T" --only flash16 ;;
-        ops) check ops 100 "$T" --op "${FORGE_S16_OPS:?}" ;;
-        gpu) for suite in ${FORGE_S16_ONLY//,/ }; do check "gpu-$suite" 150 "$T" --only "$suite"; done ;;
+        ops) check ops 100 "$T" --op "${FORGE_S17_OPS:?}" ;;
+        gpu) for suite in ${FORGE_S17_ONLY//,/ }; do check "gpu-$suite" 150 "$T" --only "$suite"; done ;;
         dwplan) check dwplan 120 "$L" bench dw-plan --reps 20 ;;
         bench) check bench 90 "$F" bench train --device cuda --precision bf16 \
-            --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" --steps 12 --breakdown --results /tmp/s16-bench ;;
+            --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" --steps 12 --breakdown --results /tmp/s17-bench ;;
         pdl) check pdl 300 bash -c pdl_ab ;;
-        ab) check ab "${FORGE_S16_T_AB:-300}" bash -c base_ab ;;
+        ab) check ab "${FORGE_S17_T_AB:-300}" bash -c base_ab ;;
+        labtest) for suite in ${FORGE_S17_LABTEST:?}; do check "lab-$suite" 150 "$L" test "$suite"; done ;;
+        labbench)
+            IFS=';' read -r -a benches <<<"${FORGE_S17_LABBENCH:?}"
+            for b in "${benches[@]}"; do
+                # shellcheck disable=SC2086
+                set -- $b
+                check "bench-$1" "${FORGE_S17_T_LABBENCH:-150}" "$L" bench "$@"
+            done
+            ;;
+        ncu) check ncu 200 bash lab/scripts/device_ncu_step.sh ;;
         paired) check paired 200 build/base/forge bench train --device cuda --precision bf16 \
-            --cases "${FORGE_S16_CASES:-gpt2-124m:16x1024}" --steps "${FORGE_S16_PAIRED_STEPS:-16}" \
-            --baseline "python3 tools/torch_train_bench.py" --results /tmp/s16-paired ;;
+            --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" --steps "${FORGE_S17_PAIRED_STEPS:-16}" \
+            --baseline "python3 tools/torch_train_bench.py" --results /tmp/s17-paired ;;
     esac
 done
-for f in "$OUT"/s16-dwplan.log "$OUT"/s16-bench.log "$OUT"/s16-pdl.log "$OUT"/s16-ab.log "$OUT"/s16-paired.log; do
-    [ -e "$f" ] && { echo "---- $(basename "$f")"; grep -E "tok/s|^== round|paired" "$f" | tail -n 40; }
+for f in "$OUT"/s17-bench-*.log "$OUT"/s17-ncu.log "$OUT"/s17-dwplan.log "$OUT"/s17-bench.log "$OUT"/s17-pdl.log "$OUT"/s17-ab.log "$OUT"/s17-paired.log; do
+    [ -e "$f" ] || continue
+    echo "---- $(basename "$f")"
+    case $f in
+        *-ncu.log) head -n 30 "$f" | cut -c1-120 ;;
+        *-bench-*.log) grep -E "ratio|speed|x \[|us|FAIL" "$f" | tail -n 30 ;;
+        *) grep -E "tok/s|^== round|paired" "$f" | tail -n 40 ;;
+    esac
 done
 echo
 printf '%-18s %-16s %s\n' check result seconds
