@@ -22,9 +22,10 @@ static const lab_command COMMANDS[] = {
     {"bench flash16-bwd-fused",
      "the three-kernel flash backward vs the fused one and fused2 at (16, 12|8, 1024, 64) [--reps N]",
      lab_bench_flash16_bwd_fused},
-    {"bench flash16-fwd-2cta",
-     "forge's flash forward vs the two-CTA-per-SM one at (16,12,1024,64), (64,6,512,64), (64,8,1024,64) [--reps N]",
-     lab_bench_flash16_fwd_2cta},
+    {"bench flash16-fwd-1cta",
+     "forge's flash forward (two CTAs per SM) vs the one-CTA one at (16,12,1024,64), (64,6,512,64), (64,8,1024,64) "
+     "[--reps N]",
+     lab_bench_flash16_fwd_1cta},
     {"bench cls16t-passes",
      "the bf16 classifier's column passes: forge's, ahead, walk and the fast (ex2) passes vs the row pair, interleaved "
      "[--reps N] [--widths]",

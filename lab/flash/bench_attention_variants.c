@@ -12,8 +12,8 @@
  *   tile), flash_bf16_fwd_wgmma (the Hopper TMA + wgmma forward, base
  *   schedule: forge's), flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 /
  *   _ps128 (its overlap / pingpong / persist / persist_ov / pingpong_n128 /
- *   persist_n128 schedules), flash_bf16_fwd_wgmma_2cta (D = 64 only: the
- *   two-CTA-per-SM forward, lab_flash16_forward_2cta).
+ *   persist_n128 schedules), flash_bf16_fwd_wgmma_1cta (D = 64 only: the
+ *   one-CTA-per-SM forward forge ran before its two-CTA kernel, lab_flash16_forward_1cta).
  * - "fwd+bwd ...": flash_bf16_fwdbwd_mma (mma.sync forward + the mma.sync
  *   backward), flash_bf16_fwdbwd_wgmma (the wgmma forward + the mma.sync
  *   backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the wgmma
@@ -63,7 +63,7 @@ static forge_status fwd_pp128(const forge_attention_io *io) {
     return fwd_sched(io, LAB_FLASH16_SCHED_PINGPONG_N128);
 }
 static forge_status fwd_ps128(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_PERSIST_N128); }
-static forge_status fwd_2cta(const forge_attention_io *io) { return lab_flash16_forward_2cta(IO_FWD(io), io->stream); }
+static forge_status fwd_1cta(const forge_attention_io *io) { return lab_flash16_forward_1cta(IO_FWD(io), io->stream); }
 
 static forge_status fwdbwd_mma(const forge_attention_io *io) {
     FORGE_TRY(fwd_mma(io));
@@ -125,7 +125,7 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwd_wgmma_pso", 0, 0, fwd_pso},
         {"flash_bf16_fwd_wgmma_pp128", 0, 0, fwd_pp128},
         {"flash_bf16_fwd_wgmma_ps128", 0, 0, fwd_ps128},
-        {"flash_bf16_fwd_wgmma_2cta", 0, 64, fwd_2cta}, /* two CTAs per SM: D = 64 only */
+        {"flash_bf16_fwd_wgmma_1cta", 0, 64, fwd_1cta}, /* one CTA per SM: D = 64 only */
         {"flash_bf16_fwdbwd_mma", 1, 0, fwdbwd_mma},
         {"flash_bf16_fwdbwd_wgmma", 1, 0, fwdbwd_wgmma},
         {"flash_bf16_fwdbwd_wgmma2", 1, 0, fwdbwd_w2},

@@ -40,16 +40,11 @@ forge_status lab_flash16_forward_q128(const forge_flash_shape *s, const void *q,
 forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        void *out_bf16, float *lse, int sched, void *stream);
 
-/* The wgmma forward with TWO CTAs per SM at D = 64 (lab/flash/flash16_fwd_2cta.cu, whose header explains it): 288
- * threads per CTA (two consumer warpgroups of 64 query rows, one producer warp), 64-key tiles, 5 ring stages,
- * no setmaxnreg, <= 96 registers, so four consumer warpgroups share an SM; forge's consumer schedule (wait for S,
- * softmax, wait for O += P.V); exponentials by ex2.approx.ftz. D = 64 only (another D is FORGE_ERR_UNSUPPORTED);
- * otherwise the refusals and results contract of forge_flash_bf16_forward_wgmma.
- * lab_flash16_forward_2cta_occupancy: the CTAs per SM the runtime can keep resident for its kernel
- * (cudaOccupancyMaxActiveBlocksPerMultiprocessor; 2 is the design). */
-forge_status lab_flash16_forward_2cta(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+/* The wgmma forward with ONE CTA per SM at D = 64 (lab/flash/flash16_fwd_1cta.cu): fw_fwd_kernel<64>, what forge
+ * ran at D = 64 before its two-CTA kernel; the baseline that kernel is timed against. D = 64 only (another D is
+ * FORGE_ERR_UNSUPPORTED); otherwise the refusals and results contract of forge_flash_bf16_forward_wgmma. */
+forge_status lab_flash16_forward_1cta(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
-forge_status lab_flash16_forward_2cta_occupancy(int *ctas_per_sm);
 
 /* The wgmma backward with its dK/dV (and dQ) kernels named (lab/flash/flash16_bwd_dkdv.cu): PIPE (what
  * forge_flash_bf16_backward_wgmma runs, called for it: at D = 128 each consumer issues tile it's S-like product,

@@ -17,11 +17,12 @@ extern "C"
 #endif
 int lab_bench_flash16_bwd_fused(int argc, char **argv);
 
-/* `forge-lab bench flash16-fwd-2cta [--reps N]`: forge's wgmma forward next to the two-CTA-per-SM one at
- * (16, 12, 1024, 64), (64, 6, 512, 64), (64, 8, 1024, 64) causal (lab/flash/bench_flash16_fwd_2cta.cu) */
+/* `forge-lab bench flash16-fwd-1cta [--reps N]`: forge's wgmma forward (two CTAs per SM at D = 64) next to the
+ * one-CTA kernel it replaced at (16, 12, 1024, 64), (64, 6, 512, 64), (64, 8, 1024, 64) causal
+ * (lab/flash/bench_flash16_fwd_1cta.cu) */
 #ifdef __cplusplus
 extern "C"
 #endif
-int lab_bench_flash16_fwd_2cta(int argc, char **argv);
+int lab_bench_flash16_fwd_1cta(int argc, char **argv);
 
 #endif

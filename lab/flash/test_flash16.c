@@ -18,11 +18,13 @@
  *   forge_flash_bf16_backward_wgmma, and bitwise equal over two runs;
  *   flash16_backward_fused2_s{0,1,2,3}.*: the same for its TMA reduce-add
  *   variant (lab_flash16_backward_fused2*).
- * - flash16_forward_2cta.*: the two-CTA-per-SM forward (lab_flash16_forward_2cta)
- *   on every D = 64 shape above and its own (FW2_SHAPES: a warpgroup or a CTA
- *   with no visible key, GQA with a tail tile, several ring rounds); at
- *   D = 128 flash16_forward_2cta.refuse (FORGE_ERR_UNSUPPORTED); and
- *   flash16_forward_2cta.occupancy: the runtime keeps 2 of its CTAs per SM.
+ * - flash16_forward_1cta.*: the one-CTA-per-SM forward forge ran at D = 64
+ *   before its two-CTA kernel (lab_flash16_forward_1cta) on every D = 64 shape
+ *   above; at D = 128 flash16_forward_1cta.refuse (FORGE_ERR_UNSUPPORTED).
+ * - flash16_forward_wgmma.*: forge's forward on FW64_SHAPES (a warpgroup or a
+ *   CTA with no visible key, GQA with a tail tile, several ring rounds), and
+ *   flash16_forward_wgmma.occupancy: the runtime keeps 2 of its CTAs per SM at
+ *   D = 64, 1 at D = 128.
  * And a pingpong call with a head dim that has no tile must be refused, and
  * both fused backwards at D = 128.
  * --quick drops the shapes with Tq > 300. Ends with "N passed, N failed";
@@ -38,21 +40,31 @@
 #include "flash16_variants.h"
 
 
-/* The two-CTA forward (lab_flash16_forward_2cta) at c's shape: flash16_forward_2cta.{out,lse} against float64
- * where D = 64; elsewhere flash16_forward_2cta.refuse (it is compiled for D = 64 only: FORGE_ERR_UNSUPPORTED, and
- * nothing launched). */
-static void check_fwd_2cta(parity *P, fa_case *c) {
+/* The one-CTA forward (lab_flash16_forward_1cta: what forge ran at D = 64 before its two-CTA kernel) at c's shape:
+ * flash16_forward_1cta.{out,lse} against float64 where D = 64; elsewhere flash16_forward_1cta.refuse (the lab's
+ * instance is D = 64 only: FORGE_ERR_UNSUPPORTED, and nothing launched). */
+static void check_fwd_1cta(parity *P, fa_case *c) {
     fa_fwd_out o = {0};
     forge_status st = FORGE_ERR_OOM;
-    if (fa_case_fwd_out(P, c, &o)) st = lab_flash16_forward_2cta(&c->fs, c->q, c->k, c->v, o.out, o.lse, c->stream);
+    if (fa_case_fwd_out(P, c, &o)) st = lab_flash16_forward_1cta(&c->fs, c->q, c->k, c->v, o.out, o.lse, c->stream);
     if (c->D == 64) {
-        fa_case_check_fwd(P, c, "flash16_forward_2cta", st, &o);
+        fa_case_check_fwd(P, c, "flash16_forward_1cta", st, &o);
         return;
     }
-    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_2cta.refuse", c->shape, 0, 0,
+    report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_1cta.refuse", c->shape, 0, 0,
            st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
     if (o.out) P->gpu->mem_free(P->gpu, o.out);
     if (o.lse) P->gpu->mem_free(P->gpu, o.lse);
+}
+
+/* forge's wgmma forward (forge_flash_bf16_forward_wgmma; two CTAs per SM at D = 64) at c's shape:
+ * flash16_forward_wgmma.{out,lse} against float64 */
+static void check_fwd_forge(parity *P, fa_case *c) {
+    fa_fwd_out o = {0};
+    forge_status st = FORGE_ERR_OOM;
+    if (fa_case_fwd_out(P, c, &o))
+        st = forge_flash_bf16_forward_wgmma(&c->fs, c->q, c->k, c->v, o.out, o.lse, c->stream, 0);
+    fa_case_check_fwd(P, c, "flash16_forward_wgmma", st, &o);
 }
 
 static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
@@ -81,7 +93,7 @@ static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int 
                           : lab_flash16_forward_sched(&c.fs, c.q, c.k, c.v, o.out, o.lse, fwd_sched[var], c.stream);
         fa_case_check_fwd(P, &c, fwd_name[var], st, &o);
     }
-    check_fwd_2cta(P, &c);
+    check_fwd_1cta(P, &c);
 
     /* the backward variants on the mma.sync forward's out and lse */
     forge_status st = fa_case_forward_mma(P, &c);
@@ -172,7 +184,7 @@ static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
         fa_case_free(P, &c);
         return;
     }
-    check_fwd_2cta(P, &c); /* its shapes are D = 64 ones too */
+    check_fwd_1cta(P, &c); /* its shapes are D = 64 ones too */
     forge_status st = fa_case_forward_mma(P, &c);
     if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
     if (st != FORGE_OK) {
@@ -259,17 +271,20 @@ static const int FZ_SHAPES[][7] = {
     {1, 100, 37, 4, 2, 64, 0},  {1, 37, 100, 4, 2, 64, 0},
 };
 
-/* More shapes for the two-CTA forward (B, Tq, Tk, H, Hkv, D, packed), where a whole consumer warpgroup or a whole
- * CTA sees no key (Tq > Tk: warpgroup 0 of the first CTA of 200 x 100, the first two CTAs of 300 x 40), several CTAs
- * of one head with GQA 2:1 and a tail tile (640 + 5), and the rest of the ring's rounds (1000 keys: 16 tiles of 64,
- * 3 rounds of 5 stages and a part). */
-static const int FW2_SHAPES[][7] = {
+/* More shapes for forge's two-CTA forward at D = 64 (B, Tq, Tk, H, Hkv, D, packed), where a whole consumer
+ * warpgroup or a whole CTA sees no key (Tq > Tk: warpgroup 0 of the first CTA of 200 x 100, the first two CTAs of
+ * 300 x 40), several CTAs of one head with GQA 2:1 and a tail tile (640 + 5), and the rest of the ring's rounds
+ * (1000 keys: 16 tiles of 64, 3 rounds of 5 stages and a part); the one-CTA kernel runs on them too. */
+static const int FW64_SHAPES[][7] = {
     {1, 200, 100, 4, 2, 64, 0}, {1, 300, 40, 2, 1, 64, 0}, {2, 645, 645, 6, 3, 64, 1}, {1, 1000, 1000, 3, 1, 64, 0},
 };
 
-static void case_fwd_2cta(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
+static void case_fwd64(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
-    if (fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) check_fwd_2cta(P, &c);
+    if (fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
+        check_fwd_forge(P, &c);
+        check_fwd_1cta(P, &c);
+    }
     fa_case_free(P, &c);
 }
 
@@ -300,17 +315,22 @@ int lab_test_flash16(int argc, char **argv) {
         if (P.quick && s[1] > 300) continue;
         case_fused(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
     }
-    for (size_t i = 0; i < sizeof FW2_SHAPES / sizeof FW2_SHAPES[0]; i++) {
-        const int *s = FW2_SHAPES[i];
+    for (size_t i = 0; i < sizeof FW64_SHAPES / sizeof FW64_SHAPES[0]; i++) {
+        const int *s = FW64_SHAPES[i];
         if (P.quick && s[1] > 300) continue;
-        case_fwd_2cta(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
+        case_fwd64(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
     }
-    int ctas = 0;
-    const forge_status os = lab_flash16_forward_2cta_occupancy(&ctas);
-    char why[96];
-    snprintf(why, sizeof why, "(%d CTAs per SM, status %s; the design needs 2)", ctas, forge_status_name(os));
-    report(&P, os == FORGE_OK && ctas == 2, "flash16_forward_2cta.occupancy", "288 threads", (double)ctas, 0,
-           os == FORGE_OK && ctas == 2 ? NULL : why);
+    for (int d = 64; d <= 128; d += 64) { /* forge's forward: two CTAs per SM at D = 64, one at D = 128 */
+        int ctas = 0;
+        const forge_status os = forge_flash_bf16_forward_wgmma_occupancy(d, &ctas);
+        const int want = d == 64 ? 2 : 1;
+        char why[96], shape[32];
+        snprintf(why, sizeof why, "(%d CTAs per SM, status %s; the design needs %d)", ctas, forge_status_name(os),
+                 want);
+        snprintf(shape, sizeof shape, "D=%d", d);
+        report(&P, os == FORGE_OK && ctas == want, "flash16_forward_wgmma.occupancy", shape, (double)ctas, 0,
+               os == FORGE_OK && ctas == want ? NULL : why);
+    }
     forge_flash_shape fs = fa_refuse_shape();
     static __attribute__((aligned(16))) char dummy[16];
     fa_expect_refusal(&P, "flash16_forward_wgmma_pp.refuse",

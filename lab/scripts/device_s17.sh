@@ -20,7 +20,10 @@
 #             FORGE_S17_CASES (the first round with --breakdown: both step's ops in one call)
 #   labtest   forge-lab test S for each suite S of FORGE_S17_LABTEST (space-separated)
 #   labbench  forge-lab bench ARGS for each entry of FORGE_S17_LABBENCH (entries separated by ';')
+#   replay    forge bench train on FORGE_S17_CASES, 30 replayed steps, nothing else (a window for FORGE_S17_SMI)
 #   ncu       one gpt2-124m step kernel by kernel (lab/scripts/device_ncu_step.sh; NCU_STEP_* as there)
+# With FORGE_S17_SMI=1 nvidia-smi samples the SM clock, power and the clock-event reasons every 100 ms for the whole
+# stage ($OUT/s17-smi.csv); each check's window is summarised at the end (median / min SM clock, median power).
 set -u -o pipefail
 : "${OUT:?set OUT}"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -33,13 +36,20 @@ STEPS=${FORGE_S17_STEPS:-200}
 if [ -e .carry/bin-base/forge.gz ]; then
     mkdir -p build/base && gunzip -c .carry/bin-base/forge.gz >build/base/forge && chmod +x build/base/forge
 fi
-names=() results=() secs=()
+names=() results=() secs=() t_start=() t_end=()
+if [ "${FORGE_S17_SMI:-0}" = 1 ]; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv,noheader,nounits -lms 100 >"$OUT/s17-smi.csv" 2>/dev/null &
+    smi_pid=$!
+fi
 check() { # NAME TIMEOUT CMD...
     local name=$1 lim=$2 t0 rc
     shift 2
     t0=$(date +%s)
+    t_start+=("$(date +%s.%N)")
     timeout "$lim" "$@" >"$OUT/s17-$name.log" 2>&1
     rc=$?
+    t_end+=("$(date +%s.%N)")
     names+=("$name")
     case $rc in 0) results+=(pass) ;; 124 | 137) results+=("timeout($lim)") ;; *) results+=("fail(rc=$rc)") ;; esac
     secs+=("$(($(date +%s) - t0))")
@@ -151,13 +161,15 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
                 check "bench-$1" "${FORGE_S17_T_LABBENCH:-150}" "$L" bench "$@"
             done
             ;;
+        replay) check replay 120 "$F" bench train --device cuda --precision bf16 \
+            --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" --steps 30 --results /tmp/s17-replay ;;
         ncu) check ncu 200 bash lab/scripts/device_ncu_step.sh ;;
         paired) check paired 200 build/base/forge bench train --device cuda --precision bf16 \
             --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" --steps "${FORGE_S17_PAIRED_STEPS:-16}" \
             --baseline "python3 tools/torch_train_bench.py" --results /tmp/s17-paired ;;
     esac
 done
-for f in "$OUT"/s17-bench-*.log "$OUT"/s17-ncu.log "$OUT"/s17-dwplan.log "$OUT"/s17-bench.log "$OUT"/s17-pdl.log "$OUT"/s17-ab.log "$OUT"/s17-paired.log; do
+for f in "$OUT"/s17-bench-*.log "$OUT"/s17-replay.log "$OUT"/s17-ncu.log "$OUT"/s17-dwplan.log "$OUT"/s17-bench.log "$OUT"/s17-pdl.log "$OUT"/s17-ab.log "$OUT"/s17-paired.log; do
     [ -e "$f" ] || continue
     echo "---- $(basename "$f")"
     case $f in
@@ -166,6 +178,29 @@ for f in "$OUT"/s17-bench-*.log "$OUT"/s17-ncu.log "$OUT"/s17-dwplan.log "$OUT"/
         *) grep -E "tok/s|^== round|paired" "$f" | tail -n 40 ;;
     esac
 done
+if [ -n "${smi_pid:-}" ]; then
+    kill "$smi_pid" 2>/dev/null
+    echo "---- SM clock (MHz) and power (W) per check, nvidia-smi every 100 ms"
+    for i in "${!names[@]}"; do
+        python3 - "$OUT/s17-smi.csv" "${t_start[$i]}" "${t_end[$i]}" "${names[$i]}" <<'PY'
+import csv, datetime, statistics, sys
+path, t0, t1, name = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+clk, pw, why = [], [], {}
+for row in csv.reader(open(path)):
+    try:
+        t = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+    except (ValueError, IndexError):
+        continue
+    if t0 <= t <= t1:
+        clk.append(float(row[1])); pw.append(float(row[3])); r = row[5].strip(); why[r] = why.get(r, 0) + 1
+if clk:
+    print(f"{name:<18} samples {len(clk):4d}  SM clock median {statistics.median(clk):6.0f} min {min(clk):6.0f}  "
+          f"power median {statistics.median(pw):6.1f} max {max(pw):6.1f}  reasons {dict(sorted(why.items()))}")
+else:
+    print(f"{name:<18} no samples")
+PY
+    done
+fi
 echo
 printf '%-18s %-16s %s\n' check result seconds
 for i in "${!names[@]}"; do printf '%-18s %-16s %s\n' "${names[$i]}" "${results[$i]}" "${secs[$i]}"; done

@@ -83,9 +83,12 @@ forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const vo
 /* The two kernels of each default above, by name (same contract and results up to summation order), so that
  * each can be tested and timed on its own: a wgmma entry returns its refusal instead of falling back.
  *
- * forge_flash_bf16_forward_wgmma (flash_attention_bf16_wgmma.cu): FA3-style, a producer warpgroup and two
- * consumer warpgroups of 64 query rows, P kept in registers as the A operand of P.V. FORGE_ERR_UNSUPPORTED on
- * a non-Hopper device or a layout TMA cannot describe; Tk == 0 runs the mma.sync forward.
+ * forge_flash_bf16_forward_wgmma (flash_attention_bf16_wgmma.cu): FA3-style, a producer (warp at D = 64,
+ * warpgroup at D = 128) and two consumer warpgroups of 64 query rows, P kept in registers as the A operand of
+ * P.V; two CTAs per SM at D = 64, one at D = 128. FORGE_ERR_UNSUPPORTED on a non-Hopper device or a layout TMA
+ * cannot describe; Tk == 0 runs the mma.sync forward.
+ * forge_flash_bf16_forward_wgmma_occupancy: the CTAs per SM the runtime keeps resident for its kernel at head
+ * dim D (64 or 128; cudaOccupancyMaxActiveBlocksPerMultiprocessor): 2 and 1 by design.
  * forge_flash_bf16_forward_mma (flash_attention_bf16.cu): mma.sync m16n8k16, 64 query rows (4 warps) per CTA.
  * forge_flash_bf16_backward_wgmma (flash_attention_bf16_wgmma_bwd.cu): the same three kernels as the mma.sync
  * backward on TMA + wgmma. FORGE_ERR_UNSUPPORTED on a non-Hopper device, Tq == 0 or Tk == 0, or a layout TMA
@@ -93,6 +96,7 @@ forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const vo
  * forge_flash_bf16_backward_mma (flash_attention_bf16.cu): mma.sync m16n8k16. */
 forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                             void *out_bf16, float *lse, void *stream, int pdl);
+forge_status forge_flash_bf16_forward_wgmma_occupancy(int D, int *ctas_per_sm);
 forge_status forge_flash_bf16_forward_mma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                           void *out_bf16, float *lse, void *stream);
 forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,

@@ -4,18 +4,28 @@
  * flash_attention_bf16.h, notes in lab/notes/flash-attention.md). Same results
  * contract as the mma.sync forward in flash_attention_bf16.cu.
  *
+ * Two kernels: at D = 64 fw_fwd64_kernel (this file), TWO CTAs per SM; at
+ * D = 128 fw_fwd_kernel<128> (flash_attention_bf16_wgmma_fwd.cuh), one CTA per
+ * SM. At D = 64 a tile's softmax takes about as long as its MMAs; with two
+ * consumer warpgroups per SM both are often in their softmax at once and the
+ * tensor pipe idles, with four (two CTAs) the schedulers interleave one's
+ * softmax with the others' MMAs: 1.35-1.48x the one-CTA kernel at (16,12,1024,
+ * 64), (64,6,512,64), (64,8,1024,64) (lab/notes/flash.md, 2026-12-03). At
+ * D = 128, S + P + O of 64-key tiles (112 registers) do not fit the 96 two CTAs
+ * leave a thread.
+ *
  * Design (the decisions a reader would otherwise get wrong):
- * - CTA = 3 warpgroups. Warpgroup 0 is the PRODUCER: one thread loads the
- *   128-row Q tile once (qbar) and streams BN-key tiles of K and V into a ring
- *   of STAGES stages (full[s]: 1 arrival + TMA bytes; empty[s]: lane 0 of each
- *   of the 8 consumer warps). Warpgroups 1, 2 are CONSUMERS, each owning 64
- *   query rows. Parities as in gemm_wgmma.cu: round r waits full with r&1 and
- *   empty with (r&1)^1.
+ * - CTA = a PRODUCER (D = 128: warpgroup 0 under setmaxnreg; D = 64: warp 8,
+ *   no setmaxnreg) whose one thread loads the 128-row Q tile once (qbar) and
+ *   streams BN-key tiles of K and V into a ring of STAGES stages (full[s]: 1
+ *   arrival + TMA bytes; empty[s]: lane 0 of each of the 8 consumer warps),
+ *   and two CONSUMER warpgroups, each owning 64 query rows. Parities as in
+ *   gemm_wgmma.cu: round r waits full with r&1 and empty with (r&1)^1.
  * - Tensor maps are 3D (column = h*D + d, token, batch) with the caller's
  *   token stride as the row stride: a box never crosses into the next batch,
  *   and rows past Tq / Tk are zero-filled by TMA (still counted in the bytes).
  *   Boxes are 64 columns (128 B, the 128B-swizzle limit) wide.
- * - S = Q.K^T: wgmma m64n128k16, A (Q) and B (K) both K-major from shared
+ * - S = Q.K^T: wgmma m64nBNk16, A (Q) and B (K) both K-major from shared
  *   memory. A D-half of Q is one 128-row x 128 B box (16 KiB), of K one
  *   BN-row x 128 B box; the k16 step kk starts at (kk/4)*box + (kk%4)*32 B.
  * - O += P.V: wgmma m64nDk16 with A = P FROM REGISTERS. The accumulator of a
@@ -35,10 +45,11 @@
  *   only tiles straddling the diagonal or Tk evaluate the mask.
  * - Tk = 0 goes to the mma.sync forward (a tensor map cannot have a 0 dim).
  * - The consumers wait for S, do the softmax, then wait for O += P.V (the
- *   BASE schedule); the lab holds the other consumer schedules of this
+ *   BASE schedule); the lab holds the other consumer schedules of the one-CTA
  *   forward (softmax under the previous tile's P.V, ping-pong between the
- *   warpgroups, persistent CTAs), which share this file's CTA, ring and
- *   epilogue (flash_attention_bf16_wgmma_fwd.cuh).
+ *   warpgroups, persistent CTAs) and its D = 64 instance (the baseline of
+ *   fw_fwd64_kernel), which share the ring and epilogue
+ *   (flash_attention_bf16_wgmma_fwd.cuh).
  * - Everything waits through mbar_wait (traps after 10 s instead of hanging).
  * - The barriers are set up before forge_pdl_wait (pdl.cuh), so under
  *   programmatic dependent launch that prologue runs under the previous
@@ -62,56 +73,48 @@ extern "C" {
 #include "flash_attention_bf16.h"
 }
 
-#define FW_PRODUCER_REGS 24
-#define FW_CONSUMER_REGS 240
 #define FW_ENTRY "forge_flash_bf16_forward_wgmma" /* named in errors */
 
-/* BN keys per streamed tile: 128 at D=64, 64 at D=128 (S + O + P must fit the consumer registers) */
-template <int D> struct fw_cfg {
-    static constexpr int BN = D == 64 ? 128 : 64;
-    static constexpr int STAGES = 4;
-    static constexpr uint32_t Q_BYTES = FW_BM * D * 2;
-    static constexpr uint32_t KV_BYTES = BN * D * 2; /* one of K or V */
+/* ---- D = 64: two CTAs per SM -------------------------------------------------------------------------------
+ * CTA = 288 threads: consumer warpgroups 0 and 1 (warps 0-7, 64 query rows each, 128 per CTA) and one producer
+ * warp (warp 8; its lane 0 issues every TMA). 64-key tiles, FW64_STAGES ring stages of 16 KiB. No setmaxnreg:
+ * two CTAs are 18 warps, 5 of them on one of the register file's four sub-partitions (16,384 registers), so a
+ * thread may hold at most 96 registers (5 x 32 x 96 <= 16384; ptxas applies the same cap to
+ * __launch_bounds__(288, 2)); S (32) + P (16) + O (32) fit, 128-key tiles would not. The consumers run the
+ * one-CTA kernel's schedule (wait for S, softmax, wait for O += P.V); a warpgroup's softmax overlaps the tensor
+ * pipe through the SM's other three consumer warpgroups. */
+#define FW64_THREADS 288
+#define FW64_PRODUCER_WARP 8
+#define FW64_BN 64
+
+struct fw64_cfg {
+    static constexpr int STAGES = 5;
+    static constexpr uint32_t Q_BYTES = FW_BM * 64 * 2;    /* 16 KiB */
+    static constexpr uint32_t KV_BYTES = FW64_BN * 64 * 2; /* 8 KiB: one of K or V */
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
     /* Q, the ring, then qbar, full[STAGES], empty[STAGES]; 1 KiB slack to align the base to 1024 B */
     static constexpr size_t SMEM = Q_BYTES + (size_t)STAGES * STAGE_BYTES + 8 * (1 + 2 * STAGES) + 1024;
-    static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
-    static_assert(D == 64 || D == 128, "compiled head dims");
+    /* two CTAs per SM: 2 x (SMEM + the 1 KiB the system reserves per CTA) <= the SM's 228 KiB (6 stages do not) */
+    static_assert(2 * (SMEM + 1024) <= 228 * 1024, "two CTAs fit an SM's shared memory");
 };
+static_assert(5 * 32 * 96 <= 16384 && 5 * 32 * 104 > 16384, "the register cap of two 288-thread CTAs is 96");
 
-/* The producer (one thread of warpgroup 0): Q once on qbar, then ntiles K/V tiles of BN keys into the ring
- * (stage = tile % STAGES). */
-template <int D, int BN, int STAGES>
-__device__ __forceinline__ void fw_produce(const CUtensorMap *tm_q, const CUtensorMap *tm_k, const CUtensorMap *tm_v,
-                                           uint32_t sq, uint32_t sring, uint32_t qbar, uint32_t bars, int q0, int h,
-                                           int hk, int b, int ntiles) {
-    constexpr int DH = D / 64;
-    mbar_arrive_expect_tx(qbar, FW_BM * D * 2);
-#pragma unroll
-    for (int j = 0; j < DH; j++) fw_tma_load_3d(sq + j * (FW_BM * 128), tm_q, h * D + 64 * j, q0, b, qbar);
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int t = 0; t < ntiles; t++) fw_load_kv<D, BN, STAGES>(tm_k, tm_v, sring, bars, t, hk, b, stage, phase);
-}
-
-template <int D>
-__global__ void __launch_bounds__(FW_THREADS, 1)
-    fw_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                  const __grid_constant__ CUtensorMap tm_v, fw_bf16 *__restrict__ out, float *__restrict__ lse,
-                  forge_flash_shape s, float sl2) {
-    typedef fw_cfg<D> cfg;
-    constexpr int STAGES = cfg::STAGES;
-    constexpr int FW_BN = cfg::BN;
+__global__ void __launch_bounds__(FW64_THREADS, 2)
+    fw_fwd64_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                    const __grid_constant__ CUtensorMap tm_v, fw_bf16 *__restrict__ out, float *__restrict__ lse,
+                    forge_flash_shape s, float sl2) {
+    typedef fw64_cfg cfg;
+    constexpr int STAGES = cfg::STAGES, BN = FW64_BN, D = 64;
     uint32_t sq, sring, qbar;
     fw_smem_layout<cfg>(sq, sring, qbar);
     const uint32_t bars = qbar + 8; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
 
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * FW_BM, h = blockIdx.y, b = blockIdx.z;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FW_BM, h = blockIdx.y, b = blockIdx.z; /* longest first */
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
     const int kv_end = min(s.Tk, q0 + FW_BM + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + FW_BN - 1) / FW_BN : 0;
-    const int wg = threadIdx.x / 128;
+    const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    const int warp_id = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);
@@ -122,74 +125,112 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     forge_pdl_wait();
     forge_pdl_launch_dependents();
 
-    if (wg == 0) {
-        wgmma_setmaxnreg_dec<FW_PRODUCER_REGS>();
-        if (threadIdx.x == 0 && ntiles > 0)
-            fw_produce<D, FW_BN, STAGES>(&tm_q, &tm_k, &tm_v, sq, sring, qbar, bars, q0, h, hk, b, ntiles);
+    if (warp_id == FW64_PRODUCER_WARP) {
+        if (lane == 0 && ntiles > 0) {
+            mbar_arrive_expect_tx(qbar, cfg::Q_BYTES);
+            fw_tma_load_3d(sq, &tm_q, h * D, q0, b, qbar);
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = 0; t < ntiles; t++)
+                fw_load_kv<D, BN, STAGES>(&tm_k, &tm_v, sring, bars, t, hk, b, stage, phase);
+        }
         return;
     }
 
-    wgmma_setmaxnreg_inc<FW_CONSUMER_REGS>();
-    const int c = wg - 1;
-    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-    const int wrow0 = q0 + c * 64;        /* this warpgroup's first query row */
+    const int c = warp_id / 4; /* consumer warpgroup 0 or 1 */
+    const int warp = warp_id % 4, g = lane / 4, tq = lane % 4;
+    const int wrow0 = q0 + c * 64;            /* this warpgroup's first query row */
     const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
+    const uint32_t qa = sq + c * (64 * 128);  /* rows c*64.. of the 128-row Q box */
 
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    if (ntiles > 0) mbar_wait(qbar, 0);
-    const uint32_t qa = sq + c * (64 * 128); /* rows c*64.. of each 128-row Q box */
     int stage = 0;
     uint32_t phase = 0;
-    for (int t = 0; t < ntiles; t++) {
-        const int k0 = t * FW_BN;
-        /* the warpgroup's last row sees keys <= wrow0 + 63 + diag */
-        /* every warpgroup waits for every stage, used or not, so no warp can run a ring round ahead and
-         * arrive on an empty barrier's next phase early */
-        mbar_wait(bars + 8 * stage, phase);
-        if (k0 <= wrow0 + 63 + diag) {
-            const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::KV_BYTES;
-            float sc[FW_BN / 2];
-            wgmma_fence();
-            fw_issue_qk<D, FW_BN>(sc, qa, kt);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(sc);
-
-            if (k0 + FW_BN - 1 > wrow0 + diag || k0 + FW_BN > s.Tk) fw_mask<FW_BN>(sc, k0, row_lo, diag, s.Tk, tq);
-
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float alpha;
-                fw_softmax_row<FW_BN>(sc, m[r], l[r], alpha, r, sl2);
-#pragma unroll
-                for (int n = 0; n < D / 8; n++) {
-                    o[4 * n + 2 * r] *= alpha;
-                    o[4 * n + 2 * r + 1] *= alpha;
-                }
-            }
-
-            uint32_t pa[FW_BN / 16][4];
-            fw_to_a<FW_BN>(pa, sc);
-            wgmma_fence(); /* o and pa were written by ordinary instructions */
-            fw_issue_pv<D, FW_BN>(o, pa, vt);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(o);
-        }
-        /* this warp no longer reads the stage (or never did): release it */
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+    auto advance = [&]() {
         if (++stage == STAGES) {
             stage = 0;
             phase ^= 1;
         }
+    };
+    auto release = [&](int st) { /* this warp no longer reads stage st */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + st));
+    };
+
+    if (ntiles > 0) mbar_wait(qbar, 0);
+    /* the warpgroup's last row sees keys <= vis: tiles 0..nt-1 (tiles run in key order) */
+    const int vis = wrow0 + 63 + diag;
+    const int nt = vis < 0 ? 0 : min(ntiles, vis / BN + 1);
+    /* the first tile whose last key passes the warpgroup's first row's diagonal or Tk needs the mask, and every
+     * later one (a negative numerator truncates toward 0: every tile masked, which is safe) */
+    const int first_masked = min((wrow0 + diag + 1) / BN, s.Tk / BN);
+
+    for (int t = 0; t < nt; t++) {
+        mbar_wait(bars + 8 * stage, phase);
+        const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::KV_BYTES;
+        float sc[BN / 2];
+        wgmma_fence();
+        fw_issue_qk<D, BN>(sc, qa, kt);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(sc);
+        if (t >= first_masked) fw_mask<BN>(sc, t * BN, row_lo, diag, s.Tk, tq);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float alpha;
+            fw_softmax_row<BN>(sc, m[r], l[r], alpha, r, sl2);
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[4 * n + 2 * r] *= alpha;
+                o[4 * n + 2 * r + 1] *= alpha;
+            }
+        }
+        uint32_t pa[BN / 16][4];
+        fw_to_a<BN>(pa, sc);
+        wgmma_fence(); /* o and pa were written by ordinary instructions */
+        fw_issue_pv<D, BN>(o, pa, vt);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        release(stage);
+        advance();
+    }
+    /* tiles this warpgroup's rows do not see: every warpgroup waits for every stage, used or not, so no warp can
+     * run a ring round ahead and arrive on an empty barrier's next phase early */
+    for (int t = nt; t < ntiles; t++) {
+        mbar_wait(bars + 8 * stage, phase);
+        release(stage);
+        advance();
     }
 
     fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
+}
+
+/* the D = 64 kernel's attributes: its shared memory, and the largest carveout, so that two CTAs are resident */
+static forge_status fw64_prepare(void) {
+    CUDA_TRY(cudaFuncSetAttribute(fw_fwd64_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fw64_cfg::SMEM));
+    CUDA_TRY(cudaFuncSetAttribute(fw_fwd64_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared));
+    return FORGE_OK;
+}
+
+static forge_status fw_forward_64(const forge_flash_shape *s, const void *q, const void *k, const void *v, void *out,
+                                  float *lse, cudaStream_t st, int pdl) {
+    CUtensorMap tq, tk, tv;
+    FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * 64, s->q_stride, FW_BM, "Q", FW_ENTRY));
+    FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * 64, s->k_stride, FW64_BN, "K", FW_ENTRY));
+    FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * 64, s->v_stride, 64, "V", FW_ENTRY));
+    const float sl2 = (1.0f / sqrtf(64.0f)) * FW_LOG2E;
+    FORGE_TRY(fw64_prepare());
+    dim3 grid((unsigned)((s->Tq + FW_BM - 1) / FW_BM), (unsigned)s->H, (unsigned)s->B);
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fw_fwd64_kernel, grid, FW64_THREADS, fw64_cfg::SMEM, st, pdl, tq, tk, tv,
+                                     (fw_bf16 *)out, lse, *s, sl2),
+                    "fw_fwd64_kernel");
+    return FORGE_OK;
 }
 
 /* ---- host ----------------------------------------------------------------------------- */
@@ -218,23 +259,6 @@ forge_status fw_forward_begin(const char *what, const forge_flash_shape *s, cons
     return FORGE_OK;
 }
 
-template <int D>
-static forge_status fw_forward_t(const forge_flash_shape *s, const void *q, const void *k, const void *v, void *out,
-                                 float *lse, cudaStream_t st, int pdl) {
-    CUtensorMap tq, tk, tv;
-    FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, FW_BM, "Q", FW_ENTRY));
-    FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * D, s->k_stride, fw_cfg<D>::BN, "K", FW_ENTRY));
-    FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * D, s->v_stride, 64, "V", FW_ENTRY));
-    const float sl2 = (1.0f / sqrtf((float)D)) * FW_LOG2E;
-    constexpr size_t smem = fw_cfg<D>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fw_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)((s->Tq + FW_BM - 1) / FW_BM), (unsigned)s->H, (unsigned)s->B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fw_fwd_kernel<D>, grid, FW_THREADS, smem, st, pdl, tq, tk, tv, (fw_bf16 *)out, lse,
-                                     *s, sl2),
-                    D == 64 ? "fw_fwd_kernel<64>" : "fw_fwd_kernel<128>");
-    return FORGE_OK;
-}
-
 extern "C" forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k,
                                                        const void *v, void *out_bf16, float *lse, void *stream,
                                                        int pdl) {
@@ -242,6 +266,23 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *
     FORGE_TRY(fw_forward_begin(FW_ENTRY, s, q, k, v, out_bf16, lse, stream, &launch));
     if (!launch) return FORGE_OK;
     cudaStream_t st = (cudaStream_t)stream;
-    return s->D == 64 ? fw_forward_t<64>(s, q, k, v, out_bf16, lse, st, pdl)
-                      : fw_forward_t<128>(s, q, k, v, out_bf16, lse, st, pdl);
+    return s->D == 64 ? fw_forward_64(s, q, k, v, out_bf16, lse, st, pdl)
+                      : fw_forward_1cta<128>(s, q, k, v, out_bf16, lse, st, pdl, FW_ENTRY);
+}
+
+extern "C" forge_status forge_flash_bf16_forward_wgmma_occupancy(int D, int *ctas_per_sm) {
+    *ctas_per_sm = 0;
+    if (D != 64 && D != 128)
+        return forge_error(FORGE_ERR_ARG, "%s occupancy: D must be 64 or 128, got %d", FW_ENTRY, D);
+    if (D == 64) {
+        FORGE_TRY(fw64_prepare());
+        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, (const void *)fw_fwd64_kernel,
+                                                               FW64_THREADS, fw64_cfg::SMEM));
+        return FORGE_OK;
+    }
+    CUDA_TRY(cudaFuncSetAttribute(fw_fwd_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)fw_cfg<128>::SMEM));
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, (const void *)fw_fwd_kernel<128>,
+                                                           FW_THREADS, fw_cfg<128>::SMEM));
+    return FORGE_OK;
 }

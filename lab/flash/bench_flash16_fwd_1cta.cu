@@ -1,11 +1,12 @@
 /*
- * bench_flash16_fwd_2cta.cu: `forge-lab bench flash16-fwd-2cta [--reps N]`:
- * the forward alone, forge's (forge_flash_bf16_forward_wgmma: fw_fwd_kernel<64>, one CTA per SM) next to the
- * two-CTA-per-SM one (lab_flash16_forward_2cta, flash16_fwd_2cta.cu), at the issue-18 causal shapes with D = 64:
+ * bench_flash16_fwd_1cta.cu: `forge-lab bench flash16-fwd-1cta [--reps N]`:
+ * the forward alone, forge's (forge_flash_bf16_forward_wgmma: fw_fwd64_kernel, two CTAs per SM) next to the
+ * one-CTA-per-SM kernel it replaced (lab_flash16_forward_1cta, flash16_fwd_1cta.cu), at the issue-18 causal shapes
+ * with D = 64:
  * (B, H = Hkv, T, D) = (16, 12, 1024, 64) (gpt2-124m's training shape), (64, 6, 512, 64), (64, 8, 1024, 64). The
  * two are interleaved call by call after a warm-up, CUDA events around each call, the median us per call and
- * TFLOP/s (forward 2 B H T^2 D, causal). Inputs uniform bf16 in [-1, 1); each line also gives max |out_2cta -
- * out_forge| and max |lse_2cta - lse_forge| as a sanity check (the parity test is `forge-lab test flash16`), and the
+ * TFLOP/s (forward 2 B H T^2 D, causal). Inputs uniform bf16 in [-1, 1); each line also gives max |out_1cta -
+ * out_forge| and max |lse_1cta - lse_forge| as a sanity check (the parity test is `forge-lab test flash16`), and the
  * first line the CTAs per SM the runtime keeps resident (the design: 2). Measurements: lab/notes/flash.md.
  */
 #include <math.h>
@@ -28,7 +29,7 @@ extern "C" {
     do {                                                                                                           \
         cudaError_t e_ = (x);                                                                                      \
         if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "forge-lab bench flash16-fwd-2cta: %s: %s\n", #x, cudaGetErrorString(e_));             \
+            fprintf(stderr, "forge-lab bench flash16-fwd-1cta: %s: %s\n", #x, cudaGetErrorString(e_));             \
             return 1;                                                                                              \
         }                                                                                                          \
     } while (0)
@@ -36,7 +37,7 @@ extern "C" {
     do {                                                                                                           \
         forge_status s_ = (x);                                                                                     \
         if (s_ != FORGE_OK) {                                                                                      \
-            fprintf(stderr, "forge-lab bench flash16-fwd-2cta: %s: %s\n", #x, forge_error_message());              \
+            fprintf(stderr, "forge-lab bench flash16-fwd-1cta: %s: %s\n", #x, forge_error_message());              \
             return 1;                                                                                              \
         }                                                                                                          \
     } while (0)
@@ -89,7 +90,7 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
         F2B_TRY(cudaEventRecord(ev[0], NULL));
         F2B_FORGE(forge_flash_bf16_forward_wgmma(&fs, in[0], in[1], in[2], out[0], lse[0], NULL, 0));
         F2B_TRY(cudaEventRecord(ev[1], NULL));
-        F2B_FORGE(lab_flash16_forward_2cta(&fs, in[0], in[1], in[2], out[1], lse[1], NULL));
+        F2B_FORGE(lab_flash16_forward_1cta(&fs, in[0], in[1], in[2], out[1], lse[1], NULL));
         F2B_TRY(cudaEventRecord(ev[2], NULL));
         F2B_TRY(cudaEventSynchronize(ev[2]));
         if (r < 0) continue;
@@ -117,9 +118,9 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
         const double e = fabs((double)l1[i] - l0[i]);
         dlse = e > dlse || isnan(e) ? e : dlse;
     }
-    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: forge fwd %.1f us (%.1f TFLOP/s), 2cta fwd %.1f us "
-           "(%.1f TFLOP/s); speed-up %.3fx; max|dout| %.2e max|dlse| %.2e\n",
-           B, H, T, D, reps, us0, flops / us0 * 1e-6, us1, flops / us1 * 1e-6, us0 / us1, dout, dlse);
+    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: forge fwd %.1f us (%.1f TFLOP/s), 1cta fwd %.1f us "
+           "(%.1f TFLOP/s); forge's speed-up %.3fx; max|dout| %.2e max|dlse| %.2e\n",
+           B, H, T, D, reps, us0, flops / us0 * 1e-6, us1, flops / us1 * 1e-6, us1 / us0, dout, dlse);
     for (int t = 0; t < 3; t++) cudaFree(in[t]);
     for (int w = 0; w < 2; w++) {
         cudaFree(out[w]);
@@ -128,20 +129,20 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
     return 0;
 }
 
-extern "C" int lab_bench_flash16_fwd_2cta(int argc, char **argv) {
+extern "C" int lab_bench_flash16_fwd_1cta(int argc, char **argv) {
     int reps = 50;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: forge-lab bench flash16-fwd-2cta [--reps N]\n");
+            fprintf(stderr, "usage: forge-lab bench flash16-fwd-1cta [--reps N]\n");
             return 2;
         }
     }
     if (reps < 1) reps = 1;
     int ctas = 0;
-    F2B_FORGE(lab_flash16_forward_2cta_occupancy(&ctas));
-    printf("2cta forward: %d CTAs per SM resident (cudaOccupancyMaxActiveBlocksPerMultiprocessor; the design: 2)\n",
+    F2B_FORGE(forge_flash_bf16_forward_wgmma_occupancy(64, &ctas));
+    printf("forge's forward at D = 64: %d CTAs per SM resident (cudaOccupancyMaxActiveBlocksPerMultiprocessor; the design: 2)\n",
            ctas);
     static const int shapes[][4] = {{16, 12, 1024, 64}, {64, 6, 512, 64}, {64, 8, 1024, 64}};
     for (const auto &s : shapes)
