@@ -337,6 +337,69 @@ static void case_matmul_table(parity *P) {
 #endif
 }
 
+/* The bf16 classifier with target ids outside [0, V) (rows 5 and 77 of 256: the transposed chunk, whose softmax
+ * statistics come from the logits GEMM's epilogue; GPT-2's V, 50257 = 392 x 128 + 81, and ignored rows): the bad
+ * rows' losses are NaN, poll_errors names one of them, and every other row's loss and dinp row match the CPU
+ * reference run with the bad rows ignored (the CPU reference refuses such ids) within the op's tolerances. */
+static void case_classifier_bf16_bad_ids(parity *P) {
+    const int N = 256, C = 64, V = 50257;
+    const float gs = 0.25f;
+    const char *shape = "N=256 C=64 V=50257, targets[5] = 50257, targets[77] = -3";
+    const size_t ns = FORGE_CLS_BF16_SCRATCH(N, C, V, 0);
+    fbuf loss = {0}, scr = {0};
+    bbuf inp = {0}, wte = {0}, dinp = {0};
+    ibuf ids = {0};
+    float *hl = malloc((size_t)N * sizeof *hl);
+    forge_bf16 *hd = malloc((size_t)N * C * sizeof *hd);
+    int ok = hl && hd && fbuf_poison(P, &loss, N) && fbuf_poison(P, &scr, ns) &&
+             bbuf_rand(P, &inp, (size_t)N * C, -1, 1) && bbuf_rand(P, &wte, (size_t)V * C, -0.1f, 0.1f) &&
+             bbuf_poison(P, &dinp, (size_t)N * C) && ibuf_rand(P, &ids, N, V, IGNORE_INDEX, 10);
+    if (ok) {
+        ids.c[5] = V;
+        ids.c[77] = -3;
+        ok = P->gpu->copy_to_device(P->gpu, ids.g, ids.c, N * sizeof(int32_t)) == FORGE_OK;
+        ids.c[5] = ids.c[77] = IGNORE_INDEX; /* the reference's targets */
+        (void)P->gpu->poll_errors(P->gpu);
+    }
+    ok = ok && P->cpu->classifier_bf16(P->cpu, loss.c, dinp.c, NULL, scr.c, inp.c, wte.c, ids.c, N, C, V,
+                                       IGNORE_INDEX, gs, 0, 0) == FORGE_OK;
+    ok = ok && P->gpu->classifier_bf16(P->gpu, loss.g, dinp.g, NULL, scr.g, inp.g, wte.g, ids.g, N, C, V,
+                                       IGNORE_INDEX, gs, 0, 0) == FORGE_OK;
+    const forge_status polled = ok ? P->gpu->poll_errors(P->gpu) : FORGE_OK;
+    const int named = polled == FORGE_ERR_DATA && (strstr(forge_error_message(), "target id 50257 at row 5") != NULL ||
+                                                   strstr(forge_error_message(), "target id -3 at row 77") != NULL);
+    ok = ok && named && P->gpu->copy_to_host(P->gpu, hl, loss.g, (size_t)N * sizeof *hl) == FORGE_OK &&
+         P->gpu->copy_to_host(P->gpu, hd, dinp.g, (size_t)N * C * sizeof *hd) == FORGE_OK;
+    const double tl = FORGE_CLS_BF16_LOSS_TOL(C), td = FORGE_CLS_BF16_DINP_TOL(gs);
+    double worst = 0;
+    size_t wrong = 0;
+    for (int n = 0; ok && n < N; n++) {
+        if (n == 5 || n == 77) {
+            wrong += !isnan(hl[n]);
+            continue;
+        }
+        const double e = fabs((double)hl[n] - loss.c[n]);
+        worst = e > worst ? e : worst;
+        wrong += !(e <= tl);
+        for (int c = 0; c < C; c++) {
+            const double d = fabs((double)forge_bf16_to_f32(hd[(size_t)n * C + c]) -
+                                  forge_bf16_to_f32(dinp.c[(size_t)n * C + c]));
+            wrong += !(d <= td);
+        }
+    }
+    report(P, ok && wrong == 0, "classifier_bf16(bad ids)", shape, worst, tl,
+           !ok ? (named ? "(launch, poll or copy failed)" : "(poll_errors did not name a bad target and its row)")
+               : wrong ? "(valid rows differ from the reference or bad rows' losses not NaN)" : NULL);
+    free(hl);
+    free(hd);
+    fbuf_free(P, &loss);
+    fbuf_free(P, &scr);
+    bbuf_free(P, &inp);
+    bbuf_free(P, &wte);
+    bbuf_free(P, &dinp);
+    ibuf_free(P, &ids);
+}
+
 /* ---- driver ------------------------------------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -368,7 +431,10 @@ int main(int argc, char **argv) {
     printf("gpu parity: cpu=%s cuda=%s, %d ops in the list%s\n", P.cpu->name, P.gpu->name, (int)FORGE_OP_COUNT,
            P.quick ? " (quick shapes)" : "");
     int all = only == NULL && !P.op_filter;
-    if (P.op_filter) op_walker_walk(&P, 0);
+    if (P.op_filter) {
+        op_walker_walk(&P, 0);
+        if (strstr(P.op_filter, "classifier_bf16") != NULL) case_classifier_bf16_bad_ids(&P);
+    }
     if (all || (only && strcmp(only, "ops") == 0)) {
         op_walker_walk(&P, 0);
         static const forge_matmul_mode other_modes[] = {FORGE_MATMUL_FP32_TILE64, FORGE_MATMUL_FP32_TILE128,
@@ -394,6 +460,7 @@ int main(int argc, char **argv) {
         case_rope_in_place(&P);
         case_bf16_in_place(&P);
         case_encoder_bf16_bad_ids(&P);
+        case_classifier_bf16_bad_ids(&P);
         case_flash_deterministic(&P, 2, 333, 4, 2, 64);
         case_flash_deterministic(&P, 1, 300, 4, 1, 128);
         case_flash_unsupported(&P);

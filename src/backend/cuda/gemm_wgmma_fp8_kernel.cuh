@@ -80,6 +80,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "classifier_bf16_stats.cuh"
 #include "cuda_check.h"
 #include "gemm_gelu.cuh"
 #include "pdl.cuh"
@@ -786,15 +787,26 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
  * store of fill f - 2 (the same box) has read it: all of its bulk groups at the first fill (the previous tile
  * half's), at most one (fill f - 1's) after. The bias of a thread's 2 x 8 columns is loaded once per box of
  * columns (read-only cache, zero past N). */
+/* FP8_EPI_STATS (without bias and GELU: the classifier's logits^T, classifier_bf16.cu): after each box's fill and
+ * store issue, the warpgroup reads the box back and adds each column's rows below M into a running (max, sum of exp)
+ * per column (cls16s_add_box, classifier_bf16_stats.cuh: the indexing and why it reads back); sm / ss hold a thread's
+ * 4 (box b, column j) states at 2b + j across the tile's two 64-row halves, and fp8_stats_put writes them. The reads
+ * come before the next fill's first barrier, so no box is refilled under them; the TMA store reads the box at the
+ * same time (reads only). */
 #define FP8_EPI_ADD 1  /* the cooperative kernel's sequence: v = acc + bias (0 without one), bf16 C */
 #define FP8_EPI_GELU 2 /* then GELU, pre_out (bf16) before it where has_pre */
+#define FP8_EPI_STATS 4 /* then the columns' softmax statistics of the bf16 C (no bias, no GELU) */
 template <int XEPI, int BIAS>
 __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], const CUtensorMap *tm_c,
                                                        const CUtensorMap *tm_pre, int has_pre, uint32_t sout, int c,
                                                        int tid, int tile_row, int tile_col, int M, int N,
-                                                       const float *__restrict__ bias) {
+                                                       const float *__restrict__ bias, float (&sm)[4],
+                                                       float (&ss)[4]) {
     static_assert((XEPI & FP8_EPI_ADD) != 0, "the bf16 epilogues add the bias (or 0) first");
     constexpr bool GELU = (XEPI & FP8_EPI_GELU) != 0;
+    constexpr bool STATS = (XEPI & FP8_EPI_STATS) != 0;
+    static_assert(!STATS || (!GELU && !BIAS), "the statistics are of acc + 0 rounded: no bias, no GELU");
+    (void)sm, (void)ss;
     constexpr int CH = 8;          /* 8-column groups per 64-column bf16 box */
     constexpr int NBOX = 128 / 64; /* boxes of columns in the 128-wide tile */
     const int warp = tid / 32, lane = tid % 32;
@@ -850,6 +862,14 @@ __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], con
                 tma_store_2d(GELU && pass == 0 ? tm_pre : tm_c, tile_col + b * CH * 8, tile_row, box);
                 tma_store_commit();
             }
+            if constexpr (STATS) {
+                const auto ld = [box](uint32_t off) {
+                    uint32_t w;
+                    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w) : "r"(box + off) : "memory");
+                    return w;
+                };
+                cls16s_add_box(sm[2 * b], ss[2 * b], sm[2 * b + 1], ss[2 * b + 1], ld, warp, lane, M - tile_row);
+            }
         };
         if constexpr (GELU) {
             if (two_pass) fill(std::integral_constant<int, 0>());
@@ -858,6 +878,27 @@ __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], con
             fill(std::integral_constant<int, 0>());
         }
     }
+}
+
+/* FP8_EPI_STATS: the tile's partials, after both halves' epilogues: the 4 lanes of each column pair merged
+ * (cls16s_merge_lanes: xor 1, then xor 2), then lane q < 2 of the 4 writes box q's pair as one float4, (m, s) of
+ * column n and of n + 1 at part[tm N + n] (float2 (M tiles, N): a warp's 8 writes are 128 contiguous bytes, and pass 2's
+ * merge reads them coalesced over the tokens n). Columns at or past N are not written (N % 8 == 0, n even). */
+__device__ __forceinline__ void fp8_stats_put(float2 *__restrict__ part, float (&sm)[4], float (&ss)[4], int tid, int tm,
+                                              int tile_col, int N) {
+    const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int x = 1; x <= 2; x *= 2) {
+            const float pm = __shfl_xor_sync(0xffffffffu, sm[i], x), ps = __shfl_xor_sync(0xffffffffu, ss[i], x);
+            cls16s_merge_lanes(sm[i], ss[i], pm, ps, (lane & x) != 0);
+        }
+    const int q = lane % 4;
+    const int n = tile_col + 64 * q + cls16s_col(warp, lane);
+    if (q < 2 && n < N)
+        *reinterpret_cast<float4 *>(part + (size_t)tm * N + n) =
+            q == 0 ? make_float4(sm[0], ss[0], sm[1], ss[1]) : make_float4(sm[2], ss[2], sm[3], ss[3]);
 }
 
 /* The direct store of a warpgroup's 64 x BN tile at (tile_row, tile_col) from the accumulator fragment of wgmma
@@ -922,13 +963,15 @@ __device__ __forceinline__ void fp8_store_tile(const float (&d)[BN / 2], float s
  * otherwise it stores from the registers (tm_c unused, may be null). */
 /* BIAS (ping-pong only): C = scale * A.B^T + bias (N fp32 values) */
 /* XEPI (bf16 ping-pong only, OUT_BF16): fp8_store_tile_tma_epi's epilogue (the cooperative kernel's bias, GELU and
- * pre_out through tm_pre where has_pre) instead of fp8_store_tile_tma's */
+ * pre_out through tm_pre where has_pre) instead of fp8_store_tile_tma's; with FP8_EPI_STATS also the columns'
+ * softmax partials per 128-row tile into stats ((M tiles, N) float2; fp8_stats_put) */
 template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0, int BIAS = 0,
           int XEPI = 0>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2,
                                               const CUtensorMap *tm_c = nullptr, const float *bias = nullptr,
-                                              const CUtensorMap *tm_pre = nullptr, int has_pre = 0) {
+                                              const CUtensorMap *tm_pre = nullptr, int has_pre = 0,
+                                              float2 *stats = nullptr) {
     static_assert(!BIAS || PP, "bias: the ping-pong epilogue only");
     static_assert(!XEPI || (PP && AT == WG_BF16 && OUT_BF16), "the bf16 epilogues: bf16 ping-pong, bf16 C");
     typedef fp8_cfg<BN, TMA_C> cfg;
@@ -1034,10 +1077,14 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 fp8_pp_tile<AT, STAGES>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
                                         (uint32_t)((s0 / STAGES) & 1), signal);
                 if constexpr (XEPI) {
+                    float sm[4], ss[4]; /* FP8_EPI_STATS: the thread's (max, sum) states; unused, and removed, else */
+#pragma unroll
+                    for (int i = 0; i < 4; i++) sm[i] = -INFINITY, ss[i] = 0.0f;
                     fp8_store_tile_tma_epi<XEPI, BIAS>(dlo, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM,
-                                                       tn * BN, M, N, bias);
+                                                       tn * BN, M, N, bias, sm, ss);
                     fp8_store_tile_tma_epi<XEPI, BIAS>(dhi, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM + 64,
-                                                       tn * BN, M, N, bias);
+                                                       tn * BN, M, N, bias, sm, ss);
+                    if constexpr ((XEPI & FP8_EPI_STATS) != 0) fp8_stats_put(stats, sm, ss, tid, tm, tn * BN, N);
                 } else {
                     fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN,
                                                               M, N, bias);
