@@ -239,11 +239,19 @@ __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
     }
     __syncthreads();
 
-    /* Q and dO once: by the producer warp (BN = 32) or the issuer, thread 0 */
+    /* Q and dO once: by the producer warp (BN = 32) or the issuer, thread 0, which also fills the fresh ring
+     * (every stage empty: no wait) */
+    fb2_loader ld = {0, 0, 0};
     if (threadIdx.x == (cfg::PRODUCER ? 256 : 0) && ntiles > 0) {
         mbar_arrive_expect_tx(resbar, 2 * FB2_RES_BYTES);
         fw_tma_load_3d(sq, &tm_q, h * FB2_D, q0, b, resbar);
         fw_tma_load_3d(sdo, &tm_do, h * FB2_D, q0, b, resbar);
+        if (!cfg::PRODUCER) {
+            ld.next = min(ntiles, STAGES);
+            for (int t = 0; t < ld.next; t++) fb2_dq_issue<BN>(&tm_k, &tm_v, sring, bars, t, t, hk, b);
+            ld.stage = ld.next % STAGES;
+            ld.phase = ld.next == STAGES ? 1u : 0u;
+        }
     }
     if constexpr (cfg::PRODUCER) {
         if (warp_id == 8) {
@@ -281,10 +289,8 @@ __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
     for (int i = 0; i < FB2_D / 2; i++) acc[i] = 0.0f;
 
     const uint32_t qa = sq + c * 8192, doa = sdo + c * 8192; /* rows 64c.. of each 128-row box */
-    fb2_loader ld = {0, 0, 0};
     int stage = 0;
     uint32_t phase = 0;
-    if (ntiles > 0) mbar_wait(resbar, 0);
     for (int t = 0; t < ntiles; t++) {
         if (issuer) { /* fb2_refill: tiles up to t + STAGES - 1 whose stage is free; block only for tile t */
             while (ld.next < ntiles && ld.next < t + STAGES) {
@@ -299,6 +305,7 @@ __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
             }
         }
         __syncwarp();
+        if (t == 0) mbar_wait(resbar, 0);
         const int k0 = t * BN;
         mbar_wait(bars + 8 * stage, phase);
         if (k0 <= wrow0 + 63 + diag) {
@@ -439,25 +446,51 @@ __global__ void __launch_bounds__(fb2_kv_cfg::THREADS, 2)
         fw_tma_load_3d(sk, &tm_k, kb.hk * FB2_D, kb.k0, kb.b, resbar);
         fw_tma_load_3d(sv, &tm_v, kb.hk * FB2_D, kb.k0, kb.b, resbar);
     }
+    const bool issuer = warp_id == 0; /* warp-uniform */
+    /* warp 0 fills the fresh ring (every stage empty: no wait): the TMA of its first n0 tiles, then the slots, all
+     * lse / delta loads in flight before the first store */
+    fb2_loader ld = {0, 0, 0};
+    if (issuer && kb.total > 0) {
+        const int n0 = min(kb.total, STAGES);
+        if (lane == 0)
+            for (int i = 0; i < n0; i++) {
+                const int h = kb.hk * kb.G + i / kb.nq, qt0 = (kb.t_first + i % kb.nq) * BM;
+                const uint32_t full = bars + 8 * i, dq_ = sring + i * cfg::STAGE_BYTES;
+                mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+                fw_tma_load_3d(dq_, &tm_q, h * FB2_D, qt0, kb.b, full);
+                fw_tma_load_3d(dq_ + cfg::TILE_BYTES, &tm_do, h * FB2_D, qt0, kb.b, full);
+            }
+        float l0[STAGES], d0[STAGES];
+#pragma unroll
+        for (int i = 0; i < STAGES; i++) fb2_ld_prefetch(kb, s, lse, delta, i, lane, l0[i], d0[i]);
+#pragma unroll
+        for (int i = 0; i < STAGES; i++)
+            if (i < n0) {
+                float *slot = ld_gen + i * (2 * BM);
+                slot[lane] = l0[i];
+                slot[BM + lane] = d0[i];
+                mbar_arrive(bars + 8 * i);
+            }
+        ld.next = n0;
+        ld.stage = n0 % STAGES;
+        ld.phase = n0 == STAGES ? 1u : 0u;
+    }
 
     const int c = wgmma_warpgroup_index(); /* 0 or 1, warp-uniform */
     const int warp = warp_id % 4, g = lane / 4, tq = lane % 4;
     const int wk0 = kb.k0 + c * 64;         /* this warpgroup's first key */
     const int key_lo = wk0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
     const int diag = kb.diag;
-    const bool issuer = warp_id == 0; /* warp-uniform */
 
     float adk[FB2_D / 2], adv[FB2_D / 2];
 #pragma unroll
     for (int i = 0; i < FB2_D / 2; i++) adk[i] = adv[i] = 0.0f;
 
     const uint32_t ka = sk + c * 8192, va = sv + c * 8192; /* rows 64c.. of each 128-row box */
-    fb2_loader ld = {0, 0, 0};
     float pl = 0.0f, pd = 0.0f; /* the issuer's prefetched slot values of tile ld.next */
-    if (issuer) fb2_ld_prefetch(kb, s, lse, delta, 0, lane, pl, pd);
+    if (issuer) fb2_ld_prefetch(kb, s, lse, delta, ld.next, lane, pl, pd);
     int stage = 0;
     uint32_t phase = 0;
-    if (kb.total > 0) mbar_wait(resbar, 0);
     for (int it = 0; it < kb.total; it++) {
         if (issuer) { /* fb2_refill, warp-wide: warp-uniform loop, every lane waits / stores / arrives */
             while (ld.next < kb.total && ld.next < it + STAGES) {
@@ -483,6 +516,7 @@ __global__ void __launch_bounds__(fb2_kv_cfg::THREADS, 2)
                 fb2_ld_prefetch(kb, s, lse, delta, ld.next, lane, pl, pd);
             }
         }
+        if (it == 0) mbar_wait(resbar, 0);
         const int qt0 = (kb.t_first + it % kb.nq) * BM;
         mbar_wait(bars + 8 * stage, phase);
         /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
