@@ -9,7 +9,7 @@
  * the ring, the resident / streamed split, the fragments, causal skipping,
  * FB_BIG masks and GQA) run one CTA per SM: only two consumer warpgroups share
  * the tensor pipe, and each waits for its own exp / dS arithmetic. The forward
- * run as two CTAs per SM (flash16_fwd_2cta.cu) was 1.35-1.48x faster on the
+ * run as two CTAs per SM (fw_fwd64_kernel, src/backend/cuda/flash_attention_bf16_wgmma.cu) was 1.35-1.48x faster on the
  * H200; here the same for the backward: four consumer warpgroups per SM,
  * interleaved by the warp schedulers.
  *
@@ -20,14 +20,14 @@
  * - No setmaxnreg. Two CTAs of 256 threads are 16 warps, 4 on each of the
  *   register file's four sub-partitions (16,384 registers): cap 128 a thread.
  *   Two of 288 threads are 18 warps, 5 on one sub-partition: cap 96 (see
- *   flash16_fwd_2cta.cu).
+ *   fw_fwd64_kernel).
  * - fb2_dq_kernel<64, 0> (256 threads, cap 128): 128 queries per CTA, 64 per
  *   consumer warpgroup, 64-key K / V tiles (S 32 + dP 32 + dQ 32 fp32 + dS 16
  *   b32 registers), 4 stages; NO producer warp: thread 0 (warp 0 of consumer
  *   warpgroup 0) issues the TMA loads (fb2_refill, below).
  *   fb2_dq_kernel<32, 1> (288 threads, cap 96): 32-key tiles (S 16 + dP 16 +
  *   dQ 32 + dS 8), 8 stages, and a producer warp (warp 8, lane 0) as the
- *   forward's fw2_fwd_kernel. S = Q.K^T and dP = dO.V^T are m64n32k16 (N = 32)
+ *   forward's fw_fwd64_kernel. S = Q.K^T and dP = dO.V^T are m64n32k16 (N = 32)
  *   and dQ += dS.K is two k16 steps over the tile's 32 keys.
  * - fb2_dkdv_kernel (256 threads, cap 128): 128 keys per CTA, 64 per consumer
  *   warpgroup (dK 32 + dV 32 fp32 registers), 32-query Q / dO tiles (S^T 16 +
@@ -91,7 +91,7 @@
 #define FB2_RES 128                  /* resident rows per CTA: 64 per consumer warpgroup */
 #define FB2_RES_BYTES (FB2_RES * 128) /* one resident 128 x 64 bf16 box */
 #define FB2_BM 32                    /* queries per streamed dK/dV tile */
-#define FB2_SMEM_LIMIT 115712        /* dynamic shared memory each of two CTAs may have (fw2_cfg) */
+#define FB2_SMEM_LIMIT 115712        /* dynamic shared memory each of two CTAs may have (as the forward's fw_fwd64_kernel) */
 
 /* two CTAs of 256 threads: 16 warps, 4 per register sub-partition -> 128 registers; of 288: 5 -> 96 */
 static_assert(4 * 32 * 128 <= 16384 && 5 * 32 * 96 <= 16384 && 5 * 32 * 104 > 16384, "register caps");
