@@ -26,6 +26,10 @@ static const lab_command COMMANDS[] = {
      "forge's flash forward (two CTAs per SM) vs the one-CTA one at (16,12,1024,64), (64,6,512,64), (64,8,1024,64) "
      "[--reps N]",
      lab_bench_flash16_fwd_1cta},
+    {"bench flash16-bwd-2cta",
+     "forge's flash backward vs the two-CTA-per-SM dQ / dK/dV kernels at (16,12,1024,64), (64,6,512,64), "
+     "(64,8,1024,64), whole calls and per kernel [--reps N]",
+     lab_bench_flash16_bwd_2cta},
     {"bench cls16t-passes",
      "the bf16 classifier's column passes: forge's, ahead, walk and the fast (ex2) passes vs the row pair, interleaved "
      "[--reps N] [--widths]",

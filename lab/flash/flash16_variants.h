@@ -94,6 +94,27 @@ forge_status lab_flash16_backward_fused2(const forge_flash_shape *s, const void 
                                          const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                          float *dq, float *dk, float *dv, void *stream);
 
+/* The wgmma backward at D = 64 with its dQ and / or dK/dV kernel run TWO CTAs per SM (lab/flash/flash16_bwd_2cta.cu,
+ * whose header explains them; no setmaxnreg, four consumer warpgroups per SM). kernels, a bit set:
+ * LAB_FLASH16_BWD2_DQ64 (fb2_dq_kernel<64>: 256 threads, 64-key tiles, no producer warp) or LAB_FLASH16_BWD2_DQ32
+ * (fb2_dq_kernel<32>: 288 threads with a producer warp, 32-key tiles); with neither, forge's dQ kernel.
+ * LAB_FLASH16_BWD2_DKDV (fb2_dkdv_kernel: 256 threads, 32-query tiles, no producer warp); without it, forge's
+ * dK/dV kernel. Timing only: LAB_FLASH16_BWD2_NO_DQ / _NO_DKDV skip that kernel (its outputs are left unwritten),
+ * so a bench can time each kernel (plus the delta pass every call runs). Both dQ bits, or an unknown bit, are
+ * FORGE_ERR_ARG; D != 64 is FORGE_ERR_UNSUPPORTED; otherwise the refusals and results contract of
+ * forge_flash_bf16_backward_wgmma (dq, dk, dv fp32, overwritten; same values up to fp32 summation order),
+ * deterministic. lab_flash16_backward_2cta_occupancy: the CTAs per SM the runtime keeps resident for the kernel
+ * named by one of DQ64, DQ32, DKDV (cudaOccupancyMaxActiveBlocksPerMultiprocessor; 2 is the design). */
+#define LAB_FLASH16_BWD2_DQ64 1
+#define LAB_FLASH16_BWD2_DQ32 2
+#define LAB_FLASH16_BWD2_DKDV 4
+#define LAB_FLASH16_BWD2_NO_DQ 8
+#define LAB_FLASH16_BWD2_NO_DKDV 16
+forge_status lab_flash16_backward_2cta(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                       const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
+                                       float *dq, float *dk, float *dv, int kernels, void *stream);
+forge_status lab_flash16_backward_2cta_occupancy(int kernel, int *ctas_per_sm);
+
 #ifdef __cplusplus
 }
 #endif

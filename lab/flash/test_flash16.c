@@ -25,8 +25,18 @@
  *   CTA with no visible key, GQA with a tail tile, several ring rounds), and
  *   flash16_forward_wgmma.occupancy: the runtime keeps 2 of its CTAs per SM at
  *   D = 64, 1 at D = 128.
+ * - flash16_backward_2cta_{dq64,dq32}.*: the two-CTA-per-SM backward
+ *   (lab_flash16_backward_2cta with fb2_dkdv_kernel and fb2_dq_kernel<64> or
+ *   <32>) on every D = 64 shape above (FA_CASE_SHAPES, FZ_SHAPES, FW64_SHAPES)
+ *   and its own (BW2_SHAPES: GQA 4:1 packed with odd T, Tq < Tk),
+ *   on the mma.sync forward's out and lse: .{dq,dk,dv} against float64,
+ *   .{dq,dk,dv}[wgmma] against forge_flash_bf16_backward_wgmma, .determinism
+ *   (a second run bitwise equal); at D = 128 flash16_backward_2cta.refuse
+ *   (FORGE_ERR_UNSUPPORTED); flash16_backward_2cta_{dq64,dq32,dkdv}.occupancy:
+ *   2 CTAs per SM.
  * And a pingpong call with a head dim that has no tile must be refused, and
- * both fused backwards at D = 128.
+ * both fused backwards at D = 128, and the two-CTA backward asked for both dQ
+ * kernels (FORGE_ERR_ARG).
  * --quick drops the shapes with Tq > 300. Ends with "N passed, N failed";
  * exit status 1 on any failure.
  */
@@ -66,6 +76,8 @@ static void check_fwd_forge(parity *P, fa_case *c) {
         st = forge_flash_bf16_forward_wgmma(&c->fs, c->q, c->k, c->v, o.out, o.lse, c->stream, 0);
     fa_case_check_fwd(P, c, "flash16_forward_wgmma", st, &o);
 }
+
+static void check_bwd_2cta(parity *P, fa_case *c);
 
 static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
@@ -114,6 +126,7 @@ static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int 
                                         : FORGE_ERR_OOM;
         fa_case_check_bwd(P, &c, bwd_name[var], st, &o);
     }
+    check_bwd_2cta(P, &c);
     fa_case_free(P, &c);
 }
 
@@ -171,6 +184,92 @@ static forge_status fz_run(parity *P, fa_case *c, int v2, int splits, fa_bwd_out
     return st;
 }
 
+/* The two-CTA backward (lab_flash16_backward_2cta) at c's shape, on the out and lse already in c (the mma.sync
+ * forward's): where D = 64, for each dQ kernel (dq64: fb2_dq_kernel<64>, dq32: fb2_dq_kernel<32>) with
+ * fb2_dkdv_kernel, NAME.{dq,dk,dv} against float64, NAME.{dq,dk,dv}[wgmma] against forge_flash_bf16_backward_wgmma
+ * (3e-2 * max|that tensor|, as the fused cases) and NAME.determinism (a second run into fresh NaN-poisoned outputs
+ * bitwise equal); elsewhere flash16_backward_2cta.refuse (FORGE_ERR_UNSUPPORTED). */
+static void check_bwd_2cta(parity *P, fa_case *c) {
+    if (c->D != 64) {
+        fa_bwd_out o = {0};
+        const forge_status st = fa_case_bwd_out(P, c, &o)
+                                    ? lab_flash16_backward_2cta(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                                o.delta, o.dq, o.dk, o.dv,
+                                                                LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV,
+                                                                c->stream)
+                                    : FORGE_ERR_OOM;
+        report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_backward_2cta.refuse", c->shape, 0, 0,
+               st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+        fz_free_out(P, &o);
+        return;
+    }
+    /* forge's wgmma backward on the same inputs */
+    fa_bwd_out wo = {0};
+    fz_host wh = {{NULL, NULL, NULL}};
+    forge_status st = fa_case_bwd_out(P, c, &wo)
+                          ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                            wo.delta, wo.dq, wo.dk, wo.dv, c->stream)
+                          : FORGE_ERR_OOM;
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (st != FORGE_OK) fa_case_failed(P, c, "flash16_backward_wgmma (the 2cta cases' baseline)", st);
+    const int have_w = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &wo, &wh);
+    fz_free_out(P, &wo);
+    double *wd[3] = {NULL, NULL, NULL};
+    const size_t n[3] = {c->no, c->nkv, c->nkv};
+    static const char *const part[3] = {"dq", "dk", "dv"};
+    for (int i = 0; have_w && i < 3; i++) {
+        wd[i] = malloc((n[i] ? n[i] : 1) * sizeof *wd[i]);
+        if (wd[i])
+            for (size_t e = 0; e < n[i]; e++) wd[i][e] = wh.g[i][e];
+    }
+    static const char *const names[2] = {"flash16_backward_2cta_dq64", "flash16_backward_2cta_dq32"};
+    static const int kernels[2] = {LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV,
+                                   LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_DKDV};
+    for (int var = 0; var < 2; var++) {
+        fz_host h[2];
+        int have[2] = {0, 0};
+        for (int run = 0; run < 2; run++) {
+            char sub[96];
+            snprintf(sub, sizeof sub, "%s%s", names[var], run ? ".determinism" : "");
+            fa_bwd_out o = {0};
+            st = fa_case_bwd_out(P, c, &o) ? lab_flash16_backward_2cta(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
+                                                                       c->glse, o.delta, o.dq, o.dk, o.dv,
+                                                                       kernels[var], c->stream)
+                                           : FORGE_ERR_OOM;
+            if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+            if (st != FORGE_OK)
+                fa_case_failed(P, c, sub, st);
+            else
+                have[run] = fz_fetch(P, c, sub, &o, &h[run]);
+            fz_free_out(P, &o);
+        }
+        const double *ref[3] = {c->rdq, c->rdk, c->rdv};
+        for (int i = 0; have[0] && i < 3; i++) {
+            char sub[96];
+            snprintf(sub, sizeof sub, "%s.%s", names[var], part[i]);
+            fa_compare(P, sub, c->shape, h[0].g[i], ref[i], n[i], 0, 3e-2, 1);
+            if (wd[i]) {
+                snprintf(sub, sizeof sub, "%s.%s[wgmma]", names[var], part[i]);
+                fa_compare(P, sub, c->shape, h[0].g[i], wd[i], n[i], 0, 3e-2, 1);
+            }
+        }
+        if (have[0] && have[1]) {
+            size_t diff = 0;
+            for (int i = 0; i < 3; i++)
+                for (size_t e = 0; e < n[i]; e++)
+                    if (memcmp(&h[0].g[i][e], &h[1].g[i][e], sizeof(float)) != 0) diff++;
+            char sub[96], why[96];
+            snprintf(sub, sizeof sub, "%s.determinism", names[var]);
+            snprintf(why, sizeof why, "(%zu elements of dq, dk, dv differ between two runs)", diff);
+            report(P, diff == 0, sub, c->shape, (double)diff, 0, diff ? why : NULL);
+        }
+        for (int run = 0; run < 2; run++)
+            if (have[run]) fz_host_free(&h[run]);
+    }
+    for (int i = 0; i < 3; i++) free(wd[i]);
+    fz_host_free(&wh);
+}
+
 /* Both fused backwards (lab_flash16_backward_fused* as flash16_backward_fused_sN, lab_flash16_backward_fused2* as
  * flash16_backward_fused2_sN) at one shape, on the mma.sync forward's out and lse, for the split rule and S forced
  * to 1, 2, 3 (capped at the key blocks by the entry):
@@ -192,6 +291,7 @@ static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
         fa_case_free(P, &c);
         return;
     }
+    check_bwd_2cta(P, &c);
     /* forge's wgmma backward on the same inputs */
     fa_bwd_out wo = {0};
     fz_host wh = {{NULL, NULL, NULL}};
@@ -279,11 +379,24 @@ static const int FW64_SHAPES[][7] = {
     {1, 200, 100, 4, 2, 64, 0}, {1, 300, 40, 2, 1, 64, 0}, {2, 645, 645, 6, 3, 64, 1}, {1, 1000, 1000, 3, 1, 64, 0},
 };
 
+/* More shapes for the two-CTA backward (case_fwd64 runs it on FW64_SHAPES too): GQA 4:1 at D = 64, packed with an
+ * odd T over several 32-query tiles and ring rounds, and Tq < Tk strided with a tail tile. */
+static const int BW2_SHAPES[][7] = {
+    {2, 161, 161, 4, 1, 64, 1},
+    {1, 70, 300, 4, 1, 64, 0},
+};
+
 static void case_fwd64(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
     if (fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
         check_fwd_forge(P, &c);
         check_fwd_1cta(P, &c);
+        forge_status st = fa_case_forward_mma(P, &c);
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        if (st == FORGE_OK)
+            check_bwd_2cta(P, &c);
+        else
+            fa_case_failed(P, &c, "flash16_forward_mma (the 2cta backward cases' out, lse)", st);
     }
     fa_case_free(P, &c);
 }
@@ -331,6 +444,23 @@ int lab_test_flash16(int argc, char **argv) {
         report(&P, os == FORGE_OK && ctas == want, "flash16_forward_wgmma.occupancy", shape, (double)ctas, 0,
                os == FORGE_OK && ctas == want ? NULL : why);
     }
+    for (size_t i = 0; i < sizeof BW2_SHAPES / sizeof BW2_SHAPES[0]; i++) {
+        const int *s = BW2_SHAPES[i];
+        case_fwd64(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
+    }
+    static const int bwd2_kernel[3] = {LAB_FLASH16_BWD2_DQ64, LAB_FLASH16_BWD2_DQ32, LAB_FLASH16_BWD2_DKDV};
+    static const char *const bwd2_occ[3] = {"flash16_backward_2cta_dq64.occupancy",
+                                            "flash16_backward_2cta_dq32.occupancy",
+                                            "flash16_backward_2cta_dkdv.occupancy"};
+    static const char *const bwd2_threads[3] = {"256 threads", "288 threads", "256 threads"};
+    for (int i = 0; i < 3; i++) {
+        int ctas = 0;
+        char why[96];
+        const forge_status bs = lab_flash16_backward_2cta_occupancy(bwd2_kernel[i], &ctas);
+        snprintf(why, sizeof why, "(%d CTAs per SM, status %s; the design needs 2)", ctas, forge_status_name(bs));
+        report(&P, bs == FORGE_OK && ctas == 2, bwd2_occ[i], bwd2_threads[i], (double)ctas, 0,
+               bs == FORGE_OK && ctas == 2 ? NULL : why);
+    }
     forge_flash_shape fs = fa_refuse_shape();
     static __attribute__((aligned(16))) char dummy[16];
     fa_expect_refusal(&P, "flash16_forward_wgmma_pp.refuse",
@@ -344,6 +474,14 @@ int lab_test_flash16(int argc, char **argv) {
             (float *)dummy, NULL);
         report(&P, rs == FORGE_ERR_UNSUPPORTED, v2 ? "flash16_backward_fused2.refuse" : "flash16_backward_fused.refuse",
                "D=128", 0, 0, rs == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+    }
+    {
+        forge_flash_shape f64 = {1, 16, 16, 2, 2, 64, 2 * 64, 2 * 64, 2 * 64, 2 * 64};
+        const forge_status rs = lab_flash16_backward_2cta(
+            &f64, dummy, dummy, dummy, dummy, dummy, (float *)dummy, (float *)dummy, (float *)dummy, (float *)dummy,
+            (float *)dummy, LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DQ32, NULL);
+        report(&P, rs == FORGE_ERR_ARG, "flash16_backward_2cta.refuse_args", "DQ64|DQ32", 0, 0,
+               rs == FORGE_ERR_ARG ? NULL : "(expected FORGE_ERR_ARG)");
     }
     forge_backend_destroy(P.gpu);
     printf("%d passed, %d failed\n", P.passed, P.failed);

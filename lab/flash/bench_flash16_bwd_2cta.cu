@@ -1,0 +1,183 @@
+/*
+ * bench_flash16_bwd_2cta.cu: `forge-lab bench flash16-bwd-2cta [--reps N]`:
+ * the backward alone, forge's (forge_flash_bf16_backward_wgmma: delta, fb_dq_kernel<64, 0>, fb_dkdv_kernel<64>, one
+ * CTA per SM) next to the two-CTA-per-SM kernels (lab_flash16_backward_2cta, flash16_bwd_2cta.cu) at the issue-18
+ * causal shapes with D = 64: (B, H = Hkv, T, D) = (16, 12, 1024, 64) (gpt2-124m's training shape), (64, 6, 512, 64),
+ * (64, 8, 1024, 64). Per repetition, interleaved call by call after a warm-up (CUDA events around each call):
+ * - whole calls: forge; 2cta with fb2_dq_kernel<64> + fb2_dkdv_kernel ("dq64"); 2cta with fb2_dq_kernel<32> +
+ *   fb2_dkdv_kernel ("dq32");
+ * - one kernel each (the entry's timing-only _NO_DQ / _NO_DKDV bits; every call also runs the ~same delta pass):
+ *   forge's dQ, fb2_dq_kernel<64>, fb2_dq_kernel<32>; forge's dK/dV, fb2_dkdv_kernel.
+ * Median us per call, TFLOP/s of whole calls under the 2.5 x forward convention (forward 2 B H T^2 D, causal), the
+ * speed-ups, and max |2cta - forge| / max |forge| for dq, dk, dv of both whole 2cta calls as a sanity check (the
+ * parity test is `forge-lab test flash16`). Inputs uniform bf16 in [-1, 1); out and lse from forge's forward. The
+ * first lines are the CTAs per SM the runtime keeps resident for each new kernel (the design: 2).
+ * Measurements: lab/notes/flash.md.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../../src/base/status.h" /* a C header without C++ guards */
+}
+#include "flash16_variants.h"
+#include "flash_lab.h"
+
+#define B2B_TRY(x)                                                                                                 \
+    do {                                                                                                           \
+        cudaError_t e_ = (x);                                                                                      \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "forge-lab bench flash16-bwd-2cta: %s: %s\n", #x, cudaGetErrorString(e_));             \
+            return 1;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+#define B2B_FORGE(x)                                                                                               \
+    do {                                                                                                           \
+        forge_status s_ = (x);                                                                                     \
+        if (s_ != FORGE_OK) {                                                                                      \
+            fprintf(stderr, "forge-lab bench flash16-bwd-2cta: %s: %s\n", #x, forge_error_message());              \
+            return 1;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
+static uint16_t b2b_bf16(float f) { /* round to nearest even */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* max |a - b| / max |b| over n floats on the device */
+static double b2b_rel(const float *a, const float *b, size_t n) {
+    std::vector<float> ha(n), hb(n);
+    if (cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(hb.data(), b, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return INFINITY;
+    double mx = 0.0, err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)hb[i]));
+        const double e = fabs((double)ha[i] - hb[i]);
+        err = e > err || isnan(e) ? e : err;
+    }
+    return err / (mx > 0 ? mx : 1);
+}
+
+static double b2b_median(std::vector<float> &t) {
+    std::sort(t.begin(), t.end());
+    const size_t n = t.size();
+    return 1e3 * (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]));
+}
+
+/* the timed calls of one repetition: -1 is forge_flash_bf16_backward_wgmma, else lab_flash16_backward_2cta's
+ * kernels bits; out: which gradient set (0 forge, 1 dq64, 2 dq32, 3 the one-kernel calls' scratch) */
+#define B2B_CALLS 8
+static const int B2B_KERNELS[B2B_CALLS] = {
+    -1,
+    LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV,
+    LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_DKDV,
+    LAB_FLASH16_BWD2_NO_DKDV,
+    LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_NO_DKDV,
+    LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_NO_DKDV,
+    LAB_FLASH16_BWD2_NO_DQ,
+    LAB_FLASH16_BWD2_DKDV | LAB_FLASH16_BWD2_NO_DQ,
+};
+static const int B2B_OUT[B2B_CALLS] = {0, 1, 2, 3, 3, 3, 3, 3};
+
+static int b2b_shape(int B, int H, int T, int D, int reps) {
+    const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
+    std::vector<uint16_t> h(nt);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    void *q, *k, *v, *dO, *out;
+    float *lse, *delta, *g[4][3];
+    void **in[4] = {&q, &k, &v, &dO};
+    for (int t = 0; t < 4; t++) {
+        for (size_t i = 0; i < nt; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            h[i] = b2b_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
+        }
+        B2B_TRY(cudaMalloc(in[t], nt * 2));
+        B2B_TRY(cudaMemcpy(*in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
+    }
+    B2B_TRY(cudaMalloc(&out, nt * 2));
+    B2B_TRY(cudaMalloc((void **)&lse, nl * 4));
+    B2B_TRY(cudaMalloc((void **)&delta, nl * 4));
+    for (int w = 0; w < 4; w++)
+        for (int i = 0; i < 3; i++) B2B_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
+    const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
+                                  (long long)H * D};
+    B2B_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL, 0));
+    const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
+    std::vector<float> tm[B2B_CALLS];
+    cudaEvent_t ev[B2B_CALLS + 1];
+    for (int i = 0; i <= B2B_CALLS; i++) B2B_TRY(cudaEventCreate(&ev[i]));
+    for (int r = -3; r < reps; r++) {
+        B2B_TRY(cudaEventRecord(ev[0], NULL));
+        for (int c = 0; c < B2B_CALLS; c++) {
+            float **o = g[B2B_OUT[c]];
+            if (B2B_KERNELS[c] < 0)
+                B2B_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, o[0], o[1], o[2], NULL));
+            else
+                B2B_FORGE(lab_flash16_backward_2cta(&fs, q, k, v, out, dO, lse, delta, o[0], o[1], o[2],
+                                                    B2B_KERNELS[c], NULL));
+            B2B_TRY(cudaEventRecord(ev[c + 1], NULL));
+        }
+        B2B_TRY(cudaEventSynchronize(ev[B2B_CALLS]));
+        if (r < 0) continue;
+        for (int c = 0; c < B2B_CALLS; c++) {
+            float ms = 0;
+            B2B_TRY(cudaEventElapsedTime(&ms, ev[c], ev[c + 1]));
+            tm[c].push_back(ms);
+        }
+    }
+    for (int i = 0; i <= B2B_CALLS; i++) cudaEventDestroy(ev[i]);
+    double us[B2B_CALLS];
+    for (int c = 0; c < B2B_CALLS; c++) us[c] = b2b_median(tm[c]);
+    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: forge bwd %.1f us (%.1f TFLOP/s), 2cta dq64 bwd "
+           "%.1f us (%.1f TFLOP/s, %.3fx), 2cta dq32 bwd %.1f us (%.1f TFLOP/s, %.3fx)\n",
+           B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, us[0] / us[1], us[2],
+           flops / us[2] * 1e-6, us[0] / us[2]);
+    printf("  delta + one kernel: dQ forge %.1f us, fb2 dq64 %.1f us (%.3fx), fb2 dq32 %.1f us (%.3fx); dK/dV forge "
+           "%.1f us, fb2 dkdv %.1f us (%.3fx)\n",
+           us[3], us[4], us[3] / us[4], us[5], us[3] / us[5], us[6], us[7], us[6] / us[7]);
+    for (int w = 1; w < 3; w++)
+        printf("  2cta %s: max|x-forge|/max|forge| dq %.2e dk %.2e dv %.2e\n", w == 1 ? "dq64" : "dq32",
+               b2b_rel(g[w][0], g[0][0], nt), b2b_rel(g[w][1], g[0][1], nt), b2b_rel(g[w][2], g[0][2], nt));
+    void *all[] = {q, k, v, dO, out, lse, delta};
+    for (void *p : all) cudaFree(p);
+    for (int w = 0; w < 4; w++)
+        for (int i = 0; i < 3; i++) cudaFree(g[w][i]);
+    return 0;
+}
+
+extern "C" int lab_bench_flash16_bwd_2cta(int argc, char **argv) {
+    int reps = 50;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: forge-lab bench flash16-bwd-2cta [--reps N]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    static const int kern[3] = {LAB_FLASH16_BWD2_DQ64, LAB_FLASH16_BWD2_DQ32, LAB_FLASH16_BWD2_DKDV};
+    static const char *const kname[3] = {"fb2_dq_kernel<64> (256 threads)", "fb2_dq_kernel<32> (288 threads)",
+                                         "fb2_dkdv_kernel (256 threads)"};
+    for (int i = 0; i < 3; i++) {
+        int ctas = 0;
+        B2B_FORGE(lab_flash16_backward_2cta_occupancy(kern[i], &ctas));
+        printf("%s: %d CTAs per SM resident (cudaOccupancyMaxActiveBlocksPerMultiprocessor; the design: 2)\n",
+               kname[i], ctas);
+    }
+    static const int shapes[][4] = {{16, 12, 1024, 64}, {64, 6, 512, 64}, {64, 8, 1024, 64}};
+    for (const auto &s : shapes)
+        if (b2b_shape(s[0], s[1], s[2], s[3], reps)) return 1;
+    return 0;
+}
