@@ -172,30 +172,7 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
     for (int t = 0; t < nt; t++) {
         mbar_wait(bars + 8 * stage, phase);
         const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::KV_BYTES;
-        float sc[BN / 2];
-        wgmma_fence();
-        fw_issue_qk<D, BN>(sc, qa, kt);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(sc);
-        if (t >= first_masked) fw_mask<BN>(sc, t * BN, row_lo, diag, s.Tk, tq);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float alpha;
-            fw_softmax_row<BN>(sc, m[r], l[r], alpha, r, sl2);
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[4 * n + 2 * r] *= alpha;
-                o[4 * n + 2 * r + 1] *= alpha;
-            }
-        }
-        uint32_t pa[BN / 16][4];
-        fw_to_a<BN>(pa, sc);
-        wgmma_fence(); /* o and pa were written by ordinary instructions */
-        fw_issue_pv<D, BN>(o, pa, vt);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(o);
+        fw_tile<D, BN>(o, m, l, qa, kt, vt, t >= first_masked, t * BN, row_lo, diag, s.Tk, tq, sl2);
         release(stage);
         advance();
     }

@@ -151,6 +151,38 @@ __device__ __forceinline__ void fw_softmax_row(float (&sc)[BN / 2], float &m, fl
     l = l * alpha + sum;
 }
 
+/* One K/V tile of a consumer warpgroup (K at kt, V at vt; keys k0..): S = Q.K^T, the mask where `masked`, the online
+ * softmax of the thread's two rows with O rescaled, O += P.V; waits for both products. Both forward kernels run it. */
+template <int D, int BN>
+__device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float (&l)[2], uint32_t qa, uint32_t kt,
+                                        uint32_t vt, bool masked, int k0, int row_lo, int diag, int Tk, int tq,
+                                        float sl2) {
+    float sc[BN / 2];
+    wgmma_fence();
+    fw_issue_qk<D, BN>(sc, qa, kt);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(sc);
+    if (masked) fw_mask<BN>(sc, k0, row_lo, diag, Tk, tq);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float alpha;
+        fw_softmax_row<BN>(sc, m[r], l[r], alpha, r, sl2);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[4 * n + 2 * r] *= alpha;
+            o[4 * n + 2 * r + 1] *= alpha;
+        }
+    }
+    uint32_t pa[BN / 16][4];
+    fw_to_a<BN>(pa, sc);
+    wgmma_fence(); /* o and pa were written by ordinary instructions */
+    fw_issue_pv<D, BN>(o, pa, vt);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+}
+
 /* ---- the one-CTA-per-SM forward: what forge runs at D = 128 (the lab instantiates it at D = 64 as the
  * baseline of the two-CTA kernel that replaced it there) ------------------------------------------------------ */
 
@@ -243,33 +275,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         mbar_wait(bars + 8 * stage, phase);
         if (k0 <= wrow0 + 63 + diag) {
             const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::KV_BYTES;
-            float sc[FW_BN / 2];
-            wgmma_fence();
-            fw_issue_qk<D, FW_BN>(sc, qa, kt);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(sc);
-
-            if (k0 + FW_BN - 1 > wrow0 + diag || k0 + FW_BN > s.Tk) fw_mask<FW_BN>(sc, k0, row_lo, diag, s.Tk, tq);
-
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float alpha;
-                fw_softmax_row<FW_BN>(sc, m[r], l[r], alpha, r, sl2);
-#pragma unroll
-                for (int n = 0; n < D / 8; n++) {
-                    o[4 * n + 2 * r] *= alpha;
-                    o[4 * n + 2 * r + 1] *= alpha;
-                }
-            }
-
-            uint32_t pa[FW_BN / 16][4];
-            fw_to_a<FW_BN>(pa, sc);
-            wgmma_fence(); /* o and pa were written by ordinary instructions */
-            fw_issue_pv<D, FW_BN>(o, pa, vt);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(o);
+            const bool masked = k0 + FW_BN - 1 > wrow0 + diag || k0 + FW_BN > s.Tk;
+            fw_tile<D, FW_BN>(o, m, l, qa, kt, vt, masked, k0, row_lo, diag, s.Tk, tq, sl2);
         }
         /* this warp no longer reads the stage (or never did): release it */
         __syncwarp();
