@@ -34,7 +34,6 @@ char_ffma             FFMA  lab
 gemm_wgmma_fp8_kernel_c2                         QGMMA lab
 gemm_wgmma_fp8_kernelILi[0-9]+ELi[01]ELi[01]ELi[02456]E QGMMA lab
 gemm_wgmma_bf16_tn_kernelILi192ELi0ELi192E       HGMMA lab
-gemm_wgmma_bf16_pp_ring_kernel                   HGMMA lab
 gemm_mma_kernelILb0E                             HMMA  lab
 fa_fwd_kernelILi[0-9]+ELi128E                    HMMA  lab
 fw_fwd_ov_kernel                                 HGMMA lab

@@ -77,12 +77,6 @@ forge_status lab_gemm_bf16_nt_epi_store(const void *A_bf16, const void *B_bf16, 
 forge_status lab_gemm_bf16_nn_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
                                         const forge_gemm_epilogue *epi, int tma_store, void *stream);
 
-/* The bf16 ping-pong kernel's bf16 epilogues (forge_gemm_bf16_nt_pp_bf16's arguments and rules) with a staging ring
- * (gemm_bf16_pp_ring.cu): nb = 2, 4, 6 or 8 boxes of 8 KiB per consumer warpgroup (6, 5, 4, 3 ring stages), each
- * fill waiting only for the store nb fills earlier. The product's bits; a plain launch (no PDL). */
-forge_status lab_gemm_bf16_nt_pp_ring(const void *A, const void *B, void *C, const float *bias, void *pre_out,
-                                      int gelu, int M, int N, int K, int nb, void *stream);
-
 /* The lab commands (lab/forge_lab.c): `forge-lab bench gemm-bf16-variants`, `forge-lab test gemm-bf16`. */
 int lab_bench_gemm_bf16_variants(int argc, char **argv);
 int lab_test_gemm_bf16(int argc, char **argv);

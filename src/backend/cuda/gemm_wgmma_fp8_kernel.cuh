@@ -49,9 +49,7 @@
  *   forge_gemm_bf16_nt_wgmma's kernel wherever C takes the TMA store, + bias in the epilogue (measurements:
  *   lab/notes/gemm-fp8.md). With a bf16 C (gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU>, XEPI): the cooperative bf16
  *   kernel's epilogue sequence (bias, pre_out, GELU, round to bf16; fp8_store_tile_tma_epi), forge_gemm_bf16_nt_epi's
- *   kernel for its bf16 forms without residual where C and pre_out take the TMA store. Lab variant (EPI_NB, the
- *   staging ring; lab/gemm_bf16/gemm_bf16_pp_ring.cu): 2-8 staging boxes per consumer warpgroup taken in turn
- *   across tiles, each fill waiting only for the store that last used its box, the ring stages cut to pay for them.
+ *   kernel for its bf16 forms without residual where C and pre_out take the TMA store.
  * - Epilogue: scale = a_scale * b_scale multiplies d once; fp32 out or bf16 out (round to nearest even). TMA_C = 1
  *   (wherever C allows it: fp32 N % 4 == 0, bf16 N % 8 == 0, C 16-byte aligned): the tile is staged in shared
  *   memory in 64-row x 128-byte boxes (two per consumer warpgroup, 32 KiB in all) and stored by TMA, so the
@@ -82,7 +80,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "classifier_bf16_stats.cuh"
 #include "cuda_check.h"
 #include "gemm_gelu.cuh"
 #include "pdl.cuh"
@@ -136,22 +133,13 @@ enum { WG_E4M3 = 0, WG_E5M2 = 1, WG_TF32 = 2, WG_BF16 = 3 };
  * 5 x 40 KiB + 32 KiB + 80 B + 1 KiB = 238672 B would not fit (BN 128: 6 stages, 230496 B; BN 256: 4 stages,
  * 230464 B; BN 192: 4 stages, 197696 B; the limit is 232448). BN 144 (lab variants): 6 stages of 34 KiB, 210016 B,
  * with TMA_C 16 KiB of unswizzled staging boxes more, 226400 B. */
-/* lab variant, EPI_NB > 0 (the bf16 ping-pong kernel's ring of staging boxes, fp8_store_tile_tma_epi's RING; BN
- * 128, TMA_C): EPI_NB boxes of 8 KiB per consumer warpgroup instead of 2, paid for with ring stages of 32 KiB:
- * 2 boxes 6 stages (230496 B), 4 boxes 5 stages, 6 boxes 4, 8 boxes (a whole tile's C and pre_out) 3 (230480,
- * 230464, 230448 B). */
-template <int BN, int TMA_C = 0, int EPI_NB = 0> struct fp8_cfg {
-    static_assert(EPI_NB == 0 || (BN == 128 && TMA_C && (EPI_NB == 2 || EPI_NB == 4 || EPI_NB == 6 || EPI_NB == 8)),
-                  "the staging ring: BN 128, TMA store, 2 / 4 / 6 / 8 boxes per consumer warpgroup");
-    static constexpr int STAGES = EPI_NB ? 7 - EPI_NB / 2
-                                         : BN == 128 || BN == 144 ? 6 : BN == 192 ? (TMA_C ? 4 : 5) : 4;
+template <int BN, int TMA_C = 0> struct fp8_cfg {
+    static constexpr int STAGES = BN == 128 || BN == 144 ? 6 : BN == 192 ? (TMA_C ? 4 : 5) : 4;
     static constexpr uint32_t A_BYTES = FP8_BM * FP8_BK;
     static constexpr uint32_t B_BYTES = BN * FP8_BK;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
     /* BN 144: 16-column unswizzled boxes (fp8_store_tile_tma, PLAIN = 1), 2 x 4 KiB per consumer warpgroup */
-    static constexpr uint32_t OUT_BYTES = EPI_NB ? 2u * (uint32_t)EPI_NB * FP8_OUT_BOX_BYTES
-                                          : TMA_C ? (BN == 144 ? 2u * 2u * FP8_OUT_PLAIN_BOX_BYTES : FP8_OUT_BYTES)
-                                                  : 0;
+    static constexpr uint32_t OUT_BYTES = TMA_C ? (BN == 144 ? 2u * 2u * FP8_OUT_PLAIN_BOX_BYTES : FP8_OUT_BYTES) : 0;
     static constexpr size_t SMEM = (size_t)STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8 + 1024;
     static_assert(BN == 128 || BN == 144 || BN == 192 || BN == 256, "fp8 wgmma tile N is 128, 144, 192 or 256 here");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages stay 1024-byte aligned");
@@ -797,41 +785,22 @@ __device__ __forceinline__ void fp8_store_tile_tma(const float (&d)[BN / 2], flo
  * and fill f (f = 2 * box + pass, or box) takes staging box f % 2, so before a fill thread 0 waits until the
  * store of fill f - 2 (the same box) has read it: all of its bulk groups at the first fill (the previous tile
  * half's), at most one (fill f - 1's) after. The bias of a thread's 2 x 8 columns is loaded once per box of
- * columns (read-only cache, zero past N).
- * lab variant, RING > 0 (the staging ring; fp8_cfg's EPI_NB): RING boxes per consumer warpgroup, taken in turn by
- * every fill of the warpgroup's tiles (*slot, carried across tile halves and tiles, counts fills modulo RING), and
- * before each fill thread 0 waits until at most RING - 1 of its bulk groups still read shared memory: the store
- * that last used this box, RING fills ago (wait_group.read RING - 1; bulk groups complete in commit order). The
- * product (RING = 0) waits for all of its groups at the first fill of each 64-row half instead, which at the second
- * half is the store issued just before; with RING = 8 (a whole tile's C and pre_out) a fill waits only for the
- * store of the warpgroup's previous tile, issued a mainloop earlier. Same values, same stores, other waits. */
-/* FP8_EPI_STATS (without bias and GELU: the classifier's logits^T, classifier_bf16.cu): after each box's fill and
- * store issue, the warpgroup reads the box back and adds each column's rows below M into a running (max, sum of exp)
- * per column (cls16s_add_box, classifier_bf16_stats.cuh: the indexing and why it reads back); sm / ss hold a thread's
- * 4 (box b, column j) states at 2b + j across the tile's two 64-row halves, and fp8_stats_put writes them. The reads
- * come before the next fill's first barrier, so no box is refilled under them; the TMA store reads the box at the
- * same time (reads only). */
+ * columns (read-only cache, zero past N). */
 #define FP8_EPI_ADD 1  /* the cooperative kernel's sequence: v = acc + bias (0 without one), bf16 C */
 #define FP8_EPI_GELU 2 /* then GELU, pre_out (bf16) before it where has_pre */
-#define FP8_EPI_STATS 4 /* then the columns' softmax statistics of the bf16 C (no bias, no GELU) */
-template <int XEPI, int BIAS, int RING = 0>
+template <int XEPI, int BIAS>
 __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], const CUtensorMap *tm_c,
                                                        const CUtensorMap *tm_pre, int has_pre, uint32_t sout, int c,
                                                        int tid, int tile_row, int tile_col, int M, int N,
-                                                       const float *__restrict__ bias, float (&sm)[4],
-                                                       float (&ss)[4], int *slot = nullptr) {
+                                                       const float *__restrict__ bias) {
     static_assert((XEPI & FP8_EPI_ADD) != 0, "the bf16 epilogues add the bias (or 0) first");
     constexpr bool GELU = (XEPI & FP8_EPI_GELU) != 0;
-    constexpr bool STATS = (XEPI & FP8_EPI_STATS) != 0;
-    static_assert(!STATS || (!GELU && !BIAS), "the statistics are of acc + 0 rounded: no bias, no GELU");
-    (void)sm, (void)ss;
     constexpr int CH = 8;          /* 8-column groups per 64-column bf16 box */
     constexpr int NBOX = 128 / 64; /* boxes of columns in the 128-wide tile */
     const int warp = tid / 32, lane = tid % 32;
     const uint32_t srow = (uint32_t)(warp * 16 + lane / 4) * 128u + (uint32_t)(lane % 4) * 4u;
     const uint32_t sx = (uint32_t)(lane / 4);
-    const uint32_t sbase = sout + (uint32_t)c * (RING ? (uint32_t)RING : 2u) * FP8_OUT_BOX_BYTES;
-    (void)slot;
+    const uint32_t sbase = sout + (uint32_t)c * 2u * FP8_OUT_BOX_BYTES;
     const bool two_pass = GELU && has_pre;
     (void)tm_pre, (void)two_pass;
 #pragma unroll
@@ -850,18 +819,11 @@ __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], con
         /* one fill of a staging box: pass 0 of 2 stages v (pre_out), the last pass the output */
         auto fill = [&](auto pass_c) {
             constexpr int pass = decltype(pass_c)::value;
-            uint32_t box;
-            if constexpr (RING) {
-                box = sbase + (uint32_t)*slot * FP8_OUT_BOX_BYTES;
-                *slot = *slot + 1 == RING ? 0 : *slot + 1;
-                if (tid == 0) tma_store_wait_read<RING - 1>(); /* the store RING fills ago (this box) has read it */
-            } else {
-                const int f = two_pass ? 2 * b + pass : b;
-                box = sbase + (uint32_t)(f & 1) * FP8_OUT_BOX_BYTES;
-                if (tid == 0) {
-                    if (f == 0) tma_store_wait_read<0>(); /* the previous tile half's stores have read their boxes */
-                    else tma_store_wait_read<1>();        /* fill f-2's store (this box) has read it */
-                }
+            const int f = two_pass ? 2 * b + pass : b;
+            const uint32_t box = sbase + (uint32_t)(f & 1) * FP8_OUT_BOX_BYTES;
+            if (tid == 0) {
+                if (f == 0) tma_store_wait_read<0>(); /* the previous tile half's stores have read their boxes */
+                else tma_store_wait_read<1>();        /* fill f-2's store (this box) has read it */
             }
             asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
 #pragma unroll
@@ -888,14 +850,6 @@ __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], con
                 tma_store_2d(GELU && pass == 0 ? tm_pre : tm_c, tile_col + b * CH * 8, tile_row, box);
                 tma_store_commit();
             }
-            if constexpr (STATS) {
-                const auto ld = [box](uint32_t off) {
-                    uint32_t w;
-                    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w) : "r"(box + off) : "memory");
-                    return w;
-                };
-                cls16s_add_box(sm[2 * b], ss[2 * b], sm[2 * b + 1], ss[2 * b + 1], ld, warp, lane, M - tile_row);
-            }
         };
         if constexpr (GELU) {
             if (two_pass) fill(std::integral_constant<int, 0>());
@@ -904,27 +858,6 @@ __device__ __forceinline__ void fp8_store_tile_tma_epi(const float (&d)[64], con
             fill(std::integral_constant<int, 0>());
         }
     }
-}
-
-/* FP8_EPI_STATS: the tile's partials, after both halves' epilogues: the 4 lanes of each column pair merged
- * (cls16s_merge_lanes: xor 1, then xor 2), then lane q < 2 of the 4 writes box q's pair as one float4, (m, s) of
- * column n and of n + 1 at part[tm N + n] (float2 (M tiles, N): a warp's 8 writes are 128 contiguous bytes, and pass 2's
- * merge reads them coalesced over the tokens n). Columns at or past N are not written (N % 8 == 0, n even). */
-__device__ __forceinline__ void fp8_stats_put(float2 *__restrict__ part, float (&sm)[4], float (&ss)[4], int tid, int tm,
-                                              int tile_col, int N) {
-    const int warp = tid / 32, lane = tid % 32;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int x = 1; x <= 2; x *= 2) {
-            const float pm = __shfl_xor_sync(0xffffffffu, sm[i], x), ps = __shfl_xor_sync(0xffffffffu, ss[i], x);
-            cls16s_merge_lanes(sm[i], ss[i], pm, ps, (lane & x) != 0);
-        }
-    const int q = lane % 4;
-    const int n = tile_col + 64 * q + cls16s_col(warp, lane);
-    if (q < 2 && n < N)
-        *reinterpret_cast<float4 *>(part + (size_t)tm * N + n) =
-            q == 0 ? make_float4(sm[0], ss[0], sm[1], ss[1]) : make_float4(sm[2], ss[2], sm[3], ss[3]);
 }
 
 /* The direct store of a warpgroup's 64 x BN tile at (tile_row, tile_col) from the accumulator fragment of wgmma
@@ -989,21 +922,16 @@ __device__ __forceinline__ void fp8_store_tile(const float (&d)[BN / 2], float s
  * otherwise it stores from the registers (tm_c unused, may be null). */
 /* BIAS (ping-pong only): C = scale * A.B^T + bias (N fp32 values) */
 /* XEPI (bf16 ping-pong only, OUT_BF16): fp8_store_tile_tma_epi's epilogue (the cooperative kernel's bias, GELU and
- * pre_out through tm_pre where has_pre) instead of fp8_store_tile_tma's; with FP8_EPI_STATS also the columns'
- * softmax partials per 128-row tile into stats ((M tiles, N) float2; fp8_stats_put) */
-/* EPI_NB (lab variant; XEPI only): the staging ring of EPI_NB boxes per consumer warpgroup (fp8_cfg's EPI_NB,
- * fp8_store_tile_tma_epi's RING), fewer ring stages */
+ * pre_out through tm_pre where has_pre) instead of fp8_store_tile_tma's */
 template <int BN, int AT, int OUT_BF16, int PROMOTE, int CL = 1, int TMA_C = 0, int PP = 0, int BIAS = 0,
-          int XEPI = 0, int EPI_NB = 0>
+          int XEPI = 0>
 __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b, void *__restrict__ Cv,
                                               float scale, int M, int N, int K, int vec2,
                                               const CUtensorMap *tm_c = nullptr, const float *bias = nullptr,
-                                              const CUtensorMap *tm_pre = nullptr, int has_pre = 0,
-                                              float2 *stats = nullptr) {
+                                              const CUtensorMap *tm_pre = nullptr, int has_pre = 0) {
     static_assert(!BIAS || PP, "bias: the ping-pong epilogue only");
     static_assert(!XEPI || (PP && AT == WG_BF16 && OUT_BF16), "the bf16 epilogues: bf16 ping-pong, bf16 C");
-    static_assert(!EPI_NB || XEPI, "the staging ring: the bf16 epilogues only");
-    typedef fp8_cfg<BN, TMA_C, EPI_NB> cfg;
+    typedef fp8_cfg<BN, TMA_C> cfg;
     constexpr int STAGES = cfg::STAGES;
     constexpr int BKE = AT == WG_TF32 ? FP8_BK / 4 : AT == WG_BF16 ? FP8_BK / 2 : FP8_BK; /* K elements per stage */
     static_assert((AT != WG_TF32 && AT != WG_BF16) || !PROMOTE,
@@ -1097,8 +1025,6 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
         const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
         if constexpr (PP) {
             float dlo[64], dhi[64];
-            int slot = 0; /* EPI_NB: the next staging box of this warpgroup's ring */
-            (void)slot;
             for (int j = c, t = unit0 + c * unit_step; t < num_tiles; j += 2, t += 2 * unit_step) {
                 int tm, tn;
                 fp8_tile_coords(t, units_m, tiles_n, &tm, &tn);
@@ -1107,21 +1033,11 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                 const int signal = t + unit_step < num_tiles ? FP8_PP_ORDER_BAR + (1 - c) : -1;
                 fp8_pp_tile<AT, STAGES>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
                                         (uint32_t)((s0 / STAGES) & 1), signal);
-                if constexpr (XEPI && EPI_NB) {
-                    float sm[4], ss[4]; /* unused without FP8_EPI_STATS (the lab's ring variants have none) */
-                    fp8_store_tile_tma_epi<XEPI, BIAS, EPI_NB>(dlo, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM,
-                                                               tn * BN, M, N, bias, sm, ss, &slot);
-                    fp8_store_tile_tma_epi<XEPI, BIAS, EPI_NB>(dhi, tm_c, tm_pre, has_pre, sout, c, tid,
-                                                               tm * FP8_BM + 64, tn * BN, M, N, bias, sm, ss, &slot);
-                } else if constexpr (XEPI) {
-                    float sm[4], ss[4]; /* FP8_EPI_STATS: the thread's (max, sum) states; unused, and removed, else */
-#pragma unroll
-                    for (int i = 0; i < 4; i++) sm[i] = -INFINITY, ss[i] = 0.0f;
+                if constexpr (XEPI) {
                     fp8_store_tile_tma_epi<XEPI, BIAS>(dlo, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM,
-                                                       tn * BN, M, N, bias, sm, ss);
+                                                       tn * BN, M, N, bias);
                     fp8_store_tile_tma_epi<XEPI, BIAS>(dhi, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM + 64,
-                                                       tn * BN, M, N, bias, sm, ss);
-                    if constexpr ((XEPI & FP8_EPI_STATS) != 0) fp8_stats_put(stats, sm, ss, tid, tm, tn * BN, N);
+                                                       tn * BN, M, N, bias);
                 } else {
                     fp8_store_tile_tma<BN, OUT_BF16, 0, BIAS>(dlo, scale, tm_c, sout, c, tid, tm * FP8_BM, tn * BN,
                                                               M, N, bias);
