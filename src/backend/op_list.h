@@ -741,11 +741,7 @@
                                                    FORGE_CLS_BF16_NCHUNKS(N, V, cr) + 7) / 8 * 8)
 #define FORGE_CLS_BF16_SCRATCH(N, C, V, cr)                                                                      \
     (((size_t)(FORGE_CLS_BF16_ROWS(N, V, cr) == 1 ? 2 : FORGE_CLS_BF16_ROWS(N, V, cr)) * (size_t)(V) + 1) / 2 +  \
-     (size_t)FORGE_CLS_BF16_ROWS(N, V, cr) * FORGE_CLS_BF16_PROD(C, V) + 16)
-/* floats a row of the scratch's second piece: the CUDA transposed chunk's dinp product (C) or, before it, its
- * logits GEMM's softmax partials (a float pair per 128 ids), whichever is larger */
-#define FORGE_CLS_BF16_PROD(C, V)                                                                                \
-    ((size_t)(C) > 2 * (((size_t)(V) + 127) / 128) ? (size_t)(C) : 2 * (((size_t)(V) + 127) / 128))
+     (size_t)FORGE_CLS_BF16_ROWS(N, V, cr) * (size_t)(C) + 16)
 #define FORGE_CLS_BF16_LOSS_TOL(C) (0.2 * sqrt((double)(C)) * ldexp(1.0, -7) + 1e-4)
 #define FORGE_CLS_BF16_DINP_TOL(gs) (ldexp(1.0, -7) + (gs) * ldexp(1.0, -9))
 #define FORGE_CLS_BF16_DWTE_TOL(N, gs) (1e-4 * fmax(1.0, sqrt((double)(N)) / 8) + (gs) * ldexp(1.0, -7))

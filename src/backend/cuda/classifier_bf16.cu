@@ -35,12 +35,9 @@
  * Deterministic: every output element is written by one thread with a fixed
  * summation order (the unsplit TN, the row blocks' fixed-tree reductions; in
  * the transposed chunk the split-K TN's slices reduced in slice order and the
- * statistics' partials, the logits GEMM's 128-id tiles or pass 1's vocabulary
- * ranges, merged in order); no atomics. The scratch (FORGE_CLS_BF16_SCRATCH
- * floats, pieces 16-byte aligned): transposed, the logits (R*V bf16) and the
- * dinp product (R*C fp32), whose piece first holds the logits GEMM's
- * statistics (ceil(V/128) x R float pairs: 786 > 768 floats a row at GPT-2,
- * so the piece is R*max(C, 2 ceil(V/128)) floats); in the row layout of Q
+ * vocabulary ranges' partials merged in range order); no atomics. The scratch
+ * (FORGE_CLS_BF16_SCRATCH floats, pieces 16-byte aligned): transposed, the
+ * logits (R*V bf16) and the dinp product (R*C fp32); in the row layout of Q
  * rows (Q = R / 2, or 1), logits (Q*V bf16), dlogits (Q*V8 bf16), its tail
  * (Q*(V % 8) bf16) and the product (Q*C fp32).
  *
@@ -59,7 +56,6 @@
 #include "cuda_ops.h"
 #include "classifier_bf16_fast.cuh"
 #include "gemm.h"
-#include "gemm_fp8.h"
 #include "pdl.cuh"
 
 #define CLS16_THREADS 512  /* softmax rows */
@@ -234,43 +230,6 @@ __global__ void cls16t_target_kernel(float *__restrict__ tl, const uint16_t *__r
     tl[r] = y >= 0 && y < V ? cls16_ld(xt + (size_t)y * rows + r) : 0.0f;
 }
 
-/* The totals of the logits GEMM's statistics (forge_gemm_bf16_nt_pp_bf16_stats: part (tiles, rows) float2, tile t
- * the ids 128t .. 128t + 127): tot[r] = row r's (M, S), its tiles merged in tile order, and tl[r] as
- * cls16t_target_kernel (this kernel takes its place). A block is 32 rows (a warp's lanes: one tile's partials of a
- * warp are 256 contiguous bytes) x CLS16T_WARPS slices: slice w merges tiles [w per, (w + 1) per) in order (4 loaded
- * before their merges), then the slices are merged in slice order by the row's thread of slice 0: one fixed order
- * per row (deterministic) and 8 x the rows' parallelism of one thread a row (393 tiles at GPT-2). */
-#define CLS16T_TOT_ROWS 32
-__global__ void __launch_bounds__(CLS16T_TOT_ROWS * CLS16T_WARPS)
-    cls16t_total_kernel(float2 *__restrict__ tot, float *__restrict__ tl, const float2 *__restrict__ part,
-                        const uint16_t *__restrict__ xt, const int32_t *__restrict__ targets, int n0, int rows, int V,
-                        int tiles) {
-    forge_pdl_wait();
-    forge_pdl_launch_dependents();
-    __shared__ float wm[CLS16T_WARPS][CLS16T_TOT_ROWS], ws[CLS16T_WARPS][CLS16T_TOT_ROWS];
-    const int lane = threadIdx.x % CLS16T_TOT_ROWS, w = threadIdx.x / CLS16T_TOT_ROWS;
-    const int r = blockIdx.x * CLS16T_TOT_ROWS + lane;
-    const int per = (tiles + CLS16T_WARPS - 1) / CLS16T_WARPS, t0 = w * per, t1 = min(tiles, t0 + per);
-    float M = -INFINITY, S = 0.0f;
-    if (r < rows)
-        for (int t = t0; t < t1; t += 4) {
-            float2 p[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                p[k] = t + k < t1 ? part[(size_t)(t + k) * rows + r] : make_float2(-INFINITY, 0.0f);
-#pragma unroll
-            for (int k = 0; k < 4; k++) cls16t_merge(M, S, p[k].x, p[k].y);
-        }
-    wm[w][lane] = M;
-    ws[w][lane] = S;
-    __syncthreads();
-    if (w != 0 || r >= rows) return;
-    for (int k = 1; k < CLS16T_WARPS; k++) cls16t_merge(M, S, wm[k][lane], ws[k][lane]);
-    tot[r] = make_float2(M, S);
-    const int y = targets[n0 + r];
-    tl[r] = y >= 0 && y < V ? cls16_ld(xt + (size_t)y * rows + r) : 0.0f;
-}
-
 /* losses[n] = (M + log S) - logit[target] for the valid rows (pass 2 wrote M + log S) */
 __global__ void cls16t_loss_kernel(float *__restrict__ losses, const float *__restrict__ tl,
                                    const int32_t *__restrict__ targets, int n0, int rows, int V, int ignore_index) {
@@ -310,51 +269,28 @@ static int cls16_refused(forge_status st) {
 }
 
 /* One chunk in the transposed layout (the header of the kernels above): logits^T = rn(wte . in^T) (NT, M = V, TMA
- * store: rows % 8 == 0) with the rows' softmax statistics, dlogits and the losses, dinp += dlogits . wte as the TN
- * product dlogits^T^T . wte (K = V, split-K) and dwte += dlogits^T . in as the NN product (K = rows). V needs no
- * 16-byte alignment anywhere. The statistics: wherever the bf16 ping-pong kernel takes the logits GEMM (an sm_90
- * device, wte and in 16-byte aligned; K = C % 8 == 0, N = rows % 8 == 0 and the scratch's alignment hold here) its
- * statistics epilogue writes one (max, sum) per (128-id tile, row) (forge_gemm_bf16_nt_pp_bf16_stats) into the
- * product's piece of the scratch (dead until the TN GEMM; FORGE_CLS_BF16_SCRATCH sizes it for both) and
- * cls16t_total_kernel merges them, so the 1.65 GB read of pass 1 (gpt2-124m) is gone; otherwise the GEMM that does
- * run (the cooperative kernel, or the SIMT one) and pass 1 (cls16f_partial_kernel, ranges of per_split ids). Either
- * way pass 2 (cls16f_grad_kernel) merges what it is given in order: the totals (one "range") or pass 1's ranges. */
+ * store: rows % 8 == 0), the two passes, dinp += dlogits . wte as the TN product dlogits^T^T . wte (K = V, split-K)
+ * and dwte += dlogits^T . in as the NN product (K = rows). V needs no 16-byte alignment anywhere. */
 static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, float *dwte, uint16_t *xt,
                                  float *prod, const forge_bf16 *in, const forge_bf16 *wte, const int32_t *targets,
                                  int n0, int rows, int C, int V, int ignore_index, float grad_scale, int accumulate) {
+    forge_gemm_epilogue epi;
+    memset(&epi, 0, sizeof epi);
+    epi.out_bf16 = 1;
+    if (cls16_refused(forge_gemm_bf16_nt_epi(wte, in, xt, V, rows, C, &epi, ctx->stream, ctx->pdl)))
+        FORGE_TRY(cls16_gemm_simt<true>(ctx, xt, wte, in, V, rows, C, C, 1, 1, C, rows, 0));
     const int splits = cls16t_splits(V), per_split = cls16t_per_split(V, splits);
+    float *part = ctx->ws, *tl = ctx->ws + 2 * (size_t)splits * rows; /* 33 * 16384 floats at most */
     const dim3 grid = cls16t_grid<CLS16T_LANE_ROWS, CLS16T_LANES>(rows, splits), block = cls16t_block<CLS16T_LANES>();
-    float *part = ctx->ws, *tl; /* pass 2's partials: the totals (2 rows floats), or pass 1's (2 splits rows) */
-    int nparts;                 /* and how many a row has */
-    const int tiles = (V + 127) / 128;
-    forge_status st = forge_gemm_bf16_nt_pp_bf16_stats(wte, in, xt, prod, V, rows, C, ctx->stream, ctx->pdl);
-    if (st == FORGE_OK) {
-        nparts = 1;
-        tl = ctx->ws + 2 * (size_t)rows;
-        CUDA_LAUNCH_TRY(forge_pdl_launch(cls16t_total_kernel, (rows + CLS16T_TOT_ROWS - 1) / CLS16T_TOT_ROWS,
-                                         CLS16T_TOT_ROWS * CLS16T_WARPS, 0, ctx->stream, ctx->pdl, (float2 *)part, tl,
-                                         (const float2 *)prod, xt, targets, n0, rows, V, tiles),
-                        "cls16t_total_kernel");
-    } else {
-        if (!cls16_refused(st)) return st;
-        forge_gemm_epilogue epi;
-        memset(&epi, 0, sizeof epi);
-        epi.out_bf16 = 1;
-        if (cls16_refused(forge_gemm_bf16_nt_epi(wte, in, xt, V, rows, C, &epi, ctx->stream, ctx->pdl)))
-            FORGE_TRY(cls16_gemm_simt<true>(ctx, xt, wte, in, V, rows, C, C, 1, 1, C, rows, 0));
-        nparts = splits;
-        tl = ctx->ws + 2 * (size_t)splits * rows; /* 33 * 16384 floats at most */
-        /* a lane's CLS16T_LANE_ROWS * 2-byte accesses: rows % 8 == 0, and the logits 16-byte aligned (the scratch
-         * is) */
-        CUDA_LAUNCH_TRY(forge_pdl_launch(cls16f_partial_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>, grid,
-                                         block, 0, ctx->stream, ctx->pdl, part, xt, rows, V, per_split),
-                        "cls16f_partial_kernel");
-        CUDA_LAUNCH_TRY(forge_pdl_launch(cls16t_target_kernel, (rows + 255) / 256, 256, 0, ctx->stream, ctx->pdl, tl,
-                                         xt, targets, n0, rows, V),
-                        "cls16t_target_kernel");
-    }
+    /* a lane's CLS16T_LANE_ROWS * 2-byte accesses: rows % 8 == 0, and the logits 16-byte aligned (the scratch is) */
+    CUDA_LAUNCH_TRY(forge_pdl_launch(cls16f_partial_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>, grid, block,
+                                     0, ctx->stream, ctx->pdl, part, xt, rows, V, per_split),
+                    "cls16f_partial_kernel");
+    CUDA_LAUNCH_TRY(forge_pdl_launch(cls16t_target_kernel, (rows + 255) / 256, 256, 0, ctx->stream, ctx->pdl, tl, xt,
+                                     targets, n0, rows, V),
+                    "cls16t_target_kernel");
     CUDA_LAUNCH_TRY(forge_pdl_launch(cls16f_grad_kernel<CLS16T_LANE_ROWS, CLS16T_LANES, CLS16T_UNROLL>, grid, block, 0,
-                                     ctx->stream, ctx->pdl, losses, xt, part, targets, n0, rows, V, per_split, nparts,
+                                     ctx->stream, ctx->pdl, losses, xt, part, targets, n0, rows, V, per_split, splits,
                                      ignore_index, grad_scale, ctx->input_error),
                     "cls16f_grad_kernel");
     CUDA_LAUNCH_TRY(forge_pdl_launch(cls16t_loss_kernel, (rows + 255) / 256, 256, 0, ctx->stream, ctx->pdl, losses, tl,
@@ -363,7 +299,7 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
     const forge_bf16 *dlt = (const forge_bf16 *)xt;
     if (di) {
         size_t need = 0;
-        st = forge_gemm_bf16_tn_workspace(rows, C, V, &need);
+        forge_status st = forge_gemm_bf16_tn_workspace(rows, C, V, &need);
         if (st == FORGE_OK) st = cuda_tn_workspace(ctx, need);
         if (st == FORGE_OK)
             st = forge_gemm_bf16_tn_wgmma(dlt, wte, prod, rows, C, V, 0, ctx->tn_ws, ctx->tn_ws_bytes, ctx->stream,
@@ -378,7 +314,7 @@ static forge_status cls16t_chunk(cuda_ctx *ctx, float *losses, forge_bf16 *di, f
                         "cls16_dinp_kernel");
     }
     if (dwte) {
-        st = forge_gemm_bf16_nn_wgmma(dlt, in, dwte, V, C, rows, 1, ctx->stream, ctx->pdl);
+        forge_status st = forge_gemm_bf16_nn_wgmma(dlt, in, dwte, V, C, rows, 1, ctx->stream, ctx->pdl);
         if (cls16_refused(st)) st = cls16_gemm_simt<false>(ctx, dwte, dlt, in, V, C, rows, rows, 1, C, 1, C, 1);
         FORGE_TRY(st);
     }

@@ -1,7 +1,6 @@
 /*
  * classifier_bf16_fast.cuh: the bf16 classifier's transposed-chunk column passes
- * that forge runs (classifier_bf16.cu; pass 1 only where the logits GEMM cannot
- * write the statistics itself, cls16t_chunk), with fewer instructions per element than
+ * that forge runs (classifier_bf16.cu), with fewer instructions per element than
  * the expf passes the lab keeps as the bitwise reference (lab/classifier/
  * cls16t_exact.cuh; `forge-lab bench cls16t-passes` times them). Same grid, blocks,
  * id streams, id order and merge order as forge's passes (and the same partial
@@ -39,8 +38,21 @@
 #define FORGE_CUDA_CLASSIFIER_BF16_FAST_CUH
 
 #include "classifier_bf16_passes.cuh"
-#include "classifier_bf16_stats.cuh"
 #include "pdl.cuh"
+
+#define CLS16F_LOG2E 1.4426950408889634f
+
+/* 2^a, the hardware approximation (one MUFU.EX2; denormal results flushed to 0, ex2(-inf) = 0); compiled for the
+ * host (an emulation of the kernels off the GPU), exp2f */
+__device__ __forceinline__ float cls16f_ex2(float a) {
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(a));
+    return y;
+#else
+    return exp2f(a);
+#endif
+}
 
 /* x[u] = the lane's RL rows of id v + 8u (u < UNROLL) at p + u st (p: the lane's rows of id v, st: 8 ids apart);
  * CHECK: `fill` for an id at or past v1 (else every id is below v1). The addresses walk from p (one IMAD.WIDE an id)
@@ -56,6 +68,26 @@ __device__ __forceinline__ void cls16f_load_ids(unsigned (&x)[UNROLL][RL / 2], c
 /* the bf16 pair of a word widened: row 2j (low half) and 2j + 1 */
 __device__ __forceinline__ float cls16f_lo(unsigned x) { return __uint_as_float(x << 16); }
 __device__ __forceinline__ float cls16f_hi(unsigned x) { return __uint_as_float(x & 0xffff0000u); }
+
+/* (m, s) += the batch x[0 .. U): the batch's max, the sum rescaled once, the batch's exps summed pairwise. The max is
+ * exact (fmaxf); m = -inf before the first id. mc, the new max clamped to a finite value, keeps every exponent
+ * finite or -inf: an all -inf batch (ids past the range) on an empty (m, s) adds ex2(-inf) = 0 and leaves m = -inf. */
+template <int U> __device__ __forceinline__ void cls16f_add_batch(float &m, float &s, const float (&x)[U]) {
+    static_assert(U == 1 || U == 2 || U == 4 || U == 8 || U == 16, "a pairwise sum of a power of 2");
+    float bm = x[0];
+#pragma unroll
+    for (int u = 1; u < U; u++) bm = fmaxf(bm, x[u]);
+    const float mn = fmaxf(m, bm), mc = fmaxf(mn, -1.0e38f), nl = -(mc * CLS16F_LOG2E);
+    float e[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) e[u] = cls16f_ex2(fmaf(x[u], CLS16F_LOG2E, nl));
+#pragma unroll
+    for (int h = U / 2; h >= 1; h /= 2)
+#pragma unroll
+        for (int u = 0; u < h; u++) e[u] += e[u + h];
+    s = fmaf(s, cls16f_ex2((m - mc) * CLS16F_LOG2E), e[0]); /* m == mc: ex2(0) = 1 exactly; m = -inf: 0 */
+    m = mn;
+}
 
 /* a batch of UNROLL ids (from v) of the lane's RL rows into the running (max, sum) per row; EXACT: forge's
  * cls16t_add per id in id order instead (the ids at or past v1 skipped when CHECK), so forge's bits */

@@ -12,7 +12,6 @@
 #include <stdint.h>
 
 #include "bf16_io.cuh"
-#include "classifier_bf16_stats.cuh"
 #include "cuda_ops.h"
 
 /* The transposed chunk's two column passes: logits^T (V, rows) bf16 in, dlogits^T written over them.
@@ -45,6 +44,18 @@ template <int RL, int LW> static inline dim3 cls16t_grid(int rows, int splits) {
     return dim3((unsigned)((rows + RL * LW - 1) / (RL * LW)), (unsigned)splits);
 }
 template <int LW> static inline dim3 cls16t_block() { return dim3(LW * CLS16T_WARPS); }
+
+__device__ __forceinline__ void cls16t_merge(float &m, float &s, float m2, float s2) {
+    if (m2 == -INFINITY) return;
+    if (m == -INFINITY) {
+        m = m2;
+        s = s2;
+        return;
+    }
+    const float mx = fmaxf(m, m2);
+    s = s * expf(m - mx) + s2 * expf(m2 - mx);
+    m = mx;
+}
 
 __device__ __forceinline__ void cls16t_add(float &m, float &s, float x) {
     if (x > m) {

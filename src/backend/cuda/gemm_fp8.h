@@ -81,16 +81,6 @@ forge_status forge_gemm_bf16_nt_pp(const void *A, const void *B, float *C, const
 forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias, void *pre_out,
                                         int gelu, int M, int N, int K, void *stream, int pdl);
 
-/* bf16 C (M,N) = rn(A (M,K) . B (N,K)^T) on the same ping-pong schedule (the bits of forge_gemm_bf16_nt_pp_bf16
- * without bias and GELU), and per column n and 128-row tile t of C (rows 128t .. min(M, 128t + 128) - 1) the
- * softmax partial of the column's bf16 values (as rounded: the values stored in C): stats[2 (t N + n)] = m, their
- * max, stats[2 (t N + n) + 1] = sum exp(C[m'][n] - m) (ex2.approx.ftz of the fast classifier pass 1's batches; the
- * natural-units format classifier_bf16_stats.cuh merges), a (ceil(M / 128), N) array of float pairs. The bf16
- * classifier's logits^T (M = V, N = tokens), whose statistics pass it replaces. FORGE_ERR_UNSUPPORTED unless K % 8
- * == 0, A and B 16-byte aligned, N % 8 == 0, C and stats 16-byte aligned. pdl: as forge_gemm_bf16_nt_pp_bf16. */
-forge_status forge_gemm_bf16_nt_pp_bf16_stats(const void *A, const void *B, void *C, float *stats, int M, int N,
-                                              int K, void *stream, int pdl);
-
 #ifdef __cplusplus
 }
 #endif

@@ -8,9 +8,7 @@
  * - forge_gemm_bf16_nt_pp: the ping-pong schedule on bf16 operands, + bias (forge_gemm_bf16_nt_wgmma's kernel
  *   wherever C takes the TMA store);
  * - forge_gemm_bf16_nt_pp_bf16: the same schedule with a bf16 C and the cooperative kernel's bias / GELU / pre_out
- *   epilogue (forge_gemm_bf16_nt_epi's kernel for those epilogues wherever C and pre_out take the TMA store);
- * - forge_gemm_bf16_nt_pp_bf16_stats: the same with the plain bf16 C and each column's softmax partial per 128-row
- *   tile (FP8_EPI_STATS): the bf16 classifier's logits^T, whose pass 1 it replaces (classifier_bf16.cu).
+ *   epilogue (forge_gemm_bf16_nt_epi's kernel for those epilogues wherever C and pre_out take the TMA store).
  * The body's other instantiations (other promotions, fast accumulation, 2-CTA clusters, a forced store or
  * schedule) are the lab's variants (lab/gemm_fp8/).
  * The body waits for the previous kernel (forge_pdl_wait) after its shared-memory prologue, so the bf16 ping-pong
@@ -146,52 +144,6 @@ extern "C" forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B,
                     : bf16_pp_epi_launch<1, 0>(A, B, C, bias, nullptr, M, N, K, dev, sms, st, pdl);
     return gelu ? bf16_pp_epi_launch<0, 1>(A, B, C, nullptr, pre_out, M, N, K, dev, sms, st, pdl)
                 : bf16_pp_epi_launch<0, 0>(A, B, C, nullptr, nullptr, M, N, K, dev, sms, st, pdl);
-}
-
-/* bf16 ping-pong with a bf16 C (fp8_store_tile_tma_epi's plain sequence, C = rn(acc + 0.0f): the bits of
- * gemm_wgmma_bf16_pp_epi_kernel<0, 0>) and the columns' softmax partials (FP8_EPI_STATS) into stats */
-__global__ void __launch_bounds__(FP8_THREADS, 1)
-    gemm_wgmma_bf16_pp_stats_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
-                                    const __grid_constant__ CUtensorMap tm_c, void *__restrict__ C,
-                                    float2 *__restrict__ stats, int M, int N, int K) {
-    wgmma_nt_body<128, WG_BF16, 1, 0, 1, 1, 1, 0, FP8_EPI_ADD | FP8_EPI_STATS>(tm_a, tm_b, C, 1.0f, M, N, K, 0, &tm_c,
-                                                                             nullptr, nullptr, 0, stats);
-}
-
-extern "C" forge_status forge_gemm_bf16_nt_pp_bf16_stats(const void *A, const void *B, void *C, float *stats, int M,
-                                                         int N, int K, void *stream, int pdl) {
-    const char *why = nullptr;
-    if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
-    else if (K % 8 != 0) why = "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
-    else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
-    else if (!fp8_c_tma_ok(C, N, 1))
-        why = "the ping-pong schedule stores C through TMA: N must be a multiple of 8 and C 16-byte aligned";
-    else if (stats == nullptr || (uintptr_t)stats % 16 != 0)
-        why = "stats must be given, 16-byte aligned (float4 stores of two columns' partials)";
-    if (why != nullptr)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 nt pp bf16 stats (M=%d N=%d K=%d): %s", M, N, K, why);
-    int dev = 0, sms = 0;
-    FORGE_TRY(fp8_device_info(&dev, &sms));
-    typedef fp8_cfg<128, 1> cfg;
-    static int smem_set[FP8_MAX_DEVICES];
-    CUtensorMap tm_a, tm_b, tm_c;
-    FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 1));
-    FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, A, M, K, (unsigned long long)K * 2, FP8_BM,
-                              FP8_BK / 2, "gemm_bf16 pp A (bf16, K-major)"));
-    FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, B, N, K, (unsigned long long)K * 2, 128,
-                              FP8_BK / 2, "gemm_bf16 pp B (bf16, K-major)"));
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_stats_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)cfg::SMEM));
-        smem_set[dev] = 1;
-    }
-    const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
-    if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
-    const int grid = (int)(tiles < sms ? tiles : sms);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_pp_stats_kernel, grid, FP8_THREADS, cfg::SMEM,
-                                     (cudaStream_t)stream, pdl, tm_a, tm_b, tm_c, C, (float2 *)stats, M, N, K),
-                    "gemm_wgmma_bf16_pp_stats_kernel");
-    return FORGE_OK;
 }
 
 extern "C" forge_status forge_gemm_fp8_nt(const void *A, forge_fp8_format a_fmt, const void *B,
