@@ -24,56 +24,12 @@
 
 #include <cuda_runtime.h>
 
-extern "C" {
-#include "../../src/base/status.h" /* a C header without C++ guards */
-}
+#include "flash_bench_common.h"
 #include "flash16_variants.h"
 #include "flash_lab.h"
 
-#define B2B_TRY(x)                                                                                                 \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "forge-lab bench flash16-bwd-2cta: %s: %s\n", #x, cudaGetErrorString(e_));             \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
-#define B2B_FORGE(x)                                                                                               \
-    do {                                                                                                           \
-        forge_status s_ = (x);                                                                                     \
-        if (s_ != FORGE_OK) {                                                                                      \
-            fprintf(stderr, "forge-lab bench flash16-bwd-2cta: %s: %s\n", #x, forge_error_message());              \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
-
-static uint16_t b2b_bf16(float f) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* max |a - b| / max |b| over n floats on the device */
-static double b2b_rel(const float *a, const float *b, size_t n) {
-    std::vector<float> ha(n), hb(n);
-    if (cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        cudaMemcpy(hb.data(), b, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return INFINITY;
-    double mx = 0.0, err = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs((double)hb[i]));
-        const double e = fabs((double)ha[i] - hb[i]);
-        err = e > err || isnan(e) ? e : err;
-    }
-    return err / (mx > 0 ? mx : 1);
-}
-
-static double b2b_median(std::vector<float> &t) {
-    std::sort(t.begin(), t.end());
-    const size_t n = t.size();
-    return 1e3 * (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]));
-}
+#define B2B_TRY(x) LAB_BENCH_CUDA("flash16-bwd-2cta", x)
+#define B2B_FORGE(x) LAB_BENCH_FORGE("flash16-bwd-2cta", x)
 
 /* the timed calls of one repetition: -1 is forge_flash_bf16_backward_wgmma, else lab_flash16_backward_2cta's
  * kernels bits; out: which gradient set (0 forge, 1 dq64, 2 dq32, 3 the one-kernel calls' scratch) */
@@ -100,7 +56,7 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
     for (int t = 0; t < 4; t++) {
         for (size_t i = 0; i < nt; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            h[i] = b2b_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
+            h[i] = lab_bench_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
         }
         B2B_TRY(cudaMalloc(in[t], nt * 2));
         B2B_TRY(cudaMemcpy(*in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
@@ -138,7 +94,7 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
     }
     for (int i = 0; i <= B2B_CALLS; i++) cudaEventDestroy(ev[i]);
     double us[B2B_CALLS];
-    for (int c = 0; c < B2B_CALLS; c++) us[c] = b2b_median(tm[c]);
+    for (int c = 0; c < B2B_CALLS; c++) us[c] = 1e3 * lab_bench_median(tm[c]); /* us */
     printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: forge bwd %.1f us (%.1f TFLOP/s), 2cta dq64 bwd "
            "%.1f us (%.1f TFLOP/s, %.3fx), 2cta dq32 bwd %.1f us (%.1f TFLOP/s, %.3fx)\n",
            B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, us[0] / us[1], us[2],
@@ -148,7 +104,7 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
            us[3], us[4], us[3] / us[4], us[5], us[3] / us[5], us[6], us[7], us[6] / us[7]);
     for (int w = 1; w < 3; w++)
         printf("  2cta %s: max|x-forge|/max|forge| dq %.2e dk %.2e dv %.2e\n", w == 1 ? "dq64" : "dq32",
-               b2b_rel(g[w][0], g[0][0], nt), b2b_rel(g[w][1], g[0][1], nt), b2b_rel(g[w][2], g[0][2], nt));
+               lab_bench_rel(g[w][0], g[0][0], nt), lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
     void *all[] = {q, k, v, dO, out, lse, delta};
     for (void *p : all) cudaFree(p);
     for (int w = 0; w < 4; w++)

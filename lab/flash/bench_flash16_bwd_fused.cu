@@ -22,50 +22,12 @@
 
 #include <cuda_runtime.h>
 
-extern "C" {
-#include "../../src/base/status.h" /* a C header without C++ guards */
-}
+#include "flash_bench_common.h"
 #include "flash16_variants.h"
 #include "flash_lab.h"
 
-#define FZB_TRY(x)                                                                                                 \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "forge-lab bench flash16-bwd-fused: %s: %s\n", #x, cudaGetErrorString(e_));          \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
-#define FZB_FORGE(x)                                                                                               \
-    do {                                                                                                           \
-        forge_status s_ = (x);                                                                                     \
-        if (s_ != FORGE_OK) {                                                                                      \
-            fprintf(stderr, "forge-lab bench flash16-bwd-fused: %s: %s\n", #x, forge_error_message());           \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
-
-static uint16_t fzb_bf16(float f) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* max |a - b| / max |b| over n floats on the device */
-static double fzb_rel(const float *a, const float *b, size_t n) {
-    std::vector<float> ha(n), hb(n);
-    if (cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        cudaMemcpy(hb.data(), b, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return INFINITY;
-    double mx = 0.0, err = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs((double)hb[i]));
-        const double e = fabs((double)ha[i] - hb[i]);
-        err = e > err || isnan(e) ? e : err;
-    }
-    return err / (mx > 0 ? mx : 1);
-}
+#define FZB_TRY(x) LAB_BENCH_CUDA("flash16-bwd-fused", x)
+#define FZB_FORGE(x) LAB_BENCH_FORGE("flash16-bwd-fused", x)
 
 static int fzb_shape(int B, int H, int T, int D, int reps) {
     const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
@@ -77,7 +39,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     for (int t = 0; t < 4; t++) {
         for (size_t i = 0; i < nt; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            h[i] = fzb_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
+            h[i] = lab_bench_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
         }
         FZB_TRY(cudaMalloc(in[t], nt * 2));
         FZB_TRY(cudaMemcpy(*in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
@@ -117,10 +79,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     }
     for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
     double us[3];
-    for (int w = 0; w < 3; w++) {
-        std::sort(t[w].begin(), t[w].end());
-        us[w] = 1e3 * (reps % 2 ? t[w][reps / 2] : 0.5 * (t[w][reps / 2 - 1] + t[w][reps / 2]));
-    }
+    for (int w = 0; w < 3; w++) us[w] = 1e3 * lab_bench_median(t[w]);
     printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: three-kernel bwd %.1f us (%.1f TFLOP/s), fused bwd "
            "%.1f us (%.1f TFLOP/s, workspace %zu B), fused2 bwd %.1f us (%.1f TFLOP/s); speed-up over three-kernel: "
            "fused %.3fx, fused2 %.3fx; fused2 / fused time %.3f\n",
@@ -128,7 +87,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
            flops / us[2] * 1e-6, us[0] / us[1], us[0] / us[2], us[2] / us[1]);
     for (int w = 1; w < 3; w++)
         printf("  %s: max|x-three|/max|three| dq %.2e dk %.2e dv %.2e\n", w == 1 ? "fused " : "fused2",
-               fzb_rel(g[w][0], g[0][0], nt), fzb_rel(g[w][1], g[0][1], nt), fzb_rel(g[w][2], g[0][2], nt));
+               lab_bench_rel(g[w][0], g[0][0], nt), lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
     if (ws) cudaFree(ws);
     void *all[] = {q,       k,       v,       dO,      out,     lse,     delta,   g[0][0], g[0][1],
                    g[0][2], g[1][0], g[1][1], g[1][2], g[2][0], g[2][1], g[2][2]};

@@ -19,48 +19,12 @@
 
 #include <cuda_runtime.h>
 
-extern "C" {
-#include "../../src/base/status.h" /* a C header without C++ guards */
-}
+#include "flash_bench_common.h"
 #include "flash16_variants.h"
 #include "flash_lab.h"
 
-#define F2B_TRY(x)                                                                                                 \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "forge-lab bench flash16-fwd-1cta: %s: %s\n", #x, cudaGetErrorString(e_));             \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
-#define F2B_FORGE(x)                                                                                               \
-    do {                                                                                                           \
-        forge_status s_ = (x);                                                                                     \
-        if (s_ != FORGE_OK) {                                                                                      \
-            fprintf(stderr, "forge-lab bench flash16-fwd-1cta: %s: %s\n", #x, forge_error_message());              \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
-
-static uint16_t f2b_bf16(float f) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float f2b_float(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static double f2b_median(std::vector<float> &t) {
-    std::sort(t.begin(), t.end());
-    const size_t n = t.size();
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
+#define F2B_TRY(x) LAB_BENCH_CUDA("flash16-fwd-1cta", x)
+#define F2B_FORGE(x) LAB_BENCH_FORGE("flash16-fwd-1cta", x)
 
 static int f2b_shape(int B, int H, int T, int D, int reps) {
     const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
@@ -71,7 +35,7 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
     for (int t = 0; t < 3; t++) {
         for (size_t i = 0; i < nt; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            h[i] = f2b_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
+            h[i] = lab_bench_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
         }
         F2B_TRY(cudaMalloc(&in[t], nt * 2));
         F2B_TRY(cudaMemcpy(in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
@@ -101,7 +65,7 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
         }
     }
     for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
-    const double us0 = 1e3 * f2b_median(tm[0]), us1 = 1e3 * f2b_median(tm[1]);
+    const double us0 = 1e3 * lab_bench_median(tm[0]), us1 = 1e3 * lab_bench_median(tm[1]);
     /* sanity: the two outputs of the last call */
     std::vector<uint16_t> o0(nt), o1(nt);
     std::vector<float> l0(nl), l1(nl);
@@ -111,7 +75,7 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
     F2B_TRY(cudaMemcpy(l1.data(), lse[1], nl * 4, cudaMemcpyDeviceToHost));
     double dout = 0.0, dlse = 0.0;
     for (size_t i = 0; i < nt; i++) {
-        const double e = fabs((double)f2b_float(o1[i]) - f2b_float(o0[i]));
+        const double e = fabs((double)lab_bench_float(o1[i]) - lab_bench_float(o0[i]));
         dout = e > dout || isnan(e) ? e : dout;
     }
     for (size_t i = 0; i < nl; i++) {
