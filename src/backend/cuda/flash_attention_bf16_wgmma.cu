@@ -126,14 +126,8 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
     forge_pdl_launch_dependents();
 
     if (warp_id == FW64_PRODUCER_WARP) {
-        if (lane == 0 && ntiles > 0) {
-            mbar_arrive_expect_tx(qbar, cfg::Q_BYTES);
-            fw_tma_load_3d(sq, &tm_q, h * D, q0, b, qbar);
-            int stage = 0;
-            uint32_t phase = 0;
-            for (int t = 0; t < ntiles; t++)
-                fw_load_kv<D, BN, STAGES>(&tm_k, &tm_v, sring, bars, t, hk, b, stage, phase);
-        }
+        if (lane == 0 && ntiles > 0)
+            fw_produce<D, BN, STAGES>(&tm_q, &tm_k, &tm_v, sq, sring, qbar, bars, q0, h, hk, b, ntiles);
         return;
     }
 

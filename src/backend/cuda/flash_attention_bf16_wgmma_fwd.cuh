@@ -202,8 +202,8 @@ template <int D> struct fw_cfg {
     static_assert(D == 64 || D == 128, "compiled head dims");
 };
 
-/* The producer (one thread of warpgroup 0): Q once on qbar, then ntiles K/V tiles of BN keys into the ring
- * (stage = tile % STAGES). */
+/* The producer (one thread: of warpgroup 0, or of warp 8 in the two-CTA kernel): Q once on qbar, then ntiles K/V
+ * tiles of BN keys into the ring (stage = tile % STAGES). */
 template <int D, int BN, int STAGES>
 __device__ __forceinline__ void fw_produce(const CUtensorMap *tm_q, const CUtensorMap *tm_k, const CUtensorMap *tm_v,
                                            uint32_t sq, uint32_t sring, uint32_t qbar, uint32_t bars, int q0, int h,
