@@ -5,9 +5,10 @@
  * causal shapes with D = 64: (B, H = Hkv, T, D) = (16, 12, 1024, 64) (gpt2-124m's training shape), (64, 6, 512, 64),
  * (64, 8, 1024, 64). Per repetition, interleaved call by call after a warm-up (CUDA events around each call):
  * - whole calls: forge; 2cta with fb2_dq_kernel<64> + fb2_dkdv_kernel ("dq64"); 2cta with fb2_dq_kernel<32> +
- *   fb2_dkdv_kernel ("dq32");
- * - one kernel each (the entry's timing-only _NO_DQ / _NO_DKDV bits; every call also runs the ~same delta pass):
- *   forge's dQ, fb2_dq_kernel<64>, fb2_dq_kernel<32>; forge's dK/dV, fb2_dkdv_kernel.
+ *   fb2_dkdv_kernel ("dq32"); the three-consumer kernels (lab_flash16_backward_3wg, flash16_bwd_3wg.cu: "3wg");
+ * - one kernel each (the entries' timing-only _NO_DQ / _NO_DKDV bits; every call also runs the ~same delta pass):
+ *   forge's dQ, fb2_dq_kernel<64>, fb2_dq_kernel<32>, fb3_dq_kernel; forge's dK/dV, fb2_dkdv_kernel,
+ *   fb3_dkdv_kernel.
  * Median us per call, TFLOP/s of whole calls under the 2.5 x forward convention (forward 2 B H T^2 D, causal), the
  * speed-ups, and max |2cta - forge| / max |forge| for dq, dk, dv of both whole 2cta calls as a sanity check (the
  * parity test is `forge-lab test flash16`). Inputs uniform bf16 in [-1, 1); out and lse from forge's forward. The
@@ -31,27 +32,35 @@
 #define B2B_TRY(x) LAB_BENCH_CUDA("flash16-bwd-2cta", x)
 #define B2B_FORGE(x) LAB_BENCH_FORGE("flash16-bwd-2cta", x)
 
-/* the timed calls of one repetition: -1 is forge_flash_bf16_backward_wgmma, else lab_flash16_backward_2cta's
- * kernels bits; out: which gradient set (0 forge, 1 dq64, 2 dq32, 3 the one-kernel calls' scratch) */
-#define B2B_CALLS 8
-static const int B2B_KERNELS[B2B_CALLS] = {
-    -1,
-    LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV,
-    LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_DKDV,
-    LAB_FLASH16_BWD2_NO_DKDV,
-    LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_NO_DKDV,
-    LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_NO_DKDV,
-    LAB_FLASH16_BWD2_NO_DQ,
-    LAB_FLASH16_BWD2_DKDV | LAB_FLASH16_BWD2_NO_DQ,
+/* the timed calls of one repetition: fn -1 is forge_flash_bf16_backward_wgmma, 0 lab_flash16_backward_2cta, 1
+ * lab_flash16_backward_3wg, with kernels bits; out: which gradient set (0 forge, 1 dq64, 2 dq32, 3 3wg, 4 the
+ * one-kernel calls' scratch, 5 3wg bulk) */
+#define B2B_CALLS 13
+static const struct {
+    int fn, kernels, out;
+} B2B_CALL[B2B_CALLS] = {
+    {-1, 0, 0},
+    {0, LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV, 1},
+    {0, LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_DKDV, 2},
+    {1, LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV, 3},
+    {0, LAB_FLASH16_BWD2_NO_DKDV, 4},
+    {0, LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_NO_DKDV, 4},
+    {0, LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_NO_DKDV, 4},
+    {1, LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_NO_DKDV, 4},
+    {0, LAB_FLASH16_BWD2_NO_DQ, 4},
+    {0, LAB_FLASH16_BWD2_DKDV | LAB_FLASH16_BWD2_NO_DQ, 4},
+    {1, LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_NO_DQ, 4},
+    {1, LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK, 5},
+    {1, LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK | LAB_FLASH16_BWD3_NO_DQ, 4},
 };
-static const int B2B_OUT[B2B_CALLS] = {0, 1, 2, 3, 3, 3, 3, 3};
+#define B2B_SETS 6
 
 static int b2b_shape(int B, int H, int T, int D, int reps) {
     const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
     std::vector<uint16_t> h(nt);
     uint64_t x = 0x9e3779b97f4a7c15ull;
     void *q, *k, *v, *dO, *out;
-    float *lse, *delta, *g[4][3];
+    float *lse, *delta, *g[B2B_SETS][3];
     void **in[4] = {&q, &k, &v, &dO};
     for (int t = 0; t < 4; t++) {
         for (size_t i = 0; i < nt; i++) {
@@ -64,7 +73,7 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
     B2B_TRY(cudaMalloc(&out, nt * 2));
     B2B_TRY(cudaMalloc((void **)&lse, nl * 4));
     B2B_TRY(cudaMalloc((void **)&delta, nl * 4));
-    for (int w = 0; w < 4; w++)
+    for (int w = 0; w < B2B_SETS; w++)
         for (int i = 0; i < 3; i++) B2B_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
                                   (long long)H * D};
@@ -76,12 +85,12 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
     for (int r = -3; r < reps; r++) {
         B2B_TRY(cudaEventRecord(ev[0], NULL));
         for (int c = 0; c < B2B_CALLS; c++) {
-            float **o = g[B2B_OUT[c]];
-            if (B2B_KERNELS[c] < 0)
+            float **o = g[B2B_CALL[c].out];
+            if (B2B_CALL[c].fn < 0)
                 B2B_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, o[0], o[1], o[2], NULL));
             else
-                B2B_FORGE(lab_flash16_backward_2cta(&fs, q, k, v, out, dO, lse, delta, o[0], o[1], o[2],
-                                                    B2B_KERNELS[c], NULL));
+                B2B_FORGE((B2B_CALL[c].fn ? lab_flash16_backward_3wg : lab_flash16_backward_2cta)(
+                    &fs, q, k, v, out, dO, lse, delta, o[0], o[1], o[2], B2B_CALL[c].kernels, NULL));
             B2B_TRY(cudaEventRecord(ev[c + 1], NULL));
         }
         B2B_TRY(cudaEventSynchronize(ev[B2B_CALLS]));
@@ -96,18 +105,26 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
     double us[B2B_CALLS];
     for (int c = 0; c < B2B_CALLS; c++) us[c] = 1e3 * lab_bench_median(tm[c]); /* us */
     printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: forge bwd %.1f us (%.1f TFLOP/s), 2cta dq64 bwd "
-           "%.1f us (%.1f TFLOP/s, %.3fx), 2cta dq32 bwd %.1f us (%.1f TFLOP/s, %.3fx)\n",
+           "%.1f us (%.1f TFLOP/s, %.3fx), 2cta dq32 bwd %.1f us (%.1f TFLOP/s, %.3fx), 3wg bwd %.1f us (%.1f "
+           "TFLOP/s, %.3fx)\n",
            B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, us[0] / us[1], us[2],
-           flops / us[2] * 1e-6, us[0] / us[2]);
-    printf("  delta + one kernel: dQ forge %.1f us, fb2 dq64 %.1f us (%.3fx), fb2 dq32 %.1f us (%.3fx); dK/dV forge "
-           "%.1f us, fb2 dkdv %.1f us (%.3fx)\n",
-           us[3], us[4], us[3] / us[4], us[5], us[3] / us[5], us[6], us[7], us[6] / us[7]);
-    for (int w = 1; w < 3; w++)
-        printf("  2cta %s: max|x-forge|/max|forge| dq %.2e dk %.2e dv %.2e\n", w == 1 ? "dq64" : "dq32",
-               lab_bench_rel(g[w][0], g[0][0], nt), lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
+           flops / us[2] * 1e-6, us[0] / us[2], us[3], flops / us[3] * 1e-6, us[0] / us[3]);
+    printf("  delta + one kernel: dQ forge %.1f us, fb2 dq64 %.1f us (%.3fx), fb2 dq32 %.1f us (%.3fx), fb3 dq %.1f us "
+           "(%.3fx); dK/dV forge %.1f us, fb2 dkdv %.1f us (%.3fx), fb3 dkdv %.1f us (%.3fx)\n",
+           us[4], us[5], us[4] / us[5], us[6], us[4] / us[6], us[7], us[4] / us[7], us[8], us[9], us[8] / us[9],
+           us[10], us[8] / us[10]);
+    printf("  3wg bulk (thread-0 refill, lse / delta by bulk copy): whole %.1f us (%.3fx forge), fb3 dkdv bulk %.1f us "
+           "(%.3fx forge's dK/dV)\n",
+           us[11], us[0] / us[11], us[12], us[8] / us[12]);
+    static const char *const wname[B2B_SETS] = {"", "2cta dq64", "2cta dq32", "3wg", "", "3wg bulk"};
+    for (int w = 1; w < B2B_SETS; w++) {
+        if (w == 4) continue; /* the one-kernel calls' scratch */
+        printf("  %s: max|x-forge|/max|forge| dq %.2e dk %.2e dv %.2e\n", wname[w], lab_bench_rel(g[w][0], g[0][0], nt),
+               lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
+    }
     void *all[] = {q, k, v, dO, out, lse, delta};
     for (void *p : all) cudaFree(p);
-    for (int w = 0; w < 4; w++)
+    for (int w = 0; w < B2B_SETS; w++)
         for (int i = 0; i < 3; i++) cudaFree(g[w][i]);
     return 0;
 }

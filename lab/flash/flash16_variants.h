@@ -115,6 +115,22 @@ forge_status lab_flash16_backward_2cta(const forge_flash_shape *s, const void *q
                                        float *dq, float *dk, float *dv, int kernels, void *stream);
 forge_status lab_flash16_backward_2cta_occupancy(int kernel, int *ctas_per_sm);
 
+/* The wgmma backward at D = 64 with its dQ and / or dK/dV kernel run with THREE consumer warpgroups in one CTA
+ * (lab/flash/flash16_bwd_3wg.cu, whose header explains them; 512 threads, setmaxnreg 24 / 160, 192 resident rows).
+ * kernels, a bit set: LAB_FLASH16_BWD3_DQ (fb3_dq_kernel; without it forge's dQ kernel), LAB_FLASH16_BWD3_DKDV
+ * (fb3_dkdv_kernel; without it forge's dK/dV kernel); timing only: _NO_DQ / _NO_DKDV skip that kernel (its outputs
+ * are left unwritten). An unknown bit is FORGE_ERR_ARG; D != 64 is FORGE_ERR_UNSUPPORTED; otherwise the refusals and
+ * results contract of forge_flash_bf16_backward_wgmma, and the same bits (each row summed over the same tiles in the
+ * same order). */
+#define LAB_FLASH16_BWD3_DQ 1
+#define LAB_FLASH16_BWD3_DKDV 2
+#define LAB_FLASH16_BWD3_NO_DQ 4
+#define LAB_FLASH16_BWD3_NO_DKDV 8
+#define LAB_FLASH16_BWD3_BULK 16 /* fb3_dkdv_kernel<1>: thread 0 refills, lse / delta by bulk copy from a packed copy */
+forge_status lab_flash16_backward_3wg(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                      const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
+                                      float *dq, float *dk, float *dv, int kernels, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

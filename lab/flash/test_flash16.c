@@ -34,9 +34,13 @@
  *   (a second run bitwise equal); at D = 128 flash16_backward_2cta.refuse
  *   (FORGE_ERR_UNSUPPORTED); flash16_backward_2cta_{dq64,dq32,dkdv}.occupancy:
  *   2 CTAs per SM.
+ * - flash16_backward_3wg.*: the three-consumer backward (lab_flash16_backward_3wg,
+ *   fb3_dq_kernel + fb3_dkdv_kernel) on the same shapes: against float64,
+ *   .{dq,dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 128
+ *   flash16_backward_3wg.refuse.
  * And a pingpong call with a head dim that has no tile must be refused, and
  * both fused backwards at D = 128, and the two-CTA backward asked for both dQ
- * kernels (FORGE_ERR_ARG).
+ * kernels, and the three-consumer backward an unknown kernel bit (FORGE_ERR_ARG).
  * --quick drops the shapes with Tq > 300. Ends with "N passed, N failed";
  * exit status 1 on any failure.
  */
@@ -77,7 +81,7 @@ static void check_fwd_forge(parity *P, fa_case *c) {
     fa_case_check_fwd(P, c, "flash16_forward_wgmma", st, &o);
 }
 
-static void check_bwd_2cta(parity *P, fa_case *c);
+static void check_bwd_variants(parity *P, fa_case *c);
 
 static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
@@ -126,7 +130,7 @@ static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int 
                                         : FORGE_ERR_OOM;
         fa_case_check_bwd(P, &c, bwd_name[var], st, &o);
     }
-    check_bwd_2cta(P, &c);
+    check_bwd_variants(P, &c);
     fa_case_free(P, &c);
 }
 
@@ -184,23 +188,47 @@ static forge_status fz_run(parity *P, fa_case *c, int v2, int splits, fa_bwd_out
     return st;
 }
 
-/* The two-CTA backward (lab_flash16_backward_2cta) at c's shape, on the out and lse already in c (the mma.sync
- * forward's): where D = 64, for each dQ kernel (dq64: fb2_dq_kernel<64>, dq32: fb2_dq_kernel<32>) with
- * fb2_dkdv_kernel, NAME.{dq,dk,dv} against float64, NAME.{dq,dk,dv}[wgmma] against forge_flash_bf16_backward_wgmma
- * (3e-2 * max|that tensor|, as the fused cases) and NAME.determinism (a second run into fresh NaN-poisoned outputs
- * bitwise equal); elsewhere flash16_backward_2cta.refuse (FORGE_ERR_UNSUPPORTED). */
-static void check_bwd_2cta(parity *P, fa_case *c) {
+/* The lab's D = 64 backward variants (BWD_VARIANT: the two-CTA backward with each dQ kernel, the three-consumer
+ * backward) at c's shape, on the out and lse already in c (the mma.sync forward's): where D = 64, NAME.{dq,dk,dv}
+ * against float64, against forge_flash_bf16_backward_wgmma (NAME.{dq,dk,dv}[wgmma]: 3e-2 * max|that tensor|, as the
+ * fused cases; or [wgmma bits]: bitwise, for a variant that sums the same tiles in the same order) and
+ * NAME.determinism (a second run into fresh NaN-poisoned outputs bitwise equal); elsewhere ENTRY.refuse
+ * (FORGE_ERR_UNSUPPORTED). */
+typedef forge_status (*bwd_variant_fn)(const forge_flash_shape *, const void *, const void *, const void *,
+                                       const void *, const void *, const float *, float *, float *, float *, float *,
+                                       int, void *);
+static const struct {
+    const char *name, *entry; /* the case names' prefix; the entry's refusal case */
+    bwd_variant_fn run;
+    int kernels, bitwise; /* bitwise: forge's bits are required (else within the fused cases' tolerance) */
+} BWD_VARIANT[] = {
+    {"flash16_backward_2cta_dq64", "flash16_backward_2cta", lab_flash16_backward_2cta,
+     LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV, 0},
+    {"flash16_backward_2cta_dq32", "flash16_backward_2cta", lab_flash16_backward_2cta,
+     LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_DKDV, 0},
+    {"flash16_backward_3wg", "flash16_backward_3wg", lab_flash16_backward_3wg,
+     LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV, 1},
+    {"flash16_backward_3wg_bulk", "flash16_backward_3wg", lab_flash16_backward_3wg,
+     LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK, 1},
+};
+#define BWD_VARIANTS ((int)(sizeof BWD_VARIANT / sizeof BWD_VARIANT[0]))
+
+static void check_bwd_variants(parity *P, fa_case *c) {
     if (c->D != 64) {
-        fa_bwd_out o = {0};
-        const forge_status st = fa_case_bwd_out(P, c, &o)
-                                    ? lab_flash16_backward_2cta(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
-                                                                o.delta, o.dq, o.dk, o.dv,
-                                                                LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV,
-                                                                c->stream)
-                                    : FORGE_ERR_OOM;
-        report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_backward_2cta.refuse", c->shape, 0, 0,
-               st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
-        fz_free_out(P, &o);
+        for (int var = 0; var < BWD_VARIANTS; var++) {
+            if (var > 0 && strcmp(BWD_VARIANT[var].entry, BWD_VARIANT[var - 1].entry) == 0) continue; /* one per entry */
+            fa_bwd_out o = {0};
+            const forge_status st = fa_case_bwd_out(P, c, &o)
+                                        ? BWD_VARIANT[var].run(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                               o.delta, o.dq, o.dk, o.dv, BWD_VARIANT[var].kernels,
+                                                               c->stream)
+                                        : FORGE_ERR_OOM;
+            char sub[96];
+            snprintf(sub, sizeof sub, "%s.refuse", BWD_VARIANT[var].entry);
+            report(P, st == FORGE_ERR_UNSUPPORTED, sub, c->shape, 0, 0,
+                   st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+            fz_free_out(P, &o);
+        }
         return;
     }
     /* forge's wgmma backward on the same inputs */
@@ -222,19 +250,16 @@ static void check_bwd_2cta(parity *P, fa_case *c) {
         if (wd[i])
             for (size_t e = 0; e < n[i]; e++) wd[i][e] = wh.g[i][e];
     }
-    static const char *const names[2] = {"flash16_backward_2cta_dq64", "flash16_backward_2cta_dq32"};
-    static const int kernels[2] = {LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV,
-                                   LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_DKDV};
-    for (int var = 0; var < 2; var++) {
+    for (int var = 0; var < BWD_VARIANTS; var++) {
         fz_host h[2];
         int have[2] = {0, 0};
         for (int run = 0; run < 2; run++) {
             char sub[96];
-            snprintf(sub, sizeof sub, "%s%s", names[var], run ? ".determinism" : "");
+            snprintf(sub, sizeof sub, "%s%s", BWD_VARIANT[var].name, run ? ".determinism" : "");
             fa_bwd_out o = {0};
-            st = fa_case_bwd_out(P, c, &o) ? lab_flash16_backward_2cta(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
-                                                                       c->glse, o.delta, o.dq, o.dk, o.dv,
-                                                                       kernels[var], c->stream)
+            st = fa_case_bwd_out(P, c, &o) ? BWD_VARIANT[var].run(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
+                                                                  c->glse, o.delta, o.dq, o.dk, o.dv,
+                                                                  BWD_VARIANT[var].kernels, c->stream)
                                            : FORGE_ERR_OOM;
             if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
             if (st != FORGE_OK)
@@ -246,11 +271,20 @@ static void check_bwd_2cta(parity *P, fa_case *c) {
         const double *ref[3] = {c->rdq, c->rdk, c->rdv};
         for (int i = 0; have[0] && i < 3; i++) {
             char sub[96];
-            snprintf(sub, sizeof sub, "%s.%s", names[var], part[i]);
+            snprintf(sub, sizeof sub, "%s.%s", BWD_VARIANT[var].name, part[i]);
             fa_compare(P, sub, c->shape, h[0].g[i], ref[i], n[i], 0, 3e-2, 1);
-            if (wd[i]) {
-                snprintf(sub, sizeof sub, "%s.%s[wgmma]", names[var], part[i]);
+            if (wd[i] && !BWD_VARIANT[var].bitwise) {
+                snprintf(sub, sizeof sub, "%s.%s[wgmma]", BWD_VARIANT[var].name, part[i]);
                 fa_compare(P, sub, c->shape, h[0].g[i], wd[i], n[i], 0, 3e-2, 1);
+            }
+            if (wd[i] && BWD_VARIANT[var].bitwise) { /* the same tiles in the same order: forge's bits */
+                size_t diff = 0;
+                for (size_t e = 0; e < n[i]; e++)
+                    if ((double)h[0].g[i][e] != wd[i][e]) diff++;
+                char why[96];
+                snprintf(sub, sizeof sub, "%s.%s[wgmma bits]", BWD_VARIANT[var].name, part[i]);
+                snprintf(why, sizeof why, "(%zu elements differ from forge_flash_bf16_backward_wgmma's)", diff);
+                report(P, diff == 0, sub, c->shape, (double)diff, 0, diff ? why : NULL);
             }
         }
         if (have[0] && have[1]) {
@@ -259,7 +293,7 @@ static void check_bwd_2cta(parity *P, fa_case *c) {
                 for (size_t e = 0; e < n[i]; e++)
                     if (memcmp(&h[0].g[i][e], &h[1].g[i][e], sizeof(float)) != 0) diff++;
             char sub[96], why[96];
-            snprintf(sub, sizeof sub, "%s.determinism", names[var]);
+            snprintf(sub, sizeof sub, "%s.determinism", BWD_VARIANT[var].name);
             snprintf(why, sizeof why, "(%zu elements of dq, dk, dv differ between two runs)", diff);
             report(P, diff == 0, sub, c->shape, (double)diff, 0, diff ? why : NULL);
         }
@@ -291,7 +325,7 @@ static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
         fa_case_free(P, &c);
         return;
     }
-    check_bwd_2cta(P, &c);
+    check_bwd_variants(P, &c);
     /* forge's wgmma backward on the same inputs */
     fa_bwd_out wo = {0};
     fz_host wh = {{NULL, NULL, NULL}};
@@ -394,7 +428,7 @@ static void case_fwd64(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
         forge_status st = fa_case_forward_mma(P, &c);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st == FORGE_OK)
-            check_bwd_2cta(P, &c);
+            check_bwd_variants(P, &c);
         else
             fa_case_failed(P, &c, "flash16_forward_mma (the 2cta backward cases' out, lse)", st);
     }
@@ -481,6 +515,14 @@ int lab_test_flash16(int argc, char **argv) {
             &f64, dummy, dummy, dummy, dummy, dummy, (float *)dummy, (float *)dummy, (float *)dummy, (float *)dummy,
             (float *)dummy, LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DQ32, NULL);
         report(&P, rs == FORGE_ERR_ARG, "flash16_backward_2cta.refuse_args", "DQ64|DQ32", 0, 0,
+               rs == FORGE_ERR_ARG ? NULL : "(expected FORGE_ERR_ARG)");
+    }
+    {
+        forge_flash_shape f64 = {1, 16, 16, 2, 2, 64, 2 * 64, 2 * 64, 2 * 64, 2 * 64};
+        const forge_status rs = lab_flash16_backward_3wg(&f64, dummy, dummy, dummy, dummy, dummy, (float *)dummy,
+                                                         (float *)dummy, (float *)dummy, (float *)dummy,
+                                                         (float *)dummy, 0x100, NULL);
+        report(&P, rs == FORGE_ERR_ARG, "flash16_backward_3wg.refuse_args", "0x100", 0, 0,
                rs == FORGE_ERR_ARG ? NULL : "(expected FORGE_ERR_ARG)");
     }
     forge_backend_destroy(P.gpu);
