@@ -973,8 +973,10 @@ static const char *BENCH_HELP =
     "  gemm-epi  the fused GEMM epilogues alone (bias+GELU, residual, bf16 out, GELU backward,\n"
     "          C +=) vs separate passes, cuBLAS(Lt) (--device cuda only; also part of gemm)\n"
     "  attention  causal attention: forge's bf16 flash kernels vs forge's unfused fp32 path\n"
-    "          (--device cuda only; --quick: the two smaller shapes;\n"
-    "          PyTorch SDPA baselines: tools/sdpa_bench.py)\n"
+    "          (--device cuda only; --quick: the first two shapes;\n"
+    "          PyTorch SDPA baselines: tools/sdpa_bench.py); with --baseline CMD (python3\n"
+    "          tools/sdpa_bench.py: PyTorch SDPA on cuDNN) forge's kernels paired with CMD instead,\n"
+    "          --steps rounds of --reps calls each side, at the issue-18 shapes, ratio with its CI\n"
     "  --results DIR  where every suite writes its <date>_<commit>/ folder (default results)\n"
     "  --order sequential|interleaved  how the GEMM suites (gemm, gemm-epi) time a\n"
     "          group's cells: interleaved (their default) runs one rep of each cell per round, so all see\n"
@@ -1052,7 +1054,8 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
         return s == FORGE_OK ? 0 : fail(s);
     }
     if (strcmp(what, "attention") == 0) {
-        s = forge_bench_attention(stdout, device, (int)reps, quick);
+        s = to.baseline ? forge_bench_attention_paired(stdout, device, to.baseline, (int)steps, (int)reps)
+                        : forge_bench_attention(stdout, device, (int)reps, quick);
         return s == FORGE_OK ? 0 : fail(s);
     }
     int do_train = strcmp(what, "train") == 0 || strcmp(what, "all") == 0;

@@ -2,7 +2,7 @@
 """sdpa_bench.py: PyTorch scaled_dot_product_attention baselines for `forge bench attention`.
 
 Times torch.nn.functional.scaled_dot_product_attention (causal, bf16) with its cuDNN and flash
-backends (torch.nn.attention.sdpa_kernel) at the issue-6 shapes, forward and forward+backward,
+backends (torch.nn.attention.sdpa_kernel) at the issue-18 shapes, forward and forward+backward,
 and writes one CSV next to the harness CSVs. FLOPs follow forge's convention: forward
 2*B*H*T^2*D (causal), backward 2.5x forward, so fwd+bwd counts 3.5x.
 
@@ -16,8 +16,16 @@ Method (the same rules as the harness, reimplemented here because PyTorch is Pyt
 With --forge-csv results/<dir>/attention.csv the script prints forge / cuDNN and forge /
 flash TFLOP/s ratios per shape (the issue's bar: forge fwd+bwd >= 1.10x cuDNN).
 
+With --serve it is the baseline process of `forge bench attention --baseline "python3 tools/sdpa_bench.py"`
+(one backend, --backend, cuDNN by default): it prints "ready TORCH_VERSION" and answers, line by line on stdin,
+  case B H T D fwd|fwdbwd SEED -> "ok ERR" / "garbage ERR" (inputs from SEED, checked as above, 10 warm-up runs)
+  time N                       -> the median milliseconds of N runs, each with its own pair of CUDA events
+  quit                         -> exits
+so forge and PyTorch alternate round by round in one call.
+
 usage: python3 tools/sdpa_bench.py --out results/<dir>/sdpa_external.csv [--forge-csv results/<dir>/attention.csv]
                                    [--reps 30] [--quick]
+       python3 tools/sdpa_bench.py --serve [--backend cudnn|flash]
 """
 import argparse
 import csv
@@ -26,7 +34,7 @@ import os
 import statistics
 import sys
 
-SHAPES = [(64, 6, 512, 64), (64, 8, 1024, 64), (16, 16, 2048, 128), (8, 16, 4096, 128)]
+SHAPES = [(16, 12, 1024, 64), (64, 6, 512, 64), (64, 8, 1024, 64), (16, 16, 2048, 128), (8, 16, 4096, 128)]
 TOL = 1e-2
 
 
@@ -57,7 +65,8 @@ def rel_err(got, ref):
     return d / r if r > 0 else d
 
 
-def run_case(torch, F, backend, mode, shape, reps, warmup, seed):
+def make_case(torch, F, backend, mode, shape, seed):
+    """Inputs of one case and its call (under backend); checked against float64: (once, status, err)."""
     B, H, T, D = shape
     gen = torch.Generator(device="cuda").manual_seed(seed)
     mk = lambda: (torch.rand(B, H, T, D, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
@@ -81,16 +90,21 @@ def run_case(torch, F, backend, mode, shape, reps, warmup, seed):
     with sdpa_kernel([backend]):
         o = once()
         torch.cuda.synchronize()
-        err = 0.0
-        for (b, h), item in reference(q, k, v, dout, bwd):
-            got = [o[b, h]] + ([q.grad[b, h], k.grad[b, h], v.grad[b, h]] if bwd else [])
-            for g, r in zip(got, item):
-                e = rel_err(g, r)
-                err = e if not (e <= err) else err
-        status = "ok" if err <= TOL else "garbage"
-        for _ in range(warmup):
-            once()
-        times = []
+    err = 0.0
+    for (b, h), item in reference(q, k, v, dout, bwd):
+        got = [o[b, h]] + ([q.grad[b, h], k.grad[b, h], v.grad[b, h]] if bwd else [])
+        for g, r in zip(got, item):
+            e = rel_err(g, r)
+            err = e if not (e <= err) else err
+    return once, ("ok" if err <= TOL else "garbage"), err
+
+
+def time_case(torch, backend, once, reps):
+    """Median milliseconds of reps calls, each timed with its own pair of CUDA events."""
+    from torch.nn.attention import sdpa_kernel
+
+    times = []
+    with sdpa_kernel([backend]):
         for _ in range(reps):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
@@ -98,9 +112,48 @@ def run_case(torch, F, backend, mode, shape, reps, warmup, seed):
             e.record()
             e.synchronize()
             times.append(s.elapsed_time(e))
-    med = statistics.median(times)
-    flops = 2.0 * B * H * T * T * D * (3.5 if bwd else 1.0)
+    return statistics.median(times)
+
+
+def run_case(torch, F, backend, mode, shape, reps, warmup, seed):
+    B, H, T, D = shape
+    once, status, err = make_case(torch, F, backend, mode, shape, seed)
+    time_case(torch, backend, once, warmup)
+    med = time_case(torch, backend, once, reps)
+    flops = 2.0 * B * H * T * T * D * (3.5 if mode == "fwdbwd" else 1.0)
     return status, err, med, flops / (med / 1e3) / 1e12
+
+
+def serve(backend_name):
+    """The line protocol of the module docstring (forge bench attention --baseline)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend
+
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend_name]
+    print(f"ready torch {torch.__version__} SDPA {backend_name}", flush=True)
+    once = None
+    for line in sys.stdin:
+        w = line.split()
+        if not w:
+            continue
+        if w[0] == "case":
+            B, H, T, D = (int(x) for x in w[1:5])
+            once = None
+            torch.cuda.empty_cache()
+            try:
+                once, status, err = make_case(torch, F, backend, w[5], (B, H, T, D), int(w[6]) % (1 << 62))
+                time_case(torch, backend, once, 10)
+                print(f"{status} {err:.3e}", flush=True)
+            except RuntimeError as exc:  # the backend refuses this shape or build
+                print("failed " + str(exc).splitlines()[0][:200], flush=True)
+        elif w[0] == "time" and once is not None:
+            print(f"{time_case(torch, backend, once, int(w[1])):.6f}", flush=True)
+        elif w[0] == "quit":
+            return 0
+        else:
+            print(f"failed: unexpected line {line.strip()[:100]!r}", flush=True)
+    return 0
 
 
 def forge_ratios(forge_csv, rows):
@@ -131,12 +184,18 @@ def forge_ratios(forge_csv, rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="CSV to write (put it in the harness results folder)")
+    ap.add_argument("--out", help="CSV to write (put it in the harness results folder)")
+    ap.add_argument("--serve", action="store_true", help="the paired baseline of forge bench attention --baseline")
+    ap.add_argument("--backend", choices=("cudnn", "flash"), default="cudnn", help="--serve's SDPA backend")
     ap.add_argument("--forge-csv", help="attention.csv of `forge bench attention` to print ratios against")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--quick", action="store_true", help="the two smaller shapes only")
+    ap.add_argument("--quick", action="store_true", help="the first two shapes only")
     args = ap.parse_args()
+    if args.serve:
+        return serve(args.backend)
+    if not args.out:
+        ap.error("--out is required (or --serve)")
     reps = max(args.reps, 30)
 
     import torch

@@ -24,3 +24,22 @@ forge_status forge_bench_attention(FILE *out, const char *device, int reps, int 
                        "build/cuda/forge bench attention --device cuda");
 #endif
 }
+
+forge_status forge_bench_attention_paired(FILE *out, const char *device, const char *command, int rounds,
+                                          int per_round) {
+    if (!device || strcmp(device, "cuda") != 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "forge bench attention --baseline: the pairing times GPU kernels only; run it with "
+                           "--device cuda (got --device %s)",
+                           device ? device : "(none)");
+#ifdef FORGE_WITH_CUDA
+    return forge_bench_attention_paired_cuda(out, command, rounds, per_round);
+#else
+    (void)out;
+    (void)command;
+    (void)rounds;
+    (void)per_round;
+    return forge_error(FORGE_ERR_UNSUPPORTED,
+                       "forge bench attention --baseline: this is the CPU-only build; build the CUDA one (make cuda)");
+#endif
+}

@@ -52,6 +52,9 @@ extern "C" {
 }
 #include "attention_cells.h"
 #include "check_sums.cuh"
+extern "C" {
+#include "../coprocess.h"
+}
 
 #define AB_TRY(call)                                                                                \
     do {                                                                                            \
@@ -272,7 +275,9 @@ static void ab_slice(const ab_shape *sh, int s, int *b, int *h) {
     *h = s == 0 ? 0 : sh->H - 1;
 }
 
-static forge_status ab_shape_init(ab_shape *sh, int B, int H, int T, int D, uint64_t seed) {
+/* unfused = 0 (the paired run) skips the unfused path's buffers: its two (B, H, T, T) fp32 score arrays are 17 GB at
+ * (8, 16, 4096, 128) */
+static forge_status ab_shape_init(ab_shape *sh, int B, int H, int T, int D, uint64_t seed, int unfused) {
     sh->B = B, sh->H = H, sh->T = T, sh->D = D;
     const size_t n = (size_t)B * T * H * D, nl = (size_t)B * H * T, tt = (size_t)B * H * T * T;
     cudaError_t e = cudaSuccess;
@@ -296,12 +301,12 @@ static forge_status ab_shape_init(ab_shape *sh, int B, int H, int T, int D, uint
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dq, n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dk, n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dv, n * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->qkv32, 3 * n * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dO32, n * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->out32, n * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->att, tt * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->scratch, tt * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dqkv, 3 * n * 4);
+    if (e == cudaSuccess && unfused) e = cudaMalloc((void **)&sh->qkv32, 3 * n * 4);
+    if (e == cudaSuccess && unfused) e = cudaMalloc((void **)&sh->dO32, n * 4);
+    if (e == cudaSuccess && unfused) e = cudaMalloc((void **)&sh->out32, n * 4);
+    if (e == cudaSuccess && unfused) e = cudaMalloc((void **)&sh->att, tt * 4);
+    if (e == cudaSuccess && unfused) e = cudaMalloc((void **)&sh->scratch, tt * 4);
+    if (e == cudaSuccess && unfused) e = cudaMalloc((void **)&sh->dqkv, 3 * n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->rlse, (size_t)T * 8);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->rdelta, (size_t)T * 8);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->sums, sizeof(ab_sums));
@@ -314,8 +319,9 @@ static forge_status ab_shape_init(ab_shape *sh, int B, int H, int T, int D, uint
                            "floats twice): %s",
                            B, H, T, D, tt, cudaGetErrorString(e));
     }
-    ab_widen_kernel<<<2048, 256, 0, sh->stream>>>(sh->qkv32, sh->dO32, sh->q, sh->k, sh->v, sh->dO,
-                                                  (size_t)B * T, H * D);
+    if (unfused)
+        ab_widen_kernel<<<2048, 256, 0, sh->stream>>>(sh->qkv32, sh->dO32, sh->q, sh->k, sh->v, sh->dO,
+                                                      (size_t)B * T, H * D);
     const double scale = 1.0 / sqrt((double)D);
     const unsigned blocks = (unsigned)((T + 3) / 4); /* 4 warps, a row each */
     for (int s = 0; s < AB_SLICES; s++) {
@@ -449,7 +455,8 @@ static forge_status ab_check(void *ctx, double *rel_err, int *fully_written) {
 /* ---- the suite ----------------------------------------------------------------------- */
 
 static const int AB_SHAPES[][4] = {
-    /* B, H, T, D (causal) */
+    /* B, H, T, D (causal): issue 18's shapes, gpt2-124m's training shape first */
+    {16, 12, 1024, 64},
     {64, 6, 512, 64},
     {64, 8, 1024, 64},
     {16, 16, 2048, 128},
@@ -536,7 +543,7 @@ extern "C" forge_status forge_attention_suite_run(FILE *out, int reps, int quick
                 banner);
     for (int i = 0; i < nshapes && s == FORGE_OK; i++) {
         const int B = AB_SHAPES[i][0], H = AB_SHAPES[i][1], T = AB_SHAPES[i][2], D = AB_SHAPES[i][3];
-        s = ab_shape_init(&sh, B, H, T, D, seed + (uint64_t)i);
+        s = ab_shape_init(&sh, B, H, T, D, seed + (uint64_t)i, 1);
         if (s != FORGE_OK) break;
         const double fwd = 2.0 * B * H * (double)T * T * D;
         const double nb = (double)B * T * H * D;
@@ -592,4 +599,128 @@ extern "C" forge_status forge_bench_attention_cuda(FILE *out, int reps, int quic
                                      "attention bench: causal, forge's bf16 flash attention (forge_flash_bf16_forward, "
                                      "_backward) vs forge's unfused fp32 attention",
                                      cells, (int)(sizeof cells / sizeof cells[0]));
+}
+
+/* ---- `forge bench attention --baseline CMD`: forge's defaults paired with another process ------------------------
+ * The suite's shapes (AB_SHAPES: issue 18's). Per shape and mode (fwd, fwd+bwd): forge's default cell
+ * is checked against the float64 reference once (the suite's gate, 1e-2), CMD --serve is told the case ("case B H T
+ * D fwd|fwdbwd SEED": it builds its own inputs, checks them against its own float64 reference and answers "ok ERR",
+ * "garbage ERR" or "failed WHY"), both warm up, then each round times K forge calls (one event pair each, the median)
+ * and asks CMD for the median of K of its calls ("time K"), so both sides of a round see the same clocks and thermal
+ * state. Reported: the medians over rounds, TFLOP/s (forward 2 B H T^2 D causal, fwd+bwd 3.5x), and the per-round
+ * ratio baseline ms / forge ms (> 1: forge faster) with the bootstrap 95% CI of its median. */
+
+static forge_status ab_paired_case(FILE *out, forge_coprocess *cp, const forge_bench_timer *timer, ab_shape *sh,
+                                   const forge_attention_cell *cell, uint64_t seed, int rounds, int per_round,
+                                   double *f, double *b, double *r, double *fk) {
+    char line[1024];
+    ab_cell ctx = {sh, AB_FLASH, cell};
+    double rel = 0.0;
+    int written = 0;
+    FORGE_TRY(ab_poison(&ctx));
+    FORGE_TRY(ab_run(&ctx, 0));
+    FORGE_TRY(ab_check(&ctx, &rel, &written));
+    const char *mode = cell->bwd ? "fwdbwd" : "fwd";
+    snprintf(line, sizeof line, "case %d %d %d %d %s %llu", sh->B, sh->H, sh->T, sh->D, mode,
+             (unsigned long long)seed);
+    FORGE_TRY(forge_coprocess_send(cp, line));
+    FORGE_TRY(forge_coprocess_recv(cp, line, sizeof line));
+    char bstatus[64] = "";
+    double berr = NAN;
+    if (sscanf(line, "%63s %lf", bstatus, &berr) < 1 || (strcmp(bstatus, "ok") != 0 && strcmp(bstatus, "garbage") != 0))
+        return forge_error(FORGE_ERR_DATA, "bench attention: the baseline answered \"%.200s\" to the case", line);
+    for (int w = 0; w < 5; w++) FORGE_TRY(ab_run(&ctx, 0));
+    for (int i = 0; i < rounds; i++) {
+        for (int k = 0; k < per_round; k++) {
+            FORGE_TRY(timer->start(timer->ctx));
+            FORGE_TRY(ab_run(&ctx, 0));
+            FORGE_TRY(timer->stop(timer->ctx, &fk[k]));
+        }
+        f[i] = forge_harness_median(fk, per_round);
+        snprintf(line, sizeof line, "time %d", per_round);
+        FORGE_TRY(forge_coprocess_send(cp, line));
+        FORGE_TRY(forge_coprocess_recv(cp, line, sizeof line));
+        if (sscanf(line, "%lf", &b[i]) != 1 || !(b[i] > 0))
+            return forge_error(FORGE_ERR_DATA, "bench attention: the baseline answered \"%.200s\" to time", line);
+        r[i] = b[i] / f[i];
+    }
+    const double fwd = 2.0 * sh->B * sh->H * (double)sh->T * sh->T * sh->D, flops = cell->bwd ? 3.5 * fwd : fwd;
+    const double fm = forge_harness_median(f, rounds), bm = forge_harness_median(b, rounds);
+    double lo = 0.0, hi = 0.0;
+    forge_harness_bootstrap_ci(r, rounds, 7, 10000, &lo, &hi);
+    const int ok = written && rel <= 1e-2 && strcmp(bstatus, "ok") == 0;
+    fprintf(out, "%-7s (%2d,%2d,%4d,%3d) | forge %8.3f ms %6.1f TFLOP/s | baseline %8.3f ms %6.1f TFLOP/s | forge "
+                 "speed-up %.3fx [%.3f, %.3f] | check forge %.1e%s, baseline %.1e %s\n",
+            cell->bwd ? "fwd+bwd" : "fwd", sh->B, sh->H, sh->T, sh->D, fm, flops / fm * 1e-9, bm, flops / bm * 1e-9,
+            forge_harness_median(r, rounds), lo, hi, rel, written ? "" : " UNWRITTEN", berr, bstatus);
+    fflush(out);
+    return ok ? FORGE_OK : forge_error(FORGE_ERR_NUMERIC, "bench attention: %s (%d,%d,%d,%d) failed its check",
+                                       cell->bwd ? "fwd+bwd" : "fwd", sh->B, sh->H, sh->T, sh->D);
+}
+
+extern "C" forge_status forge_bench_attention_paired_cuda(FILE *out, const char *command, int rounds, int per_round) {
+    static const forge_attention_cell cells[] = {
+        {"flash_bf16_fwd_default", 0, 0, ab_default_fwd},
+        {"flash_bf16_fwdbwd_default", 1, 0, ab_default_fwdbwd},
+    };
+    if (rounds < 5 || per_round < 1)
+        return forge_error(FORGE_ERR_ARG, "bench attention: --steps %d rounds (at least 5) of --reps %d calls",
+                           rounds, per_round);
+    const uint64_t seed = 20261203;
+    AB_TRY(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    AB_TRY(cudaGetDeviceProperties(&prop, 0));
+    ab_shape sh;
+    memset(&sh, 0, sizeof sh);
+    FORGE_TRY(forge_backend_create(&sh.be, FORGE_DEVICE_CUDA, NULL));
+    sh.stream = (cudaStream_t)forge_cuda_backend_stream(sh.be);
+    forge_bench_timer timer;
+    forge_status s = forge_cuda_bench_timer_create(&timer, sh.stream);
+    if (s != FORGE_OK) {
+        forge_backend_destroy(sh.be);
+        return s;
+    }
+    double *buf = (double *)malloc((3 * (size_t)rounds + (size_t)per_round) * sizeof(double));
+    char cmd[2048], line[1024];
+    snprintf(cmd, sizeof cmd, "%s --serve", command);
+    forge_coprocess cp;
+    int started = 0;
+    if (!buf) s = forge_error(FORGE_ERR_OOM, "bench attention: %d rounds", rounds);
+    if (s == FORGE_OK) s = forge_coprocess_start(&cp, cmd);
+    if (s == FORGE_OK) started = 1;
+    if (s == FORGE_OK) s = forge_coprocess_recv(&cp, line, sizeof line);
+    if (s == FORGE_OK && strncmp(line, "ready", 5) != 0)
+        s = forge_error(FORGE_ERR_DATA, "bench attention: the baseline said \"%.200s\", expected \"ready\"", line);
+    if (s == FORGE_OK)
+        fprintf(out,
+                "== attention paired: forge's bf16 flash attention (forge_flash_bf16_forward, _backward) against "
+                "\"%s\" (%s) on %s, causal, H = Hkv, %d rounds of %d calls each side; forge speed-up = baseline ms / "
+                "forge ms per round, median [bootstrap 95%% CI]\n",
+                command, line + (line[5] ? 6 : 5), prop.name, rounds, per_round);
+    const int nshapes = AB_N_SHAPES;
+    int bad = 0;
+    for (int i = 0; i < nshapes && s == FORGE_OK; i++) {
+        const int *p = AB_SHAPES[i];
+        s = ab_shape_init(&sh, p[0], p[1], p[2], p[3], seed + (uint64_t)i, 0);
+        for (int c = 0; c < 2 && s == FORGE_OK; c++) {
+            s = ab_paired_case(out, &cp, &timer, &sh, &cells[c], seed + (uint64_t)i, rounds, per_round, buf,
+                               buf + rounds, buf + 2 * rounds, buf + 3 * rounds);
+            if (s == FORGE_ERR_NUMERIC) { /* reported; the other cases go on */
+                bad++;
+                s = FORGE_OK;
+            }
+        }
+        ab_shape_free(&sh);
+    }
+    if (started) {
+        if (s == FORGE_OK) s = forge_coprocess_send(&cp, "quit");
+        const forge_status fin = forge_coprocess_finish(&cp);
+        if (s == FORGE_OK) s = fin;
+    }
+    free(buf);
+    forge_cuda_bench_timer_destroy(&timer);
+    forge_backend_destroy(sh.be);
+    if (s == FORGE_OK && bad > 0)
+        s = forge_error(FORGE_ERR_NUMERIC, "bench attention: %d paired case(s) failed their check (see the table)", bad);
+    return s;
 }

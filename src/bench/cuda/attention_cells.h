@@ -43,7 +43,7 @@ typedef struct {
 } forge_attention_cell;
 
 /* Runs the suite `suite` (the harness's name: results/<date>_<commit>/<suite>*.csv) over the issue's shapes
- * (quick = 1: the two smaller ones): per shape and group the unfused fp32 baseline, then each of `cells`. banner
+ * (quick = 1: the first two, (16, 12, 1024, 64) and (64, 6, 512, 64)): per shape and group the unfused fp32 baseline, then each of `cells`. banner
  * (what the suite compares) is printed once, with the gate, before the first shape. reps < 30 is raised to 30 by the harness. FORGE_ERR_NUMERIC if a
  * cell failed its gate or was garbage. */
 forge_status forge_attention_suite_run(FILE *out, int reps, int quick, const char *suite, const char *banner,
