@@ -13,6 +13,7 @@
 
 #include "test.h"
 #include "../src/backend/backend.h"
+#include "../src/bench/attention_bench.h"
 #include "../src/bench/bench_train.h"
 #include "../src/bench/coprocess.h"
 #include "../src/bench/harness.h"
@@ -702,4 +703,9 @@ void suite_harness(void) {
         forge_error_clear();
         forge_harness_set_default_root(NULL);
     }
+    /* the paired attention bench times GPU kernels only: any other device is refused by name, before a baseline
+     * process is started */
+    CHECK_ERR_MSG(forge_bench_attention_paired(stdout, "cpu", "false", 20, 10), FORGE_ERR_UNSUPPORTED,
+                  "--device cuda", "cpu");
+    forge_error_clear();
 }
