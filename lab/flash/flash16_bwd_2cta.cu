@@ -84,6 +84,7 @@
 #include "../../src/backend/cuda/wgmma_common.cuh"
 #include "../../src/backend/cuda/wgmma_tmap.h"
 
+#include "flash16_lab_ring.cuh"
 #include "flash16_variants.h"
 
 #define LAB_FB2_ENTRY "lab_flash16_backward_2cta" /* named in errors */
@@ -141,19 +142,6 @@ template <int N> __device__ __forceinline__ void fb2_ss(float (&d)[N / 2], uint3
 template <int K> __device__ __forceinline__ void fb2_rs(float (&acc)[32], const uint32_t (&a)[K / 16][4], uint32_t b) {
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) fw_pv<FB2_D>(acc, a[kk], wgmma_desc_mn(b + kk * 2048));
-}
-
-/* 1 if the phase of `bar` with parity `parity` has completed; never suspends the thread (test_wait, unlike
- * try_wait); acquire at CTA scope when it returns 1 */
-__device__ __forceinline__ uint32_t fb2_mbar_test(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile("{\n.reg .pred p;\n"
-                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-    return done;
 }
 
 __device__ __forceinline__ void fb2_advance(int &stage, uint32_t &phase, int stages) {
@@ -297,7 +285,7 @@ __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
                 const uint32_t empty = bars + 8 * (STAGES + ld.stage);
                 if (ld.next == t)
                     mbar_wait(empty, ld.phase ^ 1);
-                else if (!fb2_mbar_test(empty, ld.phase ^ 1))
+                else if (!lab_mbar_test(empty, ld.phase ^ 1))
                     break;
                 fb2_dq_issue<BN>(&tm_k, &tm_v, sring, bars, ld.next, ld.stage, hk, b);
                 ld.next++;
@@ -496,7 +484,7 @@ __global__ void __launch_bounds__(fb2_kv_cfg::THREADS, 2)
             while (ld.next < kb.total && ld.next < it + STAGES) {
                 const uint32_t empty = bars + 8 * (STAGES + ld.stage), full = bars + 8 * ld.stage;
                 if (ld.next > it) {
-                    const uint32_t ok = __shfl_sync(0xffffffffu, lane == 0 ? fb2_mbar_test(empty, ld.phase ^ 1) : 0u, 0);
+                    const uint32_t ok = __shfl_sync(0xffffffffu, lane == 0 ? lab_mbar_test(empty, ld.phase ^ 1) : 0u, 0);
                     if (!ok) break;
                 }
                 mbar_wait(empty, ld.phase ^ 1); /* every lane: acquire before overwriting the slot */

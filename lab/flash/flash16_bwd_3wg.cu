@@ -34,6 +34,7 @@
 #include "../../src/backend/cuda/wgmma_common.cuh"
 #include "../../src/backend/cuda/wgmma_tmap.h"
 
+#include "flash16_lab_ring.cuh"
 #include "flash16_variants.h"
 
 #define LAB_FB3_ENTRY "lab_flash16_backward_3wg" /* named in errors */
@@ -193,18 +194,6 @@ __global__ void __launch_bounds__(FB3_THREADS, 1)
 #define FB3_KV_THREADS (128 * FB3_NC)
 static_assert(FB3_KV_THREADS / 32 / 4 * 32 * 168 <= 16384, "168 registers: 3 warps a sub-partition");
 
-/* mbarrier phase test without blocking: 1 if the phase with this parity has completed */
-__device__ __forceinline__ uint32_t fb3_mbar_test(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile("{\n.reg .pred p;\n"
-                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-    return done;
-}
-
 /* lse*log2e (-inf -> 0) and delta of query rows lane and lane + 32 of iteration it's tile (0 past Tq or past the
  * last iteration): plain loads whose values the refill stores one call later */
 __device__ __forceinline__ void fb3_ld_prefetch(const fb_kv_block &kb, const forge_flash_shape &s, const float *lse,
@@ -358,7 +347,7 @@ __global__ void __launch_bounds__(FB3_KV_THREADS, 1)
         if (BULK && issuer) { /* the refill, thread 0 */
             while (next < kb.total && next < it + STAGES) {
                 const uint32_t empty = bars + 8 * (STAGES + lstage);
-                if (next > it && !fb3_mbar_test(empty, lphase ^ 1)) break;
+                if (next > it && !lab_mbar_test(empty, lphase ^ 1)) break;
                 mbar_wait(empty, lphase ^ 1);
                 fb3_kv_issue_bulk(kb, s, &tm_q, &tm_do, sring, sld, bars, ldp, tpad, next, lstage);
                 next++;
@@ -371,7 +360,7 @@ __global__ void __launch_bounds__(FB3_KV_THREADS, 1)
                 const uint32_t empty = bars + 8 * (STAGES + lstage);
                 if (next > it) {
                     const uint32_t ok =
-                        __shfl_sync(0xffffffffu, lane == 0 ? fb3_mbar_test(empty, lphase ^ 1) : 0u, 0);
+                        __shfl_sync(0xffffffffu, lane == 0 ? lab_mbar_test(empty, lphase ^ 1) : 0u, 0);
                     if (!ok) break;
                 }
                 mbar_wait(empty, lphase ^ 1); /* every lane: acquire before overwriting the slot */
