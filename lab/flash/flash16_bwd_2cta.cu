@@ -263,14 +263,7 @@ __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
     const bool issuer = !cfg::PRODUCER && threadIdx.x == 0;
 
     float lse2[2], dlt[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
-        const float lv = row < s.Tq ? lse[idx] : 0.0f;
-        lse2[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
-    }
+    fb_dq_rows(lse, delta, s, b, h, row_lo, lse2, dlt);
 
     float acc[FB2_D / 2];
 #pragma unroll
@@ -324,16 +317,7 @@ __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
         fb2_advance(stage, phase, STAGES);
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        if (row >= s.Tq) continue;
-        const size_t token = (size_t)b * s.Tq + row;
-#pragma unroll
-        for (int n = 0; n < FB2_D / 8; n++)
-            fb_grad_store2(grads, grads.dq, grads.dq_stride, token, s.H, h, FB2_D, n * 8 + 2 * tq,
-                           acc[4 * n + 2 * r] * scale, acc[4 * n + 2 * r + 1] * scale);
-    }
+    fb_dq_store<FB2_D>(grads, acc, s, b, h, row_lo, tq, scale);
 }
 
 /* ---- dK / dV ---------------------------------------------------------------------------------------- */

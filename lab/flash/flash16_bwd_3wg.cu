@@ -126,14 +126,7 @@ __global__ void __launch_bounds__(FB3_THREADS, 1)
     const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
 
     float lse2[2], dlt[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
-        const float lv = row < s.Tq ? lse[idx] : 0.0f;
-        lse2[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
-    }
+    fb_dq_rows(lse, delta, s, b, h, row_lo, lse2, dlt);
 
     float acc[D / 2];
 #pragma unroll
@@ -171,16 +164,7 @@ __global__ void __launch_bounds__(FB3_THREADS, 1)
         fb3_advance(stage, phase);
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        if (row >= s.Tq) continue;
-        const size_t token = (size_t)b * s.Tq + row;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            fb_grad_store2(grads, grads.dq, grads.dq_stride, token, s.H, h, D, n * 8 + 2 * tq,
-                           acc[4 * n + 2 * r] * scale, acc[4 * n + 2 * r + 1] * scale);
-    }
+    fb_dq_store<D>(grads, acc, s, b, h, row_lo, tq, scale);
 }
 
 /* ---- dK/dV: three consumer warpgroups and no producer warpgroup --------------------------------------------

@@ -194,6 +194,37 @@ __device__ __forceinline__ void fb_dq_p(float (&sc)[32], int k0, int wrow0, int 
 
 
 
+/* A dQ consumer thread's rows row_lo, row_lo + 8 of head h, batch b: lse*log2e (-inf -> 0: such a row is masked
+ * everywhere) and delta, both 0 past Tq (fb_dq_kernel and the lab's dQ kernels) */
+__device__ __forceinline__ void fb_dq_rows(const float *__restrict__ lse, const float *__restrict__ delta,
+                                           const forge_flash_shape &s, int b, int h, int row_lo, float (&lse2)[2],
+                                           float (&dlt)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
+        const float lv = row < s.Tq ? lse[idx] : 0.0f;
+        lse2[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
+        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
+    }
+}
+
+/* dQ (times scale) of those rows (the ones < Tq) from the thread's accumulator fragment */
+template <int D>
+__device__ __forceinline__ void fb_dq_store(const fb_grads &grads, const float (&acc)[D / 2], const forge_flash_shape &s,
+                                            int b, int h, int row_lo, int tq, float scale) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        const size_t token = (size_t)b * s.Tq + row;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            fb_grad_store2(grads, grads.dq, grads.dq_stride, token, s.H, h, D, n * 8 + 2 * tq, acc[4 * n + 2 * r] * scale,
+                           acc[4 * n + 2 * r + 1] * scale);
+    }
+}
+
 /* PIPE = 0: per tile S, dP, then dS and dQ += dS.K, each product waited before the next step. PIPE = 1
  * (the lab's PIPE_DQ variant at D = 64; forge runs PIPE = 0): software-pipelined like fb_dkdv_pipe_consumer: tile t's S and dP are issued,
  * then tile t-1's dQ += dS.K (register A kept from the previous iteration); wait_group 2 retires S (P computed
@@ -266,14 +297,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
 
     float lse2[2], dlt[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
-        const float lv = row < s.Tq ? lse[idx] : 0.0f;
-        lse2[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
-    }
+    fb_dq_rows(lse, delta, s, b, h, row_lo, lse2, dlt);
 
     float acc[D / 2];
 #pragma unroll
@@ -371,16 +395,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     }
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        if (row >= s.Tq) continue;
-        const size_t token = (size_t)b * s.Tq + row;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            fb_grad_store2(grads, grads.dq, grads.dq_stride, token, s.H, h, D, n * 8 + 2 * tq, acc[4 * n + 2 * r] * scale,
-                           acc[4 * n + 2 * r + 1] * scale);
-    }
+    fb_dq_store<D>(grads, acc, s, b, h, row_lo, tq, scale);
 }
 
 /* ---- dK, dV over key blocks --------------------------------------------------------------- */
