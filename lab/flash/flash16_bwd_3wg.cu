@@ -12,10 +12,10 @@
  * fb_dkdv_tile_ps, fb_dkdv_accumulate: the same instructions per element):
  * - fb3_dq_kernel: 512 threads (the product's producer warpgroup + 3 consumers), 128 registers (the dQ step needs
  *   fewer), 192 resident queries.
- * - fb3_dkdv_kernel: 384 threads, no producer warpgroup (with one, ptxas budgets 128 registers for the whole kernel
- *   whatever setmaxnreg does at run time, and the dK/dV step spills): 12 warps, 3 per register sub-partition, 168
- *   registers; warp 0 refills the ring between its tiles (flash16_bwd_2cta.cu's producer-less ring). 192 resident
- *   keys.
+ * - fb3_dkdv_kernel: 384 threads, no producer warpgroup (with one, setmaxnreg can give each of the 3 consumers at
+ *   most 160 registers, and the dK/dV step needs more: it spilled at 160): 12 warps, 3 per register sub-partition,
+ *   168 registers; warp 0 refills the ring between its tiles (flash16_bwd_2cta.cu's producer-less ring). 192
+ *   resident keys.
  * Resident tensors are one 192-row box per 64 columns (tensor maps of 192-row boxes; consumer c's rows at c * 8 KiB
  * as in the product's 128-row box), 12 consumer warps release each stage, the product's 4 stages. Each output row
  * is accumulated over the same tiles in the same order as in the product, so dQ, dK and dV are bitwise forge's
@@ -168,10 +168,11 @@ __global__ void __launch_bounds__(FB3_THREADS, 1)
 }
 
 /* ---- dK/dV: three consumer warpgroups and no producer warpgroup --------------------------------------------
- * With a producer warpgroup the CTA is 512 threads and ptxas allocates at most 128 registers a thread for the
- * whole kernel (setmaxnreg moves registers at run time, not the compile-time budget): the product's dK/dV step
- * (dK 32 + dV 32 + S^T 32 + dP^T 32 fp32 + P^T / dS^T 16 + 16) spills there. Without it, 384 threads = 12 warps,
- * 3 on each register sub-partition: 168 registers. Warp 0 refills the ring between its tiles as in
+ * With a producer warpgroup the CTA is 512 threads: 128 registers a thread at entry, and setmaxnreg (producer 24)
+ * can raise the three consumers to 160 at most (128 x 24 + 384 x 160 <= 65,536; ptxas compiles a setmaxnreg.inc
+ * branch to that count). The product's dK/dV step (dK 32 + dV 32 + S^T 32 + dP^T 32 fp32 + P^T / dS^T 16 + 16, plus
+ * addresses) spilled 260 B at 160 and serialised its wgmmas (C7512). Without the producer, 384 threads = 12 warps,
+ * 3 on each register sub-partition: 168 registers, 0 spills. Warp 0 refills the ring between its tiles as in
  * flash16_bwd_2cta.cu's fb2_dkdv_kernel (whose header has the deadlock argument): it loads every tile whose
  * stage is already empty (non-blocking test) up to STAGES ahead and blocks only for the tile it needs next; its
  * 32 lanes store the 64 queries' lse*log2e and delta (two each) and arrive on full (count 1 + 32). */
