@@ -7,12 +7,17 @@
 
 #include "attention_bench.h"
 
-forge_status forge_bench_attention(FILE *out, const char *device, int reps, int quick) {
+/* Both entries time GPU kernels only: any device but cuda is refused, naming the command (what) and the device. */
+static forge_status attention_device(const char *what, const char *device) {
     if (!device || strcmp(device, "cuda") != 0)
         return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "forge bench attention: the suite times GPU kernels only; run it with --device cuda "
-                           "(got --device %s)",
+                           "%s: times GPU kernels only; run it with --device cuda (got --device %s)", what,
                            device ? device : "(none)");
+    return FORGE_OK;
+}
+
+forge_status forge_bench_attention(FILE *out, const char *device, int reps, int quick) {
+    FORGE_TRY(attention_device("forge bench attention", device));
 #ifdef FORGE_WITH_CUDA
     return forge_bench_attention_cuda(out, reps, quick);
 #else
@@ -27,11 +32,7 @@ forge_status forge_bench_attention(FILE *out, const char *device, int reps, int 
 
 forge_status forge_bench_attention_paired(FILE *out, const char *device, const char *command, int rounds,
                                           int per_round) {
-    if (!device || strcmp(device, "cuda") != 0)
-        return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "forge bench attention --baseline: the pairing times GPU kernels only; run it with "
-                           "--device cuda (got --device %s)",
-                           device ? device : "(none)");
+    FORGE_TRY(attention_device("forge bench attention --baseline", device));
 #ifdef FORGE_WITH_CUDA
     return forge_bench_attention_paired_cuda(out, command, rounds, per_round);
 #else
