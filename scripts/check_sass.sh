@@ -36,7 +36,9 @@ gemm_wgmma_fp8_kernelILi[0-9]+ELi[01]ELi[01]ELi[02456]E QGMMA lab
 gemm_wgmma_bf16_tn_kernelILi192ELi0ELi192E       HGMMA lab
 gemm_mma_kernelILb0E                             HMMA  lab
 fa_fwd_kernelILi[0-9]+ELi128E                    HMMA  lab
+fw_fwd_ov_kernelILi128ELi128ELb1E                HGMMA forge
 fw_fwd_ov_kernel                                 HGMMA lab
+fw_fwd_kernel                                    HGMMA lab
 fb_dq_kernelILi[0-9]+ELi1E                       HGMMA lab
 fb_dkdv_split_kernelILi[0-9]+ELi0E               HGMMA lab
 gemm_wgmma_bf16_kernel HGMMA forge
@@ -53,7 +55,7 @@ _Z[0-9]+gemm_kernelI   FFMA  forge
 fa_fwd_kernel          HMMA  forge
 fa_bwd_dkdv_kernel     HMMA  forge
 fa_bwd_dq_kernel       HMMA  forge
-fw_fwd_kernel          HGMMA forge
+fw_fwd64_kernel        HGMMA forge
 fb_dq_kernel           HGMMA forge
 fb_dkdv_kernel         HGMMA forge
 fb_dkdv_split_kernel   HGMMA forge

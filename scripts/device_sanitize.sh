@@ -7,7 +7,7 @@
 #   memcheck   forge_gpu_tests --quick (every op of the list, the properties, the kernel suites), and one step
 #   synccheck  the same
 #   racecheck  the op walk (--only ops --quick), the bf16 flash backward's dQ / dK-dV kernels, the D = 64 forward
-#              (fw_fwd64_kernel), the dW C192 kernel,
+#              (fw_fwd64_kernel), the D = 128 forward (fw_fwd_ov_kernel), the dW C192 kernel,
 #              and one step (with build/cuda-san)
 # One training step: gpt-10m, batch 2 x 64, in each precision the trainer has (fp32, fp32 with tf32 GEMMs, bf16),
 # on the tokenized TinyStories of .carry/data/ts8192. SAN_TOOLS="memcheck synccheck racecheck" picks the tools. Every sanitizer log comes back under $OUT; a summary table last.
@@ -92,6 +92,9 @@ if want racecheck; then
     KERNELS=kns=fb_d run racecheck-flash16-bwd racecheck "$SAN_BIN" forge_gpu_tests --only flash16 --quick
     # the D = 64 forward's two CTAs per SM (fw_fwd64_kernel: a producer warp and 5-stage K/V ring per CTA)
     KERNELS=kns=fw_fwd64 run racecheck-flash16-fwd64 racecheck "$SAN_BIN" forge_gpu_tests --only flash16 --quick
+    # the D = 128 forward (fw_fwd_ov_kernel: persistent CTAs, a 3-stage K/V ring and Q buffer carried across work
+    # items, the warpgroups' ping-pong named barriers, the softmax pinned under P.V by a shared-memory store)
+    KERNELS=kns=fw_fwd_ov run racecheck-flash16-fwd128 racecheck "$SAN_BIN" forge_gpu_tests --only flash16 --quick
     KERNELS=kns=gemm_wgmma_bf16_tn_c192 run racecheck-gemm-tn racecheck "$SAN_BIN" forge_gpu_tests --only gemm_tn --quick
     for p in fp32 tf32 bf16; do
         # shellcheck disable=SC2046

@@ -9,11 +9,13 @@
  * Cells (the names of the suite's earlier CSVs, so runs compare):
  * - "fwd ...": flash_bf16_fwd_mma (the mma.sync forward, 64 query rows = 4
  *   warps per CTA), flash_bf16_fwd_q128 (128 rows = 8 warps sharing each K/V
- *   tile), flash_bf16_fwd_wgmma (the Hopper TMA + wgmma forward, base
- *   schedule: forge's), flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 /
- *   _ps128 (its overlap / pingpong / persist / persist_ov / pingpong_n128 /
- *   persist_n128 schedules), flash_bf16_fwd_wgmma_1cta (D = 64 only: the
- *   one-CTA-per-SM forward forge ran before its two-CTA kernel, lab_flash16_forward_1cta).
+ *   tile), flash_bf16_fwd_wgmma (the Hopper TMA + wgmma forward forge runs:
+ *   two CTAs per SM at D = 64, persist_n128 at D = 128),
+ *   flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 / _ps128 (the
+ *   overlap / pingpong / persist / persist_ov / pingpong_n128 / persist_n128
+ *   schedules), flash_bf16_fwd_wgmma_1cta
+ *   (the one-CTA-per-SM forward without the softmax / P.V overlap that forge
+ *   ran before, lab_flash16_forward_1cta).
  * - "fwd+bwd ...": flash_bf16_fwdbwd_mma (mma.sync forward + the mma.sync
  *   backward), flash_bf16_fwdbwd_wgmma (the wgmma forward + the mma.sync
  *   backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the wgmma
@@ -125,7 +127,7 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwd_wgmma_pso", 0, 0, fwd_pso},
         {"flash_bf16_fwd_wgmma_pp128", 0, 0, fwd_pp128},
         {"flash_bf16_fwd_wgmma_ps128", 0, 0, fwd_ps128},
-        {"flash_bf16_fwd_wgmma_1cta", 0, 64, fwd_1cta}, /* one CTA per SM: D = 64 only */
+        {"flash_bf16_fwd_wgmma_1cta", 0, 0, fwd_1cta}, /* one CTA per SM, no overlap */
         {"flash_bf16_fwdbwd_mma", 1, 0, fwdbwd_mma},
         {"flash_bf16_fwdbwd_wgmma", 1, 0, fwdbwd_wgmma},
         {"flash_bf16_fwdbwd_wgmma2", 1, 0, fwdbwd_w2},

@@ -22,8 +22,8 @@ extern "C" {
 forge_status lab_flash16_forward_q128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
 
-/* Consumer schedules of the wgmma forward (lab/flash/flash16_fwd_sched.cu): BASE waits for S = Q.K^T, does the
- * softmax, then O += P.V (forge_flash_bf16_forward_wgmma, which this entry calls for it); OVERLAP issues S_{t+1}
+/* Consumer schedules of the wgmma forward (lab/flash/flash16_fwd_sched.cu): BASE is forge_flash_bf16_forward_wgmma
+ * (the two-CTA kernel at D = 64, PERSIST_N128 at D = 128), which this entry calls for it; OVERLAP issues S_{t+1}
  * with P_t.V_t and runs the softmax of S_{t+1} while P_t.V_t is on the tensor cores; PINGPONG adds named-barrier
  * turns so the two consumer warpgroups' softmaxes run under each other's GEMMs; PERSIST is PINGPONG on a grid of
  * one CTA per SM walking the (query tile, head, batch) items, the next item's K/V and Q loading under the
@@ -40,9 +40,9 @@ forge_status lab_flash16_forward_q128(const forge_flash_shape *s, const void *q,
 forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        void *out_bf16, float *lse, int sched, void *stream);
 
-/* The wgmma forward with ONE CTA per SM at D = 64 (lab/flash/flash16_fwd_1cta.cu): fw_fwd_kernel<64>, what forge
- * ran at D = 64 before its two-CTA kernel; the baseline that kernel is timed against. D = 64 only (another D is
- * FORGE_ERR_UNSUPPORTED); otherwise the refusals and results contract of forge_flash_bf16_forward_wgmma. */
+/* The wgmma forward with ONE CTA per SM and no softmax / P.V overlap (lab/flash/flash16_fwd_1cta.cu):
+ * fw_fwd_kernel<D>, what forge ran before its two-CTA kernel (D = 64) and its scheduled kernel (D = 128); the
+ * baseline those are timed against. The refusals and results contract of forge_flash_bf16_forward_wgmma. */
 forge_status lab_flash16_forward_1cta(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
 

@@ -85,8 +85,9 @@ forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const vo
  *
  * forge_flash_bf16_forward_wgmma (flash_attention_bf16_wgmma.cu): FA3-style, a producer (warp at D = 64,
  * warpgroup at D = 128) and two consumer warpgroups of 64 query rows, P kept in registers as the A operand of
- * P.V; two CTAs per SM at D = 64, one at D = 128. FORGE_ERR_UNSUPPORTED on a non-Hopper device or a layout TMA
- * cannot describe; Tk == 0 runs the mma.sync forward.
+ * P.V; two CTAs per SM at D = 64; at D = 128 one persistent CTA per SM whose warpgroups run each tile's softmax
+ * under the previous tile's P.V and take turns issuing their products. FORGE_ERR_UNSUPPORTED on a non-Hopper
+ * device or a layout TMA cannot describe; Tk == 0 runs the mma.sync forward.
  * forge_flash_bf16_forward_wgmma_occupancy: the CTAs per SM the runtime keeps resident for its kernel at head
  * dim D (64 or 128; cudaOccupancyMaxActiveBlocksPerMultiprocessor): 2 and 1 by design.
  * forge_flash_bf16_forward_mma (flash_attention_bf16.cu): mma.sync m16n8k16, 64 query rows (4 warps) per CTA.

@@ -5,14 +5,19 @@
  * contract as the mma.sync forward in flash_attention_bf16.cu.
  *
  * Two kernels: at D = 64 fw_fwd64_kernel (this file), TWO CTAs per SM; at
- * D = 128 fw_fwd_kernel<128> (flash_attention_bf16_wgmma_fwd.cuh), one CTA per
- * SM. At D = 64 a tile's softmax takes about as long as its MMAs; with two
- * consumer warpgroups per SM both are often in their softmax at once and the
- * tensor pipe idles, with four (two CTAs) the schedulers interleave one's
- * softmax with the others' MMAs: 1.35-1.48x the one-CTA kernel at (16,12,1024,
- * 64), (64,6,512,64), (64,8,1024,64) (lab/notes/flash.md, 2026-12-03). At
- * D = 128, S + P + O of 64-key tiles (112 registers) do not fit the 96 two CTAs
- * leave a thread.
+ * D = 128 fw_fwd_ov_kernel<128, 128, true> (flash_attention_bf16_wgmma_fwd_
+ * sched.cuh), one persistent CTA per SM. At D = 64 a tile's softmax takes
+ * about as long as its MMAs; with two consumer warpgroups per SM both are often
+ * in their softmax at once and the tensor pipe idles, with four (two CTAs) the
+ * schedulers interleave one's softmax with the others' MMAs: 1.35-1.48x the
+ * one-CTA kernel at (16,12,1024,64), (64,6,512,64), (64,8,1024,64)
+ * (lab/notes/flash.md, 2026-12-03). At D = 128, S + P + O of 64-key tiles (112
+ * registers) do not fit the 96 two CTAs leave a thread; there each warpgroup
+ * runs a 128-key tile's softmax under its previous tile's P.V (the two waits
+ * held apart by fw_pin_before_wait), the warpgroups take turns issuing their
+ * products, and persistent CTAs walk paired long + short query tiles: 1.13x
+ * the one-CTA kernel at (16,16,2048,128) and (8,16,4096,128) (lab/notes/
+ * flash.md, 2026-12-03, twelfth session).
  *
  * Design (the decisions a reader would otherwise get wrong):
  * - CTA = a PRODUCER (D = 128: warpgroup 0 under setmaxnreg; D = 64: warp 8,
@@ -44,11 +49,10 @@
  *   rows see none of a tile skips its MMAs but still releases the stage;
  *   only tiles straddling the diagonal or Tk evaluate the mask.
  * - Tk = 0 goes to the mma.sync forward (a tensor map cannot have a 0 dim).
- * - The consumers wait for S, do the softmax, then wait for O += P.V (the
- *   BASE schedule); the lab holds the other consumer schedules of the one-CTA
- *   forward (softmax under the previous tile's P.V, ping-pong between the
- *   warpgroups, persistent CTAs) and its D = 64 instance (the baseline of
- *   fw_fwd64_kernel), which share the ring and epilogue
+ * - At D = 64 the consumers wait for S, do the softmax, then wait for
+ *   O += P.V; the D = 128 kernel's schedule is explained in its header. The
+ *   lab holds the other schedules and the one-CTA kernel without the overlap
+ *   (the baseline of both), which share the ring and epilogue
  *   (flash_attention_bf16_wgmma_fwd.cuh).
  * - Everything waits through mbar_wait (traps after 10 s instead of hanging).
  * - The barriers are set up before forge_pdl_wait (pdl.cuh), so under
@@ -64,6 +68,7 @@
 
 #include "cuda_check.h"
 #include "flash_attention_bf16_wgmma_fwd.cuh" /* CTA shape, K/V tile step, epilogue, host steps */
+#include "flash_attention_bf16_wgmma_fwd_sched.cuh" /* the D = 128 kernel */
 #include "flash_wgmma_common.cuh"
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
@@ -238,7 +243,7 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *
     if (!launch) return FORGE_OK;
     cudaStream_t st = (cudaStream_t)stream;
     return s->D == 64 ? fw_forward_64(s, q, k, v, out_bf16, lse, st, pdl)
-                      : fw_forward_1cta<128>(s, q, k, v, out_bf16, lse, st, pdl, FW_ENTRY);
+                      : fw_forward_sched<128, 128, true>(s, q, k, v, out_bf16, lse, true, st, pdl, FW_ENTRY);
 }
 
 extern "C" forge_status forge_flash_bf16_forward_wgmma_occupancy(int D, int *ctas_per_sm) {
@@ -251,9 +256,10 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_occupancy(int D, int *cta
                                                                FW64_THREADS, fw64_cfg::SMEM));
         return FORGE_OK;
     }
-    CUDA_TRY(cudaFuncSetAttribute(fw_fwd_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)fw_cfg<128>::SMEM));
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, (const void *)fw_fwd_kernel<128>,
-                                                           FW_THREADS, fw_cfg<128>::SMEM));
+    typedef fw_ov_cfg<128, 128> cfg128;
+    CUDA_TRY(cudaFuncSetAttribute(fw_fwd_ov_kernel<128, 128, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)cfg128::SMEM));
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, (const void *)fw_fwd_ov_kernel<128, 128, true>,
+                                                           FW_THREADS, cfg128::SMEM));
     return FORGE_OK;
 }

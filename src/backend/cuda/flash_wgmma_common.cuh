@@ -3,8 +3,9 @@
  * attention kernels share: the 3D TMA load of a (column, token, batch) tensor
  * map, the wgmma wrappers they use (S = A.B^T with both operands K-major in
  * shared memory, N = 64 or 128; O += A.B with A bf16 fragments in registers
- * and B MN-major, N = 64 or 128) and the bf16 pair packing that turns an
- * accumulator into an A fragment (fw_pack, fw_to_a). Shared so that the
+ * and B MN-major, N = 64 or 128), the bf16 pair packing that turns an
+ * accumulator into an A fragment (fw_pack, fw_to_a) and the store that keeps
+ * overlapped work ahead of a wgmma wait (fw_pin_before_wait). Shared so that the
  * forward (flash_attention_bf16_wgmma.cu) and the backward
  * (flash_attention_bf16_wgmma_bwd.cu) issue exactly the same instructions;
  * fragment layouts are documented at the top of the forward.
@@ -91,6 +92,16 @@ template <int D> __device__ __forceinline__ void fw_pv(float (&o)[D / 2], const 
         fw_wgmma_rs_n64(o, a, desc_b);
     else
         fw_wgmma_rs_n128(o, a, desc_b);
+}
+
+/* Keeps the work that v depends on above the next wgmma.wait_group: a wgmma wait issued after the work a
+ * kernel means to overlap with the products in flight. ptxas places WARPGROUP.DEPBAR as early as its operands
+ * allow, which for a wait is right after the previous one, so the work between wait_group 1 and wait_group 0
+ * otherwise runs after both (seen in the SASS of the overlapped forward and of a test kernel, CUDA 13.0). A
+ * wait does not move across a shared-memory store, and this store needs v (pass a value that needs all of the
+ * work, e.g. the softmax's row sums). The stored value is never read; slot is the thread's own word. */
+__device__ __forceinline__ void fw_pin_before_wait(uint32_t slot, float v) {
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(v) : "memory");
 }
 
 /* lo goes to the low half (the lower column / k index), round to nearest even */
