@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# device_fwdov.sh: the wgmma forward's consumer schedules with the softmax pinned under P.V (fw_pin_before_wait,
+# lab/flash/flash16_fwd_sched.cu), on the GPU machine (device_run.sh stage "fwdov"; OUT set, binaries prebuilt):
+#   1. `forge_gpu_tests --only flash16` (forge's kernels through its entries) and `forge-lab test flash16` (every
+#      forward schedule and backward variant by name against float64 and the CPU reference);
+#   2. `forge-lab bench attention-variants` over the forward cells (forge's, overlap, pingpong, persist,
+#      persist_ov, pingpong_n128, persist_n128, persist_ov_n128, one-CTA) and the backward cells wgmma2 (forge's
+#      backward), wgmma2_pq (the pipelined dQ kernel, D = 64) at issue 18's shapes, one process;
+#   3. PyTorch SDPA on cuDNN at the same shapes (tools/sdpa_bench.py, forward only), for the ratios.
+# Prints a table (TFLOP/s per cell and shape) last. Budget: ~4 minutes.
+set -u -o pipefail
+: "${OUT:?set OUT to the folder for logs}"
+mkdir -p "$OUT"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fails=0
+timeout 100 build/cuda/forge_gpu_tests --only flash16 >"$OUT/fwdov_parity_forge.txt" 2>&1 || fails=1
+timeout 100 build/cuda/forge-lab test flash16 >"$OUT/fwdov_parity.txt" 2>&1 || fails=1
+tail -1 "$OUT/fwdov_parity_forge.txt"
+tail -1 "$OUT/fwdov_parity.txt"
+grep -h "^FAIL" "$OUT/fwdov_parity_forge.txt" "$OUT/fwdov_parity.txt" | head -20
+rm -rf /tmp/fwdov-results
+timeout 200 build/cuda/forge-lab bench attention-variants --reps "${FORGE_FWDOV_REPS:-30}" --results /tmp/fwdov-results \
+    --only "flash_bf16_fwd_wgmma|flash_bf16_fwdbwd_wgmma2@|flash_bf16_fwdbwd_wgmma2_pq" >"$OUT/fwdov_bench.txt" 2>&1 ||
+    fails=1
+csv=$(find /tmp/fwdov-results -name 'attention-variants*.csv' | head -1)
+[ -n "$csv" ] && cp "$csv" "$OUT/"
+timeout 120 python3 tools/sdpa_bench.py --out "$OUT/sdpa_fwd.csv" --reps 30 >"$OUT/fwdov_sdpa.txt" 2>&1 || fails=1
+echo "cell | shape | TFLOP/s"
+grep -E "^flash_bf16_fwd" "$OUT/fwdov_bench.txt" | awk '{print $1, "|", $2, $3, $4, $5, $6, "|", $(NF-2)}' | sort -k3,8
+grep -E "cudnn" "$OUT/fwdov_sdpa.txt"
+exit $fails
