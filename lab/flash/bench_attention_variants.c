@@ -11,9 +11,9 @@
  *   warps per CTA), flash_bf16_fwd_q128 (128 rows = 8 warps sharing each K/V
  *   tile), flash_bf16_fwd_wgmma (the Hopper TMA + wgmma forward forge runs:
  *   two CTAs per SM at D = 64, persist_n128 at D = 128),
- *   flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 / _ps128 / _ps3wg
- *   (the overlap / pingpong / persist / persist_ov / pingpong_n128 /
- *   persist_n128 / persist_3wg schedules), flash_bf16_fwd_wgmma_1cta
+ *   flash_bf16_fwd_wgmma_ov / _pp / _ps / _pso / _pp128 / _ps128 (the
+ *   overlap / pingpong / persist / persist_ov / pingpong_n128 / persist_n128
+ *   schedules), flash_bf16_fwd_wgmma_1cta
  *   (the one-CTA-per-SM forward without the softmax / P.V overlap that forge
  *   ran before, lab_flash16_forward_1cta).
  * - "fwd+bwd ...": flash_bf16_fwdbwd_mma (mma.sync forward + the mma.sync
@@ -65,7 +65,6 @@ static forge_status fwd_pp128(const forge_attention_io *io) {
     return fwd_sched(io, LAB_FLASH16_SCHED_PINGPONG_N128);
 }
 static forge_status fwd_ps128(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_PERSIST_N128); }
-static forge_status fwd_ps3wg(const forge_attention_io *io) { return fwd_sched(io, LAB_FLASH16_SCHED_PERSIST_3WG); }
 static forge_status fwd_1cta(const forge_attention_io *io) { return lab_flash16_forward_1cta(IO_FWD(io), io->stream); }
 
 static forge_status fwdbwd_mma(const forge_attention_io *io) {
@@ -128,7 +127,6 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwd_wgmma_pso", 0, 0, fwd_pso},
         {"flash_bf16_fwd_wgmma_pp128", 0, 0, fwd_pp128},
         {"flash_bf16_fwd_wgmma_ps128", 0, 0, fwd_ps128},
-        {"flash_bf16_fwd_wgmma_ps3wg", 0, 0, fwd_ps3wg},
         {"flash_bf16_fwd_wgmma_1cta", 0, 0, fwd_1cta}, /* one CTA per SM, no overlap */
         {"flash_bf16_fwdbwd_mma", 1, 0, fwdbwd_mma},
         {"flash_bf16_fwdbwd_wgmma", 1, 0, fwdbwd_wgmma},

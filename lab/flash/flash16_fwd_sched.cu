@@ -11,7 +11,6 @@
  *   OVERLAP, PERSIST_OV:    the softmax under P.V, one CTA per query tile / persistent; BN = 64 at D = 128
  *   PINGPONG, PERSIST:      the same with the warpgroups' ping-pong; BN = 64 at D = 128
  *   PINGPONG_N128, PERSIST_N128: ping-pong with 128-key tiles at D = 128 too (3 stages; PERSIST_N128 is forge's)
- *   PERSIST_3WG:            persistent, no ping-pong, three consumer warpgroups (192 query rows per CTA)
  * At D = 64 every schedule has 128-key tiles.
  */
 #include <cuda_runtime.h>
@@ -25,7 +24,7 @@
 extern "C" forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q, const void *k,
                                                   const void *v, void *out_bf16, float *lse, int sched,
                                                   void *stream) {
-    if (sched < LAB_FLASH16_SCHED_BASE || sched > LAB_FLASH16_SCHED_PERSIST_3WG)
+    if (sched < LAB_FLASH16_SCHED_BASE || sched > LAB_FLASH16_SCHED_PERSIST_N128)
         return forge_error(FORGE_ERR_ARG, "%s: unknown schedule %d", LAB_FW_ENTRY, sched);
     if (sched == LAB_FLASH16_SCHED_BASE) return forge_flash_bf16_forward_wgmma(s, q, k, v, out_bf16, lse, stream, 0);
     int launch = 0;
@@ -45,10 +44,6 @@ extern "C" forge_status lab_flash16_forward_sched(const forge_flash_shape *s, co
         return s->D == 64 ? fw_forward_sched<64, 128, true>(s, q, k, v, out_bf16, lse, persist, st, 0, LAB_FW_ENTRY)
                           : fw_forward_sched<128, 64, true>(s, q, k, v, out_bf16, lse, persist, st, 0, LAB_FW_ENTRY);
     }
-    case LAB_FLASH16_SCHED_PERSIST_3WG:
-        return s->D == 64
-                   ? fw_forward_sched<64, 128, false, 3>(s, q, k, v, out_bf16, lse, true, st, 0, LAB_FW_ENTRY)
-                   : fw_forward_sched<128, 64, false, 3>(s, q, k, v, out_bf16, lse, true, st, 0, LAB_FW_ENTRY);
     default: { /* PINGPONG_N128, PERSIST_N128: 128-key tiles at D = 128 too (3 stages) */
         const bool persist = sched == LAB_FLASH16_SCHED_PERSIST_N128;
         return s->D == 64 ? fw_forward_sched<64, 128, true>(s, q, k, v, out_bf16, lse, persist, st, 0, LAB_FW_ENTRY)

@@ -28,9 +28,8 @@ forge_status lab_flash16_forward_q128(const forge_flash_shape *s, const void *q,
  * turns so the two consumer warpgroups' softmaxes run under each other's GEMMs; PERSIST is PINGPONG on a grid of
  * one CTA per SM walking the (query tile, head, batch) items, the next item's K/V and Q loading under the
  * current one's tail; PERSIST_OV is OVERLAP made persistent the same way; PINGPONG_N128 / PERSIST_N128 are
- * PINGPONG / PERSIST with 128-key tiles at D = 128 too (3 stages; D = 64 unchanged); PERSIST_3WG is PERSIST_OV
- * with three consumer warpgroups (192 query rows per CTA; 128-key tiles at D = 64, 64-key at D = 128). Another
- * value is FORGE_ERR_ARG; the refusals are those of forge_flash_bf16_forward_wgmma. */
+ * PINGPONG / PERSIST with 128-key tiles at D = 128 too (3 stages; D = 64 unchanged). Another value is
+ * FORGE_ERR_ARG; the refusals are those of forge_flash_bf16_forward_wgmma. */
 #define LAB_FLASH16_SCHED_BASE 0
 #define LAB_FLASH16_SCHED_OVERLAP 1
 #define LAB_FLASH16_SCHED_PINGPONG 2
@@ -38,7 +37,6 @@ forge_status lab_flash16_forward_q128(const forge_flash_shape *s, const void *q,
 #define LAB_FLASH16_SCHED_PERSIST_OV 4
 #define LAB_FLASH16_SCHED_PINGPONG_N128 5
 #define LAB_FLASH16_SCHED_PERSIST_N128 6
-#define LAB_FLASH16_SCHED_PERSIST_3WG 7
 forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        void *out_bf16, float *lse, int sched, void *stream);
 

@@ -4,7 +4,7 @@
  * the shapes and with the tolerances of tests_gpu/test_flash16_kernels.c (the
  * fixture tests_gpu/flash16_fixture.h). Per shape, on the same inputs:
  * - flash16_forward_q128.*: the mma.sync forward with 128 query rows;
- * - flash16_forward_wgmma_{ov,pp,ps,pso,pp128,ps128,ps3wg}.*: the wgmma forward's
+ * - flash16_forward_wgmma_{ov,pp,ps,pso,pp128,ps128}.*: the wgmma forward's
  *   overlap / pingpong / persist / persist_ov / pingpong_n128 / persist_n128
  *   schedules (base is forge's: tests_gpu's flash16_forward_wgmma.*);
  * - flash16_backward_wgmma_{split,dkp,pq}.*: the wgmma backward with each
@@ -83,19 +83,18 @@ static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int 
         return;
     }
     /* the forward variants: the 8-warp mma.sync one (q_rows = 128) and the wgmma one in each schedule but base */
-    static const char *const fwd_name[8] = {"flash16_forward_q128",        "flash16_forward_wgmma_ov",
-                                            "flash16_forward_wgmma_pp",    "flash16_forward_wgmma_ps",
-                                            "flash16_forward_wgmma_pso",   "flash16_forward_wgmma_pp128",
-                                            "flash16_forward_wgmma_ps128", "flash16_forward_wgmma_ps3wg"};
-    static const int fwd_sched[8] = {-1,
+    static const char *const fwd_name[7] = {"flash16_forward_q128",      "flash16_forward_wgmma_ov",
+                                            "flash16_forward_wgmma_pp",  "flash16_forward_wgmma_ps",
+                                            "flash16_forward_wgmma_pso", "flash16_forward_wgmma_pp128",
+                                            "flash16_forward_wgmma_ps128"};
+    static const int fwd_sched[7] = {-1,
                                      LAB_FLASH16_SCHED_OVERLAP,
                                      LAB_FLASH16_SCHED_PINGPONG,
                                      LAB_FLASH16_SCHED_PERSIST,
                                      LAB_FLASH16_SCHED_PERSIST_OV,
                                      LAB_FLASH16_SCHED_PINGPONG_N128,
-                                     LAB_FLASH16_SCHED_PERSIST_N128,
-                                     LAB_FLASH16_SCHED_PERSIST_3WG};
-    for (int var = 0; var < 8; var++) {
+                                     LAB_FLASH16_SCHED_PERSIST_N128};
+    for (int var = 0; var < 7; var++) {
         fa_fwd_out o = {0};
         forge_status st = FORGE_ERR_OOM;
         if (fa_case_fwd_out(P, &c, &o))

@@ -260,6 +260,6 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_occupancy(int D, int *cta
     CUDA_TRY(cudaFuncSetAttribute(fw_fwd_ov_kernel<128, 128, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)cfg128::SMEM));
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, (const void *)fw_fwd_ov_kernel<128, 128, true>,
-                                                           cfg128::THREADS, cfg128::SMEM));
+                                                           FW_THREADS, cfg128::SMEM));
     return FORGE_OK;
 }

@@ -95,12 +95,12 @@ __device__ __forceinline__ void fw_store(const float (&o)[D / 2], const float (&
     }
 }
 
-/* S = Q.K^T of the tile whose K starts at kt (no commit; Q boxes of BM rows) */
-template <int D, int BN, int BM = FW_BM>
+/* S = Q.K^T of the tile whose K starts at kt (no commit) */
+template <int D, int BN>
 __device__ __forceinline__ void fw_issue_qk(float (&sc)[BN / 2], uint32_t qa, uint32_t kt) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        fw_qk<BN>(sc, wgmma_desc(qa + (kk / 4) * (BM * 128) + (kk % 4) * 32),
+        fw_qk<BN>(sc, wgmma_desc(qa + (kk / 4) * (FW_BM * 128) + (kk % 4) * 32),
                   wgmma_desc(kt + (kk / 4) * (BN * 128) + (kk % 4) * 32), kk > 0 ? 1 : 0);
 }
 

@@ -59,6 +59,12 @@
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
 
+/* The producer's item loop needs more than 24 registers (ptxas spilled it at 24): 32 for the producer, 232 for
+ * the consumers; the setmaxnreg.inc of the consumers takes what the producer's dec released (plus nothing
+ * else), so 128 * producer + 256 * consumer must stay within the 384 * 168 the CTA launches with. */
+#define FW_OV_PRODUCER_REGS 32
+#define FW_OV_CONSUMER_REGS 232
+static_assert(128 * FW_OV_PRODUCER_REGS + 256 * FW_OV_CONSUMER_REGS <= 384 * 168, "setmaxnreg budget");
 #define FW_PP_BAR 1 /* named barriers 1 (warpgroup c = 0) and 2 (c = 1); 0 is __syncthreads */
 
 /* immediate barrier ids (a register id makes ptxas reserve all 16) */
@@ -75,31 +81,22 @@ __device__ __forceinline__ void fw_bar_arrive(int c) {
         asm volatile("bar.arrive %0, 256;" ::"n"(FW_PP_BAR + 1) : "memory");
 }
 
-/* NC consumer warpgroups of 64 query rows (BM = 64 NC rows per CTA) and a producer warpgroup */
-template <int D, int BN, int NC = 2> struct fw_ov_cfg {
-    static constexpr int BM = 64 * NC;
-    static constexpr int THREADS = 128 * (NC + 1);
-    static constexpr int CONSUMER_WARPS = 4 * NC;
-    /* setmaxnreg: 32 for the producer (its item loop spilled at 24), the rest of the 64 Ki registers for the
-     * consumers: 232 with two (O 64 + S 64 + P 32 at D = BN = 128), 160 with three */
-    static constexpr int PRODUCER_REGS = 32;
-    static constexpr int CONSUMER_REGS = NC == 2 ? 232 : 160;
-    static_assert(128 * PRODUCER_REGS + 128 * NC * CONSUMER_REGS <= 65536, "setmaxnreg budget");
+template <int D, int BN> struct fw_ov_cfg {
     /* 4 stages where they fit, 3 at D = 128 with BN = 128 (64 KiB per stage, 225 KiB in all; *_n128
-     * schedules) */
+     * schedules). O 64 + S 64 + P 32 fit the consumers' 232 registers; with base's producer limit of 24
+     * this instance spilled (284 bytes, in the producer), hence FW_OV_PRODUCER_REGS 32. */
     static constexpr int STAGES = (D == 128 && BN == 128) ? 3 : 4;
-    static constexpr uint32_t Q_BYTES = BM * D * 2;
+    static constexpr uint32_t Q_BYTES = FW_BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
     /* Q, the ring, then qbar, qempty, full[STAGES], empty[STAGES], the consumers' sink (fw_pin_before_wait:
      * one float per consumer thread); 1 KiB slack to align the base */
     static constexpr uint32_t SINK_OFFSET = 8 * (2 + 2 * STAGES); /* from qbar */
-    static constexpr size_t SMEM = Q_BYTES + (size_t)STAGES * STAGE_BYTES + SINK_OFFSET + 4 * 128 * NC + 1024;
+    static constexpr size_t SMEM = Q_BYTES + (size_t)STAGES * STAGE_BYTES + SINK_OFFSET + 4 * 256 + 1024;
     static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(STAGES >= 2, "a consumer holds two stages at once");
     static_assert(D == 64 || D == 128, "compiled head dims");
     static_assert(BN == 64 || BN == 128, "wgmma N of S");
-    static_assert(NC == 2 || NC == 3, "consumer warpgroups");
 };
 
 /* Online softmax of one S tile in place, both of the thread's rows (fw_softmax_row): alpha[r] is the factor
@@ -115,7 +112,7 @@ __device__ __forceinline__ void fw_softmax(float (&sc)[BN / 2], float (&m)[2], f
  * once the consumers have finished every S = Q.K^T of the previous item (qempty, parity as the ring's empty
  * barriers), then tiles 1..ntiles-1; the ring's stage / phase carry over from item to item. Tile 0 goes first
  * so it loads while the consumers finish the previous item; both are needed for the first S. */
-template <int D, int BN, int STAGES, int BM>
+template <int D, int BN, int STAGES>
 __device__ __forceinline__ void fw_produce_ov(const CUtensorMap *tm_q, const CUtensorMap *tm_k,
                                               const CUtensorMap *tm_v, uint32_t sq, uint32_t sring, uint32_t qbar,
                                               uint32_t qempty, uint32_t bars, int q0, int h, int hk, int b,
@@ -125,9 +122,9 @@ __device__ __forceinline__ void fw_produce_ov(const CUtensorMap *tm_q, const CUt
         fw_load_kv<D, BN, STAGES>(tm_k, tm_v, sring, bars, t, hk, b, stage, phase);
         if (t == 0) {
             mbar_wait(qempty, (nq & 1) ^ 1);
-            mbar_arrive_expect_tx(qbar, BM * D * 2);
+            mbar_arrive_expect_tx(qbar, FW_BM * D * 2);
 #pragma unroll
-            for (int j = 0; j < DH; j++) fw_tma_load_3d(sq + j * (BM * 128), tm_q, h * D + 64 * j, q0, b, qbar);
+            for (int j = 0; j < DH; j++) fw_tma_load_3d(sq + j * (FW_BM * 128), tm_q, h * D + 64 * j, q0, b, qbar);
         }
     }
 }
@@ -143,29 +140,27 @@ __device__ __forceinline__ int fw_unit_items(int u, int np, int nqt, int paired)
     const int p = u % np;
     return (paired && 2 * p != nqt - 1) ? 2 : 1;
 }
-__device__ __forceinline__ void fw_unit_item(int u, int j, int np, int nqt, int H, int bm, int &q0, int &h,
-                                             int &b) {
+__device__ __forceinline__ void fw_unit_item(int u, int j, int np, int nqt, int H, int &q0, int &h, int &b) {
     const int p = u % np, hb = u / np;
-    q0 = (j == 0 ? nqt - 1 - p : p) * bm;
+    q0 = (j == 0 ? nqt - 1 - p : p) * FW_BM;
     h = hb % H;
     b = hb / H;
 }
 
-template <int D, int BN, bool PP, int NC = 2>
-__global__ void __launch_bounds__(128 * (NC + 1), 1)
+template <int D, int BN, bool PP>
+__global__ void __launch_bounds__(FW_THREADS, 1)
     fw_fwd_ov_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, fw_bf16 *__restrict__ out, float *__restrict__ lse,
                      forge_flash_shape s, float sl2, int paired) {
-    typedef fw_ov_cfg<D, BN, NC> cfg;
-    constexpr int STAGES = cfg::STAGES, BM = cfg::BM;
-    static_assert(NC == 2 || !PP, "the ping-pong pairs two consumer warpgroups");
+    typedef fw_ov_cfg<D, BN> cfg;
+    constexpr int STAGES = cfg::STAGES;
     uint32_t sq, sring, qbar;
     fw_smem_layout<cfg>(sq, sring, qbar);
     const uint32_t qempty = qbar + 8;
     const uint32_t bars = qbar + 16; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
 
     /* work units (fw_unit_items); a CTA takes u = blockIdx.x, blockIdx.x + gridDim.x, ... */
-    const int nqt = (s.Tq + BM - 1) / BM;
+    const int nqt = (s.Tq + FW_BM - 1) / FW_BM;
     const int np = paired ? (nqt + 1) / 2 : nqt;
     const int nunits = np * s.H * s.B;
     const int diag = s.Tk - s.Tq;
@@ -173,8 +168,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);
-        mbar_init(qempty, cfg::CONSUMER_WARPS);
-        wgmma_ring_init<STAGES>(bars, cfg::CONSUMER_WARPS);
+        mbar_init(qempty, FW_CONSUMER_WARPS);
+        wgmma_ring_init<STAGES>(bars, FW_CONSUMER_WARPS);
     }
     __syncthreads();
     /* shared memory only above; global memory from here (pdl.cuh) */
@@ -182,22 +177,22 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     forge_pdl_launch_dependents();
 
     if (wg == 0) {
-        wgmma_setmaxnreg_dec<cfg::PRODUCER_REGS>();
+        wgmma_setmaxnreg_dec<FW_OV_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int stage = 0, nq = 0;
             uint32_t phase = 0;
             for (int u = blockIdx.x, j = 0; u < nunits;) {
                 int q0, h, b;
-                fw_unit_item(u, j, np, nqt, s.H, BM, q0, h, b);
+                fw_unit_item(u, j, np, nqt, s.H, q0, h, b);
                 if (++j == fw_unit_items(u, np, nqt, paired)) {
                     j = 0;
                     u += gridDim.x;
                 }
                 const int hk = h / (s.H / s.Hkv);
-                const int kv_end = min(s.Tk, q0 + BM + diag);
+                const int kv_end = min(s.Tk, q0 + FW_BM + diag);
                 const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
                 if (ntiles == 0) continue; /* the consumers skip it too: no Q, no tiles */
-                fw_produce_ov<D, BN, STAGES, BM>(&tm_q, &tm_k, &tm_v, sq, sring, qbar, qempty, bars, q0, h, hk, b,
+                fw_produce_ov<D, BN, STAGES>(&tm_q, &tm_k, &tm_v, sq, sring, qbar, qempty, bars, q0, h, hk, b,
                                              ntiles, nq, stage, phase);
                 nq++;
             }
@@ -205,10 +200,10 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
         return;
     }
 
-    wgmma_setmaxnreg_inc<cfg::CONSUMER_REGS>();
+    wgmma_setmaxnreg_inc<FW_OV_CONSUMER_REGS>();
     const int c = wg - 1;
     const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-    const uint32_t qa = sq + c * (64 * 128); /* rows c*64.. of each BM-row Q box */
+    const uint32_t qa = sq + c * (64 * 128); /* rows c*64.. of each 128-row Q box */
     const uint32_t sink = qbar + cfg::SINK_OFFSET + 4 * (threadIdx.x - 128);
 
     int stage = 0;
@@ -228,14 +223,14 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
     for (int u = blockIdx.x, j = 0; u < nunits;) {
         int q0, h, b;
-        fw_unit_item(u, j, np, nqt, s.H, BM, q0, h, b);
+        fw_unit_item(u, j, np, nqt, s.H, q0, h, b);
         const int nsub = fw_unit_items(u, np, nqt, paired);
         const bool last_item = u + (int)gridDim.x >= nunits && j == nsub - 1;
         if (++j == nsub) {
             j = 0;
             u += gridDim.x;
         }
-        const int kv_end = min(s.Tk, q0 + BM + diag);
+        const int kv_end = min(s.Tk, q0 + FW_BM + diag);
         const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
         const int wrow0 = q0 + c * 64;            /* this warpgroup's first query row */
         const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
@@ -276,7 +271,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
             mbar_wait(bars + 8 * stage, phase);
             pp_begin();
             wgmma_fence();
-            fw_issue_qk<D, BN, BM>(sc, qa, sring + stage * cfg::STAGE_BYTES);
+            fw_issue_qk<D, BN>(sc, qa, sring + stage * cfg::STAGE_BYTES);
             wgmma_commit();
             pp_end();
             wgmma_wait<0>();
@@ -291,7 +286,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
                 mbar_wait(bars + 8 * stage, phase);
                 pp_begin();
                 wgmma_fence(); /* sc, o and pa were written by ordinary instructions */
-                fw_issue_qk<D, BN, BM>(sc, qa, sring + stage * cfg::STAGE_BYTES);
+                fw_issue_qk<D, BN>(sc, qa, sring + stage * cfg::STAGE_BYTES);
                 wgmma_commit();
                 fw_issue_pv<D, BN>(o, pa, sring + pstage * cfg::STAGE_BYTES + cfg::KV_BYTES);
                 wgmma_commit();
@@ -354,15 +349,14 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 
 /* ---- host ------------------------------------------------------------------------------------------- */
 
-/* fw_fwd_ov_kernel<D, BN, PP, NC> on the caller's stream (launched with PDL when pdl; `entry` named in errors),
- * after fw_forward_begin. persist: a grid of at most one CTA per SM walking paired units (fw_unit_items), else one
- * CTA per query tile. */
-template <int D, int BN, bool PP, int NC = 2>
+/* fw_fwd_ov_kernel<D, BN, PP> on the caller's stream (launched with PDL when pdl; `entry` named in errors), after
+ * fw_forward_begin. persist: a grid of at most one CTA per SM walking paired units (fw_unit_items), else one CTA
+ * per query tile. */
+template <int D, int BN, bool PP>
 static forge_status fw_forward_sched(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                      void *out, float *lse, bool persist, cudaStream_t st, int pdl,
                                      const char *entry) {
-    typedef fw_ov_cfg<D, BN, NC> cfg;
-    const long long nqt = (s->Tq + cfg::BM - 1) / cfg::BM;
+    const long long nqt = (s->Tq + FW_BM - 1) / FW_BM;
     const long long nunits = (persist ? (nqt + 1) / 2 : nqt) * s->H * s->B;
     if (nunits > (1LL << 30)) /* u + gridDim.x stays within int */
         return forge_error(FORGE_ERR_UNSUPPORTED,
@@ -377,14 +371,14 @@ static forge_status fw_forward_sched(const forge_flash_shape *s, const void *q, 
         if (sms > 0 && (long long)sms < nunits) grid = (unsigned)sms;
     }
     CUtensorMap tq, tk, tv;
-    FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, cfg::BM, "Q", entry));
+    FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, FW_BM, "Q", entry));
     FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * D, s->k_stride, BN, "K", entry));
     FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * D, s->v_stride, 64, "V", entry));
     const float sl2 = (1.0f / sqrtf((float)D)) * FW_LOG2E;
-    auto kern = fw_fwd_ov_kernel<D, BN, PP, NC>;
-    constexpr size_t smem = cfg::SMEM;
+    auto kern = fw_fwd_ov_kernel<D, BN, PP>;
+    constexpr size_t smem = fw_ov_cfg<D, BN>::SMEM;
     CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, dim3(grid), cfg::THREADS, smem, st, pdl, tq, tk, tv, (fw_bf16 *)out, lse, *s,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, dim3(grid), FW_THREADS, smem, st, pdl, tq, tk, tv, (fw_bf16 *)out, lse, *s,
                                      sl2, persist ? 1 : 0),
                     PP ? "fw_fwd_ov_kernel<pingpong>" : "fw_fwd_ov_kernel<overlap>");
     return FORGE_OK;
