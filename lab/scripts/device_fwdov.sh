@@ -23,8 +23,8 @@ rm -rf /tmp/fwdov-results
 timeout 200 build/cuda/forge-lab bench attention-variants --reps "${FORGE_FWDOV_REPS:-30}" --results /tmp/fwdov-results \
     --only "flash_bf16_fwd_wgmma|flash_bf16_fwdbwd_wgmma2@|flash_bf16_fwdbwd_wgmma2_pq" >"$OUT/fwdov_bench.txt" 2>&1 ||
     fails=1
-csv=$(find /tmp/fwdov-results -name 'attention-variants*.csv' | head -1)
-[ -n "$csv" ] && cp "$csv" "$OUT/"
+# the suite CSV and its samples (tools/reverify.py re-derives the first from the second)
+find /tmp/fwdov-results -name 'attention-variants*.csv' -exec cp {} "$OUT/" \;
 timeout 120 python3 tools/sdpa_bench.py --out "$OUT/sdpa_fwd.csv" --reps 30 >"$OUT/fwdov_sdpa.txt" 2>&1 || fails=1
 echo "cell | shape | TFLOP/s"
 grep -E "^flash_bf16_fwd" "$OUT/fwdov_bench.txt" | awk '{print $1, "|", $2, $3, $4, $5, $6, "|", $(NF-2)}' | sort -k3,8
