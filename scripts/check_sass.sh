@@ -192,10 +192,33 @@ END {
 }' "$1"
 }
 
+# check_overlap SASS LABEL: in every kernel whose mangled name matches OVERLAP, the exps of the softmax that the
+# source puts between wgmma.wait_group 1 and wait_group 0 must be there in the SASS (MUFU.EX2 after a
+# "WARPGROUP.DEPBAR.LE gsb0, 0x1" and before the next "... 0x0"): ptxas otherwise issues the second wait right
+# after the first, and nothing overlaps (fw_pin_before_wait, src/backend/cuda/flash_wgmma_common.cuh).
+OVERLAP='fw_fwd_ov_kernel'
+check_overlap() {
+    awk -v pat="$OVERLAP" -v label="$2" -v tmp="$TMP" '
+function flush() {
+    if (fn != "" && fn ~ pat) {
+        if (between > 0) { printf "overlap  %-60s %4d exps between the waits  pass\n", fn, between; pass++ }
+        else { printf "overlap  %-60s    0 exps between the waits  FAIL\n", fn; fail++ }
+    }
+    between = 0; inwin = 0
+}
+/Function : / { flush(); fn = $0; sub(/.*Function : /, "", fn); sub(/[ \t\r]+$/, "", fn); next }
+/WARPGROUP\.DEPBAR\.LE gsb0, 0x1/ { inwin = 1; next }
+/WARPGROUP\.DEPBAR\.LE gsb0, 0x0/ { inwin = 0; next }
+inwin && /MUFU\.EX2/ { between++ }
+END { flush(); printf "-- %s overlap: %d passed, %d failed\n\n", label, pass, fail; print pass + 0, fail + 0 >> (tmp "/totals") }
+' "$1"
+}
+
 i=0
 for b in "$@"; do
     i=$((i + 1))
     case $(basename "$b") in forge-lab*) role=lab ;; *) role=forge ;; esac
     check_one "$TMP/sass$i" "$role" "$b"
+    check_overlap "$TMP/sass$i" "$b"
 done
 awk '{ p += $1; f += $2 } END { printf "%d passed, %d failed\n", p, f; exit(f > 0 ? 1 : 0) }' "$TMP/totals"
