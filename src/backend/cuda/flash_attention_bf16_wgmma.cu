@@ -15,7 +15,7 @@
  * registers) do not fit the 96 two CTAs leave a thread; there each warpgroup
  * runs a 128-key tile's softmax under its previous tile's P.V (the two waits
  * held apart by fw_pin_before_wait), the warpgroups take turns issuing their
- * products, and persistent CTAs walk paired long + short query tiles: 1.13x
+ * products, and persistent CTAs walk paired long + short query tiles: 1.13-1.19x
  * the one-CTA kernel at (16,16,2048,128) and (8,16,4096,128) (lab/notes/
  * flash.md, 2026-12-03, twelfth session).
  *

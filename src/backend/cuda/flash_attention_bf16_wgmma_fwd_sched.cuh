@@ -82,9 +82,9 @@ __device__ __forceinline__ void fw_bar_arrive(int c) {
 }
 
 template <int D, int BN> struct fw_ov_cfg {
-    /* 4 stages where they fit, 3 at D = 128 with BN = 128 (64 KiB per stage, 225 KiB in all; *_n128
-     * schedules). O 64 + S 64 + P 32 fit the consumers' 232 registers; with base's producer limit of 24
-     * this instance spilled (284 bytes, in the producer), hence FW_OV_PRODUCER_REGS 32. */
+    /* 4 stages where they fit, 3 at D = 128 with BN = 128 (64 KiB per stage, 225 KiB in all). O 64 + S 64 +
+     * P 32 fit the consumers' 232 registers; with the one-CTA kernel's producer limit of 24 this instance
+     * spilled (284 bytes, in the producer), hence FW_OV_PRODUCER_REGS 32. */
     static constexpr int STAGES = (D == 128 && BN == 128) ? 3 : 4;
     static constexpr uint32_t Q_BYTES = FW_BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
