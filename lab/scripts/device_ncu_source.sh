@@ -2,8 +2,8 @@
 # device_ncu_source.sh: one Nsight Compute report per named cell with the per-SASS-instruction view (where the
 # warps stall), on the GPU machine, from the repo root, with OUT set; binaries prebuilt (make cuda lab
 # ARCH=x86-64-v3).
-#   FORGE_NCU_CELLS="name|suite|cell@group|kernel-regex|skip ..." (space-separated entries, '+' for a space inside
-#   one; names as in device_profile.sh's PROFILES). suite: a `forge bench` suite (gemm, gemm-epi, attention: run as
+#   FORGE_NCU_CELLS="name|suite|cell@group|kernel-regex|skip ..." (space-separated entries, '~' for a space inside
+#   one, since the attention groups' names hold a '+' (fwd+bwd); names as in device_profile.sh's PROFILES). suite: a `forge bench` suite (gemm, gemm-epi, attention: run as
 #   `forge bench SUITE --device cuda`) or a `forge-lab bench` command (gemm-fp8, gemm-mma, gemm-bf16-variants,
 #   attention-variants); cell@group is its --only. Per entry: $OUT/<name>.ncu-rep (sections WarpStateStats,
 #   SourceCounters, SpeedOfLight; --clock-control none), $OUT/<name>_source.csv (ncu --page source --print-source
@@ -24,7 +24,7 @@ LAB=$(unpack "${FORGE_LAB_BIN:-build/cuda/forge-lab}")
 LAB_SUITES=" $("$LAB" --help 2>/dev/null | awk '$1 == "bench" {print $2}' | tr '\n' ' ') "
 fails=0
 for e in $FORGE_NCU_CELLS; do
-    IFS='|' read -r name suite only kre skip <<<"${e//+/ }"
+    IFS='|' read -r name suite only kre skip <<<"${e//\~/ }"
     echo "==== $name: $suite, cell $only, kernels /$kre/ skip $skip"
     case $LAB_SUITES in *" $suite "*) cmd=("$LAB" bench "$suite") ;; *) cmd=("$FORGE" bench "$suite" --device cuda) ;; esac
     timeout 150 "$NCU" --clock-control none --section WarpStateStats \
