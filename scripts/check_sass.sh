@@ -40,7 +40,9 @@ fw_fwd_ov_kernelILi128ELi128ELb1E                HGMMA forge
 fw_fwd_ov_kernel                                 HGMMA lab
 fw_fwd_kernel                                    HGMMA lab
 fb_dq_kernelILi[0-9]+ELi1E                       HGMMA lab
-fb_dkdv_split_kernelILi[0-9]+ELi0E               HGMMA lab
+fb_dq_kernelILi[0-9]+ELi0ELi1E                   HGMMA lab
+fb_dkdv_kernelILi64ELi0E                         HGMMA lab
+fb_dkdv_split_kernel                             HGMMA lab
 gemm_wgmma_bf16_kernel HGMMA forge
 gemm_wgmma_fp8_kernel  QGMMA forge
 gemm_wgmma_tf32_kernel HGMMA forge
@@ -58,7 +60,6 @@ fa_bwd_dq_kernel       HMMA  forge
 fw_fwd64_kernel        HGMMA forge
 fb_dq_kernel           HGMMA forge
 fb_dkdv_kernel         HGMMA forge
-fb_dkdv_split_kernel   HGMMA forge
 flash_fwd2?_kernel     FFMA  forge
 flash_bwd_dq2?_kernel  FFMA  forge
 flash_bwd_dkv2?_kernel FFMA  forge

@@ -18,17 +18,16 @@
  *   ran before, lab_flash16_forward_1cta).
  * - "fwd+bwd ...": flash_bf16_fwdbwd_mma (mma.sync forward + the mma.sync
  *   backward), flash_bf16_fwdbwd_wgmma (the wgmma forward + the mma.sync
- *   backward), flash_bf16_fwdbwd_wgmma2 (the wgmma forward + the wgmma
- *   backward with the unpipelined D = 128 dK/dV kernel, SPLIT),
- *   flash_bf16_fwdbwd_wgmma2_pp / _ps (the same with the pingpong / persist
- *   forward), flash_bf16_fwdbwd_wgmma2_dkp (D = 128 only: the pipelined dK/dV
- *   kernel, forge's), flash_bf16_fwdbwd_wgmma2_pq (D = 64 only: the pipelined
- *   dQ kernel, PIPE_DQ), flash_bf16_fwdbwd_wgmma2_fused (D = 64 only: the
+ *   backward), flash_bf16_fwdbwd_wgmma2_f (forge's forward and backward,
+ *   forge_flash_bf16_backward_wgmma), flash_bf16_fwdbwd_wgmma2 (forge's forward
+ *   + the backward variant SPLIT of lab_flash16_backward_dkdv),
+ *   flash_bf16_fwdbwd_wgmma2_pp / _ps (SPLIT with the pingpong / persist
+ *   forward), flash_bf16_fwdbwd_wgmma2_dkp (D = 128 only: PIPE),
+ *   flash_bf16_fwdbwd_wgmma2_pq (PIPE_DQ), flash_bf16_fwdbwd_wgmma2_rsa (RSA),
+ *   flash_bf16_fwdbwd_wgmma2_fused (D = 64 only: the
  *   wgmma forward + the fused backward, lab_flash16_backward_fused),
  *   flash_bf16_fwdbwd_wgmma2_fused2 (D = 64 only: the same with the fused
- *   backward's TMA reduce-add variant, lab_flash16_backward_fused2). At
- *   D = 64 the wgmma2 cells run forge's backward
- *   kernels (one dK/dV kernel there).
+ *   backward's TMA reduce-add variant, lab_flash16_backward_fused2).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +74,10 @@ static forge_status fwdbwd_wgmma(const forge_attention_io *io) {
     FORGE_TRY(fwd_wgmma(io));
     return forge_flash_bf16_backward_mma(IO_BWD(io), io->stream);
 }
+static forge_status fwdbwd_w2_f(const forge_attention_io *io) {
+    FORGE_TRY(fwd_wgmma(io));
+    return forge_flash_bf16_backward_wgmma(IO_BWD(io), io->stream);
+}
 static forge_status fwdbwd_w2(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_SPLIT);
 }
@@ -98,6 +101,10 @@ static forge_status fwdbwd_w2_fused2(const forge_attention_io *io) {
 static forge_status fwdbwd_w2_pq(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE_DQ);
 }
+static forge_status fwdbwd_w2_rsa(const forge_attention_io *io) {
+    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_RSA);
+}
+
 
 int lab_bench_attention_variants(int argc, char **argv) {
     int quick = 0;
@@ -130,11 +137,13 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwd_wgmma_1cta", 0, 0, fwd_1cta}, /* one CTA per SM, no overlap */
         {"flash_bf16_fwdbwd_mma", 1, 0, fwdbwd_mma},
         {"flash_bf16_fwdbwd_wgmma", 1, 0, fwdbwd_wgmma},
+        {"flash_bf16_fwdbwd_wgmma2_f", 1, 0, fwdbwd_w2_f},
         {"flash_bf16_fwdbwd_wgmma2", 1, 0, fwdbwd_w2},
         {"flash_bf16_fwdbwd_wgmma2_pp", 1, 0, fwdbwd_w2_pp},
         {"flash_bf16_fwdbwd_wgmma2_ps", 1, 0, fwdbwd_w2_ps},
-        {"flash_bf16_fwdbwd_wgmma2_dkp", 1, 128, fwdbwd_w2_dkp}, /* one dK/dV kernel at D = 64 */
-        {"flash_bf16_fwdbwd_wgmma2_pq", 1, 64, fwdbwd_w2_pq},    /* at D = 128 the _dkp kernels */
+        {"flash_bf16_fwdbwd_wgmma2_dkp", 1, 128, fwdbwd_w2_dkp}, /* at D = 64 the SPLIT kernels */
+        {"flash_bf16_fwdbwd_wgmma2_pq", 1, 0, fwdbwd_w2_pq},     /* the pipelined dQ kernel */
+        {"flash_bf16_fwdbwd_wgmma2_rsa", 1, 0, fwdbwd_w2_rsa},   /* Q, dO (and at D = 128 K, V) in registers */
         {"flash_bf16_fwdbwd_wgmma2_fused", 1, 64, fwdbwd_w2_fused}, /* the fused backward: D = 64 only */
         {"flash_bf16_fwdbwd_wgmma2_fused2", 1, 64, fwdbwd_w2_fused2}, /* its TMA reduce-add variant */
     };

@@ -46,16 +46,19 @@ forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q
 forge_status lab_flash16_forward_1cta(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
 
-/* The wgmma backward with its dK/dV (and dQ) kernels named (lab/flash/flash16_bwd_dkdv.cu): PIPE (what
- * forge_flash_bf16_backward_wgmma runs, called for it: at D = 128 each consumer issues tile it's S-like product,
- * then tile it-1's accumulation, and does tile it's exp / dS arithmetic while that runs; P^T handed over through
- * two buffers), SPLIT (the same roles unpipelined; at D = 64, where there is one dK/dV kernel, the same as PIPE)
- * or PIPE_DQ (PIPE, and at D = 64 the dQ kernel pipelined the same way; at D = 128, where that dQ kernel would
- * spill, the same as PIPE). All give the same values (the same products and fp32 arithmetic per element).
- * Another value is FORGE_ERR_ARG; the refusals are those of forge_flash_bf16_backward_wgmma. */
+/* The wgmma backward with its dK/dV and dQ kernels named (lab/flash/flash16_bwd_dkdv.cu, whose header lists
+ * the kernels): SPLIT (D = 128: the dK/dV kernel that splits the products between its warpgroups, P^T handed over
+ * through shared memory; D = 64: forge's dK/dV kernel with its S-like products' resident operand in shared
+ * memory), PIPE (the split kernel pipelined: each consumer issues tile it's S-like product, then tile it-1's
+ * accumulation; forge's D = 128 dK/dV kernel until the thirteenth session; at D = 64 as SPLIT), PIPE_DQ (the dQ
+ * kernel pipelined the same way, with forge's dK/dV kernel) or RSA (the dQ kernel with Q and dO as register A
+ * fragments, with forge's dK/dV kernel at D = 64 and the pipelined split kernel doing the same with K and V at
+ * D = 128). All give the same values (the same products and fp32 arithmetic per element). Another value is
+ * FORGE_ERR_ARG; the refusals are those of forge_flash_bf16_backward_wgmma. */
 #define LAB_FLASH16_DKDV_SPLIT 0
 #define LAB_FLASH16_DKDV_PIPE 1
 #define LAB_FLASH16_DKDV_PIPE_DQ 2
+#define LAB_FLASH16_DKDV_RSA 3
 forge_status lab_flash16_backward_dkdv(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                        float *dq, float *dk, float *dv, int dkdv, void *stream);

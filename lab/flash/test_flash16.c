@@ -75,6 +75,7 @@ static void check_fwd_forge(parity *P, fa_case *c) {
 }
 
 static void check_bwd_variants(parity *P, fa_case *c);
+static void check_dkdv_variants(parity *P, fa_case *c);
 
 static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
@@ -112,17 +113,7 @@ static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int 
         fa_case_free(P, &c);
         return;
     }
-    static const int bwd_var[3] = {LAB_FLASH16_DKDV_SPLIT, LAB_FLASH16_DKDV_PIPE, LAB_FLASH16_DKDV_PIPE_DQ};
-    static const char *const bwd_name[3] = {"flash16_backward_wgmma_split", "flash16_backward_wgmma_dkp",
-                                            "flash16_backward_wgmma_pq"};
-    for (int var = 0; var < 3; var++) {
-        if (var == 1 && D != 128) continue; /* D = 64 has one dK/dV kernel */
-        fa_bwd_out o = {0};
-        st = fa_case_bwd_out(P, &c, &o) ? lab_flash16_backward_dkdv(&c.fs, c.q, c.k, c.v, c.gout, c.gdo, c.glse,
-                                                                    o.delta, o.dq, o.dk, o.dv, bwd_var[var], c.stream)
-                                        : FORGE_ERR_OOM;
-        fa_case_check_bwd(P, &c, bwd_name[var], st, &o);
-    }
+    check_dkdv_variants(P, &c);
     check_bwd_variants(P, &c);
     fa_case_free(P, &c);
 }
@@ -521,4 +512,48 @@ int lab_test_flash16(int argc, char **argv) {
     forge_backend_destroy(P.gpu);
     printf("%d passed, %d failed\n", P.passed, P.failed);
     return P.failed ? 1 : 0;
+}
+
+/* The backward variants of lab_flash16_backward_dkdv at c's shape, on the out and lse already in c: NAME.{dq,dk,dv}
+ * against float64 and NAME.bits (bit for bit forge_flash_bf16_backward_wgmma's: every variant computes the same
+ * products of the same tiles in the same order with the same fp32 arithmetic per element). */
+static void check_dkdv_variants(parity *P, fa_case *c) {
+    fa_bwd_out wo = {0};
+    fz_host wh = {{NULL, NULL, NULL}};
+    forge_status st = fa_case_bwd_out(P, c, &wo)
+                          ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                            wo.delta, wo.dq, wo.dk, wo.dv, c->stream)
+                          : FORGE_ERR_OOM;
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (st != FORGE_OK) fa_case_failed(P, c, "flash16_backward_wgmma (the variants' bits)", st);
+    const int have_w = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &wo, &wh);
+    fz_free_out(P, &wo);
+    static const int var_id[4] = {LAB_FLASH16_DKDV_SPLIT, LAB_FLASH16_DKDV_PIPE, LAB_FLASH16_DKDV_PIPE_DQ,
+                                  LAB_FLASH16_DKDV_RSA};
+    static const char *const var_name[4] = {"flash16_backward_wgmma_split", "flash16_backward_wgmma_dkp",
+                                            "flash16_backward_wgmma_pq", "flash16_backward_wgmma_rsa"};
+    const size_t n[3] = {c->no, c->nkv, c->nkv};
+    for (int var = 0; var < 4; var++) {
+        if (var_id[var] == LAB_FLASH16_DKDV_PIPE && c->D != 128) continue; /* at D = 64 PIPE is SPLIT */
+        fa_bwd_out o = {0};
+        st = fa_case_bwd_out(P, c, &o) ? lab_flash16_backward_dkdv(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                                   o.delta, o.dq, o.dk, o.dv, var_id[var], c->stream)
+                                       : FORGE_ERR_OOM;
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        fz_host h;
+        if (st == FORGE_OK && have_w && fz_fetch(P, c, var_name[var], &o, &h)) {
+            size_t diff = 0;
+            for (int i = 0; i < 3; i++)
+                for (size_t e = 0; e < n[i]; e++)
+                    if (memcmp(&h.g[i][e], &wh.g[i][e], sizeof(float)) != 0) diff++;
+            char sub[96], why[96];
+            snprintf(sub, sizeof sub, "%s.bits", var_name[var]);
+            snprintf(why, sizeof why, "(%zu elements of dq, dk, dv differ from forge_flash_bf16_backward_wgmma's)",
+                     diff);
+            report(P, diff == 0, sub, c->shape, (double)diff, 0, diff ? why : NULL);
+            fz_host_free(&h);
+        }
+        fa_case_check_bwd(P, c, var_name[var], st, &o);
+    }
+    fz_host_free(&wh);
 }

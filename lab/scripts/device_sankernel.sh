@@ -2,7 +2,7 @@
 # device_sankernel.sh: compute-sanitizer racecheck, synccheck and memcheck limited to one kernel (device_run.sh
 # stage "sankernel"), over `forge_gpu_tests --only SANK_SUITE --quick` (default flash16), for a kernel just
 # promoted (the full sweep is scripts/device_sanitize.sh). SANK_KERNEL: a substring of the kernel's name (required;
-# --kernel-name kns=...). racecheck runs the sanitizer build (build/cuda-san: a 120 s mbarrier-wait trap), the
+# --kernel-name kns=...). racecheck runs the sanitizer build (build/cuda-san: a 120 s mbarrier-wait timeout), the
 # other two the product build. Each log in $OUT/san-<tool>.log; a summary last.
 set -u -o pipefail
 : "${OUT:?set OUT to the folder for logs}"

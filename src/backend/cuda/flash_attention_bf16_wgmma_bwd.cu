@@ -12,12 +12,16 @@
  * - Every kernel: CTA = 3 warpgroups, warpgroup 0 the producer (TMA), 1 and
  *   2 consumers. Rows a CTA owns stay in shared memory (resident); 64-row
  *   tiles of the other side stream through a ring of STAGES stages.
- *   dQ: 128 queries per CTA, 64 per consumer. dK/dV at D = 64: 128 keys per
- *   CTA, 64 per consumer, each computing all four products. dK/dV at
- *   D = 128 (fb_dkdv_split_kernel): 64 keys per CTA, the two consumers split
- *   the products by role (see there), because dK + dV in one warpgroup at
- *   D = 128 (128 fp32 accumulator registers per thread) made ptxas spill and
- *   serialise every wgmma whatever the tile shape.
+ *   dQ: 128 queries per CTA, 64 per consumer. dK/dV (fb_dkdv_kernel): 128
+ *   keys per CTA, 64 per consumer, each computing all four products with dK
+ *   and dV in its registers (at D = 128 that is 128 fp32 accumulator
+ *   registers a thread, which fits in the consumers' 240 only because their
+ *   waits are mbar_wait_wide: wgmma_common.cuh says why).
+ * - At D = 64 the dK/dV consumer reads its 64 rows of K and V once into
+ *   register A fragments and issues S^T and dP^T from them (fb_dkdv_kernel<64,
+ *   1>): only Q and dO stream from shared memory into the products (an SS
+ *   m64n64k16 reads 4 KiB in the 32 cycles it takes, the whole 128 B/clk of an
+ *   SM's shared memory). At D = 128 the 64 more registers do not fit.
  * - Every streamed tile is 64 rows, loaded as D/64 boxes of 64 rows x 64
  *   columns (8 KiB, 128B swizzle), box j at j * 8 KiB. That one layout is
  *   both the K-major B operand of S = A.B^T (k16 step kk at (kk/4) * 8 KiB +
@@ -29,11 +33,10 @@
  *   V.dO^T and dV += P^T.dO. A 128-row streamed tile would break the
  *   MN-major view at D = 128 (its two 64-row halves of a column block would
  *   not be adjacent), which is why the streamed side is 64 rows.
- * - The resident side (Q and dO in dQ; K and V in dK/dV at D = 64) is 128
- *   rows per box (16 KiB per 64 columns) like the forward's Q; consumer c
- *   reads rows 64c.. at + c * 8 KiB (a multiple of the 1 KiB swizzle atom).
- *   The split kernel's resident K and V are single 64-row boxes.
- * - Per streamed tile a dQ or D = 64 dK/dV consumer issues its two S-like
+ * - The resident side (Q and dO in dQ; K and V in dK/dV) is 128 rows per box
+ *   (16 KiB per 64 columns) like the forward's Q; consumer c reads rows
+ *   64c.. at + c * 8 KiB (a multiple of the 1 KiB swizzle atom).
+ * - Per streamed tile a dQ or dK/dV consumer issues its two S-like
  *   products (S and dP, or S^T and dP^T) as two commit groups, waits for the
  *   first (wait_group 1), computes P while the second runs, waits for it,
  *   computes dS, packs P and dS into bf16 A fragments, issues the register-A
@@ -63,9 +66,9 @@
  *   default entry (forge_flash_bf16_backward) then runs the mma.sync backward.
  * - The kernels and their launch steps are in
  *   flash_attention_bf16_wgmma_bwd.cuh (the lab runs other instances of
- *   them); this file holds the host steps and the entry. The D = 128 dK/dV
- *   kernel forge runs is the pipelined one (fb_dkdv_split_kernel<128, 1>),
- *   the dQ kernel the unpipelined one: chosen by measurement
+ *   them); this file holds the host steps and the entry. The kernels forge
+ *   runs (fb_dq_kernel<D, 0>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>)
+ *   were chosen by measurement against the lab's pipelined and split ones
  *   (lab/notes/flash.md).
  */
 #include <math.h>
@@ -128,10 +131,8 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
     FORGE_TRY(fb_encode(&c->q_str, q, s->B, s->Tq, s->H * D, s->q_stride, FB_BS, "Q (64-row boxes)", entry));
     FORGE_TRY(fb_encode(&c->do_str, dout_bf16, s->B, s->Tq, s->H * D, s->o_stride, FB_BS, "dO (64-row boxes)",
                         entry));
-    if (D == 64) {
-        FORGE_TRY(fb_encode(&c->k_res, k, s->B, s->Tk, s->Hkv * D, s->k_stride, FB_BR, "K (128-row boxes)", entry));
-        FORGE_TRY(fb_encode(&c->v_res, v, s->B, s->Tk, s->Hkv * D, s->v_stride, FB_BR, "V (128-row boxes)", entry));
-    }
+    FORGE_TRY(fb_encode(&c->k_res, k, s->B, s->Tk, s->Hkv * D, s->k_stride, FB_BR, "K (128-row boxes)", entry));
+    FORGE_TRY(fb_encode(&c->v_res, v, s->B, s->Tk, s->Hkv * D, s->v_stride, FB_BR, "V (128-row boxes)", entry));
     c->lse = lse;
     c->delta = delta;
     c->g = {dq, dk, dv, 0, 0, 0, 0, 0};
@@ -147,7 +148,7 @@ forge_status fb_launch_dq_default(const fb_call &c) {
 }
 
 forge_status fb_launch_dkdv_default(const fb_call &c) {
-    return c.s.D == 64 ? fb_launch_dkdv<64>(c) : fb_launch_dkdv_split<128, 1>(c);
+    return c.s.D == 64 ? fb_launch_dkdv<64, 1>(c) : fb_launch_dkdv<128, 0>(c);
 }
 
 /* The default dQ and dK/dV kernels of s->D with their gradients stored as g says (`entry` names the caller). */

@@ -4,10 +4,11 @@
  * steps, shared by flash_attention_bf16_wgmma_bwd.cu (the kernels forge runs,
  * the entry forge_flash_bf16_backward_wgmma; its header explains the design)
  * and the lab (the dK/dV and dQ variants). Instances forge runs: fb_dq_kernel<D,
- * 0>, fb_dkdv_kernel<64>, fb_dkdv_split_kernel<128, 1>; the PIPE = 1 branch of
- * fb_dq_kernel and the PIPE = 0 branch of fb_dkdv_split_kernel are the lab's
- * (fb_dq_kernel<64, 1>, fb_dkdv_split_kernel<128, 0>), kept in the shared
- * templates they are written in. Every kernel sets up its barriers, then
+ * 0>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>; the lab's are the PIPE = 1
+ * and RSA = 1 branches of fb_dq_kernel, fb_dkdv_kernel<64, 0> and
+ * fb_dkdv_split_kernel (the D = 128 dK/dV kernel forge ran until the thirteenth
+ * session), kept in the shared templates they are written in. Every wait is
+ * mbar_wait_wide (wgmma_common.cuh). Every kernel sets up its barriers, then
  * waits for the previous kernel (forge_pdl_wait, pdl.cuh) before any global
  * access, so the launchers may pass fb_call.pdl (programmatic dependent launch).
  */
@@ -131,6 +132,50 @@ __device__ __forceinline__ void fb_ss(float (&d)[32], uint32_t a, uint32_t a_box
     }
 }
 
+/* Resident A (RSA kernels): S (64 x 64 fp32) = A (64 x D bf16 fragments in registers, fb_load_a) .
+ * B^T (the streamed 64 x D tile at b, K-major, 64-column boxes b_box bytes apart). With A in registers the
+ * product streams only B from shared memory: an SS m64n64k16 reads 4 KiB in the 32 cycles the tensor pipe
+ * takes for it, the whole 128 B/clk of an SM's shared memory. */
+#define FB_WGMMA_RS_N64_FIRST                                                                                   \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"                                                                  \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+#define FB_WGMMA_RS_N64                                                                                         \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+
+template <int D>
+__device__ __forceinline__ void fb_rs_k(float (&d)[32], const uint32_t (&a)[D / 16][4], uint32_t b, uint32_t b_box) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t db = wgmma_desc(b + (kk / 4) * b_box + (kk % 4) * 32);
+        if (kk == 0)
+            asm volatile(FB_WGMMA_RS_N64_FIRST
+                         : WG_OUT32
+                         : "r"(a[kk][0]), "r"(a[kk][1]), "r"(a[kk][2]), "r"(a[kk][3]), "l"(db));
+        else
+            asm volatile(FB_WGMMA_RS_N64
+                         : WG_ACC32
+                         : "r"(a[kk][0]), "r"(a[kk][1]), "r"(a[kk][2]), "r"(a[kk][3]), "l"(db));
+    }
+}
+
+/* The thread's register A fragments (D / 16 k16 steps, fw_to_a's layout) of the 64 rows at `rows` of a resident
+ * operand stored as TMA writes it: 64-column boxes of 128-byte rows, 128B-swizzled (the 16-byte chunk index
+ * XOR the row's index within its 1024-byte group), box_stride bytes apart. Read once per CTA. */
+template <int D>
+__device__ __forceinline__ void fb_load_a(uint32_t (&a)[D / 16][4], uint32_t rows, uint32_t box_stride, int warp,
+                                          int g, int tq) {
+    const uint32_t r0 = rows + (uint32_t)(warp * 16 + g) * 128 + 4 * tq, r1 = r0 + 8 * 128; /* both rows = g mod 8 */
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t box = (kk / 4) * box_stride, c0 = (uint32_t)((2 * (kk % 4)) ^ g) * 16,
+                       c1 = (uint32_t)((2 * (kk % 4) + 1) ^ g) * 16;
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(a[kk][0]) : "r"(r0 + box + c0));
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(a[kk][1]) : "r"(r1 + box + c0));
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(a[kk][2]) : "r"(r0 + box + c1));
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(a[kk][3]) : "r"(r1 + box + c1));
+    }
+}
+
 /* acc (64 x D fp32) += A (64 x 64 bf16 fragments, 4 k16 steps) . B (the streamed 64-row tile at b, MN-major) */
 template <int D> __device__ __forceinline__ void fb_rs(float (&acc)[D / 2], const uint32_t (&a)[4][4], uint32_t b) {
 #pragma unroll
@@ -172,6 +217,17 @@ __device__ __forceinline__ void fb_dq_tile_sdp(float (&sc)[32], float (&dp)[32],
     fb_ss<D>(sc, fb_opaque(qa), FB_BR * 128, kt, 8192);
     wgmma_commit();
     fb_ss<D>(dp, fb_opaque(doa), FB_BR * 128, kt + fb_cfg<D>::TILE_BYTES, 8192);
+    wgmma_commit();
+}
+
+/* fb_dq_tile_sdp with Q and dO as register A fragments (RSA) */
+template <int D>
+__device__ __forceinline__ void fb_dq_tile_sdp_rs(float (&sc)[32], float (&dp)[32], const uint32_t (&qf)[D / 16][4],
+                                                  const uint32_t (&dof)[D / 16][4], uint32_t kt) {
+    wgmma_fence();
+    fb_rs_k<D>(sc, qf, kt, 8192);
+    wgmma_commit();
+    fb_rs_k<D>(dp, dof, kt + fb_cfg<D>::TILE_BYTES, 8192);
     wgmma_commit();
 }
 
@@ -232,8 +288,10 @@ __device__ __forceinline__ void fb_dq_store(const fb_grads &grads, const float (
  * then that tile's stage is released. A consumer runs its visible tiles (0 .. nvis-1; every tile after its last
  * visible one is above the diagonal for all of its rows) with the first peeled and the last dQ product drained
  * after the loop, so no branch sits between an issue and its wait; then it releases the CTA's remaining tiles
- * without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element. */
-template <int D, int PIPE>
+ * without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element.
+ * RSA = 1 (the lab's, PIPE = 0 only): each consumer reads its 64 rows of Q and dO once into register A fragments
+ * (fb_load_a) and issues S and dP from them (fb_rs_k), so its products stream only K and V from shared memory. */
+template <int D, int PIPE, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                  const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -273,7 +331,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             uint32_t phase = 0;
             for (int t = 0; t < ntiles; t++) {
                 const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
-                mbar_wait(empty, phase ^ 1);
+                mbar_wait_wide(empty, phase ^ 1);
                 mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
                 const uint32_t dk = sring + stage * cfg::STAGE_BYTES, dv = dk + cfg::TILE_BYTES;
 #pragma unroll
@@ -303,8 +361,16 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
 
-    if (ntiles > 0) mbar_wait(resbar, 0);
+    if (ntiles > 0) mbar_wait_wide(resbar, 0);
     const uint32_t qa = sq + c * 8192, doa = sdo + c * 8192; /* rows 64c.. of each 128-row box */
+    static_assert(!(PIPE && RSA), "RSA is written for the unpipelined dQ kernel");
+    uint32_t qf[D / 16][4], dof[D / 16][4]; /* RSA: this consumer's rows of Q and dO as A fragments */
+    if constexpr (RSA) {
+        if (ntiles > 0) {
+            fb_load_a<D>(qf, qa, FB_BR * 128, warp, g, tq);
+            fb_load_a<D>(dof, doa, FB_BR * 128, warp, g, tq);
+        }
+    }
     int stage = 0;
     uint32_t phase = 0;
     if constexpr (PIPE) {
@@ -313,7 +379,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         uint32_t a[4][4]; /* the previous tile's dS as the register A operand */
         int prev = 0;
         if (nvis > 0) {
-            mbar_wait(bars + 8 * stage, phase);
+            mbar_wait_wide(bars + 8 * stage, phase);
             float sc[32], dp[32];
             fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES);
             wgmma_wait<1>();
@@ -328,7 +394,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         }
 #pragma unroll 1
         for (int t = 1; t < nvis; t++) {
-            mbar_wait(bars + 8 * stage, phase);
+            mbar_wait_wide(bars + 8 * stage, phase);
             float sc[32], dp[32];
             fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES); /* fences a */
             fb_rs<D>(acc, a, sring + prev * cfg::STAGE_BYTES); /* tile t-1's dQ += dS.K */
@@ -357,7 +423,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
         }
         for (int t = nvis; t < ntiles; t++) { /* above the diagonal for all 64 rows: keep the ring in step */
-            mbar_wait(bars + 8 * stage, phase);
+            mbar_wait_wide(bars + 8 * stage, phase);
             __syncwarp();
             if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
             fb_ring_advance(stage, phase, prev, STAGES);
@@ -365,11 +431,14 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     } else {
     for (int t = 0; t < ntiles; t++) {
         const int k0 = t * FB_BS;
-        mbar_wait(bars + 8 * stage, phase);
+        mbar_wait_wide(bars + 8 * stage, phase);
         if (k0 <= wrow0 + 63 + diag) {
             const uint32_t kt = sring + stage * cfg::STAGE_BYTES;
             float sc[32], dp[32];
-            fb_dq_tile_sdp<D>(sc, dp, qa, doa, kt);
+            if constexpr (RSA)
+                fb_dq_tile_sdp_rs<D>(sc, dp, qf, dof, kt);
+            else
+                fb_dq_tile_sdp<D>(sc, dp, qa, doa, kt);
             wgmma_wait<1>();
             wgmma_fence_operands(sc);
             fb_dq_p(sc, k0, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2); /* branch-free: dP is in flight */
@@ -454,7 +523,7 @@ __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge
         for (int it = 0; it < kb.total; it++) {
             const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
             const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
-            mbar_wait(empty, phase ^ 1);
+            mbar_wait_wide(empty, phase ^ 1);
             mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
             const uint32_t dq_ = sring + stage * cfg::STAGE_BYTES, ddo = dq_ + cfg::TILE_BYTES;
 #pragma unroll
@@ -472,7 +541,7 @@ __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge
         uint32_t phase = 0;
         for (int it = 0; it < kb.total; it++) {
             const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
-            mbar_wait(bars + 8 * (STAGES + stage), phase ^ 1);
+            mbar_wait_wide(bars + 8 * (STAGES + stage), phase ^ 1);
             float *slot = ld_gen + stage * (2 * FB_BS);
 #pragma unroll
             for (int i = 0; i < 2; i++) {
@@ -525,22 +594,12 @@ __device__ __forceinline__ fb_pt_bounds fb_pt_bounds_of(int wk0, int key_lo, int
     return pb;
 }
 
-/* One consumer warpgroup's S^T / dP^T step of a tile (fb_dkdv_kernel<64>, and the lab's fused backward): st =
- * S^T = K.Q^T and dpt = dP^T = V.dO^T (ka, va: its 64 rows of the resident 128-row K, V boxes; qt, dt: the
- * stage's Q, dO tiles), both waited; st becomes P^T (fb_p_transposed with the bounds pb, while dP^T runs) and
- * dpt dS^T / scale = P^T (dP^T - delta). ls: the stage's lse*log2e slot, delta FB_BS floats further. The caller
- * turns them into A fragments (fw_to_a): with that step in here the compiler numbered the kernel's registers
- * differently. */
-template <int D>
-__device__ __forceinline__ void fb_dkdv_tile_ps(float (&st)[32], float (&dpt)[32], uint32_t ka, uint32_t va,
-                                                uint32_t qt, uint32_t dt, const float *ls, int tq, float sl2,
-                                                const fb_pt_bounds &pb) {
+/* fb_dkdv_tile_ps's second half: both products waited; st becomes P^T (fb_p_transposed with the bounds pb,
+ * while dP^T runs) and dpt dS^T / scale = P^T (dP^T - delta). ls: the stage's lse*log2e slot, delta FB_BS floats
+ * further. */
+__device__ __forceinline__ void fb_dkdv_tile_pds(float (&st)[32], float (&dpt)[32], const float *ls, int tq,
+                                                 float sl2, const fb_pt_bounds &pb) {
     const float *dl = ls + FB_BS;
-    wgmma_fence();
-    fb_ss<D>(st, fb_opaque(ka), FB_BR * 128, qt, 8192); /* S^T = K.Q^T */
-    wgmma_commit();
-    fb_ss<D>(dpt, fb_opaque(va), FB_BR * 128, dt, 8192); /* dP^T = V.dO^T */
-    wgmma_commit();
     wgmma_wait<1>();
     wgmma_fence_operands(st);
     fb_p_transposed(st, ls, tq, sl2, pb.vis0, pb.vis1, pb.lim); /* while dP^T runs */
@@ -554,6 +613,35 @@ __device__ __forceinline__ void fb_dkdv_tile_ps(float (&st)[32], float (&dpt)[32
         for (int e = 0; e < 4; e++)
             dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - ((e & 1) ? d2.y : d2.x)); /* dS^T/scale */
     }
+}
+
+/* One consumer warpgroup's S^T / dP^T step of a tile (fb_dkdv_kernel<D, 0>, and the lab's fused backward): st =
+ * S^T = K.Q^T and dpt = dP^T = V.dO^T (ka, va: its 64 rows of the resident 128-row K, V boxes; qt, dt: the
+ * stage's Q, dO tiles) issued as two commit groups, then fb_dkdv_tile_pds. The caller turns st and dpt into A
+ * fragments (fw_to_a): with that step in here the compiler numbered the kernel's registers differently. */
+template <int D>
+__device__ __forceinline__ void fb_dkdv_tile_ps(float (&st)[32], float (&dpt)[32], uint32_t ka, uint32_t va,
+                                                uint32_t qt, uint32_t dt, const float *ls, int tq, float sl2,
+                                                const fb_pt_bounds &pb) {
+    wgmma_fence();
+    fb_ss<D>(st, fb_opaque(ka), FB_BR * 128, qt, 8192); /* S^T = K.Q^T */
+    wgmma_commit();
+    fb_ss<D>(dpt, fb_opaque(va), FB_BR * 128, dt, 8192); /* dP^T = V.dO^T */
+    wgmma_commit();
+    fb_dkdv_tile_pds(st, dpt, ls, tq, sl2, pb);
+}
+
+/* fb_dkdv_tile_ps with K and V as register A fragments (kf, vf: fb_load_a; fb_dkdv_kernel<D, 1>) */
+template <int D>
+__device__ __forceinline__ void fb_dkdv_tile_ps_rs(float (&st)[32], float (&dpt)[32], const uint32_t (&kf)[D / 16][4],
+                                                   const uint32_t (&vf)[D / 16][4], uint32_t qt, uint32_t dt,
+                                                   const float *ls, int tq, float sl2, const fb_pt_bounds &pb) {
+    wgmma_fence();
+    fb_rs_k<D>(st, kf, qt, 8192); /* S^T = K.Q^T */
+    wgmma_commit();
+    fb_rs_k<D>(dpt, vf, dt, 8192); /* dP^T = V.dO^T */
+    wgmma_commit();
+    fb_dkdv_tile_pds(st, dpt, ls, tq, sl2, pb);
 }
 
 /* dV += P^T.dO and dK += dS^T.Q (pa, sa: fb_dkdv_tile_ps's P^T, dS^T as A fragments; dt, qt: the stage's dO, Q), waited. */
@@ -590,9 +678,10 @@ __device__ __forceinline__ void fb_dkdv_store(const fb_grads &grads, const float
     }
 }
 
-/* D = 64: 128 keys per CTA, each consumer warpgroup owns 64 of them and computes all four products
- * (S^T, dP^T, dV += P^T.dO, dK += dS^T.Q) with dK and dV (2 x 32 fp32) in registers. */
-template <int D>
+/* 128 keys per CTA, each consumer warpgroup owns 64 of them and computes all four products (S^T, dP^T,
+ * dV += P^T.dO, dK += dS^T.Q) with dK and dV (2 x D / 2 fp32) in registers. RSA = 1 (forge's at D = 64): its 64
+ * rows of K and V read once into register A fragments, the S-like products issued from them. */
+template <int D, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
@@ -635,19 +724,30 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; i++) adk[i] = adv[i] = 0.0f;
 
-    if (kb.total > 0) mbar_wait(resbar, 0);
+    if (kb.total > 0) mbar_wait_wide(resbar, 0);
     const uint32_t ka = sk + c * 8192, va = sv + c * 8192; /* rows 64c.. of each 128-row box */
+    uint32_t kf[D / 16][4], vf[D / 16][4]; /* RSA */
+    if constexpr (RSA) {
+        if (kb.total > 0) {
+            fb_load_a<D>(kf, ka, FB_BR * 128, warp, g, tq);
+            fb_load_a<D>(vf, va, FB_BR * 128, warp, g, tq);
+        }
+    }
     int stage = 0;
     uint32_t phase = 0;
     for (int it = 0; it < kb.total; it++) {
         const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
-        mbar_wait(bars + 8 * stage, phase);
+        mbar_wait_wide(bars + 8 * stage, phase);
         /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
         if (wk0 <= qt0 + FB_BS - 1 + diag && wk0 < s.Tk) {
             const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
             const float *ls = ld_gen + stage * (2 * FB_BS);
             float st[32], dpt[32];
-            fb_dkdv_tile_ps<D>(st, dpt, ka, va, qt, dt, ls, tq, sl2, fb_pt_bounds_of(wk0, key_lo, qt0, diag, s.Tq));
+            const fb_pt_bounds pb = fb_pt_bounds_of(wk0, key_lo, qt0, diag, s.Tq);
+            if constexpr (RSA)
+                fb_dkdv_tile_ps_rs<D>(st, dpt, kf, vf, qt, dt, ls, tq, sl2, pb);
+            else
+                fb_dkdv_tile_ps<D>(st, dpt, ka, va, qt, dt, ls, tq, sl2, pb);
             uint32_t pa[4][4], sa[4][4];
             fw_to_a<64>(pa, st);
             fw_to_a<64>(sa, dpt);
@@ -664,7 +764,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_store<D>(grads, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
 }
 
-/* The P^T handoff between the two consumer warpgroups of the D = 128 dK/dV kernels goes through mbarriers of
+/* The P^T handoff between the two consumer warpgroups of the lab's D = 128 split dK/dV kernels goes through mbarriers of
  * count 128 (every thread of the sending warpgroup arrives: mbarrier.arrive releases its shared-memory writes,
  * try_wait acquires them). Per buffer, "full" (P^T written) and "empty" (read); the dK warpgroup arrives on each
  * empty barrier once before its first tile, so the n-th use of a buffer waits for phase n of both barriers
@@ -674,7 +774,9 @@ __device__ __forceinline__ void fb_handoff_init(uint32_t hb, int n) {
     for (int i = 0; i < n; i++) mbar_init(hb + 8 * i, 128);
 }
 
-/* D = 128: 64 keys per CTA, split by role between the two consumer warpgroups, which own the same 64 keys:
+/* The lab's D = 128 dK/dV kernels (forge's until the thirteenth session, when the consumers' registers grew
+ * to 240 with mbar_wait_wide and fb_dkdv_kernel<128> fit): 64 keys per CTA, split by role between the two
+ * consumer warpgroups, which own the same 64 keys:
  * warpgroup 1 computes S^T, P^T and dV += P^T.dO and hands P^T (fp32) to warpgroup 2 through shared memory
  * in its own accumulator layout (sp[i * 128 + thread]: conflict-free, and the reader's layout is the same);
  * warpgroup 2 computes dP^T, dS^T = P^T (dP^T - delta) and dK += dS^T.Q. Each thread holds ONE 64-register
@@ -684,7 +786,7 @@ __device__ __forceinline__ void fb_handoff_init(uint32_t hb, int n) {
  * before reading (mbarriers, fb_handoff_init). With 64 keys
  * per CTA every streamed tile holds a visible key (t_first comes from k0), so there is no skip test and both
  * warpgroups run the same barrier sequence. */
-/* ---- D = 128 dK/dV, pipelined (what forge runs at D = 128) ----------------------------------------------- */
+/* ---- D = 128 dK/dV, pipelined (the lab's PIPE) ---------------------------------------------------------- */
 
 /* Tile it's elementwise step of fb_dkdv_pipe_consumer on sacc (its S-like product): P^T into buffer it & 1 of sp
  * (ROLE 0) or dS^T from it (ROLE 1); the arithmetic of fb_dkdv_split_kernel. */
@@ -702,12 +804,12 @@ __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const
         const int vis0 = edge ? key_lo - kb.diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - kb.diag - qt0 : -FB_BIG;
         const int lim = edge ? s.Tq - qt0 : FB_BIG;
         fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
-        mbar_wait(empty, use);
+        mbar_wait_wide(empty, use);
 #pragma unroll
         for (int i = 0; i < 32; i++) spb[i * 128 + tid] = sacc[i];
         mbar_arrive(full);
     } else {
-        mbar_wait(full, use);
+        mbar_wait_wide(full, use);
 #pragma unroll
         for (int n = 0; n < FB_BS / 8; n++) {
             const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
@@ -728,7 +830,7 @@ __device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const
  * no branch between an issue and its wait and the same group in flight at every entry (ptxas serialises every
  * wgmma otherwise, C7518). The P^T handoff is double-buffered (tile it in buffer it & 1; fb_handoff_init's
  * mbarriers, two per buffer), so the P^T warpgroup can run a tile ahead. */
-template <int D, int ROLE>
+template <int D, int ROLE, int RSA>
 __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, const forge_flash_shape &s,
                                                       uint32_t res, uint32_t sring, const float *ld_gen, float *sp,
                                                       uint32_t hb, uint32_t resbar, uint32_t bars, int tid, float sl2,
@@ -740,7 +842,9 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
     constexpr uint32_t B_OFF = ROLE == 0 ? cfg::TILE_BYTES : 0u;
     const int key_lo = kb.k0 + warp * 16 + g;
     if (kb.total == 0) return; /* CTA-uniform: neither warpgroup touches a barrier */
-    mbar_wait(resbar, 0);
+    mbar_wait_wide(resbar, 0);
+    uint32_t rf[D / 16][4]; /* RSA: the resident K (ROLE 0) or V (ROLE 1) as A fragments */
+    if constexpr (RSA) fb_load_a<D>(rf, res, FB_BS * 128, warp, g, tq);
     if (ROLE == 1) { /* both buffers start empty */
         mbar_arrive(hb + 16);
         mbar_arrive(hb + 24);
@@ -750,11 +854,14 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
     uint32_t a[4][4]; /* the previous tile's P^T / dS^T as the register A operand */
 
     { /* tile 0: nothing in flight yet */
-        mbar_wait(bars + 8 * stage, phase);
+        mbar_wait_wide(bars + 8 * stage, phase);
         const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
         float sacc[32];
         wgmma_fence();
-        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        if constexpr (RSA)
+            fb_rs_k<D>(sacc, rf, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        else
+            fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(sacc);
@@ -764,11 +871,14 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
     }
 #pragma unroll 1
     for (int it = 1; it < kb.total; it++) {
-        mbar_wait(bars + 8 * stage, phase);
+        mbar_wait_wide(bars + 8 * stage, phase);
         const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
         float sacc[32];
         wgmma_fence(); /* a was written by ordinary instructions */
-        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        if constexpr (RSA)
+            fb_rs_k<D>(sacc, rf, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
+        else
+            fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
         wgmma_commit();
         fb_rs<D>(acc, a, B_OFF + sring + prev * cfg::STAGE_BYTES); /* tile it-1's dV += P^T.dO or dK += dS^T.Q */
         wgmma_commit();
@@ -791,9 +901,11 @@ __device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, con
     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 }
 
-/* PIPE = 0 (the lab's SPLIT variant): the consumers as above; PIPE = 1 (what forge runs): each consumer runs
- * fb_dkdv_pipe_consumer, with a second 16 KiB P^T buffer. Same producer, ring, 64 keys per CTA, roles, outputs. */
-template <int D, int PIPE>
+/* PIPE = 0 (the lab's SPLIT variant): the consumers as above; PIPE = 1 (the lab's PIPE): each consumer runs
+ * fb_dkdv_pipe_consumer, with a second 16 KiB P^T buffer. Same producer, ring, 64 keys per CTA, roles, outputs.
+ * RSA = 1 (the lab's, PIPE = 1 only): each consumer reads its resident K or V once into register A fragments and
+ * issues its S-like product from them, streaming only Q or dO from shared memory. */
+template <int D, int PIPE, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                          const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
@@ -842,25 +954,26 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     if constexpr (!PIPE) key_lo = kb.k0 + warp * 16 + g;
     const int diag = kb.diag;
 
+    static_assert(PIPE || !RSA, "RSA is written for the pipelined consumers");
     float acc[D / 2]; /* dV (c = 0) or dK (c = 1) */
 #pragma unroll
     for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
 
     if constexpr (PIPE) {
         if (c == 0)
-            fb_dkdv_pipe_consumer<D, 0>(kb, s, sk, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
+            fb_dkdv_pipe_consumer<D, 0, RSA>(kb, s, sk, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
         else
-            fb_dkdv_pipe_consumer<D, 1>(kb, s, sv, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
+            fb_dkdv_pipe_consumer<D, 1, RSA>(kb, s, sv, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
         key_lo = kb.k0 + warp * 16 + g;
     } else {
-    if (kb.total > 0) mbar_wait(resbar, 0);
+    if (kb.total > 0) mbar_wait_wide(resbar, 0);
     if (c == 1) mbar_arrive(hempty); /* sp starts empty */
     const uint32_t res = c == 0 ? sk : sv; /* the A operand of this warpgroup's S-like product */
     int stage = 0;
     uint32_t phase = 0;
     for (int it = 0; it < kb.total; it++) {
         const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
-        mbar_wait(bars + 8 * stage, phase);
+        mbar_wait_wide(bars + 8 * stage, phase);
         const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
         const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
         float sacc[32]; /* S^T (c = 0) or dP^T (c = 1) */
@@ -874,12 +987,12 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
             const int lim = edge ? s.Tq - qt0 : FB_BIG;
             fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
-            mbar_wait(hempty, it & 1);
+            mbar_wait_wide(hempty, it & 1);
 #pragma unroll
             for (int i = 0; i < 32; i++) sp[i * 128 + tid] = sacc[i];
             mbar_arrive(hfull);
         } else {
-            mbar_wait(hfull, it & 1);
+            mbar_wait_wide(hfull, it & 1);
 #pragma unroll
             for (int n = 0; n < FB_BS / 8; n++) {
                 const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
@@ -923,8 +1036,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 /* ---- host ----------------------------------------------------------------------------------- */
 
 /* What every launch of one backward call reads (fb_backward_prepare): the tensor maps, 128-row boxes for what a
- * CTA keeps resident (Q, dO in dQ; K, V in the D = 64 dK/dV kernel: k_res, v_res, D = 64 only), 64-row boxes for
- * streamed tiles and the D = 128 dK/dV kernel's resident K, V; the outputs and scalars. */
+ * CTA keeps resident (Q, dO in dQ; K, V in dK/dV: k_res, v_res), 64-row boxes for streamed tiles and the lab's
+ * split dK/dV kernel's resident K, V; the outputs and scalars. */
 struct fb_call {
     forge_flash_shape s;
     CUtensorMap q_res, do_res, k_str, v_str, q_str, do_str, k_res, v_res;
@@ -942,7 +1055,7 @@ struct fb_call {
  * *launch = 1. fb_backward_prepare: every tensor map (a refused layout, FORGE_ERR_UNSUPPORTED naming `entry`,
  * leaves nothing half-written), then delta = rowsum(dO * O) (forge_flash_bf16_backward_delta). The default dQ
  * and dK/dV kernels of c->s.D: fb_launch_dq_default (fb_dq_kernel<D, 0>), fb_launch_dkdv_default
- * (fb_dkdv_kernel<64> or fb_dkdv_split_kernel<128, 1>). */
+ * (fb_dkdv_kernel<64, 1> or fb_dkdv_kernel<128, 0>). */
 forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
                                const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
                                float *delta, float *dq, float *dk, float *dv, int *launch);
@@ -953,37 +1066,35 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
 forge_status fb_launch_dq_default(const fb_call &c);
 forge_status fb_launch_dkdv_default(const fb_call &c);
 
-/* the pipelined dQ kernel at D = 64 only: at D = 128 (dQ 64 + S 32 + dP 32 + the previous dS 16 registers per
- * thread) ptxas spilled 40 B */
-template <int D, int PIPE> static forge_status fb_launch_dq(const fb_call &c) {
-    static_assert(D == 64 || !PIPE, "the pipelined dQ kernel spills at D = 128");
+/* the dQ kernel; PIPE, RSA: the lab's variants (fb_dq_kernel) */
+template <int D, int PIPE, int RSA = 0> static forge_status fb_launch_dq(const fb_call &c) {
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fb_dq_kernel<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_TRY(cudaFuncSetAttribute(fb_dq_kernel<D, PIPE, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gq((unsigned)((c.s.Tq + FB_BR - 1) / FB_BR), (unsigned)c.s.H, (unsigned)c.s.B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dq_kernel<D, PIPE>, gq, FB_THREADS, smem, c.st, c.pdl, c.q_res, c.do_res,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dq_kernel<D, PIPE, RSA>, gq, FB_THREADS, smem, c.st, c.pdl, c.q_res, c.do_res,
                                      c.k_str, c.v_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
                     D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
     return FORGE_OK;
 }
 
-/* the D = 64 dK/dV kernel: 128 keys per CTA */
-template <int D> static forge_status fb_launch_dkdv(const fb_call &c) {
+/* the dK/dV kernel with 128 keys per CTA (RSA: K, V as register A fragments) */
+template <int D, int RSA = 0> static forge_status fb_launch_dkdv(const fb_call &c) {
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_kernel<D, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res, c.q_str,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res, c.q_str,
                                      c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
-                    "fb_dkdv_kernel<64>");
+                    D == 64 ? "fb_dkdv_kernel<64>" : "fb_dkdv_kernel<128>");
     return FORGE_OK;
 }
 
-/* the D = 128 dK/dV kernel, split by role between the consumers: 64 keys per CTA; PIPE = 1 pipelined */
-template <int D, int PIPE> static forge_status fb_launch_dkdv_split(const fb_call &c) {
+/* the lab's D = 128 dK/dV kernel, split by role between the consumers: 64 keys per CTA; PIPE = 1 pipelined */
+template <int D, int PIPE, int RSA = 0> static forge_status fb_launch_dkdv_split(const fb_call &c) {
     constexpr size_t smem = PIPE ? fb_cfg<D>::SPLIT_PIPE_SMEM : fb_cfg<D>::SPLIT_SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_split_kernel<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_split_kernel<D, PIPE, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BS - 1) / FB_BS), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_split_kernel<D, PIPE>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_str,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_split_kernel<D, PIPE, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_str,
                                      c.v_str, c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
                     PIPE ? "fb_dkdv_split_kernel<128, pipelined>" : "fb_dkdv_split_kernel<128>");
     return FORGE_OK;

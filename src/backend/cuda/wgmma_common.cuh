@@ -20,8 +20,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-/* An mbarrier wait that has not completed after this long traps: a protocol bug or a failed TMA becomes an
- * "unspecified launch failure" at the host's next synchronising call instead of a hung process. Overridable at
+/* An mbarrier wait that has not completed after this long traps (mbar_wait; mbar_wait_wide faults): a protocol
+ * bug or a failed TMA becomes an error at the host's next synchronising call instead of a hung process. Overridable at
  * build time (make cuda EXTRA_NVFLAGS=-DWGMMA_WAIT_TIMEOUT_NS=...) for sanitizer runs, where racecheck's
  * serialisation of warps can keep a spinning consumer waiting on a producer warp for longer. */
 #ifndef WGMMA_WAIT_TIMEOUT_NS
@@ -67,6 +67,23 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     const uint64_t t0 = gemm_globaltimer();
     while (!mbar_try_wait(bar, parity)) {
         if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS) __trap();
+    }
+}
+
+/* mbar_wait for a consumer warpgroup that needs more registers than the kernel's entry count (168 at 384
+ * threads) after its setmaxnreg.inc: the timeout faults with a store to global address 0 instead of trapping
+ * (the host sees "an illegal memory access was encountered" at its next synchronising call, sticky like the
+ * trap). ptxas (CUDA 13.0) compiles a region that can reach a trap within the entry register count even after a
+ * setmaxnreg.inc: with the trap, the flash backward's consumers got ~170 of their 240 registers and every kernel
+ * that needed more spilled and serialised its wgmmas (C7512); with the store they compile within 240. Measured
+ * (lab/notes/flash.md, thirteenth session): kernels that fit in 168 anyway can schedule differently with it, so
+ * the others keep mbar_wait. */
+__device__ __forceinline__ void mbar_wait_wide(uint32_t bar, uint32_t parity) {
+    if (mbar_try_wait(bar, parity)) return;
+    const uint64_t t0 = gemm_globaltimer();
+    while (!mbar_try_wait(bar, parity)) {
+        if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS)
+            asm volatile("st.global.u32 [%0], %1;" ::"l"(0ull), "r"(0u) : "memory");
     }
 }
 
