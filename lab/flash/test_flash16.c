@@ -152,6 +152,22 @@ static void fz_free_out(parity *P, fa_bwd_out *o) {
     memset(o, 0, sizeof *o);
 }
 
+/* forge_flash_bf16_backward_wgmma on c's inputs, fetched into h (what names it in a failure); 1 when h holds it,
+ * else 0 with h empty (fz_host_free is safe either way). */
+static int fz_forge_bwd(parity *P, fa_case *c, const char *what, fz_host *h) {
+    memset(h, 0, sizeof *h);
+    fa_bwd_out o = {0};
+    forge_status st = fa_case_bwd_out(P, c, &o)
+                          ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                            o.delta, o.dq, o.dk, o.dv, c->stream)
+                          : FORGE_ERR_OOM;
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (st != FORGE_OK) fa_case_failed(P, c, what, st);
+    const int ok = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &o, h);
+    fz_free_out(P, &o);
+    return ok;
+}
+
 /* One run of the fused backward (v2 = 0: lab_flash16_backward_fused*, 1: its TMA reduce-add variant
  * lab_flash16_backward_fused2*) with `splits` (0: the entry with forge's signature and the split rule; > 0: the _ws
  * entry with S forced, on a NaN-poisoned workspace, so a partial the reduce reads but no CTA wrote shows as NaN)
@@ -216,16 +232,9 @@ static void check_bwd_variants(parity *P, fa_case *c) {
         return;
     }
     /* forge's wgmma backward on the same inputs */
-    fa_bwd_out wo = {0};
-    fz_host wh = {{NULL, NULL, NULL}};
-    forge_status st = fa_case_bwd_out(P, c, &wo)
-                          ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
-                                                            wo.delta, wo.dq, wo.dk, wo.dv, c->stream)
-                          : FORGE_ERR_OOM;
-    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
-    if (st != FORGE_OK) fa_case_failed(P, c, "flash16_backward_wgmma (the 2cta cases' baseline)", st);
-    const int have_w = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &wo, &wh);
-    fz_free_out(P, &wo);
+    fz_host wh;
+    const int have_w = fz_forge_bwd(P, c, "flash16_backward_wgmma (the 2cta cases' baseline)", &wh);
+    forge_status st;
     double *wd[3] = {NULL, NULL, NULL};
     const size_t n[3] = {c->no, c->nkv, c->nkv};
     static const char *const part[3] = {"dq", "dk", "dv"};
@@ -518,16 +527,9 @@ int lab_test_flash16(int argc, char **argv) {
  * against float64 and NAME.bits (bit for bit forge_flash_bf16_backward_wgmma's: every variant computes the same
  * products of the same tiles in the same order with the same fp32 arithmetic per element). */
 static void check_dkdv_variants(parity *P, fa_case *c) {
-    fa_bwd_out wo = {0};
-    fz_host wh = {{NULL, NULL, NULL}};
-    forge_status st = fa_case_bwd_out(P, c, &wo)
-                          ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
-                                                            wo.delta, wo.dq, wo.dk, wo.dv, c->stream)
-                          : FORGE_ERR_OOM;
-    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
-    if (st != FORGE_OK) fa_case_failed(P, c, "flash16_backward_wgmma (the variants' bits)", st);
-    const int have_w = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &wo, &wh);
-    fz_free_out(P, &wo);
+    fz_host wh;
+    const int have_w = fz_forge_bwd(P, c, "flash16_backward_wgmma (the variants' bits)", &wh);
+    forge_status st;
     static const int var_id[4] = {LAB_FLASH16_DKDV_SPLIT, LAB_FLASH16_DKDV_PIPE, LAB_FLASH16_DKDV_PIPE_DQ,
                                   LAB_FLASH16_DKDV_RSA};
     static const char *const var_name[4] = {"flash16_backward_wgmma_split", "flash16_backward_wgmma_dkp",
