@@ -231,6 +231,14 @@ __device__ __forceinline__ void fb_dq_tile_sdp_rs(float (&sc)[32], float (&dp)[3
     wgmma_commit();
 }
 
+/* A value that needs every element of x (their bits OR-ed), for fw_pin_before_wait */
+__device__ __forceinline__ float fb_pin_value(const float (&x)[32]) {
+    uint32_t v = 0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) v |= __float_as_uint(x[i]);
+    return __uint_as_float(v);
+}
+
 /* dQ kernel: P = exp2(S sl2 - lse2) with the branch-free causal / key-bound mask of the tile at key k0
  * (column j = key - k0 is visible to row r iff j <= vis[r] and j < lim; FB_BIG bounds on interior tiles) */
 __device__ __forceinline__ void fb_dq_p(float (&sc)[32], int k0, int wrow0, int row_lo, int diag, int Tk, int tq,
@@ -289,7 +297,9 @@ __device__ __forceinline__ void fb_dq_store(const fb_grads &grads, const float (
  * visible one is above the diagonal for all of its rows) with the first peeled and the last dQ product drained
  * after the loop, so no branch sits between an issue and its wait; then it releases the CTA's remaining tiles
  * without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element.
- * RSA = 1 (the lab's, PIPE = 0 only): each consumer reads its 64 rows of Q and dO once into register A fragments
+ * PIPE = 2 (the lab's): PIPE = 1 with P and dS each pinned before the next wait (fw_pin_before_wait into the
+ * consumer thread's word of the unused lse / delta slots): without it ptxas puts wait_group 1 right after
+ * wait_group 2, so P is computed under the dQ product only and dS after every wait. RSA = 1 (the lab's, PIPE = 0 only): each consumer reads its 64 rows of Q and dO once into register A fragments
  * (fb_load_a) and issues S and dP from them (fb_rs_k), so its products stream only K and V from shared memory. */
 template <int D, int PIPE, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
@@ -364,6 +374,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     if (ntiles > 0) mbar_wait_wide(resbar, 0);
     const uint32_t qa = sq + c * 8192, doa = sdo + c * 8192; /* rows 64c.. of each 128-row box */
     static_assert(!(PIPE && RSA), "RSA is written for the unpipelined dQ kernel");
+    /* PIPE = 2: this thread's word of the lse / delta slots the dQ kernel leaves unused */
+    const uint32_t sink = sring + STAGES * cfg::STAGE_BYTES + 4 * tid + 512 * c;
     uint32_t qf[D / 16][4], dof[D / 16][4]; /* RSA: this consumer's rows of Q and dO as A fragments */
     if constexpr (RSA) {
         if (ntiles > 0) {
@@ -402,10 +414,12 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             wgmma_wait<2>(); /* S of tile t */
             wgmma_fence_operands(sc);
             fb_dq_p(sc, t * FB_BS, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2);
+            if constexpr (PIPE == 2) fw_pin_before_wait(sink, fb_pin_value(sc));
             wgmma_wait<1>(); /* dP of tile t */
             wgmma_fence_operands(dp);
 #pragma unroll
             for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]);
+            if constexpr (PIPE == 2) fw_pin_before_wait(sink, fb_pin_value(dp));
             wgmma_wait<0>(); /* tile t-1's dQ product: its stage and a are free */
             wgmma_fence_operands(acc);
             __syncwarp();
