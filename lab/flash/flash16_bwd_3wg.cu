@@ -93,8 +93,7 @@ __global__ void __launch_bounds__(FB3_THREADS, 1)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FB3_RES, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
-    const int kv_end = min(s.Tk, q0 + FB3_RES + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + FB_BS - 1) / FB_BS : 0;
+    const int ntiles = flash_key_tiles(s.Tk, diag, q0, FB3_RES, FB_BS);
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) fb3_barriers_init(resbar, 1);

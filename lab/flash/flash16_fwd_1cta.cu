@@ -55,8 +55,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FW_BM, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
-    const int kv_end = min(s.Tk, q0 + FW_BM + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + FW_BN - 1) / FW_BN : 0;
+    const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, FW_BN);
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {

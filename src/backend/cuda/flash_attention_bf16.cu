@@ -124,8 +124,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     const bf16_t *kb = k + (size_t)b * s.Tk * s.k_stride + (size_t)hk * D;
     const bf16_t *vb = v + (size_t)b * s.Tk * s.v_stride + (size_t)hk * D;
 
-    const int kv_end = min(s.Tk, q0 + FA_BM + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + FA_BN - 1) / FA_BN : 0;
+    const int ntiles = flash_key_tiles(s.Tk, diag, q0, FA_BM, FA_BN);
 
     fa_load_rows<D, FA_BM>(sq, qb, s.q_stride, q0, s.Tq, tid);
     fa_load_rows<D, FA_BM>(sdo, dob, s.o_stride, q0, s.Tq, tid);

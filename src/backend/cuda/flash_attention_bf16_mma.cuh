@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "flash_key_tiles.cuh"
 
 extern "C" {
 #include "flash_attention_bf16.h"
@@ -116,8 +117,7 @@ __global__ void __launch_bounds__(QR * 2)
     const bf16_t *kb = k + (size_t)b * s.Tk * s.k_stride + (size_t)hk * D;
     const bf16_t *vb = v + (size_t)b * s.Tk * s.v_stride + (size_t)hk * D;
 
-    const int kv_end = min(s.Tk, q0 + QR + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + FA_BN - 1) / FA_BN : 0;
+    const int ntiles = flash_key_tiles(s.Tk, diag, q0, QR, FA_BN);
 
     fa_load_rows<D, QR, NT>(sq, qb, s.q_stride, q0, s.Tq, tid);
     fa_commit();

@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FW_BM, h = blockIdx.y, b = blockIdx.z; /* longest first */
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
-    const int kv_end = min(s.Tk, q0 + FW_BM + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, BN);
     const int warp_id = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     if (threadIdx.x == 0) {

@@ -289,17 +289,18 @@ __device__ __forceinline__ void fb_dq_store(const fb_grads &grads, const float (
     }
 }
 
-/* PIPE = 0: per tile S, dP, then dS and dQ += dS.K, each product waited before the next step. PIPE = 1
- * (the lab's PIPE_DQ variant at D = 64; forge runs PIPE = 0): software-pipelined like fb_dkdv_pipe_consumer: tile t's S and dP are issued,
- * then tile t-1's dQ += dS.K (register A kept from the previous iteration); wait_group 2 retires S (P computed
- * while dP and the dQ product run), wait_group 1 dP (dS computed while dQ runs), wait_group 0 the dQ product,
- * then that tile's stage is released. A consumer runs its visible tiles (0 .. nvis-1; every tile after its last
- * visible one is above the diagonal for all of its rows) with the first peeled and the last dQ product drained
- * after the loop, so no branch sits between an issue and its wait; then it releases the CTA's remaining tiles
- * without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element.
+/* PIPE = 0 (what forge runs): per tile S, dP, then dS and dQ += dS.K, each product waited before the next step.
+ * PIPE = 1 (the lab's PIPE_DQ variant): software-pipelined like fb_dkdv_pipe_consumer: tile t's S and dP are
+ * issued, then tile t-1's dQ += dS.K (register A kept from the previous iteration); wait_group 2 retires S (P
+ * computed while dP and the dQ product run), wait_group 1 dP (dS computed while dQ runs), wait_group 0 the dQ
+ * product, then that tile's stage is released. A consumer runs its visible tiles (0 .. nvis-1; every tile after
+ * its last visible one is above the diagonal for all of its rows) with the first peeled and the last dQ product
+ * drained after the loop, so no branch sits between an issue and its wait; then it releases the CTA's remaining
+ * tiles without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element.
  * PIPE = 2 (the lab's): PIPE = 1 with P and dS each pinned before the next wait (fw_pin_before_wait into the
  * consumer thread's word of the unused lse / delta slots): without it ptxas puts wait_group 1 right after
- * wait_group 2, so P is computed under the dQ product only and dS after every wait. RSA = 1 (the lab's, PIPE = 0 only): each consumer reads its 64 rows of Q and dO once into register A fragments
+ * wait_group 2, so P is computed under the dQ product only and dS after every wait.
+ * RSA = 1 (the lab's, PIPE = 0 only): each consumer reads its 64 rows of Q and dO once into register A fragments
  * (fb_load_a) and issues S and dP from them (fb_rs_k), so its products stream only K and V from shared memory. */
 template <int D, int PIPE, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
@@ -319,8 +320,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FB_BR, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
-    const int kv_end = min(s.Tk, q0 + FB_BR + diag);
-    const int ntiles = kv_end > 0 ? (kv_end + FB_BS - 1) / FB_BS : 0;
+    const int ntiles = flash_key_tiles(s.Tk, diag, q0, FB_BR, FB_BS);
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1);
@@ -778,12 +778,12 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_store<D>(grads, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
 }
 
-/* The P^T handoff between the two consumer warpgroups of the lab's D = 128 split dK/dV kernels goes through mbarriers of
- * count 128 (every thread of the sending warpgroup arrives: mbarrier.arrive releases its shared-memory writes,
- * try_wait acquires them). Per buffer, "full" (P^T written) and "empty" (read); the dK warpgroup arrives on each
- * empty barrier once before its first tile, so the n-th use of a buffer waits for phase n of both barriers
- * (parity n & 1) with no first-tile special case. An earlier version used named barriers (bar.arrive /
- * bar.sync); compute-sanitizer's racecheck reported the handoff as a race under those. */
+/* The P^T handoff between the two consumer warpgroups of the lab's D = 128 split dK/dV kernels goes through
+ * mbarriers of count 128 (every thread of the sending warpgroup arrives: mbarrier.arrive releases its
+ * shared-memory writes, try_wait acquires them). Per buffer, "full" (P^T written) and "empty" (read); the dK
+ * warpgroup arrives on each empty barrier once before its first tile, so the n-th use of a buffer waits for phase
+ * n of both barriers (parity n & 1) with no first-tile special case. An earlier version used named barriers
+ * (bar.arrive / bar.sync); compute-sanitizer's racecheck reported the handoff as a race under those. */
 __device__ __forceinline__ void fb_handoff_init(uint32_t hb, int n) {
     for (int i = 0; i < n; i++) mbar_init(hb + 8 * i, 128);
 }
@@ -1096,8 +1096,8 @@ template <int D, int RSA = 0> static forge_status fb_launch_dkdv(const fb_call &
     constexpr size_t smem = fb_cfg<D>::SMEM;
     CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_kernel<D, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res, c.q_str,
-                                     c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res,
+                                     c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
                     D == 64 ? "fb_dkdv_kernel<64>" : "fb_dkdv_kernel<128>");
     return FORGE_OK;
 }

@@ -190,8 +190,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
                     u += gridDim.x;
                 }
                 const int hk = h / (s.H / s.Hkv);
-                const int kv_end = min(s.Tk, q0 + FW_BM + diag);
-                const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+                const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, BN);
                 if (ntiles == 0) continue; /* the consumers skip it too: no Q, no tiles */
                 fw_produce_ov<D, BN, STAGES>(&tm_q, &tm_k, &tm_v, sq, sring, qbar, qempty, bars, q0, h, hk, b,
                                              ntiles, nq, stage, phase);
@@ -231,8 +230,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             j = 0;
             u += gridDim.x;
         }
-        const int kv_end = min(s.Tk, q0 + FW_BM + diag);
-        const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+        const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, BN);
         const int wrow0 = q0 + c * 64;            /* this warpgroup's first query row */
         const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
         /* the warpgroup's last row sees keys <= vis: tiles 0..nt-1 (a prefix: tiles run in key order) */

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 
 #include "wgmma_common.cuh" /* WG_ACC / WG_REGS operand lists */
+#include "flash_key_tiles.cuh"
 
 /* 2^x as one MUFU.EX2 (ex2.approx.ftz.f32). exp2f without fast-math is the same instruction wrapped in a
  * 3-instruction fixup for subnormal results; a probability below 2^-126 flushed to 0 changes nothing a bf16 P or

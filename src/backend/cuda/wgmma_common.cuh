@@ -60,32 +60,32 @@ __device__ __forceinline__ uint32_t mbar_try_wait(uint32_t bar, uint32_t parity)
     return done;
 }
 
-/* Waits for the phase of `bar` with parity `parity` to complete; traps after
- * WGMMA_WAIT_TIMEOUT_NS (a protocol bug or a failed TMA must not hang). */
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+/* Waits for the phase of `bar` with parity `parity` to complete; after WGMMA_WAIT_TIMEOUT_NS (a protocol bug or
+ * a failed TMA must not hang) it traps (TRAP) or faults with a store to global address 0 (the host then sees "an
+ * illegal memory access was encountered" at its next synchronising call, sticky like the trap). */
+template <bool TRAP> __device__ __forceinline__ void mbar_wait_timed(uint32_t bar, uint32_t parity) {
     if (mbar_try_wait(bar, parity)) return;
     const uint64_t t0 = gemm_globaltimer();
     while (!mbar_try_wait(bar, parity)) {
-        if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS) __trap();
+        if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS) {
+            if constexpr (TRAP)
+                __trap();
+            else
+                asm volatile("st.global.u32 [%0], %1;" ::"l"(0ull), "r"(0u) : "memory");
+        }
     }
 }
 
+/* The wait every wgmma kernel uses: traps on the timeout. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) { mbar_wait_timed<true>(bar, parity); }
+
 /* mbar_wait for a consumer warpgroup that needs more registers than the kernel's entry count (168 at 384
- * threads) after its setmaxnreg.inc: the timeout faults with a store to global address 0 instead of trapping
- * (the host sees "an illegal memory access was encountered" at its next synchronising call, sticky like the
- * trap). ptxas (CUDA 13.0) compiles a region that can reach a trap within the entry register count even after a
- * setmaxnreg.inc: with the trap, the flash backward's consumers got ~170 of their 240 registers and every kernel
- * that needed more spilled and serialised its wgmmas (C7512); with the store they compile within 240. Measured
- * (lab/notes/flash.md, thirteenth session): kernels that fit in 168 anyway can schedule differently with it, so
- * the others keep mbar_wait. */
-__device__ __forceinline__ void mbar_wait_wide(uint32_t bar, uint32_t parity) {
-    if (mbar_try_wait(bar, parity)) return;
-    const uint64_t t0 = gemm_globaltimer();
-    while (!mbar_try_wait(bar, parity)) {
-        if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS)
-            asm volatile("st.global.u32 [%0], %1;" ::"l"(0ull), "r"(0u) : "memory");
-    }
-}
+ * threads) after its setmaxnreg.inc: the timeout faults instead of trapping. ptxas (CUDA 13.0) compiles a region
+ * that can reach a trap within the entry register count even after a setmaxnreg.inc: with the trap, the flash
+ * backward's consumers got ~170 of their 240 registers and every kernel that needed more spilled and serialised
+ * its wgmmas (C7512); with the store they compile within 240. Measured (lab/notes/flash.md, thirteenth session):
+ * kernels that fit in 168 anyway can schedule differently with it, so the others keep mbar_wait. */
+__device__ __forceinline__ void mbar_wait_wide(uint32_t bar, uint32_t parity) { mbar_wait_timed<false>(bar, parity); }
 
 /* 2D tiled TMA load: box at (c0 = K element, c1 = row) of `tmap` into shared
  * memory at dst, completing `bytes` of transactions on mbarrier `bar`. */
