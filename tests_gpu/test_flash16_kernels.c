@@ -8,6 +8,7 @@
  *   (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one they must take on sm_90;
  * - flash16_backward_into.*: the Hopper backward storing bf16 gradients at padded strides (written and added),
  *   bitwise rn(old + d) of its fp32 gradients d;
+ * - flash16_rowstats.*: the Hopper backward's packed row statistics (lse*log2e, delta, zero padding) bitwise;
  * - flash16_default.*: forge_flash_bf16_forward / _backward as a caller gets them.
  * Head dims without a compiled tile are refused (*.refuse). flash16_op_fallback.*: the backend entry's backward
  * where the tensor-core kernels refuse a layout at head size 64 (its fallback, in a buffer of its own). The variants (the 128-row mma.sync forward, the
@@ -160,7 +161,7 @@ static void case_flash16_into(parity *P, fa_case *c) {
                 hkv[i] = acc ? f2bf(((float)(x >> 40) * (1.0f / 16777216.0f)) * 2.0f - 1.0f) : 0xffffu;
             }
             void *gq = fa_dev(P, nqb * 2, hq, 0), *gkv = fa_dev(P, nkvb * 2, hkv, 0);
-            void *delta = fa_dev(P, c->nl * 4, NULL, 0xff);
+            void *delta = fa_dev(P, FORGE_FLASH_BF16_ROWSTATS(c->B, c->H, c->Tq) * 4, NULL, 0xff);
             const forge_flash_grads g = {gq, gkv, gkv ? (uint16_t *)gkv + kw : NULL, sq, skv, skv, 1, acc};
             st = gq && gkv && delta ? forge_flash_bf16_backward_into(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
                                                                      c->glse, delta, &g, c->stream, 0)
@@ -211,6 +212,56 @@ static void case_flash16_into(parity *P, fa_case *c) {
     if (bo.delta) P->gpu->mem_free(P->gpu, bo.delta);
 }
 
+/* forge_flash_bf16_backward_rowstats (the Hopper backward's first kernel) into a NaN-poisoned buffer of
+ * FORGE_FLASH_BF16_ROWSTATS floats: bitwise lse*log2e in fp32 (-inf -> 0) of the forward's lse and the delta that
+ * forge_flash_bf16_backward_delta computes, each (b, h) row padded with zeros to FORGE_FLASH_BF16_ROWS_PAD, and
+ * nothing written past the buffer (guards). */
+static void case_flash16_rowstats(parity *P, fa_case *c) {
+    const size_t tpad = (size_t)(c->Tq + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD *
+                        FORGE_FLASH_BF16_ROWS_PAD;
+    const size_t nrows = (size_t)c->B * c->H, plane = nrows * tpad;
+    void *gdelta = fa_dev(P, c->nl * 4, NULL, 0xff);
+    void *grows = fa_dev(P, FORGE_FLASH_BF16_ROWSTATS(c->B, c->H, c->Tq) * 4, NULL, 0xff);
+    forge_status st = gdelta && grows ? forge_flash_bf16_backward_delta(&c->fs, c->gout, c->gdo, gdelta, c->stream, 0)
+                                      : FORGE_ERR_OOM;
+    if (st == FORGE_OK)
+        st = forge_flash_bf16_backward_rowstats(&c->fs, c->gout, c->gdo, c->glse, grows, c->stream, 0);
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    size_t bad = 0, bad_rows = 0;
+    float *lse = NULL, *delta = NULL, *rows = NULL;
+    if (st == FORGE_OK) {
+        lse = fa_fetch(P, c->glse, c->nl, 0, &bad);
+        delta = fa_fetch(P, gdelta, c->nl, 0, &bad);
+        rows = fa_fetch(P, grows, 2 * plane, 0, &bad_rows);
+    }
+    if (st != FORGE_OK || !lse || !delta || !rows) {
+        report(P, 0, "flash16_rowstats", c->shape, INFINITY, 0,
+               st != FORGE_OK ? forge_error_message() : "(could not fetch the row statistics)");
+    } else {
+        size_t diff = 0;
+        for (size_t r = 0; r < nrows; r++)
+            for (size_t t = 0; t < tpad; t++) {
+                float want_l = 0.0f, want_d = 0.0f;
+                if (t < (size_t)c->Tq) {
+                    const float lv = lse[r * c->Tq + t];
+                    want_l = lv == -INFINITY ? 0.0f : lv * 1.4426950408889634f;
+                    want_d = delta[r * c->Tq + t];
+                }
+                diff += memcmp(&rows[r * tpad + t], &want_l, 4) != 0;
+                diff += memcmp(&rows[plane + r * tpad + t], &want_d, 4) != 0;
+            }
+        char why[128];
+        snprintf(why, sizeof why, "(%zu values differ; %zu guards overwritten)", diff, bad_rows);
+        const int ok = diff == 0 && bad_rows == 0;
+        report(P, ok, "flash16_rowstats", c->shape, (double)diff, 0, ok ? NULL : why);
+    }
+    free(lse);
+    free(delta);
+    free(rows);
+    if (gdelta) P->gpu->mem_free(P->gpu, gdelta);
+    if (grows) P->gpu->mem_free(P->gpu, grows);
+}
+
 static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
     if (!fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
@@ -235,6 +286,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
                                      : FORGE_ERR_OOM;
     fa_case_check_bwd(P, &c, "flash16_backward_wgmma", st, &bo);
     case_flash16_into(P, &c);
+    case_flash16_rowstats(P, &c);
 
     /* the default entries (forge_flash_bf16_forward / _backward: wgmma, mma.sync where wgmma refuses), as a
      * caller gets them */

@@ -46,7 +46,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     }
     FZB_TRY(cudaMalloc(&out, nt * 2));
     FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
-    FZB_TRY(cudaMalloc((void **)&delta, nl * 4));
+    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_ROWSTATS(B, H, T) * 4));
     for (int w = 0; w < 3; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,

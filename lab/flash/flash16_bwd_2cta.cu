@@ -54,9 +54,9 @@
  * non-blocking test it blocks only when the other warpgroup is STAGES tiles
  * behind, which the producer design would stall on too.
  *
- * lse / delta of the dK/dV kernel's streamed queries: the product's producer
- * warp 1 loads them with plain loads and each lane arrives on full (count
- * 1 + 32). Here the refilling warp 0 does the same for the stage it loads: with
+ * lse / delta of the dK/dV kernel's streamed queries (the product's producer
+ * bulk-copies them into the stage's slot from the packed row statistics):
+ * here the refilling warp 0 loads them with plain loads for the stage it loads: with
  * BM = 32 queries each of its 32 lanes owns one query: it waits for the stage's
  * empty barrier itself (acquire: the consumers' reads of the slot's previous
  * contents happen before its store), stores lse*log2e and delta into the slot
@@ -203,7 +203,7 @@ template <int BN>
 __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
     fb2_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                   const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                  const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                  const float *__restrict__ rows, const fb_grads grads,
                   forge_flash_shape s, float sl2, float scale) {
     typedef fb2_dq_cfg<BN> cfg;
     constexpr int STAGES = cfg::STAGES;
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(fb2_dq_cfg<BN>::THREADS, 2)
     const bool issuer = !cfg::PRODUCER && threadIdx.x == 0;
 
     float lse2[2], dlt[2];
-    fb_dq_rows(lse, delta, s, b, h, row_lo, lse2, dlt);
+    fb_dq_rows(rows, s, b, h, row_lo, lse2, dlt);
 
     float acc[FB2_D / 2];
 #pragma unroll
@@ -349,20 +349,17 @@ __device__ __forceinline__ fb_kv_block fb2_kv_block(const forge_flash_shape &s) 
     return kb;
 }
 
-/* lse*log2e (-inf -> 0) and delta of query row `lane` of iteration it's tile (0, 0 past Tq or past the last
- * iteration): plain loads whose values the refill stores one call later */
-__device__ __forceinline__ void fb2_ld_prefetch(const fb_kv_block &kb, const forge_flash_shape &s, const float *lse,
-                                                const float *delta, int it, int lane, float &pl, float &pd) {
+/* lse*log2e and delta of query row `lane` of iteration it's tile from the packed row statistics (fb_rows_at; 0
+ * past Tq, and 0 past the last iteration): plain loads whose values the refill stores one call later */
+__device__ __forceinline__ void fb2_ld_prefetch(const fb_kv_block &kb, const forge_flash_shape &s, const float *rows,
+                                                int it, int lane, float &pl, float &pd) {
     pl = 0.0f;
     pd = 0.0f;
     if (it < kb.total) {
         const int h = kb.hk * kb.G + it / kb.nq, row = (kb.t_first + it % kb.nq) * FB2_BM + lane;
-        if (row < s.Tq) {
-            const size_t idx = ((size_t)kb.b * s.H + h) * s.Tq + row;
-            const float lv = lse[idx];
-            pl = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-            pd = delta[idx];
-        }
+        const size_t at = fb_rows_at(s, kb.b, h, row);
+        pl = rows[at];
+        pd = rows[fb_rows_plane(s) + at];
     }
 }
 
@@ -385,7 +382,7 @@ __device__ __forceinline__ void fb2_p_transposed(float (&st)[FB2_BM / 2], const 
 __global__ void __launch_bounds__(fb2_kv_cfg::THREADS, 2)
     fb2_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                     const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                    const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                    const float *__restrict__ rows, const fb_grads grads,
                     forge_flash_shape s, float sl2, float scale) {
     typedef fb2_kv_cfg cfg;
     constexpr int STAGES = cfg::STAGES, BM = FB2_BM;
@@ -433,7 +430,7 @@ __global__ void __launch_bounds__(fb2_kv_cfg::THREADS, 2)
             }
         float l0[STAGES], d0[STAGES];
 #pragma unroll
-        for (int i = 0; i < STAGES; i++) fb2_ld_prefetch(kb, s, lse, delta, i, lane, l0[i], d0[i]);
+        for (int i = 0; i < STAGES; i++) fb2_ld_prefetch(kb, s, rows, i, lane, l0[i], d0[i]);
 #pragma unroll
         for (int i = 0; i < STAGES; i++)
             if (i < n0) {
@@ -459,7 +456,7 @@ __global__ void __launch_bounds__(fb2_kv_cfg::THREADS, 2)
 
     const uint32_t ka = sk + c * 8192, va = sv + c * 8192; /* rows 64c.. of each 128-row box */
     float pl = 0.0f, pd = 0.0f; /* the issuer's prefetched slot values of tile ld.next */
-    if (issuer) fb2_ld_prefetch(kb, s, lse, delta, ld.next, lane, pl, pd);
+    if (issuer) fb2_ld_prefetch(kb, s, rows, ld.next, lane, pl, pd);
     int stage = 0;
     uint32_t phase = 0;
     for (int it = 0; it < kb.total; it++) {
@@ -484,7 +481,7 @@ __global__ void __launch_bounds__(fb2_kv_cfg::THREADS, 2)
                 mbar_arrive(full); /* release: the slot stores before any consumer's wait on full returns */
                 ld.next++;
                 fb2_advance(ld.stage, ld.phase, STAGES);
-                fb2_ld_prefetch(kb, s, lse, delta, ld.next, lane, pl, pd);
+                fb2_ld_prefetch(kb, s, rows, ld.next, lane, pl, pd);
             }
         }
         if (it == 0) mbar_wait(resbar, 0);
@@ -563,7 +560,7 @@ template <int BN> static forge_status fb2_launch_dq(const fb_call &c, const void
     }
     FORGE_TRY(fb2_prepare(fb2_dq_kernel<BN>, cfg::SMEM));
     dim3 grid((unsigned)((s.Tq + FB2_RES - 1) / FB2_RES), (unsigned)s.H, (unsigned)s.B);
-    fb2_dq_kernel<BN><<<grid, cfg::THREADS, cfg::SMEM, c.st>>>(c.q_res, c.do_res, tk, tv, c.lse, c.delta, c.g, s,
+    fb2_dq_kernel<BN><<<grid, cfg::THREADS, cfg::SMEM, c.st>>>(c.q_res, c.do_res, tk, tv, c.rows, c.g, s,
                                                                 c.sl2, c.scale);
     CUDA_LAUNCH_CHECK(BN == 64 ? "fb2_dq_kernel<64>" : "fb2_dq_kernel<32>");
     return FORGE_OK;
@@ -576,7 +573,7 @@ static forge_status fb2_launch_dkdv(const fb_call &c, const void *q, const void 
     FORGE_TRY(fb2_encode(&tdo, dout, s.B, s.Tq, s.H * FB2_D, s.o_stride, FB2_BM, "dO (32-row boxes)"));
     FORGE_TRY(fb2_prepare(fb2_dkdv_kernel, fb2_kv_cfg::SMEM));
     dim3 grid((unsigned)((s.Tk + FB2_RES - 1) / FB2_RES), (unsigned)s.Hkv, (unsigned)s.B);
-    fb2_dkdv_kernel<<<grid, fb2_kv_cfg::THREADS, fb2_kv_cfg::SMEM, c.st>>>(c.k_res, c.v_res, tq, tdo, c.lse, c.delta,
+    fb2_dkdv_kernel<<<grid, fb2_kv_cfg::THREADS, fb2_kv_cfg::SMEM, c.st>>>(c.k_res, c.v_res, tq, tdo, c.rows,
                                                                           c.g, s, c.sl2, c.scale);
     CUDA_LAUNCH_CHECK("fb2_dkdv_kernel");
     return FORGE_OK;

@@ -79,7 +79,7 @@ __device__ __forceinline__ void fb3_advance(int &stage, uint32_t &phase) {
 __global__ void __launch_bounds__(FB3_THREADS, 1)
     fb3_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                   const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                  const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                  const float *__restrict__ rows, const fb_grads grads,
                   forge_flash_shape s, float sl2, float scale) {
     typedef fb3_cfg cfg;
     constexpr int D = FB3_D;
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(FB3_THREADS, 1)
     const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
 
     float lse2[2], dlt[2];
-    fb_dq_rows(lse, delta, s, b, h, row_lo, lse2, dlt);
+    fb_dq_rows(rows, s, b, h, row_lo, lse2, dlt);
 
     float acc[D / 2];
 #pragma unroll
@@ -178,22 +178,20 @@ __global__ void __launch_bounds__(FB3_THREADS, 1)
 #define FB3_KV_THREADS (128 * FB3_NC)
 static_assert(FB3_KV_THREADS / 32 / 4 * 32 * 168 <= 16384, "168 registers: 3 warps a sub-partition");
 
-/* lse*log2e (-inf -> 0) and delta of query rows lane and lane + 32 of iteration it's tile (0 past Tq or past the
- * last iteration): plain loads whose values the refill stores one call later */
-__device__ __forceinline__ void fb3_ld_prefetch(const fb_kv_block &kb, const forge_flash_shape &s, const float *lse,
-                                                const float *delta, int it, int lane, float (&pl)[2], float (&pd)[2]) {
+/* lse*log2e and delta of query rows lane and lane + 32 of iteration it's tile from the packed row statistics
+ * (fb_rows_at; 0 past Tq, and 0 past the last iteration): plain loads whose values the refill stores one call
+ * later */
+__device__ __forceinline__ void fb3_ld_prefetch(const fb_kv_block &kb, const forge_flash_shape &s, const float *rows,
+                                                int it, int lane, float (&pl)[2], float (&pd)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         pl[i] = 0.0f;
         pd[i] = 0.0f;
         if (it < kb.total) {
             const int h = kb.hk * kb.G + it / kb.nq, row = (kb.t_first + it % kb.nq) * FB_BS + lane + 32 * i;
-            if (row < s.Tq) {
-                const size_t idx = ((size_t)kb.b * s.H + h) * s.Tq + row;
-                const float lv = lse[idx];
-                pl[i] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-                pd[i] = delta[idx];
-            }
+            const size_t at = fb_rows_at(s, kb.b, h, row);
+            pl[i] = rows[at];
+            pd[i] = rows[fb_rows_plane(s) + at];
         }
     }
 }
@@ -221,56 +219,30 @@ __device__ __forceinline__ void fb3_kv_issue(const fb_kv_block &kb, const CUtens
     mbar_arrive(full); /* release: the slot stores before any consumer's wait on full returns */
 }
 
-/* BULK = 1: lse*log2e and delta come packed per (b, h) in rows of tpad = Tq rounded up to 64 floats (ldp: the
- * lse plane, then the delta plane, fb3_ld_pack_kernel), so a tile's 64 + 64 floats are two 256-byte bulk copies
+/* BULK = 1: a tile's lse*log2e and delta (the packed row statistics, fb_rows_at) are two 256-byte bulk copies
  * that complete on the stage's full barrier with the TMA (count 1): thread 0 alone refills the ring, and warp 0's
  * other lanes go on to their tile. */
-__device__ __forceinline__ void fb3_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
 __device__ __forceinline__ void fb3_kv_issue_bulk(const fb_kv_block &kb, const forge_flash_shape &s,
                                                   const CUtensorMap *tm_q, const CUtensorMap *tm_do, uint32_t sring,
-                                                  uint32_t sld, uint32_t bars, const float *ldp, int tpad, int next,
-                                                  int st) {
+                                                  uint32_t sld, uint32_t bars, const float *rows, int next, int st) {
     typedef fb3_cfg cfg;
     const uint32_t full = bars + 8 * st;
     const int h = kb.hk * kb.G + next / kb.nq, qt0 = (kb.t_first + next % kb.nq) * FB_BS;
     const uint32_t dq_ = sring + st * cfg::STAGE_BYTES, slot = sld + st * cfg::LD_BYTES;
-    const size_t row = ((size_t)kb.b * s.H + h) * tpad + qt0, plane = (size_t)s.B * s.H * tpad;
+    const float *src = rows + fb_rows_at(s, kb.b, h, qt0);
     mbar_arrive_expect_tx(full, cfg::STAGE_BYTES + cfg::LD_BYTES);
     fw_tma_load_3d(dq_, tm_q, h * FB3_D, qt0, kb.b, full);
     fw_tma_load_3d(dq_ + cfg::TILE_BYTES, tm_do, h * FB3_D, qt0, kb.b, full);
-    fb3_bulk_g2s(slot, ldp + row, FB_BS * 4, full);
-    fb3_bulk_g2s(slot + FB_BS * 4, ldp + plane + row, FB_BS * 4, full);
-}
-
-/* ldp = [lse*log2e (-inf -> 0) | delta] of every (b, h) row, tpad floats a row, zero past Tq */
-__global__ void fb3_ld_pack_kernel(const float *__restrict__ lse, const float *__restrict__ delta,
-                                   float *__restrict__ ldp, int rows, int Tq, int tpad) {
-    const size_t n = (size_t)rows * tpad;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = i / tpad;
-        const int t = (int)(i % tpad);
-        float l = 0.0f, d = 0.0f;
-        if (t < Tq) {
-            const float lv = lse[r * Tq + t];
-            l = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-            d = delta[r * Tq + t];
-        }
-        ldp[i] = l;
-        ldp[n + i] = d;
-    }
+    fb_bulk_load(slot, src, FB_BS * 4, full);
+    fb_bulk_load(slot + FB_BS * 4, src + fb_rows_plane(s), FB_BS * 4, full);
 }
 
 template <int BULK>
 __global__ void __launch_bounds__(FB3_KV_THREADS, 1)
     fb3_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                     const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                    const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
-                    forge_flash_shape s, float sl2, float scale, const float *__restrict__ ldp, int tpad) {
+                    const float *__restrict__ rows, const fb_grads grads, forge_flash_shape s, float sl2,
+                    float scale) {
     typedef fb3_cfg cfg;
     constexpr int D = FB3_D, STAGES = FB3_STAGES;
     extern __shared__ __align__(1024) unsigned char fb_smem[];
@@ -298,20 +270,20 @@ __global__ void __launch_bounds__(FB3_KV_THREADS, 1)
     float pl[2], pd[2];
     if (BULK && issuer && kb.total > 0) { /* the fresh ring: every stage empty, no wait */
         next = min(kb.total, STAGES);
-        for (int i = 0; i < next; i++) fb3_kv_issue_bulk(kb, s, &tm_q, &tm_do, sring, sld, bars, ldp, tpad, i, i);
+        for (int i = 0; i < next; i++) fb3_kv_issue_bulk(kb, s, &tm_q, &tm_do, sring, sld, bars, rows, i, i);
         lstage = next % STAGES;
         lphase = next == STAGES ? 1u : 0u;
     }
     if (!BULK && issuer && kb.total > 0) {
         const int n0 = min(kb.total, STAGES);
         for (int i = 0; i < n0; i++) {
-            fb3_ld_prefetch(kb, s, lse, delta, i, lane, pl, pd);
+            fb3_ld_prefetch(kb, s, rows, i, lane, pl, pd);
             fb3_kv_issue(kb, &tm_q, &tm_do, sring, ld_gen, bars, i, i, lane, pl, pd);
         }
         next = n0;
         lstage = n0 % STAGES;
         lphase = n0 == STAGES ? 1u : 0u;
-        fb3_ld_prefetch(kb, s, lse, delta, next, lane, pl, pd);
+        fb3_ld_prefetch(kb, s, rows, next, lane, pl, pd);
     }
 
     const int c = warp_id / 4; /* consumer warpgroup, warp-uniform */
@@ -333,7 +305,7 @@ __global__ void __launch_bounds__(FB3_KV_THREADS, 1)
                 const uint32_t empty = bars + 8 * (STAGES + lstage);
                 if (next > it && !lab_mbar_test(empty, lphase ^ 1)) break;
                 mbar_wait(empty, lphase ^ 1);
-                fb3_kv_issue_bulk(kb, s, &tm_q, &tm_do, sring, sld, bars, ldp, tpad, next, lstage);
+                fb3_kv_issue_bulk(kb, s, &tm_q, &tm_do, sring, sld, bars, rows, next, lstage);
                 next++;
                 fb3_advance(lstage, lphase);
             }
@@ -351,7 +323,7 @@ __global__ void __launch_bounds__(FB3_KV_THREADS, 1)
                 fb3_kv_issue(kb, &tm_q, &tm_do, sring, ld_gen, bars, next, lstage, lane, pl, pd);
                 next++;
                 fb3_advance(lstage, lphase);
-                fb3_ld_prefetch(kb, s, lse, delta, next, lane, pl, pd);
+                fb3_ld_prefetch(kb, s, rows, next, lane, pl, pd);
             }
         }
         if (it == 0) mbar_wait(resbar, 0);
@@ -396,15 +368,11 @@ static forge_status fb3_launch_dq(const fb_call &c, const void *q, const void *d
     FORGE_TRY(fb3_encode(&tdo, dout, s.B, s.Tq, s.H * FB3_D, s.o_stride, FB3_RES, "dO (192-row boxes)"));
     FORGE_TRY(fb3_prepare(fb3_dq_kernel));
     dim3 grid((unsigned)((s.Tq + FB3_RES - 1) / FB3_RES), (unsigned)s.H, (unsigned)s.B);
-    fb3_dq_kernel<<<grid, FB3_THREADS, fb3_cfg::SMEM, c.st>>>(tq, tdo, c.k_str, c.v_str, c.lse, c.delta, c.g, s, c.sl2,
+    fb3_dq_kernel<<<grid, FB3_THREADS, fb3_cfg::SMEM, c.st>>>(tq, tdo, c.k_str, c.v_str, c.rows, c.g, s, c.sl2,
                                                               c.scale);
     CUDA_LAUNCH_CHECK("fb3_dq_kernel");
     return FORGE_OK;
 }
-
-/* the packed lse / delta rows of the BULK dK/dV kernel: a buffer kept across calls (lab only: one stream) */
-static float *fb3_ldp;
-static size_t fb3_ldp_bytes;
 
 /* c: fb_backward_prepare's maps (Q, dO 64-row boxes); K and V resident as 192-row boxes */
 template <int BULK> static forge_status fb3_launch_dkdv(const fb_call &c, const void *k, const void *v) {
@@ -413,22 +381,9 @@ template <int BULK> static forge_status fb3_launch_dkdv(const fb_call &c, const 
     FORGE_TRY(fb3_encode(&tk, k, s.B, s.Tk, s.Hkv * FB3_D, s.k_stride, FB3_RES, "K (192-row boxes)"));
     FORGE_TRY(fb3_encode(&tv, v, s.B, s.Tk, s.Hkv * FB3_D, s.v_stride, FB3_RES, "V (192-row boxes)"));
     FORGE_TRY(fb3_prepare(fb3_dkdv_kernel<BULK>));
-    const int tpad = (s.Tq + FB_BS - 1) / FB_BS * FB_BS;
-    if (BULK) {
-        const size_t bytes = 2 * (size_t)s.B * s.H * tpad * sizeof(float);
-        if (bytes > fb3_ldp_bytes) {
-            if (fb3_ldp) CUDA_TRY(cudaFree(fb3_ldp));
-            fb3_ldp = NULL;
-            fb3_ldp_bytes = 0;
-            CUDA_TRY(cudaMalloc((void **)&fb3_ldp, bytes));
-            fb3_ldp_bytes = bytes;
-        }
-        fb3_ld_pack_kernel<<<264, 256, 0, c.st>>>(c.lse, c.delta, fb3_ldp, s.B * s.H, s.Tq, tpad);
-        CUDA_LAUNCH_CHECK("fb3_ld_pack_kernel");
-    }
     dim3 grid((unsigned)((s.Tk + FB3_RES - 1) / FB3_RES), (unsigned)s.Hkv, (unsigned)s.B);
-    fb3_dkdv_kernel<BULK><<<grid, FB3_KV_THREADS, fb3_cfg::SMEM, c.st>>>(tk, tv, c.q_str, c.do_str, c.lse, c.delta,
-                                                                       c.g, s, c.sl2, c.scale, fb3_ldp, tpad);
+    fb3_dkdv_kernel<BULK><<<grid, FB3_KV_THREADS, fb3_cfg::SMEM, c.st>>>(tk, tv, c.q_str, c.do_str, c.rows, c.g,
+                                                                       s, c.sl2, c.scale);
     CUDA_LAUNCH_CHECK(BULK ? "fb3_dkdv_kernel<bulk>" : "fb3_dkdv_kernel");
     return FORGE_OK;
 }

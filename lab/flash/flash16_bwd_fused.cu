@@ -153,12 +153,12 @@ __device__ __forceinline__ void fz_store_ds(uint32_t ds, int row0, int g, int tq
 
 /* The producer warpgroup: warp 0 lane 0 loads each key block's K and V (128-row boxes) into resident buffer
  * r & 1 (r: the CTA's r-th key block with work) once the consumers released it, then the block's Q and dO tiles
- * into the ring; warp 1 fills the stage's lse*log2e / delta slot (fb_kv_produce's protocol: 32 lane arrivals +
- * the TMA thread's expect_tx on full). Both walk the same (key block, iteration) sequence as the consumers. */
+ * into the ring; warp 1 fills the stage's lse*log2e / delta slot from the packed row statistics (fb_rows_at)
+ * with plain stores (32 lane arrivals + the TMA thread's expect_tx on full). Both walk the same (key block, iteration) sequence as the consumers. */
 __device__ __forceinline__ void fz_produce(const forge_flash_shape &s, int split, int nsplit, int hk, int b,
                                            const CUtensorMap *tm_k, const CUtensorMap *tm_v, const CUtensorMap *tm_q,
-                                           const CUtensorMap *tm_do, const float *__restrict__ lse,
-                                           const float *__restrict__ delta, const fz_smem &sm, float *ld_gen) {
+                                           const CUtensorMap *tm_do, const float *__restrict__ rows,
+                                           const fz_smem &sm, float *ld_gen) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int nkb = (s.Tk + FB_BR - 1) / FB_BR;
     if (warp != 0 && warp != 1) return;
@@ -186,13 +186,12 @@ __device__ __forceinline__ void fz_produce(const forge_flash_shape &s, int split
                 fw_tma_load_3d(dst + FZ_TILE, tm_do, h * FZ_D, qt0, b, sm.full(stage));
             } else {
                 float *slot = ld_gen + stage * (2 * FB_BS);
+                const size_t at = fb_rows_at(s, b, h, qt0), plane = fb_rows_plane(s);
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
-                    const int rr = lane + 32 * i, row = qt0 + rr;
-                    const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
-                    const float lv = row < s.Tq ? lse[idx] : 0.0f;
-                    slot[rr] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-                    slot[FB_BS + rr] = row < s.Tq ? delta[idx] : 0.0f;
+                    const int rr = lane + 32 * i;
+                    slot[rr] = rows[at + rr];
+                    slot[FB_BS + rr] = rows[plane + at + rr];
                 }
                 mbar_arrive(sm.full(stage));
             }
@@ -208,7 +207,7 @@ __device__ __forceinline__ void fz_produce(const forge_flash_shape &s, int split
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fz_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                  const float *__restrict__ lse, const float *__restrict__ delta, float *__restrict__ dq,
+                  const float *__restrict__ rows, float *__restrict__ dq,
                   float *__restrict__ dq_ws, const fb_grads grads, forge_flash_shape s,
                   float sl2, float scale) {
     extern __shared__ __align__(1024) unsigned char fz_smem_raw[];
@@ -236,7 +235,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FZ_PRODUCER_REGS>();
-        fz_produce(s, split, nsplit, hk, b, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sm, ld_gen);
+        fz_produce(s, split, nsplit, hk, b, &tm_k, &tm_v, &tm_q, &tm_do, rows, sm, ld_gen);
         return;
     }
 
@@ -419,7 +418,7 @@ extern "C" forge_status lab_flash16_backward_fused_ws(const forge_flash_shape *s
         fb_backward_prepare(&c, LAB_FZ_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream, 0));
     CUDA_TRY(cudaFuncSetAttribute(fz_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ_SMEM));
     const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
-    fz_bwd_kernel<<<grid, FB_THREADS, FZ_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.lse, c.delta,
+    fz_bwd_kernel<<<grid, FB_THREADS, FZ_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, c.rows,
                                                        (float *)c.g.dq, (float *)ws, c.g, c.s, c.sl2, c.scale);
     CUDA_LAUNCH_CHECK("fz_bwd_kernel");
     const size_t n4 = (size_t)s->B * s->Tq * s->H * FZ_D / 4;
@@ -547,7 +546,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     fz_bwd2_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                    const __grid_constant__ CUtensorMap tm_p0, const __grid_constant__ CUtensorMap tm_pw,
-                   const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                   const float *__restrict__ rows, const fb_grads grads,
                    forge_flash_shape s, float sl2, float scale) {
     extern __shared__ __align__(1024) unsigned char fz_smem_raw[];
     fz2_smem sm;
@@ -575,7 +574,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FZ_PRODUCER_REGS>();
-        fz_produce(s, split, nsplit, hk, b, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sm, ld_gen);
+        fz_produce(s, split, nsplit, hk, b, &tm_k, &tm_v, &tm_q, &tm_do, rows, sm, ld_gen);
         return;
     }
 
@@ -753,8 +752,8 @@ extern "C" forge_status lab_flash16_backward_fused2_ws(const forge_flash_shape *
         fb_backward_prepare(&c, LAB_FZ2_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream, 0));
     CUDA_TRY(cudaFuncSetAttribute(fz_bwd2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FZ2_SMEM));
     const dim3 grid((unsigned)nsplit, (unsigned)s->Hkv, (unsigned)s->B);
-    fz_bwd2_kernel<<<grid, FB_THREADS, FZ2_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_p0, tm_pw, c.lse,
-                                                         c.delta, c.g, c.s, c.sl2, c.scale);
+    fz_bwd2_kernel<<<grid, FB_THREADS, FZ2_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_p0, tm_pw, c.rows,
+                                                         c.g, c.s, c.sl2, c.scale);
     CUDA_LAUNCH_CHECK("fz_bwd2_kernel");
     const size_t n4 = (size_t)s->B * s->Tq * s->H * FZ_D / 4;
     const size_t blocks = (n4 + 255) / 256;

@@ -48,27 +48,32 @@ extern "C" {
 }
 
 /* ---- backward 1: delta = rowsum(dO * O) ---------------------------------------------
- * Eight lanes per (row, head), each loading 16 bytes of O and of dO per 64 columns (D / 64 loads of each), four
+ * PACK = 0 (the mma.sync backward): delta (B, H, Tq). PACK = 1 (the wgmma backward's row statistics,
+ * forge_flash_bf16_backward_rowstats): the lse*log2e plane (-inf -> 0) then the delta plane, rows of Tq padded
+ * to tpad with zeros (FORGE_FLASH_BF16_ROWSTATS). Eight lanes per (row, head), each loading 16 bytes of O and of dO per 64 columns (D / 64 loads of each), four
  * (row, head) items per warp. The sum has one fixed shape: element pairs (2l, 2l + 1) for l = 0..31 give
  * p_l = rn(0 + fma(o_2l, do_2l, rn(o_2l+1 * do_2l+1))) (with D = 128, the pair at 64 + 2l added next), then the
  * 32 p_l combine as a butterfly over l (partners l ^ 16, l ^ 8, l ^ 4, l ^ 2, l ^ 1). Lane j of the eight holds
  * p_4j .. p_4j+3, so the first three butterfly levels are shuffles with lanes j ^ 4, j ^ 2, j ^ 1 and the last
  * two are adds inside the lane. */
-template <int D>
+template <int D, bool PACK>
 __global__ void __launch_bounds__(256)
-    fa_bwd_delta_kernel(const bf16_t *__restrict__ o, const bf16_t *__restrict__ dout, float *__restrict__ delta,
-                        forge_flash_shape s) {
+    fa_bwd_delta_kernel(const bf16_t *__restrict__ o, const bf16_t *__restrict__ dout, const float *__restrict__ lse,
+                        float *__restrict__ delta, forge_flash_shape s, int tpad) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
     const size_t w = (size_t)blockIdx.x * 32 + threadIdx.x / 8;
     const int j = threadIdx.x & 7;
-    const size_t rows = (size_t)s.B * s.Tq * s.H;
+    const int T = PACK ? tpad : s.Tq; /* PACK: rows Tq .. tpad - 1 are written as zeros */
+    const size_t rows = (size_t)s.B * T * s.H;
     const bool valid = w < rows; /* no early return: the whole warp shuffles */
     const int h = valid ? (int)(w % s.H) : 0;
-    const size_t bt = valid ? w / s.H : 0; /* b*Tq + i */
+    const size_t bt = valid ? w / s.H : 0; /* b*T + i */
+    const size_t b = bt / T, i = bt % T;
+    const bool real = valid && (int)i < s.Tq;
     float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (valid) {
-        const size_t off = bt * (size_t)s.o_stride + (size_t)h * D + (size_t)j * 8;
+    if (real) {
+        const size_t off = (b * s.Tq + i) * (size_t)s.o_stride + (size_t)h * D + (size_t)j * 8;
         uint4 ua[D / 64], uc[D / 64];
 #pragma unroll
         for (int c = 0; c < D / 64; c++) {
@@ -91,10 +96,15 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int k = 0; k < 4; k++) p[k] = __fadd_rn(p[k], __shfl_xor_sync(0xffffffffu, p[k], x));
     const float acc = __fadd_rn(__fadd_rn(p[0], p[2]), __fadd_rn(p[1], p[3]));
-    if (valid && j == 0) {
-        const size_t b = bt / s.Tq, i = bt % s.Tq;
-        delta[(b * s.H + h) * s.Tq + i] = acc;
+    if (!valid || j != 0) return;
+    const size_t row = (b * s.H + h) * T + i;
+    if (!PACK) {
+        delta[row] = acc;
+        return;
     }
+    const float lv = real ? lse[(b * s.H + h) * s.Tq + i] : 0.0f;
+    delta[row] = lv == -INFINITY ? 0.0f : lv * FA_LOG2E;
+    delta[(size_t)s.B * s.H * T + row] = acc;
 }
 
 /* ---- backward 2: dQ over query blocks ------------------------------------------------ */
@@ -428,10 +438,33 @@ extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape 
                            "forge_flash_bf16_backward_delta: O and dO need 16-byte aligned rows (pointers 16-byte "
                            "aligned, o_stride a multiple of 8), got o_stride=%lld",
                            s->o_stride);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(s->D == 64 ? fa_bwd_delta_kernel<64> : fa_bwd_delta_kernel<128>,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(s->D == 64 ? fa_bwd_delta_kernel<64, false> : fa_bwd_delta_kernel<128, false>,
                                      (unsigned)((rows + 31) / 32), 256, 0, (cudaStream_t)stream, pdl,
-                                     (const bf16_t *)o, (const bf16_t *)dout, delta, *s),
+                                     (const bf16_t *)o, (const bf16_t *)dout, (const float *)nullptr, delta, *s,
+                                     s->Tq),
                     "fa_bwd_delta_kernel");
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_flash_bf16_backward_rowstats(const forge_flash_shape *s, const void *o,
+                                                          const void *dout, const float *lse, float *rows,
+                                                          void *stream, int pdl) {
+    const char *what = "forge_flash_bf16_backward_rowstats";
+    if (s == nullptr) return forge_error(FORGE_ERR_ARG, "%s: NULL shape", what);
+    if (s->D != 64 && s->D != 128)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: needs D = 64 or 128 (compiled tiles), got D=%d", what, s->D);
+    const int tpad = (s->Tq + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD * FORGE_FLASH_BF16_ROWS_PAD;
+    const size_t n = (size_t)s->B * tpad * s->H;
+    if (n == 0) return FORGE_OK;
+    if ((uintptr_t)o % 16 != 0 || (uintptr_t)dout % 16 != 0 || s->o_stride % 8 != 0)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: O and dO need 16-byte aligned rows (pointers 16-byte aligned, o_stride a multiple of "
+                           "8), got o_stride=%lld",
+                           what, s->o_stride);
+    CUDA_LAUNCH_TRY(forge_pdl_launch(s->D == 64 ? fa_bwd_delta_kernel<64, true> : fa_bwd_delta_kernel<128, true>,
+                                     (unsigned)((n + 31) / 32), 256, 0, (cudaStream_t)stream, pdl,
+                                     (const bf16_t *)o, (const bf16_t *)dout, lse, rows, *s, tpad),
+                    "fa_bwd_delta_kernel<packed>");
     return FORGE_OK;
 }
 

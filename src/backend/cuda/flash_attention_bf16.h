@@ -20,8 +20,10 @@
  *   aligned (16-byte cp.async); otherwise FORGE_ERR_UNSUPPORTED.
  *
  * Backward (three kernels, no atomics, deterministic):
- *   delta = rowsum(dO * O) (fp32, into the caller's scratch delta (B,H,Tq));
- *   dQ over query blocks; dK/dV over key blocks (a GQA kv head loops over
+ *   delta = rowsum(dO * O) (fp32) into the caller's scratch `delta` of
+ *   FORGE_FLASH_BF16_ROWSTATS(B, H, Tq) floats (op_list.h; the Hopper
+ *   kernels keep lse*log2e and delta there packed, the mma.sync ones delta
+ *   (B,H,Tq)); dQ over query blocks; dK/dV over key blocks (a GQA kv head loops over
  *   its group's query heads inside). dq (B,Tq,H,D), dk and dv (B,Tk,Hkv,D)
  *   are dense fp32 and OVERWRITTEN (not accumulated).
  *
@@ -40,6 +42,7 @@
 #define FORGE_FLASH_ATTENTION_BF16_H
 
 #include "../../base/status.h"
+#include "../op_list.h" /* FORGE_FLASH_BF16_ROWSTATS */
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,10 +114,16 @@ forge_status forge_flash_bf16_backward_mma(const forge_flash_shape *s, const voi
 forge_status forge_flash_check_shape(const char *what, const forge_flash_shape *s, const void *const *ptrs,
                                      int nptrs);
 
-/* delta = rowsum(dO * O) into delta (B, H, Tq) fp32: the first backward kernel, shared by the mma.sync and
- * the wgmma backward. Arguments as checked by forge_flash_check_shape (D = 64 or 128); stream a cudaStream_t. */
+/* The first backward kernel, in two layouts. forge_flash_bf16_backward_delta (the mma.sync backward): delta =
+ * rowsum(dO * O) into delta (B, H, Tq) fp32. forge_flash_bf16_backward_rowstats (the wgmma backward): into rows
+ * (FORGE_FLASH_BF16_ROWSTATS(B, H, Tq) floats) the plane of lse*log2e (-inf -> 0) and then the plane of delta,
+ * each (B, H) rows of Tq padded with zeros to FORGE_FLASH_BF16_ROWS_PAD. Arguments as checked by
+ * forge_flash_check_shape (D = 64 or 128); stream a cudaStream_t. */
 forge_status forge_flash_bf16_backward_delta(const forge_flash_shape *s, const void *out_bf16, const void *dout_bf16,
                                              float *delta, void *stream, int pdl);
+forge_status forge_flash_bf16_backward_rowstats(const forge_flash_shape *s, const void *out_bf16,
+                                                const void *dout_bf16, const float *lse, float *rows, void *stream,
+                                                int pdl);
 
 #ifdef __cplusplus
 }

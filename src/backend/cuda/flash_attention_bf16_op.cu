@@ -7,7 +7,8 @@
  * (flash_attention_bf16.h: forge_flash_bf16_forward / _backward) on strided
  * q/k/v views of the packed qkv row (stride (NH + 2 NKV) HS elements). The
  * backward's kernels OVERWRITE dense fp32 dq (B,T,NH,HS), dk and dv
- * (B,T,NKV,HS) in the scratch (with delta, B*NH*T); one more pass then adds
+ * (B,T,NKV,HS) in the scratch (with the row statistics, FORGE_FLASH_BF16_ROWSTATS
+ * floats); one more pass then adds
  * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d),
  * or, writing a fresh gradient (accumulate = 0), dqkv = rn(0 + d) without
  * reading dqkv (the bits of an add into a zeroed one). The head size picks the
@@ -268,7 +269,7 @@ forge_status cuda_flash_attention_backward_bf16(forge_backend *be, forge_bf16 *d
     const size_t rows = (size_t)B * T, qw = (size_t)NH * HS, kw = (size_t)NKV * HS, nqkv = rows * (qw + 2 * kw);
     float *base = fb16_align16(scratch);
     if (FORGE_FLASH_BF16_TC(HS)) {
-        /* dq | dk | dv | delta: every piece a multiple of 4 floats (HS), so each stays 16-byte aligned */
+        /* dq | dk | dv | row statistics: every piece a multiple of 4 floats (HS), so each stays 16-byte aligned */
         float *dq = base, *dk = dq + rows * qw, *dv = dk + rows * kw, *delta = dv + rows * kw;
         const forge_flash_shape s = fb16_shape(B, T, NH, NKV, HS);
         /* the Hopper kernels store straight into dqkv (bf16, the row stride of qkv): no fp32 round trip */

@@ -3,7 +3,8 @@
  * bf16 flash attention on TMA + wgmma (entry and contract in
  * flash_attention_bf16.h, notes in lab/notes/flash-attention.md). Same three
  * kernels and results contract as the mma.sync backward in
- * flash_attention_bf16.cu: delta = rowsum(dO * O) (that file's kernel), dQ
+ * flash_attention_bf16.cu: the row statistics lse*log2e and delta =
+ * rowsum(dO * O) (that file's kernel, packed for the kernels here), dQ
  * parallel over query blocks, dK/dV parallel over key blocks; no atomics.
  *
  * Design (the decisions a reader would otherwise get wrong; the wgmma
@@ -47,12 +48,17 @@
  *   -inf and is replaced by 0; every entry of such a row is masked anyway.
  *   dS is kept unscaled (P * (dP - delta)); dQ and dK are multiplied by
  *   scale at the store.
- * - dK/dV: lse*log2e and delta of the 64 streamed queries go into shared
- *   memory next to the tile: warp 1 of the producer loads them with plain
- *   loads (lse rows are not 16-byte aligned for a bulk copy when Tq % 4 != 0)
- *   and each of its 32 lanes arrives on the stage's full barrier (count 33:
- *   + the TMA thread's arrive.expect_tx); mbarrier arrive/wait are
- *   release/acquire, so the plain stores are visible to the consumers.
+ * - The first kernel (forge_flash_bf16_backward_rowstats) packs lse*log2e
+ *   and delta = rowsum(dO * O) per (b, h) in rows of Tq padded to 128 with
+ *   zeros (the caller's `delta` scratch). dK/dV: the 64 streamed queries'
+ *   256 + 256 bytes go into shared memory next to the tile by two bulk
+ *   copies that complete on the stage's full barrier with the TMA tiles (one
+ *   producer thread does all of a stage's loads). The consumers read them
+ *   with plain loads; each warp's lane 0 releases the stage after
+ *   __syncwarp, as for the tiles. compute-sanitizer's racecheck reports that
+ *   release against the next bulk copy into the slot (a write-after-read it
+ *   does not see ordered); lab/notes/flash.md has what was tried. dQ reads
+ *   its two rows' pair from global memory once.
  * - GQA without atomics: a dK/dV CTA owns one kv head and loops over the
  *   G = H/Hkv query heads of its group inside the ring (iteration it: head
  *   hk*G + it/nq, query tile t_first + it%nq), like the mma.sync kernel.
@@ -133,14 +139,13 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
                         entry));
     FORGE_TRY(fb_encode(&c->k_res, k, s->B, s->Tk, s->Hkv * D, s->k_stride, FB_BR, "K (128-row boxes)", entry));
     FORGE_TRY(fb_encode(&c->v_res, v, s->B, s->Tk, s->Hkv * D, s->v_stride, FB_BR, "V (128-row boxes)", entry));
-    c->lse = lse;
-    c->delta = delta;
+    c->rows = delta;
     c->g = {dq, dk, dv, 0, 0, 0, 0, 0};
     c->scale = 1.0f / sqrtf((float)D);
     c->sl2 = c->scale * FB_LOG2E;
     c->st = (cudaStream_t)stream;
     c->pdl = pdl;
-    return forge_flash_bf16_backward_delta(s, out_bf16, dout_bf16, delta, c->st, pdl);
+    return forge_flash_bf16_backward_rowstats(s, out_bf16, dout_bf16, lse, delta, c->st, pdl);
 }
 
 forge_status fb_launch_dq_default(const fb_call &c) {

@@ -70,6 +70,28 @@ __device__ __forceinline__ void fb_grad_store2(const fb_grads &g, void *p, long 
 #define FB_BIG (1 << 30)
 #define FB_SP_BYTES (32 * 128 * 4) /* fb_dkdv_split_kernel's P^T handoff */
 
+/* The backward's row statistics (forge_flash_bf16_backward_rowstats, FORGE_FLASH_BF16_ROWSTATS floats): the
+ * lse*log2e plane (-inf -> 0: such a row is masked everywhere), then the delta plane, each (B, H) rows of Tq
+ * padded to FORGE_FLASH_BF16_ROWS_PAD with zeros, so a 64-query tile's 64 + 64 floats are two 16-byte aligned
+ * 256-byte runs (bulk copies) and every row a CTA touches exists. fb_rows_at: row `row` of head h, batch b. */
+__device__ __forceinline__ size_t fb_rows_tpad(const forge_flash_shape &s) {
+    return ((size_t)s.Tq + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD * FORGE_FLASH_BF16_ROWS_PAD;
+}
+__device__ __forceinline__ size_t fb_rows_plane(const forge_flash_shape &s) {
+    return (size_t)s.B * s.H * fb_rows_tpad(s);
+}
+__device__ __forceinline__ size_t fb_rows_at(const forge_flash_shape &s, int b, int h, int row) {
+    return ((size_t)b * s.H + h) * fb_rows_tpad(s) + row;
+}
+
+/* dst (shared) = bytes of global src, completing on the mbarrier bar (expect_tx counted by the caller): a bulk
+ * copy, an async-proxy write like the TMA tiles' */
+__device__ __forceinline__ void fb_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
 template <int D> struct fb_cfg {
     static constexpr int DH = D / 64;                      /* 64-column boxes per row */
     static constexpr uint32_t RES_BYTES = FB_BR * D * 2;   /* one resident tensor (Q or dO; K or V) */
@@ -189,10 +211,12 @@ __device__ __forceinline__ uint32_t fb_opaque(uint32_t x) {
     return x;
 }
 
-__device__ __forceinline__ void fb_barriers_init(uint32_t bars, int stages, uint32_t full_count) {
+/* The resident pair's barrier and the ring's: full[st] completes on the producer's one arrive.expect_tx and the
+ * bytes, empty[st] on one arrive of each consumer warp. */
+__device__ __forceinline__ void fb_barriers_init(uint32_t bars, int stages) {
     mbar_init(bars, 1); /* the resident pair */
     for (int st = 0; st < stages; st++) {
-        mbar_init(bars + 8 + 8 * st, full_count);
+        mbar_init(bars + 8 + 8 * st, 1);
         mbar_init(bars + 8 + 8 * (stages + st), FB_CONSUMER_WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -258,18 +282,15 @@ __device__ __forceinline__ void fb_dq_p(float (&sc)[32], int k0, int wrow0, int 
 
 
 
-/* A dQ consumer thread's rows row_lo, row_lo + 8 of head h, batch b: lse*log2e (-inf -> 0: such a row is masked
- * everywhere) and delta, both 0 past Tq (fb_dq_kernel and the lab's dQ kernels) */
-__device__ __forceinline__ void fb_dq_rows(const float *__restrict__ lse, const float *__restrict__ delta,
-                                           const forge_flash_shape &s, int b, int h, int row_lo, float (&lse2)[2],
-                                           float (&dlt)[2]) {
+/* A dQ consumer thread's rows row_lo, row_lo + 8 of head h, batch b: lse*log2e and delta from the packed row
+ * statistics (fb_rows_at; every row a dQ CTA owns is below the padded length) */
+__device__ __forceinline__ void fb_dq_rows(const float *__restrict__ rows, const forge_flash_shape &s, int b, int h,
+                                           int row_lo, float (&lse2)[2], float (&dlt)[2]) {
+    const size_t at = fb_rows_at(s, b, h, row_lo), plane = fb_rows_plane(s);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        const size_t idx = ((size_t)b * s.H + h) * s.Tq + row;
-        const float lv = row < s.Tq ? lse[idx] : 0.0f;
-        lse2[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-        dlt[r] = row < s.Tq ? delta[idx] : 0.0f;
+        lse2[r] = rows[at + r * 8];
+        dlt[r] = rows[plane + at + r * 8];
     }
 }
 
@@ -306,7 +327,7 @@ template <int D, int PIPE, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                  const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                 const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                 const float *__restrict__ rows, const fb_grads grads,
                  forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
@@ -323,7 +344,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const int ntiles = flash_key_tiles(s.Tk, diag, q0, FB_BR, FB_BS);
     const int wg = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1);
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES);
     __syncthreads();
     forge_pdl_wait(); /* shared memory only above; global memory from here (pdl.cuh) */
     forge_pdl_launch_dependents();
@@ -365,7 +386,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
 
     float lse2[2], dlt[2];
-    fb_dq_rows(lse, delta, s, b, h, row_lo, lse2, dlt);
+    fb_dq_rows(rows, s, b, h, row_lo, lse2, dlt);
 
     float acc[D / 2];
 #pragma unroll
@@ -509,23 +530,22 @@ __device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s
     return fb_kv_block_at(s, blockIdx.x * res_rows, blockIdx.y, blockIdx.z);
 }
 
-/* The producer warpgroup of both dK/dV kernels. Warp 0 lane 0: RES rows of K and V once (resbar; 64-column box
- * j at j * RES * 128 B), then Q and dO (64-row boxes, box j at j * 8 KiB) per stage by TMA. Warp 1: lse*log2e
- * (-inf -> 0: such a row is masked everywhere) and delta of the tile's 64 queries into the stage's slot with
- * plain loads (lse rows are not 16-byte aligned for a bulk copy when Tq % 4 != 0); each lane arrives on full
- * (count 1 + 32), and mbarrier arrive / wait are release / acquire, so the consumers see the stores. */
+/* The producer warpgroup of both dK/dV kernels, thread 0 alone: RES rows of K and V once (resbar; 64-column box
+ * j at j * RES * 128 B), then per stage Q and dO (64-row boxes, box j at j * 8 KiB) by TMA and the tile's 64
+ * queries' lse*log2e and delta (the packed row statistics, fb_rows_at) into the stage's slot by two bulk copies,
+ * all completing on the stage's full barrier (count 1). Every write to a stage is the async proxy's, ordered
+ * after the consumers' release of the stage by the empty barrier, as the tiles' are. */
 template <int D, int RES>
 __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge_flash_shape &s,
                                               const CUtensorMap *tm_k, const CUtensorMap *tm_v,
                                               const CUtensorMap *tm_q, const CUtensorMap *tm_do,
-                                              const float *__restrict__ lse, const float *__restrict__ delta,
-                                              uint32_t sk, uint32_t sv, uint32_t sring, float *ld_gen,
-                                              uint32_t resbar, uint32_t bars) {
+                                              const float *__restrict__ rows, uint32_t sk, uint32_t sv,
+                                              uint32_t sring, uint32_t sld, uint32_t resbar, uint32_t bars) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (kb.total == 0) return;
-    if (warp == 0 && lane == 0) {
+    if (threadIdx.x == 0) {
+        const size_t plane = fb_rows_plane(s);
         mbar_arrive_expect_tx(resbar, 2 * (uint32_t)(RES * D * 2));
 #pragma unroll
         for (int j = 0; j < DH; j++) {
@@ -538,34 +558,17 @@ __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge
             const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
             const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
             mbar_wait_wide(empty, phase ^ 1);
-            mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
+            mbar_arrive_expect_tx(full, cfg::STAGE_BYTES + cfg::LD_BYTES);
             const uint32_t dq_ = sring + stage * cfg::STAGE_BYTES, ddo = dq_ + cfg::TILE_BYTES;
 #pragma unroll
             for (int j = 0; j < DH; j++) {
                 fw_tma_load_3d(dq_ + j * 8192, tm_q, h * D + 64 * j, qt0, kb.b, full);
                 fw_tma_load_3d(ddo + j * 8192, tm_do, h * D + 64 * j, qt0, kb.b, full);
             }
-            if (++stage == STAGES) {
-                stage = 0;
-                phase ^= 1;
-            }
-        }
-    } else if (warp == 1) {
-        int stage = 0;
-        uint32_t phase = 0;
-        for (int it = 0; it < kb.total; it++) {
-            const int h = kb.hk * kb.G + it / kb.nq, qt0 = (kb.t_first + it % kb.nq) * FB_BS;
-            mbar_wait_wide(bars + 8 * (STAGES + stage), phase ^ 1);
-            float *slot = ld_gen + stage * (2 * FB_BS);
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const int r = lane + 32 * i, row = qt0 + r;
-                const size_t idx = ((size_t)kb.b * s.H + h) * s.Tq + row;
-                const float lv = row < s.Tq ? lse[idx] : 0.0f;
-                slot[r] = lv == -INFINITY ? 0.0f : lv * FB_LOG2E;
-                slot[FB_BS + r] = row < s.Tq ? delta[idx] : 0.0f;
-            }
-            mbar_arrive(bars + 8 * stage);
+            const uint32_t slot = sld + stage * cfg::LD_BYTES;
+            const float *src = rows + fb_rows_at(s, kb.b, h, qt0);
+            fb_bulk_load(slot, src, FB_BS * 4, full);
+            fb_bulk_load(slot + FB_BS * 4, src + plane, FB_BS * 4, full);
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1;
@@ -699,7 +702,7 @@ template <int D, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                   const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                   const float *__restrict__ rows, const fb_grads grads,
                    forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
@@ -710,19 +713,19 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES; /* stage st: lse*log2e [64], delta [64] */
     const uint32_t resbar = sld + STAGES * cfg::LD_BYTES;
     const uint32_t bars = resbar + 8;
-    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem))); /* generic view of the lse/delta slots */
+    const float *ld_gen = (const float *)(fb_smem + (sld - smem_u32(fb_smem))); /* generic view of the slots */
 
     const fb_kv_block kb = fb_kv_block_of(s, FB_BR);
     const int wg = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES, 1 + 32);
+    if (threadIdx.x == 0) fb_barriers_init(resbar, STAGES);
     __syncthreads();
     forge_pdl_wait(); /* shared memory only above; global memory from here (pdl.cuh) */
     forge_pdl_launch_dependents();
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
-        fb_kv_produce<D, FB_BR>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
+        fb_kv_produce<D, FB_BR>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sk, sv, sring, sld, resbar,
                                 bars);
         return;
     }
@@ -923,7 +926,7 @@ template <int D, int PIPE, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                          const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                         const float *__restrict__ lse, const float *__restrict__ delta, const fb_grads grads,
+                         const float *__restrict__ rows, const fb_grads grads,
                          forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
@@ -939,7 +942,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const uint32_t bars = resbar + 8;
     /* the P^T handoff (fb_handoff_init): full[b] at hb + 8b, empty[b] at hb + 8 NB + 8b */
     const uint32_t hb = bars + 16 * STAGES, hfull = hb, hempty = hb + 8 * NB;
-    float *ld_gen = (float *)(fb_smem + (sld - smem_u32(fb_smem)));
+    const float *ld_gen = (const float *)(fb_smem + (sld - smem_u32(fb_smem)));
     float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
 
     const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
@@ -947,7 +950,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (threadIdx.x == 0) {
         fb_handoff_init(hb, 2 * NB);
-        fb_barriers_init(resbar, STAGES, 1 + 32); /* its fence covers the handoff barriers too */
+        fb_barriers_init(resbar, STAGES); /* its fence covers the handoff barriers too */
     }
     __syncthreads();
     forge_pdl_wait(); /* shared memory only above; global memory from here (pdl.cuh) */
@@ -955,7 +958,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
-        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, lse, delta, sk, sv, sring, ld_gen, resbar,
+        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sk, sv, sring, sld, resbar,
                                 bars);
         return;
     }
@@ -1055,8 +1058,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 struct fb_call {
     forge_flash_shape s;
     CUtensorMap q_res, do_res, k_str, v_str, q_str, do_str, k_res, v_res;
-    const float *lse;
-    float *delta;
+    const float *rows; /* the packed row statistics (fb_rows_at), written by fb_backward_prepare */
     fb_grads g; /* fp32 dense from fb_backward_prepare; forge_flash_bf16_backward_into sets its own */
     float sl2, scale;
     cudaStream_t st;
@@ -1067,7 +1069,8 @@ struct fb_call {
  * (`what` names it in errors): forge_flash_check_shape; nothing to do for B == 0 (*launch = 0); Tq == 0 or
  * Tk == 0 (a tensor map cannot have a 0 dim) and a device other than sm_90 are FORGE_ERR_UNSUPPORTED; else
  * *launch = 1. fb_backward_prepare: every tensor map (a refused layout, FORGE_ERR_UNSUPPORTED naming `entry`,
- * leaves nothing half-written), then delta = rowsum(dO * O) (forge_flash_bf16_backward_delta). The default dQ
+ * leaves nothing half-written), then the packed row statistics into `delta` (forge_flash_bf16_backward_rowstats:
+ * lse*log2e and rowsum(dO * O); c->rows). The default dQ
  * and dK/dV kernels of c->s.D: fb_launch_dq_default (fb_dq_kernel<D, 0>), fb_launch_dkdv_default
  * (fb_dkdv_kernel<64, 1> or fb_dkdv_kernel<128, 0>). */
 forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
@@ -1086,7 +1089,7 @@ template <int D, int PIPE, int RSA = 0> static forge_status fb_launch_dq(const f
     CUDA_TRY(cudaFuncSetAttribute(fb_dq_kernel<D, PIPE, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gq((unsigned)((c.s.Tq + FB_BR - 1) / FB_BR), (unsigned)c.s.H, (unsigned)c.s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dq_kernel<D, PIPE, RSA>, gq, FB_THREADS, smem, c.st, c.pdl, c.q_res, c.do_res,
-                                     c.k_str, c.v_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
+                                     c.k_str, c.v_str, c.rows, c.g, c.s, c.sl2, c.scale),
                     D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
     return FORGE_OK;
 }
@@ -1097,7 +1100,7 @@ template <int D, int RSA = 0> static forge_status fb_launch_dkdv(const fb_call &
     CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_kernel<D, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res,
-                                     c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
+                                     c.q_str, c.do_str, c.rows, c.g, c.s, c.sl2, c.scale),
                     D == 64 ? "fb_dkdv_kernel<64>" : "fb_dkdv_kernel<128>");
     return FORGE_OK;
 }
@@ -1109,7 +1112,7 @@ template <int D, int PIPE, int RSA = 0> static forge_status fb_launch_dkdv_split
                                   (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BS - 1) / FB_BS), (unsigned)c.s.Hkv, (unsigned)c.s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_split_kernel<D, PIPE, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_str,
-                                     c.v_str, c.q_str, c.do_str, c.lse, c.delta, c.g, c.s, c.sl2, c.scale),
+                                     c.v_str, c.q_str, c.do_str, c.rows, c.g, c.s, c.sl2, c.scale),
                     PIPE ? "fb_dkdv_split_kernel<128, pipelined>" : "fb_dkdv_split_kernel<128>");
     return FORGE_OK;
 }
