@@ -39,10 +39,8 @@ fa_fwd_kernelILi[0-9]+ELi128E                    HMMA  lab
 fw_fwd_ov_kernelILi128ELi128ELb1E                HGMMA forge
 fw_fwd_ov_kernel                                 HGMMA lab
 fw_fwd_kernel                                    HGMMA lab
-fb_dq_kernelILi[0-9]+ELi[12]E                    HGMMA lab
-fb_dq_kernelILi[0-9]+ELi0ELi1E                   HGMMA lab
 fb_dkdv_kernelILi64ELi0E                         HGMMA lab
-fb_dkdv_split_kernel                             HGMMA lab
+fbl_dkdv_split_kernel                            HGMMA lab
 gemm_wgmma_bf16_kernel HGMMA forge
 gemm_wgmma_fp8_kernel  QGMMA forge
 gemm_wgmma_tf32_kernel HGMMA forge

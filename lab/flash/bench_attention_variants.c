@@ -23,8 +23,7 @@
  *   + the backward variant SPLIT of lab_flash16_backward_dkdv),
  *   flash_bf16_fwdbwd_wgmma2_pp / _ps (SPLIT with the pingpong / persist
  *   forward), flash_bf16_fwdbwd_wgmma2_dkp (D = 128 only: PIPE),
- *   flash_bf16_fwdbwd_wgmma2_pq (PIPE_DQ), flash_bf16_fwdbwd_wgmma2_pqp
- *   (PIPE_DQ_PIN), flash_bf16_fwdbwd_wgmma2_rsa (RSA),
+ *   flash_bf16_fwdbwd_wgmma2_rsa (D = 128 only: RSA),
  *   flash_bf16_fwdbwd_wgmma2_fused (D = 64 only: the
  *   wgmma forward + the fused backward, lab_flash16_backward_fused),
  *   flash_bf16_fwdbwd_wgmma2_fused2 (D = 64 only: the same with the fused
@@ -99,12 +98,6 @@ static forge_status fwdbwd_w2_fused2(const forge_attention_io *io) {
     FORGE_TRY(fwd_sched(io, LAB_FLASH16_SCHED_BASE));
     return lab_flash16_backward_fused2(IO_BWD(io), io->stream);
 }
-static forge_status fwdbwd_w2_pq(const forge_attention_io *io) {
-    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE_DQ);
-}
-static forge_status fwdbwd_w2_pqp(const forge_attention_io *io) {
-    return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_PIPE_DQ_PIN);
-}
 static forge_status fwdbwd_w2_rsa(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_RSA);
 }
@@ -146,9 +139,7 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwdbwd_wgmma2_pp", 1, 0, fwdbwd_w2_pp},
         {"flash_bf16_fwdbwd_wgmma2_ps", 1, 0, fwdbwd_w2_ps},
         {"flash_bf16_fwdbwd_wgmma2_dkp", 1, 128, fwdbwd_w2_dkp}, /* at D = 64 the SPLIT kernels */
-        {"flash_bf16_fwdbwd_wgmma2_pq", 1, 0, fwdbwd_w2_pq},     /* the pipelined dQ kernel */
-        {"flash_bf16_fwdbwd_wgmma2_pqp", 1, 0, fwdbwd_w2_pqp},   /* the same with P and dS pinned */
-        {"flash_bf16_fwdbwd_wgmma2_rsa", 1, 0, fwdbwd_w2_rsa},   /* Q, dO (and at D = 128 K, V) in registers */
+        {"flash_bf16_fwdbwd_wgmma2_rsa", 1, 128, fwdbwd_w2_rsa}, /* K, V in registers; at D = 64 forge's */
         {"flash_bf16_fwdbwd_wgmma2_fused", 1, 64, fwdbwd_w2_fused}, /* the fused backward: D = 64 only */
         {"flash_bf16_fwdbwd_wgmma2_fused2", 1, 64, fwdbwd_w2_fused2}, /* its TMA reduce-add variant */
     };

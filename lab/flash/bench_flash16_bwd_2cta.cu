@@ -1,6 +1,6 @@
 /*
  * bench_flash16_bwd_2cta.cu: `forge-lab bench flash16-bwd-2cta [--reps N]`:
- * the backward alone, forge's (forge_flash_bf16_backward_wgmma: delta, fb_dq_kernel<64, 0>, fb_dkdv_kernel<64>, one
+ * the backward alone, forge's (forge_flash_bf16_backward_wgmma: delta, fb_dq_kernel<64>, fb_dkdv_kernel<64>, one
  * CTA per SM) next to the two-CTA-per-SM kernels (lab_flash16_backward_2cta, flash16_bwd_2cta.cu) at the issue-18
  * causal shapes with D = 64: (B, H = Hkv, T, D) = (16, 12, 1024, 64) (gpt2-124m's training shape), (64, 6, 512, 64),
  * (64, 8, 1024, 64). Per repetition, interleaved call by call after a warm-up (CUDA events around each call):

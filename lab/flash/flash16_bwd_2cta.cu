@@ -4,7 +4,7 @@
  * lab_flash16_backward_2cta (flash16_variants.h); measurements and the plan:
  * lab/notes/flash.md (2026-12-03 tenth session, backward).
  *
- * Why: fb_dq_kernel<64, 0> and fb_dkdv_kernel<64>
+ * Why: fb_dq_kernel<64> and fb_dkdv_kernel<64>
  * (src/backend/cuda/flash_attention_bf16_wgmma_bwd.cu, whose header explains
  * the ring, the resident / streamed split, the fragments, causal skipping,
  * FB_BIG masks and GQA) run one CTA per SM: only two consumer warpgroups share

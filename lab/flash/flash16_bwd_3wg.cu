@@ -3,7 +3,7 @@
  * consumer warpgroups per CTA (lab). Entry: lab_flash16_backward_3wg (flash16_variants.h); measurements:
  * lab/notes/flash.md (2026-12-03 eleventh session).
  *
- * Why: fb_dq_kernel<64, 0> and fb_dkdv_kernel<64> (src/backend/cuda/flash_attention_bf16_wgmma_bwd.cu, whose
+ * Why: fb_dq_kernel<64> and fb_dkdv_kernel<64> (src/backend/cuda/flash_attention_bf16_wgmma_bwd.cu, whose
  * header explains the ring, the resident / streamed split, the fragments, causal skipping, FB_BIG masks and GQA)
  * run one CTA per SM with two consumer warpgroups: while both are in their exp / dS arithmetic the tensor pipe
  * idles. Two CTAs per SM (four consumers, flash16_bwd_2cta.cu) measured slower for dK/dV because 64-query tiles
@@ -75,7 +75,7 @@ __device__ __forceinline__ void fb3_advance(int &stage, uint32_t &phase) {
     }
 }
 
-/* dQ: 192 queries per CTA (longest-first), 64-key K / V tiles streamed; fb_dq_kernel<64, 0>'s consumer step */
+/* dQ: 192 queries per CTA (longest-first), 64-key K / V tiles streamed; fb_dq_kernel<64>'s consumer step */
 __global__ void __launch_bounds__(FB3_THREADS, 1)
     fb3_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                   const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,

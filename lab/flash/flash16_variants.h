@@ -46,21 +46,17 @@ forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q
 forge_status lab_flash16_forward_1cta(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
 
-/* The wgmma backward with its dK/dV and dQ kernels named (lab/flash/flash16_bwd_dkdv.cu, whose header lists
- * the kernels): SPLIT (D = 128: the dK/dV kernel that splits the products between its warpgroups, P^T handed over
- * through shared memory; D = 64: forge's dK/dV kernel with its S-like products' resident operand in shared
- * memory), PIPE (the split kernel pipelined: each consumer issues tile it's S-like product, then tile it-1's
- * accumulation; forge's D = 128 dK/dV kernel until the thirteenth session; at D = 64 as SPLIT), PIPE_DQ (the dQ
- * kernel pipelined the same way, with forge's dK/dV kernel), PIPE_DQ_PIN (PIPE_DQ with P and dS each held before
- * the next wgmma wait by fw_pin_before_wait) or RSA (the dQ kernel with Q and dO as register A
- * fragments, with forge's dK/dV kernel at D = 64 and the pipelined split kernel doing the same with K and V at
- * D = 128). All give the same values (the same products and fp32 arithmetic per element). Another value is
+/* The wgmma backward with its dK/dV kernel named (lab/flash/flash16_bwd_dkdv.cu, whose header lists the
+ * kernels; forge's dQ kernel with each): SPLIT (D = 128: the dK/dV kernel that splits the products between its
+ * warpgroups, P^T handed over through shared memory; D = 64: forge's dK/dV kernel with its S-like products'
+ * resident operand in shared memory), PIPE (the split kernel pipelined: each consumer issues tile it's S-like
+ * product, then tile it-1's accumulation; forge's D = 128 dK/dV kernel until the thirteenth session; at D = 64 as
+ * SPLIT) or RSA (D = 128: the pipelined split kernel with K and V as register A fragments; D = 64: forge's
+ * kernels). All give the same values (the same products and fp32 arithmetic per element). Another value is
  * FORGE_ERR_ARG; the refusals are those of forge_flash_bf16_backward_wgmma. */
 #define LAB_FLASH16_DKDV_SPLIT 0
 #define LAB_FLASH16_DKDV_PIPE 1
-#define LAB_FLASH16_DKDV_PIPE_DQ 2
-#define LAB_FLASH16_DKDV_RSA 3
-#define LAB_FLASH16_DKDV_PIPE_DQ_PIN 4
+#define LAB_FLASH16_DKDV_RSA 2
 forge_status lab_flash16_backward_dkdv(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                        float *dq, float *dk, float *dv, int dkdv, void *stream);

@@ -530,14 +530,13 @@ static void check_dkdv_variants(parity *P, fa_case *c) {
     fz_host wh;
     const int have_w = fz_forge_bwd(P, c, "flash16_backward_wgmma (the variants' bits)", &wh);
     forge_status st;
-    static const int var_id[5] = {LAB_FLASH16_DKDV_SPLIT, LAB_FLASH16_DKDV_PIPE, LAB_FLASH16_DKDV_PIPE_DQ,
-                                  LAB_FLASH16_DKDV_RSA, LAB_FLASH16_DKDV_PIPE_DQ_PIN};
-    static const char *const var_name[5] = {"flash16_backward_wgmma_split", "flash16_backward_wgmma_dkp",
-                                            "flash16_backward_wgmma_pq", "flash16_backward_wgmma_rsa",
-                                            "flash16_backward_wgmma_pqp"};
+    static const int var_id[3] = {LAB_FLASH16_DKDV_SPLIT, LAB_FLASH16_DKDV_PIPE, LAB_FLASH16_DKDV_RSA};
+    static const char *const var_name[3] = {"flash16_backward_wgmma_split", "flash16_backward_wgmma_dkp",
+                                            "flash16_backward_wgmma_rsa"};
     const size_t n[3] = {c->no, c->nkv, c->nkv};
-    for (int var = 0; var < 5; var++) {
-        if (var_id[var] == LAB_FLASH16_DKDV_PIPE && c->D != 128) continue; /* at D = 64 PIPE is SPLIT */
+    for (int var = 0; var < 3; var++) {
+        /* at D = 64 PIPE is SPLIT and RSA is forge's pair */
+        if (var_id[var] != LAB_FLASH16_DKDV_SPLIT && c->D != 128) continue;
         fa_bwd_out o = {0};
         st = fa_case_bwd_out(P, c, &o) ? lab_flash16_backward_dkdv(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
                                                                    o.delta, o.dq, o.dk, o.dv, var_id[var], c->stream)

@@ -4,7 +4,8 @@
 #   1. `forge_gpu_tests --only flash16` (forge's kernels through its entries) and `forge-lab test flash16` (every
 #      forward schedule and backward variant by name against float64 and the CPU reference);
 #   2. `forge-lab bench attention-variants` over the fwd+bwd cells wgmma2_f (forge's backward), wgmma2 (SPLIT),
-#      _dkp (PIPE), _pq (PIPE_DQ), _rsa (RSA) of lab_flash16_backward_dkdv at issue 18's shapes, one process,
+#      _dkp (PIPE), _rsa (RSA; _dkp and _rsa at D = 128 only) of lab_flash16_backward_dkdv at issue 18's shapes,
+#      one process,
 #      BWDVAR_REPS reps (default 30); BWDVAR_CELLS overrides the cell filter.
 # Prints a table (TFLOP/s per cell and shape, and each cell over wgmma2_f) last. Budget: ~2 minutes.
 set -u -o pipefail
@@ -20,7 +21,7 @@ tail -1 "$OUT/bwdvar_parity.txt"
 grep -h "^FAIL" "$OUT/bwdvar_parity_forge.txt" "$OUT/bwdvar_parity.txt" | head -20
 rm -rf /tmp/bwdvar-results
 timeout 240 build/cuda/forge-lab bench attention-variants --reps "${BWDVAR_REPS:-30}" --results /tmp/bwdvar-results \
-    --only "${BWDVAR_CELLS:-flash_bf16_fwdbwd_wgmma2_f@|flash_bf16_fwdbwd_wgmma2@|flash_bf16_fwdbwd_wgmma2_dkp|flash_bf16_fwdbwd_wgmma2_pq|flash_bf16_fwdbwd_wgmma2_rsa}" \
+    --only "${BWDVAR_CELLS:-flash_bf16_fwdbwd_wgmma2_f@|flash_bf16_fwdbwd_wgmma2@|flash_bf16_fwdbwd_wgmma2_dkp|flash_bf16_fwdbwd_wgmma2_rsa}" \
     >"$OUT/bwdvar_bench.txt" 2>&1 || fails=1
 find /tmp/bwdvar-results -name 'attention-variants*.csv' -exec cp {} "$OUT/" \;
 python3 - "$OUT/bwdvar_bench.txt" <<'PY'

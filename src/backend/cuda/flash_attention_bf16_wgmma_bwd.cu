@@ -73,7 +73,7 @@
  * - The kernels and their launch steps are in
  *   flash_attention_bf16_wgmma_bwd.cuh (the lab runs other instances of
  *   them); this file holds the host steps and the entry. The kernels forge
- *   runs (fb_dq_kernel<D, 0>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>)
+ *   runs (fb_dq_kernel<D>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>)
  *   were chosen by measurement against the lab's pipelined and split ones
  *   (lab/notes/flash.md).
  */
@@ -149,7 +149,7 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
 }
 
 forge_status fb_launch_dq_default(const fb_call &c) {
-    return c.s.D == 64 ? fb_launch_dq<64, 0>(c) : fb_launch_dq<128, 0>(c);
+    return c.s.D == 64 ? fb_launch_dq<64>(c) : fb_launch_dq<128>(c);
 }
 
 forge_status fb_launch_dkdv_default(const fb_call &c) {

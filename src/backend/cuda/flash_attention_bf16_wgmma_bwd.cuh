@@ -3,11 +3,10 @@
  * backward of forge's bf16 flash attention on TMA + wgmma and their launch
  * steps, shared by flash_attention_bf16_wgmma_bwd.cu (the kernels forge runs,
  * the entry forge_flash_bf16_backward_wgmma; its header explains the design)
- * and the lab (the dK/dV and dQ variants). Instances forge runs: fb_dq_kernel<D,
- * 0>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>; the lab's are the PIPE = 1
- * and RSA = 1 branches of fb_dq_kernel, fb_dkdv_kernel<64, 0> and
- * fb_dkdv_split_kernel (the D = 128 dK/dV kernel forge ran until the thirteenth
- * session), kept in the shared templates they are written in. Every wait is
+ * and the lab (its variants build on these helpers: lab/flash/). Instances
+ * forge runs: fb_dq_kernel<D>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>;
+ * the lab also runs fb_dkdv_kernel<64, 0> (K and V read from shared memory by
+ * every product). Every wait is
  * mbar_wait_wide (wgmma_common.cuh). Every kernel sets up its barriers, then
  * waits for the previous kernel (forge_pdl_wait, pdl.cuh) before any global
  * access, so the launchers may pass fb_call.pdl (programmatic dependent launch).
@@ -68,7 +67,6 @@ __device__ __forceinline__ void fb_grad_store2(const fb_grads &g, void *p, long 
  * ptxas spilled 4-24 B in fb_dq_kernel<128>; without, none). The masks are selects against per-thread bounds
  * that are FB_BIG ("none") on interior tiles. */
 #define FB_BIG (1 << 30)
-#define FB_SP_BYTES (32 * 128 * 4) /* fb_dkdv_split_kernel's P^T handoff */
 
 /* The backward's row statistics (forge_flash_bf16_backward_rowstats, FORGE_FLASH_BF16_ROWSTATS floats): the
  * lse*log2e plane (-inf -> 0: such a row is masked everywhere), then the delta plane, each (B, H) rows of Tq
@@ -103,12 +101,7 @@ template <int D> struct fb_cfg {
     static constexpr uint32_t LD_BYTES = 2 * FB_BS * 4;
     static constexpr size_t SMEM =
         2 * (size_t)RES_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) + 8 * (1 + 2 * STAGES) + 1024;
-    /* fb_dkdv_split_kernel: K and V as 64-row tensors, the ring, lse/delta, the P^T handoff, the barriers */
-    static constexpr size_t SPLIT_SMEM = 2 * (size_t)TILE_BYTES + (size_t)STAGES * (STAGE_BYTES + LD_BYTES) +
-                                         FB_SP_BYTES + 8 * (1 + 2 * STAGES + 2) + 1024; /* + full, empty of P^T */
-    /* fb_dkdv_split_kernel<D, 1> (pipelined): the same with a second P^T buffer */
-    static constexpr size_t SPLIT_PIPE_SMEM = SPLIT_SMEM + FB_SP_BYTES + 16; /* + its full, empty */
-    static_assert(SMEM <= 232448 && SPLIT_PIPE_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+    static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
     static_assert(D == 64 || D == 128, "compiled head dims");
 };
 
@@ -225,14 +218,6 @@ __device__ __forceinline__ void fb_barriers_init(uint32_t bars, int stages) {
 
 /* ---- dQ over query blocks ---------------------------------------------------------------- */
 
-__device__ __forceinline__ void fb_ring_advance(int &stage, uint32_t &phase, int &prev, int stages) {
-    prev = stage;
-    if (++stage == stages) {
-        stage = 0;
-        phase ^= 1;
-    }
-}
-
 /* dQ kernel, one tile: issue S = Q.K^T and dP = dO.V^T (K, V of the stage at kt) as two commit groups */
 template <int D>
 __device__ __forceinline__ void fb_dq_tile_sdp(float (&sc)[32], float (&dp)[32], uint32_t qa, uint32_t doa,
@@ -242,25 +227,6 @@ __device__ __forceinline__ void fb_dq_tile_sdp(float (&sc)[32], float (&dp)[32],
     wgmma_commit();
     fb_ss<D>(dp, fb_opaque(doa), FB_BR * 128, kt + fb_cfg<D>::TILE_BYTES, 8192);
     wgmma_commit();
-}
-
-/* fb_dq_tile_sdp with Q and dO as register A fragments (RSA) */
-template <int D>
-__device__ __forceinline__ void fb_dq_tile_sdp_rs(float (&sc)[32], float (&dp)[32], const uint32_t (&qf)[D / 16][4],
-                                                  const uint32_t (&dof)[D / 16][4], uint32_t kt) {
-    wgmma_fence();
-    fb_rs_k<D>(sc, qf, kt, 8192);
-    wgmma_commit();
-    fb_rs_k<D>(dp, dof, kt + fb_cfg<D>::TILE_BYTES, 8192);
-    wgmma_commit();
-}
-
-/* A value that needs every element of x (their bits OR-ed), for fw_pin_before_wait */
-__device__ __forceinline__ float fb_pin_value(const float (&x)[32]) {
-    uint32_t v = 0;
-#pragma unroll
-    for (int i = 0; i < 32; i++) v |= __float_as_uint(x[i]);
-    return __uint_as_float(v);
 }
 
 /* dQ kernel: P = exp2(S sl2 - lse2) with the branch-free causal / key-bound mask of the tile at key k0
@@ -279,8 +245,6 @@ __device__ __forceinline__ void fb_dq_p(float (&sc)[32], int k0, int wrow0, int 
             sc[4 * n + e] = (j > ((e >> 1) ? vis1 : vis0) || j >= lim) ? 0.0f : p;
         }
 }
-
-
 
 /* A dQ consumer thread's rows row_lo, row_lo + 8 of head h, batch b: lse*log2e and delta from the packed row
  * statistics (fb_rows_at; every row a dQ CTA owns is below the padded length) */
@@ -310,20 +274,11 @@ __device__ __forceinline__ void fb_dq_store(const fb_grads &grads, const float (
     }
 }
 
-/* PIPE = 0 (what forge runs): per tile S, dP, then dS and dQ += dS.K, each product waited before the next step.
- * PIPE = 1 (the lab's PIPE_DQ variant): software-pipelined like fb_dkdv_pipe_consumer: tile t's S and dP are
- * issued, then tile t-1's dQ += dS.K (register A kept from the previous iteration); wait_group 2 retires S (P
- * computed while dP and the dQ product run), wait_group 1 dP (dS computed while dQ runs), wait_group 0 the dQ
- * product, then that tile's stage is released. A consumer runs its visible tiles (0 .. nvis-1; every tile after
- * its last visible one is above the diagonal for all of its rows) with the first peeled and the last dQ product
- * drained after the loop, so no branch sits between an issue and its wait; then it releases the CTA's remaining
- * tiles without MMAs, as PIPE = 0 does for the tiles it skips. Same products, same fp32 arithmetic per element.
- * PIPE = 2 (the lab's): PIPE = 1 with P and dS each pinned before the next wait (fw_pin_before_wait into the
- * consumer thread's word of the unused lse / delta slots): without it ptxas puts wait_group 1 right after
- * wait_group 2, so P is computed under the dQ product only and dS after every wait.
- * RSA = 1 (the lab's, PIPE = 0 only): each consumer reads its 64 rows of Q and dO once into register A fragments
- * (fb_load_a) and issues S and dP from them (fb_rs_k), so its products stream only K and V from shared memory. */
-template <int D, int PIPE, int RSA = 0>
+/* dQ over 128 queries per CTA (64 per consumer warpgroup): per key tile S and dP, then dS and dQ += dS.K, each
+ * product waited before the next step. (Measured and not kept, lab/notes/flash.md: the same consumer
+ * software-pipelined, with or without P and dS pinned before the next wait, and with Q and dO as register A
+ * fragments.) */
+template <int D>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                  const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -394,86 +349,15 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (ntiles > 0) mbar_wait_wide(resbar, 0);
     const uint32_t qa = sq + c * 8192, doa = sdo + c * 8192; /* rows 64c.. of each 128-row box */
-    static_assert(!(PIPE && RSA), "RSA is written for the unpipelined dQ kernel");
-    /* PIPE = 2: this thread's word of the lse / delta slots the dQ kernel leaves unused */
-    const uint32_t sink = sring + STAGES * cfg::STAGE_BYTES + 4 * tid + 512 * c;
-    uint32_t qf[D / 16][4], dof[D / 16][4]; /* RSA: this consumer's rows of Q and dO as A fragments */
-    if constexpr (RSA) {
-        if (ntiles > 0) {
-            fb_load_a<D>(qf, qa, FB_BR * 128, warp, g, tq);
-            fb_load_a<D>(dof, doa, FB_BR * 128, warp, g, tq);
-        }
-    }
     int stage = 0;
     uint32_t phase = 0;
-    if constexpr (PIPE) {
-        const int last_vis = wrow0 + 63 + diag; /* the last key any of this consumer's rows sees */
-        const int nvis = last_vis < 0 ? 0 : min(ntiles, last_vis / FB_BS + 1);
-        uint32_t a[4][4]; /* the previous tile's dS as the register A operand */
-        int prev = 0;
-        if (nvis > 0) {
-            mbar_wait_wide(bars + 8 * stage, phase);
-            float sc[32], dp[32];
-            fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES);
-            wgmma_wait<1>();
-            wgmma_fence_operands(sc);
-            fb_dq_p(sc, 0, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2);
-            wgmma_wait<0>();
-            wgmma_fence_operands(dp);
-#pragma unroll
-            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]); /* dS / scale */
-            fw_to_a<64>(a, dp);
-            fb_ring_advance(stage, phase, prev, STAGES);
-        }
-#pragma unroll 1
-        for (int t = 1; t < nvis; t++) {
-            mbar_wait_wide(bars + 8 * stage, phase);
-            float sc[32], dp[32];
-            fb_dq_tile_sdp<D>(sc, dp, qa, doa, sring + stage * cfg::STAGE_BYTES); /* fences a */
-            fb_rs<D>(acc, a, sring + prev * cfg::STAGE_BYTES); /* tile t-1's dQ += dS.K */
-            wgmma_commit();
-            wgmma_wait<2>(); /* S of tile t */
-            wgmma_fence_operands(sc);
-            fb_dq_p(sc, t * FB_BS, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2);
-            if constexpr (PIPE == 2) fw_pin_before_wait(sink, fb_pin_value(sc));
-            wgmma_wait<1>(); /* dP of tile t */
-            wgmma_fence_operands(dp);
-#pragma unroll
-            for (int i = 0; i < 32; i++) dp[i] = sc[i] * (dp[i] - dlt[(i >> 1) & 1]);
-            if constexpr (PIPE == 2) fw_pin_before_wait(sink, fb_pin_value(dp));
-            wgmma_wait<0>(); /* tile t-1's dQ product: its stage and a are free */
-            wgmma_fence_operands(acc);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-            fw_to_a<64>(a, dp);
-            fb_ring_advance(stage, phase, prev, STAGES);
-        }
-        if (nvis > 0) {
-            wgmma_fence();
-            fb_rs<D>(acc, a, sring + prev * cfg::STAGE_BYTES);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(acc);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-        }
-        for (int t = nvis; t < ntiles; t++) { /* above the diagonal for all 64 rows: keep the ring in step */
-            mbar_wait_wide(bars + 8 * stage, phase);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
-            fb_ring_advance(stage, phase, prev, STAGES);
-        }
-    } else {
     for (int t = 0; t < ntiles; t++) {
         const int k0 = t * FB_BS;
         mbar_wait_wide(bars + 8 * stage, phase);
         if (k0 <= wrow0 + 63 + diag) {
             const uint32_t kt = sring + stage * cfg::STAGE_BYTES;
             float sc[32], dp[32];
-            if constexpr (RSA)
-                fb_dq_tile_sdp_rs<D>(sc, dp, qf, dof, kt);
-            else
-                fb_dq_tile_sdp<D>(sc, dp, qa, doa, kt);
+            fb_dq_tile_sdp<D>(sc, dp, qa, doa, kt);
             wgmma_wait<1>();
             wgmma_fence_operands(sc);
             fb_dq_p(sc, k0, wrow0, row_lo, diag, s.Tk, tq, sl2, lse2); /* branch-free: dP is in flight */
@@ -496,7 +380,6 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             stage = 0;
             phase ^= 1;
         }
-    }
     }
 
     fb_dq_store<D>(grads, acc, s, b, h, row_lo, tq, scale);
@@ -781,275 +664,6 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_store<D>(grads, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
 }
 
-/* The P^T handoff between the two consumer warpgroups of the lab's D = 128 split dK/dV kernels goes through
- * mbarriers of count 128 (every thread of the sending warpgroup arrives: mbarrier.arrive releases its
- * shared-memory writes, try_wait acquires them). Per buffer, "full" (P^T written) and "empty" (read); the dK
- * warpgroup arrives on each empty barrier once before its first tile, so the n-th use of a buffer waits for phase
- * n of both barriers (parity n & 1) with no first-tile special case. An earlier version used named barriers
- * (bar.arrive / bar.sync); compute-sanitizer's racecheck reported the handoff as a race under those. */
-__device__ __forceinline__ void fb_handoff_init(uint32_t hb, int n) {
-    for (int i = 0; i < n; i++) mbar_init(hb + 8 * i, 128);
-}
-
-/* The lab's D = 128 dK/dV kernels (forge's until the thirteenth session, when the consumers' registers grew
- * to 240 with mbar_wait_wide and fb_dkdv_kernel<128> fit): 64 keys per CTA, split by role between the two
- * consumer warpgroups, which own the same 64 keys:
- * warpgroup 1 computes S^T, P^T and dV += P^T.dO and hands P^T (fp32) to warpgroup 2 through shared memory
- * in its own accumulator layout (sp[i * 128 + thread]: conflict-free, and the reader's layout is the same);
- * warpgroup 2 computes dP^T, dS^T = P^T (dP^T - delta) and dK += dS^T.Q. Each thread holds ONE 64-register
- * accumulator: with dK and dV in one warpgroup (the D = 64 kernel) ptxas spilled 150-280 B and serialised
- * every wgmma at D = 128 however the query tile was cut. Same 4 products per tile, two per warpgroup.
- * The handoff is single-buffered: warpgroup 1 waits for "empty" before overwriting sp, warpgroup 2 for "full"
- * before reading (mbarriers, fb_handoff_init). With 64 keys
- * per CTA every streamed tile holds a visible key (t_first comes from k0), so there is no skip test and both
- * warpgroups run the same barrier sequence. */
-/* ---- D = 128 dK/dV, pipelined (the lab's PIPE) ---------------------------------------------------------- */
-
-/* Tile it's elementwise step of fb_dkdv_pipe_consumer on sacc (its S-like product): P^T into buffer it & 1 of sp
- * (ROLE 0) or dS^T from it (ROLE 1); the arithmetic of fb_dkdv_split_kernel. */
-template <int ROLE>
-__device__ __forceinline__ void fb_pipe_elementwise(const fb_kv_block &kb, const forge_flash_shape &s, int it,
-                                                    const float *ls, float *sp, uint32_t hb, int key_lo, int tq,
-                                                    int tid, float sl2, float (&sacc)[32]) {
-    const float *dl = ls + FB_BS;
-    const int b = it & 1;
-    const uint32_t use = (it >> 1) & 1, full = hb + 8 * b, empty = hb + 16 + 8 * b;
-    float *spb = sp + b * (FB_SP_BYTES / 4);
-    if (ROLE == 0) {
-        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
-        const bool edge = kb.k0 + 63 > qt0 + kb.diag || qt0 + FB_BS > s.Tq;
-        const int vis0 = edge ? key_lo - kb.diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - kb.diag - qt0 : -FB_BIG;
-        const int lim = edge ? s.Tq - qt0 : FB_BIG;
-        fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
-        mbar_wait_wide(empty, use);
-#pragma unroll
-        for (int i = 0; i < 32; i++) spb[i * 128 + tid] = sacc[i];
-        mbar_arrive(full);
-    } else {
-        mbar_wait_wide(full, use);
-#pragma unroll
-        for (int n = 0; n < FB_BS / 8; n++) {
-            const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
-#pragma unroll
-            for (int e = 0; e < 4; e++) /* dS^T / scale */
-                sacc[4 * n + e] = spb[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
-        }
-        mbar_arrive(empty);
-    }
-}
-
-/* One consumer warpgroup of fb_dkdv_split_kernel<D, 1>; ROLE 0: S^T -> P^T -> dV (and P^T into sp), ROLE 1:
- * dP^T -> dS^T -> dK. Same products and the same fp32 arithmetic per element as fb_dkdv_split_kernel, in a
- * software pipeline: tile it's S-like product is issued, then tile it-1's accumulate product (dV += P^T.dO or
- * dK += dS^T.Q, register A from the previous iteration), and wait_group 1 retires the first only, so the
- * elementwise work of tile it (exp2 for P^T; the dS^T arithmetic) runs while the tensor pipe does tile it-1's
- * accumulation. The first tile is peeled and the last accumulation drained after the loop, so the loop body has
- * no branch between an issue and its wait and the same group in flight at every entry (ptxas serialises every
- * wgmma otherwise, C7518). The P^T handoff is double-buffered (tile it in buffer it & 1; fb_handoff_init's
- * mbarriers, two per buffer), so the P^T warpgroup can run a tile ahead. */
-template <int D, int ROLE, int RSA>
-__device__ __forceinline__ void fb_dkdv_pipe_consumer(const fb_kv_block &kb, const forge_flash_shape &s,
-                                                      uint32_t res, uint32_t sring, const float *ld_gen, float *sp,
-                                                      uint32_t hb, uint32_t resbar, uint32_t bars, int tid, float sl2,
-                                                      float (&acc)[D / 2]) {
-    typedef fb_cfg<D> cfg;
-    constexpr int STAGES = cfg::STAGES;
-    const int warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-    /* the accumulate product's B operand within a stage: dO (ROLE 0) or Q (ROLE 1) */
-    constexpr uint32_t B_OFF = ROLE == 0 ? cfg::TILE_BYTES : 0u;
-    const int key_lo = kb.k0 + warp * 16 + g;
-    if (kb.total == 0) return; /* CTA-uniform: neither warpgroup touches a barrier */
-    mbar_wait_wide(resbar, 0);
-    uint32_t rf[D / 16][4]; /* RSA: the resident K (ROLE 0) or V (ROLE 1) as A fragments */
-    if constexpr (RSA) fb_load_a<D>(rf, res, FB_BS * 128, warp, g, tq);
-    if (ROLE == 1) { /* both buffers start empty */
-        mbar_arrive(hb + 16);
-        mbar_arrive(hb + 24);
-    }
-    int stage = 0, prev = 0;
-    uint32_t phase = 0;
-    uint32_t a[4][4]; /* the previous tile's P^T / dS^T as the register A operand */
-
-    { /* tile 0: nothing in flight yet */
-        mbar_wait_wide(bars + 8 * stage, phase);
-        const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
-        float sacc[32];
-        wgmma_fence();
-        if constexpr (RSA)
-            fb_rs_k<D>(sacc, rf, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
-        else
-            fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(sacc);
-        fb_pipe_elementwise<ROLE>(kb, s, 0, ld_gen + stage * (2 * FB_BS), sp, hb, key_lo, tq, tid, sl2, sacc);
-        fw_to_a<64>(a, sacc);
-        fb_ring_advance(stage, phase, prev, STAGES);
-    }
-#pragma unroll 1
-    for (int it = 1; it < kb.total; it++) {
-        mbar_wait_wide(bars + 8 * stage, phase);
-        const uint32_t t0 = sring + stage * cfg::STAGE_BYTES;
-        float sacc[32];
-        wgmma_fence(); /* a was written by ordinary instructions */
-        if constexpr (RSA)
-            fb_rs_k<D>(sacc, rf, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
-        else
-            fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, ROLE == 0 ? t0 : t0 + cfg::TILE_BYTES, 8192);
-        wgmma_commit();
-        fb_rs<D>(acc, a, B_OFF + sring + prev * cfg::STAGE_BYTES); /* tile it-1's dV += P^T.dO or dK += dS^T.Q */
-        wgmma_commit();
-        wgmma_wait<1>(); /* the S-like product of tile it */
-        wgmma_fence_operands(sacc);
-        fb_pipe_elementwise<ROLE>(kb, s, it, ld_gen + stage * (2 * FB_BS), sp, hb, key_lo, tq, tid, sl2, sacc);
-        wgmma_wait<0>(); /* tile it-1's accumulation: its stage and a are free */
-        wgmma_fence_operands(acc);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-        fw_to_a<64>(a, sacc);
-        fb_ring_advance(stage, phase, prev, STAGES);
-    }
-    wgmma_fence();
-    fb_rs<D>(acc, a, B_OFF + sring + prev * cfg::STAGE_BYTES);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-}
-
-/* PIPE = 0 (the lab's SPLIT variant): the consumers as above; PIPE = 1 (the lab's PIPE): each consumer runs
- * fb_dkdv_pipe_consumer, with a second 16 KiB P^T buffer. Same producer, ring, 64 keys per CTA, roles, outputs.
- * RSA = 1 (the lab's, PIPE = 1 only): each consumer reads its resident K or V once into register A fragments and
- * issues its S-like product from them, streaming only Q or dO from shared memory. */
-template <int D, int PIPE, int RSA = 0>
-__global__ void __launch_bounds__(FB_THREADS, 1)
-    fb_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                         const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                         const float *__restrict__ rows, const fb_grads grads,
-                         forge_flash_shape s, float sl2, float scale) {
-    typedef fb_cfg<D> cfg;
-    constexpr int STAGES = cfg::STAGES;
-    constexpr uint32_t KV_BYTES = FB_BS * D * 2; /* one resident 64-row tensor */
-    extern __shared__ __align__(1024) unsigned char fb_smem[];
-    const uint32_t base = (smem_u32(fb_smem) + 1023u) & ~1023u;
-    const uint32_t sk = base, sv = base + KV_BYTES;
-    const uint32_t sring = sv + KV_BYTES;
-    const uint32_t sld = sring + STAGES * cfg::STAGE_BYTES;
-    constexpr int NB = 1 + PIPE;                       /* P^T buffers */
-    const uint32_t ssp = sld + STAGES * cfg::LD_BYTES; /* P^T handoff: NB x 32 x 128 fp32 */
-    const uint32_t resbar = ssp + NB * FB_SP_BYTES;
-    const uint32_t bars = resbar + 8;
-    /* the P^T handoff (fb_handoff_init): full[b] at hb + 8b, empty[b] at hb + 8 NB + 8b */
-    const uint32_t hb = bars + 16 * STAGES, hfull = hb, hempty = hb + 8 * NB;
-    const float *ld_gen = (const float *)(fb_smem + (sld - smem_u32(fb_smem)));
-    float *sp = (float *)(fb_smem + (ssp - smem_u32(fb_smem)));
-
-    const fb_kv_block kb = fb_kv_block_of(s, FB_BS);
-    const int wg = threadIdx.x / 128;
-
-    if (threadIdx.x == 0) {
-        fb_handoff_init(hb, 2 * NB);
-        fb_barriers_init(resbar, STAGES); /* its fence covers the handoff barriers too */
-    }
-    __syncthreads();
-    forge_pdl_wait(); /* shared memory only above; global memory from here (pdl.cuh) */
-    forge_pdl_launch_dependents();
-
-    if (wg == 0) {
-        wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
-        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sk, sv, sring, sld, resbar,
-                                bars);
-        return;
-    }
-
-    wgmma_setmaxnreg_inc<FB_CONSUMER_REGS>();
-    const int c = wg - 1; /* 0: S^T, P^T, dV; 1: dP^T, dS^T, dK */
-    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-    /* this thread's keys: key_lo, key_lo + 8 (computed where each variant's measured build had it) */
-    int key_lo = 0;
-    if constexpr (!PIPE) key_lo = kb.k0 + warp * 16 + g;
-    const int diag = kb.diag;
-
-    static_assert(PIPE || !RSA, "RSA is written for the pipelined consumers");
-    float acc[D / 2]; /* dV (c = 0) or dK (c = 1) */
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) acc[i] = 0.0f;
-
-    if constexpr (PIPE) {
-        if (c == 0)
-            fb_dkdv_pipe_consumer<D, 0, RSA>(kb, s, sk, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
-        else
-            fb_dkdv_pipe_consumer<D, 1, RSA>(kb, s, sv, sring, ld_gen, sp, hb, resbar, bars, tid, sl2, acc);
-        key_lo = kb.k0 + warp * 16 + g;
-    } else {
-    if (kb.total > 0) mbar_wait_wide(resbar, 0);
-    if (c == 1) mbar_arrive(hempty); /* sp starts empty */
-    const uint32_t res = c == 0 ? sk : sv; /* the A operand of this warpgroup's S-like product */
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int it = 0; it < kb.total; it++) {
-        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
-        mbar_wait_wide(bars + 8 * stage, phase);
-        const uint32_t qt = sring + stage * cfg::STAGE_BYTES, dt = qt + cfg::TILE_BYTES;
-        const float *ls = ld_gen + stage * (2 * FB_BS), *dl = ls + FB_BS;
-        float sacc[32]; /* S^T (c = 0) or dP^T (c = 1) */
-        wgmma_fence();
-        fb_ss<D>(sacc, fb_opaque(res), FB_BS * 128, c == 0 ? qt : dt, 8192); /* K.Q^T or V.dO^T */
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(sacc);
-        if (c == 0) {
-            const bool edge = kb.k0 + 63 > qt0 + diag || qt0 + FB_BS > s.Tq;
-            const int vis0 = edge ? key_lo - diag - qt0 : -FB_BIG, vis1 = edge ? key_lo + 8 - diag - qt0 : -FB_BIG;
-            const int lim = edge ? s.Tq - qt0 : FB_BIG;
-            fb_p_transposed(sacc, ls, tq, sl2, vis0, vis1, lim);
-            mbar_wait_wide(hempty, it & 1);
-#pragma unroll
-            for (int i = 0; i < 32; i++) sp[i * 128 + tid] = sacc[i];
-            mbar_arrive(hfull);
-        } else {
-            mbar_wait_wide(hfull, it & 1);
-#pragma unroll
-            for (int n = 0; n < FB_BS / 8; n++) {
-                const float2 d2 = *(const float2 *)(dl + n * 8 + 2 * tq);
-#pragma unroll
-                for (int e = 0; e < 4; e++) /* dS^T / scale */
-                    sacc[4 * n + e] = sp[(4 * n + e) * 128 + tid] * (sacc[4 * n + e] - ((e & 1) ? d2.y : d2.x));
-            }
-            mbar_arrive(hempty);
-        }
-        uint32_t a[4][4];
-        fw_to_a<64>(a, sacc);
-        wgmma_fence(); /* acc and a were written by ordinary instructions */
-        fb_rs<D>(acc, a, c == 0 ? dt : qt); /* dV += P^T.dO or dK += dS^T.Q */
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
-    }
-
-    void *out = c == 0 ? grads.dv : grads.dk;
-    const long long stride = c == 0 ? grads.dv_stride : grads.dk_stride;
-    const float f = c == 0 ? 1.0f : scale;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key_lo + r * 8;
-        if (key >= s.Tk) continue;
-        const size_t token = (size_t)kb.b * s.Tk + key;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            fb_grad_store2(grads, out, stride, token, s.Hkv, kb.hk, D, n * 8 + 2 * tq, acc[4 * n + 2 * r] * f,
-                           acc[4 * n + 2 * r + 1] * f);
-    }
-}
-
 /* ---- host ----------------------------------------------------------------------------------- */
 
 /* What every launch of one backward call reads (fb_backward_prepare): the tensor maps, 128-row boxes for what a
@@ -1071,7 +685,7 @@ struct fb_call {
  * *launch = 1. fb_backward_prepare: every tensor map (a refused layout, FORGE_ERR_UNSUPPORTED naming `entry`,
  * leaves nothing half-written), then the packed row statistics into `delta` (forge_flash_bf16_backward_rowstats:
  * lse*log2e and rowsum(dO * O); c->rows). The default dQ
- * and dK/dV kernels of c->s.D: fb_launch_dq_default (fb_dq_kernel<D, 0>), fb_launch_dkdv_default
+ * and dK/dV kernels of c->s.D: fb_launch_dq_default (fb_dq_kernel<D>), fb_launch_dkdv_default
  * (fb_dkdv_kernel<64, 1> or fb_dkdv_kernel<128, 0>). */
 forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
                                const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
@@ -1083,12 +697,12 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
 forge_status fb_launch_dq_default(const fb_call &c);
 forge_status fb_launch_dkdv_default(const fb_call &c);
 
-/* the dQ kernel; PIPE, RSA: the lab's variants (fb_dq_kernel) */
-template <int D, int PIPE, int RSA = 0> static forge_status fb_launch_dq(const fb_call &c) {
+/* the dQ kernel */
+template <int D> static forge_status fb_launch_dq(const fb_call &c) {
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fb_dq_kernel<D, PIPE, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_TRY(cudaFuncSetAttribute(fb_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gq((unsigned)((c.s.Tq + FB_BR - 1) / FB_BR), (unsigned)c.s.H, (unsigned)c.s.B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dq_kernel<D, PIPE, RSA>, gq, FB_THREADS, smem, c.st, c.pdl, c.q_res, c.do_res,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dq_kernel<D>, gq, FB_THREADS, smem, c.st, c.pdl, c.q_res, c.do_res,
                                      c.k_str, c.v_str, c.rows, c.g, c.s, c.sl2, c.scale),
                     D == 64 ? "fb_dq_kernel<64>" : "fb_dq_kernel<128>");
     return FORGE_OK;
@@ -1102,18 +716,6 @@ template <int D, int RSA = 0> static forge_status fb_launch_dkdv(const fb_call &
     CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res,
                                      c.q_str, c.do_str, c.rows, c.g, c.s, c.sl2, c.scale),
                     D == 64 ? "fb_dkdv_kernel<64>" : "fb_dkdv_kernel<128>");
-    return FORGE_OK;
-}
-
-/* the lab's D = 128 dK/dV kernel, split by role between the consumers: 64 keys per CTA; PIPE = 1 pipelined */
-template <int D, int PIPE, int RSA = 0> static forge_status fb_launch_dkdv_split(const fb_call &c) {
-    constexpr size_t smem = PIPE ? fb_cfg<D>::SPLIT_PIPE_SMEM : fb_cfg<D>::SPLIT_SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_split_kernel<D, PIPE, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem));
-    dim3 gk((unsigned)((c.s.Tk + FB_BS - 1) / FB_BS), (unsigned)c.s.Hkv, (unsigned)c.s.B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_split_kernel<D, PIPE, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_str,
-                                     c.v_str, c.q_str, c.do_str, c.rows, c.g, c.s, c.sl2, c.scale),
-                    PIPE ? "fb_dkdv_split_kernel<128, pipelined>" : "fb_dkdv_split_kernel<128>");
     return FORGE_OK;
 }
 
