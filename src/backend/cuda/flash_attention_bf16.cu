@@ -50,8 +50,8 @@ extern "C" {
 /* ---- backward 1: delta = rowsum(dO * O) ---------------------------------------------
  * PACK = 0 (the mma.sync backward): delta (B, H, Tq). PACK = 1 (the wgmma backward's row statistics,
  * forge_flash_bf16_backward_rowstats): the lse*log2e plane (-inf -> 0) then the delta plane, rows of Tq padded
- * to tpad with zeros (FORGE_FLASH_BF16_ROWSTATS). Eight lanes per (row, head), each loading 16 bytes of O and of dO per 64 columns (D / 64 loads of each), four
- * (row, head) items per warp. The sum has one fixed shape: element pairs (2l, 2l + 1) for l = 0..31 give
+ * to tpad with zeros (FORGE_FLASH_BF16_ROWSTATS). Eight lanes per (row, head), each loading 16 bytes of O and
+ * of dO per 64 columns (D / 64 loads of each), four (row, head) items per warp. The sum has one fixed shape: element pairs (2l, 2l + 1) for l = 0..31 give
  * p_l = rn(0 + fma(o_2l, do_2l, rn(o_2l+1 * do_2l+1))) (with D = 128, the pair at 64 + 2l added next), then the
  * 32 p_l combine as a butterfly over l (partners l ^ 16, l ^ 8, l ^ 4, l ^ 2, l ^ 1). Lane j of the eight holds
  * p_4j .. p_4j+3, so the first three butterfly levels are shuffles with lanes j ^ 4, j ^ 2, j ^ 1 and the last
@@ -425,19 +425,25 @@ extern "C" forge_status forge_flash_check_shape(const char *what, const forge_fl
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape *s, const void *o, const void *dout,
-                                                       float *delta, void *stream, int pdl) {
-    if (s == nullptr) return forge_error(FORGE_ERR_ARG, "forge_flash_bf16_backward_delta: NULL shape");
+/* What both layouts of the first backward kernel need (`what` names the entry): D = 64 or 128, O and dO rows
+ * 16-byte aligned. */
+static forge_status fa_delta_check(const char *what, const forge_flash_shape *s, const void *o, const void *dout) {
+    if (s == nullptr) return forge_error(FORGE_ERR_ARG, "%s: NULL shape", what);
     if (s->D != 64 && s->D != 128)
-        return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "forge_flash_bf16_backward_delta: needs D = 64 or 128 (compiled tiles), got D=%d", s->D);
-    const size_t rows = (size_t)s->B * s->Tq * s->H;
-    if (rows == 0) return FORGE_OK;
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: needs D = 64 or 128 (compiled tiles), got D=%d", what, s->D);
     if ((uintptr_t)o % 16 != 0 || (uintptr_t)dout % 16 != 0 || s->o_stride % 8 != 0)
         return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "forge_flash_bf16_backward_delta: O and dO need 16-byte aligned rows (pointers 16-byte "
-                           "aligned, o_stride a multiple of 8), got o_stride=%lld",
-                           s->o_stride);
+                           "%s: O and dO need 16-byte aligned rows (pointers 16-byte aligned, o_stride a multiple of "
+                           "8), got o_stride=%lld",
+                           what, s->o_stride);
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape *s, const void *o, const void *dout,
+                                                       float *delta, void *stream, int pdl) {
+    FORGE_TRY(fa_delta_check("forge_flash_bf16_backward_delta", s, o, dout));
+    const size_t rows = (size_t)s->B * s->Tq * s->H;
+    if (rows == 0) return FORGE_OK;
     CUDA_LAUNCH_TRY(forge_pdl_launch(s->D == 64 ? fa_bwd_delta_kernel<64, false> : fa_bwd_delta_kernel<128, false>,
                                      (unsigned)((rows + 31) / 32), 256, 0, (cudaStream_t)stream, pdl,
                                      (const bf16_t *)o, (const bf16_t *)dout, (const float *)nullptr, delta, *s,
@@ -449,18 +455,10 @@ extern "C" forge_status forge_flash_bf16_backward_delta(const forge_flash_shape 
 extern "C" forge_status forge_flash_bf16_backward_rowstats(const forge_flash_shape *s, const void *o,
                                                           const void *dout, const float *lse, float *rows,
                                                           void *stream, int pdl) {
-    const char *what = "forge_flash_bf16_backward_rowstats";
-    if (s == nullptr) return forge_error(FORGE_ERR_ARG, "%s: NULL shape", what);
-    if (s->D != 64 && s->D != 128)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: needs D = 64 or 128 (compiled tiles), got D=%d", what, s->D);
+    FORGE_TRY(fa_delta_check("forge_flash_bf16_backward_rowstats", s, o, dout));
     const int tpad = (s->Tq + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD * FORGE_FLASH_BF16_ROWS_PAD;
     const size_t n = (size_t)s->B * tpad * s->H;
     if (n == 0) return FORGE_OK;
-    if ((uintptr_t)o % 16 != 0 || (uintptr_t)dout % 16 != 0 || s->o_stride % 8 != 0)
-        return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "%s: O and dO need 16-byte aligned rows (pointers 16-byte aligned, o_stride a multiple of "
-                           "8), got o_stride=%lld",
-                           what, s->o_stride);
     CUDA_LAUNCH_TRY(forge_pdl_launch(s->D == 64 ? fa_bwd_delta_kernel<64, true> : fa_bwd_delta_kernel<128, true>,
                                      (unsigned)((n + 31) / 32), 256, 0, (cudaStream_t)stream, pdl,
                                      (const bf16_t *)o, (const bf16_t *)dout, lse, rows, *s, tpad),
