@@ -217,8 +217,7 @@ static void case_flash16_into(parity *P, fa_case *c) {
  * forge_flash_bf16_backward_delta computes, each (b, h) row padded with zeros to FORGE_FLASH_BF16_ROWS_PAD, and
  * nothing written past the buffer (guards). */
 static void case_flash16_rowstats(parity *P, fa_case *c) {
-    const size_t tpad = (size_t)(c->Tq + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD *
-                        FORGE_FLASH_BF16_ROWS_PAD;
+    const size_t tpad = FORGE_FLASH_BF16_ROWS_TPAD(c->Tq);
     const size_t nrows = (size_t)c->B * c->H, plane = nrows * tpad;
     void *gdelta = fa_dev(P, c->nl * 4, NULL, 0xff);
     void *grows = fa_dev(P, FORGE_FLASH_BF16_ROWSTATS(c->B, c->H, c->Tq) * 4, NULL, 0xff);

@@ -102,7 +102,6 @@ static forge_status fwdbwd_w2_rsa(const forge_attention_io *io) {
     return fwdbwd_wgmma2(io, LAB_FLASH16_SCHED_BASE, LAB_FLASH16_DKDV_RSA);
 }
 
-
 int lab_bench_attention_variants(int argc, char **argv) {
     int quick = 0;
     long reps = 30;
@@ -139,7 +138,7 @@ int lab_bench_attention_variants(int argc, char **argv) {
         {"flash_bf16_fwdbwd_wgmma2_pp", 1, 0, fwdbwd_w2_pp},
         {"flash_bf16_fwdbwd_wgmma2_ps", 1, 0, fwdbwd_w2_ps},
         {"flash_bf16_fwdbwd_wgmma2_dkp", 1, 128, fwdbwd_w2_dkp}, /* at D = 64 the SPLIT kernels */
-        {"flash_bf16_fwdbwd_wgmma2_rsa", 1, 128, fwdbwd_w2_rsa}, /* K, V in registers; at D = 64 forge's */
+        {"flash_bf16_fwdbwd_wgmma2_rsa", 1, 128, fwdbwd_w2_rsa}, /* at D = 64 forge's kernels */
         {"flash_bf16_fwdbwd_wgmma2_fused", 1, 64, fwdbwd_w2_fused}, /* the fused backward: D = 64 only */
         {"flash_bf16_fwdbwd_wgmma2_fused2", 1, 64, fwdbwd_w2_fused2}, /* its TMA reduce-add variant */
     };

@@ -5,20 +5,13 @@
 #      forward schedule and backward variant by name against float64 and the CPU reference);
 #   2. `forge-lab bench attention-variants` over the fwd+bwd cells wgmma2_f (forge's backward), wgmma2 (SPLIT),
 #      _dkp (PIPE), _rsa (RSA; _dkp and _rsa at D = 128 only) of lab_flash16_backward_dkdv at issue 18's shapes,
-#      one process,
-#      BWDVAR_REPS reps (default 30); BWDVAR_CELLS overrides the cell filter.
+#      one process, BWDVAR_REPS reps (default 30); BWDVAR_CELLS overrides the cell filter.
 # Prints a table (TFLOP/s per cell and shape, and each cell over wgmma2_f) last. Budget: ~2 minutes.
 set -u -o pipefail
 : "${OUT:?set OUT to the folder for logs}"
-mkdir -p "$OUT"
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source lab/scripts/flash_parity.sh
 fails=0
-timeout 100 build/cuda/forge_gpu_tests --only flash16 >"$OUT/bwdvar_parity_forge.txt" 2>&1 || fails=1
-timeout 150 build/cuda/forge-lab test flash16 >"$OUT/bwdvar_parity.txt" 2>&1 || fails=1
-tail -1 "$OUT/bwdvar_parity_forge.txt"
-tail -1 "$OUT/bwdvar_parity.txt"
-grep -h "^FAIL" "$OUT/bwdvar_parity_forge.txt" "$OUT/bwdvar_parity.txt" | head -20
+flash_parity bwdvar 150 || fails=1
 rm -rf /tmp/bwdvar-results
 timeout 240 build/cuda/forge-lab bench attention-variants --reps "${BWDVAR_REPS:-30}" --results /tmp/bwdvar-results \
     --only "${BWDVAR_CELLS:-flash_bf16_fwdbwd_wgmma2_f@|flash_bf16_fwdbwd_wgmma2@|flash_bf16_fwdbwd_wgmma2_dkp|flash_bf16_fwdbwd_wgmma2_rsa}" \

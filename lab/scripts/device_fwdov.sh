@@ -10,15 +10,9 @@
 # Prints a table (TFLOP/s per cell and shape) last. Budget: ~4 minutes.
 set -u -o pipefail
 : "${OUT:?set OUT to the folder for logs}"
-mkdir -p "$OUT"
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH="$PWD/.carry/lib:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source lab/scripts/flash_parity.sh
 fails=0
-timeout 100 build/cuda/forge_gpu_tests --only flash16 >"$OUT/fwdov_parity_forge.txt" 2>&1 || fails=1
-timeout 100 build/cuda/forge-lab test flash16 >"$OUT/fwdov_parity.txt" 2>&1 || fails=1
-tail -1 "$OUT/fwdov_parity_forge.txt"
-tail -1 "$OUT/fwdov_parity.txt"
-grep -h "^FAIL" "$OUT/fwdov_parity_forge.txt" "$OUT/fwdov_parity.txt" | head -20
+flash_parity fwdov 100 || fails=1
 rm -rf /tmp/fwdov-results
 timeout 200 build/cuda/forge-lab bench attention-variants --reps "${FORGE_FWDOV_REPS:-30}" --results /tmp/fwdov-results \
     --only "flash_bf16_fwd_wgmma|flash_bf16_fwdbwd_wgmma2@" >"$OUT/fwdov_bench.txt" 2>&1 ||

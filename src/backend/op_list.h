@@ -696,11 +696,12 @@
  *   ~2% of max|d|, as the bf16 kernels' own tests bound it at 3e-2 max|ref|. */
 #define FORGE_FLASH_BF16_TC(HS) ((HS) == 64 || (HS) == 128)
 /* The tensor-core backward's row statistics (the `delta` scratch of forge_flash_bf16_backward*, CUDA's
- * flash_attention_bf16.h), in floats: two planes of (B, NH) rows of T padded to FORGE_FLASH_BF16_ROWS_PAD. */
+ * flash_attention_bf16.h), in floats: two planes of (B, NH) rows of T padded to FORGE_FLASH_BF16_ROWS_PAD
+ * (FORGE_FLASH_BF16_ROWS_TPAD(T) floats a row). */
 #define FORGE_FLASH_BF16_ROWS_PAD 128
-#define FORGE_FLASH_BF16_ROWSTATS(B, NH, T)                                                                      \
-    (2 * (size_t)(B) * (NH) * (((size_t)(T) + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD *        \
-                               FORGE_FLASH_BF16_ROWS_PAD))
+#define FORGE_FLASH_BF16_ROWS_TPAD(T)                                                                            \
+    (((size_t)(T) + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD * FORGE_FLASH_BF16_ROWS_PAD)
+#define FORGE_FLASH_BF16_ROWSTATS(B, NH, T) (2 * (size_t)(B) * (NH) * FORGE_FLASH_BF16_ROWS_TPAD(T))
 #define FORGE_FLASH_BF16_SCRATCH_TC(B, T, NH, NKV, HS)                                                           \
     ((size_t)(B) * (T) * FORGE_QKV(NH, NKV, HS) + FORGE_FLASH_BF16_ROWSTATS(B, NH, T) + 4)
 #define FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS)                                                         \

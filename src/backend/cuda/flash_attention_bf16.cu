@@ -456,7 +456,7 @@ extern "C" forge_status forge_flash_bf16_backward_rowstats(const forge_flash_sha
                                                           const void *dout, const float *lse, float *rows,
                                                           void *stream, int pdl) {
     FORGE_TRY(fa_delta_check("forge_flash_bf16_backward_rowstats", s, o, dout));
-    const int tpad = (s->Tq + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD * FORGE_FLASH_BF16_ROWS_PAD;
+    const int tpad = (int)FORGE_FLASH_BF16_ROWS_TPAD(s->Tq);
     const size_t n = (size_t)s->B * tpad * s->H;
     if (n == 0) return FORGE_OK;
     CUDA_LAUNCH_TRY(forge_pdl_launch(s->D == 64 ? fa_bwd_delta_kernel<64, true> : fa_bwd_delta_kernel<128, true>,

@@ -73,7 +73,7 @@ __device__ __forceinline__ void fb_grad_store2(const fb_grads &g, void *p, long 
  * padded to FORGE_FLASH_BF16_ROWS_PAD with zeros, so a 64-query tile's 64 + 64 floats are two 16-byte aligned
  * 256-byte runs (bulk copies) and every row a CTA touches exists. fb_rows_at: row `row` of head h, batch b. */
 __device__ __forceinline__ size_t fb_rows_tpad(const forge_flash_shape &s) {
-    return ((size_t)s.Tq + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD * FORGE_FLASH_BF16_ROWS_PAD;
+    return FORGE_FLASH_BF16_ROWS_TPAD(s.Tq);
 }
 __device__ __forceinline__ size_t fb_rows_plane(const forge_flash_shape &s) {
     return (size_t)s.B * s.H * fb_rows_tpad(s);

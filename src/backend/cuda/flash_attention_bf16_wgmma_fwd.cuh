@@ -152,8 +152,8 @@ __device__ __forceinline__ void fw_softmax_row(float (&sc)[BN / 2], float &m, fl
 }
 
 /* One K/V tile of a consumer warpgroup (K at kt, V at vt; keys k0..): S = Q.K^T, the mask where `masked`, the online
- * softmax of the thread's two rows with O rescaled, O += P.V; waits for both products. fw_fwd64_kernel and the lab's one-CTA kernel run it (the
- * scheduled kernel splits it around its two waits). */
+ * softmax of the thread's two rows with O rescaled, O += P.V; waits for both products. fw_fwd64_kernel and the
+ * lab's one-CTA kernel run it (the scheduled kernel splits it around its two waits). */
 template <int D, int BN>
 __device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float (&l)[2], uint32_t qa, uint32_t kt,
                                         uint32_t vt, bool masked, int k0, int row_lo, int diag, int Tk, int tq,

@@ -2,8 +2,8 @@
  * flash_attention_bf16_wgmma_fwd_sched.cuh: the scheduled Hopper (sm_90a) bf16
  * flash forward, fw_fwd_ov_kernel<D, BN, PP>: the CTA, ring, fragments and
  * results contract of the other wgmma forwards (their shared pieces are in
- * flash_attention_bf16_wgmma_fwd.cuh),
- * with the softmax of each tile run under the previous tile's P.V, optionally
+ * flash_attention_bf16_wgmma_fwd.cuh), with the softmax of each tile run
+ * under the previous tile's P.V, optionally
  * ping-pong between the two consumer warpgroups and persistent CTAs. forge runs
  * <128, 128, true> on a persistent grid at D = 128
  * (flash_attention_bf16_wgmma.cu); the lab instantiates the other schedules
