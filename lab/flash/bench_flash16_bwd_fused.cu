@@ -10,7 +10,9 @@
  * (forward 2 B H T^2 D causal). The inputs are uniform bf16 in [-1, 1), out
  * and lse come from forge's forward; the lines also give max |fused - forge|
  * / max |forge| per gradient for each fused variant as a sanity check (the
- * parity test is `forge-lab test flash16`). Measurements: lab/notes/flash.md.
+ * parity test is `forge-lab test flash16`). Then at issue 18's D = 128 shapes (16, 16, 2048, 128) and
+ * (8, 16, 4096, 128): the three-kernel backward and the fused D = 128 one (lab_flash16_backward_fused128)
+ * interleaved the same way. Measurements: lab/notes/flash.md.
  */
 #include <math.h>
 #include <stdint.h>
@@ -95,6 +97,62 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     return 0;
 }
 
+/* D = 128: forge's three-kernel backward and the fused D = 128 one (lab_flash16_backward_fused128), interleaved */
+static int fzb_shape128(int B, int H, int T, int reps) {
+    const int D = 128;
+    const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
+    std::vector<uint16_t> h(nt);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    void *q, *k, *v, *dO, *out;
+    float *lse, *delta, *g[2][3]; /* dq, dk, dv of: three-kernel, fused128 */
+    void **in[4] = {&q, &k, &v, &dO};
+    for (int t = 0; t < 4; t++) {
+        for (size_t i = 0; i < nt; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            h[i] = lab_bench_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
+        }
+        FZB_TRY(cudaMalloc(in[t], nt * 2));
+        FZB_TRY(cudaMemcpy(*in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
+    }
+    FZB_TRY(cudaMalloc(&out, nt * 2));
+    FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
+    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_ROWSTATS(B, H, T) * 4));
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
+    const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
+                                  (long long)H * D};
+    FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL, 0));
+    const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
+    std::vector<float> t[2];
+    cudaEvent_t ev[3];
+    for (int i = 0; i < 3; i++) FZB_TRY(cudaEventCreate(&ev[i]));
+    for (int r = -3; r < reps; r++) {
+        FZB_TRY(cudaEventRecord(ev[0], NULL));
+        FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
+        FZB_TRY(cudaEventRecord(ev[1], NULL));
+        FZB_FORGE(lab_flash16_backward_fused128(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], NULL));
+        FZB_TRY(cudaEventRecord(ev[2], NULL));
+        FZB_TRY(cudaEventSynchronize(ev[2]));
+        if (r < 0) continue;
+        for (int w = 0; w < 2; w++) {
+            float ms = 0;
+            FZB_TRY(cudaEventElapsedTime(&ms, ev[w], ev[w + 1]));
+            t[w].push_back(ms);
+        }
+    }
+    for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
+    double us[2];
+    for (int w = 0; w < 2; w++) us[w] = 1e3 * lab_bench_median(t[w]);
+    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: three-kernel bwd %.1f us (%.1f TFLOP/s), fused128 "
+           "bwd %.1f us (%.1f TFLOP/s); speed-up over three-kernel: fused128 %.3fx\n",
+           B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, us[0] / us[1]);
+    printf("  fused128: max|x-three|/max|three| dq %.2e dk %.2e dv %.2e\n", lab_bench_rel(g[1][0], g[0][0], nt),
+           lab_bench_rel(g[1][1], g[0][1], nt), lab_bench_rel(g[1][2], g[0][2], nt));
+    void *all[] = {q, k, v, dO, out, lse, delta, g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]};
+    for (void *p : all) cudaFree(p);
+    return 0;
+}
+
 extern "C" int lab_bench_flash16_bwd_fused(int argc, char **argv) {
     int reps = 50;
     for (int i = 0; i < argc; i++) {
@@ -109,5 +167,8 @@ extern "C" int lab_bench_flash16_bwd_fused(int argc, char **argv) {
     static const int shapes[][4] = {{16, 12, 1024, 64}, {16, 8, 1024, 64}};
     for (const auto &s : shapes)
         if (fzb_shape(s[0], s[1], s[2], s[3], reps)) return 1;
+    static const int shapes128[][3] = {{16, 16, 2048}, {8, 16, 4096}};
+    for (const auto &s : shapes128)
+        if (fzb_shape128(s[0], s[1], s[2], reps)) return 1;
     return 0;
 }

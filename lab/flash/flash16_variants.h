@@ -95,6 +95,17 @@ forge_status lab_flash16_backward_fused2(const forge_flash_shape *s, const void 
                                          const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                          float *dq, float *dk, float *dv, void *stream);
 
+/* The fused backward at D = 128 (lab/flash/flash16_bwd_fused128.cu, whose header explains it): one kernel per
+ * call computes dK, dV and adds each (key block, query tile)'s dQ contribution into dq by TMA in a fixed key-block
+ * order (an ordered hand-off through per-tile counters: deterministic), grid (key blocks of 128, Hkv, B); then a
+ * small pass scales dq. D = 128 only (another D is FORGE_ERR_UNSUPPORTED); dq must be 16-byte aligned
+ * (FORGE_ERR_ARG); otherwise the refusals and results contract of forge_flash_bf16_backward_wgmma (dq, dk, dv fp32,
+ * overwritten): dk, dv bitwise forge's, dq up to summation order. The counters are a grow-only buffer of the file
+ * (not thread-safe). */
+forge_status lab_flash16_backward_fused128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                           const void *out_bf16, const void *dout_bf16, const float *lse,
+                                           float *delta, float *dq, float *dk, float *dv, void *stream);
+
 /* The wgmma backward at D = 64 with its dQ and / or dK/dV kernel run TWO CTAs per SM (lab/flash/flash16_bwd_2cta.cu,
  * whose header explains them; no setmaxnreg, four consumer warpgroups per SM). kernels, a bit set:
  * LAB_FLASH16_BWD2_DQ64 (fb2_dq_kernel<64>: 256 threads, 64-key tiles, no producer warp) or LAB_FLASH16_BWD2_DQ32

@@ -37,6 +37,11 @@
  *   fb3_dq_kernel + fb3_dkdv_kernel) on the same shapes: against float64,
  *   .{dq,dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 128
  *   flash16_backward_3wg.refuse.
+ * - flash16_backward_fused128.*: the fused D = 128 backward
+ *   (lab_flash16_backward_fused128) on the D = 128 shapes of FA_CASE_SHAPES:
+ *   .{dq,dk,dv} against float64, .dq[wgmma] within tolerance and
+ *   .{dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 64
+ *   flash16_backward_fused128.refuse.
  * And a pingpong call with a head dim that has no tile must be refused, and
  * both fused backwards at D = 128, and the two-CTA backward asked for both dQ
  * kernels, and the three-consumer backward an unknown kernel bit (FORGE_ERR_ARG).
@@ -188,52 +193,68 @@ static forge_status fz_run(parity *P, fa_case *c, int v2, int splits, fa_bwd_out
     return st;
 }
 
-/* The lab's D = 64 backward variants (BWD_VARIANT: the two-CTA backward with each dQ kernel, the three-consumer
- * backward) at c's shape, on the out and lse already in c (the mma.sync forward's): where D = 64, NAME.{dq,dk,dv}
- * against float64, against forge_flash_bf16_backward_wgmma (NAME.{dq,dk,dv}[wgmma]: 3e-2 * max|that tensor|, as the
- * fused cases; or [wgmma bits]: bitwise, for a variant that sums the same tiles in the same order) and
+/* The lab's backward variants (BWD_VARIANT: at D = 64 the two-CTA backward with each dQ kernel and the
+ * three-consumer backward, at D = 128 the fused backward) at c's shape, on the out and lse already in c (the
+ * mma.sync forward's): where D is the variant's, NAME.{dq,dk,dv} against float64, against
+ * forge_flash_bf16_backward_wgmma (NAME.{dq,dk,dv}[wgmma]: 3e-2 * max|that tensor|, as the fused cases; or
+ * [wgmma bits]: bitwise, for a gradient the variant sums over the same tiles in the same order) and
  * NAME.determinism (a second run into fresh NaN-poisoned outputs bitwise equal); elsewhere ENTRY.refuse
  * (FORGE_ERR_UNSUPPORTED). */
 typedef forge_status (*bwd_variant_fn)(const forge_flash_shape *, const void *, const void *, const void *,
                                        const void *, const void *, const float *, float *, float *, float *, float *,
                                        int, void *);
+
+/* lab_flash16_backward_fused128 in the table's signature (it has no kernel choice) */
+static forge_status run_fused128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                 const void *out, const void *dout, const float *lse, float *delta, float *dq,
+                                 float *dk, float *dv, int kernels, void *stream) {
+    (void)kernels;
+    return lab_flash16_backward_fused128(s, q, k, v, out, dout, lse, delta, dq, dk, dv, stream);
+}
+
 static const struct {
     const char *name, *entry; /* the case names' prefix; the entry's refusal case */
     bwd_variant_fn run;
-    int kernels, bitwise; /* bitwise: forge's bits are required (else within the fused cases' tolerance) */
+    int d;       /* the head dim it is compiled for */
+    int kernels; /* its kernel choice */
+    int bitwise; /* bit i (dq, dk, dv): forge's bits are required (else within the fused cases' tolerance) */
 } BWD_VARIANT[] = {
-    {"flash16_backward_2cta_dq64", "flash16_backward_2cta", lab_flash16_backward_2cta,
+    {"flash16_backward_2cta_dq64", "flash16_backward_2cta", lab_flash16_backward_2cta, 64,
      LAB_FLASH16_BWD2_DQ64 | LAB_FLASH16_BWD2_DKDV, 0},
-    {"flash16_backward_2cta_dq32", "flash16_backward_2cta", lab_flash16_backward_2cta,
+    {"flash16_backward_2cta_dq32", "flash16_backward_2cta", lab_flash16_backward_2cta, 64,
      LAB_FLASH16_BWD2_DQ32 | LAB_FLASH16_BWD2_DKDV, 0},
-    {"flash16_backward_3wg", "flash16_backward_3wg", lab_flash16_backward_3wg,
-     LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV, 1},
-    {"flash16_backward_3wg_bulk", "flash16_backward_3wg", lab_flash16_backward_3wg,
-     LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK, 1},
+    {"flash16_backward_3wg", "flash16_backward_3wg", lab_flash16_backward_3wg, 64,
+     LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV, 7},
+    {"flash16_backward_3wg_bulk", "flash16_backward_3wg", lab_flash16_backward_3wg, 64,
+     LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK, 7},
+    {"flash16_backward_fused128", "flash16_backward_fused128", run_fused128, 128, 0, 6},
 };
 #define BWD_VARIANTS ((int)(sizeof BWD_VARIANT / sizeof BWD_VARIANT[0]))
 
 static void check_bwd_variants(parity *P, fa_case *c) {
-    if (c->D != 64) {
-        for (int var = 0; var < BWD_VARIANTS; var++) {
-            if (var > 0 && strcmp(BWD_VARIANT[var].entry, BWD_VARIANT[var - 1].entry) == 0) continue; /* one per entry */
-            fa_bwd_out o = {0};
-            const forge_status st = fa_case_bwd_out(P, c, &o)
-                                        ? BWD_VARIANT[var].run(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
-                                                               o.delta, o.dq, o.dk, o.dv, BWD_VARIANT[var].kernels,
-                                                               c->stream)
-                                        : FORGE_ERR_OOM;
-            char sub[96];
-            snprintf(sub, sizeof sub, "%s.refuse", BWD_VARIANT[var].entry);
-            report(P, st == FORGE_ERR_UNSUPPORTED, sub, c->shape, 0, 0,
-                   st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
-            fz_free_out(P, &o);
+    int any = 0; /* a variant compiled for c's head dim */
+    for (int var = 0; var < BWD_VARIANTS; var++) {
+        if (BWD_VARIANT[var].d == c->D) {
+            any = 1;
+            continue;
         }
-        return;
+        if (var > 0 && strcmp(BWD_VARIANT[var].entry, BWD_VARIANT[var - 1].entry) == 0) continue; /* one per entry */
+        fa_bwd_out o = {0};
+        const forge_status st = fa_case_bwd_out(P, c, &o)
+                                    ? BWD_VARIANT[var].run(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                           o.delta, o.dq, o.dk, o.dv, BWD_VARIANT[var].kernels,
+                                                           c->stream)
+                                    : FORGE_ERR_OOM;
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s.refuse", BWD_VARIANT[var].entry);
+        report(P, st == FORGE_ERR_UNSUPPORTED, sub, c->shape, 0, 0,
+               st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
+        fz_free_out(P, &o);
     }
+    if (!any) return;
     /* forge's wgmma backward on the same inputs */
     fz_host wh;
-    const int have_w = fz_forge_bwd(P, c, "flash16_backward_wgmma (the 2cta cases' baseline)", &wh);
+    const int have_w = fz_forge_bwd(P, c, "flash16_backward_wgmma (the variants' baseline)", &wh);
     forge_status st;
     double *wd[3] = {NULL, NULL, NULL};
     const size_t n[3] = {c->no, c->nkv, c->nkv};
@@ -244,6 +265,7 @@ static void check_bwd_variants(parity *P, fa_case *c) {
             for (size_t e = 0; e < n[i]; e++) wd[i][e] = wh.g[i][e];
     }
     for (int var = 0; var < BWD_VARIANTS; var++) {
+        if (BWD_VARIANT[var].d != c->D) continue;
         fz_host h[2];
         int have[2] = {0, 0};
         for (int run = 0; run < 2; run++) {
@@ -266,11 +288,12 @@ static void check_bwd_variants(parity *P, fa_case *c) {
             char sub[96];
             snprintf(sub, sizeof sub, "%s.%s", BWD_VARIANT[var].name, part[i]);
             fa_compare(P, sub, c->shape, h[0].g[i], ref[i], n[i], 0, 3e-2, 1);
-            if (wd[i] && !BWD_VARIANT[var].bitwise) {
+            const int bits = (BWD_VARIANT[var].bitwise >> i) & 1;
+            if (wd[i] && !bits) {
                 snprintf(sub, sizeof sub, "%s.%s[wgmma]", BWD_VARIANT[var].name, part[i]);
                 fa_compare(P, sub, c->shape, h[0].g[i], wd[i], n[i], 0, 3e-2, 1);
             }
-            if (wd[i] && BWD_VARIANT[var].bitwise) { /* the same tiles in the same order: forge's bits */
+            if (wd[i] && bits) { /* the same tiles in the same order: forge's bits */
                 size_t diff = 0;
                 for (size_t e = 0; e < n[i]; e++)
                     if ((double)h[0].g[i][e] != wd[i][e]) diff++;

@@ -417,15 +417,16 @@ __device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s
  * j at j * RES * 128 B), then per stage Q and dO (64-row boxes, box j at j * 8 KiB) by TMA and the tile's 64
  * queries' lse*log2e and delta (the packed row statistics, fb_rows_at) into the stage's slot by two bulk copies,
  * all completing on the stage's full barrier (count 1). Every write to a stage is the async proxy's, ordered
- * after the consumers' release of the stage by the empty barrier, as the tiles' are. */
-template <int D, int RES>
+ * after the consumers' release of the stage by the empty barrier, as the tiles' are. STAGES: the ring's length
+ * (fb_cfg's for forge's kernels; the lab's fused D = 128 backward runs 3). */
+template <int D, int RES, int STAGES = fb_cfg<D>::STAGES>
 __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge_flash_shape &s,
                                               const CUtensorMap *tm_k, const CUtensorMap *tm_v,
                                               const CUtensorMap *tm_q, const CUtensorMap *tm_do,
                                               const float *__restrict__ rows, uint32_t sk, uint32_t sv,
                                               uint32_t sring, uint32_t sld, uint32_t resbar, uint32_t bars) {
     typedef fb_cfg<D> cfg;
-    constexpr int STAGES = cfg::STAGES, DH = cfg::DH;
+    constexpr int DH = cfg::DH;
     if (kb.total == 0) return;
     if (threadIdx.x == 0) {
         const size_t plane = fb_rows_plane(s);

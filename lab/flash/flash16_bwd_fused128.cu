@@ -1,0 +1,334 @@
+/*
+ * flash16_bwd_fused128.cu: a fused Hopper (sm_90a) backward of forge's bf16
+ * flash attention at D = 128 (issue 18, item 1): one kernel computes dK and dV
+ * of a 128-key block and contributes the block's share of dQ from a single
+ * S^T / dP^T recomputation per (key block, query tile), 5 matmul passes of
+ * T^2 D / 2 instead of the 7 of forge's dQ + dK/dV kernels; a small pass then
+ * scales dQ. Deterministic, with no unordered reduction: the contributions to
+ * a dQ tile are added in a fixed key-block order by an ordered hand-off.
+ * Same entry contract as forge_flash_bf16_backward_wgmma (fp32 dq, dk, dv
+ * overwritten); dk and dv are bitwise forge's (the same products and fp32
+ * arithmetic per element, in the same order), dq equal up to summation order.
+ * Entry: lab_flash16_backward_fused128 (flash16_variants.h).
+ *
+ * Design (the register plan of lab/notes/flash.md, fourteenth session):
+ * - Grid (key blocks, Hkv, B), 384 threads: fb_dkdv_kernel<128, 0>'s CTA.
+ *   Warpgroup 0: thread 0 is fb_kv_produce (K, V resident; Q, dO and the row
+ *   statistics through a ring of 3 stages), thread 32 the dQ writer (below).
+ *   Consumer warpgroup c owns keys 64c..64c+63 of the block and per (query
+ *   head, query tile) iteration runs fb_dkdv_kernel's tile: S^T, dP^T, P^T,
+ *   dS^T, dV += P^T.dO, dK += dS^T.Q.
+ * - dQ: both consumers store their dS^T (bf16) into one 128-key buffer
+ *   (fz_store_ds: dS as an MN-major A operand), then consumer c computes
+ *   dQ[:, 64c .. 64c + 63] (64 queries x 64 columns, 32 fp32 registers) =
+ *   dS (64 x 128 keys) . K[:, 64c ..] (the resident K box c read MN-major),
+ *   8 k16 steps: the dQ accumulator lives only after dV / dK are waited, so
+ *   the peak stays dK + dV + S^T + dP^T. Two dS buffers (full: 8 warps after
+ *   their fence.proxy.async; empty: 8 warps after their dQ product).
+ * - The dQ tile leaves through shared memory: each consumer writes its
+ *   16 KiB staging tile (fz2_store_dq, two 32-column boxes, 128B-swizzled)
+ *   and arrives on stgfull (8 warps); the writer waits for it, then for the
+ *   tile's turn, issues the four boxes as a TMA store (the tile's first
+ *   contribution) or fp32 reduce-add (cp.reduce.async.bulk.tensor) into dq,
+ *   releases the staging tile (stgempty) once the bulk group has read it, and
+ *   passes the turn on once the group is complete.
+ * - The turn: one counter per (b, h, query tile) in a zeroed workspace. A tile
+ *   is visited by key blocks first = min(nkb - 1, (last row + diag) / 128)
+ *   down to 0; block kb adds when the counter reads first - kb, then adds 1
+ *   (ld.acquire.gpu spin; after the group's completion fence.proxy.async.global
+ *   and red.release.gpu). So dq = ((c_first + c_first-1) + ...) + c_0 in one
+ *   order on every run. Block kb + 1 reaches a tile two iterations before
+ *   block kb (its first tile is two later), so the turn is normally there
+ *   already. A CTA waits only for CTAs of the same (kv head, batch) with a
+ *   larger blockIdx.x; a wait can stall but not deadlock as long as the
+ *   blocks of one (hk, b) start in blockIdx order or all fit (they are
+ *   consecutive in the launch order, and every earlier (hk, b) finishes on
+ *   its own): the same assumption FlashAttention-3's deterministic mode makes.
+ * - Shared memory (bytes): K, V 2 x 32 Ki; ring 3 x 32 Ki; dS 2 x 16 Ki;
+ *   staging 2 x 16 Ki; slots 3 x 512; 13 mbarriers; 1 KiB alignment slack:
+ *   232,040 of 232,448.
+ * - f3_dq_finish: dq = dq * scale, or 0 for a tile no key block sees (rows
+ *   above the bottom-right diagonal when Tq > Tk).
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "../../src/backend/cuda/flash_attention_bf16_wgmma_bwd.cuh"
+#include "../../src/backend/cuda/wgmma_tmap.h"
+
+#include "flash16_bwd_fused_kit.cuh"
+#include "flash16_variants.h"
+
+#define LAB_F3_ENTRY "lab_flash16_backward_fused128" /* named in errors */
+
+namespace {
+
+constexpr int F3_D = 128;
+constexpr int F3_STAGES = 3;
+typedef fb_cfg<F3_D> f3_cfg;
+constexpr uint32_t F3_DS = FB_BR * FB_BS * 2;  /* dS^T: 128 keys x 64 queries, bf16 */
+constexpr uint32_t F3_STG = FB_BS * 64 * 4;    /* a consumer's fp32 dQ tile: 64 queries x 64 columns */
+constexpr int F3_NBARS = 1 + 2 * F3_STAGES + 4 + 2; /* resbar, full, empty, dsfull[2], dsempty[2], stgfull, stgempty */
+constexpr size_t F3_SMEM = 2 * (size_t)f3_cfg::RES_BYTES + F3_STAGES * (size_t)f3_cfg::STAGE_BYTES +
+                           2 * (size_t)F3_DS + 2 * (size_t)F3_STG + F3_STAGES * (size_t)f3_cfg::LD_BYTES +
+                           8 * F3_NBARS + 1024;
+static_assert(F3_SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
+/* the writer's loop (turn arithmetic, the counter's address, four bulk operations) needs more than forge's 24 */
+constexpr int F3_PRODUCER_REGS = 40;
+constexpr int F3_CONSUMER_REGS = 232;
+static_assert(128 * (F3_PRODUCER_REGS + 2 * F3_CONSUMER_REGS) <= 65536, "the register file");
+
+/* Offsets from the 1 KiB-aligned base; resbar, then full[st] and empty[st] as fb_kv_produce expects them. */
+struct f3_smem {
+    uint32_t base;
+    __device__ uint32_t k() const { return base; }
+    __device__ uint32_t v() const { return base + f3_cfg::RES_BYTES; }
+    __device__ uint32_t ring() const { return base + 2 * f3_cfg::RES_BYTES; }
+    __device__ uint32_t ds(int i) const { return ring() + F3_STAGES * f3_cfg::STAGE_BYTES + i * F3_DS; }
+    __device__ uint32_t stg(int c) const { return ds(2) + c * F3_STG; }
+    __device__ uint32_t ld() const { return stg(2); }
+    __device__ uint32_t resbar() const { return ld() + F3_STAGES * f3_cfg::LD_BYTES; }
+    __device__ uint32_t bars() const { return resbar() + 8; }
+    __device__ uint32_t full(int st) const { return bars() + 8 * st; }
+    __device__ uint32_t empty(int st) const { return bars() + 8 * (F3_STAGES + st); }
+    __device__ uint32_t dsfull(int i) const { return bars() + 16 * F3_STAGES + 8 * i; }
+    __device__ uint32_t dsempty(int i) const { return dsfull(2) + 8 * i; }
+    __device__ uint32_t stgfull() const { return dsempty(2); }
+    __device__ uint32_t stgempty() const { return stgfull() + 8; }
+};
+
+__device__ __forceinline__ uint32_t f3_ld_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Spins until *p == turn; after WGMMA_WAIT_TIMEOUT_NS faults as mbar_wait_wide does (a broken hand-off must not
+ * hang the process). */
+__device__ __forceinline__ void f3_turn_wait(const uint32_t *p, uint32_t turn) {
+    if (f3_ld_acquire(p) == turn) return;
+    const uint64_t t0 = gemm_globaltimer();
+    while (f3_ld_acquire(p) != turn) {
+        if (gemm_globaltimer() - t0 > WGMMA_WAIT_TIMEOUT_NS)
+            asm volatile("st.global.u32 [%0], %1;" ::"l"(0ull), "r"(0u) : "memory");
+    }
+}
+
+/* The dQ writer (warpgroup 0, thread 32): per iteration of the block, the two consumers' staged tiles into dq in
+ * the tile's turn (see the header). */
+__device__ __forceinline__ void f3_dq_write(const fb_kv_block &kb, const forge_flash_shape &s,
+                                            const CUtensorMap *tm_dq, uint32_t *__restrict__ turns,
+                                            const f3_smem &sm) {
+    const int ntq = (s.Tq + FB_BS - 1) / FB_BS, nkb = (s.Tk + FB_BR - 1) / FB_BR, kbi = kb.k0 / FB_BR;
+    for (int it = 0; it < kb.total; it++) {
+        const int h = kb.hk * kb.G + it / kb.nq, qt = kb.t_first + it % kb.nq, qt0 = qt * FB_BS;
+        const int last = min(qt0 + FB_BS - 1, s.Tq - 1) + kb.diag; /* >= kb.k0: the block sees this tile */
+        const uint32_t turn = (uint32_t)(min(nkb - 1, last / FB_BR) - kbi);
+        uint32_t *ctr = turns + ((size_t)kb.b * s.H + h) * ntq + qt;
+        mbar_wait_wide(sm.stgfull(), (uint32_t)it & 1u);
+        f3_turn_wait(ctr, turn);
+        asm volatile("fence.proxy.async.global;" ::: "memory"); /* the earlier blocks' adds before ours */
+#pragma unroll
+        for (int c = 0; c < 2; c++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                fz2_tile_out(tm_dq, h * F3_D + 64 * c + 32 * j, qt0, kb.b, sm.stg(c) + j * (F3_STG / 2), turn != 0);
+        tma_store_commit();
+        tma_store_wait_read<0>();
+        mbar_arrive(sm.stgempty());
+        tma_store_wait_all();
+        asm volatile("fence.proxy.async.global;" ::: "memory"); /* our completed adds before the release */
+        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ctr), "r"(1u) : "memory");
+    }
+}
+
+__global__ void __launch_bounds__(FB_THREADS, 1)
+    f3_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                  const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                  const __grid_constant__ CUtensorMap tm_dq, const float *__restrict__ rows,
+                  uint32_t *__restrict__ turns, const fb_grads grads, forge_flash_shape s, float sl2, float scale) {
+    extern __shared__ __align__(1024) unsigned char f3_smem_raw[];
+    f3_smem sm;
+    sm.base = (smem_u32(f3_smem_raw) + 1023u) & ~1023u;
+    const float *ld_gen = (const float *)(f3_smem_raw + (sm.ld() - smem_u32(f3_smem_raw)));
+    const fb_kv_block kb = fb_kv_block_of(s, FB_BR);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            mbar_init(sm.dsfull(i), FB_CONSUMER_WARPS);
+            mbar_init(sm.dsempty(i), FB_CONSUMER_WARPS);
+        }
+        mbar_init(sm.stgfull(), FB_CONSUMER_WARPS);
+        mbar_init(sm.stgempty(), 1);
+        fb_barriers_init(sm.resbar(), F3_STAGES); /* and the init fences */
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        wgmma_setmaxnreg_dec<F3_PRODUCER_REGS>();
+        if (threadIdx.x == 0)
+            fb_kv_produce<F3_D, FB_BR, F3_STAGES>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sm.k(), sm.v(),
+                                                  sm.ring(), sm.ld(), sm.resbar(), sm.bars());
+        else if (threadIdx.x == 32)
+            f3_dq_write(kb, s, &tm_dq, turns, sm);
+        return;
+    }
+
+    wgmma_setmaxnreg_inc<F3_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+    const int wk0 = kb.k0 + c * 64;         /* this warpgroup's first key */
+    const int key_lo = wk0 + warp * 16 + g; /* this thread's keys: key_lo, key_lo + 8 */
+    const int diag = kb.diag;
+
+    float adk[F3_D / 2], adv[F3_D / 2];
+#pragma unroll
+    for (int i = 0; i < F3_D / 2; i++) adk[i] = adv[i] = 0.0f;
+
+    if (kb.total > 0) mbar_wait_wide(sm.resbar(), 0);
+    const uint32_t ka = sm.k() + c * 8192, va = sm.v() + c * 8192; /* rows 64c.. of each 128-row box */
+    const uint32_t kbox = sm.k() + c * (FB_BR * 128);              /* K's columns 64c.., all 128 keys */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < kb.total; it++) {
+        const int qt0 = (kb.t_first + it % kb.nq) * FB_BS;
+        const int db = it & 1;
+        const uint32_t du = (uint32_t)(it >> 1) & 1u;
+        mbar_wait_wide(sm.full(stage), phase);
+        const uint32_t qtl = sm.ring() + stage * f3_cfg::STAGE_BYTES, dtl = qtl + f3_cfg::TILE_BYTES;
+        /* the warpgroup's first key is seen by queries >= wk0 - diag; keys past Tk are never stored */
+        const bool vis = wk0 <= qt0 + FB_BS - 1 + diag && wk0 < s.Tk;
+        uint32_t pa[4][4], sa[4][4];
+        if (vis) {
+            const float *ls = ld_gen + stage * (2 * FB_BS);
+            float st[32], dpt[32];
+            fb_dkdv_tile_ps<F3_D>(st, dpt, ka, va, qtl, dtl, ls, tq, sl2,
+                                  fb_pt_bounds_of(wk0, key_lo, qt0, diag, s.Tq));
+            fw_to_a<64>(pa, st);
+            fw_to_a<64>(sa, dpt);
+        } else { /* none of this warpgroup's keys is visible: its dS^T half is zero (pa is not read) */
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) sa[kk][i] = 0u;
+        }
+
+        /* dS^T into buffer db once both dQ products of its previous use have read it */
+        mbar_wait_wide(sm.dsempty(db), du ^ 1u);
+        fz_store_ds(sm.ds(db), c * 64 + warp * 16, g, tq, sa);
+        fz_fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(sm.dsfull(db));
+
+        if (vis) fb_dkdv_accumulate<F3_D>(adv, adk, pa, sa, dtl, qtl); /* pa, sa die before dqa */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(sm.empty(stage)); /* the Q / dO tiles are read */
+        if (++stage == F3_STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+
+        /* dQ[:, 64c ..] of the tile = dS . K over the 128 keys, staged once the writer has read the last one */
+        mbar_wait_wide(sm.dsfull(db), du);
+        mbar_wait_wide(sm.stgempty(), ((uint32_t)it & 1u) ^ 1u);
+        float dqa[32];
+        wgmma_fence();
+        fz_dq_product(dqa, sm.ds(db), fb_opaque(kbox));
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(dqa);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(sm.dsempty(db));
+        fz2_store_dq(sm.stg(c), warp, g, tq, dqa);
+        fz_fence_proxy_async(); /* the staging stores, visible to the TMA (async proxy) */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(sm.stgfull());
+    }
+
+    fb_dkdv_store<F3_D>(grads, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
+}
+
+/* dq = dq * scale, or 0 in a query tile whose last row sees no key (no block wrote it); 4 floats a thread (H * 128
+ * is a multiple of 4, so they share a row). */
+__global__ void f3_dq_finish(float *__restrict__ dq, size_t n4, int Tq, int HD, int diag, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const int row = (int)((i * 4 / (size_t)HD) % (size_t)Tq);
+        const int qt0 = row / FB_BS * FB_BS;
+        const int last = min(qt0 + FB_BS - 1, Tq - 1) + diag;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (last >= 0) {
+            a = ((const float4 *)dq)[i];
+            a = make_float4(a.x * scale, a.y * scale, a.z * scale, a.w * scale);
+        }
+        ((float4 *)dq)[i] = a;
+    }
+}
+
+/* A 3D tensor map of the fp32 dq (B, Tq, H * 128 dense: dims H * 128, Tq, B) in 32-column x 64-row x 1 boxes,
+ * 128B-swizzled, as f3_dq_write writes it. */
+forge_status f3_encode_dq(CUtensorMap *map, float *dq, const forge_flash_shape *s) {
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    const cuuint64_t row = (cuuint64_t)s->H * F3_D * 4;
+    const cuuint64_t dims[3] = {(cuuint64_t)s->H * F3_D, (cuuint64_t)s->Tq, (cuuint64_t)s->B};
+    const cuuint64_t strides[2] = {row, row * (cuuint64_t)s->Tq};
+    const cuuint32_t box[3] = {32, FB_BS, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, dq, dims, strides, box, elem_strides,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: cuTensorMapEncodeTiled for dq (fp32, B=%d x Tq=%d rows of %d columns, box 32 x 64, "
+                           "128B swizzle) failed with CUresult %d",
+                           LAB_F3_ENTRY, s->B, s->Tq, s->H * F3_D, (int)r);
+    return FORGE_OK;
+}
+
+} // namespace
+
+/* The turn counters are a grow-only buffer of this file, zeroed on the call's stream before each launch, freed at
+ * exit by the driver (not thread-safe: a lab entry for tests and benches). */
+extern "C" forge_status lab_flash16_backward_fused128(const forge_flash_shape *s, const void *q, const void *k,
+                                                      const void *v, const void *out_bf16, const void *dout_bf16,
+                                                      const float *lse, float *delta, float *dq, float *dk, float *dv,
+                                                      void *stream) {
+    static uint32_t *turns = NULL;
+    static size_t turns_cap = 0;
+    int launch = 0;
+    FORGE_TRY(fb_backward_begin(LAB_F3_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
+    if (!launch) return FORGE_OK;
+    if (s->D != F3_D)
+        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: the fused backward is compiled for D = 128 only, got D=%d",
+                           LAB_F3_ENTRY, s->D);
+    if (((uintptr_t)dq & 15u) != 0)
+        return forge_error(FORGE_ERR_ARG, "%s: dq (%p) must be 16-byte aligned (TMA adds the dQ tiles)", LAB_F3_ENTRY,
+                           (void *)dq);
+    const size_t ntq = (size_t)(s->Tq + FB_BS - 1) / FB_BS;
+    const size_t need = (size_t)s->B * s->H * ntq * sizeof(uint32_t);
+    if (need > turns_cap) {
+        if (turns) CUDA_TRY(cudaFree(turns));
+        turns = NULL;
+        turns_cap = 0;
+        CUDA_TRY(cudaMalloc((void **)&turns, need));
+        turns_cap = need;
+    }
+    CUtensorMap tm_dq; /* before anything is written: a refusal leaves the outputs untouched */
+    FORGE_TRY(f3_encode_dq(&tm_dq, dq, s));
+    fb_call c;
+    FORGE_TRY(fb_backward_prepare(&c, LAB_F3_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream,
+                                  0));
+    CUDA_TRY(cudaMemsetAsync(turns, 0, need, c.st));
+    CUDA_TRY(cudaFuncSetAttribute(f3_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3_SMEM));
+    const dim3 grid((unsigned)((s->Tk + FB_BR - 1) / FB_BR), (unsigned)s->Hkv, (unsigned)s->B);
+    f3_bwd_kernel<<<grid, FB_THREADS, F3_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_dq, c.rows, turns, c.g,
+                                                       c.s, c.sl2, c.scale);
+    CUDA_LAUNCH_CHECK("f3_bwd_kernel");
+    const size_t n4 = (size_t)s->B * s->Tq * s->H * F3_D / 4;
+    const size_t blocks = (n4 + 255) / 256;
+    f3_dq_finish<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, c.st>>>(
+        dq, n4, s->Tq, s->H * F3_D, s->Tk - s->Tq, c.scale);
+    CUDA_LAUNCH_CHECK("f3_dq_finish");
+    return FORGE_OK;
+}
