@@ -101,7 +101,16 @@ forge_status lab_flash16_backward_fused2(const forge_flash_shape *s, const void 
  * small pass scales dq. D = 128 only (another D is FORGE_ERR_UNSUPPORTED); dq must be 16-byte aligned
  * (FORGE_ERR_ARG); otherwise the refusals and results contract of forge_flash_bf16_backward_wgmma (dq, dk, dv fp32,
  * overwritten): dk, dv bitwise forge's, dq up to summation order. The counters are a grow-only buffer of the file
- * (not thread-safe). */
+ * (not thread-safe). _order picks the key blocks' launch order: BY_RULE (ascending, longest causal blocks first,
+ * when they fit on the SMs at once, else descending: what lab_flash16_backward_fused128 runs), ASC or DESC (tests:
+ * the same bits either way, the add order being the turns'); another value is FORGE_ERR_ARG. */
+#define LAB_FLASH16_FUSED128_BY_RULE 0
+#define LAB_FLASH16_FUSED128_ASC 1
+#define LAB_FLASH16_FUSED128_DESC 2
+forge_status lab_flash16_backward_fused128_order(const forge_flash_shape *s, const void *q, const void *k,
+                                                 const void *v, const void *out_bf16, const void *dout_bf16,
+                                                 const float *lse, float *delta, float *dq, float *dk, float *dv,
+                                                 int order, void *stream);
 forge_status lab_flash16_backward_fused128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                            const void *out_bf16, const void *dout_bf16, const float *lse,
                                            float *delta, float *dq, float *dk, float *dv, void *stream);
