@@ -97,14 +97,17 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     return 0;
 }
 
-/* D = 128: forge's three-kernel backward and the fused D = 128 one (lab_flash16_backward_fused128), interleaved */
+/* D = 128: forge's three-kernel backward and the fused D = 128 one (lab_flash16_backward_fused128_order by the rule)
+ * with each schedule (WAIT_DKDV, OVERLAP, DEFER), interleaved call by call */
 static int fzb_shape128(int B, int H, int T, int reps) {
+    enum { NV = 4 }; /* three-kernel, then the fused128 schedules 0..2 */
+    static const char *const name[NV] = {"three-kernel", "fused128 wait_dkdv", "fused128 overlap", "fused128 defer"};
     const int D = 128;
     const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
     std::vector<uint16_t> h(nt);
     uint64_t x = 0x9e3779b97f4a7c15ull;
     void *q, *k, *v, *dO, *out;
-    float *lse, *delta, *g[2][3]; /* dq, dk, dv of: three-kernel, fused128 */
+    float *lse, *delta, *g[NV][3]; /* dq, dk, dv of each */
     void **in[4] = {&q, &k, &v, &dO};
     for (int t = 0; t < 4; t++) {
         for (size_t i = 0; i < nt; i++) {
@@ -117,39 +120,47 @@ static int fzb_shape128(int B, int H, int T, int reps) {
     FZB_TRY(cudaMalloc(&out, nt * 2));
     FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
     FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_ROWSTATS(B, H, T) * 4));
-    for (int w = 0; w < 2; w++)
+    for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
                                   (long long)H * D};
     FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL, 0));
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
-    std::vector<float> t[2];
-    cudaEvent_t ev[3];
-    for (int i = 0; i < 3; i++) FZB_TRY(cudaEventCreate(&ev[i]));
+    std::vector<float> t[NV];
+    cudaEvent_t ev[NV + 1];
+    for (int i = 0; i <= NV; i++) FZB_TRY(cudaEventCreate(&ev[i]));
     for (int r = -3; r < reps; r++) {
         FZB_TRY(cudaEventRecord(ev[0], NULL));
         FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
         FZB_TRY(cudaEventRecord(ev[1], NULL));
-        FZB_FORGE(lab_flash16_backward_fused128(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], NULL));
-        FZB_TRY(cudaEventRecord(ev[2], NULL));
-        FZB_TRY(cudaEventSynchronize(ev[2]));
+        for (int w = 1; w < NV; w++) {
+            FZB_FORGE(lab_flash16_backward_fused128_order(&fs, q, k, v, out, dO, lse, delta, g[w][0], g[w][1], g[w][2],
+                                                          LAB_FLASH16_FUSED128_BY_RULE, w - 1, NULL));
+            FZB_TRY(cudaEventRecord(ev[w + 1], NULL));
+        }
+        FZB_TRY(cudaEventSynchronize(ev[NV]));
         if (r < 0) continue;
-        for (int w = 0; w < 2; w++) {
+        for (int w = 0; w < NV; w++) {
             float ms = 0;
             FZB_TRY(cudaEventElapsedTime(&ms, ev[w], ev[w + 1]));
             t[w].push_back(ms);
         }
     }
-    for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
-    double us[2];
-    for (int w = 0; w < 2; w++) us[w] = 1e3 * lab_bench_median(t[w]);
-    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: three-kernel bwd %.1f us (%.1f TFLOP/s), fused128 "
-           "bwd %.1f us (%.1f TFLOP/s); speed-up over three-kernel: fused128 %.3fx\n",
-           B, H, T, D, reps, us[0], flops / us[0] * 1e-6, us[1], flops / us[1] * 1e-6, us[0] / us[1]);
-    printf("  fused128: max|x-three|/max|three| dq %.2e dk %.2e dv %.2e\n", lab_bench_rel(g[1][0], g[0][0], nt),
-           lab_bench_rel(g[1][1], g[0][1], nt), lab_bench_rel(g[1][2], g[0][2], nt));
-    void *all[] = {q, k, v, dO, out, lse, delta, g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]};
+    for (int i = 0; i <= NV; i++) cudaEventDestroy(ev[i]);
+    const double us0 = 1e3 * lab_bench_median(t[0]);
+    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: three-kernel bwd %.1f us (%.1f TFLOP/s)\n", B, H, T,
+           D, reps, us0, flops / us0 * 1e-6);
+    for (int w = 1; w < NV; w++) {
+        const double us = 1e3 * lab_bench_median(t[w]);
+        printf("  %s bwd %.1f us (%.1f TFLOP/s), speed-up over three-kernel %.3fx; max|x-three|/max|three| dq %.2e dk "
+               "%.2e dv %.2e\n",
+               name[w], us, flops / us * 1e-6, us0 / us, lab_bench_rel(g[w][0], g[0][0], nt),
+               lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
+    }
+    void *all[] = {q, k, v, dO, out, lse, delta};
     for (void *p : all) cudaFree(p);
+    for (int w = 0; w < NV; w++)
+        for (int i = 0; i < 3; i++) cudaFree(g[w][i]);
     return 0;
 }
 

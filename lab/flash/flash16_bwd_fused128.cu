@@ -145,6 +145,36 @@ __device__ __forceinline__ void f3_dq_write(const fb_kv_block &kb, const forge_f
     }
 }
 
+/* A consumer's dQ tile of iteration it, waited (dqa), out: buffer (it & 1) of dS released, the tile (times scale)
+ * into the consumer's staging tile once its writer has read the last one, stgfull. */
+__device__ __forceinline__ void f3_dq_out(const f3_smem &sm, int c, int it, float (&dqa)[32], int warp, int lane,
+                                          int g, int tq, float scale) {
+    if (lane == 0) mbar_arrive(sm.dsempty(it & 1));
+#pragma unroll
+    for (int i = 0; i < 32; i++) dqa[i] *= scale;
+    mbar_wait_wide(sm.stgempty(c), ((uint32_t)it & 1u) ^ 1u);
+    fz2_store_dq(sm.stg(c), warp, g, tq, dqa);
+    fz_fence_proxy_async(); /* the staging stores, visible to the TMA (async proxy) */
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sm.stgfull(c));
+}
+
+/* Consumer c's dQ[:, 64c ..] of iteration it's tile = dS . K over the 128 keys (kbox: K's columns 64c..), once both
+ * halves of the tile's dS are stored; waited, then f3_dq_out. */
+__device__ __forceinline__ void f3_dq_tile(const f3_smem &sm, int c, int it, uint32_t kbox, int warp, int lane, int g,
+                                           int tq, float scale) {
+    mbar_wait_wide(sm.dsfull(it & 1), (uint32_t)(it >> 1) & 1u);
+    float dqa[32];
+    wgmma_fence();
+    fz_dq_product(dqa, sm.ds(it & 1), fb_opaque(kbox));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(dqa);
+    __syncwarp();
+    f3_dq_out(sm, c, it, dqa, warp, lane, g, tq, scale);
+}
+
+template <int SCHED>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     f3_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
@@ -228,43 +258,44 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(sm.dsfull(db));
 
-        /* dV += P^T.dO, dK += dS^T.Q and dQ[:, 64c ..] of the tile = dS . K over the 128 keys (both halves of dS
-         * stored), issued together and waited once */
-        mbar_wait_wide(sm.dsfull(db), du);
-        float dqa[32];
-        wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
-        if (vis) {
-            fb_rs<F3_D>(adv, pa, dtl);
-            fb_rs<F3_D>(adk, sa, qtl);
+        if constexpr (SCHED == LAB_FLASH16_FUSED128_OVERLAP) {
+            /* dV += P^T.dO and dK += dS^T.Q in flight while waiting for the other half of dS, then the dQ product;
+             * all three waited once */
+            float dqa[32];
+            wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
+            if (vis) {
+                fb_rs<F3_D>(adv, pa, dtl);
+                fb_rs<F3_D>(adk, sa, qtl);
+                wgmma_commit();
+            }
+            mbar_wait_wide(sm.dsfull(db), du);
             fz_dq_product(dqa, sm.ds(db), fb_opaque(kbox));
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_fence_operands(adv);
             wgmma_fence_operands(adk);
+            wgmma_fence_operands(dqa);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(sm.empty(stage)); /* the Q / dO tiles are read */
+            f3_dq_out(sm, c, it, dqa, warp, lane, g, tq, scale);
         } else {
-            fz_dq_product(dqa, sm.ds(db), fb_opaque(kbox));
-            wgmma_commit();
-            wgmma_wait<0>();
-        }
-        wgmma_fence_operands(dqa);
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(sm.empty(stage)); /* the Q / dO tiles are read */
-            mbar_arrive(sm.dsempty(db));
+            /* dV += P^T.dO and dK += dS^T.Q, waited; then WAIT_DKDV: this tile's dQ product; DEFER: the previous
+             * tile's, whose dS halves are long stored, so the two consumers need not run in step */
+            if (vis) fb_dkdv_accumulate<F3_D>(adv, adk, pa, sa, dtl, qtl);
+            if constexpr (SCHED == LAB_FLASH16_FUSED128_WAIT_DKDV)
+                f3_dq_tile(sm, c, it, kbox, warp, lane, g, tq, scale);
+            else if (it > 0)
+                f3_dq_tile(sm, c, it - 1, kbox, warp, lane, g, tq, scale);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(sm.empty(stage)); /* the Q / dO tiles are read */
         }
         if (++stage == F3_STAGES) {
             stage = 0;
             phase ^= 1;
         }
-
-        /* the tile (times scale) staged once the writer has read the last one */
-#pragma unroll
-        for (int i = 0; i < 32; i++) dqa[i] *= scale;
-        mbar_wait_wide(sm.stgempty(c), ((uint32_t)it & 1u) ^ 1u);
-        fz2_store_dq(sm.stg(c), warp, g, tq, dqa);
-        fz_fence_proxy_async(); /* the staging stores, visible to the TMA (async proxy) */
-        __syncwarp();
-        if (lane == 0) mbar_arrive(sm.stgfull(c));
+    }
+    if constexpr (SCHED == LAB_FLASH16_FUSED128_DEFER) {
+        if (kb.total > 0) f3_dq_tile(sm, c, kb.total - 1, kbox, warp, lane, g, tq, scale);
     }
 
     fb_dkdv_store<F3_D>(grads, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
@@ -298,7 +329,7 @@ forge_status f3_encode_dq(CUtensorMap *map, float *dq, const forge_flash_shape *
 extern "C" forge_status lab_flash16_backward_fused128_order(const forge_flash_shape *s, const void *q, const void *k,
                                                             const void *v, const void *out_bf16,
                                                             const void *dout_bf16, const float *lse, float *delta,
-                                                            float *dq, float *dk, float *dv, int order,
+                                                            float *dq, float *dk, float *dv, int order, int sched,
                                                             void *stream) {
     static uint32_t *turns = NULL;
     static size_t turns_cap = 0;
@@ -308,6 +339,9 @@ extern "C" forge_status lab_flash16_backward_fused128_order(const forge_flash_sh
     if (order < LAB_FLASH16_FUSED128_BY_RULE || order > LAB_FLASH16_FUSED128_DESC)
         return forge_error(FORGE_ERR_ARG, "%s: order %d is not one of 0 (by the rule), 1 (ascending), 2 (descending)",
                            LAB_F3_ENTRY, order);
+    if (sched < LAB_FLASH16_FUSED128_WAIT_DKDV || sched > LAB_FLASH16_FUSED128_DEFER)
+        return forge_error(FORGE_ERR_ARG, "%s: sched %d is not one of 0 (wait dK/dV), 1 (overlap), 2 (defer)",
+                           LAB_F3_ENTRY, sched);
     if (s->D != F3_D)
         return forge_error(FORGE_ERR_UNSUPPORTED, "%s: the fused backward is compiled for D = 128 only, got D=%d",
                            LAB_F3_ENTRY, s->D);
@@ -329,13 +363,16 @@ extern "C" forge_status lab_flash16_backward_fused128_order(const forge_flash_sh
     FORGE_TRY(fb_backward_prepare(&c, LAB_F3_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream,
                                   0));
     CUDA_TRY(cudaMemsetAsync(turns, 0, need, c.st));
-    CUDA_TRY(cudaFuncSetAttribute(f3_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3_SMEM));
+    auto kernel = sched == LAB_FLASH16_FUSED128_OVERLAP ? f3_bwd_kernel<LAB_FLASH16_FUSED128_OVERLAP>
+                  : sched == LAB_FLASH16_FUSED128_DEFER ? f3_bwd_kernel<LAB_FLASH16_FUSED128_DEFER>
+                                                        : f3_bwd_kernel<LAB_FLASH16_FUSED128_WAIT_DKDV>;
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3_SMEM));
     int dev = 0, sms = 0;
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int nkb = (s->Tk + FB_BR - 1) / FB_BR; /* one CTA per SM (shared memory) */
     const dim3 grid((unsigned)nkb, (unsigned)s->Hkv, (unsigned)s->B);
-    f3_bwd_kernel<<<grid, FB_THREADS, F3_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_dq, c.rows, turns, c.g,
+    kernel<<<grid, FB_THREADS, F3_SMEM, c.st>>>(c.k_res, c.v_res, c.q_str, c.do_str, tm_dq, c.rows, turns, c.g,
                                                        c.s, c.sl2, c.scale,
                                                        order == LAB_FLASH16_FUSED128_BY_RULE ? nkb > sms
                                                                                              : order == LAB_FLASH16_FUSED128_DESC);
@@ -355,5 +392,5 @@ extern "C" forge_status lab_flash16_backward_fused128(const forge_flash_shape *s
                                                       const float *lse, float *delta, float *dq, float *dk, float *dv,
                                                       void *stream) {
     return lab_flash16_backward_fused128_order(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv,
-                                               LAB_FLASH16_FUSED128_BY_RULE, stream);
+                                               LAB_FLASH16_FUSED128_BY_RULE, LAB_FLASH16_FUSED128_WAIT_DKDV, stream);
 }

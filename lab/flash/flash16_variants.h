@@ -103,14 +103,21 @@ forge_status lab_flash16_backward_fused2(const forge_flash_shape *s, const void 
  * overwritten): dk, dv bitwise forge's, dq up to summation order. The counters are a grow-only buffer of the file
  * (not thread-safe). _order picks the key blocks' launch order: BY_RULE (ascending, longest causal blocks first,
  * when they fit on the SMs at once, else descending: what lab_flash16_backward_fused128 runs), ASC or DESC (tests:
- * the same bits either way, the add order being the turns'); another value is FORGE_ERR_ARG. */
+ * the same bits either way, the add order being the turns'); sched the consumers' schedule: WAIT_DKDV (dV and dK
+ * waited before the dQ product is issued: what lab_flash16_backward_fused128 runs) or OVERLAP (dV and dK in flight
+ * while waiting for the other half of dS, all three waited once) or DEFER (each tile's dQ product issued after the
+ * next tile's dV and dK, so the consumers need not run in step); all give the same bits. Another value of either
+ * is FORGE_ERR_ARG. */
 #define LAB_FLASH16_FUSED128_BY_RULE 0
 #define LAB_FLASH16_FUSED128_ASC 1
 #define LAB_FLASH16_FUSED128_DESC 2
+#define LAB_FLASH16_FUSED128_WAIT_DKDV 0
+#define LAB_FLASH16_FUSED128_OVERLAP 1
+#define LAB_FLASH16_FUSED128_DEFER 2
 forge_status lab_flash16_backward_fused128_order(const forge_flash_shape *s, const void *q, const void *k,
                                                  const void *v, const void *out_bf16, const void *dout_bf16,
                                                  const float *lse, float *delta, float *dq, float *dk, float *dv,
-                                                 int order, void *stream);
+                                                 int order, int sched, void *stream);
 forge_status lab_flash16_backward_fused128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                            const void *out_bf16, const void *dout_bf16, const float *lse,
                                            float *delta, float *dq, float *dk, float *dv, void *stream);

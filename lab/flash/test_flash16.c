@@ -37,9 +37,10 @@
  *   fb3_dq_kernel + fb3_dkdv_kernel) on the same shapes: against float64,
  *   .{dq,dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 128
  *   flash16_backward_3wg.refuse.
- * - flash16_backward_fused128{,_desc}.*: the fused D = 128 backward
- *   (lab_flash16_backward_fused128_order by the rule, and with the key blocks
- *   launched in descending order) on the D = 128 shapes of FA_CASE_SHAPES:
+ * - flash16_backward_fused128{,_desc,_ov,_defer}.*: the fused D = 128 backward
+ *   (lab_flash16_backward_fused128_order by the rule, with the key blocks
+ *   launched in descending order, with the OVERLAP and DEFER schedules) on the D = 128
+ *   shapes of FA_CASE_SHAPES:
  *   .{dq,dk,dv} against float64, .dq[wgmma] within tolerance and
  *   .{dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 64
  *   flash16_backward_fused128.refuse.
@@ -205,11 +206,12 @@ typedef forge_status (*bwd_variant_fn)(const forge_flash_shape *, const void *, 
                                        const void *, const void *, const float *, float *, float *, float *, float *,
                                        int, void *);
 
-/* lab_flash16_backward_fused128_order in the table's signature (kernels: the launch order) */
+/* lab_flash16_backward_fused128_order in the table's signature (kernels: the launch order + 4 x the schedule) */
 static forge_status run_fused128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                  const void *out, const void *dout, const float *lse, float *delta, float *dq,
                                  float *dk, float *dv, int kernels, void *stream) {
-    return lab_flash16_backward_fused128_order(s, q, k, v, out, dout, lse, delta, dq, dk, dv, kernels, stream);
+    return lab_flash16_backward_fused128_order(s, q, k, v, out, dout, lse, delta, dq, dk, dv, kernels % 4,
+                                               kernels / 4, stream);
 }
 
 static const struct {
@@ -229,6 +231,10 @@ static const struct {
      LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK, 7},
     {"flash16_backward_fused128", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_BY_RULE, 6},
     {"flash16_backward_fused128_desc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_DESC, 6},
+    {"flash16_backward_fused128_ov", "flash16_backward_fused128", run_fused128, 128,
+     LAB_FLASH16_FUSED128_BY_RULE + 4 * LAB_FLASH16_FUSED128_OVERLAP, 6},
+    {"flash16_backward_fused128_defer", "flash16_backward_fused128", run_fused128, 128,
+     LAB_FLASH16_FUSED128_BY_RULE + 4 * LAB_FLASH16_FUSED128_DEFER, 6},
 };
 #define BWD_VARIANTS ((int)(sizeof BWD_VARIANT / sizeof BWD_VARIANT[0]))
 
