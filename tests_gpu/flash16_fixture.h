@@ -328,7 +328,7 @@ static inline int fa_case_bwd_out(parity *P, const fa_case *c, fa_bwd_out *o) {
     o->dq = fa_dev(P, c->no * 4, NULL, 0xff);
     o->dk = fa_dev(P, c->nkv * 4, NULL, 0xff);
     o->dv = fa_dev(P, c->nkv * 4, NULL, 0xff);
-    o->delta = fa_dev(P, FORGE_FLASH_BF16_ROWSTATS(c->B, c->H, c->Tq) * 4, NULL, 0xff);
+    o->delta = fa_dev(P, FORGE_FLASH_BF16_BWD_SCRATCH(c->B, c->H, c->Tq, c->D) * 4, NULL, 0xff);
     return o->dq && o->dk && o->dv && o->delta;
 }
 

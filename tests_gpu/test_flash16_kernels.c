@@ -6,6 +6,7 @@
  * - flash16_forward_wgmma.*, flash16_backward_wgmma.*: the Hopper kernels by name (forge_flash_bf16_forward_wgmma
  *   / _backward_wgmma, on the mma.sync forward's out and lse); a refusal is a failure: every shape here
  *   (D = 64 / 128, Tq, Tk > 0, 16-byte strides) is one they must take on sm_90;
+ * - flash16_backward_wgmma.determinism: two runs of the Hopper backward bitwise equal;
  * - flash16_backward_into.*: the Hopper backward storing bf16 gradients at padded strides (written and added),
  *   bitwise rn(old + d) of its fp32 gradients d;
  * - flash16_rowstats.*: the Hopper backward's packed row statistics (lse*log2e, delta, zero padding) bitwise;
@@ -161,7 +162,7 @@ static void case_flash16_into(parity *P, fa_case *c) {
                 hkv[i] = acc ? f2bf(((float)(x >> 40) * (1.0f / 16777216.0f)) * 2.0f - 1.0f) : 0xffffu;
             }
             void *gq = fa_dev(P, nqb * 2, hq, 0), *gkv = fa_dev(P, nkvb * 2, hkv, 0);
-            void *delta = fa_dev(P, FORGE_FLASH_BF16_ROWSTATS(c->B, c->H, c->Tq) * 4, NULL, 0xff);
+            void *delta = fa_dev(P, FORGE_FLASH_BF16_BWD_SCRATCH(c->B, c->H, c->Tq, c->D) * 4, NULL, 0xff);
             const forge_flash_grads g = {gq, gkv, gkv ? (uint16_t *)gkv + kw : NULL, sq, skv, skv, 1, acc};
             st = gq && gkv && delta ? forge_flash_bf16_backward_into(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
                                                                      c->glse, delta, &g, c->stream, 0)
@@ -261,6 +262,47 @@ static void case_flash16_rowstats(parity *P, fa_case *c) {
     if (grows) P->gpu->mem_free(P->gpu, grows);
 }
 
+/* forge_flash_bf16_backward_wgmma twice on the same inputs into fresh NaN-poisoned outputs:
+ * flash16_backward_wgmma.determinism, dq, dk, dv bitwise equal (at D = 128 dq's contributions are added in one
+ * key-block order by the fused kernel's turns, whatever the timing). */
+static void case_flash16_determinism(parity *P, fa_case *c) {
+    float *h[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
+    const size_t n[3] = {c->no, c->nkv, c->nkv};
+    forge_status st = FORGE_OK;
+    size_t bad = 0;
+    for (int run = 0; run < 2 && st == FORGE_OK; run++) {
+        fa_bwd_out o = {0};
+        st = fa_case_bwd_out(P, c, &o) ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
+                                                                         c->glse, o.delta, o.dq, o.dk, o.dv, c->stream)
+                                       : FORGE_ERR_OOM;
+        if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+        const void *g[3] = {o.dq, o.dk, o.dv};
+        for (int i = 0; i < 3 && st == FORGE_OK; i++) {
+            size_t b = 0;
+            h[run][i] = fa_fetch(P, g[i], n[i], 0, &b);
+            bad += b;
+            if (!h[run][i]) st = FORGE_ERR_DEVICE;
+        }
+        void *all[4] = {o.dq, o.dk, o.dv, o.delta};
+        for (int i = 0; i < 4; i++)
+            if (all[i]) P->gpu->mem_free(P->gpu, all[i]);
+    }
+    if (st != FORGE_OK) {
+        fa_case_failed(P, c, "flash16_backward_wgmma.determinism", st);
+    } else {
+        size_t diff = 0;
+        for (int i = 0; i < 3; i++)
+            for (size_t e = 0; e < n[i]; e++)
+                if (memcmp(&h[0][i][e], &h[1][i][e], sizeof(float)) != 0) diff++;
+        char why[96];
+        snprintf(why, sizeof why, "(%zu elements of dq, dk, dv differ between two runs; guards %zu)", diff, bad);
+        report(P, diff == 0 && bad == 0, "flash16_backward_wgmma.determinism", c->shape, (double)diff, 0,
+               diff == 0 && bad == 0 ? NULL : why);
+    }
+    for (int run = 0; run < 2; run++)
+        for (int i = 0; i < 3; i++) free(h[run][i]);
+}
+
 static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
     if (!fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
@@ -284,6 +326,7 @@ static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D
                                                                        bo.delta, bo.dq, bo.dk, bo.dv, c.stream)
                                      : FORGE_ERR_OOM;
     fa_case_check_bwd(P, &c, "flash16_backward_wgmma", st, &bo);
+    case_flash16_determinism(P, &c);
     case_flash16_into(P, &c);
     case_flash16_rowstats(P, &c);
 

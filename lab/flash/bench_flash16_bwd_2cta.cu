@@ -72,7 +72,7 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
     }
     B2B_TRY(cudaMalloc(&out, nt * 2));
     B2B_TRY(cudaMalloc((void **)&lse, nl * 4));
-    B2B_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_ROWSTATS(B, H, T) * 4));
+    B2B_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_BWD_SCRATCH(B, H, T, D) * 4));
     for (int w = 0; w < B2B_SETS; w++)
         for (int i = 0; i < 3; i++) B2B_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,

@@ -11,8 +11,8 @@
  * and lse come from forge's forward; the lines also give max |fused - forge|
  * / max |forge| per gradient for each fused variant as a sanity check (the
  * parity test is `forge-lab test flash16`). Then at issue 18's D = 128 shapes (16, 16, 2048, 128) and
- * (8, 16, 4096, 128): the three-kernel backward and the fused D = 128 one (lab_flash16_backward_fused128)
- * interleaved the same way. Measurements: lab/notes/flash.md.
+ * (8, 16, 4096, 128): the three-kernel backward (lab_flash16_backward_three) and forge's fused one interleaved
+ * the same way. Measurements: lab/notes/flash.md.
  */
 #include <math.h>
 #include <stdint.h>
@@ -48,7 +48,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     }
     FZB_TRY(cudaMalloc(&out, nt * 2));
     FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
-    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_ROWSTATS(B, H, T) * 4));
+    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_BWD_SCRATCH(B, H, T, D) * 4));
     for (int w = 0; w < 3; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
@@ -97,11 +97,11 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     return 0;
 }
 
-/* D = 128: forge's three-kernel backward and the fused D = 128 one (lab_flash16_backward_fused128_order by the rule)
- * with each schedule (WAIT_DKDV, OVERLAP, DEFER), interleaved call by call */
+/* D = 128: the three-kernel backward (lab_flash16_backward_three) and forge's, the fused one
+ * (forge_flash_bf16_backward_wgmma), interleaved call by call */
 static int fzb_shape128(int B, int H, int T, int reps) {
-    enum { NV = 4 }; /* three-kernel, then the fused128 schedules 0..2 */
-    static const char *const name[NV] = {"three-kernel", "fused128 wait_dkdv", "fused128 overlap", "fused128 defer"};
+    enum { NV = 2 }; /* three-kernel, forge's fused */
+    static const char *const name[NV] = {"three-kernel", "forge (fused)"};
     const int D = 128;
     const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
     std::vector<uint16_t> h(nt);
@@ -119,7 +119,7 @@ static int fzb_shape128(int B, int H, int T, int reps) {
     }
     FZB_TRY(cudaMalloc(&out, nt * 2));
     FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
-    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_ROWSTATS(B, H, T) * 4));
+    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_BWD_SCRATCH(B, H, T, D) * 4));
     for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
     const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
@@ -131,13 +131,10 @@ static int fzb_shape128(int B, int H, int T, int reps) {
     for (int i = 0; i <= NV; i++) FZB_TRY(cudaEventCreate(&ev[i]));
     for (int r = -3; r < reps; r++) {
         FZB_TRY(cudaEventRecord(ev[0], NULL));
-        FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
+        FZB_FORGE(lab_flash16_backward_three(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
         FZB_TRY(cudaEventRecord(ev[1], NULL));
-        for (int w = 1; w < NV; w++) {
-            FZB_FORGE(lab_flash16_backward_fused128_order(&fs, q, k, v, out, dO, lse, delta, g[w][0], g[w][1], g[w][2],
-                                                          LAB_FLASH16_FUSED128_BY_RULE, w - 1, NULL));
-            FZB_TRY(cudaEventRecord(ev[w + 1], NULL));
-        }
+        FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], NULL));
+        FZB_TRY(cudaEventRecord(ev[2], NULL));
         FZB_TRY(cudaEventSynchronize(ev[NV]));
         if (r < 0) continue;
         for (int w = 0; w < NV; w++) {

@@ -35,6 +35,7 @@
 #include "../../src/backend/cuda/wgmma_tmap.h"
 
 #include "flash16_lab_ring.cuh"
+#include "flash16_bwd_three.cuh"
 #include "flash16_variants.h"
 
 #define LAB_FB3_ENTRY "lab_flash16_backward_3wg" /* named in errors */

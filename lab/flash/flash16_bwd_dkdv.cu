@@ -16,6 +16,7 @@
  */
 #include "../../src/backend/cuda/flash_attention_bf16_wgmma_bwd.cuh"
 
+#include "flash16_bwd_three.cuh"
 #include "flash16_variants.h"
 
 #define LAB_FB_ENTRY "lab_flash16_backward_dkdv" /* named in errors */

@@ -70,7 +70,6 @@
 #include "../../src/backend/cuda/flash_attention_bf16_wgmma_bwd.cuh"
 #include "../../src/backend/cuda/wgmma_tmap.h"
 
-#include "flash16_bwd_fused_kit.cuh"
 #include "flash16_variants.h"
 
 #define LAB_FZ_ENTRY "lab_flash16_backward_fused"   /* named in errors */
@@ -247,8 +246,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                 const int db = n & 1;
                 const uint32_t du = (uint32_t)(n >> 1) & 1u;
                 mbar_wait(sm.dsempty(db), du ^ 1);
-                fz_store_ds(sm.ds(db), c * 64 + warp * 16, g, tq, sa);
-                fz_fence_proxy_async();
+                ff_store_ds(sm.ds(db), c * 64 + warp * 16, g, tq, sa);
+                ff_fence_proxy_async();
                 __syncwarp();
                 if (lane == 0) mbar_arrive(sm.dsfull(db));
 
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                     mbar_wait(sm.dsfull(db), du);
                     if (vis) fb_dkdv_accumulate<FZ_D>(adv, adk, pa, sa, dtl, qtl); /* first: pa, sa die before dqa */
                     wgmma_fence();
-                    fz_dq_product(dqa, sm.ds(db), fb_opaque(kres)); /* dQ_tile = dS.K over the 128 keys */
+                    ff_dq_product(dqa, sm.ds(db), fb_opaque(kres)); /* dQ_tile = dS.K over the 128 keys */
                     wgmma_commit();
                     wgmma_wait<0>();
                     wgmma_fence_operands(dqa);
@@ -563,8 +562,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                 const int db = n & 1;
                 const uint32_t du = (uint32_t)(n >> 1) & 1u;
                 mbar_wait(sm.dsempty(db), du ^ 1);
-                fz_store_ds(sm.ds(db), c * 64 + warp * 16, g, tq, sa);
-                fz_fence_proxy_async();
+                ff_store_ds(sm.ds(db), c * 64 + warp * 16, g, tq, sa);
+                ff_fence_proxy_async();
                 __syncwarp();
                 if (lane == 0) mbar_arrive(sm.dsfull(db));
 
@@ -573,13 +572,13 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                     mbar_wait(sm.dsfull(db), du);
                     if (vis) fb_dkdv_accumulate<FZ_D>(adv, adk, pa, sa, dtl, qtl); /* first: pa, sa die before dqa */
                     wgmma_fence();
-                    fz_dq_product(dqa, sm.ds(db), fb_opaque(kres)); /* dQ_tile = dS.K over the 128 keys */
+                    ff_dq_product(dqa, sm.ds(db), fb_opaque(kres)); /* dQ_tile = dS.K over the 128 keys */
                     wgmma_commit();
                     wgmma_wait<0>();
                     wgmma_fence_operands(dqa);
                     /* into the staging buffer at once: with the stores after the stage / dS releases below, dqa
                      * stayed live across them and ptxas spilled ~560 B and serialised the wgmmas (C7512) */
-                    fz2_store_dq(sm.stg(c), warp, g, tq, dqa);
+                    ff_store_dq(sm.stg(c), warp, g, tq, dqa);
                 } else if (vis) {
                     fb_dkdv_accumulate<FZ_D>(adv, adk, pa, sa, dtl, qtl);
                 }
@@ -594,15 +593,15 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                 if (issuer) {
                     if (lane == 0) mbar_arrive(sm.dsempty(db)); /* the dQ product has read the buffer */
                     const uint32_t stg = sm.stg(c);
-                    fz_fence_proxy_async(); /* the staging stores, visible to the TMA (async proxy) */
+                    ff_fence_proxy_async(); /* the staging stores, visible to the TMA (async proxy) */
                     __syncwarp();
                     if (lane == 0) mbar_arrive(sm.stgfull(c));
                     if (tid == 0) { /* dq_part: the first key block stores, later ones add */
                         const CUtensorMap *tmp = split == 0 ? &tm_p0 : &tm_pw;
                         const int pz = split == 0 ? b : (split - 1) * s.B + b; /* the partial's batch coordinate */
                         mbar_wait(sm.stgfull(c), (uint32_t)ni & 1u);
-                        fz2_tile_out(tmp, h * FZ_D, qt0, pz, stg, j != 0);
-                        fz2_tile_out(tmp, h * FZ_D + 32, qt0, pz, stg + FZ2_STG / 2, j != 0);
+                        ff_tile_out(tmp, h * FZ_D, qt0, pz, stg, j != 0);
+                        ff_tile_out(tmp, h * FZ_D + 32, qt0, pz, stg + FZ2_STG / 2, j != 0);
                         tma_store_commit();
                     }
                     ni++;

@@ -95,32 +95,22 @@ forge_status lab_flash16_backward_fused2(const forge_flash_shape *s, const void 
                                          const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                          float *dq, float *dk, float *dv, void *stream);
 
-/* The fused backward at D = 128 (lab/flash/flash16_bwd_fused128.cu, whose header explains it): one kernel per
- * call computes dK, dV and adds each (key block, query tile)'s dQ contribution into dq by TMA in a fixed key-block
- * order (an ordered hand-off through per-tile counters: deterministic), grid (key blocks of 128, Hkv, B); then a
- * small pass scales dq. D = 128 only (another D is FORGE_ERR_UNSUPPORTED); dq must be 16-byte aligned
- * (FORGE_ERR_ARG); otherwise the refusals and results contract of forge_flash_bf16_backward_wgmma (dq, dk, dv fp32,
- * overwritten): dk, dv bitwise forge's, dq up to summation order. The counters are a grow-only buffer of the file
- * (not thread-safe). _order picks the key blocks' launch order: BY_RULE (ascending, longest causal blocks first,
- * when they fit on the SMs at once, else descending: what lab_flash16_backward_fused128 runs), ASC or DESC (tests:
- * the same bits either way, the add order being the turns'); sched the consumers' schedule: WAIT_DKDV (dV and dK
- * waited before the dQ product is issued: what lab_flash16_backward_fused128 runs) or OVERLAP (dV and dK in flight
- * while waiting for the other half of dS, all three waited once) or DEFER (each tile's dQ product issued after the
- * next tile's dV and dK, so the consumers need not run in step); all give the same bits. Another value of either
- * is FORGE_ERR_ARG. */
-#define LAB_FLASH16_FUSED128_BY_RULE 0
+/* Around forge's D = 128 backward (lab/flash/flash16_bwd_fused128.cu; forge runs the fused kernel there):
+ * lab_flash16_backward_fused128_order runs it with the key blocks' launch order forced, ASC or DESC (forge picks
+ * ascending when they fit on the SMs at once): the same bits either way; another order is FORGE_ERR_ARG, D != 128
+ * FORGE_ERR_UNSUPPORTED. lab_flash16_backward_three: the three-kernel backward at D = 128 (forge's dQ and dK/dV
+ * kernels, what forge runs at D = 64; another D is FORGE_ERR_UNSUPPORTED), the fused kernel's parity reference and
+ * timing baseline. Both: the refusals
+ * and results contract of forge_flash_bf16_backward_wgmma (delta: FORGE_FLASH_BF16_BWD_SCRATCH floats). */
 #define LAB_FLASH16_FUSED128_ASC 1
 #define LAB_FLASH16_FUSED128_DESC 2
-#define LAB_FLASH16_FUSED128_WAIT_DKDV 0
-#define LAB_FLASH16_FUSED128_OVERLAP 1
-#define LAB_FLASH16_FUSED128_DEFER 2
 forge_status lab_flash16_backward_fused128_order(const forge_flash_shape *s, const void *q, const void *k,
                                                  const void *v, const void *out_bf16, const void *dout_bf16,
                                                  const float *lse, float *delta, float *dq, float *dk, float *dv,
-                                                 int order, int sched, void *stream);
-forge_status lab_flash16_backward_fused128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
-                                           const void *out_bf16, const void *dout_bf16, const float *lse,
-                                           float *delta, float *dq, float *dk, float *dv, void *stream);
+                                                 int order, void *stream);
+forge_status lab_flash16_backward_three(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                        const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
+                                        float *dq, float *dk, float *dv, void *stream);
 
 /* The wgmma backward at D = 64 with its dQ and / or dK/dV kernel run TWO CTAs per SM (lab/flash/flash16_bwd_2cta.cu,
  * whose header explains them; no setmaxnreg, four consumer warpgroups per SM). kernels, a bit set:

@@ -10,7 +10,9 @@
  * - flash16_backward_wgmma_{split,dkp,pq}.*: the wgmma backward with each
  *   dK/dV variant named (split: the unpipelined D = 128 dK/dV kernel; dkp: the
  *   pipelined one, D = 128 only; pq: that and, at D = 64, the pipelined dQ
- *   kernel), on the out and lse of the mma.sync forward. A refusal
+ *   kernel), on the out and lse of the mma.sync forward; .bits: bitwise the
+ *   three-kernel backward's (forge's at D = 64, lab_flash16_backward_three at
+ *   D = 128, where forge runs the fused kernel). A refusal
  *   (FORGE_ERR_UNSUPPORTED) is a failure: every shape here is one the wgmma
  *   kernels must take on sm_90.
  * - flash16_backward_fused_s{0,1,2,3}.*: the fused backward (split rule, S forced
@@ -37,13 +39,14 @@
  *   fb3_dq_kernel + fb3_dkdv_kernel) on the same shapes: against float64,
  *   .{dq,dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 128
  *   flash16_backward_3wg.refuse.
- * - flash16_backward_fused128{,_desc,_ov,_defer}.*: the fused D = 128 backward
- *   (lab_flash16_backward_fused128_order by the rule, with the key blocks
- *   launched in descending order, with the OVERLAP and DEFER schedules) on the D = 128
- *   shapes of FA_CASE_SHAPES:
- *   .{dq,dk,dv} against float64, .dq[wgmma] within tolerance and
- *   .{dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 64
- *   flash16_backward_fused128.refuse.
+ * - flash16_backward_fused128_{asc,desc}.*: forge's fused D = 128 backward
+ *   with the key blocks' launch order forced (lab_flash16_backward_fused128_order)
+ *   on the D = 128 shapes of FA_CASE_SHAPES: against float64, .{dq,dk,dv}[wgmma
+ *   bits] bitwise forge's (which picks one of the two), .determinism; at D = 64
+ *   flash16_backward_{fused128,three}.refuse. flash16_backward_three.*: the three-kernel
+ *   backward (forge's dQ and dK/dV kernels, lab_flash16_backward_three), the fused
+ *   one's reference, at D = 128: against float64, .{dk,dv}[wgmma bits] bitwise,
+ *   .dq[wgmma] within tolerance of forge's fused dq.
  * And a pingpong call with a head dim that has no tile must be refused, and
  * both fused backwards at D = 128, and the two-CTA backward asked for both dQ
  * kernels, and the three-consumer backward an unknown kernel bit (FORGE_ERR_ARG).
@@ -175,6 +178,23 @@ static int fz_forge_bwd(parity *P, fa_case *c, const char *what, fz_host *h) {
     return ok;
 }
 
+/* The three-kernel wgmma backward on c's inputs (forge's at D = 64, lab_flash16_backward_three at D = 128), fetched
+ * into h as fz_forge_bwd does. */
+static int fz_three_bwd(parity *P, fa_case *c, const char *what, fz_host *h) {
+    if (c->D != 128) return fz_forge_bwd(P, c, what, h);
+    memset(h, 0, sizeof *h);
+    fa_bwd_out o = {0};
+    forge_status st = fa_case_bwd_out(P, c, &o)
+                          ? lab_flash16_backward_three(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o.delta,
+                                                       o.dq, o.dk, o.dv, c->stream)
+                          : FORGE_ERR_OOM;
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    if (st != FORGE_OK) fa_case_failed(P, c, what, st);
+    const int ok = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &o, h);
+    fz_free_out(P, &o);
+    return ok;
+}
+
 /* One run of the fused backward (v2 = 0: lab_flash16_backward_fused*, 1: its TMA reduce-add variant
  * lab_flash16_backward_fused2*) with `splits` (0: the entry with forge's signature and the split rule; > 0: the _ws
  * entry with S forced, on a NaN-poisoned workspace, so a partial the reduce reads but no CTA wrote shows as NaN)
@@ -196,7 +216,8 @@ static forge_status fz_run(parity *P, fa_case *c, int v2, int splits, fa_bwd_out
 }
 
 /* The lab's backward variants (BWD_VARIANT: at D = 64 the two-CTA backward with each dQ kernel and the
- * three-consumer backward, at D = 128 the fused backward) at c's shape, on the out and lse already in c (the
+ * three-consumer backward, at D = 128 forge's fused backward with its launch order forced and the three-kernel
+ * reference) at c's shape, on the out and lse already in c (the
  * mma.sync forward's): where D is the variant's, NAME.{dq,dk,dv} against float64, against
  * forge_flash_bf16_backward_wgmma (NAME.{dq,dk,dv}[wgmma]: 3e-2 * max|that tensor|, as the fused cases; or
  * [wgmma bits]: bitwise, for a gradient the variant sums over the same tiles in the same order) and
@@ -206,12 +227,18 @@ typedef forge_status (*bwd_variant_fn)(const forge_flash_shape *, const void *, 
                                        const void *, const void *, const float *, float *, float *, float *, float *,
                                        int, void *);
 
-/* lab_flash16_backward_fused128_order in the table's signature (kernels: the launch order + 4 x the schedule) */
+/* lab_flash16_backward_fused128_order and lab_flash16_backward_three in the table's signature (kernels: the
+ * order; unused) */
 static forge_status run_fused128(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                  const void *out, const void *dout, const float *lse, float *delta, float *dq,
                                  float *dk, float *dv, int kernels, void *stream) {
-    return lab_flash16_backward_fused128_order(s, q, k, v, out, dout, lse, delta, dq, dk, dv, kernels % 4,
-                                               kernels / 4, stream);
+    return lab_flash16_backward_fused128_order(s, q, k, v, out, dout, lse, delta, dq, dk, dv, kernels, stream);
+}
+static forge_status run_three(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                              const void *out, const void *dout, const float *lse, float *delta, float *dq, float *dk,
+                              float *dv, int kernels, void *stream) {
+    (void)kernels;
+    return lab_flash16_backward_three(s, q, k, v, out, dout, lse, delta, dq, dk, dv, stream);
 }
 
 static const struct {
@@ -229,12 +256,9 @@ static const struct {
      LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV, 7},
     {"flash16_backward_3wg_bulk", "flash16_backward_3wg", lab_flash16_backward_3wg, 64,
      LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK, 7},
-    {"flash16_backward_fused128", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_BY_RULE, 6},
-    {"flash16_backward_fused128_desc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_DESC, 6},
-    {"flash16_backward_fused128_ov", "flash16_backward_fused128", run_fused128, 128,
-     LAB_FLASH16_FUSED128_BY_RULE + 4 * LAB_FLASH16_FUSED128_OVERLAP, 6},
-    {"flash16_backward_fused128_defer", "flash16_backward_fused128", run_fused128, 128,
-     LAB_FLASH16_FUSED128_BY_RULE + 4 * LAB_FLASH16_FUSED128_DEFER, 6},
+    {"flash16_backward_fused128_asc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_ASC, 7},
+    {"flash16_backward_fused128_desc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_DESC, 7},
+    {"flash16_backward_three", "flash16_backward_three", run_three, 128, 0, 6},
 };
 #define BWD_VARIANTS ((int)(sizeof BWD_VARIANT / sizeof BWD_VARIANT[0]))
 
@@ -554,11 +578,11 @@ int lab_test_flash16(int argc, char **argv) {
 }
 
 /* The backward variants of lab_flash16_backward_dkdv at c's shape, on the out and lse already in c: NAME.{dq,dk,dv}
- * against float64 and NAME.bits (bit for bit forge_flash_bf16_backward_wgmma's: every variant computes the same
- * products of the same tiles in the same order with the same fp32 arithmetic per element). */
+ * against float64 and NAME.bits (bit for bit the three-kernel backward's, fz_three_bwd: every variant computes the
+ * same products of the same tiles in the same order with the same fp32 arithmetic per element). */
 static void check_dkdv_variants(parity *P, fa_case *c) {
     fz_host wh;
-    const int have_w = fz_forge_bwd(P, c, "flash16_backward_wgmma (the variants' bits)", &wh);
+    const int have_w = fz_three_bwd(P, c, "flash16_backward_three (the variants' bits)", &wh);
     forge_status st;
     static const int var_id[3] = {LAB_FLASH16_DKDV_SPLIT, LAB_FLASH16_DKDV_PIPE, LAB_FLASH16_DKDV_RSA};
     static const char *const var_name[3] = {"flash16_backward_wgmma_split", "flash16_backward_wgmma_dkp",
@@ -580,8 +604,7 @@ static void check_dkdv_variants(parity *P, fa_case *c) {
                     if (memcmp(&h.g[i][e], &wh.g[i][e], sizeof(float)) != 0) diff++;
             char sub[96], why[96];
             snprintf(sub, sizeof sub, "%s.bits", var_name[var]);
-            snprintf(why, sizeof why, "(%zu elements of dq, dk, dv differ from forge_flash_bf16_backward_wgmma's)",
-                     diff);
+            snprintf(why, sizeof why, "(%zu elements of dq, dk, dv differ from the three-kernel backward's)", diff);
             report(P, diff == 0, sub, c->shape, (double)diff, 0, diff ? why : NULL);
             fz_host_free(&h);
         }

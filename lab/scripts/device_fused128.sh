@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# device_fused128.sh: the fused D = 128 bf16 flash backward (lab/flash/flash16_bwd_fused128.cu) on the GPU machine
-# (device_run.sh stage "fused128"; OUT set, binaries prebuilt):
-#   1. `forge-lab test flash16` (flash16_backward_fused128.*: against float64, dk / dv bitwise forge's, dq within
-#      tolerance of forge's, determinism; every other variant as usual);
+# device_fused128.sh: forge's fused D = 128 bf16 flash backward (src/backend/cuda/flash_attention_bf16_wgmma_bwd_fused.cu)
+# on the GPU machine (device_run.sh stage "fused128"; OUT set, binaries prebuilt):
+#   1. `forge-lab test flash16` (flash16_backward_fused128_{asc,desc}.*: the launch orders forced, bitwise forge's;
+#      flash16_backward_three.*: the three-kernel reference; every other variant as usual);
 #   2. compute-sanitizer racecheck (the sanitizer build build/cuda-san/forge-lab when carried, else the product
-#      build), synccheck and memcheck over `forge-lab test flash16 --quick`, kernels f3_ only;
+#      build), synccheck and memcheck over `forge-lab test flash16 --quick`, kernels ff_ only;
 #   3. `forge-lab bench flash16-bwd-fused --reps F3_REPS` (default 20): the three-kernel backward against the fused
-#      ones, at D = 128 against fused128.
+#      ones (the lab's at D = 64, forge's at D = 128).
 # Prints the parity summary, the sanitizer summaries and the bench lines last. Budget: ~4 minutes.
 set -u -o pipefail
 : "${OUT:?set OUT to the folder for logs}"
@@ -19,7 +19,7 @@ san=()
 for tool in racecheck synccheck memcheck; do
     bin=build/cuda/forge-lab
     [ $tool = racecheck ] && [ -x build/cuda-san/forge-lab ] && bin=build/cuda-san/forge-lab
-    timeout 120 "$SAN" --tool $tool --error-exitcode 3 --kernel-name kns=f3_ "$bin" test flash16 --quick \
+    timeout 120 "$SAN" --tool $tool --error-exitcode 3 --kernel-name kns=ff_ "$bin" test flash16 --quick \
         >"$OUT/fused128_san_$tool.log" 2>&1
     rc=$?
     [ $rc = 0 ] || fails=1
@@ -30,8 +30,8 @@ timeout 180 build/cuda/forge-lab bench flash16-bwd-fused --reps "${F3_REPS:-20}"
 echo "== parity"
 tail -n 1 "$OUT/fused128_parity.txt"
 grep -h "^FAIL" "$OUT/fused128_parity.txt" | head -20
-grep -c "^PASS flash16_backward_fused128" "$OUT/fused128_parity.txt"
-echo "== sanitizers (kernels f3_, forge-lab test flash16 --quick)"
+grep -c "^PASS flash16_backward_\(fused128\|three\)" "$OUT/fused128_parity.txt"
+echo "== sanitizers (kernels ff_, forge-lab test flash16 --quick)"
 printf '%s\n' "${san[@]}"
 echo "== bench"
 cat "$OUT/fused128_bench.txt"

@@ -19,13 +19,16 @@
  * - Strides must be multiples of 8 elements and every pointer 16-byte
  *   aligned (16-byte cp.async); otherwise FORGE_ERR_UNSUPPORTED.
  *
- * Backward (three kernels, no atomics, deterministic):
+ * Backward (no unordered reduction, deterministic):
  *   delta = rowsum(dO * O) (fp32) into the caller's scratch `delta` of
- *   FORGE_FLASH_BF16_ROWSTATS(B, H, Tq) floats (op_list.h; the Hopper
- *   kernels keep lse*log2e and delta there packed, the mma.sync ones delta
- *   (B,H,Tq)); dQ over query blocks; dK/dV over key blocks (a GQA kv head loops over
- *   its group's query heads inside). dq (B,Tq,H,D), dk and dv (B,Tk,Hkv,D)
- *   are dense fp32 and OVERWRITTEN (not accumulated).
+ *   FORGE_FLASH_BF16_BWD_SCRATCH(B, H, Tq, D) floats (op_list.h; the Hopper
+ *   kernels keep lse*log2e and delta there packed, at D = 128 also the fused
+ *   kernel's turn counters and fp32 dQ accumulator; the mma.sync ones delta
+ *   (B,H,Tq)); dQ over query blocks and dK/dV over key blocks (a GQA kv head
+ *   loops over its group's query heads inside), or on the Hopper kernels at
+ *   D = 128 one fused kernel over key blocks that adds each block's dQ share in
+ *   a fixed order. dq (B,Tq,H,D), dk and dv (B,Tk,Hkv,D) are dense fp32 and
+ *   OVERWRITTEN (not accumulated).
  *
  * Kernels forge does not run (the mma.sync forward with 128 query rows, the
  * wgmma forward's other consumer schedules, the wgmma backward's other dK/dV
@@ -94,9 +97,10 @@ forge_status forge_flash_bf16_backward_into(const forge_flash_shape *s, const vo
  * forge_flash_bf16_forward_wgmma_occupancy: the CTAs per SM the runtime keeps resident for its kernel at head
  * dim D (64 or 128; cudaOccupancyMaxActiveBlocksPerMultiprocessor): 2 and 1 by design.
  * forge_flash_bf16_forward_mma (flash_attention_bf16.cu): mma.sync m16n8k16, 64 query rows (4 warps) per CTA.
- * forge_flash_bf16_backward_wgmma (flash_attention_bf16_wgmma_bwd.cu): the same three kernels as the mma.sync
- * backward on TMA + wgmma. FORGE_ERR_UNSUPPORTED on a non-Hopper device, Tq == 0 or Tk == 0, or a layout TMA
- * cannot describe.
+ * forge_flash_bf16_backward_wgmma (flash_attention_bf16_wgmma_bwd.cu): at D = 64 the same three kernels as the
+ * mma.sync backward on TMA + wgmma, at D = 128 the row statistics and one fused dK/dV/dQ kernel
+ * (flash_attention_bf16_wgmma_bwd_fused.cu). FORGE_ERR_UNSUPPORTED on a non-Hopper device, Tq == 0 or Tk == 0, or
+ * a layout TMA cannot describe.
  * forge_flash_bf16_backward_mma (flash_attention_bf16.cu): mma.sync m16n8k16. */
 forge_status forge_flash_bf16_forward_wgmma(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                             void *out_bf16, float *lse, void *stream, int pdl);

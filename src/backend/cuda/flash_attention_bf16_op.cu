@@ -7,7 +7,7 @@
  * (flash_attention_bf16.h: forge_flash_bf16_forward / _backward) on strided
  * q/k/v views of the packed qkv row (stride (NH + 2 NKV) HS elements). The
  * backward's kernels OVERWRITE dense fp32 dq (B,T,NH,HS), dk and dv
- * (B,T,NKV,HS) in the scratch (with the row statistics, FORGE_FLASH_BF16_ROWSTATS
+ * (B,T,NKV,HS) in the scratch (with the Hopper backward's scratch, FORGE_FLASH_BF16_BWD_SCRATCH
  * floats); one more pass then adds
  * them into the bf16 dqkv with one rounding per element: dqkv = rn(dqkv + d),
  * or, writing a fresh gradient (accumulate = 0), dqkv = rn(0 + d) without

@@ -1,11 +1,16 @@
 /*
  * flash_attention_bf16_wgmma_bwd.cu: the Hopper (sm_90a) backward of forge's
  * bf16 flash attention on TMA + wgmma (entry and contract in
- * flash_attention_bf16.h, notes in lab/notes/flash-attention.md). Same three
- * kernels and results contract as the mma.sync backward in
+ * flash_attention_bf16.h, notes in lab/notes/flash.md). At D = 64 the same
+ * three kernels and results contract as the mma.sync backward in
  * flash_attention_bf16.cu: the row statistics lse*log2e and delta =
  * rowsum(dO * O) (that file's kernel, packed for the kernels here), dQ
- * parallel over query blocks, dK/dV parallel over key blocks; no atomics.
+ * parallel over query blocks, dK/dV parallel over key blocks; no atomics. At
+ * D = 128 the row statistics and one fused kernel over key blocks that runs
+ * the dK/dV kernel's tile and adds each block's dQ share in a fixed order
+ * (flash_attention_bf16_wgmma_bwd_fused.cu, whose header explains it): 5
+ * matmul passes instead of 7, measured 1.15x the three kernels there, while at
+ * D = 64 the fused kernels measured slower (lab/notes/flash.md).
  *
  * Design (the decisions a reader would otherwise get wrong; the wgmma
  * fragment layouts, descriptors and tensor-map conventions are those of the
@@ -73,9 +78,9 @@
  * - The kernels and their launch steps are in
  *   flash_attention_bf16_wgmma_bwd.cuh (the lab runs other instances of
  *   them); this file holds the host steps and the entry. The kernels forge
- *   runs (fb_dq_kernel<D>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>)
- *   were chosen by measurement against the lab's pipelined and split ones
- *   (lab/notes/flash.md).
+ *   runs (fb_dq_kernel<64>, fb_dkdv_kernel<64, 1>, and at D = 128 ff_bwd_kernel
+ *   on fb_dkdv_kernel<128, 0>'s tile) were chosen by measurement against the
+ *   lab's pipelined, split and fused ones (lab/notes/flash.md).
  */
 #include <math.h>
 #include <stdint.h>
@@ -148,15 +153,9 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
     return forge_flash_bf16_backward_rowstats(s, out_bf16, dout_bf16, lse, delta, c->st, pdl);
 }
 
-forge_status fb_launch_dq_default(const fb_call &c) {
-    return c.s.D == 64 ? fb_launch_dq<64>(c) : fb_launch_dq<128>(c);
-}
-
-forge_status fb_launch_dkdv_default(const fb_call &c) {
-    return c.s.D == 64 ? fb_launch_dkdv<64, 1>(c) : fb_launch_dkdv<128, 0>(c);
-}
-
-/* The default dQ and dK/dV kernels of s->D with their gradients stored as g says (`entry` names the caller). */
+/* What forge runs, with the gradients stored as g says (`entry` names the caller): at D = 64 the dQ and dK/dV
+ * kernels, at D = 128 the fused kernel (flash_attention_bf16_wgmma_bwd_fused.cu; measured faster there, not at
+ * D = 64: lab/notes/flash.md). */
 static forge_status fb_backward_run(const char *entry, const forge_flash_shape *s, const void *q, const void *k,
                                     const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
                                     float *delta, const forge_flash_grads *g, void *stream, int pdl) {
@@ -169,8 +168,9 @@ static forge_status fb_backward_run(const char *entry, const forge_flash_shape *
     FORGE_TRY(fb_backward_prepare(&c, entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, (float *)g->dq,
                                   (float *)g->dk, (float *)g->dv, stream, pdl));
     c.g = *g;
-    FORGE_TRY(fb_launch_dq_default(c));
-    return fb_launch_dkdv_default(c);
+    if (s->D == 128) return fb_launch_fused(c, delta, FB_FUSED_BY_RULE, entry);
+    FORGE_TRY(fb_launch_dq<64>(c));
+    return fb_launch_dkdv<64, 1>(c);
 }
 
 extern "C" forge_status forge_flash_bf16_backward_wgmma(const forge_flash_shape *s, const void *q, const void *k,

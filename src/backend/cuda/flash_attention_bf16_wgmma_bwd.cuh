@@ -4,9 +4,12 @@
  * steps, shared by flash_attention_bf16_wgmma_bwd.cu (the kernels forge runs,
  * the entry forge_flash_bf16_backward_wgmma; its header explains the design)
  * and the lab (its variants build on these helpers: lab/flash/). Instances
- * forge runs: fb_dq_kernel<D>, fb_dkdv_kernel<64, 1>, fb_dkdv_kernel<128, 0>;
- * the lab also runs fb_dkdv_kernel<64, 0> (K and V read from shared memory by
- * every product). Every wait is
+ * forge runs: fb_dq_kernel<64>, fb_dkdv_kernel<64, 1>, and at D = 128 the fused
+ * kernel (flash_attention_bf16_wgmma_bwd_fused.cu) on fb_dkdv_kernel<128, 0>'s
+ * tile; the lab also runs fb_dq_kernel<128> and fb_dkdv_kernel<128, 0> (the
+ * three-kernel backward at D = 128, the fused one's reference) and
+ * fb_dkdv_kernel<64, 0> (K and V read from shared memory by every product).
+ * Every wait is
  * mbar_wait_wide (wgmma_common.cuh). Every kernel sets up its barriers, then
  * waits for the previous kernel (forge_pdl_wait, pdl.cuh) before any global
  * access, so the launchers may pass fb_call.pdl (programmatic dependent launch).
@@ -418,7 +421,7 @@ __device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s
  * queries' lse*log2e and delta (the packed row statistics, fb_rows_at) into the stage's slot by two bulk copies,
  * all completing on the stage's full barrier (count 1). Every write to a stage is the async proxy's, ordered
  * after the consumers' release of the stage by the empty barrier, as the tiles' are. STAGES: the ring's length
- * (fb_cfg's for forge's kernels; the lab's fused D = 128 backward runs 3). */
+ * (fb_cfg's for the dQ and dK/dV kernels; the fused D = 128 backward runs 3). */
 template <int D, int RES, int STAGES = fb_cfg<D>::STAGES>
 __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge_flash_shape &s,
                                               const CUtensorMap *tm_k, const CUtensorMap *tm_v,
@@ -665,6 +668,83 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_store<D>(grads, adk, adv, s, kb.b, kb.hk, key_lo, tq, scale);
 }
 
+/* ---- the fused D = 128 backward's dQ pieces (flash_attention_bf16_wgmma_bwd_fused.cu; the lab's fused D = 64
+ * kernels use them too) ------------------------------------------------------------------------------------- */
+
+/* dq (64 queries x 64) = dS (the 128-key dS^T buffer at ds, read transposed) . K (the resident 128-row box at
+ * k): 8 k16 steps over the keys in order, step kk at kk * 2 KiB in both (16 rows of 128 B), both operands
+ * MN-major (fb_wgmma_ss_n64<1>: imm-trans-a, imm-trans-b). */
+__device__ __forceinline__ void ff_dq_product(float (&dq)[32], uint32_t ds, uint32_t k) {
+#pragma unroll
+    for (int kk = 0; kk < FB_BR / 16; kk++) {
+        const uint64_t da = wgmma_desc_mn(ds + kk * 2048), db = wgmma_desc_mn(k + kk * 2048);
+        if (kk == 0)
+            fb_wgmma_ss_n64_first<1>(dq, da, db);
+        else
+            fb_wgmma_ss_n64<1>(dq, da, db);
+    }
+}
+
+__device__ __forceinline__ void ff_st_shared(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+/* Generic-proxy shared-memory stores made visible to the async proxy (the wgmma that reads them). */
+__device__ __forceinline__ void ff_fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* A consumer's dS^T (its A fragments sa: rows = its 64 keys, columns = the tile's 64 queries, bf16 pairs) into
+ * rows row0.. of the dS^T buffer at ds (1 KiB aligned), in the 128B-swizzled layout (16-byte chunk j of row r
+ * at ((j ^ (r & 7)) << 4)): sa[kk][2 jj + h] holds row g + 8h, queries 16kk + 8jj + 2tq, +1 (fw_to_a), i.e.
+ * chunk 2kk + jj, bytes 4tq.. of it. The thread's row base has bits 4-6 clear and r & 7 = g, so every address is
+ * (base | g << 4) ^ chunk << 4: one xor with an immediate per store (fb_opaque keeps the compiler from hoisting
+ * the 8 xors out of the tile loop into 8 live registers). Per store the warp's 32 lanes hit 32 distinct banks. */
+__device__ __forceinline__ void ff_store_ds(uint32_t ds, int row0, int g, int tq, const uint32_t (&sa)[4][4]) {
+    const uint32_t bt = fb_opaque((ds + (uint32_t)(row0 + g) * 128u + 4u * tq) | ((uint32_t)g << 4));
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                ff_st_shared((bt + h * 1024u) ^ ((uint32_t)(2 * kk + jj) << 4), sa[kk][2 * jj + h]);
+}
+
+/* The thread's dQ fragment d (rows 16 warp + g + 8 rr, columns 8 nn + 2 tq, +1 at d[4 nn + 2 rr], +1) into the
+ * staging tile at stg (1 KiB aligned): two boxes of 64 rows x 32 columns (128 B), box j at j * 8 KiB, 16-byte chunk c of row r at ((c ^ (r & 7)) << 4) (TMA's 128B swizzle). A half-warp's 64-bit stores touch 4 rows x 2 chunks on 4 chunk positions: a 2-way bank conflict. The row base has bits 4-6
+ * clear, so the chunk (2 (nn % 4) + tq / 2) ^ g is (tq / 2 ^ g) folded into the base, then one xor with an
+ * immediate per store; fb_opaque keeps the compiler from hoisting the 16 addresses out of the tile loop. */
+__device__ __forceinline__ void ff_store_dq(uint32_t stg, int warp, int g, int tq, const float (&d)[32]) {
+    const uint32_t row = stg + (uint32_t)(16 * warp + g) * 128u + 8u * (uint32_t)(tq & 1);
+    const uint32_t bt = fb_opaque(row | ((uint32_t)((tq >> 1) ^ g) << 4));
+#pragma unroll
+    for (int nn = 0; nn < 64 / 8; nn++)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const uint32_t a = (bt + (uint32_t)(nn >> 2) * 8192u + (uint32_t)rr * 1024u) ^ ((uint32_t)(nn & 3) << 5);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(d[4 * nn + 2 * rr]),
+                         "f"(d[4 * nn + 2 * rr + 1])
+                         : "memory");
+        }
+}
+
+/* TMA store (add false) or fp32 reduce-add (add true) of the 64-row x 32-column box at src (128B-swizzled) into
+ * the fp32 tensor of tm at (column c0, row c1, batch c2), in the issuing thread's current bulk group. */
+__device__ __forceinline__ void ff_tile_out(const CUtensorMap *tm, int c0, int c1, int c2, uint32_t src, bool add) {
+    if (add)
+        asm volatile(
+            "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(
+                (uint64_t)tm),
+            "r"(c0), "r"(c1), "r"(c2), "r"(src)
+            : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(
+                         (uint64_t)tm),
+                     "r"(c0), "r"(c1), "r"(c2), "r"(src)
+                     : "memory");
+}
+
 /* ---- host ----------------------------------------------------------------------------------- */
 
 /* What every launch of one backward call reads (fb_backward_prepare): the tensor maps, 128-row boxes for what a
@@ -685,9 +765,7 @@ struct fb_call {
  * Tk == 0 (a tensor map cannot have a 0 dim) and a device other than sm_90 are FORGE_ERR_UNSUPPORTED; else
  * *launch = 1. fb_backward_prepare: every tensor map (a refused layout, FORGE_ERR_UNSUPPORTED naming `entry`,
  * leaves nothing half-written), then the packed row statistics into `delta` (forge_flash_bf16_backward_rowstats:
- * lse*log2e and rowsum(dO * O); c->rows). The default dQ
- * and dK/dV kernels of c->s.D: fb_launch_dq_default (fb_dq_kernel<D>), fb_launch_dkdv_default
- * (fb_dkdv_kernel<64, 1> or fb_dkdv_kernel<128, 0>). */
+ * lse*log2e and rowsum(dO * O); c->rows). */
 forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
                                const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
                                float *delta, float *dq, float *dk, float *dv, int *launch);
@@ -695,8 +773,15 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
                                  const void *k, const void *v, const void *out_bf16, const void *dout_bf16,
                                  const float *lse, float *delta, float *dq, float *dk, float *dv, void *stream,
                                  int pdl);
-forge_status fb_launch_dq_default(const fb_call &c);
-forge_status fb_launch_dkdv_default(const fb_call &c);
+/* Defined in flash_attention_bf16_wgmma_bwd_fused.cu: the fused backward at D = 128 (its header explains it) into
+ * c.g, after fb_backward_prepare. scratch: the FORGE_FLASH_BF16_BWD_SCRATCH floats the row statistics start
+ * (the turn counters after them, then the fp32 dQ accumulator that bf16 gradients go through); order: the key
+ * blocks' launch order, FB_FUSED_BY_RULE (ascending when they fit on the SMs at once, else descending: what
+ * forge runs), FB_FUSED_ASC or FB_FUSED_DESC (the lab's tests: the same bits). */
+#define FB_FUSED_BY_RULE 0
+#define FB_FUSED_ASC 1
+#define FB_FUSED_DESC 2
+forge_status fb_launch_fused(const fb_call &c, float *scratch, int order, const char *entry);
 
 /* the dQ kernel */
 template <int D> static forge_status fb_launch_dq(const fb_call &c) {

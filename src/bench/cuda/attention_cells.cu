@@ -297,7 +297,7 @@ static forge_status ab_shape_init(ab_shape *sh, int B, int H, int T, int D, uint
     free(host);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->out, n * 2);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->lse, nl * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->delta, FORGE_FLASH_BF16_ROWSTATS(B, H, T) * 4);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&sh->delta, FORGE_FLASH_BF16_BWD_SCRATCH(B, H, T, D) * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dq, n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dk, n * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&sh->dv, n * 4);
