@@ -31,29 +31,51 @@
 #define FZB_TRY(x) LAB_BENCH_CUDA("flash16-bwd-fused", x)
 #define FZB_FORGE(x) LAB_BENCH_FORGE("flash16-bwd-fused", x)
 
-static int fzb_shape(int B, int H, int T, int D, int reps) {
+/* The inputs of one shape (B, H = Hkv, T, D), causal: uniform bf16 q, k, v, dO in [-1, 1), forge's forward's out and
+ * lse, the backward's scratch; 1 on a failure (reported). */
+struct fzb_in {
+    void *q, *k, *v, *dO, *out;
+    float *lse, *delta;
+    forge_flash_shape fs;
+    size_t nt; /* elements of q (and of each gradient) */
+};
+
+static int fzb_inputs(fzb_in *in, int B, int H, int T, int D) {
     const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
     std::vector<uint16_t> h(nt);
     uint64_t x = 0x9e3779b97f4a7c15ull;
-    void *q, *k, *v, *dO, *out;
-    float *lse, *delta, *g[3][3]; /* dq, dk, dv of: three-kernel, fused, fused2 */
-    void **in[4] = {&q, &k, &v, &dO};
+    void **dst[4] = {&in->q, &in->k, &in->v, &in->dO};
     for (int t = 0; t < 4; t++) {
         for (size_t i = 0; i < nt; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             h[i] = lab_bench_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
         }
-        FZB_TRY(cudaMalloc(in[t], nt * 2));
-        FZB_TRY(cudaMemcpy(*in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
+        FZB_TRY(cudaMalloc(dst[t], nt * 2));
+        FZB_TRY(cudaMemcpy(*dst[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
     }
-    FZB_TRY(cudaMalloc(&out, nt * 2));
-    FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
-    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_BWD_SCRATCH(B, H, T, D) * 4));
+    FZB_TRY(cudaMalloc(&in->out, nt * 2));
+    FZB_TRY(cudaMalloc((void **)&in->lse, nl * 4));
+    FZB_TRY(cudaMalloc((void **)&in->delta, FORGE_FLASH_BF16_BWD_SCRATCH(B, H, T, D) * 4));
+    in->fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D, (long long)H * D};
+    in->nt = nt;
+    FZB_FORGE(forge_flash_bf16_forward_wgmma(&in->fs, in->q, in->k, in->v, in->out, in->lse, NULL, 0));
+    return 0;
+}
+
+static void fzb_inputs_free(fzb_in *in) {
+    void *all[] = {in->q, in->k, in->v, in->dO, in->out, in->lse, in->delta};
+    for (void *p : all) cudaFree(p);
+}
+
+static int fzb_shape(int B, int H, int T, int D, int reps) {
+    fzb_in in;
+    if (fzb_inputs(&in, B, H, T, D)) return 1;
+    void *q = in.q, *k = in.k, *v = in.v, *dO = in.dO, *out = in.out;
+    float *lse = in.lse, *delta = in.delta, *g[3][3]; /* dq, dk, dv of: three-kernel, fused, fused2 */
+    const size_t nt = in.nt;
+    const forge_flash_shape fs = in.fs;
     for (int w = 0; w < 3; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
-    const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
-                                  (long long)H * D};
-    FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL, 0));
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
     const size_t wsb = lab_flash16_backward_fused_ws_bytes(&fs, 0);
     void *ws = NULL;
@@ -91,9 +113,9 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
         printf("  %s: max|x-three|/max|three| dq %.2e dk %.2e dv %.2e\n", w == 1 ? "fused " : "fused2",
                lab_bench_rel(g[w][0], g[0][0], nt), lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
     if (ws) cudaFree(ws);
-    void *all[] = {q,       k,       v,       dO,      out,     lse,     delta,   g[0][0], g[0][1],
-                   g[0][2], g[1][0], g[1][1], g[1][2], g[2][0], g[2][1], g[2][2]};
-    for (void *p : all) cudaFree(p);
+    fzb_inputs_free(&in);
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 3; i++) cudaFree(g[w][i]);
     return 0;
 }
 
@@ -103,28 +125,14 @@ static int fzb_shape128(int B, int H, int T, int reps) {
     enum { NV = 2 }; /* three-kernel, forge's fused */
     static const char *const name[NV] = {"three-kernel", "forge (fused)"};
     const int D = 128;
-    const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
-    std::vector<uint16_t> h(nt);
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    void *q, *k, *v, *dO, *out;
-    float *lse, *delta, *g[NV][3]; /* dq, dk, dv of each */
-    void **in[4] = {&q, &k, &v, &dO};
-    for (int t = 0; t < 4; t++) {
-        for (size_t i = 0; i < nt; i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            h[i] = lab_bench_bf16((float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f);
-        }
-        FZB_TRY(cudaMalloc(in[t], nt * 2));
-        FZB_TRY(cudaMemcpy(*in[t], h.data(), nt * 2, cudaMemcpyHostToDevice));
-    }
-    FZB_TRY(cudaMalloc(&out, nt * 2));
-    FZB_TRY(cudaMalloc((void **)&lse, nl * 4));
-    FZB_TRY(cudaMalloc((void **)&delta, FORGE_FLASH_BF16_BWD_SCRATCH(B, H, T, D) * 4));
+    fzb_in in;
+    if (fzb_inputs(&in, B, H, T, D)) return 1;
+    void *q = in.q, *k = in.k, *v = in.v, *dO = in.dO, *out = in.out;
+    float *lse = in.lse, *delta = in.delta, *g[NV][3]; /* dq, dk, dv of each */
+    const size_t nt = in.nt;
+    const forge_flash_shape fs = in.fs;
     for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
-    const forge_flash_shape fs = {B, T, T, H, H, D, (long long)H * D, (long long)H * D, (long long)H * D,
-                                  (long long)H * D};
-    FZB_FORGE(forge_flash_bf16_forward_wgmma(&fs, q, k, v, out, lse, NULL, 0));
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
     std::vector<float> t[NV];
     cudaEvent_t ev[NV + 1];
@@ -154,8 +162,7 @@ static int fzb_shape128(int B, int H, int T, int reps) {
                name[w], us, flops / us * 1e-6, us0 / us, lab_bench_rel(g[w][0], g[0][0], nt),
                lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
     }
-    void *all[] = {q, k, v, dO, out, lse, delta};
-    for (void *p : all) cudaFree(p);
+    fzb_inputs_free(&in);
     for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) cudaFree(g[w][i]);
     return 0;

@@ -162,35 +162,21 @@ static void fz_free_out(parity *P, fa_bwd_out *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* forge_flash_bf16_backward_wgmma on c's inputs, fetched into h (what names it in a failure); 1 when h holds it,
+/* forge_flash_bf16_backward_wgmma on c's inputs (three: the three-kernel backward instead, which is forge's at
+ * D = 64 and lab_flash16_backward_three at D = 128), fetched into h (what names it in a failure); 1 when h holds it,
  * else 0 with h empty (fz_host_free is safe either way). */
-static int fz_forge_bwd(parity *P, fa_case *c, const char *what, fz_host *h) {
+static int fz_bwd_ref(parity *P, fa_case *c, int three, const char *what, fz_host *h) {
     memset(h, 0, sizeof *h);
     fa_bwd_out o = {0};
-    forge_status st = fa_case_bwd_out(P, c, &o)
-                          ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
-                                                            o.delta, o.dq, o.dk, o.dv, c->stream)
-                          : FORGE_ERR_OOM;
+    forge_status st = FORGE_ERR_OOM;
+    if (fa_case_bwd_out(P, c, &o))
+        st = three && c->D == 128 ? lab_flash16_backward_three(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+                                                               o.delta, o.dq, o.dk, o.dv, c->stream)
+                                  : forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
+                                                                    c->glse, o.delta, o.dq, o.dk, o.dv, c->stream);
     if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
     if (st != FORGE_OK) fa_case_failed(P, c, what, st);
-    const int ok = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &o, h);
-    fz_free_out(P, &o);
-    return ok;
-}
-
-/* The three-kernel wgmma backward on c's inputs (forge's at D = 64, lab_flash16_backward_three at D = 128), fetched
- * into h as fz_forge_bwd does. */
-static int fz_three_bwd(parity *P, fa_case *c, const char *what, fz_host *h) {
-    if (c->D != 128) return fz_forge_bwd(P, c, what, h);
-    memset(h, 0, sizeof *h);
-    fa_bwd_out o = {0};
-    forge_status st = fa_case_bwd_out(P, c, &o)
-                          ? lab_flash16_backward_three(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse, o.delta,
-                                                       o.dq, o.dk, o.dv, c->stream)
-                          : FORGE_ERR_OOM;
-    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
-    if (st != FORGE_OK) fa_case_failed(P, c, what, st);
-    const int ok = st == FORGE_OK && fz_fetch(P, c, "flash16_backward_wgmma (fetch)", &o, h);
+    const int ok = st == FORGE_OK && fz_fetch(P, c, what, &o, h);
     fz_free_out(P, &o);
     return ok;
 }
@@ -285,7 +271,7 @@ static void check_bwd_variants(parity *P, fa_case *c) {
     if (!any) return;
     /* forge's wgmma backward on the same inputs */
     fz_host wh;
-    const int have_w = fz_forge_bwd(P, c, "flash16_backward_wgmma (the variants' baseline)", &wh);
+    const int have_w = fz_bwd_ref(P, c, 0, "flash16_backward_wgmma (the variants' baseline)", &wh);
     forge_status st;
     double *wd[3] = {NULL, NULL, NULL};
     const size_t n[3] = {c->no, c->nkv, c->nkv};
@@ -578,11 +564,11 @@ int lab_test_flash16(int argc, char **argv) {
 }
 
 /* The backward variants of lab_flash16_backward_dkdv at c's shape, on the out and lse already in c: NAME.{dq,dk,dv}
- * against float64 and NAME.bits (bit for bit the three-kernel backward's, fz_three_bwd: every variant computes the
+ * against float64 and NAME.bits (bit for bit the three-kernel backward's, fz_bwd_ref: every variant computes the
  * same products of the same tiles in the same order with the same fp32 arithmetic per element). */
 static void check_dkdv_variants(parity *P, fa_case *c) {
     fz_host wh;
-    const int have_w = fz_three_bwd(P, c, "flash16_backward_three (the variants' bits)", &wh);
+    const int have_w = fz_bwd_ref(P, c, 1, "flash16_backward_three (the variants' bits)", &wh);
     forge_status st;
     static const int var_id[3] = {LAB_FLASH16_DKDV_SPLIT, LAB_FLASH16_DKDV_PIPE, LAB_FLASH16_DKDV_RSA};
     static const char *const var_name[3] = {"flash16_backward_wgmma_split", "flash16_backward_wgmma_dkp",
