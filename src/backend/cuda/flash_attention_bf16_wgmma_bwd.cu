@@ -9,7 +9,7 @@
  * D = 128 the row statistics and one fused kernel over key blocks that runs
  * the dK/dV kernel's tile and adds each block's dQ share in a fixed order
  * (flash_attention_bf16_wgmma_bwd_fused.cu, whose header explains it): 5
- * matmul passes instead of 7, measured 1.15x the three kernels there, while at
+ * matmul passes instead of 7, measured 1.10-1.13x the three kernels there, while at
  * D = 64 the fused kernels measured slower (lab/notes/flash.md).
  *
  * Design (the decisions a reader would otherwise get wrong; the wgmma
