@@ -106,6 +106,12 @@ __device__ __forceinline__ void ff_turn_wait(const uint32_t *p, uint32_t turn) {
     }
 }
 
+/* The last key query tile qt's rows see: its last row (min(64 qt + 63, Tq - 1)) plus the bottom-right diagonal
+ * Tk - Tq; negative when no row of the tile sees a key (Tq > Tk). */
+__host__ __device__ __forceinline__ int ff_tile_last(const forge_flash_shape &s, int qt) {
+    return min(FB_BS * qt + FB_BS - 1, s.Tq - 1) + (s.Tk - s.Tq);
+}
+
 /* The dQ writer of consumer c's column half (warpgroup 0, thread 32 + 32c): per iteration of the block, the
  * staged tile into dq in the tile's turn for that half (see the header). The turn is waited first: it is usually
  * there before the tile is staged. */
@@ -115,7 +121,7 @@ __device__ __forceinline__ void ff_dq_write(const fb_kv_block &kb, const forge_f
     const int ntq = (s.Tq + FB_BS - 1) / FB_BS, nkb = (s.Tk + FB_BR - 1) / FB_BR, kbi = kb.k0 / FB_BR;
     for (int it = 0; it < kb.total; it++) {
         const int h = kb.hk * kb.G + it / kb.nq, qt = kb.t_first + it % kb.nq, qt0 = qt * FB_BS;
-        const int last = min(qt0 + FB_BS - 1, s.Tq - 1) + kb.diag; /* >= kb.k0: the block sees this tile */
+        const int last = ff_tile_last(s, qt); /* >= kb.k0: the block sees this tile */
         const uint32_t turn = (uint32_t)(min(nkb - 1, last / FB_BR) - kbi);
         uint32_t *ctr = turns + (((size_t)kb.b * s.H + h) * ntq + qt) * 2 + c;
         ff_turn_wait(ctr, turn);
@@ -266,10 +272,10 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_store<FF_D>(grads, adk, adv, s, kb.b, kb.hk, ff_key_lo(wk0), tq, scale);
 }
 
-/* Query tiles (64 rows) whose last row sees no key (Tq > Tk): the first ff_tiles_unseen(s) tiles. */
+/* Whether any row of query tile qt sees a key: the tiles that do not (Tq > Tk) are the first ones, and no key block
+ * adds to them. */
 __host__ __device__ __forceinline__ int ff_tile_seen(const forge_flash_shape &s, int qt) {
-    const int last = (FB_BS * qt + FB_BS - 1 < s.Tq ? FB_BS * qt + FB_BS - 1 : s.Tq - 1) + (s.Tk - s.Tq);
-    return last >= 0;
+    return ff_tile_last(s, qt) >= 0;
 }
 
 /* bf16 gradients: dq at g.dq (bf16 rows at g.dq_stride) from the fp32 accumulator dq32 (B, Tq, H, 128), a pair of
