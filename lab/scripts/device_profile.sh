@@ -65,9 +65,16 @@ PROFILES=(
 "$NCU" --query-metrics --chip gh100 >"$OUT/ncu_query_metrics.log" 2>&1
 TENSOR_METRICS=$(awk '{print $1}' "$OUT/ncu_query_metrics.log" |
     grep -E '^sm__pipe_tensor_op_(gmma|hmma)_cycles_active$' | sed 's/$/.avg.pct_of_peak_sustained_active/' | paste -sd, -)
+# FORGE_PROFILE_METRICS: more metrics (comma-separated), e.g. the MUFU / FMA / ALU pipes' shares
+# (each kept only where this ncu knows its base name)
+KNOWN_EXTRA=""
+for m in ${FORGE_PROFILE_METRICS//,/ }; do
+    awk '{print $1}' "$OUT/ncu_query_metrics.log" | grep -qx "${m%%.*}" && KNOWN_EXTRA="$KNOWN_EXTRA,$m"
+done
+ALL_METRICS=$(echo "$TENSOR_METRICS$KNOWN_EXTRA" | sed 's/^,*//; s/,*$//')
 EXTRA=()
-[ -n "$TENSOR_METRICS" ] && EXTRA=(--metrics "$TENSOR_METRICS")
-echo "tensor metrics: ${TENSOR_METRICS:-none found}"
+[ -n "$ALL_METRICS" ] && EXTRA=(--metrics "$ALL_METRICS")
+echo "metrics: ${ALL_METRICS:-none found}"
 LIST=${FORGE_PROFILE_LIST:-}
 fails=0
 for p in "${PROFILES[@]}"; do
@@ -94,15 +101,16 @@ for f in "$OUT"/ncu_*.txt; do
     awk -v file="$(basename "$f" .txt)" '
         function flush() {
             if (kname != "")
-                printf "%-18s %-30s dur %-12s SM %5s%%  mem %5s%%  tensor %-12s cyc/issue %s\n", file, kname, dur, sm,
-                    mem, tp, cpi
-            dur = sm = mem = cpi = tp = ""
+                printf "%-18s %-30s dur %-12s SM %5s%%  mem %5s%%  tensor %-12s cyc/issue %s%s\n", file, kname, dur, sm,
+                    mem, tp, cpi, ex
+            dur = sm = mem = cpi = tp = ex = ""
         }
         /^  [A-Za-z_].*\(.*\)x\(.*\)/ { flush(); kname = $1; sub(/[(<].*/, "", kname) }
         /^    Duration/ { dur = $NF " " $(NF-1) }
         /^    Compute \(SM\) Throughput/ { sm = $NF }
         /^    Memory Throughput/ { mem = $NF }
         /sm__pipe_tensor_op_(gmma|hmma)_cycles_active/ { tp = tp $NF "% " }
+        /sm__inst_executed_pipe_|smsp__issue_active|sm__pipe_fma_cycles/ { ex = ex " " $1 "=" $NF }
         /^    Warp Cycles Per Issued Instruction/ { cpi = $NF }
         END { flush() }' "$f"
 done

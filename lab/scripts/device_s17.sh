@@ -20,6 +20,7 @@
 #             FORGE_S17_CASES (the first round with --breakdown: both step's ops in one call)
 #   labtest   forge-lab test S for each suite S of FORGE_S17_LABTEST (space-separated)
 #   labbench  forge-lab bench ARGS for each entry of FORGE_S17_LABBENCH (entries separated by ';')
+#   labbase   the same entries with the base binary's forge-lab (.carry/bin-base/forge-lab), then this tree's
 #   replay    forge bench train on FORGE_S17_CASES, 30 replayed steps, nothing else (a window for FORGE_S17_SMI)
 #   ncu       one gpt2-124m step kernel by kernel (lab/scripts/device_ncu_step.sh; NCU_STEP_* as there)
 # With FORGE_S17_SMI=1 nvidia-smi samples the SM clock, power and the clock-event reasons every 100 ms for the whole
@@ -33,9 +34,11 @@ L=build/cuda/forge-lab
 F=build/cuda/forge
 DATA=.carry/data/ts8192
 STEPS=${FORGE_S17_STEPS:-200}
-if [ -e .carry/bin-base/forge.gz ]; then
-    mkdir -p build/base && gunzip -c .carry/bin-base/forge.gz >build/base/forge && chmod +x build/base/forge
-fi
+for b in forge forge-lab; do
+    if [ -e .carry/bin-base/$b.gz ]; then
+        mkdir -p build/base && gunzip -c .carry/bin-base/$b.gz >build/base/$b && chmod +x build/base/$b
+    fi
+done
 names=() results=() secs=() t_start=() t_end=()
 if [ "${FORGE_S17_SMI:-0}" = 1 ]; then
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -158,6 +161,15 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
             for b in "${benches[@]}"; do
                 # shellcheck disable=SC2086
                 set -- $b
+                check "bench-$1" "${FORGE_S17_T_LABBENCH:-150}" "$L" bench "$@"
+            done
+            ;;
+        labbase)
+            IFS=';' read -r -a benches <<<"${FORGE_S17_LABBENCH:?}"
+            for b in "${benches[@]}"; do
+                # shellcheck disable=SC2086
+                set -- $b
+                check "bench-base-$1" "${FORGE_S17_T_LABBENCH:-150}" build/base/forge-lab bench "$@"
                 check "bench-$1" "${FORGE_S17_T_LABBENCH:-150}" "$L" bench "$@"
             done
             ;;
