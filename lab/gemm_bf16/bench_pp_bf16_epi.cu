@@ -159,11 +159,14 @@ static int ppb_shape_run(const ppb_shape &s, int reps, int *pass_out) {
 
 extern "C" int lab_bench_pp_bf16_epi(int argc, char **argv) {
     int reps = 30;
+    const char *only = NULL; /* --only SUBSTRING: the timed shapes whose name holds it, no check-only shapes (ncu) */
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
         } else {
-            fprintf(stderr, "usage: forge-lab bench pp-bf16-epi [--reps N]\n");
+            fprintf(stderr, "usage: forge-lab bench pp-bf16-epi [--reps N] [--only SUBSTRING]\n");
             return 2;
         }
     }
@@ -185,6 +188,7 @@ extern "C" int lab_bench_pp_bf16_epi(int argc, char **argv) {
     printf("forge-lab bench pp-bf16-epi: bf16 C, cooperative (TMA store) vs ping-pong (the default entry)\n");
     printf("check only, bits vs the cooperative kernel:\n");
     for (const ppb_shape &s : checks) {
+        if (only) break;
         if (ppb_shape_run(s, 0, &pass)) return 1;
         rc |= !pass;
     }
@@ -192,6 +196,7 @@ extern "C" int lab_bench_pp_bf16_epi(int argc, char **argv) {
     printf("  %-22s %-22s %-14s %9s %7s %9s %7s %24s %s\n", "shape", "M x N x K", "epilogue", "coop us", "TFLOP/s",
            "pp us", "TFLOP/s", "coop/pp [95% CI]", "bits");
     for (const ppb_shape &s : shapes) {
+        if (only && !strstr(s.name, only)) continue;
         if (ppb_shape_run(s, reps, &pass)) return 1;
         rc |= !pass;
     }

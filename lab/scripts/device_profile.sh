@@ -69,7 +69,7 @@ TENSOR_METRICS=$(awk '{print $1}' "$OUT/ncu_query_metrics.log" |
 # (each kept only where this ncu knows its base name)
 KNOWN_EXTRA=""
 for m in ${FORGE_PROFILE_METRICS//,/ }; do
-    awk '{print $1}' "$OUT/ncu_query_metrics.log" | grep -qx "${m%%.*}" && KNOWN_EXTRA="$KNOWN_EXTRA,$m"
+    grep -qE "^${m%%.*}[[:space:]]" "$OUT/ncu_query_metrics.log" && KNOWN_EXTRA="$KNOWN_EXTRA,$m"
 done
 ALL_METRICS=$(echo "$TENSOR_METRICS$KNOWN_EXTRA" | sed 's/^,*//; s/,*$//')
 EXTRA=()
