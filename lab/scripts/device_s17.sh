@@ -23,9 +23,9 @@
 #   labbase   the same entries with the base binary's forge-lab (.carry/bin-base/forge-lab), then this tree's
 #   replay    forge bench train on FORGE_S17_CASES, 30 replayed steps, nothing else (a window for FORGE_S17_SMI)
 #   ncu       one gpt2-124m step kernel by kernel (lab/scripts/device_ncu_step.sh; NCU_STEP_* as there)
-#   ncul      Nsight Compute over `forge-lab bench FORGE_S17_NCU_ARGS`, kernels matching FORGE_S17_NCU_K (first
-#             FORGE_S17_NCU_COUNT, default 2): speed of light, pipes (tensor, FMA, ALU, MUFU), issue and the
-#             per-issue stall reasons ($OUT/s17-ncul.log)
+#   ncul      Nsight Compute over `forge-lab bench ARGS` for each ';'-separated entry of FORGE_S17_NCU_ARGS, kernels
+#             matching the same entry of FORGE_S17_NCU_K (first FORGE_S17_NCU_COUNT, default 2): speed of light,
+#             pipes (tensor, FMA, ALU, MUFU), issue and the per-issue stall reasons ($OUT/s17-ncul<i>.log)
 # With FORGE_S17_SMI=1 nvidia-smi samples the SM clock, power and the clock-event reasons every 100 ms for the whole
 # stage ($OUT/s17-smi.csv); each check's window is summarised at the end (median / min SM clock, median power).
 set -u -o pipefail
@@ -187,22 +187,26 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
                 mio_throttle no_instruction short_scoreboard wait selected sleeping lg_throttle tex_throttle; do
                 m="$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
             done
-            # shellcheck disable=SC2086
-            check ncul 200 "$(command -v ncu || echo "$CUDA_HOME/bin/ncu")" --clock-control none --section SpeedOfLight \
-                --metrics "$m" -k "regex:${FORGE_S17_NCU_K:?}" --launch-count "${FORGE_S17_NCU_COUNT:-2}" \
-                "$L" bench ${FORGE_S17_NCU_ARGS:?}
+            IFS=';' read -r -a nargs <<<"${FORGE_S17_NCU_ARGS:?}"
+            IFS=';' read -r -a nks <<<"${FORGE_S17_NCU_K:?}"
+            for i in "${!nargs[@]}"; do
+                # shellcheck disable=SC2086
+                check "ncul$i" 200 "$(command -v ncu || echo "$CUDA_HOME/bin/ncu")" --clock-control none \
+                    --section SpeedOfLight --metrics "$m" -k "regex:${nks[$i]}" \
+                    --launch-count "${FORGE_S17_NCU_COUNT:-2}" "$L" bench ${nargs[$i]}
+            done
             ;;
         paired) check paired 200 build/base/forge bench train --device cuda --precision bf16 \
             --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" --steps "${FORGE_S17_PAIRED_STEPS:-16}" \
             --baseline "python3 tools/torch_train_bench.py" --results /tmp/s17-paired ;;
     esac
 done
-for f in "$OUT"/s17-bench-*.log "$OUT"/s17-replay.log "$OUT"/s17-ncu.log "$OUT"/s17-ncul.log "$OUT"/s17-dwplan.log "$OUT"/s17-bench.log "$OUT"/s17-pdl.log "$OUT"/s17-ab.log "$OUT"/s17-paired.log; do
+for f in "$OUT"/s17-bench-*.log "$OUT"/s17-replay.log "$OUT"/s17-ncu.log "$OUT"/s17-ncul*.log "$OUT"/s17-dwplan.log "$OUT"/s17-bench.log "$OUT"/s17-pdl.log "$OUT"/s17-ab.log "$OUT"/s17-paired.log; do
     [ -e "$f" ] || continue
     echo "---- $(basename "$f")"
     case $f in
         *-ncu.log) head -n 30 "$f" | cut -c1-120 ;;
-        *-ncul.log) grep -E "^  [a-z_].*\(|Duration|pct_of_peak|per_cycle|stalled" "$f" | awk '$NF != "0" && $NF != "0.00"' |
+        *-ncul*.log) grep -E "^  [a-z_].*\(|Duration|pct_of_peak|per_cycle|stalled" "$f" | awk '$NF != "0" && $NF != "0.00"' |
             sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-110 ;;
         *-bench-*.log) grep -E "ratio|speed|x \[|us|FAIL" "$f" | tail -n 30 ;;
         *) grep -E "tok/s|^== round|paired" "$f" | tail -n 40 ;;
