@@ -20,7 +20,8 @@ static const lab_command COMMANDS[] = {
     {"bench attention-variants", "bf16 flash kernels and variants vs unfused fp32 [--quick] [--reps N]",
      lab_bench_attention_variants},
     {"bench flash16-bwd-fused",
-     "the three-kernel flash backward vs the fused one and fused2 at (16, 12|8, 1024, 64), and at D = 128 vs forge's fused backward [--reps N]",
+     "the three-kernel flash backward vs the fused one and fused2 at (16, 12|8, 1024, 64), at D = 128 vs forge's fused "
+     "backward, at D = 64 vs its D = 64 instance at (16,12,1024,64), (64,6,512,64), (64,8,1024,64) [--reps N]",
      lab_bench_flash16_bwd_fused},
     {"bench flash16-fwd-1cta",
      "forge's flash forward (two CTAs per SM) vs the one-CTA one at (16,12,1024,64), (64,6,512,64), (64,8,1024,64) "

@@ -12,7 +12,9 @@
  * / max |forge| per gradient for each fused variant as a sanity check (the
  * parity test is `forge-lab test flash16`). Then at issue 18's D = 128 shapes (16, 16, 2048, 128) and
  * (8, 16, 4096, 128): the three-kernel backward (lab_flash16_backward_three) and forge's fused one interleaved
- * the same way. Measurements: lab/notes/flash.md.
+ * the same way; and at the D = 64 shapes of the other flash16 benches, (16, 12, 1024, 64), (64, 6, 512, 64),
+ * (64, 8, 1024, 64): forge's three-kernel backward and the fused kernel's D = 64 instance
+ * (lab_flash16_backward_fused64_ws, flash16_bwd_fused64.cu). Measurements: lab/notes/flash.md.
  */
 #include <math.h>
 #include <stdint.h>
@@ -119,12 +121,14 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     return 0;
 }
 
-/* D = 128: the three-kernel backward (lab_flash16_backward_three) and forge's, the fused one
- * (forge_flash_bf16_backward_wgmma), interleaved call by call */
-static int fzb_shape128(int B, int H, int T, int reps) {
-    enum { NV = 2 }; /* three-kernel, forge's fused */
-    static const char *const name[NV] = {"three-kernel", "forge (fused)"};
-    const int D = 128;
+/* The three-kernel backward against the fused one at (B, H, T, D), interleaved call by call: at D = 128
+ * lab_flash16_backward_three against forge's (forge_flash_bf16_backward_wgmma, the fused kernel), at D = 64 forge's
+ * (the three kernels) against the fused kernel's D = 64 instance (lab_flash16_backward_fused64_ws, launch order by
+ * rule, its workspace allocated here). */
+static int fzb_pair(int B, int H, int T, int D, int reps) {
+    enum { NV = 2 }; /* three-kernel, fused */
+    const char *const name[NV] = {D == 128 ? "three-kernel" : "three-kernel (forge)",
+                                  D == 128 ? "forge (fused)" : "fused64 (lab)"};
     fzb_in in;
     if (fzb_inputs(&in, B, H, T, D)) return 1;
     void *q = in.q, *k = in.k, *v = in.v, *dO = in.dO, *out = in.out;
@@ -133,15 +137,27 @@ static int fzb_shape128(int B, int H, int T, int reps) {
     const forge_flash_shape fs = in.fs;
     for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
+    const size_t wsb = D == 64 ? lab_flash16_backward_fused64_ws_bytes(&fs) : 0;
+    void *ws = NULL;
+    if (wsb) FZB_TRY(cudaMalloc(&ws, wsb));
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
     std::vector<float> t[NV];
     cudaEvent_t ev[NV + 1];
     for (int i = 0; i <= NV; i++) FZB_TRY(cudaEventCreate(&ev[i]));
     for (int r = -3; r < reps; r++) {
         FZB_TRY(cudaEventRecord(ev[0], NULL));
-        FZB_FORGE(lab_flash16_backward_three(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
+        if (D == 128)
+            FZB_FORGE(lab_flash16_backward_three(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
+        else
+            FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2],
+                                                      NULL));
         FZB_TRY(cudaEventRecord(ev[1], NULL));
-        FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], NULL));
+        if (D == 128)
+            FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2],
+                                                      NULL));
+        else
+            FZB_FORGE(lab_flash16_backward_fused64_ws(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2],
+                                                      LAB_FLASH16_FUSED64_RULE, ws, wsb, NULL));
         FZB_TRY(cudaEventRecord(ev[2], NULL));
         FZB_TRY(cudaEventSynchronize(ev[NV]));
         if (r < 0) continue;
@@ -153,8 +169,8 @@ static int fzb_shape128(int B, int H, int T, int reps) {
     }
     for (int i = 0; i <= NV; i++) cudaEventDestroy(ev[i]);
     const double us0 = 1e3 * lab_bench_median(t[0]);
-    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: three-kernel bwd %.1f us (%.1f TFLOP/s)\n", B, H, T,
-           D, reps, us0, flops / us0 * 1e-6);
+    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: %s bwd %.1f us (%.1f TFLOP/s)\n", B, H, T, D, reps,
+           name[0], us0, flops / us0 * 1e-6);
     for (int w = 1; w < NV; w++) {
         const double us = 1e3 * lab_bench_median(t[w]);
         printf("  %s bwd %.1f us (%.1f TFLOP/s), speed-up over three-kernel %.3fx; max|x-three|/max|three| dq %.2e dk "
@@ -162,6 +178,7 @@ static int fzb_shape128(int B, int H, int T, int reps) {
                name[w], us, flops / us * 1e-6, us0 / us, lab_bench_rel(g[w][0], g[0][0], nt),
                lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
     }
+    if (ws) cudaFree(ws);
     fzb_inputs_free(&in);
     for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) cudaFree(g[w][i]);
@@ -182,8 +199,9 @@ extern "C" int lab_bench_flash16_bwd_fused(int argc, char **argv) {
     static const int shapes[][4] = {{16, 12, 1024, 64}, {16, 8, 1024, 64}};
     for (const auto &s : shapes)
         if (fzb_shape(s[0], s[1], s[2], s[3], reps)) return 1;
-    static const int shapes128[][3] = {{16, 16, 2048}, {8, 16, 4096}};
-    for (const auto &s : shapes128)
-        if (fzb_shape128(s[0], s[1], s[2], reps)) return 1;
+    static const int pairs[][4] = {{16, 16, 2048, 128}, {8, 16, 4096, 128},
+                                   {16, 12, 1024, 64},  {64, 6, 512, 64},   {64, 8, 1024, 64}};
+    for (const auto &s : pairs)
+        if (fzb_pair(s[0], s[1], s[2], s[3], reps)) return 1;
     return 0;
 }

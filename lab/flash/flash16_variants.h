@@ -112,6 +112,27 @@ forge_status lab_flash16_backward_three(const forge_flash_shape *s, const void *
                                         const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                         float *dq, float *dk, float *dv, void *stream);
 
+/* The fused backward at D = 64 (lab/flash/flash16_bwd_fused64.cu: ff_bwd_kernel<64>, the D = 64 instance of the
+ * kernel forge runs at D = 128), against the three kernels forge runs at D = 64. order: the key blocks' launch
+ * order, RULE (what forge's D = 128 backward does: ascending when they fit on the SMs at once, else descending),
+ * ASC or DESC: the same bits every way; another value is FORGE_ERR_ARG. D != 64 is FORGE_ERR_UNSUPPORTED;
+ * otherwise the refusals and results contract of forge_flash_bf16_backward_wgmma (delta: FORGE_FLASH_BF16_BWD_SCRATCH
+ * floats; dq, dk, dv fp32, overwritten; dk and dv bitwise forge's, dq up to fp32 summation order), deterministic.
+ * lab_flash16_backward_fused64_ws: ws holds the dQ hand-off's turn counters, at least
+ * lab_flash16_backward_fused64_ws_bytes(s) bytes, 4-byte aligned (FORGE_ERR_ARG otherwise; zeroed by every call).
+ * lab_flash16_backward_fused64: the same with a grow-only workspace the file keeps (not thread-safe). */
+#define LAB_FLASH16_FUSED64_RULE 0
+#define LAB_FLASH16_FUSED64_ASC 1
+#define LAB_FLASH16_FUSED64_DESC 2
+size_t lab_flash16_backward_fused64_ws_bytes(const forge_flash_shape *s);
+forge_status lab_flash16_backward_fused64_ws(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                             const void *out_bf16, const void *dout_bf16, const float *lse,
+                                             float *delta, float *dq, float *dk, float *dv, int order, void *ws,
+                                             size_t ws_bytes, void *stream);
+forge_status lab_flash16_backward_fused64(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                          const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
+                                          float *dq, float *dk, float *dv, int order, void *stream);
+
 /* The wgmma backward at D = 64 with its dQ and / or dK/dV kernel run TWO CTAs per SM (lab/flash/flash16_bwd_2cta.cu,
  * whose header explains them; no setmaxnreg, four consumer warpgroups per SM). kernels, a bit set:
  * LAB_FLASH16_BWD2_DQ64 (fb2_dq_kernel<64>: 256 threads, 64-key tiles, no producer warp) or LAB_FLASH16_BWD2_DQ32

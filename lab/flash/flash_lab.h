@@ -11,8 +11,9 @@ int lab_test_flash16(int argc, char **argv);
 int lab_bench_attention_variants(int argc, char **argv);
 
 /* `forge-lab bench flash16-bwd-fused [--reps N]`: forge's wgmma backward next to the fused one at
- * (16, 12 | 8, 1024, 64) causal, and at D = 128 the three-kernel backward next to forge's fused one at
- * (16, 16, 2048, 128) and (8, 16, 4096, 128)
+ * (16, 12 | 8, 1024, 64) causal, at D = 128 the three-kernel backward next to forge's fused one at
+ * (16, 16, 2048, 128) and (8, 16, 4096, 128), and at D = 64 forge's three-kernel backward next to the fused
+ * kernel's D = 64 instance at (16, 12, 1024, 64), (64, 6, 512, 64), (64, 8, 1024, 64)
  * (lab/flash/bench_flash16_bwd_fused.cu) */
 #ifdef __cplusplus
 extern "C"

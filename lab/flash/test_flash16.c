@@ -47,9 +47,16 @@
  *   backward (forge's dQ and dK/dV kernels, lab_flash16_backward_three), the fused
  *   one's reference, at D = 128: against float64, .{dk,dv}[wgmma bits] bitwise,
  *   .dq[wgmma] within tolerance of forge's fused dq.
+ * - flash16_backward_fused64_{asc,desc}.*: the fused backward's D = 64 instance
+ *   (lab_flash16_backward_fused64, ff_bwd_kernel<64>) with the key blocks' launch
+ *   order forced, on every D = 64 shape above: against float64,
+ *   .{dk,dv}[wgmma bits] bitwise forge's three-kernel backward (the same dK/dV
+ *   tile, fb_dkdv_kernel<64, 1>'s), .dq[wgmma] within tolerance, .determinism; at
+ *   D = 128 flash16_backward_fused64.refuse.
  * And a pingpong call with a head dim that has no tile must be refused, and
  * both fused backwards at D = 128, and the two-CTA backward asked for both dQ
- * kernels, and the three-consumer backward an unknown kernel bit (FORGE_ERR_ARG).
+ * kernels, the three-consumer backward an unknown kernel bit and the fused D = 64
+ * backward an unknown order or a short workspace (FORGE_ERR_ARG).
  * --quick drops the shapes with Tq > 300. Ends with "N passed, N failed";
  * exit status 1 on any failure.
  */
@@ -201,8 +208,8 @@ static forge_status fz_run(parity *P, fa_case *c, int v2, int splits, fa_bwd_out
     return st;
 }
 
-/* The lab's backward variants (BWD_VARIANT: at D = 64 the two-CTA backward with each dQ kernel and the
- * three-consumer backward, at D = 128 forge's fused backward with its launch order forced and the three-kernel
+/* The lab's backward variants (BWD_VARIANT: at D = 64 the two-CTA backward with each dQ kernel, the
+ * three-consumer backward and the fused backward's D = 64 instance with its launch order forced, at D = 128 forge's fused backward with its launch order forced and the three-kernel
  * reference) at c's shape, on the out and lse already in c (the
  * mma.sync forward's): where D is the variant's, NAME.{dq,dk,dv} against float64, against
  * forge_flash_bf16_backward_wgmma (NAME.{dq,dk,dv}[wgmma]: 3e-2 * max|that tensor|, as the fused cases; or
@@ -219,6 +226,12 @@ static forge_status run_fused128(const forge_flash_shape *s, const void *q, cons
                                  const void *out, const void *dout, const float *lse, float *delta, float *dq,
                                  float *dk, float *dv, int kernels, void *stream) {
     return lab_flash16_backward_fused128_order(s, q, k, v, out, dout, lse, delta, dq, dk, dv, kernels, stream);
+}
+/* lab_flash16_backward_fused64 in the table's signature (kernels: the order) */
+static forge_status run_fused64(const forge_flash_shape *s, const void *q, const void *k, const void *v,
+                                const void *out, const void *dout, const float *lse, float *delta, float *dq,
+                                float *dk, float *dv, int kernels, void *stream) {
+    return lab_flash16_backward_fused64(s, q, k, v, out, dout, lse, delta, dq, dk, dv, kernels, stream);
 }
 static forge_status run_three(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                               const void *out, const void *dout, const float *lse, float *delta, float *dq, float *dk,
@@ -242,6 +255,8 @@ static const struct {
      LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV, 7},
     {"flash16_backward_3wg_bulk", "flash16_backward_3wg", lab_flash16_backward_3wg, 64,
      LAB_FLASH16_BWD3_DQ | LAB_FLASH16_BWD3_DKDV | LAB_FLASH16_BWD3_BULK, 7},
+    {"flash16_backward_fused64_asc", "flash16_backward_fused64", run_fused64, 64, LAB_FLASH16_FUSED64_ASC, 6},
+    {"flash16_backward_fused64_desc", "flash16_backward_fused64", run_fused64, 64, LAB_FLASH16_FUSED64_DESC, 6},
     {"flash16_backward_fused128_asc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_ASC, 7},
     {"flash16_backward_fused128_desc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_DESC, 7},
     {"flash16_backward_three", "flash16_backward_three", run_three, 128, 0, 6},
@@ -556,6 +571,19 @@ int lab_test_flash16(int argc, char **argv) {
                                                          (float *)dummy, (float *)dummy, (float *)dummy,
                                                          (float *)dummy, 0x100, NULL);
         report(&P, rs == FORGE_ERR_ARG, "flash16_backward_3wg.refuse_args", "0x100", 0, 0,
+               rs == FORGE_ERR_ARG ? NULL : "(expected FORGE_ERR_ARG)");
+    }
+    {
+        forge_flash_shape f64 = {1, 16, 16, 2, 2, 64, 2 * 64, 2 * 64, 2 * 64, 2 * 64};
+        forge_status rs = lab_flash16_backward_fused64(&f64, dummy, dummy, dummy, dummy, dummy, (float *)dummy,
+                                                       (float *)dummy, (float *)dummy, (float *)dummy, (float *)dummy,
+                                                       3, NULL);
+        report(&P, rs == FORGE_ERR_ARG, "flash16_backward_fused64.refuse_args", "order 3", 0, 0,
+               rs == FORGE_ERR_ARG ? NULL : "(expected FORGE_ERR_ARG)");
+        rs = lab_flash16_backward_fused64_ws(&f64, dummy, dummy, dummy, dummy, dummy, (float *)dummy, (float *)dummy,
+                                             (float *)dummy, (float *)dummy, (float *)dummy, LAB_FLASH16_FUSED64_ASC,
+                                             dummy, lab_flash16_backward_fused64_ws_bytes(&f64) - 4, NULL);
+        report(&P, rs == FORGE_ERR_ARG, "flash16_backward_fused64.refuse_args", "workspace 4 bytes short", 0, 0,
                rs == FORGE_ERR_ARG ? NULL : "(expected FORGE_ERR_ARG)");
     }
     forge_backend_destroy(P.gpu);
