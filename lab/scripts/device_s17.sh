@@ -19,6 +19,7 @@
 #   ab        forge bench train with the base binary and this tree's, FORGE_S17_ROUNDS alternating rounds on
 #             FORGE_S17_CASES (the first round with --breakdown: both step's ops in one call)
 #   labtest   forge-lab test S for each suite S of FORGE_S17_LABTEST (space-separated)
+#   labquick  forge-lab test S --quick for each suite S of FORGE_S17_LABTEST
 #   labbench  forge-lab bench ARGS for each entry of FORGE_S17_LABBENCH (entries separated by ';')
 #   labbase   the same entries with the base binary's forge-lab (.carry/bin-base/forge-lab), then this tree's
 #   replay    forge bench train on FORGE_S17_CASES, 30 replayed steps, nothing else (a window for FORGE_S17_SMI)
@@ -159,6 +160,7 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
         pdl) check pdl 300 bash -c pdl_ab ;;
         ab) check ab "${FORGE_S17_T_AB:-300}" bash -c base_ab ;;
         labtest) for suite in ${FORGE_S17_LABTEST:?}; do check "lab-$suite" 150 "$L" test "$suite"; done ;;
+        labquick) for suite in ${FORGE_S17_LABTEST:?}; do check "labq-$suite" 150 "$L" test "$suite" --quick; done ;;
         labbench)
             IFS=';' read -r -a benches <<<"${FORGE_S17_LABBENCH:?}"
             for b in "${benches[@]}"; do
