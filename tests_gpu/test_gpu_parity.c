@@ -434,6 +434,7 @@ int main(int argc, char **argv) {
     if (P.op_filter) {
         op_walker_walk(&P, 0);
         if (strstr(P.op_filter, "classifier_bf16") != NULL) case_classifier_bf16_bad_ids(&P);
+        if (strstr(P.op_filter, "residual_") != NULL) case_bf16_in_place(&P);
     }
     if (all || (only && strcmp(only, "ops") == 0)) {
         op_walker_walk(&P, 0);
