@@ -1,15 +1,15 @@
 /*
  * flash_attention_bf16_wgmma_bwd_fused.cuh: the fused Hopper (sm_90a) flash backward as a template over the head
- * dim: ff_bwd_kernel<D> and its launch step ff_launch<D>. forge runs D = 128 (fb_launch_fused,
- * flash_attention_bf16_wgmma_bwd_fused.cu, whose header explains the design); the lab runs D = 64
- * (lab/flash/flash16_bwd_fused64.cu) against the three kernels forge runs there. Both instances have the same CTA,
+ * dim: ff_bwd_kernel<D> and its launch step ff_launch<D>. forge runs both instances (fb_launch_fused,
+ * flash_attention_bf16_wgmma_bwd_fused.cu, whose header explains the design; the lab's entries with a forced launch
+ * order are lab/flash/flash16_bwd_fused64.cu and flash16_bwd_fused128.cu). Both instances have the same CTA,
  * barriers, ring, dS^T double buffer, staging tiles, dQ writers and turn counters; what D changes:
  * - D = 128: the consumers' S^T / dP^T read K and V from shared memory (fb_dkdv_kernel<128, 0>'s tile), and
  *   consumer c computes dQ[:, 64c .. 64c + 63] of the tile's 64 queries = dS . K[:, 64c ..] (m64n64k16, A = dS
  *   read MN-major from the 128B-swizzled dS^T buffer, B = the resident K box c): 32 fp32 registers, a 64-query x
  *   64-column staging tile (16 KiB) that writer c adds as two 32-column boxes. 3 ring stages.
  * - D = 64: the consumers hold their 64 rows of K and V as register A fragments (fb_dkdv_kernel<64, 1>'s tile,
- *   so dk and dv are bitwise forge's three-kernel backward's) and all 128 keys of K^T as register A fragments
+ *   so dk and dv are bitwise the three-kernel backward's) and all 128 keys of K^T as register A fragments
  *   (ff_load_kt, 32 registers, read once per CTA by ldmatrix.trans), and consumer c computes the transposed dQ of
  *   the tile's queries 32c .. 32c + 31: dQ^T (64 columns x 32 queries) = K^T . dS^T[:, 32c ..] (m64n32k16, B =
  *   half c of the dS^T buffer, stored in two 32-query halves with the 64-byte swizzle so that each half is a
@@ -139,7 +139,7 @@ __device__ __forceinline__ void ff_dq_write(const fb_kv_block &kb, const forge_f
     }
 }
 
-/* ---- the D = 64 instance's dQ pieces (the lab's: lab/flash/flash16_bwd_fused64.cu) --------------------------- */
+/* ---- the D = 64 instance's dQ pieces ---------------------------------------------------------------------------- */
 
 #define FF_REGS16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define FF_D16(C)                                                                                                   \
