@@ -14,8 +14,10 @@
  * of dinp are guards that must stay unchanged.
  *
  * Then gelu_backward_dbias_bf16 against the two passes it fuses (gelu_backward_bf16, then matmul_backward_weight_bf16's
- * bias gradient), dinp and dbias bitwise, at shapes with several row chunks, a partial column tile, OC % 8 != 0 (the
- * fallback) and gpt2-124m's fc layer (16384, 3072; skipped by --quick).
+ * bias gradient), dinp and dbias bitwise, and its dbias against a host model of the partition (row chunks, row
+ * lanes, lane and chunk order: g16_dbias_model) bitwise, at shapes with several row chunks, a partial column tile,
+ * OC % 8 != 0 (the fallback), OC = 8, row lanes with row counts that are not multiples of the kernels' row unrolls,
+ * and gpt2-124m's widths (N = 16384 x 768 and 3072, 9000 x 2304: skipped by --quick).
  *
  * Run by forge_gpu_tests (all suites, or --only gelu16).
  */
@@ -110,9 +112,43 @@ static void g16_case(parity *P, const char *what, const forge_bf16 *x, const for
     free(got);
 }
 
+/* The bias gradient's bits as the CUDA backend's partition gives them, from the stored dinp d (N, OC): R row chunks
+ * of rows_per_chunk = ceil(N / R) rows, R = ceil(N / 64) capped at 128 and at the workspace's (4 << 20) / OC
+ * (reduce.cu's cuda_colsum_chunks); in chunk r, row lane l (of 8) adds column c of the rows r rows_per_chunk + l,
+ * + 8, ... in order from 0; the chunk's partial adds the lanes in lane order from 0; the finish adds the partials in
+ * chunk order from 0 and adds that to the old dbias. out[c] = that (fp32 as the kernels add: no reassociation). */
+static void g16_dbias_model(float *out, const float *old, const forge_bf16 *d, int N, int OC) {
+    long long R = (N + 63) / 64;
+    if (R > 128) R = 128;
+    if (R > (long long)((4u << 20) / (unsigned)OC)) R = (long long)((4u << 20) / (unsigned)OC);
+    const int rpc = (int)((N + R - 1) / R);
+    float *tot = malloc((size_t)OC * sizeof *tot), *part = malloc((size_t)OC * sizeof *part),
+          *lane = malloc((size_t)OC * sizeof *lane);
+    if (!tot || !part || !lane) {
+        for (int c = 0; c < OC; c++) out[c] = NAN;
+    } else {
+        for (int c = 0; c < OC; c++) tot[c] = 0.0f;
+        for (long long r = 0; r < R; r++) {
+            const int n_begin = (int)r * rpc, n_end = n_begin + rpc < N ? n_begin + rpc : N;
+            for (int c = 0; c < OC; c++) part[c] = 0.0f;
+            for (int l = 0; l < 8; l++) {
+                for (int c = 0; c < OC; c++) lane[c] = 0.0f;
+                for (int n = n_begin + l; n < n_end; n += 8)
+                    for (int c = 0; c < OC; c++) lane[c] += forge_bf16_to_f32(d[(size_t)n * OC + c]);
+                for (int c = 0; c < OC; c++) part[c] += lane[c];
+            }
+            for (int c = 0; c < OC; c++) tot[c] += part[c];
+        }
+        for (int c = 0; c < OC; c++) out[c] = old[c] + tot[c];
+    }
+    free(tot);
+    free(part);
+    free(lane);
+}
+
 /* gelu_backward_dbias_bf16 against the two passes it fuses (gelu_backward_bf16, then matmul_backward_weight_bf16's
  * bias gradient with C = 0) on the CUDA backend: dinp and dbias bitwise equal (the same partition and order of the
- * partial sums), from the same old dbias. */
+ * partial sums), from the same old dbias; and the fused dbias bitwise equal to g16_dbias_model's from its dinp. */
 static void g16_dbias_case(parity *P, int N, int OC) {
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d OC=%d", N, OC);
@@ -163,6 +199,11 @@ static void g16_dbias_case(parity *P, int N, int OC) {
             char why[96];
             snprintf(why, sizeof why, "(%zu dinp and %zu dbias values differ)", wd, wb);
             report(P, wd == 0 && wb == 0, op, shape, (double)(wd + wb), 0, wd || wb ? why : NULL);
+            g16_dbias_model(b0, hb, h1, N, OC);
+            size_t wm = 0;
+            for (int o = 0; o < OC; o++) wm += memcmp(&b0[o], &b1[o], sizeof(float)) != 0;
+            snprintf(why, sizeof why, "(%zu dbias values differ from the partition's)", wm);
+            report(P, wm == 0, "gelu_backward_dbias_bf16[partition bits]", shape, (double)wm, 0, wm ? why : NULL);
         }
     }
     void *dev[] = {gx, gg, gd0, gd1, gb0, gb1};
@@ -179,9 +220,11 @@ static void g16_dbias_case(parity *P, int N, int OC) {
 
 void run_gelu16_cases(parity *P) {
     /* the fused bias gradient: several row chunks, column tiles with a remainder, OC % 8 != 0 (the two-pass
-     * fallback), gpt2-124m's fc layer */
-    static const int dbias_shapes[][2] = {{37, 40}, {1001, 264}, {9000, 136}, {4099, 3072}, {130, 131},
-                                          {16384, 3072}};
+     * fallback), one 8-column tile, row lanes whose row count is not a multiple of the kernels' row unrolls (2053:
+     * 7 or 8 rows a lane; 333: 7; 9000: 8 or 9), gpt2-124m's fc, qkv and projection widths */
+    static const int dbias_shapes[][2] = {{37, 40},    {1001, 264},  {9000, 136},   {4099, 3072},
+                                          {130, 131},  {2053, 8},    {333, 2304},   {9000, 2304},
+                                          {16384, 768}, {16384, 3072}};
     if (supported(P, "gelu_backward_dbias_bf16[vs two passes]", "", (const void *)P->cpu->gelu_backward_dbias_bf16,
                   (const void *)P->gpu->gelu_backward_dbias_bf16))
         for (size_t i = 0; i < sizeof dbias_shapes / sizeof dbias_shapes[0]; i++)

@@ -11,11 +11,19 @@ extern "C"
 #endif
 int lab_bench_gelu16_bwd(int argc, char **argv);
 
-/* `forge-lab bench gelu16-bwd-dbias [--reps N]`: gelu_backward_bf16 + the dbias pass vs gelu_backward_dbias_bf16,
- * interleaved, outputs compared bitwise (lab/elementwise/bench_gelu16_bwd.cu) */
+/* `forge-lab bench gelu16-bwd-dbias [--reps N]`: gelu_backward_dbias_bf16's previous kernel (v0) vs the op, the
+ * two passes it fuses and other row unrolls, interleaved, outputs compared bitwise
+ * (lab/elementwise/bench_gelu16_bwd.cu) */
 #ifdef __cplusplus
 extern "C"
 #endif
 int lab_bench_gelu16_bwd_dbias(int argc, char **argv);
+
+/* `forge-lab bench dbias16 [--reps N]`: matmul_backward_weight_bf16's bias gradient, the previous partial8 kernel
+ * (v0) vs the op, interleaved, partials and dbias compared bitwise (lab/elementwise/bench_gelu16_bwd.cu) */
+#ifdef __cplusplus
+extern "C"
+#endif
+int lab_bench_dbias16(int argc, char **argv);
 
 #endif

@@ -228,8 +228,9 @@ forge_status cuda_gelu_grad_table_init(cuda_ctx *ctx) {
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k1, gelu_backward_bf16_table_kernel<true>,
                                                            GELU_BWD_THREADS, 0));
     ctx->gelu_bwd_blocks_per_sm = k0 < k1 ? k0 : k1;
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctx->gelu_dbias_blocks_per_sm,
-                                                           gelu_backward_dbias_bf16_kernel, 32 * GELU_DBIAS_ROWS, 0));
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &ctx->gelu_dbias_blocks_per_sm, gelu_backward_dbias_bf16_kernel<GELU_DBIAS_UNROLL, GELU_DBIAS_MIN_BLOCKS>,
+        32 * GELU_DBIAS_ROWS, 0));
     return FORGE_OK;
 }
 
@@ -269,9 +270,9 @@ forge_status cuda_gelu_backward_dbias_bf16(forge_backend *be, forge_bf16 *dinp, 
     const int rows_per_chunk = (N + R - 1) / R, items = (OC + 255) / 256 * R;
     int grid = ctx->num_sms * (ctx->gelu_dbias_blocks_per_sm > 0 ? ctx->gelu_dbias_blocks_per_sm : 1);
     if (grid > items) grid = items;
-    CUDA_LAUNCH_TRY(forge_pdl_launch(gelu_backward_dbias_bf16_kernel, grid, dim3(32, GELU_DBIAS_ROWS), 0, ctx->stream,
-                                     ctx->pdl, dinp, ctx->ws, inp, dout, N, OC, R, rows_per_chunk,
-                                     ctx->gelu_grad_table),
+    CUDA_LAUNCH_TRY(forge_pdl_launch(gelu_backward_dbias_bf16_kernel<GELU_DBIAS_UNROLL, GELU_DBIAS_MIN_BLOCKS>, grid,
+                                     dim3(32, GELU_DBIAS_ROWS), 0, ctx->stream, ctx->pdl, dinp, ctx->ws, inp, dout,
+                                     N, OC, R, rows_per_chunk, ctx->gelu_grad_table),
                     "gelu_backward_dbias_bf16_kernel");
     return cuda_colsum_finish(ctx, dbias, ctx->ws, R, OC);
 }

@@ -134,10 +134,45 @@ __global__ void __launch_bounds__(GELU_BWD_THREADS)
  * (column tile of 256, row chunk r) is a (32, GELU_DBIAS_ROWS) block's, thread (x, y) sums columns [8x, 8x + 8) of
  * the tile over the rows r rows_per_chunk + y, + GELU_DBIAS_ROWS, ... in order, and the row lanes are combined in
  * lane order. The blocks loop over the work items (tile fastest), so each copies the table once.
+ * The loop body of a thread takes U of its rows (y, y + GELU_DBIAS_ROWS, ...): it reads all of them (2 x 16 bytes a
+ * row), then computes, stores and adds them one after another in row order: the same operations in the same order as
+ * one row at a time, with more of the thread's loads in flight (ptxas places the loads; the first row's index math
+ * may go between them). The rows left over (fewer than U) go one at a time. The product runs
+ * U = GELU_DBIAS_UNROLL with at least GELU_DBIAS_MIN_BLOCKS blocks per SM (__launch_bounds__: at most 64 registers,
+ * so the grid keeps 4 blocks of 256 per SM; U = 4 takes 72 and 3 blocks); the lab times other U (MIN_BLOCKS = 0: no
+ * minimum; lab/notes/elementwise.md).
  * OC % 8 == 0 and 16-byte aligned pointers (the caller checks). */
-#define GELU_DBIAS_ROWS 8 /* matmul_bf16.cu's MMB_DBIAS_ROWS: the partition of its partials */
+#define GELU_DBIAS_ROWS 8       /* matmul_bf16.cu's MMB_DBIAS_ROWS: the partition of its partials */
+#define GELU_DBIAS_UNROLL 2     /* rows of a thread read before any is used */
+#define GELU_DBIAS_MIN_BLOCKS 4 /* the product's __launch_bounds__ minimum of resident blocks per SM */
 
-static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS)
+/* The U rows of a thread at element i of the first, GELU_DBIAS_ROWS rows apart (step elements): dinp written,
+ * acc[k] += the stored value of column k, row after row. */
+template <int U>
+__device__ __forceinline__ void gelu_dbias_rows(float acc[8], forge_bf16 *__restrict__ dinp,
+                                                const forge_bf16 *__restrict__ inp,
+                                                const forge_bf16 *__restrict__ dout, const float *table, size_t i,
+                                                size_t step) {
+    uint4 xv[U], gv[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        xv[u] = *reinterpret_cast<const uint4 *>(inp + i + u * step);
+        gv[u] = *reinterpret_cast<const uint4 *>(dout + i + u * step);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float d[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) d[k] = 0.0f;
+        gelu_bwd_chunk(d, table, xv[u], gv[u]);
+        bf16_store<8>(dinp + i + u * step, d);
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[k] += bf16_to_f32(f32_to_bf16(d[k])); /* the stored value */
+    }
+}
+
+template <int U, int MIN_BLOCKS>
+static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS, MIN_BLOCKS)
     gelu_backward_dbias_bf16_kernel(forge_bf16 *__restrict__ dinp, float *__restrict__ partial,
                                     const forge_bf16 *__restrict__ inp, const forge_bf16 *__restrict__ dout, int N,
                                     int OC, int R, int rows_per_chunk, const float *__restrict__ table_g) {
@@ -151,24 +186,20 @@ static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS)
     __syncthreads();
 
     const int tiles = (OC + 255) / 256, lc = threadIdx.x * 8;
+    const size_t step = (size_t)GELU_DBIAS_ROWS * OC;
     for (int item = blockIdx.x; item < tiles * R; item += gridDim.x) {
         const int c0 = (item % tiles) * 256 + lc, r = item / tiles;
         const int n_begin = r * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
         float acc[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) acc[k] = 0.0f;
-        if (c0 < OC)
-            for (int n = n_begin + threadIdx.y; n < n_end; n += GELU_DBIAS_ROWS) {
-                const size_t i = (size_t)n * OC + c0;
-                const uint4 xv = *reinterpret_cast<const uint4 *>(inp + i), gv = *reinterpret_cast<const uint4 *>(dout + i);
-                float d[8];
-#pragma unroll
-                for (int k = 0; k < 8; k++) d[k] = 0.0f;
-                gelu_bwd_chunk(d, table, xv, gv);
-                bf16_store<8>(dinp + i, d);
-#pragma unroll
-                for (int k = 0; k < 8; k++) acc[k] += bf16_to_f32(f32_to_bf16(d[k])); /* the stored value */
-            }
+        if (c0 < OC) {
+            int n = n_begin + threadIdx.y;
+            for (; n + (U - 1) * GELU_DBIAS_ROWS < n_end; n += U * GELU_DBIAS_ROWS)
+                gelu_dbias_rows<U>(acc, dinp, inp, dout, table, (size_t)n * OC + c0, step);
+            for (; n < n_end; n += GELU_DBIAS_ROWS)
+                gelu_dbias_rows<1>(acc, dinp, inp, dout, table, (size_t)n * OC + c0, step);
+        }
 #pragma unroll
         for (int k = 0; k < 8; k++) s[threadIdx.y][lc + k] = acc[k];
         __syncthreads();
