@@ -25,7 +25,9 @@
  * `forge-lab bench dbias16 [--reps N]`: matmul_backward_weight_bf16's bias gradient alone (C = 0) at the step's
  * qkv and projection widths, N = 16384 x OC = 2304 and 768, and N = 9000 x 2304 (row lanes of 9 or 8 rows: the
  * unrolled loop and its leftover rows): v0 (colsum16_v0.cuh's partial8 kernel, then the finish) against the op (matmul_bf16.cu's
- * mm_bf16_dbias_partial8_kernel, then the finish).
+ * mm_bf16_dbias_partial8_kernel, then the finish). They are the same kernel today: the op with 8 rows read per
+ * loop body measured 1.02x (lab/notes/elementwise.md, 2026-12-04) and was not kept; the bench stays as the harness
+ * for the next attempt.
  * Both time the contenders interleaved round by round, the L2 flushed (a 256 MB memset) before each run outside the
  * timing, and print the median us, the bandwidth it implies (bf16 bytes read and written), the median per-round
  * ratio v0 / this with a 95% bootstrap CI and whether dinp, the partials (ctx->ws for the ops) and dbias equal v0's

@@ -6,8 +6,8 @@
  *   product's grid and arguments; its partials go to the caller's buffer);
  * - gbd0_dbias_partial8_kernel: matmul_bf16.cu's mm_bf16_dbias_partial8_kernel (grid (ceil(OC/256), R), block
  *   (32, MMB_DBIAS_ROWS = 8)).
- * The product kernels issue the loads of several rows of a thread before using any; dinp and the partials must be
- * bitwise the same as these give.
+ * The product's GELU one issues the loads of several rows of a thread before using any (its partial8 kernel is
+ * still this one); dinp and the partials must be bitwise the same as these give.
  */
 #ifndef FORGE_LAB_COLSUM16_V0_CUH
 #define FORGE_LAB_COLSUM16_V0_CUH

@@ -42,8 +42,7 @@
 #define MMB_BK 16       /* K slice staged in shared memory */
 #define MMB_THREADS 256 /* 16 x 16 threads, a 4 x 4 register block each */
 #define MMB_MAX_TILES_Y 65535
-#define MMB_DBIAS_ROWS 8   /* threads along the rows of a dbias block: 32 columns x 8 */
-#define MMB_DBIAS_UNROLL 8 /* rows of a thread mm_bf16_dbias_partial8_kernel reads per loop body */
+#define MMB_DBIAS_ROWS 8 /* threads along the rows of a dbias block: 32 columns x 8 */
 #define MMB_GELU_SCALING_FACTOR 0.7978845608028654f /* sqrt(2/pi) */
 #define MMB_GELU_CUBIC 0.044715f
 
@@ -180,21 +179,9 @@ __global__ void mm_bf16_dbias_partial_kernel(float *__restrict__ partial, const 
     }
 }
 
-/* acc[k] += column k of the 8 bf16 of u (widened), k = 0..7 in address order */
-__device__ __forceinline__ void mmb_dbias_add8(float acc[8], uint4 u) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        acc[2 * k] += __uint_as_float(w[k] << 16); /* the lower address is the low half */
-        acc[2 * k + 1] += __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-
 /* The same partials 8 columns a thread (16-byte loads; OC % 8 == 0, dout 16-byte aligned): grid
  * (ceil(OC/256), R), block (32, MMB_DBIAS_ROWS); each column is summed over the same rows in the same order as
- * in mm_bf16_dbias_partial_kernel, and the row lanes combined in the same order: the same bits. The loop body of a
- * thread reads MMB_DBIAS_UNROLL of its rows, then adds them in row order (ptxas still issues the loads a few at a
- * time between the adds); the rows left over (fewer than that) go one at a time. */
+ * in mm_bf16_dbias_partial_kernel, and the row lanes combined in the same order: the same bits. */
 __global__ void mm_bf16_dbias_partial8_kernel(float *__restrict__ partial, const uint16_t *__restrict__ dout, int N,
                                               int OC, int rows_per_chunk) {
     forge_pdl_wait();
@@ -202,23 +189,19 @@ __global__ void mm_bf16_dbias_partial8_kernel(float *__restrict__ partial, const
     __shared__ float s[MMB_DBIAS_ROWS][256 + 4];
     const int c0 = blockIdx.x * 256 + threadIdx.x * 8, lc = threadIdx.x * 8;
     const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
-    const size_t step = (size_t)MMB_DBIAS_ROWS * OC; /* elements between a thread's rows */
     float acc[8];
 #pragma unroll
     for (int k = 0; k < 8; k++) acc[k] = 0.0f;
-    if (c0 < OC) {
-        int n = n_begin + threadIdx.y;
-        for (; n + (MMB_DBIAS_UNROLL - 1) * MMB_DBIAS_ROWS < n_end; n += MMB_DBIAS_UNROLL * MMB_DBIAS_ROWS) {
-            const uint16_t *p = dout + (size_t)n * OC + c0;
-            uint4 u[MMB_DBIAS_UNROLL];
+    if (c0 < OC)
+        for (int n = n_begin + threadIdx.y; n < n_end; n += MMB_DBIAS_ROWS) {
+            const uint4 u = *reinterpret_cast<const uint4 *>(dout + (size_t)n * OC + c0);
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-            for (int j = 0; j < MMB_DBIAS_UNROLL; j++) u[j] = *reinterpret_cast<const uint4 *>(p + j * step);
-#pragma unroll
-            for (int j = 0; j < MMB_DBIAS_UNROLL; j++) mmb_dbias_add8(acc, u[j]);
+            for (int k = 0; k < 4; k++) {
+                acc[2 * k] += __uint_as_float(w[k] << 16); /* the lower address is the low half */
+                acc[2 * k + 1] += __uint_as_float(w[k] & 0xffff0000u);
+            }
         }
-        for (; n < n_end; n += MMB_DBIAS_ROWS)
-            mmb_dbias_add8(acc, *reinterpret_cast<const uint4 *>(dout + (size_t)n * OC + c0));
-    }
 #pragma unroll
     for (int k = 0; k < 8; k++) s[threadIdx.y][lc + k] = acc[k];
     __syncthreads();
