@@ -40,8 +40,6 @@ static const lab_command COMMANDS[] = {
     {"bench gelu16-bwd-dbias",
      "GELU backward + the fc bias gradient: the previous fused kernel vs the op, two passes, row unrolls [--reps N]",
      lab_bench_gelu16_bwd_dbias},
-    {"bench dbias16", "the bf16 bias gradient (N x 2304, 768): the previous partial8 kernel vs the op [--reps N]",
-     lab_bench_dbias16},
     {"bench norm16-bwd", "the bf16 norm backward's fused kernel: previous vs default vs stage counts [--reps N]",
      lab_bench_norm16_bwd},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},

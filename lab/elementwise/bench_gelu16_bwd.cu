@@ -22,13 +22,7 @@
  *   two-pass  gelu_backward_bf16 then matmul_backward_weight_bf16's bias gradient (C = 0), the unfused form
  *   U=u       the product kernel instantiated with u rows read per loop body (U = 1 with the product's register
  *             bound, U = 4 and 8 without one), the same grid form, then the finish
- * `forge-lab bench dbias16 [--reps N]`: matmul_backward_weight_bf16's bias gradient alone (C = 0) at the step's
- * qkv and projection widths, N = 16384 x OC = 2304 and 768, and N = 9000 x 2304 (row lanes of 9 or 8 rows: the
- * unrolled loop and its leftover rows): v0 (colsum16_v0.cuh's partial8 kernel, then the finish) against the op (matmul_bf16.cu's
- * mm_bf16_dbias_partial8_kernel, then the finish). They are the same kernel today: the op with 8 rows read per
- * loop body measured 1.02x (lab/notes/elementwise.md, 2026-12-04) and was not kept; the bench stays as the harness
- * for the next attempt.
- * Both time the contenders interleaved round by round, the L2 flushed (a 256 MB memset) before each run outside the
+ * It times the contenders interleaved round by round, the L2 flushed (a 256 MB memset) before each run outside the
  * timing, and print the median us, the bandwidth it implies (bf16 bytes read and written), the median per-round
  * ratio v0 / this with a 95% bootstrap CI and whether dinp, the partials (ctx->ws for the ops) and dbias equal v0's
  * bitwise, from a first run from dbias = 0 (PASS/FAIL; exit 1 on FAIL).
@@ -220,7 +214,7 @@ extern "C" int lab_bench_gelu16_bwd(int argc, char **argv) {
     return rc;
 }
 
-/* ---- gelu16-bwd-dbias and dbias16: the bf16 column sums ---------------------------------------------------------- */
+/* ---- gelu16-bwd-dbias: the bf16 column sums ---------------------------------------------------------------------- */
 
 #define GBD_FLUSH_BYTES ((size_t)256 << 20) /* a memset this large between timed runs evicts the 60 MB L2 */
 #define GBD_MAX_K 8
@@ -232,7 +226,7 @@ typedef struct {
     cuda_ctx *ctx;
     cudaStream_t st;
     int N, OC, R, rows_per_chunk;
-    forge_bf16 *x, *g; /* gelu: pre-activation and dout; dbias16: g is dout */
+    forge_bf16 *x, *g; /* gelu: pre-activation and dout */
     forge_bf16 *d[GBD_MAX_K];
     float *part[GBD_MAX_K], *db[GBD_MAX_K];
     int grid[GBD_MAX_K]; /* the lab's gelu launches: gbd_grid's, found once */
@@ -285,22 +279,6 @@ static int gbd_gelu_run(gbd_env *e, int k, const float **part) {
     }
     GB_TRY(cudaGetLastError());
     GB_FORGE(cuda_colsum_finish(e->ctx, e->db[k], e->part[k], R, OC));
-    return 0;
-}
-
-/* dbias16's contenders: 0 v0 (colsum16_v0.cuh's partial8, then the finish), 1 the op (matmul_backward_weight_bf16
- * with C = 0: mm_bf16_dbias_partial8_kernel, then the finish) */
-static int gbd_dbias_run(gbd_env *e, int k, const float **part) {
-    if (k == 0) {
-        *part = e->part[0];
-        gbd0_dbias_partial8_kernel<<<dim3((e->OC + 255) / 256, e->R), dim3(32, GBD0_DBIAS_ROWS), 0, e->st>>>(
-            e->part[0], e->g, e->N, e->OC, e->rows_per_chunk);
-        GB_TRY(cudaGetLastError());
-        GB_FORGE(cuda_colsum_finish(e->ctx, e->db[0], e->part[0], e->R, e->OC));
-    } else {
-        *part = e->ctx->ws;
-        GB_FORGE(e->be->matmul_backward_weight_bf16(e->be, NULL, e->db[1], e->g, NULL, e->N, 0, e->OC));
-    }
     return 0;
 }
 
@@ -454,32 +432,6 @@ extern "C" int lab_bench_gelu16_bwd_dbias(int argc, char **argv) {
         if (rc == 0) {
             gbd_print(nk, names, bytes, same, reps, us);
             for (int k = 1; k < nk; k++) rc |= !same[k];
-        }
-        gbd_free(&e);
-    }
-    return rc;
-}
-
-extern "C" int lab_bench_dbias16(int argc, char **argv) {
-    int reps;
-    if (gbd_reps(argc, argv, "dbias16", &reps)) return 2;
-    static const int shapes[][2] = {{16384, 2304}, {16384, 768}, {9000, 2304}};
-    int rc = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && rc == 0; i++) {
-        const int N = shapes[i][0], OC = shapes[i][1];
-        gbd_env e;
-        if (gbd_init(&e, N, OC, 2, 0)) return 1;
-        const char *names[2] = {"v0", "op"};
-        const double bytes[2] = {(double)N * OC * 2, (double)N * OC * 2};
-        printf("dbias16 (N = %d, OC = %d, dout ~ N(0, 1)): %d row chunks of %d; median of %d interleaved rounds, L2 "
-               "flushed before each run; bits: partials and dbias vs v0\n",
-               N, OC, e.R, e.rows_per_chunk, reps);
-        int same[2];
-        std::vector<double> us[2];
-        rc = gbd_measure(&e, gbd_dbias_run, 2, 0, reps, same, us);
-        if (rc == 0) {
-            gbd_print(2, names, bytes, same, reps, us);
-            rc |= !same[1];
         }
         gbd_free(&e);
     }

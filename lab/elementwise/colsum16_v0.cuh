@@ -1,13 +1,11 @@
 /*
- * colsum16_v0.cuh: the two bf16 column-sum kernels as they were with one row per thread per loop iteration (a
- * thread's next row loaded only after the current one was used), kept as the baselines of `forge-lab bench
- * gelu16-bwd-dbias` and `forge-lab bench dbias16` (lab/elementwise/bench_gelu16_bwd.cu):
- * - gbd0_gelu_backward_dbias_kernel: gelu_grad_table.cuh's gelu_backward_dbias_bf16_kernel (launched with the
- *   product's grid and arguments; its partials go to the caller's buffer);
- * - gbd0_dbias_partial8_kernel: matmul_bf16.cu's mm_bf16_dbias_partial8_kernel (grid (ceil(OC/256), R), block
- *   (32, MMB_DBIAS_ROWS = 8)).
- * The product's GELU one issues the loads of several rows of a thread before using any (its partial8 kernel is
- * still this one); dinp and the partials must be bitwise the same as these give.
+ * colsum16_v0.cuh: the bf16 GELU backward with the bias gradient's partials as it was with one row per thread per
+ * loop iteration (a thread's next row loaded only after the current one was used), kept as the baseline of
+ * `forge-lab bench gelu16-bwd-dbias` (lab/elementwise/bench_gelu16_bwd.cu): gbd0_gelu_backward_dbias_kernel,
+ * gelu_grad_table.cuh's gelu_backward_dbias_bf16_kernel before it read several rows of a thread before using any
+ * (launched with the product's grid and arguments; its partials go to the caller's buffer). dinp and the partials
+ * must be bitwise the same as it gives. (matmul_bf16.cu's mm_bf16_dbias_partial8_kernel still has this loop form:
+ * reading 8 rows per loop body measured 1.02x, lab/notes/elementwise.md.)
  */
 #ifndef FORGE_LAB_COLSUM16_V0_CUH
 #define FORGE_LAB_COLSUM16_V0_CUH
@@ -60,42 +58,6 @@ static __global__ void __launch_bounds__(32 * GELU_DBIAS_ROWS)
             }
         }
         __syncthreads(); /* s is read before the next item writes it */
-    }
-}
-
-#define GBD0_DBIAS_ROWS 8 /* matmul_bf16.cu's MMB_DBIAS_ROWS */
-
-static __global__ void gbd0_dbias_partial8_kernel(float *__restrict__ partial, const uint16_t *__restrict__ dout, int N,
-                                           int OC, int rows_per_chunk) {
-    forge_pdl_wait();
-    forge_pdl_launch_dependents();
-    __shared__ float s[GBD0_DBIAS_ROWS][256 + 4];
-    const int c0 = blockIdx.x * 256 + threadIdx.x * 8, lc = threadIdx.x * 8;
-    const int n_begin = blockIdx.y * rows_per_chunk, n_end = min(N, n_begin + rows_per_chunk);
-    float acc[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) acc[k] = 0.0f;
-    if (c0 < OC)
-        for (int n = n_begin + threadIdx.y; n < n_end; n += GBD0_DBIAS_ROWS) {
-            const uint4 u = *reinterpret_cast<const uint4 *>(dout + (size_t)n * OC + c0);
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                acc[2 * k] += __uint_as_float(w[k] << 16); /* the lower address is the low half */
-                acc[2 * k + 1] += __uint_as_float(w[k] & 0xffff0000u);
-            }
-        }
-#pragma unroll
-    for (int k = 0; k < 8; k++) s[threadIdx.y][lc + k] = acc[k];
-    __syncthreads();
-    if (threadIdx.y == 0 && c0 < OC) {
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int r = 0; r < GBD0_DBIAS_ROWS; r++) sum += s[r][lc + k];
-            partial[(size_t)blockIdx.y * OC + c0 + k] = sum;
-        }
     }
 }
 

@@ -19,11 +19,5 @@ extern "C"
 #endif
 int lab_bench_gelu16_bwd_dbias(int argc, char **argv);
 
-/* `forge-lab bench dbias16 [--reps N]`: matmul_backward_weight_bf16's bias gradient, the partial8 kernel's lab copy
- * (v0; the same kernel as the op's since the 8-row variant was not kept) vs the op, interleaved, partials and dbias compared bitwise (lab/elementwise/bench_gelu16_bwd.cu) */
-#ifdef __cplusplus
-extern "C"
-#endif
-int lab_bench_dbias16(int argc, char **argv);
 
 #endif
