@@ -23,6 +23,13 @@
  *
  * NT bf16 C on random data (case_pp_bits): every bf16 form of forge_gemm_bf16_nt_epi (the ping-pong kernel) must
  * give the bits of the cooperative kernel's TMA store (lab_gemm_bf16_nt_epi_store), C and pre_out.
+ *
+ * The ping-pong kernel on 2-CTA clusters with B multicast (case_pp_c2_bits, lab_gemm_bf16_nt_pp_bf16_c2): C and
+ * pre_out must be the bits of the product's ping-pong kernel (forge_gemm_bf16_nt_pp_bf16: the same MMAs in the same
+ * K order per tile, the same epilogue) at the pp-bf16-epi bench's check-only tail shapes (odd M: a phantom second
+ * row-block in the last pair at 257 / 1001 / 333 / 4173 rows; N = 8 and 72: the second B half wholly past N) in
+ * every form, and at the gpt2-124m forward shapes in their own form. Run last: a protocol bug traps (mbarrier
+ * timeout) and takes the CUDA context, so every case after it fails.
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +39,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../../src/backend/cuda/gemm_fp8.h"
 #include "../../tests_gpu/gpu_test.h"
 #include "gemm_bf16_variants.h"
 
@@ -411,6 +419,76 @@ done:
     free(a16), free(b16), free(bias);
 }
 
+/* ---- NT bf16 C: the 2-CTA cluster variant bitwise vs the product's ping-pong kernel ---- */
+
+/* forms: a bit mask over case_pp_c2_bits's form table. Random operands and bias as in case_pp_bits; outputs start
+ * as NaN. */
+static void case_pp_c2_bits(parity *P, int M, int N, int K, unsigned forms_mask) {
+    static const struct {
+        int bias, gelu, pre;
+        const char *what;
+    } forms[] = {{0, 0, 0, "bf16"},          {1, 0, 0, "bias bf16"},      {0, 1, 1, "gelu+pre bf16"},
+                 {1, 1, 1, "bias+gelu+pre bf16"}, {0, 1, 0, "gelu bf16"}, {1, 1, 0, "bias+gelu bf16"}};
+    const char *op = "gemm_bf16_nt_pp_c2_bits";
+    char shape[96], sub[224];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
+    const size_t an = (size_t)M * K, bn = (size_t)N * K, cn = (size_t)M * N;
+    uint16_t *a16 = malloc(an * 2), *b16 = malloc(bn * 2), *h[2][2] = {{malloc(cn * 2), malloc(cn * 2)},
+                                                                        {malloc(cn * 2), malloc(cn * 2)}};
+    float *bias = malloc((size_t)N * 4);
+    void *dA = NULL, *dB = NULL, *dBias = NULL, *dC[2] = {NULL, NULL}, *dPre[2] = {NULL, NULL};
+    int ok = a16 && b16 && bias && h[0][0] && h[0][1] && h[1][0] && h[1][1];
+    ok = ok && cudaMalloc(&dA, an * 2) == cudaSuccess && cudaMalloc(&dB, bn * 2) == cudaSuccess &&
+         cudaMalloc(&dBias, (size_t)N * 4) == cudaSuccess;
+    for (int r = 0; r < 2 && ok; r++)
+        ok = cudaMalloc(&dC[r], cn * 2) == cudaSuccess && cudaMalloc(&dPre[r], cn * 2) == cudaSuccess;
+    if (!ok) {
+        report(P, 0, op, shape, INFINITY, 0, "(allocation failed)");
+        goto done;
+    }
+    for (size_t i = 0; i < an; i++) a16[i] = lt_bf16(lt_uniform(P));
+    for (size_t i = 0; i < bn; i++) b16[i] = lt_bf16(lt_uniform(P) * 0.125f);
+    for (int j = 0; j < N; j++) bias[j] = lt_uniform(P);
+    ok = cudaMemcpy(dA, a16, an * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dB, b16, bn * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dBias, bias, (size_t)N * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0] && ok; f++) {
+        if (!(forms_mask & (1u << f))) continue;
+        snprintf(sub, sizeof sub, "%s %s", shape, forms[f].what);
+        /* r = 0: the product's ping-pong kernel, 1: on 2-CTA clusters */
+        for (int r = 0; r < 2 && ok; r++) {
+            const float *b = forms[f].bias ? (const float *)dBias : NULL;
+            void *pre = forms[f].pre ? dPre[r] : NULL;
+            ok = cudaMemset(dC[r], 0xFF, cn * 2) == cudaSuccess && cudaMemset(dPre[r], 0xFF, cn * 2) == cudaSuccess;
+            const forge_status s =
+                r == 0 ? forge_gemm_bf16_nt_pp_bf16(dA, dB, dC[r], b, pre, forms[f].gelu, M, N, K, NULL, 0)
+                       : lab_gemm_bf16_nt_pp_bf16_c2(dA, dB, dC[r], b, pre, forms[f].gelu, M, N, K, NULL, 0);
+            if (s != FORGE_OK) {
+                lt_fail(P, op, sub, r == 0 ? "the product's ping-pong kernel" : "c2");
+                ok = 0;
+                break;
+            }
+            ok = ok && cudaDeviceSynchronize() == cudaSuccess &&
+                 cudaMemcpy(h[r][0], dC[r], cn * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                 cudaMemcpy(h[r][1], dPre[r], cn * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
+        }
+        if (!ok) break;
+        size_t diff = 0, nan = 0;
+        for (size_t i = 0; i < cn; i++) {
+            diff += h[0][0][i] != h[1][0][i] || (forms[f].pre && h[0][1][i] != h[1][1][i]);
+            nan += (h[1][0][i] & 0x7FFFu) > 0x7F80u || (forms[f].pre && (h[1][1][i] & 0x7FFFu) > 0x7F80u);
+        }
+        snprintf(sub, sizeof sub, "%s %s: c2 vs pp, %zu elements' bits differ, %zu NaN", shape, forms[f].what, diff,
+                 nan);
+        report(P, diff == 0 && nan == 0, op, sub, (double)(diff + nan), 0.0, NULL);
+    }
+    if (!ok) report(P, 0, op, shape, INFINITY, 0, "(kernel or copy failed)");
+done:
+    cudaFree(dA), cudaFree(dB), cudaFree(dBias);
+    for (int r = 0; r < 2; r++) cudaFree(dC[r]), cudaFree(dPre[r]), free(h[r][0]), free(h[r][1]);
+    free(a16), free(b16), free(bias);
+}
+
 /* ---- the command ---- */
 
 int lab_test_gemm_bf16(int argc, char **argv) {
@@ -442,6 +520,22 @@ int lab_test_gemm_bf16(int argc, char **argv) {
      * 768 / 3000 */
     static const int pp[][3] = {{257, 8, 8}, {1001, 72, 768}, {517, 200, 136}, {333, 3072, 768}, {129, 72, 3000}};
     for (size_t i = 0; i < sizeof pp / sizeof pp[0]; i++) case_pp_bits(&P, pp[i][0], pp[i][1], pp[i][2]);
+    /* last: the 2-CTA cluster variant vs the product's ping-pong kernel (a protocol bug traps and takes the
+     * context). {M, N, K, forms}: the bench's check-only tail shapes in every form (0x3F), then the gpt2-124m
+     * forward shapes in their own form (0x2: bias; 0x8: bias + GELU + pre_out), 1 x 2304 x 768 (one row-block: the
+     * pair's second CTA a phantom on every unit) and 4096 x 3072 x 768 (plain: several units per cluster, both
+     * warpgroups busy) */
+    int clusters = 0;
+    if (lab_gemm_bf16_pp_c2_clusters(&clusters) == FORGE_OK)
+        printf("c2: %d 2-CTA clusters fit at once (grid cap %d CTAs)\n", clusters, 2 * clusters);
+    static const int c2[][4] = {{257, 8, 8, 0x3F},       {1001, 72, 768, 0x3F},  {517, 200, 136, 0x3F},
+                                {129, 72, 3000, 0x3F},   {333, 3072, 768, 0x3F}, {4173, 1408, 512, 0x3F},
+                                {1, 2304, 768, 0x3F},    {4096, 3072, 768, 0x1}, {16384, 2304, 768, 0x2},
+                                {16384, 768, 768, 0x2},  {16384, 3072, 768, 0x8}, {16384, 768, 3072, 0x2}};
+    for (size_t i = 0; i < sizeof c2 / sizeof c2[0]; i++) {
+        if (P.quick && (long long)c2[i][0] * c2[i][1] * c2[i][2] > 20000000000LL) continue;
+        case_pp_c2_bits(&P, c2[i][0], c2[i][1], c2[i][2], (unsigned)c2[i][3]);
+    }
     printf("%d passed, %d failed\n", P.passed, P.failed);
     return P.failed ? 1 : 0;
 }
