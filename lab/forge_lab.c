@@ -10,6 +10,7 @@
 #include "classifier/classifier_lab.h"
 #include "elementwise/elementwise_lab.h"
 #include "flash/flash_lab.h"
+#include "gemm_bf16/dw_dbias.h"
 #include "gemm_bf16/gemm_bf16_variants.h"
 #include "gemm_fp8/gemm_fp8_lab.h"
 #include "gemm_mma/gemm_mma_lab.h"
@@ -50,6 +51,11 @@ static const lab_command COMMANDS[] = {
     {"bench dw-plan", "the step's dW GEMMs: the default plan vs explicit (tile, splits) plans, interleaved [--reps N]",
      lab_bench_dw_plan},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
+    {"bench dw-dbias",
+     "matmul_backward_weight_bf16 at the GPT-2 shapes: the op vs dbias summed in the dW GEMM, interleaved [--reps N]",
+     lab_bench_dw_dbias},
+    {"test dw-dbias", "dbias summed inside the dW GEMM: dW bitwise vs the op, dbias vs float64 [--quick]",
+     lab_test_dw_dbias},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},
     {"test gemm-fp8", "the fp8/tf32 wgmma GEMM variants against a double reference", lab_test_gemm_fp8},
     {"bench gemm-mma", "mma.sync GEMMs (forge's tf32, the lab's bf16) vs cuBLAS", lab_bench_gemm_mma},

@@ -51,7 +51,9 @@
  * - The device code of the variants that the defaults do not launch stays in the shared body where it is a
  *   branch of it: the 192-row tile (BM = 192, three consumer warpgroups, a template parameter) and the TN
  *   in-kernel split reduction and stream-K schedule (gemm_splitk_fixup, gemm_work_next; run-time branches on
- *   gemm_epi_dev.tile_cnt / .streamk, which the defaults leave 0). Their launchers are the lab's.
+ *   gemm_epi_dev.tile_cnt / .streamk, which the defaults leave 0), and the TN bias gradient summed from the
+ *   staged A tiles (DBIAS, a template flag of the body and of the C192 kernel's body, gemm_tn_c192_body, off in
+ *   every product instantiation: gemm_dbias_helper). Their launchers are the lab's.
  * - Programmatic dependent launch (pdl.cuh): the body initialises its
  *   barriers and prefetches its tensor maps, then waits for the previous
  *   kernel (forge_pdl_wait) before its first TMA load or global access, so a
@@ -661,6 +663,82 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
     gemm_epilogue<BN, 0>(d, out, row0, col0, M, N);
 }
 
+/* ---- the bias gradient from the staged A tiles (DBIAS: the lab's fused dW + dbias) -------------------------
+ *
+ * In the TN layout A = dout^T (M = OC rows, K = tokens), so dbias[m] = sum over K of A's row m: the column sums
+ * of dout, which a separate pass would read from memory again. The ring already holds every K slice of A for
+ * the unit's rows. With DBIAS, warps 1 .. BM/64 of the producer warpgroup (idle otherwise: one thread of warp 0
+ * issues the TMA copies; the warpgroup sits at setmaxnreg 40) sum them: warp 1 + h takes A box h (rows 64h..64h+63
+ * of the block tile) of every stage. Only units of tile column block 0 sum (one unit per (row block, split), so
+ * each partial is written once and no summing is repeated across the N tiles); for every stage of every unit the
+ * helper warps wait for the stage's full barrier and then arrive on its empty barrier (its count grows by BM/64),
+ * after their reads when they read, so the producer never refills a stage a helper still reads and an arrival
+ * always lands in the phase of the round it belongs to (the producer cannot start round r + 1 of a stage before
+ * the helpers' round-r arrival). The consumers' code is the product's: dW's bits do not depend on DBIAS. The
+ * helpers walk the split-K units themselves (gemm_work_next's sequence without ep.streamk, in fewer registers), so
+ * DBIAS takes split-K launches only (the lab launchers never set streamk).
+ * Layout of a box (MN-major, 128-byte swizzle): K row k is 128 bytes (64 M values), its 16-byte chunk j (M values
+ * 8j..8j+7) at chunk position j ^ (k % 8). Lane l owns the 4 M values 4(l % 16) .. +3 (chunk j = (l % 16) / 2, its
+ * 8-byte half l % 2) in the 32 K rows 32(l / 16) + i, i = 0..31 (k % 8 = i % 8): per 8-byte load the warp reads two
+ * whole rows (2 wavefronts, no bank conflicts). Each lane keeps 4 fp32 sums over its rows of all the unit's stages
+ * (4 values a lane rather than 8 with 16-byte loads: the producer warpgroup has 40 registers, and 8 sums spilled in
+ * the C192 kernel); at the unit's end the two row halves combine by one xor shuffle (a commutative add: both lanes
+ * agree bitwise) and lanes 0..15 store rows m..m+3 of the unit's split to dbias_ws[split * M + m] (M % 8 == 0 and a
+ * 16-byte aligned dbias_ws: the lab launcher's rules). Rows past K are TMA's zero fill; rows past M are never stored
+ * (a box wholly past M is not loaded and not summed). */
+template <int STAGES, int BM, uint32_t A_STAGE_BYTES>
+__device__ __forceinline__ void gemm_dbias_helper(uint32_t sa, uint32_t bars, int box, int M, int tiles_m, int tiles_n,
+                                                  int ktiles, int splits, int kps, float *dbias_ws) {
+    const int lane = (int)threadIdx.x % 32, num_tiles = tiles_m * tiles_n, units = num_tiles * splits;
+    /* the lane's first row and its chunk (j = (lane % 16) / 2, unswizzled) and 8-byte half: the address bits 4..6
+     * of everything else are 0 (1024-byte aligned stages and boxes), so XOR-ing (k % 8) << 4 in swizzles it */
+    const uint32_t rows = sa + (uint32_t)box * GEMM_MN_BOX_BYTES + (uint32_t)(lane / 16) * (32u * 128u) +
+                          (uint32_t)(lane % 16) * 8u;
+    int stage = 0;
+    uint32_t phase = 0;
+    /* the split-K units of gemm_work_next (!ep.streamk): u = split * tiles + tile, CTA b takes b, b + grid, ... */
+    for (int u = (int)blockIdx.x; u < units; u += (int)gridDim.x) {
+        const int part = u / num_tiles;
+        int tm, tn;
+        gemm_tile_coords(u - part * num_tiles, tiles_m, tiles_n, &tm, &tn);
+        const int mb = tm * BM + 64 * box; /* the box's first row */
+        const bool sum = tn == 0 && mb < M;  /* warp-uniform */
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int n = min(kps, ktiles - part * kps); n > 0; n--) {
+            mbar_wait(bars + 8 * stage, phase);
+            if (sum) {
+                const uint32_t p = rows + (uint32_t)stage * A_STAGE_BYTES;
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    uint32_t w0, w1;
+                    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
+                                 : "=r"(w0), "=r"(w1)
+                                 : "r"((p ^ ((uint32_t)(i % 8) << 4)) + 128u * (uint32_t)i));
+                    /* the lower address is the lower M row */
+                    acc[0] += __uint_as_float(w0 << 16);
+                    acc[1] += __uint_as_float(w0 & 0xffff0000u);
+                    acc[2] += __uint_as_float(w1 << 16);
+                    acc[3] += __uint_as_float(w1 & 0xffff0000u);
+                }
+            }
+            __syncwarp(); /* every lane's reads before lane 0's release of the stage */
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        if (sum) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 16);
+            const int m = mb + 4 * (lane % 16);
+            if (lane < 16 && m < M)
+                *reinterpret_cast<float4 *>(dbias_ws + (size_t)part * M + m) =
+                    make_float4(acc[0], acc[1], acc[2], acc[3]);
+        }
+    }
+}
+
 /* ---- kernels ------------------------------------------------------------- */
 
 /* The persistent warp-specialised mainloop + epilogue, shared by the three layouts. TA / TB (compile time):
@@ -672,14 +750,17 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
  * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards (or, TN with
  * ep.tile_cnt, the fixup reduces in the kernel). TN stream-K (ep.streamk) replaces the units by contiguous
  * iteration ranges (gemm_work_next); a tile done by one CTA gets the normal epilogue, one split between CTAs the
- * fixup. */
-template <int BN, int TA, int TB, int EPI, int BM = GEMM_BM>
+ * fixup. DBIAS (TN, the lab's fused bias gradient; off in every product instantiation): the producer warpgroup's
+ * idle warps also sum A's rows into dbias_ws (gemm_dbias_helper; split-K launches only, not stream-K). */
+template <int BN, int TA, int TB, int EPI, int BM = GEMM_BM, bool DBIAS = false>
 __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
                                                 const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
-                                                int splits, int kps, const CUtensorMap *tm_pre = nullptr) {
+                                                int splits, int kps, const CUtensorMap *tm_pre = nullptr,
+                                                float *dbias_ws = nullptr) {
     typedef gemm_cfg<BN, BM> cfg;
     /* BM = 192 (TN only): three consumer warpgroups of 64 rows, the plain epilogue, split-K by the pass */
     static_assert(BM == GEMM_BM || (TA && TB && EPI == 0), "the 192-row tile is the TN kernel's, plain epilogue");
+    static_assert(!DBIAS || (TA && TB && BM == GEMM_BM), "DBIAS sums the MN-major A boxes of the 128-row TN tile");
     constexpr int CONSUMER_WARPS = 4 * (BM / 64);
     constexpr int STAGES = cfg::STAGES;
     constexpr uint32_t BOX = GEMM_MN_BOX_BYTES; /* one 64 x 64 bf16 MN-major box */
@@ -698,7 +779,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
-        wgmma_ring_init<STAGES>(bars, CONSUMER_WARPS);
+        /* DBIAS: the helper warps release every stage too */
+        wgmma_ring_init<STAGES>(bars, CONSUMER_WARPS + (DBIAS ? BM / 64 : 0));
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
         if constexpr (TMA_STORE) tma_prefetch_desc(&tm_c);
@@ -708,6 +790,7 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
      * which the previous kernel may still be writing or reading under programmatic dependent launch (pdl.cuh) */
     forge_pdl_wait();
     forge_pdl_launch_dependents();
+    (void)dbias_ws; /* DBIAS only */
 
     if (wg == 0) {
         /* ---- producer warpgroup: one thread drives the TMA ring ---- */
@@ -761,6 +844,11 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                     }
                 }
             }
+        } else if constexpr (DBIAS) {
+            const int pw = (int)threadIdx.x / 32; /* warps 1 .. BM/64 sum A box pw - 1 */
+            if (pw >= 1 && pw <= BM / 64)
+                gemm_dbias_helper<STAGES, BM, cfg::A_BYTES>(sa, bars, pw - 1, M, tiles_m, tiles_n, ktiles, splits,
+                                                            kps, dbias_ws);
         }
     } else {
         /* ---- consumer warpgroups: wgmma from the ring, then the epilogue ---- */
@@ -892,6 +980,152 @@ __global__ void __launch_bounds__(128 * (1 + BM / 64), 1)
                               const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
                               int splits, int kps) {
     gemm_wgmma_body<BN, 1, 1, EPI, BM>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+}
+
+/* ---- TN on 192 x 192 tiles, two consumer warpgroups splitting N (the "C192" kernel) ------------------------
+ * The tile and split-K plan that cuBLAS's dW kernel uses at the GPT-2 MLP shapes (192 x 192, two consumer
+ * warpgroups, one wave of split-K units), where the 128 x 256 plan takes almost three waves and a three-warpgroup
+ * 192-row tile (the lab's T192) loses in its mainloop (lab/notes/gemm-bf16.md). Warpgroup w computes all 192 rows x
+ * columns 96w..96w+95: per k16 step three wgmma m64n96k16 (A row-blocks 0-2, the same B half), 3 x 48
+ * accumulators. A 96-column half must start on an MN block of the swizzled layout, so B is staged as six 32-wide
+ * MN-major boxes with the 64-byte swizzle (wgmma_desc_mn64), A as the usual three 64-wide boxes (128-byte
+ * swizzle). Work units as in the 128-row kernel (unit u = split u / tiles of tile u % tiles, kps K slices each);
+ * splits == 1 writes C (C += through ep.res), splits > 1 writes plain partials to ep.work's slice and the pass
+ * reduces them (gemm_splitk_reduce_launch). The body is here so that the lab can instantiate it with DBIAS (the
+ * fused bias gradient, gemm_dbias_helper: the producer warpgroup's three idle warps sum A's three boxes); the
+ * product's kernel, gemm_wgmma_bf16_tn_c192_kernel (gemm_wgmma.cu), is the body with DBIAS off. */
+#define GEMM_C192_BM 192
+#define GEMM_C192_BN 192
+#define GEMM_C192_STAGES 4
+#define GEMM_C192_B_BOX 32                                   /* N columns per B box (64-byte swizzle) */
+#define GEMM_C192_B_BOX_BYTES (GEMM_C192_B_BOX * GEMM_BK * 2) /* 4096 */
+#define GEMM_C192_A_BYTES (GEMM_C192_BM * GEMM_BK * 2)       /* 24576: three 64-wide boxes */
+#define GEMM_C192_B_BYTES (GEMM_C192_BN * GEMM_BK * 2)       /* 24576: six 32-wide boxes */
+#define GEMM_C192_SMEM \
+    ((size_t)GEMM_C192_STAGES * (GEMM_C192_A_BYTES + GEMM_C192_B_BYTES) + 2 * GEMM_C192_STAGES * 8 + 1024)
+
+/* d (64 x 96 fp32, 48 registers per thread) += A (64x16, smem desc) . B (96x16, smem desc)^T, both MN-major */
+__device__ __forceinline__ void wgmma_m64n96k16_tt(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {" WG_REGS48 "}, %48, %49, p, 1, 1, 1, 1;\n}\n"
+                 : WG_ACC48
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+template <bool DBIAS = false>
+__device__ __forceinline__ void gemm_tn_c192_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
+                                                  const gemm_epi_dev &ep, int M, int N, int K, int splits, int kps,
+                                                  float *dbias_ws = nullptr) {
+    constexpr int STAGES = GEMM_C192_STAGES;
+    extern __shared__ __align__(1024) unsigned char gemm_smem[];
+    const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
+    const uint32_t sa = base, sb = base + STAGES * GEMM_C192_A_BYTES;
+    const uint32_t bars = sb + STAGES * GEMM_C192_B_BYTES; /* full[s] at +8s, empty[s] at +8(STAGES+s) */
+    const int tiles_m = (M + GEMM_C192_BM - 1) / GEMM_C192_BM, tiles_n = (N + GEMM_C192_BN - 1) / GEMM_C192_BN;
+    const int num_tiles = tiles_m * tiles_n;
+    const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        /* DBIAS: the three helper warps release every stage too */
+        wgmma_ring_init<STAGES>(bars, GEMM_CONSUMER_WARPS + (DBIAS ? 3 : 0));
+        tma_prefetch_desc(&tm_a);
+        tma_prefetch_desc(&tm_b);
+    }
+    __syncthreads();
+    /* shared memory and the parameters' tensor maps only above; global memory from here (pdl.cuh) */
+    forge_pdl_wait();
+    forge_pdl_launch_dependents();
+    (void)dbias_ws; /* DBIAS only */
+    gemm_epi_dev noep = {}; /* gemm_work_next's split-K path reads only ep.streamk */
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(GEMM_PRODUCER_REGS));
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            uint32_t phase = 0;
+            gemm_work wk;
+            for (long long cur = blockIdx.x; gemm_work_next(noep, cur, num_tiles, ktiles, splits, kps, wk);) {
+                int tm, tn;
+                gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
+                const int m0 = tm * GEMM_C192_BM, n0 = tn * GEMM_C192_BN;
+                /* boxes wholly past M or N are not loaded (they feed only discarded rows / columns) */
+                uint32_t bytes = 0;
+                for (int h = 0; h < 3; h++)
+                    if (m0 + 64 * h < M) bytes += GEMM_MN_BOX_BYTES;
+                for (int j = 0; j < GEMM_C192_BN / GEMM_C192_B_BOX; j++)
+                    if (n0 + GEMM_C192_B_BOX * j < N) bytes += GEMM_C192_B_BOX_BYTES;
+                for (int kt = wk.kt0; kt < wk.kt1; kt++) {
+                    const uint32_t full = bars + 8 * stage, empty = bars + 8 * (STAGES + stage);
+                    mbar_wait(empty, phase ^ 1);
+                    mbar_arrive_expect_tx(full, bytes);
+                    const uint32_t da = sa + stage * GEMM_C192_A_BYTES, db = sb + stage * GEMM_C192_B_BYTES;
+                    for (int h = 0; h < 3; h++)
+                        if (m0 + 64 * h < M)
+                            tma_load_2d(da + h * GEMM_MN_BOX_BYTES, &tm_a, m0 + 64 * h, kt * GEMM_BK, full);
+                    for (int j = 0; j < GEMM_C192_BN / GEMM_C192_B_BOX; j++)
+                        if (n0 + GEMM_C192_B_BOX * j < N)
+                            tma_load_2d(db + j * GEMM_C192_B_BOX_BYTES, &tm_b, n0 + GEMM_C192_B_BOX * j, kt * GEMM_BK,
+                                        full);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        } else if constexpr (DBIAS) {
+            const int pw = (int)threadIdx.x / 32; /* warps 1 .. 3 sum A box pw - 1 (gemm_dbias_helper) */
+            if (pw >= 1)
+                gemm_dbias_helper<STAGES, GEMM_C192_BM, GEMM_C192_A_BYTES>(sa, bars, pw - 1, M, tiles_m, tiles_n,
+                                                                           ktiles, splits, kps, dbias_ws);
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(GEMM_CONSUMER_REGS));
+        const int w = wg - 1; /* which 96-column half of the tile */
+        const int tid = threadIdx.x - 128 * wg, warp = tid / 32, lane = tid % 32;
+        int stage = 0;
+        uint32_t phase = 0;
+        float d0[48], d1[48], d2[48];
+#pragma unroll
+        for (int i = 0; i < 48; i++) d0[i] = d1[i] = d2[i] = 0.0f;
+        gemm_work wk;
+        for (long long cur = blockIdx.x; gemm_work_next(noep, cur, num_tiles, ktiles, splits, kps, wk);) {
+            int tm, tn;
+            gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
+            int prev = 0;
+            for (int kt = wk.kt0; kt < wk.kt1; kt++) {
+                mbar_wait(bars + 8 * stage, phase);
+                const uint32_t a0 = sa + stage * GEMM_C192_A_BYTES;
+                const uint32_t b0 = sb + stage * GEMM_C192_B_BYTES + (uint32_t)w * 3u * GEMM_C192_B_BOX_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int k = 0; k < GEMM_BK / 16; k++) {
+                    /* MN-major: a k16 step is 16 K rows further (128-byte rows for A, 64-byte rows for B) */
+                    const uint64_t db = wgmma_desc_mn64(b0 + 1024 * k);
+                    const int sc = (kt != wk.kt0 || k != 0) ? 1 : 0;
+                    wgmma_m64n96k16_tt(d0, wgmma_desc_mn(a0 + 2048 * k), db, sc);
+                    wgmma_m64n96k16_tt(d1, wgmma_desc_mn(a0 + GEMM_MN_BOX_BYTES + 2048 * k), db, sc);
+                    wgmma_m64n96k16_tt(d2, wgmma_desc_mn(a0 + 2 * GEMM_MN_BOX_BYTES + 2048 * k), db, sc);
+                }
+                wgmma_ring_step<STAGES>(bars, kt > wk.kt0, lane, prev, stage, phase);
+            }
+            wgmma_wait<0>();
+            wgmma_fence_operands(d0);
+            wgmma_fence_operands(d1);
+            wgmma_fence_operands(d2);
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+            /* fragment of m64n96: d[4i + 2h + j] is row warp*16 + lane/4 + 8h, column 8i + 2(lane%4) + j */
+            gemm_epi_dev out = ep;
+            if (wk.parts > 1) {
+                out = gemm_epi_dev{};
+                out.C = ep.work + (size_t)wk.part * M * N;
+                out.vec2 = ep.vec2;
+            }
+            const int row0 = tm * GEMM_C192_BM + warp * 16 + lane / 4;
+            const int col0 = tn * GEMM_C192_BN + 96 * w + 2 * (lane % 4);
+            gemm_epilogue<96, 0>(d0, out, row0, col0, M, N);
+            gemm_epilogue<96, 0>(d1, out, row0 + 64, col0, M, N);
+            gemm_epilogue<96, 0>(d2, out, row0 + 128, col0, M, N);
+        }
+    }
 }
 
 /* ---- host: launch machinery ------------------------------------------------------------------------------

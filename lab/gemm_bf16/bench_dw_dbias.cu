@@ -1,0 +1,189 @@
+/*
+ * bench_dw_dbias.cu: `forge-lab bench dw-dbias [--reps N]`: the bf16 linear layer's weight and bias gradient at the
+ * GPT-2 124M shapes that have a bias gradient in the step's matmul_backward_weight_bf16 (N = 16384 tokens: qkv
+ * OC x C = 2304 x 768, attention projection 768 x 768, MLP projection 768 x 3072), three contenders on the backend's
+ * stream, all accumulating (+=) into their own dweight / dbias:
+ *   op         the product op (be->matmul_backward_weight_bf16): the TN GEMM, its split reduction, the dbias partial
+ *              pass over dout (mm_bf16_dbias_partial8_kernel) and reduce.cu's finish
+ *   fused      lab_matmul_backward_weight_bf16_fused_dbias (dw_dbias.h): the GEMM with DBIAS (the producer
+ *              warpgroup's idle warps sum the staged dout tiles), the split reduction, the finish over S rows
+ *   gemm-only  the product op with dbias NULL (the GEMM and its reduction): the floor, so op - gemm-only is what the
+ *              dbias pass costs and fused - gemm-only what the fused sums cost
+ * Timed interleaved round by round (the order rotating every round; 3 warm-up rounds), every sample the mean of
+ * DWB_BACK_TO_BACK calls in a row (the host's per-call work, tensor-map encoding included, then overlaps the previous
+ * call's kernels, as it does under the step's CUDA graph). Per contender: the median us, the median per-round ratio
+ * op / this (> 1: faster than the op) with a 95% bootstrap CI; and, from one first call from dweight = dbias = 0,
+ * whether dweight equals the op's bitwise and the largest |dbias - float64 reference| against SUM(N) (op_list.h).
+ * Promotion bar (lab/notes/gemm-bf16.md): fused >= 1.10x the op at the qkv shape and no shape slower.
+ * Inputs: lab_fill_bf16 uniforms in [-1, 1). Measurements: lab/notes/gemm-bf16.md.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "../../src/backend/cuda/cuda_ops.h"
+#include "../lab_fill.cuh"
+#include "../lab_stats.h"
+extern "C" {
+#include "dw_dbias.h"
+}
+
+#define DWB_TRY(x)                                                                                                 \
+    do {                                                                                                           \
+        cudaError_t e_ = (x);                                                                                      \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "forge-lab bench dw-dbias: %s: %s\n", #x, cudaGetErrorString(e_));                    \
+            return 1;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
+#define DWB_FTRY(x)                                                                                                \
+    do {                                                                                                           \
+        forge_status s_ = (x);                                                                                     \
+        if (s_ != FORGE_OK) {                                                                                      \
+            fprintf(stderr, "forge-lab bench dw-dbias: %s: %s\n", #x, forge_error_message());                     \
+            return 1;                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
+#define DWB_N 16384
+#define DWB_BACK_TO_BACK 8
+#define DWB_K 3 /* contenders */
+
+struct dwb_shape {
+    const char *name;
+    int OC, C;
+};
+
+static const char *const dwb_names[DWB_K] = {"op", "fused", "gemm-only"};
+
+static int dwb_run(forge_backend *be, int k, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                   const dwb_shape &s) {
+    const forge_bf16 *d = (const forge_bf16 *)dout, *x = (const forge_bf16 *)inp;
+    if (k == 1) DWB_FTRY(lab_matmul_backward_weight_bf16_fused_dbias(be, dw, db, d, x, DWB_N, s.C, s.OC));
+    else DWB_FTRY(be->matmul_backward_weight_bf16(be, dw, k == 0 ? db : NULL, d, x, DWB_N, s.C, s.OC));
+    return 0;
+}
+
+static int dwb_shape_run(forge_backend *be, const dwb_shape &s, int reps) {
+    cuda_ctx *ctx = cuda_get_ctx(be);
+    const cudaStream_t st = ctx->stream;
+    char plan[96];
+    const int kind = lab_dw_dbias_plan(DWB_N, s.C, s.OC, plan, sizeof plan);
+    if (kind != 1) {
+        printf("  %-16s %5d x %5d  plan %s: the variant does not take it, skipped\n", s.name, s.OC, s.C, plan);
+        return 0;
+    }
+    const size_t dn = (size_t)DWB_N * s.OC, xn = (size_t)DWB_N * s.C, wn = (size_t)s.OC * s.C;
+    uint16_t *dout, *inp;
+    float *dw[DWB_K], *db[DWB_K];
+    DWB_TRY(cudaMalloc(&dout, dn * 2));
+    DWB_TRY(cudaMalloc(&inp, xn * 2));
+    for (int k = 0; k < DWB_K; k++) {
+        DWB_TRY(cudaMalloc(&dw[k], wn * 4));
+        DWB_TRY(cudaMalloc(&db[k], (size_t)s.OC * 4));
+        DWB_TRY(cudaMemset(dw[k], 0, wn * 4));
+        DWB_TRY(cudaMemset(db[k], 0, (size_t)s.OC * 4));
+    }
+    lab_fill_bf16<<<1024, 256>>>(dout, dn, 11, 1.0f);
+    lab_fill_bf16<<<1024, 256>>>(inp, xn, 12, 1.0f);
+    DWB_TRY(cudaGetLastError());
+    DWB_TRY(cudaDeviceSynchronize());
+    /* one call each from zero: dweight bits against the op's, dbias against the float64 column sums of dout */
+    for (int k = 0; k < DWB_K; k++)
+        if (dwb_run(be, k, dw[k], db[k], dout, inp, s)) return 1;
+    DWB_TRY(cudaStreamSynchronize(st));
+    std::vector<float> w0(wn), wk(wn), b(s.OC);
+    std::vector<uint16_t> hd(dn);
+    std::vector<double> ref(s.OC, 0.0);
+    DWB_TRY(cudaMemcpy(hd.data(), dout, dn * 2, cudaMemcpyDeviceToHost));
+    for (size_t n = 0; n < (size_t)DWB_N; n++)
+        for (int o = 0; o < s.OC; o++) {
+            const uint32_t u = (uint32_t)hd[n * s.OC + o] << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            ref[o] += f;
+        }
+    const double tol = 1e-4 * fmax(1.0, sqrt((double)DWB_N) / 8.0); /* SUM(N) */
+    DWB_TRY(cudaMemcpy(w0.data(), dw[0], wn * 4, cudaMemcpyDeviceToHost));
+    int w_same[DWB_K];
+    double b_err[DWB_K];
+    for (int k = 0; k < DWB_K; k++) {
+        DWB_TRY(cudaMemcpy(wk.data(), dw[k], wn * 4, cudaMemcpyDeviceToHost));
+        DWB_TRY(cudaMemcpy(b.data(), db[k], (size_t)s.OC * 4, cudaMemcpyDeviceToHost));
+        w_same[k] = memcmp(wk.data(), w0.data(), wn * 4) == 0;
+        b_err[k] = 0.0;
+        for (int o = 0; o < s.OC; o++) {
+            const double e = fabs((double)b[o] - ref[o]);
+            if (!(e <= b_err[k])) b_err[k] = e;
+        }
+    }
+    cudaEvent_t e0, e1;
+    DWB_TRY(cudaEventCreate(&e0));
+    DWB_TRY(cudaEventCreate(&e1));
+    std::vector<double> t[DWB_K];
+    for (int r = -3; r < reps; r++)
+        for (int j = 0; j < DWB_K; j++) {
+            const int k = (j + r + 3) % DWB_K; /* rotate the order every round */
+            DWB_TRY(cudaEventRecord(e0, st));
+            for (int i = 0; i < DWB_BACK_TO_BACK; i++)
+                if (dwb_run(be, k, dw[k], db[k], dout, inp, s)) return 1;
+            DWB_TRY(cudaEventRecord(e1, st));
+            DWB_TRY(cudaEventSynchronize(e1));
+            float ms = 0;
+            DWB_TRY(cudaEventElapsedTime(&ms, e0, e1));
+            if (r >= 0) t[k].push_back(1e3 * ms / DWB_BACK_TO_BACK);
+        }
+    for (int k = 0; k < DWB_K; k++) {
+        std::vector<double> ratio;
+        for (int i = 0; i < reps; i++) ratio.push_back(t[0][(size_t)i] / t[k][(size_t)i]);
+        double lo, hi;
+        lab_median_ci(ratio, &lo, &hi);
+        char berr[48];
+        if (k == 2) snprintf(berr, sizeof berr, "-");
+        else snprintf(berr, sizeof berr, "%.2e %s", b_err[k], b_err[k] <= tol ? "ok" : "FAIL");
+        printf("  %-16s %5d x %5d  %-14s %-10s %8.1f %8.3fx [%.3f, %.3f]  %-4s  %s\n", s.name, s.OC, s.C, plan,
+               dwb_names[k], lab_median(t[k]), lab_median(ratio), lo, hi, w_same[k] ? "same" : "DIFF", berr);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(dout), cudaFree(inp);
+    for (int k = 0; k < DWB_K; k++) cudaFree(dw[k]), cudaFree(db[k]);
+    int bad = !w_same[1];
+    for (int k = 0; k < 2; k++) bad |= !(b_err[k] <= tol);
+    return bad;
+}
+
+extern "C" int lab_bench_dw_dbias(int argc, char **argv) {
+    int reps = 30;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: forge-lab bench dw-dbias [--reps N]\n");
+            return 2;
+        }
+    }
+    if (reps < 3) reps = 3;
+    forge_backend *be = NULL;
+    forge_runtime_options rt;
+    forge_runtime_options_default(&rt);
+    DWB_FTRY(forge_backend_create(&be, FORGE_DEVICE_CUDA, &rt));
+    static const dwb_shape shapes[] = {
+        {"gpt2-124m qkv", 2304, 768}, {"gpt2-124m attn", 768, 768}, {"gpt2-124m proj", 768, 3072}};
+    printf("forge-lab bench dw-dbias: dW (OC, C) += dout^T x, dbias += colsum(dout), N = %d, %d SMs, pdl %d, %d "
+           "rounds of %d calls\n",
+           DWB_N, cuda_get_ctx(be)->num_sms, cuda_get_ctx(be)->pdl, reps, DWB_BACK_TO_BACK);
+    printf("  %-16s %13s  %-14s %-10s %8s %9s %16s  %-4s  %s\n", "shape", "OC x C", "plan", "contender", "us",
+           "op/this", "[95% CI]", "dW", "|dbias - f64| (SUM(N))");
+    int rc = 0;
+    for (const dwb_shape &s : shapes) rc |= dwb_shape_run(be, s, reps);
+    forge_backend_destroy(be);
+    return rc;
+}
