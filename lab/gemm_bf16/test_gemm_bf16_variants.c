@@ -29,8 +29,7 @@
  * C and pre_out must be the bits of the product's ping-pong kernel (forge_gemm_bf16_nt_pp_bf16: the same MMAs in the
  * same K order per tile, the same epilogue) at the pp-bf16-epi bench's check-only tail shapes (odd M: a phantom
  * second row-block in the last pair at 257 / 1001 / 333 / 4173 rows; N = 8 and 72: the second B half wholly past N)
- * in
- * every form, and at the gpt2-124m forward shapes in their own form. Run last: a protocol bug traps (mbarrier
+ * in every form, and at the gpt2-124m forward shapes in their own form. Run last: a protocol bug traps (mbarrier
  * timeout) and takes the CUDA context, so every case after it fails.
  */
 #include <math.h>
