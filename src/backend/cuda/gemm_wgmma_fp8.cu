@@ -124,16 +124,7 @@ static forge_status bf16_pp_epi_launch(const void *A, const void *B, void *C, co
 extern "C" forge_status forge_gemm_bf16_nt_pp_bf16(const void *A, const void *B, void *C, const float *bias,
                                                    void *pre_out, int gelu, int M, int N, int K, void *stream,
                                                    int pdl) {
-    const char *why = nullptr;
-    if (M <= 0 || N <= 0 || K <= 0) why = "M, N and K must be >= 1";
-    else if (K % 8 != 0) why = "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
-    else if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) why = "A and B must be 16-byte aligned (TMA)";
-    else if (!fp8_c_tma_ok(C, N, 1))
-        why = "the ping-pong schedule stores C through TMA: N must be a multiple of 8 and C 16-byte aligned";
-    else if (pre_out != nullptr && !gelu) why = "pre_out is the pre-activation of GELU: give it with gelu only";
-    else if (pre_out != nullptr && (uintptr_t)pre_out % 16 != 0)
-        why = "pre_out goes through the TMA store: it must be 16-byte aligned";
-    else if ((uintptr_t)bias % 4 != 0) why = "bias must be 4-byte aligned";
+    const char *why = bf16_pp_refusal(A, B, C, bias, pre_out, gelu, M, N, K);
     if (why != nullptr)
         return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 nt pp bf16 (M=%d N=%d K=%d): %s", M, N, K, why);
     int dev = 0, sms = 0;

@@ -1448,6 +1448,22 @@ static inline int fp8_c_tma_ok(const void *C, int N, int out_bf16) {
     return (out_bf16 ? N % 8 == 0 : N % 4 == 0) && (uintptr_t)C % 16 == 0;
 }
 
+/* Why the bf16 ping-pong epilogue kernel refuses these arguments (forge_gemm_bf16_nt_pp_bf16's rules; the lab's 2-CTA
+ * cluster form takes the same), or NULL when it takes them. */
+static inline const char *bf16_pp_refusal(const void *A, const void *B, const void *C, const float *bias,
+                                          const void *pre_out, int gelu, int M, int N, int K) {
+    if (M <= 0 || N <= 0 || K <= 0) return "M, N and K must be >= 1";
+    if (K % 8 != 0) return "K must be a multiple of 8 (TMA needs 16-byte row strides: K*2 bytes)";
+    if ((uintptr_t)A % 16 != 0 || (uintptr_t)B % 16 != 0) return "A and B must be 16-byte aligned (TMA)";
+    if (!fp8_c_tma_ok(C, N, 1))
+        return "the ping-pong schedule stores C through TMA: N must be a multiple of 8 and C 16-byte aligned";
+    if (pre_out != nullptr && !gelu) return "pre_out is the pre-activation of GELU: give it with gelu only";
+    if (pre_out != nullptr && (uintptr_t)pre_out % 16 != 0)
+        return "pre_out goes through the TMA store: it must be 16-byte aligned";
+    if ((uintptr_t)bias % 4 != 0) return "bias must be 4-byte aligned";
+    return nullptr;
+}
+
 template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
 static forge_status fp8_launch_t(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
                                  int dev, int sm_count, cudaStream_t stream) {
