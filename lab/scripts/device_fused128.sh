@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# device_fused128.sh: forge's fused D = 128 bf16 flash backward (src/backend/cuda/flash_attention_bf16_wgmma_bwd_fused.cu)
-# on the GPU machine (device_run.sh stage "fused128"; OUT set, binaries prebuilt):
+# device_fused128.sh: the fused bf16 flash backward (src/backend/cuda/flash_attention_bf16_wgmma_bwd_fused.cu: forge's
+# at D = 128; its D = 64 instance the lab's, lab/flash/flash16_bwd_fused64.cu) on the GPU machine (device_run.sh
+# stage "fused128"; OUT set, binaries prebuilt):
 #   1. `forge-lab test flash16` (flash16_backward_fused128_{asc,desc}.*: the launch orders forced, bitwise forge's;
+#      flash16_backward_fused64_{asc,desc}.*: dk / dv bitwise the three kernels', dq within tolerance;
 #      flash16_backward_three.*: the three-kernel reference; every other variant as usual);
 #   2. compute-sanitizer racecheck (the sanitizer build build/cuda-san/forge-lab when carried, else the product
-#      build), synccheck and memcheck over `forge-lab test flash16 --quick`, kernels ff_ only;
+#      build), synccheck and memcheck over `forge-lab test flash16 --quick`, kernels ff_ only (both instances);
 #   3. `forge-lab bench flash16-bwd-fused --reps F3_REPS` (default 20): the three-kernel backward against the fused
-#      ones (the lab's at D = 64, forge's at D = 128).
+#      ones (the lab's older D = 64 designs and the fused kernel's D = 64 instance, forge's at D = 128).
 # Prints the parity summary, the sanitizer summaries and the bench lines last. Budget: ~4 minutes.
 set -u -o pipefail
 : "${OUT:?set OUT to the folder for logs}"
@@ -14,7 +16,7 @@ source scripts/device_lib.sh
 mkdir -p "$OUT"
 SAN=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
 fails=0
-timeout 150 build/cuda/forge-lab test flash16 >"$OUT/fused128_parity.txt" 2>&1 || fails=1
+timeout 200 build/cuda/forge-lab test flash16 >"$OUT/fused128_parity.txt" 2>&1 || fails=1
 san=()
 for tool in racecheck synccheck memcheck; do
     bin=build/cuda/forge-lab
