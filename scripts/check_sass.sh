@@ -60,8 +60,8 @@ fa_bwd_dkdv_kernel     HMMA  forge
 fa_bwd_dq_kernel       HMMA  forge
 fw_fwd64_kernel        HGMMA forge
 ff_bwd_kernel          HGMMA forge
-fb_dq_kernel           HGMMA forge
-fb_dkdv_kernel         HGMMA forge
+fb_dq_kernel           HGMMA lab
+fb_dkdv_kernel         HGMMA lab
 flash_fwd2?_kernel     FFMA  forge
 flash_bwd_dq2?_kernel  FFMA  forge
 flash_bwd_dkv2?_kernel FFMA  forge

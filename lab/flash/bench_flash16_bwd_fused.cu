@@ -1,7 +1,7 @@
 /*
  * bench_flash16_bwd_fused.cu: `forge-lab bench flash16-bwd-fused [--reps N]`:
- * the backward alone, forge's three-kernel wgmma one
- * (forge_flash_bf16_backward_wgmma) next to the fused one (lab_flash16_backward_fused_ws with the split
+ * the backward alone, the three-kernel wgmma one
+ * (lab_flash16_backward_three) next to the lab's older fused one (lab_flash16_backward_fused_ws with the split
  * rule's workspace, flash16_bwd_fused.cu) and its TMA reduce-add variant
  * fused2 (lab_flash16_backward_fused2_ws, same workspace), at gpt2-124m-like
  * causal shapes (B, H = Hkv, T, D) = (16, 12, 1024, 64) and (16, 8, 1024, 64):
@@ -13,8 +13,8 @@
  * parity test is `forge-lab test flash16`). Then at issue 18's D = 128 shapes (16, 16, 2048, 128) and
  * (8, 16, 4096, 128): the three-kernel backward (lab_flash16_backward_three) and forge's fused one interleaved
  * the same way; and at the D = 64 shapes of the other flash16 benches, (16, 12, 1024, 64), (64, 6, 512, 64),
- * (64, 8, 1024, 64): forge's three-kernel backward and the fused kernel's D = 64 instance
- * (lab_flash16_backward_fused64_ws, flash16_bwd_fused64.cu). Measurements: lab/notes/flash.md.
+ * (64, 8, 1024, 64): the three-kernel backward and forge's (the fused kernel's D = 64 instance).
+ * Measurements: lab/notes/flash.md.
  */
 #include <math.h>
 #include <stdint.h>
@@ -87,7 +87,7 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     for (int i = 0; i < 4; i++) FZB_TRY(cudaEventCreate(&ev[i]));
     for (int r = -3; r < reps; r++) {
         FZB_TRY(cudaEventRecord(ev[0], NULL));
-        FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
+        FZB_FORGE(lab_flash16_backward_three(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
         FZB_TRY(cudaEventRecord(ev[1], NULL));
         FZB_FORGE(lab_flash16_backward_fused_ws(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], 0, ws,
                                                 wsb, NULL));
@@ -121,14 +121,11 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
     return 0;
 }
 
-/* The three-kernel backward against the fused one at (B, H, T, D), interleaved call by call: at D = 128
- * lab_flash16_backward_three against forge's (forge_flash_bf16_backward_wgmma, the fused kernel), at D = 64 forge's
- * (the three kernels) against the fused kernel's D = 64 instance (lab_flash16_backward_fused64_ws, launch order by
- * rule, its workspace allocated here). */
+/* The three-kernel backward (lab_flash16_backward_three) against forge's (forge_flash_bf16_backward_wgmma, the fused
+ * kernel) at (B, H, T, D), interleaved call by call. */
 static int fzb_pair(int B, int H, int T, int D, int reps) {
     enum { NV = 2 }; /* three-kernel, fused */
-    const char *const name[NV] = {D == 128 ? "three-kernel" : "three-kernel (forge)",
-                                  D == 128 ? "forge (fused)" : "fused64 (lab)"};
+    const char *const name[NV] = {"three-kernel", "forge (fused)"};
     fzb_in in;
     if (fzb_inputs(&in, B, H, T, D)) return 1;
     void *q = in.q, *k = in.k, *v = in.v, *dO = in.dO, *out = in.out;
@@ -137,27 +134,15 @@ static int fzb_pair(int B, int H, int T, int D, int reps) {
     const forge_flash_shape fs = in.fs;
     for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
-    const size_t wsb = D == 64 ? lab_flash16_backward_fused64_ws_bytes(&fs) : 0;
-    void *ws = NULL;
-    if (wsb) FZB_TRY(cudaMalloc(&ws, wsb));
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
     std::vector<float> t[NV];
     cudaEvent_t ev[NV + 1];
     for (int i = 0; i <= NV; i++) FZB_TRY(cudaEventCreate(&ev[i]));
     for (int r = -3; r < reps; r++) {
         FZB_TRY(cudaEventRecord(ev[0], NULL));
-        if (D == 128)
-            FZB_FORGE(lab_flash16_backward_three(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
-        else
-            FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2],
-                                                      NULL));
+        FZB_FORGE(lab_flash16_backward_three(&fs, q, k, v, out, dO, lse, delta, g[0][0], g[0][1], g[0][2], NULL));
         FZB_TRY(cudaEventRecord(ev[1], NULL));
-        if (D == 128)
-            FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2],
-                                                      NULL));
-        else
-            FZB_FORGE(lab_flash16_backward_fused64_ws(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2],
-                                                      LAB_FLASH16_FUSED64_RULE, ws, wsb, NULL));
+        FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], NULL));
         FZB_TRY(cudaEventRecord(ev[2], NULL));
         FZB_TRY(cudaEventSynchronize(ev[NV]));
         if (r < 0) continue;
@@ -178,7 +163,6 @@ static int fzb_pair(int B, int H, int T, int D, int reps) {
                name[w], us, flops / us * 1e-6, us0 / us, lab_bench_rel(g[w][0], g[0][0], nt),
                lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
     }
-    if (ws) cudaFree(ws);
     fzb_inputs_free(&in);
     for (int w = 0; w < NV; w++)
         for (int i = 0; i < 3; i++) cudaFree(g[w][i]);

@@ -4,8 +4,8 @@
  * - lab_flash16_backward_fused128_order: the fused backward with the key blocks' launch order forced (ascending
  *   or descending; forge picks by whether they fit on the SMs at once), so the tests can run the descending
  *   order at small shapes: the same bits either way, the add order of dQ being the turns';
- * - lab_flash16_backward_three: the three-kernel backward at D = 128 (forge's dQ and dK/dV kernels, what forge
- *   runs at D = 64), the fused backward's parity reference and timing baseline;
+ * - lab_flash16_backward_three: the three-kernel backward at D = 64 and 128 (the dQ and dK/dV kernels, forge's
+ *   until the fused backward replaced them), the fused backward's parity reference and timing baseline;
  * - the three-kernel backward's launch steps at either D (flash16_bwd_three.cuh), for the lab's variants.
  * Entries and contracts: flash16_variants.h.
  */
@@ -54,10 +54,6 @@ extern "C" forge_status lab_flash16_backward_three(const forge_flash_shape *s, c
     int launch = 0;
     FORGE_TRY(fb_backward_begin(LAB_3K_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
     if (!launch) return FORGE_OK;
-    if (s->D != 128)
-        return forge_error(FORGE_ERR_UNSUPPORTED,
-                           "%s: the D = 128 reference; at D = %d forge_flash_bf16_backward_wgmma runs these kernels",
-                           LAB_3K_ENTRY, s->D);
     fb_call c;
     FORGE_TRY(fb_backward_prepare(&c, LAB_3K_ENTRY, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream,
                                   0));

@@ -1,11 +1,10 @@
 /*
- * flash16_bwd_fused64.cu: the fused bf16 flash backward at D = 64 (ff_bwd_kernel<64>, the D = 64 instance of the
- * kernel forge runs at D = 128; src/backend/cuda/flash_attention_bf16_wgmma_bwd_fused.cuh says what differs from
- * D = 128, flash_attention_bf16_wgmma_bwd_fused.cu explains the design), as the lab variant measured against the
- * three kernels forge runs at D = 64. Entries and contract: flash16_variants.h.
- * Scratch: forge's `delta` contract (FORGE_FLASH_BF16_BWD_SCRATCH) holds only the row statistics at D = 64, so the
- * turn counters live in a workspace of their own (lab_flash16_backward_fused64_ws_bytes); the gradients are fp32,
- * so the fp32 dQ accumulator is dq itself.
+ * flash16_bwd_fused64.cu: the fused bf16 flash backward at D = 64 (ff_bwd_kernel<64>, forge's at D = 64;
+ * src/backend/cuda/flash_attention_bf16_wgmma_bwd_fused.cuh says what differs from D = 128,
+ * flash_attention_bf16_wgmma_bwd_fused.cu explains the design) with its launch order chosen and the turn counters
+ * in a workspace of its own (lab_flash16_backward_fused64_ws_bytes), as it was measured against the three kernels
+ * before it replaced them. Entries and contract: flash16_variants.h. The gradients are fp32, so the fp32 dQ
+ * accumulator is dq itself.
  */
 #include <stdint.h>
 

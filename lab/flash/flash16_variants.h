@@ -98,9 +98,8 @@ forge_status lab_flash16_backward_fused2(const forge_flash_shape *s, const void 
 /* Around forge's D = 128 backward (lab/flash/flash16_bwd_fused128.cu; forge runs the fused kernel there):
  * lab_flash16_backward_fused128_order runs it with the key blocks' launch order forced, ASC or DESC (forge picks
  * ascending when they fit on the SMs at once): the same bits either way; another order is FORGE_ERR_ARG, D != 128
- * FORGE_ERR_UNSUPPORTED. lab_flash16_backward_three: the three-kernel backward at D = 128 (forge's dQ and dK/dV
- * kernels, what forge runs at D = 64; another D is FORGE_ERR_UNSUPPORTED), the fused kernel's parity reference and
- * timing baseline. Both: the refusals
+ * FORGE_ERR_UNSUPPORTED. lab_flash16_backward_three: the three-kernel backward at D = 64 and 128 (the dQ and dK/dV
+ * kernels, forge's until the fused kernel replaced them), the fused kernel's parity reference and timing baseline. Both: the refusals
  * and results contract of forge_flash_bf16_backward_wgmma (delta: FORGE_FLASH_BF16_BWD_SCRATCH floats). */
 #define LAB_FLASH16_FUSED128_ASC 1
 #define LAB_FLASH16_FUSED128_DESC 2
@@ -112,9 +111,9 @@ forge_status lab_flash16_backward_three(const forge_flash_shape *s, const void *
                                         const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                         float *dq, float *dk, float *dv, void *stream);
 
-/* The fused backward at D = 64 (lab/flash/flash16_bwd_fused64.cu: ff_bwd_kernel<64>, the D = 64 instance of the
- * kernel forge runs at D = 128), against the three kernels forge runs at D = 64. order: the key blocks' launch
- * order, RULE (what forge's D = 128 backward does: ascending when they fit on the SMs at once, else descending),
+/* The fused backward at D = 64 (lab/flash/flash16_bwd_fused64.cu: ff_bwd_kernel<64>, the kernel forge runs at
+ * D = 64) with its own workspace and the launch order chosen. order: the key blocks' launch
+ * order, RULE (what forge's backward does: ascending when they fit on the SMs at once, else descending),
  * ASC or DESC: the same bits every way; another value is FORGE_ERR_ARG. D != 64 is FORGE_ERR_UNSUPPORTED;
  * otherwise the refusals and results contract of forge_flash_bf16_backward_wgmma (delta: FORGE_FLASH_BF16_BWD_SCRATCH
  * floats; dq, dk, dv fp32, overwritten; dk and dv bitwise forge's, dq up to fp32 summation order), deterministic.

@@ -11,8 +11,8 @@
  *   dK/dV variant named (split: the unpipelined D = 128 dK/dV kernel; dkp: the
  *   pipelined one, D = 128 only; pq: that and, at D = 64, the pipelined dQ
  *   kernel), on the out and lse of the mma.sync forward; .bits: bitwise the
- *   three-kernel backward's (forge's at D = 64, lab_flash16_backward_three at
- *   D = 128, where forge runs the fused kernel). A refusal
+ *   three-kernel backward's (lab_flash16_backward_three; forge runs the fused
+ *   kernel). A refusal
  *   (FORGE_ERR_UNSUPPORTED) is a failure: every shape here is one the wgmma
  *   kernels must take on sm_90.
  * - flash16_backward_fused_s{0,1,2,3}.*: the fused backward (split rule, S forced
@@ -31,26 +31,26 @@
  *   <32>) on every D = 64 shape above (FA_CASE_SHAPES, FZ_SHAPES, FW64_SHAPES)
  *   and its own (BW2_SHAPES: GQA 4:1 packed with odd T, Tq < Tk),
  *   on the mma.sync forward's out and lse: .{dq,dk,dv} against float64,
- *   .{dq,dk,dv}[wgmma] against forge_flash_bf16_backward_wgmma, .determinism
+ *   .{dq,dk,dv}[wgmma] against the three-kernel backward, .determinism
  *   (a second run bitwise equal); at D = 128 flash16_backward_2cta.refuse
  *   (FORGE_ERR_UNSUPPORTED); flash16_backward_2cta_{dq64,dq32,dkdv}.occupancy:
  *   2 CTAs per SM.
  * - flash16_backward_3wg.*: the three-consumer backward (lab_flash16_backward_3wg,
  *   fb3_dq_kernel + fb3_dkdv_kernel) on the same shapes: against float64,
- *   .{dq,dk,dv}[wgmma bits] bitwise forge's, .determinism; at D = 128
- *   flash16_backward_3wg.refuse.
+ *   .{dq,dk,dv}[wgmma bits] bitwise the three-kernel backward's, .determinism;
+ *   at D = 128 flash16_backward_3wg.refuse.
  * - flash16_backward_fused128_{asc,desc}.*: forge's fused D = 128 backward
  *   with the key blocks' launch order forced (lab_flash16_backward_fused128_order)
  *   on the D = 128 shapes of FA_CASE_SHAPES: against float64, .{dq,dk,dv}[wgmma
  *   bits] bitwise forge's (which picks one of the two), .determinism; at D = 64
- *   flash16_backward_{fused128,three}.refuse. flash16_backward_three.*: the three-kernel
- *   backward (forge's dQ and dK/dV kernels, lab_flash16_backward_three), the fused
- *   one's reference, at D = 128: against float64, .{dk,dv}[wgmma bits] bitwise,
- *   .dq[wgmma] within tolerance of forge's fused dq.
+ *   flash16_backward_fused128.refuse. flash16_backward_three.*: the three-kernel
+ *   backward (the dQ and dK/dV kernels, lab_flash16_backward_three), the fused
+ *   one's reference, at D = 64 and 128: against float64, .{dk,dv}[wgmma bits]
+ *   bitwise the baseline's.
  * - flash16_backward_fused64_{asc,desc}.*: the fused backward's D = 64 instance
  *   (lab_flash16_backward_fused64, ff_bwd_kernel<64>) with the key blocks' launch
  *   order forced, on every D = 64 shape above: against float64,
- *   .{dk,dv}[wgmma bits] bitwise forge's three-kernel backward (the same dK/dV
+ *   .{dk,dv}[wgmma bits] bitwise the three-kernel backward's (the same dK/dV
  *   tile, fb_dkdv_kernel<64, 1>'s), .dq[wgmma] within tolerance, .determinism; at
  *   D = 128 flash16_backward_fused64.refuse.
  * And a pingpong call with a head dim that has no tile must be refused, and
@@ -169,15 +169,15 @@ static void fz_free_out(parity *P, fa_bwd_out *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* forge_flash_bf16_backward_wgmma on c's inputs (three: the three-kernel backward instead, which is forge's at
- * D = 64 and lab_flash16_backward_three at D = 128), fetched into h (what names it in a failure); 1 when h holds it,
+/* forge_flash_bf16_backward_wgmma on c's inputs (three: the three-kernel backward instead,
+ * lab_flash16_backward_three), fetched into h (what names it in a failure); 1 when h holds it,
  * else 0 with h empty (fz_host_free is safe either way). */
 static int fz_bwd_ref(parity *P, fa_case *c, int three, const char *what, fz_host *h) {
     memset(h, 0, sizeof *h);
     fa_bwd_out o = {0};
     forge_status st = FORGE_ERR_OOM;
     if (fa_case_bwd_out(P, c, &o))
-        st = three && c->D == 128 ? lab_flash16_backward_three(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
+        st = three ? lab_flash16_backward_three(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
                                                                o.delta, o.dq, o.dk, o.dv, c->stream)
                                   : forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout, c->gdo,
                                                                     c->glse, o.delta, o.dq, o.dk, o.dv, c->stream);
@@ -259,6 +259,7 @@ static const struct {
     {"flash16_backward_fused64_desc", "flash16_backward_fused64", run_fused64, 64, LAB_FLASH16_FUSED64_DESC, 6},
     {"flash16_backward_fused128_asc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_ASC, 7},
     {"flash16_backward_fused128_desc", "flash16_backward_fused128", run_fused128, 128, LAB_FLASH16_FUSED128_DESC, 7},
+    {"flash16_backward_three", "flash16_backward_three", run_three, 64, 0, 6},
     {"flash16_backward_three", "flash16_backward_three", run_three, 128, 0, 6},
 };
 #define BWD_VARIANTS ((int)(sizeof BWD_VARIANT / sizeof BWD_VARIANT[0]))
@@ -271,6 +272,10 @@ static void check_bwd_variants(parity *P, fa_case *c) {
             continue;
         }
         if (var > 0 && strcmp(BWD_VARIANT[var].entry, BWD_VARIANT[var - 1].entry) == 0) continue; /* one per entry */
+        int takes = 0; /* another row of the same entry compiled for c's head dim */
+        for (int w = 0; w < BWD_VARIANTS; w++)
+            if (BWD_VARIANT[w].d == c->D && strcmp(BWD_VARIANT[w].entry, BWD_VARIANT[var].entry) == 0) takes = 1;
+        if (takes) continue;
         fa_bwd_out o = {0};
         const forge_status st = fa_case_bwd_out(P, c, &o)
                                     ? BWD_VARIANT[var].run(&c->fs, c->q, c->k, c->v, c->gout, c->gdo, c->glse,
@@ -284,9 +289,10 @@ static void check_bwd_variants(parity *P, fa_case *c) {
         fz_free_out(P, &o);
     }
     if (!any) return;
-    /* forge's wgmma backward on the same inputs */
+    /* the variants' baseline on the same inputs: at D = 64 the three-kernel backward (the lab variants there share
+     * its dK/dV tile, and the D = 64 ones its dQ kernel too), at D = 128 forge's fused backward */
     fz_host wh;
-    const int have_w = fz_bwd_ref(P, c, 0, "flash16_backward_wgmma (the variants' baseline)", &wh);
+    const int have_w = fz_bwd_ref(P, c, c->D == 64, "the variants' baseline (three-kernel at D = 64, forge at 128)", &wh);
     forge_status st;
     double *wd[3] = {NULL, NULL, NULL};
     const size_t n[3] = {c->no, c->nkv, c->nkv};

@@ -704,13 +704,13 @@
 #define FORGE_FLASH_BF16_ROWS_TPAD(T)                                                                            \
     (((size_t)(T) + FORGE_FLASH_BF16_ROWS_PAD - 1) / FORGE_FLASH_BF16_ROWS_PAD * FORGE_FLASH_BF16_ROWS_PAD)
 #define FORGE_FLASH_BF16_ROWSTATS(B, NH, T) (2 * (size_t)(B) * (NH) * FORGE_FLASH_BF16_ROWS_TPAD(T))
-/* The whole `delta` scratch of the Hopper backward, in floats: the row statistics, and at HS = 128 (the fused
- * backward) the turn counters of its dQ hand-off (2 per (B, NH) query tile of 64 rows, rounded up to 4 so what
- * follows stays 16-byte aligned) and an fp32 dQ accumulator (B, T, NH, HS) that bf16 gradients go through. */
+/* The whole `delta` scratch of the Hopper backward, in floats: the row statistics, and at HS = 64 and 128 (the
+ * fused backward) the turn counters of its dQ hand-off (2 per (B, NH) query tile of 64 rows, rounded up to 4 so
+ * what follows stays 16-byte aligned) and an fp32 dQ accumulator (B, T, NH, HS) that bf16 gradients go through. */
 #define FORGE_FLASH_BF16_TURNS(B, NH, T) (((size_t)(B) * (NH) * (((size_t)(T) + 63) / 64) * 2 + 3) / 4 * 4)
 #define FORGE_FLASH_BF16_BWD_SCRATCH(B, NH, T, HS)                                                               \
     (FORGE_FLASH_BF16_ROWSTATS(B, NH, T) +                                                                       \
-     ((HS) == 128 ? FORGE_FLASH_BF16_TURNS(B, NH, T) + (size_t)(B) * (T) * (NH) * (HS) : 0))
+     ((HS) == 64 || (HS) == 128 ? FORGE_FLASH_BF16_TURNS(B, NH, T) + (size_t)(B) * (T) * (NH) * (HS) : 0))
 #define FORGE_FLASH_BF16_SCRATCH_TC(B, T, NH, NKV, HS)                                                           \
     ((size_t)(B) * (T) * FORGE_QKV(NH, NKV, HS) + FORGE_FLASH_BF16_BWD_SCRATCH(B, NH, T, HS) + 4)
 #define FORGE_FLASH_BF16_SCRATCH_WIDE(B, T, NH, NKV, HS)                                                         \

@@ -1,15 +1,15 @@
 /*
  * flash_attention_bf16_wgmma_bwd_fused.cuh: the fused Hopper (sm_90a) flash backward as a template over the head
- * dim: ff_bwd_kernel<D> and its launch step ff_launch<D>. forge runs D = 128 (fb_launch_fused,
- * flash_attention_bf16_wgmma_bwd_fused.cu, whose header explains the design); the lab runs D = 64
- * (lab/flash/flash16_bwd_fused64.cu) against the three kernels forge runs there. Both instances have the same CTA,
+ * dim: ff_bwd_kernel<D> and its launch step ff_launch<D>. forge runs both instances (fb_launch_fused,
+ * flash_attention_bf16_wgmma_bwd_fused.cu, whose header explains the design; the lab's entries with a forced launch
+ * order are lab/flash/flash16_bwd_fused64.cu and flash16_bwd_fused128.cu). Both instances have the same CTA,
  * barriers, ring, dS^T double buffer, staging tiles, dQ writers and turn counters; what D changes:
  * - D = 128: the consumers' S^T / dP^T read K and V from shared memory (fb_dkdv_kernel<128, 0>'s tile), and
  *   consumer c computes dQ[:, 64c .. 64c + 63] of the tile's 64 queries = dS . K[:, 64c ..] (m64n64k16, A = dS
  *   read MN-major from the 128B-swizzled dS^T buffer, B = the resident K box c): 32 fp32 registers, a 64-query x
  *   64-column staging tile (16 KiB) that writer c adds as two 32-column boxes. 3 ring stages.
  * - D = 64: the consumers hold their 64 rows of K and V as register A fragments (fb_dkdv_kernel<64, 1>'s tile,
- *   so dk and dv are bitwise forge's three-kernel backward's) and all 128 keys of K^T as register A fragments
+ *   so dk and dv are bitwise the three-kernel backward's) and all 128 keys of K^T as register A fragments
  *   (ff_load_kt, 32 registers, read once per CTA by ldmatrix.trans), and consumer c computes the transposed dQ of
  *   the tile's queries 32c .. 32c + 31: dQ^T (64 columns x 32 queries) = K^T . dS^T[:, 32c ..] (m64n32k16, B =
  *   half c of the dS^T buffer, stored in two 32-query halves with the 64-byte swizzle so that each half is a
@@ -139,7 +139,7 @@ __device__ __forceinline__ void ff_dq_write(const fb_kv_block &kb, const forge_f
     }
 }
 
-/* ---- the D = 64 instance's dQ pieces (the lab's: lab/flash/flash16_bwd_fused64.cu) --------------------------- */
+/* ---- the D = 64 instance's dQ pieces ---------------------------------------------------------------------------- */
 
 #define FF_REGS16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define FF_D16(C)                                                                                                   \
@@ -416,20 +416,51 @@ __host__ __device__ __forceinline__ int ff_tile_seen(const forge_flash_shape &s,
     return ff_tile_last(s, qt) >= 0;
 }
 
-/* bf16 gradients: dq at g.dq (bf16 rows at g.dq_stride) from the fp32 accumulator dq32 (B, Tq, H, D), a pair of
- * columns a thread, stored as fb_grad_store2 stores (rn(0 + d) or rn(old + d)), d = 0 in unseen tiles. */
-template <int D>
-__global__ void ff_dq_bf16(const float *__restrict__ dq32, const fb_grads g, forge_flash_shape s, size_t n2) {
+/* bf16 gradients: dq at g.dq (bf16 rows of g.dq_stride elements) from the fp32 accumulator dq32 (B, Tq, H, D). A
+ * token's H * D values are contiguous in both, so a thread converts 8 of them: two 16-byte loads, then one 16-byte
+ * store where the row stride keeps it 16-byte aligned (VEC), else four 4-byte ones; each value stored as
+ * fb_grad_store2 stores it (rn(0 + d), or rn(old + d) when accumulating), d = 0 in tiles that see no key. grid.x
+ * covers a token's row_chunks chunks of 8, grid.y walks the tokens (no 64-bit index divisions per element). */
+template <bool VEC>
+__global__ void ff_dq_bf16(const float *__restrict__ dq32, const fb_grads g, forge_flash_shape s, int row_chunks,
+                           int tokens) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t e = 2 * i;
-        const int col = (int)(e % D), h = (int)(e / D % (size_t)s.H);
-        const size_t token = e / ((size_t)D * s.H);
-        const int row = (int)(token % (size_t)s.Tq);
-        float2 d = make_float2(0.0f, 0.0f);
-        if (ff_tile_seen(s, row / FB_BS)) d = *(const float2 *)(dq32 + e);
-        fb_grad_store2(g, g.dq, g.dq_stride, token, s.H, h, D, col, d.x, d.y);
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= row_chunks) return;
+    for (int token = blockIdx.y; token < tokens; token += gridDim.y) {
+        float v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = 0.0f;
+        if (ff_tile_seen(s, token % s.Tq / FB_BS)) {
+            const float4 *src = (const float4 *)(dq32 + ((size_t)token * row_chunks + ch) * 8);
+            const float4 x = src[0], y = src[1];
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+        }
+        uint32_t *dst = (uint32_t *)((uint16_t *)g.dq + (size_t)token * g.dq_stride + (size_t)ch * 8);
+        uint32_t w[4] = {0u, 0u, 0u, 0u}; /* the old pairs: +0 + d = rn(0 + d) */
+        if (g.accumulate) {
+            if (VEC) {
+                const uint4 o = *(const uint4 *)dst;
+                w[0] = o.x, w[1] = o.y, w[2] = o.z, w[3] = o.w;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) w[k] = dst[k];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] << 16), v[2 * k])));
+            const uint32_t hi =
+                __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] & 0xffff0000u), v[2 * k + 1])));
+            w[k] = lo | hi << 16;
+        }
+        if (VEC) {
+            *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) dst[k] = w[k];
+        }
     }
 }
 
@@ -473,10 +504,13 @@ static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, in
                                      c.q_str, c.do_str, tm_dq, c.rows, turns, c.g, c.s, c.sl2, c.scale, desc),
                     D == 128 ? "ff_bwd_kernel<128>" : "ff_bwd_kernel<64>");
     if (c.g.bf16) {
-        const size_t n2 = (size_t)s.B * s.Tq * s.H * D / 2, blocks = (n2 + 255) / 256;
-        CUDA_LAUNCH_TRY(forge_pdl_launch(ff_dq_bf16<D>, dim3((unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16)),
-                                         256, 0, c.st, c.pdl, (const float *)dq32, c.g, c.s, n2),
-                        D == 128 ? "ff_dq_bf16<128>" : "ff_dq_bf16<64>");
+        const int row_chunks = s.H * D / 8, tokens = s.B * s.Tq;
+        const int threads = row_chunks < 256 ? (row_chunks + 31) / 32 * 32 : 256;
+        const dim3 grid((unsigned)((row_chunks + threads - 1) / threads), (unsigned)(tokens < 65535 ? tokens : 65535));
+        const bool vec = c.g.dq_stride % 8 == 0 && (uintptr_t)c.g.dq % 16 == 0;
+        CUDA_LAUNCH_TRY(forge_pdl_launch(vec ? ff_dq_bf16<true> : ff_dq_bf16<false>, grid, threads, 0, c.st, c.pdl,
+                                         (const float *)dq32, c.g, c.s, row_chunks, tokens),
+                        "ff_dq_bf16");
         return FORGE_OK;
     }
     int unseen = 0;
