@@ -44,9 +44,7 @@ static const lab_command COMMANDS[] = {
     {"bench norm16-bwd", "the bf16 norm backward's fused kernel: previous vs default vs stage counts [--reps N]",
      lab_bench_norm16_bwd},
     {"bench gemm-bf16-variants", "bf16 GEMM variants vs the default (gemm_bf16/)", lab_bench_gemm_bf16_variants},
-    {"bench pp-bf16-epi",
-     "bf16-out forward GEMMs: cooperative vs ping-pong kernel vs ping-pong on 2-CTA clusters, interleaved, bitwise "
-     "[--reps N] [--only S] [--no-c2]",
+    {"bench pp-bf16-epi", "bf16-out forward GEMMs: cooperative vs ping-pong kernel, interleaved, bitwise [--reps N]",
      lab_bench_pp_bf16_epi},
     {"bench dw-plan", "the step's dW GEMMs: the default plan vs explicit (tile, splits) plans, interleaved [--reps N]",
      lab_bench_dw_plan},

@@ -32,7 +32,6 @@ char_wgmma_fp8        QGMMA lab
 char_mma_             HMMA  lab
 char_ffma             FFMA  lab
 gemm_wgmma_fp8_kernel_c2                         QGMMA lab
-gemm_wgmma_bf16_pp_epi_kernel_c2                 HGMMA lab
 gemm_wgmma_fp8_kernelILi[0-9]+ELi[01]ELi[01]ELi[02456]E QGMMA lab
 gemm_wgmma_bf16_tn_kernelILi192ELi0ELi192E       HGMMA lab
 lab_tn256_dbias_kernel                           HGMMA lab

@@ -1,19 +1,16 @@
 /*
- * bench_pp_bf16_epi.cu: `forge-lab bench pp-bf16-epi [--reps N] [--only SUBSTRING] [--no-c2]`:
- * forge_gemm_bf16_nt_epi's bf16 forward GEMMs on the kernels that can run them: the cooperative kernel with the
- * TMA-store epilogue (forced: lab_gemm_bf16_nt_epi_store, what forge_gemm_bf16_nt_epi ran before the bf16 ping-pong
- * epilogues), the default entry, which runs them on the bf16 ping-pong kernel (forge_gemm_bf16_nt_pp_bf16), and
- * the lab's ping-pong kernel on 2-CTA clusters with B multicast (lab_gemm_bf16_nt_pp_bf16_c2; --no-c2 leaves it
- * out), timed interleaved round by round (the first kernel rotating every round; 3 warm-up rounds) on the same
- * operands, at the forward shapes of gpt2-124m (16 x 1024 rows: qkv, attention projection, MLP fc with bias + GELU
- * + pre_out, MLP projection, all with a bias) and gpt-25m (16384 rows, no bias: qkv, the two MLP input GEMMs, the
- * MLP output, the attention projection), after check-only tail shapes (odd M, N = 8 / 72 / 200, K = 8 / 136 /
- * 3000). Per shape: the median us of each, TFLOP/s (2 M N K), the median per-round ratios cooperative / ping-pong
- * (> 1: the ping-pong kernel is faster) and ping-pong / c2 (> 1: the cluster variant is faster) with 95% bootstrap
- * CIs; "bits" PASS when the ping-pong kernel's C (and pre_out) are bitwise the cooperative kernel's, "c2" PASS when
- * the cluster variant's are bitwise the ping-pong kernel's (random bf16 operands and bias; FAIL otherwise, and the
- * command exits 1). A protocol bug in the cluster variant traps and takes the CUDA context: --no-c2 then still
- * gives the other two. Measurements: lab/notes/gemm-bf16.md.
+ * bench_pp_bf16_epi.cu: `forge-lab bench pp-bf16-epi [--reps N]`: forge_gemm_bf16_nt_epi's bf16 forward GEMMs on
+ * the two kernels that can run them: the cooperative kernel with the TMA-store epilogue (forced:
+ * lab_gemm_bf16_nt_epi_store, what forge_gemm_bf16_nt_epi ran before the bf16 ping-pong epilogues) and the default
+ * entry, which runs them on the bf16 ping-pong kernel (forge_gemm_bf16_nt_pp_bf16), timed interleaved round by
+ * round (the order of the two alternating every round; 3 warm-up rounds) on the same operands, at the forward
+ * shapes of gpt2-124m (16 x 1024 rows: qkv, attention projection, MLP fc with bias + GELU + pre_out, MLP
+ * projection, all with a bias) and gpt-25m (16384 rows, no bias: qkv, the two MLP input GEMMs, the MLP output, the
+ * attention projection), after check-only tail shapes (odd M, N = 8 / 72 / 200, K = 8 / 136 / 3000). Per shape:
+ * the median us of each, TFLOP/s (2 M N K), the median per-round ratio cooperative / ping-pong (> 1: the ping-pong
+ * kernel is faster) with a 95% bootstrap CI, and PASS when the ping-pong kernel's C (and pre_out) are bitwise the
+ * cooperative kernel's (random bf16 operands and bias; FAIL otherwise, and the command exits 1).
+ * Measurements: lab/notes/gemm-bf16.md.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -74,40 +71,24 @@ __global__ void ppb_diff(unsigned long long *bad, const uint4 *a, const uint4 *b
 }
 
 
-/* k = 0: the cooperative kernel (TMA store forced), 1: the default entry (the ping-pong kernel), 2: the ping-pong
- * kernel on 2-CTA clusters (lab) */
+/* k = 0: the cooperative kernel (TMA store forced), 1: the default entry (the ping-pong kernel) */
 static forge_status ppb_run(int k, const void *A, const void *B, void *C, const ppb_shape &s,
                             const forge_gemm_epilogue *e) {
-    if (k == 2)
-        return lab_gemm_bf16_nt_pp_bf16_c2(A, B, C, e->bias, e->gelu ? e->pre_out : NULL, e->gelu, s.M, s.N, s.K,
-                                           NULL, 0);
     return k == 0 ? lab_gemm_bf16_nt_epi_store(A, B, C, s.M, s.N, s.K, e, 1, NULL)
                   : forge_gemm_bf16_nt_epi(A, B, C, s.M, s.N, s.K, e, NULL, 0);
 }
 
-/* *bad (zeroed here) := the 16-byte vectors where C (and pre_out) of runs x and y differ */
-static int ppb_count_diff(unsigned long long *bad, uint16_t *const C[3], uint16_t *const P[3], int x, int y,
-                          const ppb_shape &s, unsigned long long *out) {
-    const size_t cn = (size_t)s.M * s.N;
-    PPB_TRY(cudaMemset(bad, 0, sizeof *bad));
-    ppb_diff<<<1024, 256>>>(bad, (const uint4 *)C[x], (const uint4 *)C[y], cn / 8); /* N % 8 == 0 */
-    if (s.pre) ppb_diff<<<1024, 256>>>(bad, (const uint4 *)P[x], (const uint4 *)P[y], cn / 8);
-    PPB_TRY(cudaGetLastError());
-    PPB_TRY(cudaMemcpy(out, bad, sizeof *out, cudaMemcpyDeviceToHost));
-    return 0;
-}
-
-/* reps 0: the bitwise checks alone; nk: 2 (cooperative, ping-pong) or 3 (and c2); *pass_out: PASS / FAIL */
-static int ppb_shape_run(const ppb_shape &s, int reps, int nk, int *pass_out) {
+/* reps 0: the bitwise check alone; *pass_out: PASS / FAIL */
+static int ppb_shape_run(const ppb_shape &s, int reps, int *pass_out) {
     const size_t an = (size_t)s.M * s.K, bn = (size_t)s.N * s.K, cn = (size_t)s.M * s.N;
-    uint16_t *A, *B, *C[3] = {NULL, NULL, NULL}, *P[3] = {NULL, NULL, NULL};
+    uint16_t *A, *B, *C[2], *P[2];
     float *bias;
     unsigned long long *bad;
     PPB_TRY(cudaMalloc(&A, an * 2));
     PPB_TRY(cudaMalloc(&B, bn * 2));
     PPB_TRY(cudaMalloc(&bias, (size_t)s.N * 4));
     PPB_TRY(cudaMalloc(&bad, sizeof *bad));
-    for (int k = 0; k < nk; k++) {
+    for (int k = 0; k < 2; k++) {
         PPB_TRY(cudaMalloc(&C[k], cn * 2));
         PPB_TRY(cudaMalloc(&P[k], cn * 2));
         PPB_TRY(cudaMemset(C[k], 0xFF, cn * 2)); /* NaN: an element never written differs */
@@ -117,8 +98,8 @@ static int ppb_shape_run(const ppb_shape &s, int reps, int nk, int *pass_out) {
     lab_fill_bf16<<<1024, 256>>>(B, bn, 2, 0.125f);
     ppb_fill_f32<<<64, 256>>>(bias, (size_t)s.N, 3);
     PPB_TRY(cudaGetLastError());
-    forge_gemm_epilogue e[3];
-    for (int k = 0; k < nk; k++) {
+    forge_gemm_epilogue e[2];
+    for (int k = 0; k < 2; k++) {
         memset(&e[k], 0, sizeof e[k]);
         e[k].bias = s.bias ? bias : NULL;
         e[k].gelu = s.gelu;
@@ -129,28 +110,29 @@ static int ppb_shape_run(const ppb_shape &s, int reps, int nk, int *pass_out) {
         fprintf(stderr, "forge-lab bench pp-bf16-epi: %s: the default entry does not take the TMA store\n", s.name);
         return 1;
     }
-    /* the bits: the ping-pong kernel vs the cooperative one, c2 vs the ping-pong kernel */
-    for (int k = 0; k < nk; k++) PPB_FTRY(ppb_run(k, A, B, C[k], s, &e[k]));
+    /* the bits */
+    for (int k = 0; k < 2; k++) PPB_FTRY(ppb_run(k, A, B, C[k], s, &e[k]));
     PPB_TRY(cudaDeviceSynchronize());
-    unsigned long long nbad = 0, nbad2 = 0;
-    if (ppb_count_diff(bad, C, P, 0, 1, s, &nbad)) return 1;
-    if (nk == 3 && ppb_count_diff(bad, C, P, 1, 2, s, &nbad2)) return 1;
-    *pass_out = nbad == 0 && nbad2 == 0;
+    unsigned long long nbad = 0;
+    PPB_TRY(cudaMemset(bad, 0, sizeof *bad));
+    ppb_diff<<<1024, 256>>>(bad, (const uint4 *)C[0], (const uint4 *)C[1], cn / 8); /* N % 8 == 0 */
+    if (s.pre) ppb_diff<<<1024, 256>>>(bad, (const uint4 *)P[0], (const uint4 *)P[1], cn / 8);
+    PPB_TRY(cudaGetLastError());
+    PPB_TRY(cudaMemcpy(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost));
+    *pass_out = nbad == 0;
     const char *epi = s.gelu ? (s.pre ? (s.bias ? "bias+gelu+pre" : "gelu+pre") : (s.bias ? "bias+gelu" : "gelu"))
                              : (s.bias ? "bias" : "plain");
     if (reps == 0) {
-        printf("  %-22s %6d x %5d x %5d %-14s bits %s (%llu 16-byte vectors differ)", s.name, s.M, s.N, s.K, epi,
+        printf("  %-22s %6d x %5d x %5d %-14s bits %s (%llu 16-byte vectors differ)\n", s.name, s.M, s.N, s.K, epi,
                nbad == 0 ? "PASS" : "FAIL", nbad);
-        if (nk == 3) printf(", c2 vs pp %s (%llu)", nbad2 == 0 ? "PASS" : "FAIL", nbad2);
-        printf("\n");
     } else {
         cudaEvent_t e0, e1;
         PPB_TRY(cudaEventCreate(&e0));
         PPB_TRY(cudaEventCreate(&e1));
-        std::vector<double> t[3];
+        std::vector<double> t[2];
         for (int r = -3; r < reps; r++)
-            for (int j = 0; j < nk; j++) {
-                const int k = (j + (r + 3)) % nk; /* rotate which goes first */
+            for (int j = 0; j < 2; j++) {
+                const int k = (r & 1) ? 1 - j : j; /* alternate which goes first */
                 PPB_TRY(cudaEventRecord(e0));
                 PPB_FTRY(ppb_run(k, A, B, C[k], s, &e[k]));
                 PPB_TRY(cudaEventRecord(e1));
@@ -159,43 +141,32 @@ static int ppb_shape_run(const ppb_shape &s, int reps, int nk, int *pass_out) {
                 PPB_TRY(cudaEventElapsedTime(&ms, e0, e1));
                 if (r >= 0) t[k].push_back(1e3 * ms);
             }
-        std::vector<double> ratio, ratio2;
+        std::vector<double> ratio;
         for (int i = 0; i < reps; i++) ratio.push_back(t[0][i] / t[1][i]);
         double lo, hi;
         lab_median_ci(ratio, &lo, &hi);
         const double flop = 2.0 * s.M * s.N * s.K, uc = lab_median(t[0]), up = lab_median(t[1]);
-        printf("  %-22s %6d x %5d x %5d %-14s %9.1f %7.1f %9.1f %7.1f %8.3fx [%.3f, %.3f] %s", s.name, s.M, s.N, s.K,
+        printf("  %-22s %6d x %5d x %5d %-14s %9.1f %7.1f %9.1f %7.1f %8.3fx [%.3f, %.3f] %s\n", s.name, s.M, s.N, s.K,
                epi, uc, flop / uc * 1e-6, up, flop / up * 1e-6, lab_median(ratio), lo, hi,
                nbad == 0 ? "PASS" : "FAIL");
-        if (nk == 3) {
-            for (int i = 0; i < reps; i++) ratio2.push_back(t[1][i] / t[2][i]);
-            double lo2, hi2;
-            lab_median_ci(ratio2, &lo2, &hi2);
-            const double u2 = lab_median(t[2]);
-            printf(" %9.1f %7.1f %8.3fx [%.3f, %.3f] %s", u2, flop / u2 * 1e-6, lab_median(ratio2), lo2, hi2,
-                   nbad2 == 0 ? "PASS" : "FAIL");
-        }
-        printf("\n");
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
     }
-    for (int k = 0; k < nk; k++) cudaFree(C[k]), cudaFree(P[k]);
+    for (int k = 0; k < 2; k++) cudaFree(C[k]), cudaFree(P[k]);
     cudaFree(A), cudaFree(B), cudaFree(bias), cudaFree(bad);
     return 0;
 }
 
 extern "C" int lab_bench_pp_bf16_epi(int argc, char **argv) {
-    int reps = 30, nk = 3;
+    int reps = 30;
     const char *only = NULL; /* --only SUBSTRING: the timed shapes whose name holds it, no check-only shapes (ncu) */
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
-        } else if (strcmp(argv[i], "--no-c2") == 0) {
-            nk = 2;
         } else {
-            fprintf(stderr, "usage: forge-lab bench pp-bf16-epi [--reps N] [--only SUBSTRING] [--no-c2]\n");
+            fprintf(stderr, "usage: forge-lab bench pp-bf16-epi [--reps N] [--only SUBSTRING]\n");
             return 2;
         }
     }
@@ -214,27 +185,19 @@ extern "C" int lab_bench_pp_bf16_epi(int argc, char **argv) {
         {"gpt-25m mlp out", 16384, 512, 1408, 0, 0, 0}, {"gpt-25m attn proj", 16384, 512, 512, 0, 0, 0},
     };
     int rc = 0, pass = 0;
-    printf("forge-lab bench pp-bf16-epi: bf16 C, cooperative (TMA store) vs ping-pong (the default entry)%s\n",
-           nk == 3 ? " vs ping-pong on 2-CTA clusters (c2, lab)" : "");
-    if (nk == 3) {
-        int clusters = 0;
-        PPB_FTRY(lab_gemm_bf16_pp_c2_clusters(&clusters));
-        printf("c2: %d 2-CTA clusters fit at once (grid cap %d CTAs)\n", clusters, 2 * clusters);
-    }
-    printf("check only, bits vs the cooperative kernel%s:\n", nk == 3 ? " (c2: vs the ping-pong kernel)" : "");
+    printf("forge-lab bench pp-bf16-epi: bf16 C, cooperative (TMA store) vs ping-pong (the default entry)\n");
+    printf("check only, bits vs the cooperative kernel:\n");
     for (const ppb_shape &s : checks) {
         if (only) break;
-        if (ppb_shape_run(s, 0, nk, &pass)) return 1;
+        if (ppb_shape_run(s, 0, &pass)) return 1;
         rc |= !pass;
     }
     printf("median of %d interleaved rounds:\n", reps);
-    printf("  %-22s %-22s %-14s %9s %7s %9s %7s %24s %s", "shape", "M x N x K", "epilogue", "coop us", "TFLOP/s",
+    printf("  %-22s %-22s %-14s %9s %7s %9s %7s %24s %s\n", "shape", "M x N x K", "epilogue", "coop us", "TFLOP/s",
            "pp us", "TFLOP/s", "coop/pp [95% CI]", "bits");
-    if (nk == 3) printf(" %9s %7s %24s %s", "c2 us", "TFLOP/s", "pp/c2 [95% CI]", "c2");
-    printf("\n");
     for (const ppb_shape &s : shapes) {
         if (only && !strstr(s.name, only)) continue;
-        if (ppb_shape_run(s, reps, nk, &pass)) return 1;
+        if (ppb_shape_run(s, reps, &pass)) return 1;
         rc |= !pass;
     }
     return rc;

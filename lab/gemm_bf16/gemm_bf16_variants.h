@@ -77,15 +77,6 @@ forge_status lab_gemm_bf16_nt_epi_store(const void *A_bf16, const void *B_bf16, 
 forge_status lab_gemm_bf16_nn_epi_store(const void *A_bf16, const void *B_bf16, void *C, int M, int N, int K,
                                         const forge_gemm_epilogue *epi, int tma_store, void *stream);
 
-/* forge_gemm_bf16_nt_pp_bf16 (gemm_fp8.h: the same arguments, rules, epilogue forms and bits) on 2-CTA clusters with
- * B multicast (gemm_bf16_pp_c2.cu): the CTAs of a cluster take row-blocks 2p and 2p+1 of one column-block and each
- * loads one half of the shared 128-row B tile into both. Also FORGE_ERR_UNSUPPORTED where no 2-CTA cluster of the
- * kernel fits. lab_gemm_bf16_pp_c2_clusters: the clusters that fit at once (cudaOccupancyMaxActiveClusters), the
- * grid's cap (grid = 2 x min(row-block pairs x column-blocks, that)). */
-forge_status lab_gemm_bf16_nt_pp_bf16_c2(const void *A, const void *B, void *C, const float *bias, void *pre_out,
-                                         int gelu, int M, int N, int K, void *stream, int pdl);
-forge_status lab_gemm_bf16_pp_c2_clusters(int *clusters);
-
 /* The lab commands (lab/forge_lab.c): `forge-lab bench gemm-bf16-variants`, `forge-lab test gemm-bf16`. */
 int lab_bench_gemm_bf16_variants(int argc, char **argv);
 int lab_test_gemm_bf16(int argc, char **argv);

@@ -21,16 +21,8 @@
  * outputs without GELU equal the double reference exactly. The nt bf16 forms' default entry runs the bf16
  * ping-pong kernel, so "default vs tma" there is the ping-pong kernel bitwise vs the cooperative one.
  *
- * NT bf16 C on random data (case_pp_pair_bits, PP_VS_COOP): every bf16 form of forge_gemm_bf16_nt_epi (the
- * ping-pong kernel) must give the bits of the cooperative kernel's TMA store (lab_gemm_bf16_nt_epi_store), C and
- * pre_out.
- *
- * The ping-pong kernel on 2-CTA clusters with B multicast (case_pp_pair_bits, PP_C2: lab_gemm_bf16_nt_pp_bf16_c2):
- * C and pre_out must be the bits of the product's ping-pong kernel (forge_gemm_bf16_nt_pp_bf16: the same MMAs in the
- * same K order per tile, the same epilogue) at the pp-bf16-epi bench's check-only tail shapes (odd M: a phantom
- * second row-block in the last pair at 257 / 1001 / 333 / 4173 rows; N = 8 and 72: the second B half wholly past N)
- * in every form, and at the gpt2-124m forward shapes in their own form. Run last: a protocol bug traps (mbarrier
- * timeout) and takes the CUDA context, so every case after it fails.
+ * NT bf16 C on random data (case_pp_bits): every bf16 form of forge_gemm_bf16_nt_epi (the ping-pong kernel) must
+ * give the bits of the cooperative kernel's TMA store (lab_gemm_bf16_nt_epi_store), C and pre_out.
  */
 #include <math.h>
 #include <stdint.h>
@@ -40,7 +32,6 @@
 
 #include <cuda_runtime.h>
 
-#include "../../src/backend/cuda/gemm_fp8.h"
 #include "../../tests_gpu/gpu_test.h"
 #include "gemm_bf16_variants.h"
 
@@ -349,39 +340,16 @@ done:
 
 /* ---- NT bf16 C: the default (the bf16 ping-pong kernel) bitwise vs the cooperative kernel's TMA store ---- */
 
-/* The two ping-pong comparisons of this file: PP_VS_COOP, forge_gemm_bf16_nt_epi (the ping-pong kernel) against
- * lab_gemm_bf16_nt_epi_store with the TMA store forced (the cooperative kernel); PP_C2, the product's ping-pong
- * kernel (forge_gemm_bf16_nt_pp_bf16) against its 2-CTA cluster form (lab_gemm_bf16_nt_pp_bf16_c2). */
-enum { PP_VS_COOP = 0, PP_C2 = 1 };
-
-/* One form's run of side r (0: the reference, 1: the kernel under test) of comparison `which`. */
-static forge_status pp_pair_run(int which, int r, const void *dA, const void *dB, void *dC, const float *bias,
-                                void *pre, int gelu, int M, int N, int K) {
-    if (which == PP_C2)
-        return r == 0 ? forge_gemm_bf16_nt_pp_bf16(dA, dB, dC, bias, pre, gelu, M, N, K, NULL, 0)
-                      : lab_gemm_bf16_nt_pp_bf16_c2(dA, dB, dC, bias, pre, gelu, M, N, K, NULL, 0);
-    forge_gemm_epilogue e;
-    memset(&e, 0, sizeof e);
-    e.bias = bias;
-    e.gelu = gelu;
-    e.pre_out = pre;
-    e.out_bf16 = 1;
-    return r == 0 ? lab_gemm_bf16_nt_epi_store(dA, dB, dC, M, N, K, &e, 1, NULL)
-                  : forge_gemm_bf16_nt_epi(dA, dB, dC, M, N, K, &e, NULL, 0);
-}
-
 /* Random bf16 operands and bias (uniform, truncated to bf16; B scaled by 1/8 so GELU sees both signs at every
- * magnitude), the bf16 forms of forms_mask (a bit per row of the table below): C and pre_out of the two sides of
- * comparison `which` must be the same bits. Output buffers start as NaN. */
-static void case_pp_pair_bits(parity *P, int which, int M, int N, int K, unsigned forms_mask) {
+ * magnitude), every bf16 form forge_gemm_bf16_nt_epi runs on the ping-pong kernel: C and pre_out must be the bits
+ * of lab_gemm_bf16_nt_epi_store with the TMA store forced (the cooperative kernel). Output buffers start as NaN. */
+static void case_pp_bits(parity *P, int M, int N, int K) {
     static const struct {
         int bias, gelu, pre;
         const char *what;
     } forms[] = {{0, 0, 0, "bf16"},          {1, 0, 0, "bias bf16"},      {0, 1, 1, "gelu+pre bf16"},
                  {1, 1, 1, "bias+gelu+pre bf16"}, {0, 1, 0, "gelu bf16"}, {1, 1, 0, "bias+gelu bf16"}};
-    const char *op = which == PP_C2 ? "gemm_bf16_nt_pp_c2_bits" : "gemm_bf16_nt_pp_bits";
-    const char *side[2][2] = {{"cooperative (tma)", "the default entry"}, {"the product's ping-pong kernel", "c2"}};
-    const char *vs = which == PP_C2 ? "c2 vs pp" : "default (ping-pong) vs cooperative";
+    const char *op = "gemm_bf16_nt_pp_bits";
     char shape[96], sub[224];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
     const size_t an = (size_t)M * K, bn = (size_t)N * K, cn = (size_t)M * N;
@@ -405,14 +373,20 @@ static void case_pp_pair_bits(parity *P, int which, int M, int N, int K, unsigne
          cudaMemcpy(dB, b16, bn * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dBias, bias, (size_t)N * 4, cudaMemcpyHostToDevice) == cudaSuccess;
     for (size_t f = 0; f < sizeof forms / sizeof forms[0] && ok; f++) {
-        if (!(forms_mask & (1u << f))) continue;
         snprintf(sub, sizeof sub, "%s %s", shape, forms[f].what);
+        /* r = 0: the cooperative kernel (TMA store forced), 1: the default entry */
         for (int r = 0; r < 2 && ok; r++) {
+            forge_gemm_epilogue e;
+            memset(&e, 0, sizeof e);
+            e.bias = forms[f].bias ? dBias : NULL;
+            e.gelu = forms[f].gelu;
+            e.pre_out = forms[f].pre ? dPre[r] : NULL;
+            e.out_bf16 = 1;
             ok = cudaMemset(dC[r], 0xFF, cn * 2) == cudaSuccess && cudaMemset(dPre[r], 0xFF, cn * 2) == cudaSuccess;
-            const forge_status s = pp_pair_run(which, r, dA, dB, dC[r], forms[f].bias ? (const float *)dBias : NULL,
-                                               forms[f].pre ? dPre[r] : NULL, forms[f].gelu, M, N, K);
+            const forge_status s = r == 0 ? lab_gemm_bf16_nt_epi_store(dA, dB, dC[r], M, N, K, &e, 1, NULL)
+                                          : forge_gemm_bf16_nt_epi(dA, dB, dC[r], M, N, K, &e, NULL, 0);
             if (s != FORGE_OK) {
-                lt_fail(P, op, sub, side[which][r]);
+                lt_fail(P, op, sub, r == 0 ? "cooperative (tma)" : "the default entry");
                 ok = 0;
                 break;
             }
@@ -426,8 +400,8 @@ static void case_pp_pair_bits(parity *P, int which, int M, int N, int K, unsigne
             diff += h[0][0][i] != h[1][0][i] || (forms[f].pre && h[0][1][i] != h[1][1][i]);
             nan += (h[1][0][i] & 0x7FFFu) > 0x7F80u || (forms[f].pre && (h[1][1][i] & 0x7FFFu) > 0x7F80u);
         }
-        snprintf(sub, sizeof sub, "%s %s: %s, %zu elements' bits differ, %zu NaN", shape, forms[f].what, vs, diff,
-                 nan);
+        snprintf(sub, sizeof sub, "%s %s: default (ping-pong) vs cooperative, %zu elements' bits differ, %zu NaN",
+                 shape, forms[f].what, diff, nan);
         report(P, diff == 0 && nan == 0, op, sub, (double)(diff + nan), 0.0, NULL);
     }
     if (!ok) report(P, 0, op, shape, INFINITY, 0, "(kernel or copy failed)");
@@ -467,24 +441,7 @@ int lab_test_gemm_bf16(int argc, char **argv) {
     /* bf16 C on the ping-pong kernel, bitwise vs the cooperative kernel: odd M, N = 8 / 72 / 200 / 3072, K = 8 / 136 /
      * 768 / 3000 */
     static const int pp[][3] = {{257, 8, 8}, {1001, 72, 768}, {517, 200, 136}, {333, 3072, 768}, {129, 72, 3000}};
-    for (size_t i = 0; i < sizeof pp / sizeof pp[0]; i++)
-        case_pp_pair_bits(&P, PP_VS_COOP, pp[i][0], pp[i][1], pp[i][2], 0x3F);
-    /* last: the 2-CTA cluster variant vs the product's ping-pong kernel (a protocol bug traps and takes the
-     * context). {M, N, K, forms}: the bench's check-only tail shapes in every form (0x3F), then the gpt2-124m
-     * forward shapes in their own form (0x2: bias; 0x8: bias + GELU + pre_out), 1 x 2304 x 768 (one row-block: the
-     * pair's second CTA a phantom on every unit) and 4096 x 3072 x 768 (plain: several units per cluster, both
-     * warpgroups busy) */
-    int clusters = 0;
-    if (lab_gemm_bf16_pp_c2_clusters(&clusters) == FORGE_OK)
-        printf("c2: %d 2-CTA clusters fit at once (grid cap %d CTAs)\n", clusters, 2 * clusters);
-    static const int c2[][4] = {{257, 8, 8, 0x3F},       {1001, 72, 768, 0x3F},  {517, 200, 136, 0x3F},
-                                {129, 72, 3000, 0x3F},   {333, 3072, 768, 0x3F}, {4173, 1408, 512, 0x3F},
-                                {1, 2304, 768, 0x3F},    {4096, 3072, 768, 0x1}, {16384, 2304, 768, 0x2},
-                                {16384, 768, 768, 0x2},  {16384, 3072, 768, 0x8}, {16384, 768, 3072, 0x2}};
-    for (size_t i = 0; i < sizeof c2 / sizeof c2[0]; i++) {
-        if (P.quick && (long long)c2[i][0] * c2[i][1] * c2[i][2] > 20000000000LL) continue;
-        case_pp_pair_bits(&P, PP_C2, c2[i][0], c2[i][1], c2[i][2], (unsigned)c2[i][3]);
-    }
+    for (size_t i = 0; i < sizeof pp / sizeof pp[0]; i++) case_pp_bits(&P, pp[i][0], pp[i][1], pp[i][2]);
     printf("%d passed, %d failed\n", P.passed, P.failed);
     return P.failed ? 1 : 0;
 }

@@ -38,8 +38,7 @@
  * - 2-CTA clusters (CL = 2, the lab's _c2 kernels): the CTAs of a cluster take row-blocks 2p and 2p+1 of one
  *   column-block and each multicasts half of the shared B tile into both (protocol at fp8_cluster_rank below):
  *   a third less L2 -> SM traffic at BN 256. The protocol lives in the producer and the stage releases of this
- *   body, which every kernel shares. The bf16 ping-pong epilogue kernel has the same cluster form (lab:
- *   gemm_wgmma_bf16_pp_epi_kernel_c2, lab/gemm_bf16/gemm_bf16_pp_c2.cu; how its tiles pair up: fp8_pp_tile).
+ *   body, which every kernel shares.
  * - PROMOTE = 0: the bf16 kernel's loop (one wgmma group in flight, the accumulator is d itself): tf32 and the
  *   lab's fp8 fast accumulation (fp8_plain_tile). At BN = 256 a last column tile with at most 128 columns left in
  *   N runs the m64n128 MMA (N = 1408 = 5 x 256 + 128: 8% of the MMAs were on TMA zero-fill).
@@ -617,22 +616,12 @@ __device__ __forceinline__ void fp8_plain_tile(float (&d)[BN / 2], uint32_t bars
  * waited on the last stage of tile j - 1 (bar.arrive there, bar.sync here), which also keeps the two mainloops
  * in turn. A warpgroup arrives only if the CTA has a tile j + 1, so every arrive meets a sync. Each stage is
  * released by the 4 warps of one warpgroup (empty barriers count 4). The two m64n128 halves of the tile (rows
- * 0-63, 64-127 of the A stage) share each B descriptor; both drain (wait_group 0) before the function returns.
- * CL = 2 (lab variant: the bf16 epilogue kernel on 2-CTA clusters, B multicast): the unit of work is a row-block
- * pair p of one column-block n, and both CTAs of a cluster walk the same units in the same order (unit0, step:
- * the cluster's index and count), CTA rank r computing row-block 2p + r. So both producers fill ring slot i with
- * the same unit's stage (each its own A and one 64-row half of the shared B, multicast into both), and the CTA's
- * j-th unit goes to warpgroup j % 2 in both CTAs: the warpgroups c of the two CTAs consume the same slots in
- * lockstep, on the same B column-block. A stage's empty barrier counts those 2 x 4 warps; each warp releases on
- * its own CTA's barrier and, through mapa, on the partner's (fp8_release), so neither producer overwrites a stage
- * (its half lands in both CTAs) before both CTAs have read it. The order barrier stays per CTA: a parity wait is
- * about the CTA's own full barriers, whose phases the partner's bytes cannot advance (they need the local
- * producer's arrival; a slot's multicast is issued only after both CTAs released the slot STAGES earlier). */
+ * 0-63, 64-127 of the A stage) share each B descriptor; both drain (wait_group 0) before the function returns. */
 #define FP8_PP_ORDER_BAR 3 /* named barriers 3, 4: the ping-pong order (1, 2: the staging boxes of the epilogue) */
-template <int AT, int STAGES, int CL = 1>
+template <int AT, int STAGES>
 __device__ __forceinline__ void fp8_pp_tile(float (&dlo)[64], float (&dhi)[64], uint32_t bars, uint32_t sa,
                                             uint32_t sb, int lane, int ktiles, int stage, uint32_t phase,
-                                            int signal_bar, uint32_t rank = 0) {
+                                            int signal_bar) {
     typedef fp8_cfg<128> cfg;
     int prev = 0;
     for (int kt = 0; kt < ktiles; kt++) {
@@ -648,24 +637,12 @@ __device__ __forceinline__ void fp8_pp_tile(float (&dlo)[64], float (&dhi)[64], 
             wgmma_fp8_k32<128, AT>(dlo, wgmma_desc(a0 + 32 * k), wgmma_desc(b0 + 32 * k), sc);
             wgmma_fp8_k32<128, AT>(dhi, wgmma_desc(a0 + 64 * FP8_BK + 32 * k), wgmma_desc(b0 + 32 * k), sc);
         }
-        if constexpr (CL == 1) {
-            wgmma_ring_step<STAGES>(bars, kt > 0, lane, prev, stage, phase);
-        } else { /* lab variant (2-CTA clusters): the same step, each release also on the partner's barrier */
-            wgmma_commit();
-            if (kt > 0) {
-                wgmma_wait<1>();
-                if (lane == 0) fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-            }
-            fp8_ring_next<STAGES>(prev, stage, phase);
-        }
+        wgmma_ring_step<STAGES>(bars, kt > 0, lane, prev, stage, phase);
     }
     wgmma_wait<0>();
     wgmma_fence_operands(dlo);
     wgmma_fence_operands(dhi);
-    if (lane == 0) {
-        if constexpr (CL == 1) mbar_arrive(bars + 8 * (STAGES + prev));
-        else fp8_release<CL>(bars + 8 * (STAGES + prev), rank);
-    }
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
 }
 
 /* lab variant: one stage of FP8_CHUNK64_RA (BN = 192: three 64-column chunks) with A from a[CUR], loaded before: chunk
@@ -975,11 +952,9 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const uint32_t bars = sout + cfg::OUT_BYTES;            /* full[s] at +8s, empty[s] at +8(STAGES+s) */
     (void)sout;
 
-    static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && (AT != WG_BF16 || PP) && BN % 2 == 0),
-                  "clusters of 1 or 2 (fp8; bf16 on the ping-pong schedule)");
-    static_assert(!PP || ((AT == WG_TF32 || AT == WG_BF16) && BN == 128 && TMA_C && (CL == 1 || AT == WG_BF16) &&
-                          !PROMOTE),
-                  "ping-pong: tf32 or bf16 (bf16 also on 2-CTA clusters), 128 x 128 tiles per warpgroup, TMA store");
+    static_assert(CL == 1 || (CL == 2 && AT != WG_TF32 && AT != WG_BF16 && BN % 2 == 0), "clusters of 1 or 2 (fp8)");
+    static_assert(!PP || ((AT == WG_TF32 || AT == WG_BF16) && BN == 128 && TMA_C && CL == 1 && !PROMOTE),
+                  "ping-pong: tf32 or bf16, 128 x 128 tiles per warpgroup, TMA store");
     static_assert(AT != WG_BF16 || PP, "bf16: the ping-pong schedule only");
     const int tiles_m = (M + FP8_BM - 1) / FP8_BM, tiles_n = (N + BN - 1) / BN;
     /* CL = 2: the unit of work is a pair of row-blocks (2p + rank); a rank-1 row-block past M (odd tiles_m) is a
@@ -996,8 +971,8 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
     const int unit_step = CL == 2 ? (int)(gridDim.x / 2) : (int)gridDim.x;
 
     if (threadIdx.x == 0) {
-        /* PP: a stage is consumed by one warpgroup's 4 warps (CL = 2: those of both CTAs) */
-        wgmma_ring_init<STAGES>(bars, PP ? FP8_CONSUMER_WARPS / 2 * CL : FP8_CONSUMER_WARPS * CL);
+        /* PP: a stage is consumed by one warpgroup's 4 warps */
+        wgmma_ring_init<STAGES>(bars, PP ? FP8_CONSUMER_WARPS / 2 : FP8_CONSUMER_WARPS * CL);
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
         if constexpr (TMA_C) tma_prefetch_desc(tm_c);
@@ -1031,14 +1006,7 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
                      * goes negative; the phase still needs this arrival) */
                     mbar_arrive_expect_tx(full, cfg::STAGE_BYTES);
                     tma_load_2d(sa + stage * cfg::A_BYTES, &tm_a, kt * BKE, m0, full);
-                    if constexpr (CL == 2 && PP) {
-                        /* lab variant (bf16 ping-pong on clusters): a second half wholly past N loads the first
-                         * half's rows again (as a phantom loads real rows): they feed only columns past N, which
-                         * no store writes, and no TMA box lies wholly outside B */
-                        const int nb = n0 + (int)rank * (BN / 2);
-                        fp8_tma_load_2d_mc(sb + stage * cfg::B_BYTES + rank * (BN / 2) * FP8_BK, &tm_b, kt * BKE,
-                                           nb < N ? nb : n0, full, (uint16_t)0x3);
-                    } else if constexpr (CL == 2)
+                    if constexpr (CL == 2)
                         fp8_tma_load_2d_mc(sb + stage * cfg::B_BYTES + rank * (BN / 2) * FP8_BK, &tm_b, kt * BKE,
                                            n0 + (int)rank * (BN / 2), full, (uint16_t)0x3);
                     else
@@ -1060,12 +1028,11 @@ __device__ __forceinline__ void wgmma_nt_body(const CUtensorMap &tm_a, const CUt
             for (int j = c, t = unit0 + c * unit_step; t < num_tiles; j += 2, t += 2 * unit_step) {
                 int tm, tn;
                 fp8_tile_coords(t, units_m, tiles_n, &tm, &tn);
-                if constexpr (CL == 2) tm = 2 * tm + (int)rank; /* a phantom (>= M) stores nothing */
                 const long long s0 = (long long)j * ktiles;
                 if (j > 0) asm volatile("bar.sync %0, 256;" ::"r"(FP8_PP_ORDER_BAR + c) : "memory");
                 const int signal = t + unit_step < num_tiles ? FP8_PP_ORDER_BAR + (1 - c) : -1;
-                fp8_pp_tile<AT, STAGES, CL>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
-                                            (uint32_t)((s0 / STAGES) & 1), signal, rank);
+                fp8_pp_tile<AT, STAGES>(dlo, dhi, bars, sa, sb, lane, ktiles, (int)(s0 % STAGES),
+                                        (uint32_t)((s0 / STAGES) & 1), signal);
                 if constexpr (XEPI) {
                     fp8_store_tile_tma_epi<XEPI, BIAS>(dlo, tm_c, tm_pre, has_pre, sout, c, tid, tm * FP8_BM,
                                                        tn * BN, M, N, bias);
@@ -1448,8 +1415,8 @@ static inline int fp8_c_tma_ok(const void *C, int N, int out_bf16) {
     return (out_bf16 ? N % 8 == 0 : N % 4 == 0) && (uintptr_t)C % 16 == 0;
 }
 
-/* Why the bf16 ping-pong epilogue kernel refuses these arguments (forge_gemm_bf16_nt_pp_bf16's rules; the lab's 2-CTA
- * cluster form takes the same), or NULL when it takes them. */
+/* Why the bf16 ping-pong epilogue kernel refuses these arguments (forge_gemm_bf16_nt_pp_bf16's rules), or NULL when it
+ * takes them. */
 static inline const char *bf16_pp_refusal(const void *A, const void *B, const void *C, const float *bias,
                                           const void *pre_out, int gelu, int M, int N, int K) {
     if (M <= 0 || N <= 0 || K <= 0) return "M, N and K must be >= 1";
