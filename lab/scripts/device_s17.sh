@@ -22,6 +22,8 @@
 #   labquick  forge-lab test S --quick for each suite S of FORGE_S17_LABTEST
 #   labbench  forge-lab bench ARGS for each entry of FORGE_S17_LABBENCH (entries separated by ';')
 #   labbase   the same entries with the base binary's forge-lab (.carry/bin-base/forge-lab), then this tree's
+#   fgemm     forge bench gemm (forge's GEMM vs cuBLAS, interleaved) on the cells matching FORGE_S17_GEMM_ONLY
+#             (default "gpt2": the step's shapes at 32 x 1024 tokens)
 #   replay    forge bench train on FORGE_S17_CASES, 30 replayed steps, nothing else (a window for FORGE_S17_SMI)
 #   ncu       one gpt2-124m step kernel by kernel (lab/scripts/device_ncu_step.sh; NCU_STEP_* as there)
 #   ncul      Nsight Compute over `forge-lab bench ARGS` for each ';'-separated entry of FORGE_S17_NCU_ARGS, kernels
@@ -178,6 +180,8 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
                 check "bench-$1" "${FORGE_S17_T_LABBENCH:-150}" "$L" bench "$@"
             done
             ;;
+        fgemm) check fgemm 200 "$F" bench gemm --device cuda --reps 20 --only "${FORGE_S17_GEMM_ONLY:-gpt2}" \
+            --results /tmp/s17-fgemm ;;
         replay) check replay 120 "$F" bench train --device cuda --precision bf16 \
             --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" --steps 30 --results /tmp/s17-replay ;;
         ncu) check ncu 200 bash lab/scripts/device_ncu_step.sh ;;
@@ -203,13 +207,14 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
             --baseline "python3 tools/torch_train_bench.py" --results /tmp/s17-paired ;;
     esac
 done
-for f in "$OUT"/s17-bench-*.log "$OUT"/s17-replay.log "$OUT"/s17-ncu.log "$OUT"/s17-ncul*.log "$OUT"/s17-dwplan.log "$OUT"/s17-bench.log "$OUT"/s17-pdl.log "$OUT"/s17-ab.log "$OUT"/s17-paired.log; do
+for f in "$OUT"/s17-bench-*.log "$OUT"/s17-fgemm.log "$OUT"/s17-replay.log "$OUT"/s17-ncu.log "$OUT"/s17-ncul*.log "$OUT"/s17-dwplan.log "$OUT"/s17-bench.log "$OUT"/s17-pdl.log "$OUT"/s17-ab.log "$OUT"/s17-paired.log; do
     [ -e "$f" ] || continue
     echo "---- $(basename "$f")"
     case $f in
         *-ncu.log) head -n 30 "$f" | cut -c1-120 ;;
         *-ncul*.log) grep -E "^  [a-z_].*\(|Duration|pct_of_peak|per_cycle|stalled" "$f" | awk '$NF != "0" && $NF != "0.00"' |
             sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-110 ;;
+        *-fgemm.log) grep -E "gpt2|ratio" "$f" | tail -n 40 | cut -c1-160 ;;
         *-bench-*.log) grep -E "ratio|speed|x \[|us|FAIL" "$f" | tail -n 30 ;;
         *) grep -E "tok/s|^== round|paired" "$f" | tail -n 40 ;;
     esac
