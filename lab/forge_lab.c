@@ -50,9 +50,10 @@ static const lab_command COMMANDS[] = {
      lab_bench_dw_plan},
     {"test gemm-bf16", "parity of the bf16 GEMM variants (gemm_bf16/)", lab_test_gemm_bf16},
     {"bench dw-dbias",
-     "matmul_backward_weight_bf16 at the GPT-2 shapes: the op vs dbias summed in the dW GEMM, interleaved [--reps N]",
+     "matmul_backward_weight_bf16 at the GPT-2 shapes: the op (dbias fused on 128x256) vs GEMM + separate dbias pass, "
+     "interleaved [--reps N]",
      lab_bench_dw_dbias},
-    {"test dw-dbias", "dbias summed inside the dW GEMM: dW bitwise vs the op, dbias vs float64 [--quick]",
+    {"test dw-dbias", "matmul_backward_weight_bf16's dbias vs float64, dW bitwise vs the GEMM without dbias [--quick]",
      lab_test_dw_dbias},
     {"bench gemm-fp8", "fp8/tf32 wgmma GEMMs and their variants vs cuBLASLt fp8 / cuBLAS tf32", lab_bench_gemm_fp8},
     {"test gemm-fp8", "the fp8/tf32 wgmma GEMM variants against a double reference", lab_test_gemm_fp8},

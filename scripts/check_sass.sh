@@ -34,8 +34,6 @@ char_ffma             FFMA  lab
 gemm_wgmma_fp8_kernel_c2                         QGMMA lab
 gemm_wgmma_fp8_kernelILi[0-9]+ELi[01]ELi[01]ELi[02456]E QGMMA lab
 gemm_wgmma_bf16_tn_kernelILi192ELi0ELi192E       HGMMA lab
-lab_tn256_dbias_kernel                           HGMMA lab
-lab_tn_c192_dbias_kernel                         HGMMA lab
 gemm_mma_kernelILb0E                             HMMA  lab
 fa_fwd_kernelILi[0-9]+ELi128E                    HMMA  lab
 fw_fwd_ov_kernelILi128ELi128ELb1E                HGMMA forge

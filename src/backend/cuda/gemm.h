@@ -117,6 +117,18 @@ forge_status forge_gemm_bf16_nn_wgmma(const void *A_bf16, const void *B_bf16, fl
 forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t *bytes);
 forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
                                       int accumulate, void *workspace, size_t workspace_bytes, void *stream, int pdl);
+/* forge_gemm_bf16_tn_wgmma (the same plan, the same C bits) that, where its plan is the 128 x 256 tile (split-K or
+ * unsplit) and dbias_ws (16-byte aligned) holds splits x M floats, also writes the bias gradient's partials: row s
+ * of dbias_ws (dbias_ws[s*M + m], s < splits) = the sum of A (K,M)'s column m over split s's K range, and sets
+ * *dbias_rows = splits; the caller adds the rows in order s = 0, 1, ... Elsewhere (the C192 or 128 x 128 plan, a
+ * short dbias_ws) *dbias_rows = 0 and dbias_ws is untouched: the caller sums A's columns itself. The fused sums
+ * ride on the producer warpgroup's idle warps (gemm_dbias_unit, gemm_wgmma_kernel.cuh): 1.13x / 1.18x the GEMM +
+ * a separate column sum at the GPT-2 124M qkv / attention projection dW, 0.81x on the C192 kernel (H200,
+ * lab/notes/gemm-bf16.md), hence the 128 x 256 plans only. The partition follows the plan (the SM count), so the
+ * sums' bits can differ between devices like C's. */
+forge_status forge_gemm_bf16_tn_wgmma_dbias(const void *A_bf16, const void *B_bf16, float *C, int M, int N, int K,
+                                            int accumulate, void *workspace, size_t workspace_bytes, float *dbias_ws,
+                                            size_t dbias_ws_floats, int *dbias_rows, void *stream, int pdl);
 
 forge_status forge_gemm_bf16_nt(const void *A_bf16, const void *B_bf16, float *C, const float *bias, int M, int N,
                                 int K, void *stream);

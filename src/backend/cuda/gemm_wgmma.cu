@@ -20,7 +20,11 @@
  * - forge_gemm_bf16_tn_wgmma: the C192 kernel where its one-wave plan fills the
  *   SMs with long units (gemm_tn_c192_default), else the cost model's tile and
  *   splits (gemm_plan_tn) with the partials through the TMA store where the
- *   slices allow it, then the reduction pass.
+ *   slices allow it, then the reduction pass. forge_gemm_bf16_tn_wgmma_dbias:
+ *   the same plan; on the 128 x 256 tile its DBIAS instantiation also writes
+ *   the per-split row sums of A (dbias's partials; 1.13x / 1.18x the GEMM +
+ *   the separate column sum at the GPT-2 qkv / attention projection dW, H200),
+ *   not on C192 (0.81x there) or 128 x 128 (no instantiation).
  * Tensor maps are encoded on the host per call (cuTensorMapEncodeTiled via
  * cudaGetDriverEntryPointByVersion, so the binary needs no -lcuda link) and
  * passed as __grid_constant__ parameters.
@@ -576,20 +580,20 @@ forge_status gemm_tn_c192_run(const void *A, const void *B, float *C, int M, int
 
 forge_status gemm_tn_launch(int bn, int tma_partials, const void *A, const void *B, const gemm_epi_dev &ep, int M,
                             int N, int K, int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
-                            int sm_count, long long sk_iters) {
+                            int sm_count, long long sk_iters, float *dbias_ws) {
     if (bn != 128 && bn != 256) return forge_error(FORGE_ERR_ARG, "gemm_wgmma tn: tile width %d (128 or 256)", bn);
     if (!tma_partials) {
         if (bn == 128)
             return gemm_wgmma_launch<128, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, pdl, dev,
-                                                      sm_count, sk_iters);
+                                                      sm_count, sk_iters, dbias_ws);
         return gemm_wgmma_launch<256, GEMM_TN, 0>(A, B, ep, M, N, K, accumulate, splits, stream, pdl, dev, sm_count,
-                                                  sk_iters);
+                                                  sk_iters, dbias_ws);
     }
     if (bn == 128)
         return gemm_wgmma_launch<128, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, pdl,
-                                                                   dev, sm_count, sk_iters);
+                                                                   dev, sm_count, sk_iters, dbias_ws);
     return gemm_wgmma_launch<256, GEMM_TN, GEMM_EPI_TMA_STORE>(A, B, ep, M, N, K, accumulate, splits, stream, pdl,
-                                                               dev, sm_count, sk_iters);
+                                                               dev, sm_count, sk_iters, dbias_ws);
 }
 
 int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace) {
@@ -599,14 +603,15 @@ int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace) {
 
 forge_status gemm_tn_split_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
                                void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int pdl,
-                               int dev, int sm_count) {
+                               int dev, int sm_count, float *dbias_ws) {
     gemm_epi_dev ep = {};
     ep.C = C;
     /* unsplit, C += is the epilogue's read-add-store; split, the reduction pass adds C */
     ep.work = splits > 1 ? (float *)workspace : nullptr;
     ep.res = splits == 1 && accumulate ? C : nullptr;
     const int tma = allow_tma && gemm_tn_tma_partials_ok(M, N, splits, workspace);
-    return gemm_tn_launch(bn, tma, A, B, ep, M, N, K, accumulate != 0, splits, stream, pdl, dev, sm_count, 0);
+    return gemm_tn_launch(bn, tma, A, B, ep, M, N, K, accumulate != 0, splits, stream, pdl, dev, sm_count, 0,
+                          dbias_ws);
 }
 
 /* ---- TN (dW): the entry points ------------------------------------------------------------------------------ */
@@ -628,9 +633,11 @@ extern "C" forge_status forge_gemm_bf16_tn_workspace(int M, int N, int K, size_t
     return FORGE_OK;
 }
 
-extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
-                                                 int K, int accumulate, void *workspace, size_t workspace_bytes,
-                                                 void *stream, int pdl) {
+extern "C" forge_status forge_gemm_bf16_tn_wgmma_dbias(const void *A_bf16, const void *B_bf16, float *C, int M,
+                                                       int N, int K, int accumulate, void *workspace,
+                                                       size_t workspace_bytes, float *dbias_ws, size_t dbias_ws_floats,
+                                                       int *dbias_rows, void *stream, int pdl) {
+    if (dbias_rows != nullptr) *dbias_rows = 0;
     const char *why = gemm_wgmma_refusal_bwd(GEMM_TN, A_bf16, B_bf16, C, M, N, K);
     if (why == nullptr && workspace != nullptr && (uintptr_t)workspace % 16 != 0)
         why = "the split-K workspace must be 16-byte aligned";
@@ -646,8 +653,23 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void 
                                 sm_count);
     int bm = GEMM_BM, bn = 256, splits = 1;
     gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, GEMM_TN_TILES, 2, &bm, &bn, &splits);
-    return gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, st, pdl, dev,
-                             sm_count);
+    /* the row sums ride on the 128 x 256 plans only (their DBIAS instantiations; the C192 form measured slower than
+     * the separate column sum, lab/notes/gemm-bf16.md), where the caller's rows hold one row of M per split */
+    float *rows = dbias_ws != nullptr && dbias_rows != nullptr && bn == 256 && (uintptr_t)dbias_ws % 16 == 0 &&
+                          (size_t)splits * M <= dbias_ws_floats
+                      ? dbias_ws
+                      : nullptr;
+    FORGE_TRY(gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, st, pdl, dev,
+                                sm_count, rows));
+    if (rows != nullptr) *dbias_rows = splits;
+    return FORGE_OK;
+}
+
+extern "C" forge_status forge_gemm_bf16_tn_wgmma(const void *A_bf16, const void *B_bf16, float *C, int M, int N,
+                                                 int K, int accumulate, void *workspace, size_t workspace_bytes,
+                                                 void *stream, int pdl) {
+    return forge_gemm_bf16_tn_wgmma_dbias(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, workspace_bytes, nullptr,
+                                          0, nullptr, stream, pdl);
 }
 
 /* ---- NT: the dispatching entry and the SIMT fallback --------------------------------------------------------- */

@@ -51,9 +51,11 @@
  * - The device code of the variants that the defaults do not launch stays in the shared body where it is a
  *   branch of it: the 192-row tile (BM = 192, three consumer warpgroups, a template parameter) and the TN
  *   in-kernel split reduction and stream-K schedule (gemm_splitk_fixup, gemm_work_next; run-time branches on
- *   gemm_epi_dev.tile_cnt / .streamk, which the defaults leave 0), and the TN bias gradient summed from the
- *   staged A tiles (DBIAS, a template flag of the body and of the C192 kernel's body, gemm_tn_c192_body, off in
- *   every product instantiation: gemm_dbias_helper). Their launchers are the lab's.
+ *   gemm_epi_dev.tile_cnt / .streamk, which the defaults leave 0). Their launchers are the lab's.
+ * - The TN bias gradient (DBIAS, a template flag of the body; the 128 x 256 TN tile only, split-K launches):
+ *   the producer warpgroup's idle warps sum the staged A = dY^T tiles into per-split partial rows
+ *   (gemm_dbias_unit), so dW and dbias take one pass over dY. The product's dW + dbias runs it on its
+ *   128 x 256 plans (forge_gemm_bf16_tn_wgmma_dbias); the consumers' code does not depend on it.
  * - Programmatic dependent launch (pdl.cuh): the body initialises its
  *   barriers and prefetches its tensor maps, then waits for the previous
  *   kernel (forge_pdl_wait) before its first TMA load or global access, so a
@@ -663,79 +665,72 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
     gemm_epilogue<BN, 0>(d, out, row0, col0, M, N);
 }
 
-/* ---- the bias gradient from the staged A tiles (DBIAS: the lab's fused dW + dbias) -------------------------
+/* ---- the bias gradient from the staged A tiles (DBIAS: dW + dbias in one pass over dY) ---------------------
  *
  * In the TN layout A = dout^T (M = OC rows, K = tokens), so dbias[m] = sum over K of A's row m: the column sums
  * of dout, which a separate pass would read from memory again. The ring already holds every K slice of A for
  * the unit's rows. With DBIAS, warps 1 .. BM/64 of the producer warpgroup (idle otherwise: one thread of warp 0
  * issues the TMA copies; the warpgroup sits at setmaxnreg 40) sum them: warp 1 + h takes A box h (rows 64h..64h+63
- * of the block tile) of every stage. Only units of tile column block 0 sum (one unit per (row block, split), so
- * each partial is written once and no summing is repeated across the N tiles); for every stage of every unit the
- * helper warps wait for the stage's full barrier and then arrive on its empty barrier (its count grows by BM/64),
- * after their reads when they read, so the producer never refills a stage a helper still reads and an arrival
- * always lands in the phase of the round it belongs to (the producer cannot start round r + 1 of a stage before
- * the helpers' round-r arrival). The consumers' code is the product's: dW's bits do not depend on DBIAS. The
- * helpers walk the split-K units themselves (gemm_work_next's sequence without ep.streamk, in fewer registers), so
- * DBIAS takes split-K launches only (the lab launchers never set streamk).
+ * of the block tile) of every stage. They walk the work units in the producer's loop (gemm_wgmma_body), the
+ * same sequence as the TMA thread and the consumers. Only units of tile column block 0 sum (one unit per (row
+ * block, split), so each partial is written once and no summing is repeated across the N tiles); for every stage
+ * of every unit the helper warps wait for the stage's full barrier and then arrive on its empty barrier (its
+ * count grows by BM/64), after their reads when they read, so the producer never refills a stage a helper still
+ * reads and an arrival always lands in the phase of the round it belongs to (the producer cannot start round
+ * r + 1 of a stage before the helpers' round-r arrival). The consumers' code is the same with DBIAS off or on:
+ * dW's bits do not depend on it. A unit's partial row goes to dbias_ws[part * M + m], part = the unit's split, so
+ * DBIAS takes split-K launches only (under stream-K a unit's part is not its K range; the launcher refuses it).
  * Layout of a box (MN-major, 128-byte swizzle): K row k is 128 bytes (64 M values), its 16-byte chunk j (M values
  * 8j..8j+7) at chunk position j ^ (k % 8). Lane l owns the 4 M values 4(l % 16) .. +3 (chunk j = (l % 16) / 2, its
  * 8-byte half l % 2) in the 32 K rows 32(l / 16) + i, i = 0..31 (k % 8 = i % 8): per 8-byte load the warp reads two
  * whole rows (2 wavefronts, no bank conflicts). Each lane keeps 4 fp32 sums over its rows of all the unit's stages
- * (4 values a lane rather than 8 with 16-byte loads: the producer warpgroup has 40 registers, and 8 sums spilled in
- * the C192 kernel); at the unit's end the two row halves combine by one xor shuffle (a commutative add: both lanes
- * agree bitwise) and lanes 0..15 store rows m..m+3 of the unit's split to dbias_ws[split * M + m] (M % 8 == 0 and a
- * 16-byte aligned dbias_ws: the lab launcher's rules). Rows past K are TMA's zero fill; rows past M are never stored
- * (a box wholly past M is not loaded and not summed). */
-template <int STAGES, int BM, uint32_t A_STAGE_BYTES>
-__device__ __forceinline__ void gemm_dbias_helper(uint32_t sa, uint32_t bars, int box, int M, int tiles_m, int tiles_n,
-                                                  int ktiles, int splits, int kps, float *dbias_ws) {
-    const int lane = (int)threadIdx.x % 32, num_tiles = tiles_m * tiles_n, units = num_tiles * splits;
+ * (4 values a lane rather than 8 with 16-byte loads: the producer warpgroup has 40 registers); at the unit's end
+ * the two row halves combine by one xor shuffle (a commutative add: both lanes agree bitwise) and lanes 0..15
+ * store rows m..m+3 to part_row (M % 4 == 0 and a 16-byte aligned dbias_ws: gemm_wgmma_launch's rules). Rows past
+ * K are TMA's zero fill; rows past M are never stored (a box wholly past M is not loaded and not summed). So a
+ * partial is each lane half's fp32 sum over its 32 K rows of every stage of the split, in K order, then the two
+ * halves added: a fixed order for a given plan. */
+template <int STAGES, uint32_t A_STAGE_BYTES>
+__device__ __forceinline__ void gemm_dbias_unit(uint32_t sa, uint32_t bars, int box, int m0, int tn, int nk, int M,
+                                                float *part_row, int &stage, uint32_t &phase) {
+    const int lane = (int)threadIdx.x % 32;
     /* the lane's first row and its chunk (j = (lane % 16) / 2, unswizzled) and 8-byte half: the address bits 4..6
      * of everything else are 0 (1024-byte aligned stages and boxes), so XOR-ing (k % 8) << 4 in swizzles it */
     const uint32_t rows = sa + (uint32_t)box * GEMM_MN_BOX_BYTES + (uint32_t)(lane / 16) * (32u * 128u) +
                           (uint32_t)(lane % 16) * 8u;
-    int stage = 0;
-    uint32_t phase = 0;
-    /* the split-K units of gemm_work_next (!ep.streamk): u = split * tiles + tile, CTA b takes b, b + grid, ... */
-    for (int u = (int)blockIdx.x; u < units; u += (int)gridDim.x) {
-        const int part = u / num_tiles;
-        int tm, tn;
-        gemm_tile_coords(u - part * num_tiles, tiles_m, tiles_n, &tm, &tn);
-        const int mb = tm * BM + 64 * box; /* the box's first row */
-        const bool sum = tn == 0 && mb < M;  /* warp-uniform */
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int n = min(kps, ktiles - part * kps); n > 0; n--) {
-            mbar_wait(bars + 8 * stage, phase);
-            if (sum) {
-                const uint32_t p = rows + (uint32_t)stage * A_STAGE_BYTES;
-#pragma unroll
-                for (int i = 0; i < 32; i++) {
-                    uint32_t w0, w1;
-                    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
-                                 : "=r"(w0), "=r"(w1)
-                                 : "r"((p ^ ((uint32_t)(i % 8) << 4)) + 128u * (uint32_t)i));
-                    /* the lower address is the lower M row */
-                    acc[0] += __uint_as_float(w0 << 16);
-                    acc[1] += __uint_as_float(w0 & 0xffff0000u);
-                    acc[2] += __uint_as_float(w1 << 16);
-                    acc[3] += __uint_as_float(w1 & 0xffff0000u);
-                }
-            }
-            __syncwarp(); /* every lane's reads before lane 0's release of the stage */
-            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
-            if (++stage == STAGES) {
-                stage = 0;
-                phase ^= 1;
-            }
-        }
+    const int mb = m0 + 64 * box;       /* the box's first row */
+    const bool sum = tn == 0 && mb < M; /* warp-uniform */
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int n = nk; n > 0; n--) {
+        mbar_wait(bars + 8 * stage, phase);
         if (sum) {
+            const uint32_t p = rows + (uint32_t)stage * A_STAGE_BYTES;
 #pragma unroll
-            for (int j = 0; j < 4; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 16);
-            const int m = mb + 4 * (lane % 16);
-            if (lane < 16 && m < M)
-                *reinterpret_cast<float4 *>(dbias_ws + (size_t)part * M + m) =
-                    make_float4(acc[0], acc[1], acc[2], acc[3]);
+            for (int i = 0; i < 32; i++) {
+                uint32_t w0, w1;
+                asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
+                             : "=r"(w0), "=r"(w1)
+                             : "r"((p ^ ((uint32_t)(i % 8) << 4)) + 128u * (uint32_t)i));
+                /* the lower address is the lower M row */
+                acc[0] += __uint_as_float(w0 << 16);
+                acc[1] += __uint_as_float(w0 & 0xffff0000u);
+                acc[2] += __uint_as_float(w1 << 16);
+                acc[3] += __uint_as_float(w1 & 0xffff0000u);
+            }
         }
+        __syncwarp(); /* every lane's reads before lane 0's release of the stage */
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + stage));
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+    if (sum) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 16);
+        const int m = mb + 4 * (lane % 16);
+        if (lane < 16 && m < M)
+            *reinterpret_cast<float4 *>(part_row + m) = make_float4(acc[0], acc[1], acc[2], acc[3]);
     }
 }
 
@@ -750,8 +745,8 @@ __device__ __forceinline__ void gemm_dbias_helper(uint32_t sa, uint32_t bars, in
  * the fp32 slice ep.work + s*M*N, and gemm_splitk_reduce_kernel adds the slices into C afterwards (or, TN with
  * ep.tile_cnt, the fixup reduces in the kernel). TN stream-K (ep.streamk) replaces the units by contiguous
  * iteration ranges (gemm_work_next); a tile done by one CTA gets the normal epilogue, one split between CTAs the
- * fixup. DBIAS (TN, the lab's fused bias gradient; off in every product instantiation): the producer warpgroup's
- * idle warps also sum A's rows into dbias_ws (gemm_dbias_helper; split-K launches only, not stream-K). */
+ * fixup. DBIAS (the 128 x 256 TN tile, split-K launches only, not stream-K): the producer warpgroup's idle warps
+ * also sum A's rows into dbias_ws's per-split partial rows (gemm_dbias_unit). */
 template <int BN, int TA, int TB, int EPI, int BM = GEMM_BM, bool DBIAS = false>
 __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
                                                 const CUtensorMap &tm_c, const gemm_epi_dev &ep, int M, int N, int K,
@@ -793,10 +788,13 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
     (void)dbias_ws; /* DBIAS only */
 
     if (wg == 0) {
-        /* ---- producer warpgroup: one thread drives the TMA ring ---- */
+        /* ---- producer warpgroup: one thread drives the TMA ring (DBIAS: warps 1 .. BM/64 sum A box pw - 1 of
+         * each unit beside it, gemm_dbias_unit) ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(BM == 192 ? GEMM_PRODUCER_REGS_3C
                                                                             : GEMM_PRODUCER_REGS));
-        if (threadIdx.x == 0) {
+        const int pw = (int)threadIdx.x / 32;
+        const bool helper = DBIAS && pw >= 1 && pw <= BM / 64;
+        if (threadIdx.x == 0 || helper) {
             int stage = 0;
             uint32_t phase = 0;
             gemm_work wk;
@@ -806,6 +804,13 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                 gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
                 const int kt0 = wk.kt0, kt1 = wk.kt1;
                 const int m0 = tm * BM, n0 = tn * BN;
+                if constexpr (DBIAS) {
+                    if (helper) {
+                        gemm_dbias_unit<STAGES, cfg::A_BYTES>(sa, bars, pw - 1, m0, tn, kt1 - kt0, M,
+                                                              dbias_ws + (size_t)wk.part * M, stage, phase);
+                        continue;
+                    }
+                }
                 /* MN-major boxes entirely past M or N are not loaded: their stale shared memory only feeds
                  * output rows / columns the epilogue discards (TMA counts a partly-outside box in full) */
                 uint32_t bytes = 0;
@@ -844,11 +849,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                     }
                 }
             }
-        } else if constexpr (DBIAS) {
-            const int pw = (int)threadIdx.x / 32; /* warps 1 .. BM/64 sum A box pw - 1 */
-            if (pw >= 1 && pw <= BM / 64)
-                gemm_dbias_helper<STAGES, BM, cfg::A_BYTES>(sa, bars, pw - 1, M, tiles_m, tiles_n, ktiles, splits,
-                                                            kps, dbias_ws);
         }
     } else {
         /* ---- consumer warpgroups: wgmma from the ring, then the epilogue ---- */
@@ -973,13 +973,14 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
 
 /* TN (dW = dY^T . X): A stored (K,M) with M contiguous, B stored (K,N) with N contiguous: both MN-major. EPI 0,
  * or TMA_STORE (split-K partials through the TMA store, tm_c = the workspace; launched only with
- * splits > 1, so no unit takes the whole-tile epilogue). */
-template <int BN, int EPI, int BM>
+ * splits > 1, so no unit takes the whole-tile epilogue). DBIAS (BN 256, BM 128): dbias_ws gets the per-split
+ * partial rows of A's row sums (gemm_dbias_unit); read only with DBIAS. */
+template <int BN, int EPI, int BM, bool DBIAS = false>
 __global__ void __launch_bounds__(128 * (1 + BM / 64), 1)
     gemm_wgmma_bf16_tn_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_b,
                               const __grid_constant__ CUtensorMap tm_c, const gemm_epi_dev ep, int M, int N, int K,
-                              int splits, int kps) {
-    gemm_wgmma_body<BN, 1, 1, EPI, BM>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps);
+                              int splits, int kps, float *dbias_ws) {
+    gemm_wgmma_body<BN, 1, 1, EPI, BM, DBIAS>(tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, nullptr, dbias_ws);
 }
 
 /* ---- TN on 192 x 192 tiles, two consumer warpgroups splitting N (the "C192" kernel) ------------------------
@@ -991,9 +992,9 @@ __global__ void __launch_bounds__(128 * (1 + BM / 64), 1)
  * MN-major boxes with the 64-byte swizzle (wgmma_desc_mn64), A as the usual three 64-wide boxes (128-byte
  * swizzle). Work units as in the 128-row kernel (unit u = split u / tiles of tile u % tiles, kps K slices each);
  * splits == 1 writes C (C += through ep.res), splits > 1 writes plain partials to ep.work's slice and the pass
- * reduces them (gemm_splitk_reduce_launch). The body is here so that the lab can instantiate it with DBIAS (the
- * fused bias gradient, gemm_dbias_helper: the producer warpgroup's three idle warps sum A's three boxes); the
- * product's kernel, gemm_wgmma_bf16_tn_c192_kernel (gemm_wgmma.cu), is the body with DBIAS off. */
+ * reduces them (gemm_splitk_reduce_launch). The product's kernel is gemm_wgmma_bf16_tn_c192_kernel (gemm_wgmma.cu).
+ * No fused bias gradient here: its DBIAS form (the producer warpgroup's three idle warps summing A's three boxes)
+ * measured 0.81x the GEMM + the separate column sum at the GPT-2 MLP projection (lab/notes/gemm-bf16.md). */
 #define GEMM_C192_BM 192
 #define GEMM_C192_BN 192
 #define GEMM_C192_STAGES 4
@@ -1012,10 +1013,8 @@ __device__ __forceinline__ void wgmma_m64n96k16_tt(float (&d)[48], uint64_t desc
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-template <bool DBIAS = false>
 __device__ __forceinline__ void gemm_tn_c192_body(const CUtensorMap &tm_a, const CUtensorMap &tm_b,
-                                                  const gemm_epi_dev &ep, int M, int N, int K, int splits, int kps,
-                                                  float *dbias_ws = nullptr) {
+                                                  const gemm_epi_dev &ep, int M, int N, int K, int splits, int kps) {
     constexpr int STAGES = GEMM_C192_STAGES;
     extern __shared__ __align__(1024) unsigned char gemm_smem[];
     const uint32_t base = (smem_u32(gemm_smem) + 1023u) & ~1023u;
@@ -1026,8 +1025,7 @@ __device__ __forceinline__ void gemm_tn_c192_body(const CUtensorMap &tm_a, const
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
-        /* DBIAS: the three helper warps release every stage too */
-        wgmma_ring_init<STAGES>(bars, GEMM_CONSUMER_WARPS + (DBIAS ? 3 : 0));
+        wgmma_ring_init<STAGES>(bars, GEMM_CONSUMER_WARPS);
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
     }
@@ -1035,7 +1033,6 @@ __device__ __forceinline__ void gemm_tn_c192_body(const CUtensorMap &tm_a, const
     /* shared memory and the parameters' tensor maps only above; global memory from here (pdl.cuh) */
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    (void)dbias_ws; /* DBIAS only */
     gemm_epi_dev noep = {}; /* gemm_work_next's split-K path reads only ep.streamk */
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(GEMM_PRODUCER_REGS));
@@ -1071,11 +1068,6 @@ __device__ __forceinline__ void gemm_tn_c192_body(const CUtensorMap &tm_a, const
                     }
                 }
             }
-        } else if constexpr (DBIAS) {
-            const int pw = (int)threadIdx.x / 32; /* warps 1 .. 3 sum A box pw - 1 (gemm_dbias_helper) */
-            if (pw >= 1)
-                gemm_dbias_helper<STAGES, GEMM_C192_BM, GEMM_C192_A_BYTES>(sa, bars, pw - 1, M, tiles_m, tiles_n,
-                                                                           ktiles, splits, kps, dbias_ws);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(GEMM_CONSUMER_REGS));
@@ -1158,40 +1150,39 @@ forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int
 /* The layouts: NT = both K-major, NN = B MN-major, TN = both MN-major. */
 enum { GEMM_NT = 0, GEMM_NN = 1, GEMM_TN = 2 };
 
-typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int, int,
-                               int, int, int);
-
-/* The NT kernel has one more tensor map (tm_pre). */
-typedef void (*gemm_nt_kernel_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const gemm_epi_dev, int,
-                                  int, int, int, int, const CUtensorMap);
-
-/* The NN / TN kernel of (BN, layout, EPI, BM); if constexpr so that only the requested instantiation exists. */
-template <int BN, int LAYOUT, int EPI, int BM> static gemm_kernel_fn gemm_kernel_for(void) {
-    if constexpr (LAYOUT == GEMM_NN)
-        return gemm_wgmma_bf16_nn_kernel<BN, EPI>;
+/* The kernel of (BN, layout, EPI, BM, DBIAS) as a symbol (its shared-memory attribute); if constexpr so that only
+ * the requested instantiation exists. DBIAS: the TN 128 x 256 tile's only. */
+template <int BN, int LAYOUT, int EPI, int BM, bool DBIAS> static const void *gemm_kernel_sym(void) {
+    if constexpr (LAYOUT == GEMM_NT)
+        return (const void *)gemm_wgmma_bf16_kernel<BN, EPI>;
+    else if constexpr (LAYOUT == GEMM_NN)
+        return (const void *)gemm_wgmma_bf16_nn_kernel<BN, EPI>;
     else
-        return gemm_wgmma_bf16_tn_kernel<BN, EPI, BM>;
+        return (const void *)gemm_wgmma_bf16_tn_kernel<BN, EPI, BM, DBIAS>;
 }
 
 /* ep.vec2 is set here. accumulate only matters for splits > 1 (the reduction adds C); with splits == 1 the
- * caller expresses C += as ep.res = C. */
+ * caller expresses C += as ep.res = C. dbias_ws != nullptr (the 128 x 256 TN tile on a split-K launch only: the
+ * DBIAS instantiation, gemm_dbias_unit) also writes dbias_ws[s * M + m] = split s's sum of A's row m, s < splits
+ * (16-byte aligned, M % 4 == 0); nullptr: the kernel without it. */
 template <int BN, int LAYOUT, int EPI, int BM = GEMM_BM>
 static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
                                       int accumulate, int splits, cudaStream_t stream, int pdl, int dev, int sm_count,
-                                      long long sk_iters = 0) {
+                                      long long sk_iters = 0, float *dbias_ws = nullptr) {
     static_assert(BM == GEMM_BM || (LAYOUT == GEMM_TN && EPI == 0), "the 192-row tile is TN's, plain epilogue");
     constexpr int threads = 128 * (1 + BM / 64);
     static_assert(LAYOUT != GEMM_TN || EPI == 0 || EPI == GEMM_EPI_TMA_STORE,
                   "dW (TN) has the plain epilogue, or TMA-stored split partials");
+    constexpr bool HAS_DBIAS = LAYOUT == GEMM_TN && BN == 256 && BM == GEMM_BM; /* the only DBIAS instantiations */
+    if (dbias_ws != nullptr &&
+        (!HAS_DBIAS || sk_iters > 0 || ep.streamk || (uintptr_t)dbias_ws % 16 != 0 || M % 4 != 0))
+        return forge_error(FORGE_ERR_ARG, "gemm_wgmma: the fused bias gradient takes the 128 x 256 TN tile on a "
+                                          "split-K launch, M %% 4 == 0 and 16-byte aligned rows");
+    const bool dbias = HAS_DBIAS && dbias_ws != nullptr;
     typedef gemm_cfg<BN, BM> cfg;
-    static int smem_set[GEMM_MAX_DEVICES]; /* one per instantiation: the kernel's smem limit was raised */
-    gemm_kernel_fn kernel = nullptr;
-    gemm_nt_kernel_fn kernel_nt = nullptr;
-    if constexpr (LAYOUT == GEMM_NT)
-        kernel_nt = gemm_wgmma_bf16_kernel<BN, EPI>;
-    else
-        kernel = gemm_kernel_for<BN, LAYOUT, EPI, BM>();
-    const void *kernel_sym = kernel_nt != nullptr ? (const void *)kernel_nt : (const void *)kernel;
+    static int smem_set[2][GEMM_MAX_DEVICES]; /* per kernel of the instantiation: its smem limit was raised */
+    const void *kernel_sym = dbias ? gemm_kernel_sym<BN, LAYOUT, EPI, BM, HAS_DBIAS>()
+                                   : gemm_kernel_sym<BN, LAYOUT, EPI, BM, false>();
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
     CUtensorMap tm_a, tm_b;
@@ -1216,9 +1207,9 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0 && (EPI & GEMM_EPI_GELU) != 0)
         if (ep.pre != nullptr) FORGE_TRY(gemm_encode_c(&tm_pre, encode, ep.pre, M, N, (EPI & GEMM_EPI_BF16) != 0));
     const size_t smem = (EPI & GEMM_EPI_TMA_STORE) ? cfg::SMEM_TMA_STORE : cfg::SMEM;
-    if (!smem_set[dev]) {
+    if (!smem_set[dbias][dev]) {
         CUDA_TRY(cudaFuncSetAttribute(kernel_sym, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set[dev] = 1;
+        smem_set[dbias][dev] = 1;
     }
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int kps = (ktiles + splits - 1) / splits;
@@ -1240,9 +1231,13 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
         CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_nn_kernel<BN, EPI>, grid, threads, smem, stream, pdl, tm_a,
                                          tm_b, tm_c, ep, M, N, K, splits, kps),
                         "gemm_wgmma_bf16_nn_kernel");
+    else if (dbias)
+        CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_tn_kernel<BN, EPI, BM, HAS_DBIAS>, grid, threads, smem, stream,
+                                         pdl, tm_a, tm_b, tm_c, ep, M, N, K, splits, kps, dbias_ws),
+                        "gemm_wgmma_bf16_tn_kernel (dbias)");
     else
         CUDA_LAUNCH_TRY(forge_pdl_launch(gemm_wgmma_bf16_tn_kernel<BN, EPI, BM>, grid, threads, smem, stream, pdl, tm_a,
-                                         tm_b, tm_c, ep, M, N, K, splits, kps),
+                                         tm_b, tm_c, ep, M, N, K, splits, kps, (float *)nullptr),
                         "gemm_wgmma_bf16_tn_kernel");
     /* with tile_cnt the kernel reduced in place (TN fixup) */
     if (splits > 1 && ep.tile_cnt == nullptr)
@@ -1311,10 +1306,10 @@ forge_status gemm_tn_c192_run(const void *A, const void *B, float *C, int M, int
 
 /* One launch of the 128-row TN kernel of width bn (128 or 256) with ep as given (split partials through the TMA
  * store when tma_partials; stream-K when sk_iters > 0), then the reduction pass where the launch splits K without
- * tile counters. */
+ * tile counters. dbias_ws: gemm_wgmma_launch's (bn 256 on a split-K launch only; nullptr: none). */
 forge_status gemm_tn_launch(int bn, int tma_partials, const void *A, const void *B, const gemm_epi_dev &ep, int M,
                             int N, int K, int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
-                            int sm_count, long long sk_iters);
+                            int sm_count, long long sk_iters, float *dbias_ws = nullptr);
 
 /* Whether split partials can go through the TMA store: M % 128 == 0 (a box never crosses into the next split's
  * slice), N % 4 == 0, a 16-byte aligned workspace, splits x M rows addressable as int. */
@@ -1322,9 +1317,10 @@ int gemm_tn_tma_partials_ok(int M, int N, int splits, const void *workspace);
 
 /* C (+)= A^T . B on the 128-row kernel of width bn at `splits`: unsplit, C += is the epilogue's read-add-store;
  * split, each split's partials go to its slice of the workspace (through the TMA store when allow_tma and
- * gemm_tn_tma_partials_ok, else from the registers: the same sums) and the pass adds them in order 0..S-1. */
+ * gemm_tn_tma_partials_ok, else from the registers: the same sums) and the pass adds them in order 0..S-1.
+ * dbias_ws (bn 256 only; nullptr: none): also dbias_ws[s * M + m] = split s's sum of A's row m, s < splits. */
 forge_status gemm_tn_split_run(const void *A, const void *B, float *C, int M, int N, int K, int accumulate,
                                void *workspace, int bn, int splits, int allow_tma, cudaStream_t stream, int pdl,
-                               int dev, int sm_count);
+                               int dev, int sm_count, float *dbias_ws = nullptr);
 
 #endif

@@ -21,8 +21,15 @@
  *   writes the first gradient, through TMA; no workspace, no second pass.
  * - backward_weight: the TN split-K GEMM accumulates into dweight directly
  *   (its partial slices in ctx->tn_ws, sized to its plan, reduced in a fixed
- *   order); dbias is the ordered two-pass column sum (reduce.cu) over the bf16
+ *   order). dbias: where the GEMM's plan is the 128 x 256 tile, the GEMM sums
+ *   dout's columns from the tiles it stages anyway (one partial row per split
+ *   into ctx->ws: forge_gemm_bf16_tn_wgmma_dbias) and reduce.cu's finish adds
+ *   the rows in split order (1.13x / 1.18x the op with the separate pass at the
+ *   GPT-2 qkv / attention projection dW, H200: lab/notes/gemm-bf16.md). Else
+ *   (the C192 plan, where the fused sums measured 0.81x; 128 x 128; the SIMT
+ *   path; C = 0) the ordered two-pass column sum (reduce.cu) over the bf16
  *   dout, its first pass 8 columns a thread where dout allows 16-byte loads.
+ *   dbias is the same N-long fp32 sums either way, in another order.
  * Deterministic: no atomics; every sum has a fixed order for given arguments.
  * Nothing synchronises with the host. Ops share the workspace because they are
  * serialised on the context's stream (cuda_ops.h). Every kernel, the GEMMs'
@@ -312,6 +319,7 @@ forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight,
                            "cuda matmul_backward_weight_bf16: sizes must be >= 0, got N=%d C=%d OC=%d", N, C, OC);
     if (N == 0 || OC == 0) return FORGE_OK;
     cuda_ctx *ctx = cuda_get_ctx(be);
+    int dbias_rows = 0; /* > 0: the GEMM wrote dbias's partial rows into ctx->ws */
     if (C > 0) {
         int fallback = 1;
         /* gemm.h's tn rules (M = OC and N = C multiples of 8, 16-byte operands, 4-byte C); split-K partials in
@@ -322,14 +330,20 @@ forge_status cuda_matmul_backward_weight_bf16(forge_backend *be, float *dweight,
             size_t need = 0;
             FORGE_TRY(forge_gemm_bf16_tn_workspace(OC, C, N, &need));
             FORGE_TRY(cuda_tn_workspace(ctx, need));
-            FORGE_TRY(mm_bf16_take(forge_gemm_bf16_tn_wgmma(dout, inp, dweight, OC, C, N, 1, ctx->tn_ws,
-                                                            ctx->tn_ws_bytes, (void *)ctx->stream, ctx->pdl),
+            /* with dbias, the GEMM sums dout's columns too where its plan is the 128 x 256 tile (one partial row
+             * per split into ctx->ws, which the split-K slices do not use) */
+            FORGE_TRY(mm_bf16_take(forge_gemm_bf16_tn_wgmma_dbias(dout, inp, dweight, OC, C, N, 1, ctx->tn_ws,
+                                                                  ctx->tn_ws_bytes, dbias ? ctx->ws : NULL,
+                                                                  CUDA_WS_FLOATS, &dbias_rows, (void *)ctx->stream,
+                                                                  ctx->pdl),
                                    &fallback));
         }
         if (fallback)
             FORGE_TRY(mm_bf16_simt<MMB_TN>(ctx, dout, inp, dweight, NULL, NULL, NULL, OC, C, N,
                                            "mm_bf16_simt_kernel<TN>"));
     }
+    if (dbias && dbias_rows > 0) /* after the GEMM and its split pass on the stream: the rows in split order */
+        return cuda_colsum_finish(ctx, dbias, ctx->ws, dbias_rows, OC);
     if (dbias) {
         /* after the GEMM on the stream: its split-K partials in the workspace are dead */
         const int R = cuda_colsum_chunks(N, OC, 1);
