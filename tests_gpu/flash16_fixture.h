@@ -374,13 +374,14 @@ static inline void fa_case_check_bwd(parity *P, const fa_case *c, const char *na
 
 /* The shapes every flash16 suite runs (B, Tq, Tk, H, Hkv, D, packed); quick runs skip Tq > 300. The two
  * 2 x 200 GQA shapes (3 query heads a kv head, 4 query tiles each) run more tiles through a dK/dV CTA than its ring
- * has stages, at each D, so a quick run under compute-sanitizer's racecheck sees every stage reused. */
+ * has stages, at each D, so a quick run under compute-sanitizer's racecheck sees every stage reused. 200 x 37: two
+ * whole query tiles that see no key (Tq - Tk >= 128; 100 x 37 has none), which no key block stores. */
 static const int FA_CASE_SHAPES[][7] = {
     {2, 67, 67, 4, 2, 64, 1},    {1, 1, 1, 2, 1, 64, 1},      {1, 1, 1, 2, 2, 128, 0},
     {1, 130, 130, 4, 4, 128, 1}, {2, 200, 200, 6, 2, 128, 0}, {2, 200, 200, 6, 2, 64, 1},
     {1, 100, 37, 4, 2, 64, 0},   {1, 100, 37, 2, 1, 128, 0},  {1, 37, 100, 2, 1, 128, 0},
     {1, 256, 256, 2, 2, 64, 1},  {1, 129, 200, 3, 3, 64, 0},  {2, 513, 513, 4, 1, 128, 1},
-    {1, 1000, 1000, 2, 2, 64, 1},
+    {1, 1000, 1000, 2, 2, 64, 1}, {1, 200, 37, 4, 2, 64, 0},
 };
 
 /* A head dim without a compiled tile (D = 96) and 16-byte aligned dummies: what the refusal cases pass. */

@@ -120,14 +120,15 @@ static int case_flash16_mma(parity *P, fa_case *cs) {
     return 1;
 }
 
-/* forge_flash_bf16_backward_into with bf16 gradients at padded token strides (dq rows of H*D + 8 elements, dk | dv
- * rows of 2*Hkv*D + 8), written (accumulate = 0, into NaN) and added (accumulate = 1, into random bf16): bitwise
- * rn(old + d) per element, d the fp32 gradient forge_flash_bf16_backward_wgmma stores (the op's former add pass),
- * the padding and the guards untouched. */
+/* forge_flash_bf16_backward_into with bf16 gradients at padded token strides (dk | dv rows of 2*Hkv*D + 8 elements;
+ * dq rows of H*D + 8 when written, H*D + 2 when added: the dq stores' 16-byte and 4-byte paths), written
+ * (accumulate = 0, into NaN) and added (accumulate = 1, into random bf16): bitwise rn(old + d) per element, d the
+ * fp32 gradient forge_flash_bf16_backward_wgmma stores (the op's former add pass), the padding and the guards
+ * untouched. */
 static void case_flash16_into(parity *P, fa_case *c) {
     const size_t qw = (size_t)c->H * c->D, kw = (size_t)c->Hkv * c->D;
-    const long long sq = (long long)qw + 8, skv = 2 * (long long)kw + 8;
-    const size_t rq = (size_t)c->B * c->Tq, rk = (size_t)c->B * c->Tk, nqb = rq * sq, nkvb = rk * skv;
+    const long long skv = 2 * (long long)kw + 8;
+    const size_t rq = (size_t)c->B * c->Tq, rk = (size_t)c->B * c->Tk, nqb_max = rq * (qw + 8), nkvb = rk * skv;
     fa_bwd_out bo = {0};
     forge_status st = fa_case_bwd_out(P, c, &bo) ? forge_flash_bf16_backward_wgmma(&c->fs, c->q, c->k, c->v, c->gout,
                                                                                  c->gdo, c->glse, bo.delta, bo.dq,
@@ -144,7 +145,7 @@ static void case_flash16_into(parity *P, fa_case *c) {
     void *gb[3] = {bo.dq, bo.dk, bo.dv};
     for (int i = 0; i < 3; i++)
         if (gb[i]) P->gpu->mem_free(P->gpu, gb[i]);
-    uint16_t *hq = malloc(nqb * 2), *hkv = malloc(nkvb * 2);
+    uint16_t *hq = malloc(nqb_max * 2), *hkv = malloc(nkvb * 2);
     if (st != FORGE_OK || !d[0] || !d[1] || !d[2] || bad || bad2 || bad3 || !hq || !hkv) {
         report(P, 0, "flash16_backward_into", c->shape, INFINITY, 0,
                st != FORGE_OK ? forge_error_message() : "(the fp32 gradients could not be fetched)");
@@ -152,6 +153,8 @@ static void case_flash16_into(parity *P, fa_case *c) {
         for (int acc = 0; acc <= 1; acc++) {
             char name[64];
             snprintf(name, sizeof name, "flash16_backward_into.%s", acc ? "accumulate" : "write");
+            const long long sq = (long long)qw + (acc ? 2 : 8);
+            const size_t nqb = rq * (size_t)sq;
             uint64_t x = 0x2545F4914F6CDD1Dull + (uint64_t)acc;
             for (size_t i = 0; i < nqb; i++) {
                 x = x * 6364136223846793005ull + 1442695040888963407ull;

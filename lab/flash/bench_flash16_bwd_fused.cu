@@ -13,7 +13,10 @@
  * parity test is `forge-lab test flash16`). Then at issue 18's D = 128 shapes (16, 16, 2048, 128) and
  * (8, 16, 4096, 128): the three-kernel backward (lab_flash16_backward_three) and forge's fused one interleaved
  * the same way; and at the D = 64 shapes of the other flash16 benches, (16, 12, 1024, 64), (64, 6, 512, 64),
- * (64, 8, 1024, 64): the three-kernel backward and forge's (the fused kernel's D = 64 instance).
+ * (64, 8, 1024, 64): the three-kernel backward and forge's (the fused kernel's D = 64 instance). In those pairs
+ * forge's backward runs twice: into fp32 gradients (forge_flash_bf16_backward_wgmma) and, as the training step
+ * calls it, into bf16 gradients in packed qkv rows (forge_flash_bf16_backward_into, row stride 3 H D, written):
+ * the bf16 line's extra time over the fp32 one is what storing bf16 dQ costs.
  * Measurements: lab/notes/flash.md.
  */
 #include <math.h>
@@ -124,16 +127,20 @@ static int fzb_shape(int B, int H, int T, int D, int reps) {
 /* The three-kernel backward (lab_flash16_backward_three) against forge's (forge_flash_bf16_backward_wgmma, the fused
  * kernel) at (B, H, T, D), interleaved call by call. */
 static int fzb_pair(int B, int H, int T, int D, int reps) {
-    enum { NV = 2 }; /* three-kernel, fused */
-    const char *const name[NV] = {"three-kernel", "forge (fused)"};
+    enum { NV = 3 }; /* three-kernel, fused (fp32 gradients), fused (bf16 gradients, not in g) */
+    const char *const name[NV] = {"three-kernel", "forge (fused)", "forge (fused, bf16 qkv grads)"};
     fzb_in in;
     if (fzb_inputs(&in, B, H, T, D)) return 1;
     void *q = in.q, *k = in.k, *v = in.v, *dO = in.dO, *out = in.out;
     float *lse = in.lse, *delta = in.delta, *g[NV][3]; /* dq, dk, dv of each */
     const size_t nt = in.nt;
     const forge_flash_shape fs = in.fs;
-    for (int w = 0; w < NV; w++)
+    for (int w = 0; w < NV - 1; w++)
         for (int i = 0; i < 3; i++) FZB_TRY(cudaMalloc((void **)&g[w][i], nt * 4));
+    const long long qw = (long long)H * D; /* the step's packed dqkv: rows of q | k | v gradients (H = Hkv) */
+    uint16_t *dqkv = NULL;
+    FZB_TRY(cudaMalloc((void **)&dqkv, nt * 3 * 2));
+    const forge_flash_grads gb = {dqkv, dqkv + qw, dqkv + 2 * qw, 3 * qw, 3 * qw, 3 * qw, 1, 0};
     const double flops = 2.5 * 2.0 * B * H * (double)T * T * D;
     std::vector<float> t[NV];
     cudaEvent_t ev[NV + 1];
@@ -144,6 +151,8 @@ static int fzb_pair(int B, int H, int T, int D, int reps) {
         FZB_TRY(cudaEventRecord(ev[1], NULL));
         FZB_FORGE(forge_flash_bf16_backward_wgmma(&fs, q, k, v, out, dO, lse, delta, g[1][0], g[1][1], g[1][2], NULL));
         FZB_TRY(cudaEventRecord(ev[2], NULL));
+        FZB_FORGE(forge_flash_bf16_backward_into(&fs, q, k, v, out, dO, lse, delta, &gb, NULL, 0));
+        FZB_TRY(cudaEventRecord(ev[3], NULL));
         FZB_TRY(cudaEventSynchronize(ev[NV]));
         if (r < 0) continue;
         for (int w = 0; w < NV; w++) {
@@ -156,15 +165,19 @@ static int fzb_pair(int B, int H, int T, int D, int reps) {
     const double us0 = 1e3 * lab_bench_median(t[0]);
     printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: %s bwd %.1f us (%.1f TFLOP/s)\n", B, H, T, D, reps,
            name[0], us0, flops / us0 * 1e-6);
-    for (int w = 1; w < NV; w++) {
+    for (int w = 1; w < NV - 1; w++) {
         const double us = 1e3 * lab_bench_median(t[w]);
         printf("  %s bwd %.1f us (%.1f TFLOP/s), speed-up over three-kernel %.3fx; max|x-three|/max|three| dq %.2e dk "
                "%.2e dv %.2e\n",
                name[w], us, flops / us * 1e-6, us0 / us, lab_bench_rel(g[w][0], g[0][0], nt),
                lab_bench_rel(g[w][1], g[0][1], nt), lab_bench_rel(g[w][2], g[0][2], nt));
     }
+    const double us32 = 1e3 * lab_bench_median(t[NV - 2]), usb = 1e3 * lab_bench_median(t[NV - 1]);
+    printf("  %s bwd %.1f us (%.1f TFLOP/s), speed-up over three-kernel %.3fx, %+.1f us over fp32 gradients\n",
+           name[NV - 1], usb, flops / usb * 1e-6, us0 / usb, usb - us32);
     fzb_inputs_free(&in);
-    for (int w = 0; w < NV; w++)
+    cudaFree(dqkv);
+    for (int w = 0; w < NV - 1; w++)
         for (int i = 0; i < 3; i++) cudaFree(g[w][i]);
     return 0;
 }
