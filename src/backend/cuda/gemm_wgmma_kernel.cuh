@@ -671,7 +671,7 @@ __device__ __forceinline__ void gemm_splitk_fixup(float (&d)[BN / 2], const gemm
  * of dout, which a separate pass would read from memory again. The ring already holds every K slice of A for
  * the unit's rows. With DBIAS, warps 1 .. BM/64 of the producer warpgroup (idle otherwise: one thread of warp 0
  * issues the TMA copies; the warpgroup sits at setmaxnreg 40) sum them: warp 1 + h takes A box h (rows 64h..64h+63
- * of the block tile) of every stage. They walk the work units in the producer's loop (gemm_wgmma_body), the
+ * of the block tile) of every stage. They walk the work units in a loop of their own (gemm_dbias_helper), the
  * same sequence as the TMA thread and the consumers. Only units of tile column block 0 sum (one unit per (row
  * block, split), so each partial is written once and no summing is repeated across the N tiles); for every stage
  * of every unit the helper warps wait for the stage's full barrier and then arrive on its empty barrier (its
@@ -734,6 +734,25 @@ __device__ __forceinline__ void gemm_dbias_unit(uint32_t sa, uint32_t bars, int 
     }
 }
 
+/* A helper warp's walk (DBIAS): the split-K units of gemm_work_next (!ep.streamk: u = split * tiles + tile, CTA b
+ * takes b, b + grid, ...) in the same order as the TMA thread, each summed by gemm_dbias_unit. The warps walk the
+ * units in a loop of their own, not inside the TMA thread's: folded into that loop (one branch per unit) the
+ * qkv dW + dbias took 151.6 us against 118.6 for this form (H200, 2026-12-04, lab/notes/gemm-bf16.md). */
+template <int STAGES, int BM, uint32_t A_STAGE_BYTES>
+__device__ __forceinline__ void gemm_dbias_helper(uint32_t sa, uint32_t bars, int box, int M, int tiles_m, int tiles_n,
+                                                  int ktiles, int splits, int kps, float *dbias_ws) {
+    const int num_tiles = tiles_m * tiles_n, units = num_tiles * splits;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int u = (int)blockIdx.x; u < units; u += (int)gridDim.x) {
+        const int part = u / num_tiles;
+        int tm, tn;
+        gemm_tile_coords(u - part * num_tiles, tiles_m, tiles_n, &tm, &tn);
+        gemm_dbias_unit<STAGES, A_STAGE_BYTES>(sa, bars, box, tm * BM, tn, min(kps, ktiles - part * kps), M,
+                                               dbias_ws + (size_t)part * M, stage, phase);
+    }
+}
+
 /* ---- kernels ------------------------------------------------------------- */
 
 /* The persistent warp-specialised mainloop + epilogue, shared by the three layouts. TA / TB (compile time):
@@ -789,12 +808,10 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
 
     if (wg == 0) {
         /* ---- producer warpgroup: one thread drives the TMA ring (DBIAS: warps 1 .. BM/64 sum A box pw - 1 of
-         * each unit beside it, gemm_dbias_unit) ---- */
+         * each unit beside it, gemm_dbias_helper) ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(BM == 192 ? GEMM_PRODUCER_REGS_3C
                                                                             : GEMM_PRODUCER_REGS));
-        const int pw = (int)threadIdx.x / 32;
-        const bool helper = DBIAS && pw >= 1 && pw <= BM / 64;
-        if (threadIdx.x == 0 || helper) {
+        if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
             gemm_work wk;
@@ -804,13 +821,6 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                 gemm_tile_coords(wk.tile, tiles_m, tiles_n, &tm, &tn);
                 const int kt0 = wk.kt0, kt1 = wk.kt1;
                 const int m0 = tm * BM, n0 = tn * BN;
-                if constexpr (DBIAS) {
-                    if (helper) {
-                        gemm_dbias_unit<STAGES, cfg::A_BYTES>(sa, bars, pw - 1, m0, tn, kt1 - kt0, M,
-                                                              dbias_ws + (size_t)wk.part * M, stage, phase);
-                        continue;
-                    }
-                }
                 /* MN-major boxes entirely past M or N are not loaded: their stale shared memory only feeds
                  * output rows / columns the epilogue discards (TMA counts a partly-outside box in full) */
                 uint32_t bytes = 0;
@@ -849,6 +859,11 @@ __device__ __forceinline__ void gemm_wgmma_body(const CUtensorMap &tm_a, const C
                     }
                 }
             }
+        } else if constexpr (DBIAS) {
+            const int pw = (int)threadIdx.x / 32; /* warps 1 .. BM/64 sum A box pw - 1 (gemm_dbias_helper) */
+            if (pw >= 1 && pw <= BM / 64)
+                gemm_dbias_helper<STAGES, BM, cfg::A_BYTES>(sa, bars, pw - 1, M, tiles_m, tiles_n, ktiles, splits,
+                                                            kps, dbias_ws);
         }
     } else {
         /* ---- consumer warpgroups: wgmma from the ring, then the epilogue ---- */
