@@ -11,9 +11,9 @@
  * Design:
  * - Grid (key blocks, Hkv, B), 384 threads: fb_dkdv_kernel<128, 0>'s CTA. Warpgroup 0: thread 0 is
  *   fb_kv_produce (K, V resident; Q, dO and the row statistics through a ring of 3 stages), threads 32 and 64
- *   the dQ writers (below; with bf16 gradients, key block 0's writers with their whole warps). Consumer warpgroup
- *   c owns keys 64c..64c+63 of the block and per (query head, query tile) iteration runs fb_dkdv_kernel's tile:
- *   S^T, dP^T, P^T, dS^T, then dV += P^T.dO and dK += dS^T.Q, waited. So dk and dv are bitwise the dK/dV kernel's.
+ *   the dQ writers (below). Consumer warpgroup c owns keys 64c..64c+63 of the block and per (query head, query
+ *   tile) iteration runs fb_dkdv_kernel's tile: S^T, dP^T, P^T, dS^T, then dV += P^T.dO and dK += dS^T.Q,
+ *   waited. So dk and dv are bitwise the dK/dV kernel's.
  * - dQ: both consumers store their dS^T (bf16) into one 128-key buffer (ff_store_ds: dS as an MN-major A
  *   operand), and consumer c computes dQ[:, 64c .. 64c + 63] (64 queries x 64 columns, 32 fp32 registers) =
  *   dS (64 x 128 keys) . K[:, 64c ..] (the resident K box c read MN-major), 8 k16 steps, after dV and dK are
@@ -24,9 +24,7 @@
  *   tile, issues its two boxes as a TMA store (the tile's first contribution) or fp32 reduce-add
  *   (cp.reduce.async.bulk.tensor) into the fp32 dq, releases the staging tile (stgempty[c]) once the bulk group
  *   has read it, and passes the turn on once the group is complete. With bf16 gradients the fp32 dq is the
- *   scratch's accumulator and the last contributor of each tile, key block 0, stores the bf16 rows: its writer
- *   warp reads the complete sum back into the staging tile (TMA, after its own add) and stores it as
- *   fb_grad_store2 does (rn(0 + d) or rn(old + d)); ff_dq_write says why this way. No separate conversion pass.
+ *   scratch's accumulator and ff_dq_bf16 stores it as fb_grad_store2 does (rn(0 + d) or rn(old + d)).
  * - The turn: one counter per (b, h, query tile, column half), zeroed before the launch. A tile is visited by key
  *   blocks first = min(nkb - 1, (last row + diag) / 128) down to 0; block kb adds when its half's counter reads
  *   first - kb, then adds 1 (ld.acquire.gpu spin; after the group's completion fence.proxy.async.global and
@@ -38,10 +36,10 @@
  *   (FlashAttention-3's deterministic mode assumes the same). Ascending is safe when they fit: the blocks of
  *   earlier (hk, b) have all started and finish on their own.
  * - Rows of query tiles that see no key (Tq > Tk) get no contribution: zeroed by the host (fp32) or stored as
- *   d = 0 by ff_dq_bf16_unseen (launched only where there are such rows).
+ *   d = 0 by ff_dq_bf16.
  * - Shared memory (bytes): K, V 2 x 32 Ki; ring 3 x 32 Ki; dS 2 x 16 Ki; staging 2 x 16 Ki; slots 3 x 512;
- *   17 mbarriers; 1 KiB alignment slack: 232,072 of 232,448. Registers: 40 for the producer warpgroup (the
- *   writers' loop, the last writer's bf16 stores), 232 for the consumers.
+ *   15 mbarriers; 1 KiB alignment slack: 232,056 of 232,448. Registers: 40 for the producer warpgroup (the
+ *   writers' loop), 232 for the consumers.
  */
 #include <stdint.h>
 

@@ -44,8 +44,7 @@ template <int D> struct ff_cfg {
     static constexpr int DQ_ROWS = D == 128 ? FB_BS : FB_BS / 2; /* a consumer's dQ tile: queries x 64 columns */
     static constexpr int DQ_REGS = DQ_ROWS / 2;                  /* its fp32 registers a thread */
     static constexpr uint32_t STG = DQ_ROWS * 64 * 4;            /* its fp32 staging tile (two 32-column boxes) */
-    /* resbar, full, empty, dsfull[2], dsempty[2], stgfull[2], stgempty[2], stgback[2] */
-    static constexpr int NBARS = 1 + 2 * STAGES + 4 + 6;
+    static constexpr int NBARS = 1 + 2 * STAGES + 4 + 4; /* resbar, full, empty, dsfull[2], dsempty[2], stgfull[2], stgempty[2] */
     static constexpr size_t SMEM = 2 * (size_t)kv::RES_BYTES + STAGES * (size_t)kv::STAGE_BYTES + 2 * (size_t)DS +
                                    2 * (size_t)STG + STAGES * (size_t)kv::LD_BYTES + 8 * NBARS + 1024;
     static_assert(SMEM <= 232448, "fits the 227 KiB of dynamic shared memory");
@@ -53,9 +52,7 @@ template <int D> struct ff_cfg {
     /* the writer's loop (turn arithmetic, the counter's address, four bulk operations) needs more than forge's 24 */
     static constexpr int PRODUCER_REGS = 40;
     static constexpr int CONSUMER_REGS = 232;
-    /* setmaxnreg moves registers within what the CTA got at launch: 168 a thread at 384 threads (65536 / 384
-     * rounded down to 8), so the producer cannot grow past 40 while the consumers hold 232 */
-    static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 168 * FB_THREADS, "the CTA's registers");
+    static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "the register file");
 };
 
 /* Offsets from the 1 KiB-aligned base; resbar, then full[st] and empty[st] as fb_kv_produce expects them. */
@@ -76,7 +73,6 @@ template <int D> struct ff_smem {
     __device__ uint32_t dsempty(int i) const { return dsfull(2) + 8 * i; }
     __device__ uint32_t stgfull(int c) const { return dsempty(2) + 8 * c; }
     __device__ uint32_t stgempty(int c) const { return stgfull(2) + 8 * c; }
-    __device__ uint32_t stgback(int c) const { return stgempty(2) + 8 * c; }
 };
 
 __device__ __forceinline__ uint32_t ff_ld_acquire(const uint32_t *p) {
@@ -102,142 +98,44 @@ __host__ __device__ __forceinline__ int ff_tile_last(const forge_flash_shape &s,
     return min(FB_BS * qt + FB_BS - 1, s.Tq - 1) + (s.Tk - s.Tq);
 }
 
-/* Eight consecutive values v of a bf16 gradient row at dst (16-byte aligned when vec, else 4-byte aligned), each
- * pair stored as fb_grad_store2 stores it: rn(0 + d), or rn(old + d) when accumulating (the old bf16 widened
- * exactly, __fadd_rn). One 16-byte load and store when vec, else four 4-byte ones. */
-__device__ __forceinline__ void ff_bf16_store8(uint32_t *dst, const float (&v)[8], int accumulate, bool vec) {
-    uint32_t w[4] = {0u, 0u, 0u, 0u}; /* the old pairs: +0 + d = rn(0 + d) */
-    if (accumulate) {
-        if (vec) {
-            const uint4 o = *(const uint4 *)dst;
-            w[0] = o.x, w[1] = o.y, w[2] = o.z, w[3] = o.w;
-        } else {
-#pragma unroll
-            for (int k = 0; k < 4; k++) w[k] = dst[k];
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] << 16), v[2 * k])));
-        const uint32_t hi =
-            __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] & 0xffff0000u), v[2 * k + 1])));
-        w[k] = lo | hi << 16;
-    }
-    if (vec) {
-        *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < 4; k++) dst[k] = w[k];
-    }
-}
-
-/* The last writer's bf16 store of its part of a tile, by the writer's whole warp (lane): the staging tile at stg
- * holds the final fp32 dQ of rows tok0 .. tok0 + nrows - 1 (token rows b * Tq + row; nrows <= DQ_ROWS), columns
- * col0 .. col0 + 63, as the writer's two boxes of DQ_ROWS rows x 32 columns (box j at j * STG / 2, TMA's 128B
- * swizzle: 16-byte chunk k of row r at ((k ^ (r & 7)) << 4)). Lane l stores columns 8 (l % 8) .. + 7 (box
- * (l % 8) / 4, chunks 2 (l % 4) and + 1) of rows l / 8, + 4, ...: per pass the warp reads 4 rows x 256 B of the
- * staging tile in 8 wavefronts (the minimum for 1 KiB) and writes 4 rows x 128 B of bf16, each value as
- * fb_grad_store2 stores it (ff_bf16_store8). */
+/* The dQ writer of consumer c's part of the tile (warpgroup 0, thread 32 + 32c): per iteration of the block, the
+ * staged tile into dq in the tile's turn for that part (see the header of flash_attention_bf16_wgmma_bwd_fused.cu).
+ * The turn is waited first: it is usually there before the tile is staged. D = 128: columns 64c.. of the tile's 64
+ * rows; D = 64: rows 32c.. of the tile, all 64 columns (nothing to add when they are all past Tq, as the tail
+ * tile's second half can be). */
 template <int D>
-__device__ __forceinline__ void ff_dq_tile_bf16(const fb_grads &g, uint32_t stg, size_t tok0, int nrows, int col0,
-                                                int lane) {
-    const int p = lane % 8;
-    const uint32_t box = stg + (uint32_t)(p >> 2) * (ff_cfg<D>::STG / 2), k = 2u * (uint32_t)(p & 3);
-    const bool vec = g.dq_stride % 8 == 0 && (uintptr_t)g.dq % 16 == 0; /* as ff_launch picks ff_dq_bf16_unseen's */
-    uint16_t *const dq = (uint16_t *)g.dq + col0 + 8 * p;
-#pragma unroll 1 /* unrolled, the writer's loop spills at its 40 registers */
-    for (int r = lane / 8; r < nrows; r += 4) {
-        const uint32_t row = box + (uint32_t)r * 128u, sw = (uint32_t)r & 7u;
-        float v[8];
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-                     : "r"(row + ((k ^ sw) << 4))
-                     : "memory");
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
-                     : "r"(row + (((k + 1u) ^ sw) << 4))
-                     : "memory");
-        ff_bf16_store8((uint32_t *)(dq + (tok0 + (size_t)r) * (size_t)g.dq_stride), v, g.accumulate, vec);
-    }
-}
-
-/* Accumulating into the bf16 dq, the old rows ff_dq_tile_bf16 reads (its arguments), prefetched into L2 before the
- * writer waits for the tile: its loop waits for one row's load at a time (unrolled, it spills). */
-__device__ __forceinline__ void ff_dq_tile_prefetch(const fb_grads &g, size_t tok0, int nrows, int col0, int lane) {
-    const uint16_t *dq = (const uint16_t *)g.dq + col0 + 8 * (lane % 8);
-#pragma unroll 1
-    for (int r = lane / 8; r < nrows; r += 4)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(dq + (tok0 + (size_t)r) * (size_t)g.dq_stride) : "memory");
-}
-
-/* The dQ writer of consumer c's part of the tile (warpgroup 0, warp 1 + c; lane its lane): per iteration of the
- * block, the staged tile into dq in the tile's turn for that part (see the header of
- * flash_attention_bf16_wgmma_bwd_fused.cu). The turn is waited first: it is usually there before the tile is staged.
- * D = 128: columns 64c.. of the tile's 64 rows; D = 64: rows 32c.. of the tile, all 64 columns (nothing to add when
- * they are all past Tq, as the tail tile's second half can be). Lane 0 alone, except in the last writer (LAST).
- *
- * The last writer. The turns count down to key block 0, and block 0 visits every tile that any key is seen by (its
- * first tile is the first seen one: ff_tile_seen), so with bf16 gradients block 0's writer is the last contributor of
- * every tile there is to store, and its whole warp (LAST) stores the tile's bf16 rows (ff_dq_tile_bf16) instead of a
- * separate conversion pass over the fp32 accumulator. How: lane 0 adds the staged tile into dq32 as every writer does,
- * waits for the add to complete, then loads the same boxes back into the staging tile by TMA (L2-resident: 16 or 8
- * KiB), and the warp converts the staging tile; the tile's only contribution (turn 0) is converted from the staging
- * tile as it is. Why read back instead of adding the accumulator and our contribution in registers: the fp32 sum is
- * then the one the reduce-add makes, bit for bit whatever the TMA's add does with rounding and subnormals, the hand-off
- * is unchanged (the last add and its release as for every block), and it needs no second tile of shared memory (D = 128
- * has 392 bytes left). The staging tile is released once the warp has read it: later than the other blocks' writers
- * release theirs (after the add's completion, the load and the conversion, ~2-3 K cycles a tile against the ~5 K of
- * a tile iteration at D = 64), so block 0's consumers wait for it only when that is longer than their iteration. */
-template <int D, bool LAST>
-__device__ __forceinline__ void ff_dq_write(const fb_kv_block &kb, const forge_flash_shape &s, int c, int lane,
+__device__ __forceinline__ void ff_dq_write(const fb_kv_block &kb, const forge_flash_shape &s, int c,
                                             const CUtensorMap *tm_dq, uint32_t *__restrict__ turns,
-                                            const fb_grads &g, const ff_smem<D> &sm) {
+                                            const ff_smem<D> &sm) {
     typedef ff_cfg<D> F;
     const int ntq = (s.Tq + FB_BS - 1) / FB_BS, nkb = (s.Tk + FB_BR - 1) / FB_BR, kbi = kb.k0 / FB_BR;
-    uint32_t nback = 0; /* the stgback phases completed */
     for (int it = 0; it < kb.total; it++) {
         const int h = kb.hk * kb.G + it / kb.nq, qt = kb.t_first + it % kb.nq, qt0 = qt * FB_BS;
         const int last = ff_tile_last(s, qt); /* >= kb.k0: the block sees this tile */
         const uint32_t turn = (uint32_t)(min(nkb - 1, last / FB_BR) - kbi);
-        const int r0 = D == 128 ? qt0 : qt0 + F::DQ_ROWS * c, col0 = h * D + (D == 128 ? 64 * c : 0);
-        const bool rows = r0 < s.Tq;                  /* the part has rows to store */
-        const bool back = LAST && rows && turn != 0; /* earlier blocks added to it: the sum is in dq32 */
         uint32_t *ctr = turns + (((size_t)kb.b * s.H + h) * ntq + qt) * 2 + c;
-        if (LAST && g.accumulate && rows)
-            ff_dq_tile_prefetch(g, (size_t)kb.b * s.Tq + r0, min(F::DQ_ROWS, s.Tq - r0), col0, lane);
-        if (lane == 0) {
-            ff_turn_wait(ctr, turn);
-            asm volatile("fence.proxy.async.global;" ::: "memory"); /* the earlier blocks' adds before ours */
-        }
+        ff_turn_wait(ctr, turn);
+        asm volatile("fence.proxy.async.global;" ::: "memory"); /* the earlier blocks' adds before ours */
         mbar_wait_wide(sm.stgfull(c), (uint32_t)it & 1u);
-        if (lane == 0) {
-            if (rows && (!LAST || back)) {
+        if constexpr (D == 128) {
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                ff_tile_out(tm_dq, h * D + 64 * c + 32 * j, qt0, kb.b, sm.stg(c) + j * (F::STG / 2), turn != 0);
+            tma_store_commit();
+        } else {
+            const int r0 = qt0 + F::DQ_ROWS * c;
+            if (r0 < s.Tq) {
 #pragma unroll
                 for (int j = 0; j < 2; j++)
-                    ff_tile_out(tm_dq, col0 + 32 * j, r0, kb.b, sm.stg(c) + j * (F::STG / 2), turn != 0);
+                    ff_tile_out(tm_dq, h * D + 32 * j, r0, kb.b, sm.stg(c) + j * (F::STG / 2), turn != 0);
                 tma_store_commit();
             }
-            if constexpr (!LAST) {
-                tma_store_wait_read<0>();
-                mbar_arrive(sm.stgempty(c));
-            }
-            tma_store_wait_all();
-            asm volatile("fence.proxy.async.global;" ::: "memory"); /* our completed adds before the release */
-            asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ctr), "r"(1u) : "memory");
-            if (back) { /* the complete sum, back into the staging tile (the add has read it) */
-                mbar_arrive_expect_tx(sm.stgback(c), F::STG);
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-                    fw_tma_load_3d(sm.stg(c) + j * (F::STG / 2), tm_dq, col0 + 32 * j, r0, kb.b, sm.stgback(c));
-            }
         }
-        if constexpr (LAST) {
-            if (back) mbar_wait_wide(sm.stgback(c), nback++ & 1u);
-            if (rows)
-                ff_dq_tile_bf16<D>(g, sm.stg(c), (size_t)kb.b * s.Tq + r0, min(F::DQ_ROWS, s.Tq - r0), col0, lane);
-            __syncwarp(); /* every lane's reads of the staging tile before its release */
-            if (lane == 0) mbar_arrive(sm.stgempty(c));
-        }
+        tma_store_wait_read<0>();
+        mbar_arrive(sm.stgempty(c));
+        tma_store_wait_all();
+        asm volatile("fence.proxy.async.global;" ::: "memory"); /* our completed adds before the release */
+        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ctr), "r"(1u) : "memory");
     }
 }
 
@@ -418,7 +316,6 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         for (int i = 0; i < 2; i++) {
             mbar_init(sm.stgfull(i), FB_CONSUMER_WARPS / 2);
             mbar_init(sm.stgempty(i), 1);
-            mbar_init(sm.stgback(i), 1);
         }
         fb_barriers_init(sm.resbar(), F::STAGES); /* and the init fences */
     }
@@ -431,13 +328,8 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         if (threadIdx.x == 0)
             fb_kv_produce<D, FB_BR, F::STAGES>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sm.k(), sm.v(), sm.ring(),
                                                sm.ld(), sm.resbar(), sm.bars());
-        else if (threadIdx.x / 32 == 1 || threadIdx.x / 32 == 2) { /* the writers' warps */
-            const int c = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
-            if (grads.bf16 && kb.k0 == 0) /* the last writer: the whole warp */
-                ff_dq_write<D, true>(kb, s, c, lane, &tm_dq, turns, grads, sm);
-            else if (lane == 0)
-                ff_dq_write<D, false>(kb, s, c, 0, &tm_dq, turns, grads, sm);
-        }
+        else if (threadIdx.x == 32 || threadIdx.x == 64)
+            ff_dq_write<D>(kb, s, threadIdx.x / 32 - 1, &tm_dq, turns, sm);
         return;
     }
 
@@ -524,29 +416,58 @@ __host__ __device__ __forceinline__ int ff_tile_seen(const forge_flash_shape &s,
     return ff_tile_last(s, qt) >= 0;
 }
 
-/* bf16 gradients: the rows no writer stores, those of the query tiles that see no key (Tq > Tk: rows 0 .. rows - 1
- * of every batch), d = 0 stored as fb_grad_store2 stores it (zeros, or rn(old + 0) when accumulating). A token's
- * H * D values are contiguous in the bf16 rows (g.dq_stride elements a token), so a thread stores 8 of them
- * (ff_bf16_store8; VEC: the row stride keeps them 16-byte aligned). grid.x covers a token's row_chunks chunks of 8,
- * grid.y walks the B * rows tokens. */
+/* bf16 gradients: dq at g.dq (bf16 rows of g.dq_stride elements) from the fp32 accumulator dq32 (B, Tq, H, D). A
+ * token's H * D values are contiguous in both, so a thread converts 8 of them: two 16-byte loads, then one 16-byte
+ * store where the row stride keeps it 16-byte aligned (VEC), else four 4-byte ones; each value stored as
+ * fb_grad_store2 stores it (rn(0 + d), or rn(old + d) when accumulating), d = 0 in tiles that see no key. grid.x
+ * covers a token's row_chunks chunks of 8, grid.y walks the tokens (no 64-bit index divisions per element). */
 template <bool VEC>
-__global__ void ff_dq_bf16_unseen(const fb_grads g, int Tq, int rows, int row_chunks, int tokens) {
+__global__ void ff_dq_bf16(const float *__restrict__ dq32, const fb_grads g, forge_flash_shape s, int row_chunks,
+                           int tokens) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= row_chunks) return;
-    const float zero[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int t = blockIdx.y; t < tokens; t += gridDim.y) {
-        const size_t token = (size_t)(t / rows) * Tq + t % rows;
-        ff_bf16_store8((uint32_t *)((uint16_t *)g.dq + token * g.dq_stride + (size_t)ch * 8), zero, g.accumulate, VEC);
+    for (int token = blockIdx.y; token < tokens; token += gridDim.y) {
+        float v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = 0.0f;
+        if (ff_tile_seen(s, token % s.Tq / FB_BS)) {
+            const float4 *src = (const float4 *)(dq32 + ((size_t)token * row_chunks + ch) * 8);
+            const float4 x = src[0], y = src[1];
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+        }
+        uint32_t *dst = (uint32_t *)((uint16_t *)g.dq + (size_t)token * g.dq_stride + (size_t)ch * 8);
+        uint32_t w[4] = {0u, 0u, 0u, 0u}; /* the old pairs: +0 + d = rn(0 + d) */
+        if (g.accumulate) {
+            if (VEC) {
+                const uint4 o = *(const uint4 *)dst;
+                w[0] = o.x, w[1] = o.y, w[2] = o.z, w[3] = o.w;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) w[k] = dst[k];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] << 16), v[2 * k])));
+            const uint32_t hi =
+                __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] & 0xffff0000u), v[2 * k + 1])));
+            w[k] = lo | hi << 16;
+        }
+        if (VEC) {
+            *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) dst[k] = w[k];
+        }
     }
 }
 
 /* The fused backward at head dim D into c.g, after fb_backward_prepare: turns, the FORGE_FLASH_BF16_TURNS(B, H, Tq)
  * counters (zeroed here, before the kernel); dq32, the fp32 dQ accumulator (B, Tq, H, D): c.g.dq itself for fp32
- * gradients, else scratch the key blocks add into and key block 0's writers read back from (ff_dq_write); order:
- * FB_FUSED_BY_RULE, FB_FUSED_ASC or FB_FUSED_DESC (fb_launch_fused); entry: named in errors. With bf16 gradients
- * the kernel stores every row some key is seen by, and ff_dq_bf16_unseen the others (Tq > Tk) where there are any. */
+ * gradients, else scratch that ff_dq_bf16 stores from; order: FB_FUSED_BY_RULE, FB_FUSED_ASC or FB_FUSED_DESC
+ * (fb_launch_fused); entry: named in errors. */
 template <int D>
 static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, int order, const char *entry) {
     typedef ff_cfg<D> F;
@@ -582,22 +503,20 @@ static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, in
     CUDA_LAUNCH_TRY(forge_pdl_launch(ff_bwd_kernel<D>, grid, FB_THREADS, F::SMEM, c.st, c.pdl, c.k_res, c.v_res,
                                      c.q_str, c.do_str, tm_dq, c.rows, turns, c.g, c.s, c.sl2, c.scale, desc),
                     D == 128 ? "ff_bwd_kernel<128>" : "ff_bwd_kernel<64>");
-    /* the rows of the tiles that see no key (Tq > Tk), which no key block adds to: zeros (fp32) or ff_dq_bf16_unseen */
-    int unseen = 0;
-    while (unseen < ntq && !ff_tile_seen(s, unseen)) unseen++;
-    const int zrows = FB_BS * unseen < s.Tq ? FB_BS * unseen : s.Tq;
-    if (zrows > 0 && c.g.bf16) {
-        const int row_chunks = s.H * D / 8, tokens = s.B * zrows;
+    if (c.g.bf16) {
+        const int row_chunks = s.H * D / 8, tokens = s.B * s.Tq;
         const int threads = row_chunks < 256 ? (row_chunks + 31) / 32 * 32 : 256;
         const dim3 grid((unsigned)((row_chunks + threads - 1) / threads), (unsigned)(tokens < 65535 ? tokens : 65535));
         const bool vec = c.g.dq_stride % 8 == 0 && (uintptr_t)c.g.dq % 16 == 0;
-        CUDA_LAUNCH_TRY(forge_pdl_launch(vec ? ff_dq_bf16_unseen<true> : ff_dq_bf16_unseen<false>, grid, threads, 0,
-                                         c.st, c.pdl, c.g, s.Tq, zrows, row_chunks, tokens),
-                        "ff_dq_bf16_unseen");
-    } else if (zrows > 0) {
-        const size_t rb = (size_t)row;
-        CUDA_TRY(cudaMemset2DAsync(dq32, (size_t)s.Tq * rb, 0, (size_t)zrows * rb, (size_t)s.B, c.st));
+        CUDA_LAUNCH_TRY(forge_pdl_launch(vec ? ff_dq_bf16<true> : ff_dq_bf16<false>, grid, threads, 0, c.st, c.pdl,
+                                         (const float *)dq32, c.g, c.s, row_chunks, tokens),
+                        "ff_dq_bf16");
+        return FORGE_OK;
     }
+    int unseen = 0;
+    while (unseen < ntq && !ff_tile_seen(s, unseen)) unseen++;
+    const size_t zrows = (size_t)(FB_BS * unseen < s.Tq ? FB_BS * unseen : s.Tq), rb = (size_t)row;
+    if (zrows > 0) CUDA_TRY(cudaMemset2DAsync(dq32, (size_t)s.Tq * rb, 0, zrows * rb, (size_t)s.B, c.st));
     return FORGE_OK;
 }
 
