@@ -417,23 +417,25 @@ __host__ __device__ __forceinline__ int ff_tile_seen(const forge_flash_shape &s,
 }
 
 /* bf16 gradients: dq at g.dq (bf16 rows of g.dq_stride elements) from the fp32 accumulator dq32 (B, Tq, H, D). A
- * token's H * D values are contiguous in both, so a thread converts 8 of them: two 16-byte loads, then one 16-byte
- * store where the row stride keeps it 16-byte aligned (VEC), else four 4-byte ones; each value stored as
- * fb_grad_store2 stores it (rn(0 + d), or rn(old + d) when accumulating), d = 0 in tiles that see no key. grid.x
- * covers a token's row_chunks chunks of 8, grid.y walks the tokens (no 64-bit index divisions per element). */
+ * token's H * D values are contiguous in both, so a thread converts a chunk of 8 of them: two 16-byte loads, then one
+ * 16-byte store where the row stride keeps it 16-byte aligned (VEC), else four 4-byte ones; each value stored as
+ * fb_grad_store2 stores it (rn(0 + d), or rn(old + d) when accumulating), d = 0 in tiles that see no key. The
+ * chunks are numbered token-major (n_chunks = tokens x row_chunks < 2^31), one a thread in 256-thread blocks: one
+ * 32-bit division per 8 values. A block per token (row_chunks threads: 96 at GPT-2 124M) made 16 K blocks of a few
+ * KiB each, whose launch rate held the pass at ~30 us for its 75 MB (H200, lab/notes/flash.md). */
 template <bool VEC>
 __global__ void ff_dq_bf16(const float *__restrict__ dq32, const fb_grads g, forge_flash_shape s, int row_chunks,
-                           int tokens) {
+                           int n_chunks) {
     forge_pdl_wait();
     forge_pdl_launch_dependents();
-    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= row_chunks) return;
-    for (int token = blockIdx.y; token < tokens; token += gridDim.y) {
+    /* unsigned: i + the grid's stride stays below 2^32 for n_chunks < 2^31 */
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)n_chunks; i += gridDim.x * blockDim.x) {
+        const unsigned token = i / (unsigned)row_chunks, ch = i - token * (unsigned)row_chunks;
         float v[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) v[k] = 0.0f;
-        if (ff_tile_seen(s, token % s.Tq / FB_BS)) {
-            const float4 *src = (const float4 *)(dq32 + ((size_t)token * row_chunks + ch) * 8);
+        if (ff_tile_seen(s, (int)(token % (unsigned)s.Tq) / FB_BS)) {
+            const float4 *src = (const float4 *)(dq32 + (size_t)i * 8);
             const float4 x = src[0], y = src[1];
             v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
         }
@@ -504,12 +506,16 @@ static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, in
                                      c.q_str, c.do_str, tm_dq, c.rows, turns, c.g, c.s, c.sl2, c.scale, desc),
                     D == 128 ? "ff_bwd_kernel<128>" : "ff_bwd_kernel<64>");
     if (c.g.bf16) {
-        const int row_chunks = s.H * D / 8, tokens = s.B * s.Tq;
-        const int threads = row_chunks < 256 ? (row_chunks + 31) / 32 * 32 : 256;
-        const dim3 grid((unsigned)((row_chunks + threads - 1) / threads), (unsigned)(tokens < 65535 ? tokens : 65535));
+        const int row_chunks = s.H * D / 8;
+        const long long n_chunks = (long long)s.B * s.Tq * row_chunks;
+        if (n_chunks > 0x7fffffffLL)
+            return forge_error(FORGE_ERR_UNSUPPORTED, "%s: %lld dQ chunks of 8 exceed the conversion's int index", entry,
+                               n_chunks);
+        const long long blocks = (n_chunks + 255) / 256;
         const bool vec = c.g.dq_stride % 8 == 0 && (uintptr_t)c.g.dq % 16 == 0;
-        CUDA_LAUNCH_TRY(forge_pdl_launch(vec ? ff_dq_bf16<true> : ff_dq_bf16<false>, grid, threads, 0, c.st, c.pdl,
-                                         (const float *)dq32, c.g, c.s, row_chunks, tokens),
+        CUDA_LAUNCH_TRY(forge_pdl_launch(vec ? ff_dq_bf16<true> : ff_dq_bf16<false>,
+                                         dim3((unsigned)(blocks < 0x7fffffffLL ? blocks : 0x7fffffffLL)), 256, 0, c.st,
+                                         c.pdl, (const float *)dq32, c.g, c.s, row_chunks, (int)n_chunks),
                         "ff_dq_bf16");
         return FORGE_OK;
     }
