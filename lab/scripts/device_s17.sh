@@ -24,6 +24,8 @@
 #   labbase   the same entries with the base binary's forge-lab (.carry/bin-base/forge-lab), then this tree's
 #   fgemm     forge bench gemm (forge's GEMM vs cuBLAS, interleaved) on the cells matching FORGE_S17_GEMM_ONLY
 #             (default "gpt2": the step's shapes at 32 x 1024 tokens)
+#   sanff     compute-sanitizer (each tool of FORGE_S17_SAN_TOOLS, default memcheck synccheck) over forge_gpu_tests
+#             --only flash16 --quick, kernels ff_ only (the fused flash backward and its dQ conversion)
 #   replay    forge bench train on FORGE_S17_CASES, 30 replayed steps, nothing else (a window for FORGE_S17_SMI)
 #   ncu       one gpt2-124m step kernel by kernel (lab/scripts/device_ncu_step.sh; NCU_STEP_* as there)
 #   ncul      Nsight Compute over `forge-lab bench ARGS` for each ';'-separated entry of FORGE_S17_NCU_ARGS, kernels
@@ -63,7 +65,7 @@ check() { # NAME TIMEOUT CMD...
     case $rc in 0) results+=(pass) ;; 124 | 137) results+=("timeout($lim)") ;; *) results+=("fail(rc=$rc)") ;; esac
     secs+=("$(($(date +%s) - t0))")
     echo "== $name: ${results[-1]}"
-    grep -E "passed, |FAIL|bitwise|differ" "$OUT/s17-$name.log" | tail -n 6
+    grep -E "passed, |FAIL|bitwise|differ|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/s17-$name.log" | tail -n 6
 }
 traj() { # the base and this tree's binary on the same runs; losses compared bit for bit
     local fails=0 cfg bin
@@ -182,6 +184,13 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
             ;;
         fgemm) check fgemm 200 "$F" bench gemm --device cuda --reps 20 --only "${FORGE_S17_GEMM_ONLY:-gpt2}" \
             --results /tmp/s17-fgemm ;;
+        sanff)
+            san=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
+            for tool in ${FORGE_S17_SAN_TOOLS:-memcheck synccheck}; do
+                check "san-$tool" 120 "$san" --tool "$tool" --error-exitcode 3 --kernel-name kns=ff_ "$T" --only flash16 \
+                    --quick
+            done
+            ;;
         replay) check replay 120 "$F" bench train --device cuda --precision bf16 \
             --cases "${FORGE_S17_CASES:-gpt2-124m:16x1024}" --steps 30 --results /tmp/s17-replay ;;
         ncu) check ncu 200 bash lab/scripts/device_ncu_step.sh ;;
