@@ -63,30 +63,3 @@ extern "C" forge_status lab_flash16_backward_fused64(const forge_flash_shape *s,
     return lab_flash16_backward_fused64_ws(s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, order, lab_f64_ws,
                                            lab_f64_ws_cap, stream);
 }
-
-/* The lab's probe of what the fused backward's ordered dQ hand-off costs (ff_launch<D, false>: no turns, dQ zeroed
- * and every key block's share added by TMA reduce-add in whatever order it lands; nondeterministic, fp32 gradients,
- * D = 64 or 128; timing only: lab/notes/flash.md). */
-extern "C" forge_status lab_flash16_backward_fused_unordered(const forge_flash_shape *s, const void *q, const void *k,
-                                                             const void *v, const void *out_bf16,
-                                                             const void *dout_bf16, const float *lse, float *delta,
-                                                             float *dq, float *dk, float *dv, void *stream) {
-    static const char *entry = "lab_flash16_backward_fused_unordered";
-    const size_t need = lab_flash16_backward_fused64_ws_bytes(s);
-    if (need > lab_f64_ws_cap) {
-        if (lab_f64_ws) CUDA_TRY(cudaFree(lab_f64_ws));
-        lab_f64_ws = NULL;
-        lab_f64_ws_cap = 0;
-        CUDA_TRY(cudaMalloc(&lab_f64_ws, need));
-        lab_f64_ws_cap = need;
-    }
-    int launch = 0;
-    FORGE_TRY(fb_backward_begin(entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, &launch));
-    if (!launch) return FORGE_OK;
-    if (s->D != 64 && s->D != 128)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: compiled for D = 64 and 128, got D=%d", entry, s->D);
-    fb_call c;
-    FORGE_TRY(fb_backward_prepare(&c, entry, s, q, k, v, out_bf16, dout_bf16, lse, delta, dq, dk, dv, stream, 0));
-    return s->D == 64 ? ff_launch<64, false>(c, (uint32_t *)lab_f64_ws, dq, FB_FUSED_BY_RULE, entry)
-                      : ff_launch<128, false>(c, (uint32_t *)lab_f64_ws, dq, FB_FUSED_BY_RULE, entry);
-}

@@ -131,13 +131,6 @@ forge_status lab_flash16_backward_fused64_ws(const forge_flash_shape *s, const v
 forge_status lab_flash16_backward_fused64(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                           const void *out_bf16, const void *dout_bf16, const float *lse, float *delta,
                                           float *dq, float *dk, float *dv, int order, void *stream);
-/* The fused backward (D = 64 or 128) without the ordered dQ hand-off: dq zeroed, then every key block adds its
- * share in whatever order the adds land (nondeterministic: the lab's probe of what the ordering costs, timing only;
- * lab/flash/flash16_bwd_fused64.cu). fp32 gradients; the contract of lab_flash16_backward_fused64 otherwise. */
-forge_status lab_flash16_backward_fused_unordered(const forge_flash_shape *s, const void *q, const void *k,
-                                                  const void *v, const void *out_bf16, const void *dout_bf16,
-                                                  const float *lse, float *delta, float *dq, float *dk, float *dv,
-                                                  void *stream);
 
 /* The wgmma backward at D = 64 with its dQ and / or dK/dV kernel run TWO CTAs per SM (lab/flash/flash16_bwd_2cta.cu,
  * whose header explains them; no setmaxnreg, four consumer warpgroups per SM). kernels, a bit set:

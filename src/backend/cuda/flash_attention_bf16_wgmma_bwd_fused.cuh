@@ -103,7 +103,7 @@ __host__ __device__ __forceinline__ int ff_tile_last(const forge_flash_shape &s,
  * The turn is waited first: it is usually there before the tile is staged. D = 128: columns 64c.. of the tile's 64
  * rows; D = 64: rows 32c.. of the tile, all 64 columns (nothing to add when they are all past Tq, as the tail
  * tile's second half can be). */
-template <int D, bool ORDERED = true>
+template <int D>
 __device__ __forceinline__ void ff_dq_write(const fb_kv_block &kb, const forge_flash_shape &s, int c,
                                             const CUtensorMap *tm_dq, uint32_t *__restrict__ turns,
                                             const ff_smem<D> &sm) {
@@ -114,38 +114,29 @@ __device__ __forceinline__ void ff_dq_write(const fb_kv_block &kb, const forge_f
         const int last = ff_tile_last(s, qt); /* >= kb.k0: the block sees this tile */
         const uint32_t turn = (uint32_t)(min(nkb - 1, last / FB_BR) - kbi);
         uint32_t *ctr = turns + (((size_t)kb.b * s.H + h) * ntq + qt) * 2 + c;
-        /* !ORDERED (the lab's probe of what the hand-off costs, nondeterministic): no turn, every block adds into
-         * the zeroed accumulator in whatever order the adds land */
-        const bool add = !ORDERED || turn != 0;
-        (void)ctr;
-        if constexpr (ORDERED) {
-            ff_turn_wait(ctr, turn);
-            asm volatile("fence.proxy.async.global;" ::: "memory"); /* the earlier blocks' adds before ours */
-        }
+        ff_turn_wait(ctr, turn);
+        asm volatile("fence.proxy.async.global;" ::: "memory"); /* the earlier blocks' adds before ours */
         mbar_wait_wide(sm.stgfull(c), (uint32_t)it & 1u);
         if constexpr (D == 128) {
 #pragma unroll
             for (int j = 0; j < 2; j++)
-                ff_tile_out(tm_dq, h * D + 64 * c + 32 * j, qt0, kb.b, sm.stg(c) + j * (F::STG / 2), add);
+                ff_tile_out(tm_dq, h * D + 64 * c + 32 * j, qt0, kb.b, sm.stg(c) + j * (F::STG / 2), turn != 0);
             tma_store_commit();
         } else {
             const int r0 = qt0 + F::DQ_ROWS * c;
             if (r0 < s.Tq) {
 #pragma unroll
                 for (int j = 0; j < 2; j++)
-                    ff_tile_out(tm_dq, h * D + 32 * j, r0, kb.b, sm.stg(c) + j * (F::STG / 2), add);
+                    ff_tile_out(tm_dq, h * D + 32 * j, r0, kb.b, sm.stg(c) + j * (F::STG / 2), turn != 0);
                 tma_store_commit();
             }
         }
         tma_store_wait_read<0>();
         mbar_arrive(sm.stgempty(c));
-        if constexpr (ORDERED) {
-            tma_store_wait_all();
-            asm volatile("fence.proxy.async.global;" ::: "memory"); /* our completed adds before the release */
-            asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ctr), "r"(1u) : "memory");
-        }
+        tma_store_wait_all();
+        asm volatile("fence.proxy.async.global;" ::: "memory"); /* our completed adds before the release */
+        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ctr), "r"(1u) : "memory");
     }
-    if constexpr (!ORDERED) tma_store_wait_all();
 }
 
 /* ---- the D = 64 instance's dQ pieces ---------------------------------------------------------------------------- */
@@ -301,7 +292,7 @@ __device__ __forceinline__ int ff_key_lo(int wk0) {
     return wk0 + t / 32 * 16 + t % 32 / 4;
 }
 
-template <int D, bool ORDERED = true>
+template <int D>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     ff_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
@@ -338,7 +329,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
             fb_kv_produce<D, FB_BR, F::STAGES>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sm.k(), sm.v(), sm.ring(),
                                                sm.ld(), sm.resbar(), sm.bars());
         else if (threadIdx.x == 32 || threadIdx.x == 64)
-            ff_dq_write<D, ORDERED>(kb, s, threadIdx.x / 32 - 1, &tm_dq, turns, sm);
+            ff_dq_write<D>(kb, s, threadIdx.x / 32 - 1, &tm_dq, turns, sm);
         return;
     }
 
@@ -479,12 +470,10 @@ __global__ void ff_dq_bf16(const float *__restrict__ dq32, const fb_grads g, for
  * counters (zeroed here, before the kernel); dq32, the fp32 dQ accumulator (B, Tq, H, D): c.g.dq itself for fp32
  * gradients, else scratch that ff_dq_bf16 stores from; order: FB_FUSED_BY_RULE, FB_FUSED_ASC or FB_FUSED_DESC
  * (fb_launch_fused); entry: named in errors. */
-template <int D, bool ORDERED = true>
+template <int D>
 static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, int order, const char *entry) {
     typedef ff_cfg<D> F;
     const forge_flash_shape &s = c.s;
-    if (!ORDERED && c.g.bf16)
-        return forge_error(FORGE_ERR_UNSUPPORTED, "%s: the unordered probe takes fp32 gradients", entry);
     /* dq32 (B, Tq, H * D fp32 dense: dims H * D, Tq, B) in the 32-column x DQ_ROWS-row x 1 boxes ff_dq_write adds */
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
@@ -511,11 +500,9 @@ static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, in
         desc = nkb > sms; /* one CTA per SM (shared memory and registers) */
     }
     CUDA_TRY(cudaMemsetAsync(turns, 0, (size_t)s.B * s.H * ntq * 2 * sizeof(uint32_t), c.st));
-    if (!ORDERED) CUDA_TRY(cudaMemsetAsync(dq32, 0, (size_t)s.B * s.Tq * (size_t)row, c.st)); /* every block adds */
-    CUDA_TRY(cudaFuncSetAttribute(ff_bwd_kernel<D, ORDERED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)F::SMEM));
+    CUDA_TRY(cudaFuncSetAttribute(ff_bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F::SMEM));
     const dim3 grid((unsigned)nkb, (unsigned)s.Hkv, (unsigned)s.B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(ff_bwd_kernel<D, ORDERED>, grid, FB_THREADS, F::SMEM, c.st, c.pdl, c.k_res, c.v_res,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(ff_bwd_kernel<D>, grid, FB_THREADS, F::SMEM, c.st, c.pdl, c.k_res, c.v_res,
                                      c.q_str, c.do_str, tm_dq, c.rows, turns, c.g, c.s, c.sl2, c.scale, desc),
                     D == 128 ? "ff_bwd_kernel<128>" : "ff_bwd_kernel<64>");
     if (c.g.bf16) {
