@@ -83,17 +83,16 @@ extern "C" int lab_dw_dbias_plan(int N, int C, int OC, char *buf, size_t len) {
         snprintf(buf, len, "%s", why);
         return -1;
     }
-    const long long max_slices = (long long)(need / ((size_t)OC * C * sizeof(float)));
-    const int one_wave = gemm_tn_one_wave_splits(OC, C, N, sm_count, max_slices);
-    if (gemm_tn_c192_default(OC, C, N, sm_count, one_wave)) {
-        snprintf(buf, len, "c192 s%d", one_wave);
+    const gemm_tn_default p =
+        gemm_tn_default_plan(OC, C, N, 1, sm_count, (long long)(need / ((size_t)OC * C * sizeof(float))));
+    if (p.c192) {
+        snprintf(buf, len, "c192 s%d", p.splits);
         return 0;
     }
-    int bm = GEMM_BM, bn = 256, splits = 1;
-    gemm_plan_tn(OC, C, N, 1, sm_count, max_slices, GEMM_TN_TILES, 2, &bm, &bn, &splits);
-    const int tma = splits > 1 && OC % GEMM_BM == 0 && C % 4 == 0;
-    snprintf(buf, len, "%dx%d s%d%s", bm, bn, splits, tma ? " tma" : "");
-    return bn == 256 && (size_t)splits * OC <= CUDA_WS_FLOATS ? 1 : 0;
+    /* the TMA-stored partials' rule at an aligned workspace (cuda_tn_workspace's) */
+    const int tma = gemm_tn_tma_partials_ok(OC, C, p.splits, nullptr);
+    snprintf(buf, len, "%dx%d s%d%s", p.bm, p.bn, p.splits, tma ? " tma" : "");
+    return gemm_tn_default_dbias(p, OC, CUDA_WS_FLOATS);
 }
 
 extern "C" forge_status lab_dw_dbias_poison_ws(forge_backend *be) {

@@ -525,6 +525,17 @@ int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits) {
     return tiles * splits * 10 >= (long long)sm_count * 9 && tiles * splits <= sm_count && kps >= 64;
 }
 
+gemm_tn_default gemm_tn_default_plan(int M, int N, int K, int accumulate, int sm_count, long long max_slices) {
+    gemm_tn_default p = {0, GEMM_BM, 256, gemm_tn_one_wave_splits(M, N, K, sm_count, max_slices)};
+    p.c192 = gemm_tn_c192_default(M, N, K, sm_count, p.splits);
+    if (!p.c192) gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, GEMM_TN_TILES, 2, &p.bm, &p.bn, &p.splits);
+    return p;
+}
+
+int gemm_tn_default_dbias(const gemm_tn_default &p, int M, size_t rows_floats) {
+    return !p.c192 && p.bn == 256 && (size_t)p.splits * M <= rows_floats;
+}
+
 int gemm_tn_one_wave_splits(int M, int N, int K, int sm_count, long long max_slices) {
     const long long tiles = (long long)((M + 191) / 192) * ((N + 191) / 192);
     const long long ktiles = (K + GEMM_BK - 1) / GEMM_BK;
@@ -646,22 +657,18 @@ extern "C" forge_status forge_gemm_bf16_tn_wgmma_dbias(const void *A_bf16, const
     int dev = 0, sm_count = 0;
     FORGE_TRY(gemm_device_info(&dev, &sm_count));
     const cudaStream_t st = (cudaStream_t)stream;
-    const long long max_slices = gemm_tn_max_slices(M, N, workspace, workspace_bytes);
-    const int one_wave_splits = gemm_tn_one_wave_splits(M, N, K, sm_count, max_slices);
-    if (gemm_tn_c192_default(M, N, K, sm_count, one_wave_splits))
-        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, one_wave_splits, st, pdl, dev,
-                                sm_count);
-    int bm = GEMM_BM, bn = 256, splits = 1;
-    gemm_plan_tn(M, N, K, accumulate != 0, sm_count, max_slices, GEMM_TN_TILES, 2, &bm, &bn, &splits);
-    /* the row sums ride on the 128 x 256 plans only (their DBIAS instantiations; the C192 form measured slower than
-     * the separate column sum, lab/notes/gemm-bf16.md), where the caller's rows hold one row of M per split */
-    float *rows = dbias_ws != nullptr && dbias_rows != nullptr && bn == 256 && (uintptr_t)dbias_ws % 16 == 0 &&
-                          (size_t)splits * M <= dbias_ws_floats
+    const gemm_tn_default p =
+        gemm_tn_default_plan(M, N, K, accumulate, sm_count, gemm_tn_max_slices(M, N, workspace, workspace_bytes));
+    if (p.c192)
+        return gemm_tn_c192_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, p.splits, st, pdl, dev, sm_count);
+    /* the row sums where the plan carries them and the caller's rows are 16-byte aligned */
+    float *rows = dbias_ws != nullptr && dbias_rows != nullptr && (uintptr_t)dbias_ws % 16 == 0 &&
+                          gemm_tn_default_dbias(p, M, dbias_ws_floats)
                       ? dbias_ws
                       : nullptr;
-    FORGE_TRY(gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, bn, splits, 1, st, pdl, dev,
+    FORGE_TRY(gemm_tn_split_run(A_bf16, B_bf16, C, M, N, K, accumulate, workspace, p.bn, p.splits, 1, st, pdl, dev,
                                 sm_count, rows));
-    if (rows != nullptr) *dbias_rows = splits;
+    if (rows != nullptr) *dbias_rows = p.splits;
     return FORGE_OK;
 }
 

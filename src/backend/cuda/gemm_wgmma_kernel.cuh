@@ -1313,6 +1313,19 @@ int gemm_tn_one_wave_splits(int M, int N, int K, int sm_count, long long max_sli
  * (lab/notes/gemm-bf16.md). */
 int gemm_tn_c192_default(int M, int N, int K, int sm_count, int splits);
 
+/* The plan forge_gemm_bf16_tn_wgmma(_dbias) runs at (M, N, K) with max_slices split slices in its workspace: the
+ * C192 kernel at its one-wave splits where gemm_tn_c192_default takes it, else gemm_plan_tn's 128-row tile (bm x bn)
+ * at `splits`. */
+struct gemm_tn_default {
+    int c192, bm, bn, splits;
+};
+gemm_tn_default gemm_tn_default_plan(int M, int N, int K, int accumulate, int sm_count, long long max_slices);
+
+/* Whether that plan also sums the bias gradient's partial rows (DBIAS) into rows_floats floats: the 128 x 256 tile
+ * only (the C192 form measured slower than the separate column sum, lab/notes/gemm-bf16.md), one row of M per
+ * split. */
+int gemm_tn_default_dbias(const gemm_tn_default &p, int M, size_t rows_floats);
+
 /* C (+)= A^T . B on the C192 kernel (192 x 192 tiles, two consumer warpgroups splitting N) at `splits`: unsplit,
  * C += is the epilogue's read-add-store; split, the partials go to the workspace's slices and the pass adds them
  * (and C) in order. */
