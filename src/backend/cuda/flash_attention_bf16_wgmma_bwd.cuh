@@ -45,9 +45,16 @@ extern "C" {
  * parameters). */
 typedef forge_flash_grads fb_grads;
 
+/* The bf16 pair (low half x, high half y) rn(old + x), rn(old' + y) of the bf16 pair old (0: rn(0 + d)), __fadd_rn:
+ * never contracted with the product that made d, so the bits are those of the fp32 store and then the add pass. */
+__device__ __forceinline__ uint32_t fb_bf16x2_add(uint32_t old, float x, float y) {
+    const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(old << 16), x)));
+    const uint32_t hi = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(old & 0xffff0000u), y)));
+    return lo | hi << 16;
+}
+
 /* (x, y) = d at columns col, col + 1 of head h of token row `token` (b * T + row) of the gradient at p: fp32 dense
- * rows of `heads` heads, or bf16 at `stride` elements a token, rn(0 + d) or rn(old + d) (__fadd_rn: never
- * contracted with the product that made d, so the bits are those of the fp32 store and then the add pass). */
+ * rows of `heads` heads, or bf16 at `stride` elements a token, rn(0 + d) or rn(old + d) (fb_bf16x2_add). */
 __device__ __forceinline__ void fb_grad_store2(const fb_grads &g, void *p, long long stride, size_t token, int heads,
                                                int h, int D, int col, float x, float y) {
     if (!g.bf16) {
@@ -55,15 +62,7 @@ __device__ __forceinline__ void fb_grad_store2(const fb_grads &g, void *p, long 
         return;
     }
     uint32_t *dst = (uint32_t *)((uint16_t *)p + token * stride + (size_t)h * D + col);
-    float ox = 0.0f, oy = 0.0f;
-    if (g.accumulate) {
-        const uint32_t o = *dst;
-        ox = __uint_as_float(o << 16);
-        oy = __uint_as_float(o & 0xffff0000u);
-    }
-    const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(ox, x)));
-    const uint32_t hi = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(oy, y)));
-    *dst = lo | hi << 16;
+    *dst = fb_bf16x2_add(g.accumulate ? *dst : 0u, x, y);
 }
 /* "No bound" for the branch-free masks: the P / P^T loops run while the dP / dP^T wgmma is in flight, and the
  * natural `if (edge) { if (masked) p = 0; }` puts branches between a wgmma and its wait (measured: with them

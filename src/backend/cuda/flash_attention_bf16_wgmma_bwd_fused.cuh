@@ -418,11 +418,11 @@ __host__ __device__ __forceinline__ int ff_tile_seen(const forge_flash_shape &s,
 
 /* bf16 gradients: dq at g.dq (bf16 rows of g.dq_stride elements) from the fp32 accumulator dq32 (B, Tq, H, D). A
  * token's H * D values are contiguous in both, so a thread converts a chunk of 8 of them: two 16-byte loads, then one
- * 16-byte store where the row stride keeps it 16-byte aligned (VEC), else four 4-byte ones; each value stored as
- * fb_grad_store2 stores it (rn(0 + d), or rn(old + d) when accumulating), d = 0 in tiles that see no key. The
- * chunks are numbered token-major (n_chunks = tokens x row_chunks < 2^31), one a thread in 256-thread blocks: one
- * 32-bit division per 8 values. A block per token (row_chunks threads: 96 at GPT-2 124M) made 16 K blocks of a few
- * KiB each, whose launch rate held the pass at ~30 us for its 75 MB (H200, lab/notes/flash.md). */
+ * 16-byte store where the row stride keeps it 16-byte aligned (VEC), else four 4-byte ones; each pair stored as
+ * fb_grad_store2 stores it (fb_bf16x2_add: rn(0 + d), or rn(old + d) when accumulating), d = 0 in tiles that see no
+ * key. The chunks are numbered token-major (n_chunks = tokens x row_chunks < 2^31), one a thread in 256-thread
+ * blocks: one 32-bit division per 8 values. A block per token (row_chunks threads: 96 at GPT-2 124M) made 16 K
+ * blocks of a few KiB each, whose launch rate held the pass at ~30 us for its 75 MB (H200, lab/notes/flash.md). */
 template <bool VEC>
 __global__ void ff_dq_bf16(const float *__restrict__ dq32, const fb_grads g, forge_flash_shape s, int row_chunks,
                            int n_chunks) {
@@ -451,12 +451,7 @@ __global__ void ff_dq_bf16(const float *__restrict__ dq32, const fb_grads g, for
             }
         }
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] << 16), v[2 * k])));
-            const uint32_t hi =
-                __bfloat16_as_ushort(__float2bfloat16_rn(__fadd_rn(__uint_as_float(w[k] & 0xffff0000u), v[2 * k + 1])));
-            w[k] = lo | hi << 16;
-        }
+        for (int k = 0; k < 4; k++) w[k] = fb_bf16x2_add(w[k], v[2 * k], v[2 * k + 1]);
         if (VEC) {
             *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
         } else {
