@@ -220,6 +220,14 @@ __device__ __forceinline__ void fb3_kv_issue(const fb_kv_block &kb, const CUtens
     mbar_arrive(full); /* release: the slot stores before any consumer's wait on full returns */
 }
 
+/* dst (shared) = bytes of global src, completing on the mbarrier bar (expect_tx counted by the caller): a plain
+ * bulk copy (forge's kernels load the slot by a tensor copy instead, fb_kv_produce says why) */
+__device__ __forceinline__ void fb_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
 /* BULK = 1: a tile's lse*log2e and delta (the packed row statistics, fb_rows_at) are two 256-byte bulk copies
  * that complete on the stage's full barrier with the TMA (count 1): thread 0 alone refills the ring, and warp 0's
  * other lanes go on to their tile. */

@@ -187,7 +187,7 @@ template <int D, int PIPE, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fbl_dkdv_split_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                          const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                         const float *__restrict__ rows, const fb_grads grads,
+                         const __grid_constant__ CUtensorMap tm_rows, const fb_grads grads,
                          forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
-        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sk, sv, sring, sld, resbar,
+        fb_kv_produce<D, FB_BS>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, &tm_rows, sk, sv, sring, sld, resbar,
                                 bars);
         return;
     }
@@ -318,7 +318,7 @@ template <int D, int PIPE, int RSA = 0> static forge_status fbl_launch_dkdv_spli
                                   (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BS - 1) / FB_BS), (unsigned)c.s.Hkv, (unsigned)c.s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fbl_dkdv_split_kernel<D, PIPE, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_str,
-                                     c.v_str, c.q_str, c.do_str, c.rows, c.g, c.s, c.sl2, c.scale),
+                                     c.v_str, c.q_str, c.do_str, c.rows_map, c.g, c.s, c.sl2, c.scale),
                     PIPE ? "fbl_dkdv_split_kernel<128, pipelined>" : "fbl_dkdv_split_kernel<128>");
     return FORGE_OK;
 }

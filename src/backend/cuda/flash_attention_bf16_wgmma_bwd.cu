@@ -105,6 +105,28 @@ static forge_status fb_encode(CUtensorMap *map, const void *ptr, int B, int T, i
     return wgmma_encode_tokens(map, ptr, B, T, cols, stride, box_rows, what, entry, "mma.sync backward");
 }
 
+/* The packed row statistics (FORGE_FLASH_BF16_ROWSTATS floats at rows) as a 3D fp32 map: dims (Tq padded, B * H,
+ * 2 planes), box (64, 1, 2), so one tensor copy lands a 64-query tile's lse*log2e then its delta (512 B, the slot
+ * fb_kv_produce fills). */
+static forge_status fb_encode_rows(CUtensorMap *map, const float *rows, const forge_flash_shape *s, const char *entry) {
+    gemm_encode_tiled_fn encode = nullptr;
+    FORGE_TRY(gemm_get_encoder(&encode));
+    const cuuint64_t tpad = FORGE_FLASH_BF16_ROWS_TPAD(s->Tq), heads = (cuuint64_t)s->B * s->H;
+    const cuuint64_t dims[3] = {tpad, heads, 2};
+    const cuuint64_t strides[2] = {tpad * 4, tpad * heads * 4};
+    const cuuint32_t box[3] = {FB_BS, 1, 2};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float *>(rows), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return forge_error(FORGE_ERR_UNSUPPORTED,
+                           "%s: cuTensorMapEncodeTiled for the row statistics (%llu rows of %llu floats, 2 planes, "
+                           "box %d x 1 x 2) failed with CUresult %d; use the mma.sync backward",
+                           entry, (unsigned long long)heads, (unsigned long long)tpad, FB_BS, (int)r);
+    return FORGE_OK;
+}
+
 forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
                                const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
                                float *delta, float *dq, float *dk, float *dv, int *launch) {
@@ -145,6 +167,7 @@ forge_status fb_backward_prepare(fb_call *c, const char *entry, const forge_flas
                         entry));
     FORGE_TRY(fb_encode(&c->k_res, k, s->B, s->Tk, s->Hkv * D, s->k_stride, FB_BR, "K (128-row boxes)", entry));
     FORGE_TRY(fb_encode(&c->v_res, v, s->B, s->Tk, s->Hkv * D, s->v_stride, FB_BR, "V (128-row boxes)", entry));
+    FORGE_TRY(fb_encode_rows(&c->rows_map, delta, s, entry));
     c->rows = delta;
     c->g = {dq, dk, dv, 0, 0, 0, 0, 0};
     c->scale = 1.0f / sqrtf((float)D);

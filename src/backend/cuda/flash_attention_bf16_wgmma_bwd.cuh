@@ -72,8 +72,9 @@ __device__ __forceinline__ void fb_grad_store2(const fb_grads &g, void *p, long 
 
 /* The backward's row statistics (forge_flash_bf16_backward_rowstats, FORGE_FLASH_BF16_ROWSTATS floats): the
  * lse*log2e plane (-inf -> 0: such a row is masked everywhere), then the delta plane, each (B, H) rows of Tq
- * padded to FORGE_FLASH_BF16_ROWS_PAD with zeros, so a 64-query tile's 64 + 64 floats are two 16-byte aligned
- * 256-byte runs (bulk copies) and every row a CTA touches exists. fb_rows_at: row `row` of head h, batch b. */
+ * padded to FORGE_FLASH_BF16_ROWS_PAD with zeros, so a 64-query tile's 64 + 64 floats are one box of the rows'
+ * tensor map (fb_encode_rows: 64 floats x 1 row x 2 planes) and every row a CTA touches exists. fb_rows_at: row
+ * `row` of head h, batch b. */
 __device__ __forceinline__ size_t fb_rows_tpad(const forge_flash_shape &s) {
     return FORGE_FLASH_BF16_ROWS_TPAD(s.Tq);
 }
@@ -82,14 +83,6 @@ __device__ __forceinline__ size_t fb_rows_plane(const forge_flash_shape &s) {
 }
 __device__ __forceinline__ size_t fb_rows_at(const forge_flash_shape &s, int b, int h, int row) {
     return ((size_t)b * s.H + h) * fb_rows_tpad(s) + row;
-}
-
-/* dst (shared) = bytes of global src, completing on the mbarrier bar (expect_tx counted by the caller): a bulk
- * copy, an async-proxy write like the TMA tiles' */
-__device__ __forceinline__ void fb_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
 }
 
 template <int D> struct fb_cfg {
@@ -416,22 +409,24 @@ __device__ __forceinline__ fb_kv_block fb_kv_block_of(const forge_flash_shape &s
 }
 
 /* The producer warpgroup of both dK/dV kernels, thread 0 alone: RES rows of K and V once (resbar; 64-column box
- * j at j * RES * 128 B), then per stage Q and dO (64-row boxes, box j at j * 8 KiB) by TMA and the tile's 64
- * queries' lse*log2e and delta (the packed row statistics, fb_rows_at) into the stage's slot by two bulk copies,
- * all completing on the stage's full barrier (count 1). Every write to a stage is the async proxy's, ordered
- * after the consumers' release of the stage by the empty barrier, as the tiles' are. STAGES: the ring's length
- * (fb_cfg's for the dQ and dK/dV kernels; the fused D = 128 backward runs 3). */
+ * j at j * RES * 128 B), then per stage Q and dO (64-row boxes, box j at j * 8 KiB) and the tile's 64 queries'
+ * lse*log2e and delta (one box of the packed row statistics' map tm_rows) into the stage's slot, all by TMA and
+ * completing on the stage's full barrier (count 1). Every write to a stage is the async proxy's, ordered after the
+ * consumers' release of the stage by the empty barrier. The slot is a tensor copy rather than a plain bulk copy
+ * (cp.async.bulk) for compute-sanitizer's sake: racecheck attributes a bulk copy's write to the issuing thread and
+ * reports it against the consumers' earlier plain reads of the slot, not modelling the empty barrier between them;
+ * a tensor copy's write is the TMA unit's, as for the tiles (lab/notes/flash.md). STAGES: the ring's length
+ * (fb_cfg's for the dQ and dK/dV kernels; the fused backward's ff_cfg). */
 template <int D, int RES, int STAGES = fb_cfg<D>::STAGES>
 __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge_flash_shape &s,
                                               const CUtensorMap *tm_k, const CUtensorMap *tm_v,
                                               const CUtensorMap *tm_q, const CUtensorMap *tm_do,
-                                              const float *__restrict__ rows, uint32_t sk, uint32_t sv,
+                                              const CUtensorMap *tm_rows, uint32_t sk, uint32_t sv,
                                               uint32_t sring, uint32_t sld, uint32_t resbar, uint32_t bars) {
     typedef fb_cfg<D> cfg;
     constexpr int DH = cfg::DH;
     if (kb.total == 0) return;
     if (threadIdx.x == 0) {
-        const size_t plane = fb_rows_plane(s);
         mbar_arrive_expect_tx(resbar, 2 * (uint32_t)(RES * D * 2));
 #pragma unroll
         for (int j = 0; j < DH; j++) {
@@ -451,10 +446,7 @@ __device__ __forceinline__ void fb_kv_produce(const fb_kv_block &kb, const forge
                 fw_tma_load_3d(dq_ + j * 8192, tm_q, h * D + 64 * j, qt0, kb.b, full);
                 fw_tma_load_3d(ddo + j * 8192, tm_do, h * D + 64 * j, qt0, kb.b, full);
             }
-            const uint32_t slot = sld + stage * cfg::LD_BYTES;
-            const float *src = rows + fb_rows_at(s, kb.b, h, qt0);
-            fb_bulk_load(slot, src, FB_BS * 4, full);
-            fb_bulk_load(slot + FB_BS * 4, src + plane, FB_BS * 4, full);
+            fw_tma_load_3d(sld + stage * cfg::LD_BYTES, tm_rows, qt0, kb.b * s.H + h, 0, full);
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1;
@@ -588,7 +580,7 @@ template <int D, int RSA = 0>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     fb_dkdv_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                   const float *__restrict__ rows, const fb_grads grads,
+                   const __grid_constant__ CUtensorMap tm_rows, const fb_grads grads,
                    forge_flash_shape s, float sl2, float scale) {
     typedef fb_cfg<D> cfg;
     constexpr int STAGES = cfg::STAGES;
@@ -611,7 +603,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
 
     if (wg == 0) {
         wgmma_setmaxnreg_dec<FB_PRODUCER_REGS>();
-        fb_kv_produce<D, FB_BR>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sk, sv, sring, sld, resbar,
+        fb_kv_produce<D, FB_BR>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, &tm_rows, sk, sv, sring, sld, resbar,
                                 bars);
         return;
     }
@@ -752,7 +744,8 @@ __device__ __forceinline__ void ff_tile_out(const CUtensorMap *tm, int c0, int c
 struct fb_call {
     forge_flash_shape s;
     CUtensorMap q_res, do_res, k_str, v_str, q_str, do_str, k_res, v_res;
-    const float *rows; /* the packed row statistics (fb_rows_at), written by fb_backward_prepare */
+    const float *rows;    /* the packed row statistics (fb_rows_at), written by fb_backward_prepare */
+    CUtensorMap rows_map; /* the same as a tensor map: a 64-query tile's two planes one box (fb_kv_produce) */
     fb_grads g; /* fp32 dense from fb_backward_prepare; forge_flash_bf16_backward_into sets its own */
     float sl2, scale;
     cudaStream_t st;
@@ -764,7 +757,7 @@ struct fb_call {
  * Tk == 0 (a tensor map cannot have a 0 dim) and a device other than sm_90 are FORGE_ERR_UNSUPPORTED; else
  * *launch = 1. fb_backward_prepare: every tensor map (a refused layout, FORGE_ERR_UNSUPPORTED naming `entry`,
  * leaves nothing half-written), then the packed row statistics into `delta` (forge_flash_bf16_backward_rowstats:
- * lse*log2e and rowsum(dO * O); c->rows). */
+ * lse*log2e and rowsum(dO * O); c->rows, c->rows_map). */
 forge_status fb_backward_begin(const char *what, const forge_flash_shape *s, const void *q, const void *k,
                                const void *v, const void *out_bf16, const void *dout_bf16, const float *lse,
                                float *delta, float *dq, float *dk, float *dv, int *launch);
@@ -799,7 +792,7 @@ template <int D, int RSA = 0> static forge_status fb_launch_dkdv(const fb_call &
     CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_kernel<D, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res,
-                                     c.q_str, c.do_str, c.rows, c.g, c.s, c.sl2, c.scale),
+                                     c.q_str, c.do_str, c.rows_map, c.g, c.s, c.sl2, c.scale),
                     D == 64 ? "fb_dkdv_kernel<64>" : "fb_dkdv_kernel<128>");
     return FORGE_OK;
 }

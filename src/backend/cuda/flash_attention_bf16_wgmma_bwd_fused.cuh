@@ -296,7 +296,7 @@ template <int D>
 __global__ void __launch_bounds__(FB_THREADS, 1)
     ff_bwd_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                   const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                  const __grid_constant__ CUtensorMap tm_dq, const float *__restrict__ rows,
+                  const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_rows,
                   uint32_t *__restrict__ turns, const fb_grads grads, forge_flash_shape s, float sl2, float scale,
                   int desc) {
     typedef ff_cfg<D> F;
@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     if (wg == 0) {
         wgmma_setmaxnreg_dec<F::PRODUCER_REGS>();
         if (threadIdx.x == 0)
-            fb_kv_produce<D, FB_BR, F::STAGES>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, rows, sm.k(), sm.v(), sm.ring(),
+            fb_kv_produce<D, FB_BR, F::STAGES>(kb, s, &tm_k, &tm_v, &tm_q, &tm_do, &tm_rows, sm.k(), sm.v(), sm.ring(),
                                                sm.ld(), sm.resbar(), sm.bars());
         else if (threadIdx.x == 32 || threadIdx.x == 64)
             ff_dq_write<D>(kb, s, threadIdx.x / 32 - 1, &tm_dq, turns, sm);
@@ -498,7 +498,7 @@ static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, in
     CUDA_TRY(cudaFuncSetAttribute(ff_bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F::SMEM));
     const dim3 grid((unsigned)nkb, (unsigned)s.Hkv, (unsigned)s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(ff_bwd_kernel<D>, grid, FB_THREADS, F::SMEM, c.st, c.pdl, c.k_res, c.v_res,
-                                     c.q_str, c.do_str, tm_dq, c.rows, turns, c.g, c.s, c.sl2, c.scale, desc),
+                                     c.q_str, c.do_str, tm_dq, c.rows_map, turns, c.g, c.s, c.sl2, c.scale, desc),
                     D == 128 ? "ff_bwd_kernel<128>" : "ff_bwd_kernel<64>");
     if (c.g.bf16) {
         const int row_chunks = s.H * D / 8;
