@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
     const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, BN);
-    const int warp_id = threadIdx.x / 32, lane = threadIdx.x % 32;
+    /* warp-uniform (wgmma_warp_index): the warp's shared-memory addresses and descriptors in uniform registers */
+    const int warp_id = wgmma_warp_index(), lane = threadIdx.x % 32;
 
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);

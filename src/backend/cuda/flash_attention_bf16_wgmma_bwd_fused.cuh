@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
     const float *ld_gen = (const float *)(ff_smem_raw + (sm.ld() - smem_u32(ff_smem_raw)));
     const int kbi = desc ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const fb_kv_block kb = fb_kv_block_at(s, kbi * FB_BR, blockIdx.y, blockIdx.z);
-    const int wg = threadIdx.x / 128;
+    const int wg = wgmma_warpgroup_index(); /* warp-uniform: descriptors in uniform registers */
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; i++) {

@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const int np = paired ? (nqt + 1) / 2 : nqt;
     const int nunits = np * s.H * s.B;
     const int diag = s.Tk - s.Tq;
-    const int wg = threadIdx.x / 128;
+    const int wg = wgmma_warpgroup_index(); /* warp-uniform: descriptors in uniform registers */
 
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);

@@ -195,6 +195,9 @@ template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)
  * takes its descriptor without an R2UR move in front of it (ncu of the fp8 kernel: that move's latency stalled the
  * first wgmma of every stage). */
 __device__ __forceinline__ int wgmma_warpgroup_index(void) { return __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0); }
+/* This thread's warp (threadIdx.x / 32), warp-uniform to the compiler the same way: for kernels whose per-warp
+ * offsets (a warp's rows of a tile) feed shared-memory addresses and descriptors too. */
+__device__ __forceinline__ int wgmma_warp_index(void) { return __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32), 0); }
 
 /* Warp-specialised register split (PTX setmaxnreg): the producer warpgroup gives registers back, the
  * consumers take them; every warp of the warpgroup must execute the same one. */
