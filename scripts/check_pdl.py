@@ -42,6 +42,7 @@ ALLOW = {
     "fb_barriers_init": "mbarrier.init of shared-memory barriers + fences that make them visible",
     "tma_prefetch_desc": "prefetch.tensormap of a __grid_constant__ tensor map (parameter space)",
     "wgmma_warpgroup_index": "a shuffle of threadIdx",
+    "wgmma_warp_index": "a shuffle of threadIdx",
     "fp8_cluster_rank": "a read of %cluster_ctarank",
     "fp8_cluster_sync": "barrier.cluster (the cluster's CTAs, no memory)",
 }
