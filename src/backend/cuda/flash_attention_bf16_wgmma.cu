@@ -216,13 +216,14 @@ static forge_status fw_forward_64(const forge_flash_shape *s, const void *q, con
     FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * 64, s->v_stride, 64, "V", FW_ENTRY));
     const float sl2 = (1.0f / sqrtf(64.0f)) * FW_LOG2E;
     FORGE_TRY(fw64_prepare());
-    const long long ctas = (long long)((s->Tq + FW_BM - 1) / FW_BM) * s->H * s->B;
+    const int nqt = (s->Tq + FW_BM - 1) / FW_BM;
+    const long long ctas = (long long)nqt * s->H * s->B;
     if (ctas > 0x7fffffffLL) /* fw64_tile_of's linear block index is an int */
         return forge_error(FORGE_ERR_UNSUPPORTED,
                            "%s: %lld CTAs (B=%d H=%d Tq=%d) exceed the D = 64 forward's int block index; use the "
                            "mma.sync forward",
                            FW_ENTRY, ctas, s->B, s->H, s->Tq);
-    dim3 grid((unsigned)((s->Tq + FW_BM - 1) / FW_BM), (unsigned)s->H, (unsigned)s->B);
+    dim3 grid((unsigned)nqt, (unsigned)s->H, (unsigned)s->B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fw_fwd64_kernel, grid, FW64_THREADS, fw64_cfg::SMEM, st, pdl, tq, tk, tv,
                                      (fw_bf16 *)out, lse, *s, sl2),
                     "fw_fwd64_kernel");
