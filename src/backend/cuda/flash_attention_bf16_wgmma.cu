@@ -54,6 +54,10 @@
  *   lab holds the other schedules and the one-CTA kernel without the overlap
  *   (the baseline of both), which share the ring and epilogue
  *   (flash_attention_bf16_wgmma_fwd.cuh).
+ * - out leaves through shared memory and a TMA store (fw_stage_out: the
+ *   accumulator normalised to bf16 in the out map's 128B swizzle), at D = 64
+ *   from the warpgroup's own rows of the Q tile, at D = 128 from the last
+ *   stage's K area; lse by plain stores.
  * - Everything waits through mbar_wait (traps after 10 s instead of hanging).
  * - The barriers are set up before forge_pdl_wait (pdl.cuh), so under
  *   programmatic dependent launch that prologue runs under the previous
@@ -119,8 +123,8 @@ __device__ __forceinline__ void fw64_tile_of(int H, int &q0, int &h, int &b) {
 
 __global__ void __launch_bounds__(FW64_THREADS, 2)
     fw_fwd64_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                    const __grid_constant__ CUtensorMap tm_v, fw_bf16 *__restrict__ out, float *__restrict__ lse,
-                    forge_flash_shape s, float sl2) {
+                    const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                    fw_bf16 *__restrict__ out, float *__restrict__ lse, forge_flash_shape s, float sl2) {
     typedef fw64_cfg cfg;
     constexpr int STAGES = cfg::STAGES, BN = FW64_BN, D = 64;
     uint32_t sq, sring, qbar;
@@ -197,7 +201,22 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
         advance();
     }
 
-    fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
+    if (nt == 0) {
+        fw_store_empty<D>(out, lse, s, row_lo, tq, b, h);
+        return;
+    }
+    /* out through shared memory (the warpgroup's own rows of the Q tile, which only its S read) and a TMA store,
+     * not 4-byte stores from the accumulator layout, which hold the warps (and with them the CTA's SM slot) for
+     * thousands of cycles: 1.03-1.05x at the issue-18 D = 64 shapes (lab/notes/flash.md, 2026-12-04). The
+     * issuing thread waits until the store has read the slice (the CTA's shared memory is freed when it exits) */
+    fw_stage_out<D>(o, m, l, qa, lse, s, warp, g, tq, row_lo, b, h);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fw_wg_bar_sync(c);
+    if (warp == 0 && lane == 0) {
+        fw_tma_store_3d(&tm_o, h * D, wrow0, b, qa);
+        tma_store_commit();
+        tma_store_wait_read<0>();
+    }
 }
 
 /* the D = 64 kernel's attributes: its shared memory, and the largest carveout, so that two CTAs are resident */
@@ -210,10 +229,11 @@ static forge_status fw64_prepare(void) {
 
 static forge_status fw_forward_64(const forge_flash_shape *s, const void *q, const void *k, const void *v, void *out,
                                   float *lse, cudaStream_t st, int pdl) {
-    CUtensorMap tq, tk, tv;
+    CUtensorMap tq, tk, tv, to;
     FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * 64, s->q_stride, FW_BM, "Q", FW_ENTRY));
     FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * 64, s->k_stride, FW64_BN, "K", FW_ENTRY));
     FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * 64, s->v_stride, 64, "V", FW_ENTRY));
+    FORGE_TRY(fw_encode(&to, out, s->B, s->Tq, s->H * 64, s->o_stride, 64, "out", FW_ENTRY));
     const float sl2 = (1.0f / sqrtf(64.0f)) * FW_LOG2E;
     FORGE_TRY(fw64_prepare());
     const int nqt = (s->Tq + FW_BM - 1) / FW_BM;
@@ -224,7 +244,7 @@ static forge_status fw_forward_64(const forge_flash_shape *s, const void *q, con
                            "mma.sync forward",
                            FW_ENTRY, ctas, s->B, s->H, s->Tq);
     dim3 grid((unsigned)nqt, (unsigned)s->H, (unsigned)s->B);
-    CUDA_LAUNCH_TRY(forge_pdl_launch(fw_fwd64_kernel, grid, FW64_THREADS, fw64_cfg::SMEM, st, pdl, tq, tk, tv,
+    CUDA_LAUNCH_TRY(forge_pdl_launch(fw_fwd64_kernel, grid, FW64_THREADS, fw64_cfg::SMEM, st, pdl, tq, tk, tv, to,
                                      (fw_bf16 *)out, lse, *s, sl2),
                     "fw_fwd64_kernel");
     return FORGE_OK;

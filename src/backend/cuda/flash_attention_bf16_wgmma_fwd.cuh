@@ -3,7 +3,8 @@
  * of forge's bf16 flash attention share: the CTA shape (two consumer
  * warpgroups of 64 query rows, 128 query rows per CTA, and a producer), the
  * shared-memory layout, the producer's K/V tile step, the consumers' steps
- * (S = Q.K^T, the mask, the online softmax, O += P.V) and epilogue, and the
+ * (S = Q.K^T, the mask, the online softmax, O += P.V) and epilogues (out
+ * from registers, or staged in shared memory for a TMA store), and the
  * host steps every entry runs before it launches. Included by
  * flash_attention_bf16_wgmma.cu (the forward forge runs, whose header explains
  * the design), flash_attention_bf16_wgmma_fwd_sched.cuh (the scheduled kernel)
@@ -33,6 +34,7 @@ extern "C" {
 #define FW_CONSUMER_WARPS 8
 #define FW_LOG2E 1.4426950408889634f
 #define FW_LN2 0.6931471805599453f
+#define FW_OUT_BAR 3 /* named barriers 3 (consumer warpgroup 0) and 4 (1): fw_wg_bar_sync */
 
 typedef unsigned short fw_bf16;
 
@@ -93,6 +95,62 @@ __device__ __forceinline__ void fw_store(const float (&o)[D / 2], const float (&
             *(uint32_t *)(orow + n * 8 + 2 * tq) = fw_pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
         if (tq == 0) lse[((size_t)b * s.H + h) * s.Tq + row] = lr > 0.0f ? (m[r] + log2f(lr)) * FW_LN2 : -INFINITY;
     }
+}
+
+/* The consumer warpgroup's 64 x D slice of out, normalised and in bf16, into shared memory at so (1 KiB aligned:
+ * D/64 boxes of 64 rows x 128 B, 8 KiB apart, in the 128B swizzle of the out tensor map: a row's 16-byte chunk x
+ * at (x ^ row % 8)) for the TMA store, and the rows' lse to global memory (natural log; -inf for a row that saw no
+ * key, whose out is then 0). Per store the warp's lanes hit 32 distinct banks (rows g differ in row % 8, so their
+ * chunks differ). */
+template <int D>
+__device__ __forceinline__ void fw_stage_out(const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
+                                             uint32_t so, float *__restrict__ lse, const forge_flash_shape &s,
+                                             int warp, int g, int tq, int row_lo, int b, int h) {
+    /* the row within the warpgroup's 64 is warp * 16 + g + 8 r: row % 8 == g */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+        /* the row's address with g in the chunk bits (bits 4-6 of so + row * 128 + 4 tq are 0), through an empty
+         * asm: computed here, not hoisted out of the item loop as 2 x D/8 live registers */
+        uint32_t rb = so + (uint32_t)(warp * 16 + g + 8 * r) * 128 + 4 * tq + ((uint32_t)g << 4);
+        asm volatile("" : "+r"(rb));
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            const uint32_t addr = (rb ^ ((uint32_t)(n % 8) << 4)) + (uint32_t)(n / 8) * 8192;
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(fw_pack(o[4 * n + 2 * r] * inv,
+                                                                            o[4 * n + 2 * r + 1] * inv))
+                         : "memory");
+        }
+        const int grow = row_lo + r * 8;
+        if (tq == 0 && grow < s.Tq)
+            lse[((size_t)b * s.H + h) * s.Tq + grow] = lr > 0.0f ? (m[r] + log2f(lr)) * FW_LN2 : -INFINITY;
+    }
+}
+
+/* out = 0 and lse = -inf for a consumer thread's two rows of an item it sees no key of */
+template <int D>
+__device__ __forceinline__ void fw_store_empty(fw_bf16 *__restrict__ out, float *__restrict__ lse,
+                                               const forge_flash_shape &s, int row_lo, int tq, int b, int h) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + r * 8;
+        if (row >= s.Tq) continue;
+        fw_bf16 *orow = out + ((size_t)b * s.Tq + row) * (size_t)s.o_stride + (size_t)h * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) *(uint32_t *)(orow + n * 8 + 2 * tq) = 0u;
+        if (tq == 0) lse[((size_t)b * s.H + h) * s.Tq + row] = -INFINITY;
+    }
+}
+
+/* named barrier of one consumer warpgroup (128 threads; ids FW_OUT_BAR + c): its out slice is in shared memory */
+__device__ __forceinline__ void fw_wg_bar_sync(int c) {
+    if (c == 0)
+        asm volatile("bar.sync %0, 128;" ::"n"(FW_OUT_BAR) : "memory");
+    else
+        asm volatile("bar.sync %0, 128;" ::"n"(FW_OUT_BAR + 1) : "memory");
 }
 
 /* S = Q.K^T of the tile whose K starts at kt (no commit) */

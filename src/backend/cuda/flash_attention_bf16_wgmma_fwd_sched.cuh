@@ -14,8 +14,14 @@
  *   tile t>0:  issue S_t = Q.K_t^T (group 1) and O += P_{t-1}.V_{t-1} (group 2); wait for group 1 only;
  *              softmax(S_t) (m, l, alpha_t, the exps) WHILE O += P_{t-1}.V_{t-1} runs; wait for group 2;
  *              release stage t-1 (its V was the last reader); O *= alpha_t; pack P_t
- *   then:      arrive on qempty (every S of the item is done: the producer may load the next item's Q)
- *   epilogue:  O += P_{nt-1}.V_{nt-1}; wait; release its stage; store out / lse
+ *   then:      arrive on qempty (every S of the item is done: the producer may load the next item's Q) and on
+ *              the other warpgroup's K-free barrier (FW_KFREE_BAR)
+ *   epilogue:  O += P_{nt-1}.V_{nt-1}; wait; once the other warpgroup's S are done too (K-free barrier), out
+ *              normalised to bf16 into this warpgroup's half of the last stage's K area (fw_stage_out; K is dead
+ *              then, V is not: the other warpgroup's last P.V may still read it), one TMA store per 64 columns,
+ *              and the stage released (4 arrivals by the issuing thread) once the store has read it; lse by
+ *              plain stores. Stored from registers (4-byte pieces, 32 per thread at D = 128), out held the
+ *              consumers ~3,500 cycles an item, more than a tile (lab/notes/flash.md, 2026-12-04).
  * so O is rescaled by alpha_t after P_{t-1}.V_{t-1} (which is at the scale of m_{t-1}) and before
  * P_t.V_t (scale m_t). The softmax stays between the two waits only because fw_pin_before_wait
  * (flash_wgmma_common.cuh) ties the wait to its row sums: ptxas otherwise issues the second wait right after
@@ -66,7 +72,8 @@
 #define FW_OV_PRODUCER_REGS 32
 #define FW_OV_CONSUMER_REGS 232
 static_assert(128 * FW_OV_PRODUCER_REGS + 256 * FW_OV_CONSUMER_REGS <= 384 * 168, "setmaxnreg budget");
-#define FW_PP_BAR 1 /* named barriers 1 (warpgroup c = 0) and 2 (c = 1); 0 is __syncthreads */
+#define FW_PP_BAR 1    /* named barriers 1 (warpgroup c = 0) and 2 (c = 1); 0 is __syncthreads, 3-4 FW_OUT_BAR */
+#define FW_KFREE_BAR 5 /* 5 and 6: the other warpgroup's S of the item done (256: it arrives, c syncs) */
 
 /* immediate barrier ids (a register id makes ptxas reserve all 16) */
 __device__ __forceinline__ void fw_bar_sync(int c) {
@@ -107,6 +114,21 @@ __device__ __forceinline__ void fw_softmax(float (&sc)[BN / 2], float (&m)[2], f
                                            float sl2) {
 #pragma unroll
     for (int r = 0; r < 2; r++) fw_softmax_row<BN>(sc, m[r], l[r], alpha[r], r, sl2);
+}
+
+/* warpgroup c ^ 1 arrives on warpgroup c's barrier once its last S of the item has completed; c syncs on it before
+ * writing its out slice over the last tile's K (which S of both warpgroups read) */
+__device__ __forceinline__ void fw_bar_arrive_kfree(int c) {
+    if (c == 0)
+        asm volatile("bar.arrive %0, 256;" ::"n"(FW_KFREE_BAR) : "memory");
+    else
+        asm volatile("bar.arrive %0, 256;" ::"n"(FW_KFREE_BAR + 1) : "memory");
+}
+__device__ __forceinline__ void fw_bar_sync_kfree(int c) {
+    if (c == 0)
+        asm volatile("bar.sync %0, 256;" ::"n"(FW_KFREE_BAR) : "memory");
+    else
+        asm volatile("bar.sync %0, 256;" ::"n"(FW_KFREE_BAR + 1) : "memory");
 }
 
 /* The producer of fw_fwd_ov_kernel for one work item (ntiles > 0; its nq-th such item): K/V tile 0, then Q
@@ -151,10 +173,12 @@ __device__ __forceinline__ void fw_unit_item(int u, int j, int np, int nqt, int 
 template <int D, int BN, bool PP>
 __global__ void __launch_bounds__(FW_THREADS, 1)
     fw_fwd_ov_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                     const __grid_constant__ CUtensorMap tm_v, fw_bf16 *__restrict__ out, float *__restrict__ lse,
-                     forge_flash_shape s, float sl2, int paired) {
+                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                     fw_bf16 *__restrict__ out, float *__restrict__ lse, forge_flash_shape s, float sl2, int paired) {
     typedef fw_ov_cfg<D, BN> cfg;
     constexpr int STAGES = cfg::STAGES;
+    /* out staged in the last tile's K area (both warpgroups' 128 x D slices fit when BN >= 128) for a TMA store */
+    constexpr bool OUT_STAGED = BN * D * 2 >= FW_BM * D * 2;
     uint32_t sq, sring, qbar;
     fw_smem_layout<cfg>(sq, sring, qbar);
     const uint32_t qempty = qbar + 8;
@@ -310,12 +334,15 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
                 advance();
             }
         }
-        /* every S = Q.K^T of this item has completed: the producer may load the next item's Q */
+        /* every S = Q.K^T of this item has completed: the producer may load the next item's Q; the other
+         * warpgroup may write its out slice over the last tile's K (fw_stage_out) */
         if (ntiles > 0) {
             __syncwarp();
             if (lane == 0) mbar_arrive(qempty);
             qphase ^= 1;
+            if (OUT_STAGED) fw_bar_arrive_kfree(c ^ 1);
         }
+        int held = -1; /* the stage whose K area holds this warpgroup's out slice until the TMA store read it */
         if (nt > 0) {
             /* the last P.V */
             const int pstage = stage == 0 ? STAGES - 1 : stage - 1;
@@ -326,7 +353,10 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             pp_end();
             wgmma_wait<0>();
             wgmma_fence_operands(o);
-            release(pstage);
+            if (OUT_STAGED)
+                held = pstage;
+            else
+                release(pstage);
         }
         /* tiles this warpgroup's rows do not see: wait for each (so no warp runs a ring round ahead and
          * arrives on an empty barrier's next phase early), release it, and run the PP phase it owes */
@@ -342,7 +372,32 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             pp_end();
         }
 
-        fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
+        if (OUT_STAGED && ntiles > 0) fw_bar_sync_kfree(c); /* the other warpgroup's S are done: K is free */
+        if (OUT_STAGED && held >= 0) {
+            /* out through shared memory and one TMA store per 64 columns (the header says why) */
+            const uint32_t so = sring + held * cfg::STAGE_BYTES + c * (64 * D * 2);
+            fw_stage_out<D>(o, m, l, so, lse, s, warp, g, tq, row_lo, b, h);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            fw_wg_bar_sync(c);
+            if (tid == 0) {
+#pragma unroll
+                for (int j = 0; j < D / 64; j++) fw_tma_store_3d(&tm_o, h * D + 64 * j, wrow0, b, so + j * 8192);
+                tma_store_commit();
+                /* the TMA store must have read the slice before the stage is reloaded: wait here and release
+                 * the stage for the warpgroup's 4 warps (the writes performed, too, on the CTA's last item: a
+                 * wait placed after the item loop made ptxas serialise the kernel's wgmmas, CUDA 13.0) */
+                if (last_item)
+                    tma_store_wait_all();
+                else
+                    tma_store_wait_read<0>();
+                mbar_arrive_n(bars + 8 * (STAGES + held), 4);
+            }
+        } else if (nt > 0) {
+            fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
+        } else {
+            fw_store_empty<D>(out, lse, s, row_lo, tq, b, h);
+            if (OUT_STAGED && last_item && tid == 0) tma_store_wait_all(); /* an earlier item's TMA store */
+        }
     }
 }
 
@@ -369,16 +424,17 @@ static forge_status fw_forward_sched(const forge_flash_shape *s, const void *q, 
         CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         if (sms > 0 && (long long)sms < nunits) grid = (unsigned)sms;
     }
-    CUtensorMap tq, tk, tv;
+    CUtensorMap tq, tk, tv, to;
     FORGE_TRY(fw_encode(&tq, q, s->B, s->Tq, s->H * D, s->q_stride, FW_BM, "Q", entry));
     FORGE_TRY(fw_encode(&tk, k, s->B, s->Tk, s->Hkv * D, s->k_stride, BN, "K", entry));
     FORGE_TRY(fw_encode(&tv, v, s->B, s->Tk, s->Hkv * D, s->v_stride, 64, "V", entry));
+    FORGE_TRY(fw_encode(&to, out, s->B, s->Tq, s->H * D, s->o_stride, 64, "out", entry));
     const float sl2 = (1.0f / sqrtf((float)D)) * FW_LOG2E;
     auto kern = fw_fwd_ov_kernel<D, BN, PP>;
     constexpr size_t smem = fw_ov_cfg<D, BN>::SMEM;
     CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, dim3(grid), FW_THREADS, smem, st, pdl, tq, tk, tv, (fw_bf16 *)out, lse, *s,
-                                     sl2, persist ? 1 : 0),
+    CUDA_LAUNCH_TRY(forge_pdl_launch(kern, dim3(grid), FW_THREADS, smem, st, pdl, tq, tk, tv, to, (fw_bf16 *)out, lse,
+                                     *s, sl2, persist ? 1 : 0),
                     PP ? "fw_fwd_ov_kernel<pingpong>" : "fw_fwd_ov_kernel<overlap>");
     return FORGE_OK;
 }

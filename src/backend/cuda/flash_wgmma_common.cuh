@@ -39,6 +39,15 @@ __device__ __forceinline__ void fw_tma_load_3d(uint32_t dst, const CUtensorMap *
         : "memory");
 }
 
+/* 3D tiled TMA store of the box at (c0, c1, c2) of tmap from shared memory at src (rows past the tensor are not
+ * written); completion tracked by the issuing thread's bulk groups (tma_store_commit / _wait_read / _wait_all) */
+__device__ __forceinline__ void fw_tma_store_3d(const CUtensorMap *tmap, int c0, int c1, int c2, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(
+                     (uint64_t)tmap),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(src)
+                 : "memory");
+}
+
 /* S (64 x 128 fp32) (+)= A (64x16, smem desc, K-major) . B (128x16, smem desc, K-major)^T */
 __device__ __forceinline__ void fw_wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
