@@ -25,7 +25,8 @@
 #   fgemm     forge bench gemm (forge's GEMM vs cuBLAS, interleaved) on the cells matching FORGE_S17_GEMM_ONLY
 #             (default "gpt2": the step's shapes at 32 x 1024 tokens)
 #   sanff     compute-sanitizer (each tool of FORGE_S17_SAN_TOOLS, default memcheck synccheck) over forge_gpu_tests
-#             --only flash16 --quick, kernels ff_ only (the fused flash backward and its dQ conversion)
+#             --only flash16 --quick, kernels whose name holds FORGE_S17_SAN_KERNEL (default ff_: the fused flash
+#             backward and its dQ conversion; fw_fwd_ov: the D = 128 forward)
 #   replay    forge bench train on FORGE_S17_CASES, 30 replayed steps, nothing else (a window for FORGE_S17_SMI)
 #   ncu       one gpt2-124m step kernel by kernel (lab/scripts/device_ncu_step.sh; NCU_STEP_* as there)
 #   ncul      Nsight Compute over `forge-lab bench ARGS` for each ';'-separated entry of FORGE_S17_NCU_ARGS, kernels
@@ -187,8 +188,8 @@ for c in ${FORGE_S17_CHECKS:-traj flash16 dwplan bench}; do
         sanff)
             san=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
             for tool in ${FORGE_S17_SAN_TOOLS:-memcheck synccheck}; do
-                check "san-$tool" 120 "$san" --tool "$tool" --error-exitcode 3 --kernel-name kns=ff_ "$T" --only flash16 \
-                    --quick
+                check "san-$tool" 120 "$san" --tool "$tool" --error-exitcode 3 \
+                    --kernel-name "kns=${FORGE_S17_SAN_KERNEL:-ff_}" "$T" --only flash16 --quick
             done
             ;;
         replay) check replay 120 "$F" bench train --device cuda --precision bf16 \
