@@ -145,13 +145,23 @@ __device__ __forceinline__ void fw_store_empty(fw_bf16 *__restrict__ out, float 
     }
 }
 
-/* named barrier of one consumer warpgroup (128 threads; ids FW_OUT_BAR + c): its out slice is in shared memory */
-__device__ __forceinline__ void fw_wg_bar_sync(int c) {
+/* Named barrier BAR0 + c (c: the consumer warpgroup 0 or 1) over THREADS threads, as immediates (a barrier id in a
+ * register makes ptxas reserve all 16) */
+template <int BAR0, int THREADS> __device__ __forceinline__ void fw_named_sync(int c) {
     if (c == 0)
-        asm volatile("bar.sync %0, 128;" ::"n"(FW_OUT_BAR) : "memory");
+        asm volatile("bar.sync %0, %1;" ::"n"(BAR0), "n"(THREADS) : "memory");
     else
-        asm volatile("bar.sync %0, 128;" ::"n"(FW_OUT_BAR + 1) : "memory");
+        asm volatile("bar.sync %0, %1;" ::"n"(BAR0 + 1), "n"(THREADS) : "memory");
 }
+template <int BAR0, int THREADS> __device__ __forceinline__ void fw_named_arrive(int c) {
+    if (c == 0)
+        asm volatile("bar.arrive %0, %1;" ::"n"(BAR0), "n"(THREADS) : "memory");
+    else
+        asm volatile("bar.arrive %0, %1;" ::"n"(BAR0 + 1), "n"(THREADS) : "memory");
+}
+
+/* the consumer warpgroup c's own barrier (128 threads): its out slice is in shared memory */
+__device__ __forceinline__ void fw_wg_bar_sync(int c) { fw_named_sync<FW_OUT_BAR, 128>(c); }
 
 /* S = Q.K^T of the tile whose K starts at kt (no commit) */
 template <int D, int BN>

@@ -75,19 +75,9 @@ static_assert(128 * FW_OV_PRODUCER_REGS + 256 * FW_OV_CONSUMER_REGS <= 384 * 168
 #define FW_PP_BAR 1    /* named barriers 1 (warpgroup c = 0) and 2 (c = 1); 0 is __syncthreads, 3-4 FW_OUT_BAR */
 #define FW_KFREE_BAR 5 /* 5 and 6: the other warpgroup's S of the item done (256: it arrives, c syncs) */
 
-/* immediate barrier ids (a register id makes ptxas reserve all 16) */
-__device__ __forceinline__ void fw_bar_sync(int c) {
-    if (c == 0)
-        asm volatile("bar.sync %0, 256;" ::"n"(FW_PP_BAR) : "memory");
-    else
-        asm volatile("bar.sync %0, 256;" ::"n"(FW_PP_BAR + 1) : "memory");
-}
-__device__ __forceinline__ void fw_bar_arrive(int c) {
-    if (c == 0)
-        asm volatile("bar.arrive %0, 256;" ::"n"(FW_PP_BAR) : "memory");
-    else
-        asm volatile("bar.arrive %0, 256;" ::"n"(FW_PP_BAR + 1) : "memory");
-}
+/* the ping-pong: warpgroup c syncs on FW_PP_BAR + c, the other arrives on it */
+__device__ __forceinline__ void fw_bar_sync(int c) { fw_named_sync<FW_PP_BAR, 256>(c); }
+__device__ __forceinline__ void fw_bar_arrive(int c) { fw_named_arrive<FW_PP_BAR, 256>(c); }
 
 template <int D, int BN> struct fw_ov_cfg {
     /* 4 stages where they fit, 3 at D = 128 with BN = 128 (64 KiB per stage, 225 KiB in all). O 64 + S 64 +
@@ -118,18 +108,8 @@ __device__ __forceinline__ void fw_softmax(float (&sc)[BN / 2], float (&m)[2], f
 
 /* warpgroup c ^ 1 arrives on warpgroup c's barrier once its last S of the item has completed; c syncs on it before
  * writing its out slice over the last tile's K (which S of both warpgroups read) */
-__device__ __forceinline__ void fw_bar_arrive_kfree(int c) {
-    if (c == 0)
-        asm volatile("bar.arrive %0, 256;" ::"n"(FW_KFREE_BAR) : "memory");
-    else
-        asm volatile("bar.arrive %0, 256;" ::"n"(FW_KFREE_BAR + 1) : "memory");
-}
-__device__ __forceinline__ void fw_bar_sync_kfree(int c) {
-    if (c == 0)
-        asm volatile("bar.sync %0, 256;" ::"n"(FW_KFREE_BAR) : "memory");
-    else
-        asm volatile("bar.sync %0, 256;" ::"n"(FW_KFREE_BAR + 1) : "memory");
-}
+__device__ __forceinline__ void fw_bar_arrive_kfree(int c) { fw_named_arrive<FW_KFREE_BAR, 256>(c); }
+__device__ __forceinline__ void fw_bar_sync_kfree(int c) { fw_named_sync<FW_KFREE_BAR, 256>(c); }
 
 /* The producer of fw_fwd_ov_kernel for one work item (ntiles > 0; its nq-th such item): K/V tile 0, then Q
  * once the consumers have finished every S = Q.K^T of the previous item (qempty, parity as the ring's empty
