@@ -382,6 +382,8 @@ static const int FA_CASE_SHAPES[][7] = {
     {1, 100, 37, 4, 2, 64, 0},   {1, 100, 37, 2, 1, 128, 0},  {1, 37, 100, 2, 1, 128, 0},
     {1, 256, 256, 2, 2, 64, 1},  {1, 129, 200, 3, 3, 64, 0},  {2, 513, 513, 4, 1, 128, 1},
     {1, 1000, 1000, 2, 2, 64, 1}, {1, 200, 37, 4, 2, 64, 0},
+    /* more work units (3 a head) than an H200's 132 SMs: persistent D = 128 CTAs that run two units, GQA 3:1 */
+    {2, 700, 700, 24, 8, 128, 0},
 };
 
 /* A head dim without a compiled tile (D = 96) and 16-byte aligned dummies: what the refusal cases pass. */
