@@ -20,8 +20,9 @@
  *              normalised to bf16 into this warpgroup's half of the last stage's K area (fw_stage_out; K is dead
  *              then, V is not: the other warpgroup's last P.V may still read it), one TMA store per 64 columns,
  *              and the stage released (4 arrivals by the issuing thread) once the store has read it; lse by
- *              plain stores. Stored from registers (4-byte pieces, 32 per thread at D = 128), out held the
- *              consumers ~3,500 cycles an item, more than a tile (lab/notes/flash.md, 2026-12-04).
+ *              plain stores (the lab's 64-key instances, whose K area is too small, store out from registers).
+ *              Stored from registers (4-byte pieces, 32 per thread at D = 128), out held the consumers ~3,500
+ *              cycles an item, more than a tile (lab/notes/flash.md, 2026-12-04).
  * so O is rescaled by alpha_t after P_{t-1}.V_{t-1} (which is at the scale of m_{t-1}) and before
  * P_t.V_t (scale m_t). The softmax stays between the two waits only because fw_pin_before_wait
  * (flash_wgmma_common.cuh) ties the wait to its row sums: ptxas otherwise issues the second wait right after
