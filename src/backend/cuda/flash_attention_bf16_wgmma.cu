@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
     }
 
     if (nt == 0) {
-        fw_store_empty<D>(out, lse, s, row_lo, tq, b, h);
+        fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h); /* o = 0, l = 0 */
         return;
     }
     /* out through shared memory (the warpgroup's own rows of the Q tile, which only its S read) and a TMA store,

@@ -75,33 +75,39 @@ __device__ __forceinline__ void fw_load_kv(const CUtensorMap *tm_k, const CUtens
     }
 }
 
-/* Epilogue of a consumer thread: rows row_lo, row_lo + 8 (quad-reduced l), out = o / l in bf16, lse natural
- * log (-inf for a row that saw no key; such a row stores 0). */
+/* The end of row `row` for a consumer thread (every lane calls it: the quad's shuffles): the row sum l reduced
+ * over the quad, the row's lse (natural log; -inf for a row that saw no key) stored by tq 0 when row < Tq, and
+ * 1 / sum returned (0 for such a row, whose out is then 0). */
+__device__ __forceinline__ float fw_row_end(float l, float m, float *__restrict__ lse, const forge_flash_shape &s,
+                                            int row, int tq, int b, int h) {
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (tq == 0 && row < s.Tq) lse[((size_t)b * s.H + h) * s.Tq + row] = l > 0.0f ? (m + log2f(l)) * FW_LN2 : -INFINITY;
+    return l > 0.0f ? 1.0f / l : 0.0f;
+}
+
+/* Epilogue of a consumer thread from registers: rows row_lo, row_lo + 8, out = o / l in bf16 and lse (fw_row_end);
+ * with o = 0 and l = 0 (a warpgroup that saw no key of the item) out = 0 and lse = -inf. */
 template <int D>
 __device__ __forceinline__ void fw_store(const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
                                          fw_bf16 *__restrict__ out, float *__restrict__ lse,
                                          const forge_flash_shape &s, int row_lo, int tq, int b, int h) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
         const int row = row_lo + r * 8;
+        const float inv = fw_row_end(l[r], m[r], lse, s, row, tq, b, h);
         if (row >= s.Tq) continue;
-        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
         fw_bf16 *orow = out + ((size_t)b * s.Tq + row) * (size_t)s.o_stride + (size_t)h * D;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
             *(uint32_t *)(orow + n * 8 + 2 * tq) = fw_pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
-        if (tq == 0) lse[((size_t)b * s.H + h) * s.Tq + row] = lr > 0.0f ? (m[r] + log2f(lr)) * FW_LN2 : -INFINITY;
     }
 }
 
 /* The consumer warpgroup's 64 x D slice of out, normalised and in bf16, into shared memory at so (1 KiB aligned:
  * D/64 boxes of 64 rows x 128 B, 8 KiB apart, in the 128B swizzle of the out tensor map: a row's 16-byte chunk x
- * at (x ^ row % 8)) for the TMA store, and the rows' lse to global memory (natural log; -inf for a row that saw no
- * key, whose out is then 0). Per store the warp's lanes hit 32 distinct banks (rows g differ in row % 8, so their
- * chunks differ). */
+ * at (x ^ row % 8)) for the TMA store, and the rows' lse (fw_row_end). Per store the warp's lanes hit 32 distinct
+ * banks (rows g differ in row % 8, so their chunks differ). */
 template <int D>
 __device__ __forceinline__ void fw_stage_out(const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
                                              uint32_t so, float *__restrict__ lse, const forge_flash_shape &s,
@@ -109,10 +115,7 @@ __device__ __forceinline__ void fw_stage_out(const float (&o)[D / 2], const floa
     /* the row within the warpgroup's 64 is warp * 16 + g + 8 r: row % 8 == g */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-        const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+        const float inv = fw_row_end(l[r], m[r], lse, s, row_lo + r * 8, tq, b, h);
         /* the row's address with g in the chunk bits (bits 4-6 of so + row * 128 + 4 tq are 0), through an empty
          * asm: computed here, not hoisted out of the item loop as 2 x D/8 live registers */
         uint32_t rb = so + (uint32_t)(warp * 16 + g + 8 * r) * 128 + 4 * tq + ((uint32_t)g << 4);
@@ -124,24 +127,6 @@ __device__ __forceinline__ void fw_stage_out(const float (&o)[D / 2], const floa
                                                                             o[4 * n + 2 * r + 1] * inv))
                          : "memory");
         }
-        const int grow = row_lo + r * 8;
-        if (tq == 0 && grow < s.Tq)
-            lse[((size_t)b * s.H + h) * s.Tq + grow] = lr > 0.0f ? (m[r] + log2f(lr)) * FW_LN2 : -INFINITY;
-    }
-}
-
-/* out = 0 and lse = -inf for a consumer thread's two rows of an item it sees no key of */
-template <int D>
-__device__ __forceinline__ void fw_store_empty(fw_bf16 *__restrict__ out, float *__restrict__ lse,
-                                               const forge_flash_shape &s, int row_lo, int tq, int b, int h) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + r * 8;
-        if (row >= s.Tq) continue;
-        fw_bf16 *orow = out + ((size_t)b * s.Tq + row) * (size_t)s.o_stride + (size_t)h * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) *(uint32_t *)(orow + n * 8 + 2 * tq) = 0u;
-        if (tq == 0) lse[((size_t)b * s.H + h) * s.Tq + row] = -INFINITY;
     }
 }
 

@@ -373,10 +373,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
                     tma_store_wait_read<0>();
                 mbar_arrive_n(bars + 8 * (STAGES + held), 4);
             }
-        } else if (nt > 0) {
+        } else { /* the 64-key instances, or no tile seen (o = 0, l = 0: out 0, lse -inf) */
             fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
-        } else {
-            fw_store_empty<D>(out, lse, s, row_lo, tq, b, h);
             if (OUT_STAGED && last_item && tid == 0) tma_store_wait_all(); /* an earlier item's TMA store */
         }
     }
