@@ -28,6 +28,13 @@ extern "C"
 #endif
 int lab_bench_flash16_fwd_1cta(int argc, char **argv);
 
+/* `forge-lab bench flash16-host [--reps N]`: the flash entries' host cost and how much a call timed alone exposes
+ * (lab/flash/bench_flash16_host.cu) */
+#ifdef __cplusplus
+extern "C"
+#endif
+int lab_bench_flash16_host(int argc, char **argv);
+
 /* `forge-lab bench flash16-bwd-2cta [--reps N]`: forge's wgmma backward next to the two-CTA-per-SM kernels, whole
  * calls and each kernel alone, at (16, 12, 1024, 64), (64, 6, 512, 64), (64, 8, 1024, 64) causal
  * (lab/flash/bench_flash16_bwd_2cta.cu) */

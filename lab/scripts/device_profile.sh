@@ -46,6 +46,8 @@ PROFILES=(
     "tf32_tall_cublas|gemm-fp8|cublas_tf32@tf32 nt M=65536|$LIB_RE|1|1"
     "flash_fwd_default|attention|flash_bf16_fwd_default@fwd B=8 H=16 T=4096|fw_fwd|1|1"
     "flash_bwd_default|attention|flash_bf16_fwdbwd_default@fwd+bwd B=8 H=16 T=4096|ff_bwd|1|1"
+    "flash_fwdbwd_all|attention|flash_bf16_fwdbwd_default@fwd+bwd B=8 H=16 T=4096|fw_fwd|fa_bwd_delta|ff_bwd|3|3"
+    "flash_fwdbwd_all2048|attention|flash_bf16_fwdbwd_default@fwd+bwd B=16 H=16 T=2048|fw_fwd|fa_bwd_delta|ff_bwd|3|3"
     "flash_fwd_gpt2|attention|flash_bf16_fwd_default@fwd B=16 H=12 T=1024|fw_fwd|1|1"
     "flash_bwd_gpt2|attention|flash_bf16_fwdbwd_default@fwd+bwd B=16 H=12 T=1024|ff_bwd|1|1"
     "flash_fwd_512|attention|flash_bf16_fwd_default@fwd B=64 H=6 T=512|fw_fwd|1|1"

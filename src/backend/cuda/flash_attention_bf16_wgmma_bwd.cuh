@@ -539,18 +539,28 @@ __device__ __forceinline__ void fb_dkdv_tile_ps_rs(float (&st)[32], float (&dpt)
     fb_dkdv_tile_pds(st, dpt, ls, tq, sl2, pb);
 }
 
-/* dV += P^T.dO and dK += dS^T.Q (pa, sa: fb_dkdv_tile_ps's P^T, dS^T as A fragments; dt, qt: the stage's dO, Q), waited. */
+/* dV += P^T.dO and dK += dS^T.Q (pa, sa: fb_dkdv_tile_ps's P^T, dS^T as A fragments; dt, qt: the stage's dO, Q)
+ * issued as one commit group (fb_dkdv_issue; pa and sa stay unmodified until it is waited), waited
+ * (fb_dkdv_wait), or both (fb_dkdv_accumulate). */
 template <int D>
-__device__ __forceinline__ void fb_dkdv_accumulate(float (&adv)[D / 2], float (&adk)[D / 2],
-                                                   const uint32_t (&pa)[4][4], const uint32_t (&sa)[4][4],
-                                                   uint32_t dt, uint32_t qt) {
+__device__ __forceinline__ void fb_dkdv_issue(float (&adv)[D / 2], float (&adk)[D / 2], const uint32_t (&pa)[4][4],
+                                              const uint32_t (&sa)[4][4], uint32_t dt, uint32_t qt) {
     wgmma_fence(); /* adv, adk, pa, sa were written by ordinary instructions */
     fb_rs<D>(adv, pa, dt); /* dV += P^T.dO */
     fb_rs<D>(adk, sa, qt); /* dK += dS^T.Q */
     wgmma_commit();
+}
+template <int D> __device__ __forceinline__ void fb_dkdv_wait(float (&adv)[D / 2], float (&adk)[D / 2]) {
     wgmma_wait<0>();
     wgmma_fence_operands(adv);
     wgmma_fence_operands(adk);
+}
+template <int D>
+__device__ __forceinline__ void fb_dkdv_accumulate(float (&adv)[D / 2], float (&adk)[D / 2],
+                                                   const uint32_t (&pa)[4][4], const uint32_t (&sa)[4][4],
+                                                   uint32_t dt, uint32_t qt) {
+    fb_dkdv_issue<D>(adv, adk, pa, sa, dt, qt);
+    fb_dkdv_wait<D>(adv, adk);
 }
 
 /* dK (times scale) and dV of the thread's keys key_lo, key_lo + 8 (those < Tk) of kv head hk, batch b. */

@@ -13,7 +13,8 @@
  *   fb_kv_produce (K, V resident; Q, dO and the row statistics through a ring of 3 stages), threads 32 and 64
  *   the dQ writers (below). Consumer warpgroup c owns keys 64c..64c+63 of the block and per (query head, query
  *   tile) iteration runs fb_dkdv_kernel's tile: S^T, dP^T, P^T, dS^T, then dV += P^T.dO and dK += dS^T.Q,
- *   waited. So dk and dv are bitwise the dK/dV kernel's.
+ *   waited (issued before dS^T is stored for dQ, so that they run under the store). So dk and dv are bitwise the
+ *   dK/dV kernel's.
  * - dQ: both consumers store their dS^T (bf16) into one 128-key buffer (ff_store_ds: dS as an MN-major A
  *   operand), and consumer c computes dQ[:, 64c .. 64c + 63] (64 queries x 64 columns, 32 fp32 registers) =
  *   dS (64 x 128 keys) . K[:, 64c ..] (the resident K box c read MN-major), 8 k16 steps, after dV and dK are

@@ -384,7 +384,13 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
                 for (int i = 0; i < 4; i++) sa[kk][i] = 0u;
         }
 
-        /* dS^T into buffer db once both dQ products of its previous use have read it */
+        /* dS^T into buffer db once both dQ products of its previous use have read it, and dV += P^T.dO, dK +=
+         * dS^T.Q, waited. At D = 128 the two products are issued first and run while dS^T is stored (1.04x at
+         * (16,16,2048,128) and (8,16,4096,128), bitwise; at D = 64 the same order measured 0.94-0.96x, so there the
+         * products follow the store; lab/notes/flash.md, 2026-12-04) */
+        if constexpr (D == 128) {
+            if (vis) fb_dkdv_issue<D>(adv, adk, pa, sa, dtl, qtl);
+        }
         mbar_wait_wide(sm.dsempty(db), du ^ 1u);
         if constexpr (D == 64)
             ff_store_ds64(sm.ds(db), c * 64 + warp * 16, g, tq, sa);
@@ -393,9 +399,13 @@ __global__ void __launch_bounds__(FB_THREADS, 1)
         ff_fence_proxy_async();
         __syncwarp();
         if (lane == 0) mbar_arrive(sm.dsfull(db));
+        if constexpr (D == 128) {
+            if (vis) fb_dkdv_wait<D>(adv, adk);
+        } else {
+            if (vis) fb_dkdv_accumulate<D>(adv, adk, pa, sa, dtl, qtl);
+        }
 
-        /* dV += P^T.dO and dK += dS^T.Q, waited; then this tile's dQ product */
-        if (vis) fb_dkdv_accumulate<D>(adv, adk, pa, sa, dtl, qtl);
+        /* then this tile's dQ product */
         if constexpr (D == 64)
             ff_dq_tile64(sm, c, it, kt, warp, lane, g, tq, scale);
         else
