@@ -25,6 +25,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../lab.h"
 #include "flash_bench_common.h"
 #include "flash16_variants.h"
 #include "flash_lab.h"
@@ -130,16 +131,8 @@ static int b2b_shape(int B, int H, int T, int D, int reps) {
 }
 
 extern "C" int lab_bench_flash16_bwd_2cta(int argc, char **argv) {
-    int reps = 50;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forge-lab bench flash16-bwd-2cta [--reps N]\n");
-            return 2;
-        }
-    }
-    if (reps < 1) reps = 1;
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "flash16-bwd-2cta", 50, 1, &reps)) return 2;
     static const int kern[3] = {LAB_FLASH16_BWD2_DQ64, LAB_FLASH16_BWD2_DQ32, LAB_FLASH16_BWD2_DKDV};
     static const char *const kname[3] = {"fb2_dq_kernel<64> (256 threads)", "fb2_dq_kernel<32> (288 threads)",
                                          "fb2_dkdv_kernel (256 threads)"};

@@ -29,6 +29,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../lab.h"
 #include "flash_bench_common.h"
 #include "flash16_variants.h"
 #include "flash_lab.h"
@@ -183,16 +184,8 @@ static int fzb_pair(int B, int H, int T, int D, int reps) {
 }
 
 extern "C" int lab_bench_flash16_bwd_fused(int argc, char **argv) {
-    int reps = 50;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forge-lab bench flash16-bwd-fused [--reps N]\n");
-            return 2;
-        }
-    }
-    if (reps < 1) reps = 1;
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "flash16-bwd-fused", 50, 1, &reps)) return 2;
     static const int shapes[][4] = {{16, 12, 1024, 64}, {16, 8, 1024, 64}};
     for (const auto &s : shapes)
         if (fzb_shape(s[0], s[1], s[2], s[3], reps)) return 1;

@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../lab.h"
 #include "flash_bench_common.h"
 #include "flash16_variants.h"
 #include "flash_lab.h"
@@ -94,16 +95,8 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
 }
 
 extern "C" int lab_bench_flash16_fwd_1cta(int argc, char **argv) {
-    int reps = 50;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forge-lab bench flash16-fwd-1cta [--reps N]\n");
-            return 2;
-        }
-    }
-    if (reps < 1) reps = 1;
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "flash16-fwd-1cta", 50, 1, &reps)) return 2;
     int ctas = 0;
     F2B_FORGE(forge_flash_bf16_forward_wgmma_occupancy(64, &ctas));
     printf("forge's forward at D = 64: %d CTAs per SM resident (cudaOccupancyMaxActiveBlocksPerMultiprocessor; the design: 2)\n",

@@ -19,6 +19,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "../lab.h"
 #include "../../src/backend/cuda/wgmma_tmap.h"
 
 #include "flash_bench_common.h"
@@ -123,16 +124,8 @@ static int fhb_entry(const char *name, fhb_case *c, int bwd, int reps) {
 }
 
 extern "C" int lab_bench_flash16_host(int argc, char **argv) {
-    int reps = 30;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forge-lab bench flash16-host [--reps N]\n");
-            return 2;
-        }
-    }
-    if (reps < 3) reps = 3;
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "flash16-host", 30, 3, &reps)) return 2;
     static const int shapes[][4] = {{16, 12, 1024, 64}, {64, 8, 1024, 64}, {8, 16, 4096, 128}};
     for (const auto &sh : shapes) {
         fhb_case c;

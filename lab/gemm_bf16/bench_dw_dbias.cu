@@ -29,6 +29,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../lab.h"
 #include "../../src/backend/cuda/cuda_ops.h"
 #include "../../src/backend/cuda/gemm_wgmma_kernel.cuh"
 #include "../lab_fill.cuh"
@@ -200,16 +201,8 @@ static int dwb_shape_run(forge_backend *be, const dwb_shape &s, int reps) {
 }
 
 extern "C" int lab_bench_dw_dbias(int argc, char **argv) {
-    int reps = 30;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forge-lab bench dw-dbias [--reps N]\n");
-            return 2;
-        }
-    }
-    if (reps < 3) reps = 3;
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "dw-dbias", 30, 3, &reps)) return 2;
     forge_backend *be = NULL;
     forge_runtime_options rt;
     forge_runtime_options_default(&rt);

@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../lab.h"
 #include "../lab_fill.cuh"
 #include "../lab_stats.h"
 extern "C" {
@@ -174,16 +175,8 @@ static int dwp_shape_run(const dwp_shape &s, int reps, int sms) {
 }
 
 extern "C" int lab_bench_dw_plan(int argc, char **argv) {
-    int reps = 20;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forge-lab bench dw-plan [--reps N]\n");
-            return 2;
-        }
-    }
-    if (reps < 3) reps = 3;
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "dw-plan", 20, 3, &reps)) return 2;
     int dev = 0, sms = 0;
     DWP_TRY(cudaGetDevice(&dev));
     DWP_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

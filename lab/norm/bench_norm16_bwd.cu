@@ -29,6 +29,7 @@
 
 #include <vector>
 
+#include "../lab.h"
 #include "../lab_stats.h"
 #include "norm16_bwd_v0.cuh"
 #include "norm_lab.h"
@@ -382,16 +383,8 @@ static int nbb_shape_run(forge_backend *be, forge_backend *cpu, const nbb_shape 
 }
 
 extern "C" int lab_bench_norm16_bwd(int argc, char **argv) {
-    int reps = 30;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forge-lab bench norm16-bwd [--reps N]\n");
-            return 2;
-        }
-    }
-    if (reps < 3) reps = 3;
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "norm16-bwd", 30, 3, &reps)) return 2;
     forge_backend *be = NULL, *cpu = NULL;
     if (forge_backend_create(&be, FORGE_DEVICE_CUDA, NULL) != FORGE_OK) {
         fprintf(stderr, "forge-lab bench norm16-bwd: cannot create the CUDA backend: %s\n", forge_error_message());
