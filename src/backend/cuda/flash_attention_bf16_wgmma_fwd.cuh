@@ -148,34 +148,61 @@ template <int BAR0, int THREADS> __device__ __forceinline__ void fw_named_arrive
 /* the consumer warpgroup c's own barrier (128 threads): its out slice is in shared memory */
 __device__ __forceinline__ void fw_wg_bar_sync(int c) { fw_named_sync<FW_OUT_BAR, 128>(c); }
 
-/* S = Q.K^T of the tile whose K starts at kt (no commit) */
+/* S = Q.K^T of the tile whose K starts at kt (no commit). The k16 steps' descriptors are the first ones stepped
+ * (wgmma_desc_step): derived from the address at every step they took ~7 uniform instructions a wgmma, a fifth of
+ * the D = 64 tile's ~290 issue slots; stepped, ~4. */
 template <int D, int BN>
 __device__ __forceinline__ void fw_issue_qk(float (&sc)[BN / 2], uint32_t qa, uint32_t kt) {
+    const uint64_t qd = wgmma_desc(qa), kd = wgmma_desc(kt);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        fw_qk<BN>(sc, wgmma_desc(qa + (kk / 4) * (FW_BM * 128) + (kk % 4) * 32),
-                  wgmma_desc(kt + (kk / 4) * (BN * 128) + (kk % 4) * 32), kk > 0 ? 1 : 0);
+        fw_qk<BN>(sc, wgmma_desc_step(qd, (kk / 4) * (FW_BM * 128) + (kk % 4) * 32),
+                  wgmma_desc_step(kd, (kk / 4) * (BN * 128) + (kk % 4) * 32), kk > 0 ? 1 : 0);
 }
 
-/* O += P.V of the tile whose V starts at vt (no commit) */
+/* O += P.V of the tile whose V starts at vt (no commit; descriptors stepped as in fw_issue_qk) */
 template <int D, int BN>
 __device__ __forceinline__ void fw_issue_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], uint32_t vt) {
+    const uint64_t vd = wgmma_desc_mn(vt);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++)
-        fw_pv<D>(o, pa[kk], wgmma_desc_mn(vt + (kk / 4) * ((D / 64) * 8192) + (kk % 4) * 2048));
+        fw_pv<D>(o, pa[kk], wgmma_desc_step(vd, (kk / 4) * ((D / 64) * 8192) + (kk % 4) * 2048));
 }
 
-/* Keys k0.. of one tile: -inf where key > row + diag (causal, bottom-right) or key >= Tk. */
+/* Keys k0.. of one tile: -inf where key > row + diag (causal, bottom-right) or key >= Tk. At BN = 64 (the D = 64
+ * kernel) written as the element's key offset j = n * 8 + (e & 1), a constant, against thread values (key = k0 +
+ * 2 tq + j, row = row_lo + 8 (e >> 1)), with the Tk test only in a tile that reaches Tk: one compare and one select
+ * an element, half the instructions of the direct form, 1.01x the D = 64 forward; the D = 128 kernel, whose mask
+ * runs between its two wgmma waits, measured 1% slower with it and keeps the direct form (lab/notes/flash.md,
+ * 2026-12-04). */
 template <int BN>
 __device__ __forceinline__ void fw_mask(float (&sc)[BN / 2], int k0, int row_lo, int diag, int Tk, int tq) {
+    if constexpr (BN == 64) {
+        const int d = row_lo + diag - k0 - 2 * tq; /* key > row + diag  <=>  j > d + 8 (e >> 1) */
+        const int dt = Tk - k0 - 2 * tq;           /* key >= Tk  <=>  j >= dt */
+        if (k0 + BN <= Tk) {
 #pragma unroll
-    for (int n = 0; n < BN / 8; n++)
+            for (int n = 0; n < BN / 8; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int key = k0 + n * 8 + 2 * tq + (e & 1);
-            const int row = row_lo + (e >> 1) * 8;
-            if (key > row + diag || key >= Tk) sc[4 * n + e] = -INFINITY;
+                for (int e = 0; e < 4; e++)
+                    if (n * 8 + (e & 1) > d + (e >> 1) * 8) sc[4 * n + e] = -INFINITY;
+        } else {
+#pragma unroll
+            for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (n * 8 + (e & 1) > d + (e >> 1) * 8 || n * 8 + (e & 1) >= dt) sc[4 * n + e] = -INFINITY;
         }
+    } else {
+#pragma unroll
+        for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + n * 8 + 2 * tq + (e & 1);
+                const int row = row_lo + (e >> 1) * 8;
+                if (key > row + diag || key >= Tk) sc[4 * n + e] = -INFINITY;
+            }
+    }
 }
 
 /* Online softmax of row r (0: the thread's row g, 1: row g + 8) of one S tile in place, in the log2 domain with
@@ -185,21 +212,23 @@ __device__ __forceinline__ void fw_mask(float (&sc)[BN / 2], int k0, int row_lo,
 template <int BN>
 __device__ __forceinline__ void fw_softmax_row(float (&sc)[BN / 2], float &m, float &l, float &alpha, int r,
                                                float sl2) {
-    float mx = -INFINITY;
+    /* the first pair starts the max and (below) the sum: -inf and 0 as starting values cost an instruction each */
+    float mx = fmaxf(sc[2 * r], sc[2 * r + 1]);
 #pragma unroll
-    for (int n = 0; n < BN / 8; n++) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
+    for (int n = 1; n < BN / 8; n++) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float mnew = fmaxf(m, mx * sl2);
     const float muse = mnew == -INFINITY ? 0.0f : mnew;
     alpha = fw_ex2(m - muse);
     m = mnew;
-    float sum = 0.0f;
+    float sum;
 #pragma unroll
     for (int n = 0; n < BN / 8; n++) {
         sc[4 * n + 2 * r] = fw_ex2(fmaf(sc[4 * n + 2 * r], sl2, -muse));
         sc[4 * n + 2 * r + 1] = fw_ex2(fmaf(sc[4 * n + 2 * r + 1], sl2, -muse));
-        sum += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
+        const float pair = sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
+        sum = n == 0 ? pair : sum + pair; /* 0 + pair is pair: the exps are >= 0, never -0 */
     }
     l = l * alpha + sum;
 }

@@ -19,7 +19,9 @@
  *   epilogue:  O += P_{nt-1}.V_{nt-1}; wait; once the other warpgroup's S are done too (K-free barrier), out
  *              normalised to bf16 into this warpgroup's half of the last stage's K area (fw_stage_out; K is dead
  *              then, V is not: the other warpgroup's last P.V may still read it), one TMA store per 64 columns,
- *              and the stage released (4 arrivals by the issuing thread) once the store has read it; lse by
+ *              and the stage released (4 arrivals by the issuing thread) once the store has read it, which the
+ *              thread checks after its next item's first softmax (release_out), not at once: waiting there held
+ *              the warpgroup ~1.5% of the kernel (lab/notes/flash.md, 2026-12-04); lse by
  *              plain stores (the lab's 64-key instances, whose K area is too small, store out from registers).
  *              Stored from registers (4-byte pieces, 32 per thread at D = 128), out held the consumers ~3,500
  *              cycles an item, more than a tile (lab/notes/flash.md, 2026-12-04).
@@ -30,11 +32,10 @@
  * the consumers' 232). A stage is held for two tiles (K_t read at t, V_t at t+1); STAGES >= 2 keeps the
  * producer ahead (3 stages of 64 KiB at D = BN = 128).
  *
- * Persistence: the grid is one CTA per query tile, or (persist) at most one per SM, CTA i taking units i,
- * i + grid, ... (fw_unit_items: under persistence a unit is a long and a short query tile of one head, so
- * static striding balances causal work). The ring's stage / phase run on across items; Q has one buffer with
- * qbar (loaded, parity = the count of items with tiles) and qempty (8 consumer warps arrive once per item with
- * tiles, after their last S); the producer loads the next item's K/V tile 0 first, then waits for qempty and
+ * Persistence: the grid is one CTA per query tile, or (persist) at most one per SM walking the items of fw_walk
+ * (paired long + short query tiles of one head, the last rounds' items one by one, longest first). The ring's
+ * stage / phase run on across items; Q has one buffer with qbar (loaded, parity = the count of items with tiles)
+ * and qempty (8 consumer warps arrive once per item with tiles, after their last S); the producer loads the next item's K/V tile 0 first, then waits for qempty and
  * loads Q, so the next item's loads run under the current item's last P.V and store. Every consumer waits for
  * every qbar phase, used or not, for the reason every warpgroup waits for every ring stage.
  *
@@ -67,10 +68,11 @@
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
 
-/* The producer's item loop needs more than 24 registers (ptxas spilled it at 24): 32 for the producer, 232 for
- * the consumers; the setmaxnreg.inc of the consumers takes what the producer's dec released (plus nothing
- * else), so 128 * producer + 256 * consumer must stay within the 384 * 168 the CTA launches with. */
-#define FW_OV_PRODUCER_REGS 32
+/* The producer's item loop needs more than 24 registers (ptxas spilled it at 24, and at 32 once it walked fw_walk's
+ * tail): 40 for the producer, 232 for the consumers; the setmaxnreg.inc of the consumers takes what the producer's
+ * dec released (plus nothing else), so 128 * producer + 256 * consumer must stay within the 384 * 168 the CTA
+ * launches with (exactly, at 40 and 232). */
+#define FW_OV_PRODUCER_REGS 40
 #define FW_OV_CONSUMER_REGS 232
 static_assert(128 * FW_OV_PRODUCER_REGS + 256 * FW_OV_CONSUMER_REGS <= 384 * 168, "setmaxnreg budget");
 #define FW_PP_BAR 1    /* named barriers 1 (warpgroup c = 0) and 2 (c = 1); 0 is __syncthreads, 3-4 FW_OUT_BAR */
@@ -83,7 +85,7 @@ __device__ __forceinline__ void fw_bar_arrive(int c) { fw_named_arrive<FW_PP_BAR
 template <int D, int BN> struct fw_ov_cfg {
     /* 4 stages where they fit, 3 at D = 128 with BN = 128 (64 KiB per stage, 225 KiB in all). O 64 + S 64 +
      * P 32 fit the consumers' 232 registers; with the one-CTA kernel's producer limit of 24 this instance
-     * spilled (284 bytes, in the producer), hence FW_OV_PRODUCER_REGS 32. */
+     * spilled (284 bytes, in the producer), hence FW_OV_PRODUCER_REGS above 24. */
     static constexpr int STAGES = (D == 128 && BN == 128) ? 3 : 4;
     static constexpr uint32_t Q_BYTES = FW_BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
@@ -133,22 +135,91 @@ __device__ __forceinline__ void fw_produce_ov(const CUtensorMap *tm_q, const CUt
     }
 }
 
-/* A CTA's work (fw_fwd_ov_kernel): units u = blockIdx.x, blockIdx.x + gridDim.x, ... of np per (head, batch),
- * u -> (p = u % np, hb = u / np), query tiles fastest so the CTAs running at once share few heads' K / V in L2.
- * Unpaired (np = nqt, one CTA per unit): unit p is query tile nqt-1-p, the one-CTA kernel's block order (longest
- * first). Paired (np = ceil(nqt/2), persistent CTAs): unit p is query tile nqt-1-p and then, unless it is the
- * same, tile p: every unit but the middle one of an odd nqt has nqt + 1 tiles' worth of causal work, so
- * static striding balances (plain striding of single tiles did not: with grid 132 and nqt = 4 a CTA would
- * always get the same tile, 4x the work of another). fw_unit_items: 1 or 2 items in unit u. */
-__device__ __forceinline__ int fw_unit_items(int u, int np, int nqt, int paired) {
-    const int p = u % np;
-    return (paired && 2 * p != nqt - 1) ? 2 : 1;
+/* A CTA's work (fw_fwd_ov_kernel): a walk over work items (query tile, head, batch), the same in the producer and
+ * the consumers.
+ * Unpaired (one CTA per query tile): the CTA's item is query tile nqt-1-p of unit u = blockIdx.x (np = nqt units per
+ * (head, batch), u -> (p = u % np, hb = u / np)), the one-CTA kernel's block order (longest first).
+ * Paired (persistent CTAs, at most one per SM; np = ceil(nqt / 2) units per (head, batch)): unit p is query tile
+ * nqt-1-p and then, unless it is the same, tile p, so every unit but the middle one of an odd nqt has nqt + 1
+ * tiles' worth of causal work (plain striding of single tiles did not balance: with grid 132 and nqt = 4 a CTA
+ * would always get the same tile, 4x the work of another). CTA c takes units c, c + G, ... below U0 = (N / G - 1) G
+ * (N units, G CTAs: every CTA the same number), query tiles fastest so the CTAs running at once share few heads'
+ * K / V in L2. The last N - U0 units (G to 2G - 1 of them) would leave equal units over a remainder of the CTAs
+ * (N = 2048, G = 132: 68 CTAs run a 16th unit while 64 idle, 3% of the kernel); their items go out one by one,
+ * longest first (query tile descending, then unit), round r to CTA c (r even) or G - 1 - c (r odd), so a CTA that
+ * took a long item in one round takes a short one in the next: ~1% above the mean by a cost model of
+ * lab/notes/flash.md. An item's tiles rise with its query tile (flash_key_tiles), so the order is longest first. */
+struct fw_walk {
+    int nqt, np, G, U0, N, paired; /* the grid's work */
+    int tail_items, u0m, wdiv, wmod; /* the tail: its items, U0 % np, (N - U0) / np, (N - U0) % np */
+    int u, j, r;                     /* this CTA: the unit and its item j below U0, else the tail round r */
+};
+
+__device__ __forceinline__ fw_walk fw_walk_begin(const forge_flash_shape &s, int paired) {
+    fw_walk w;
+    w.nqt = (s.Tq + FW_BM - 1) / FW_BM;
+    w.np = paired ? (w.nqt + 1) / 2 : w.nqt;
+    w.N = w.np * s.H * s.B;
+    w.G = (int)gridDim.x;
+    w.paired = paired;
+    w.U0 = paired ? max(0, w.N / w.G - 1) * w.G : w.N;
+    const int W = w.N - w.U0;
+    w.u0m = w.U0 % w.np;
+    w.wdiv = W / w.np;
+    w.wmod = W % w.np;
+    /* every tail unit has 2 items but the middle one (p = np - 1) of an odd nqt */
+    const int middles = (w.nqt & 1) ? w.wdiv + ((w.np - 1 - w.u0m + w.np) % w.np < w.wmod ? 1 : 0) : 0;
+    w.tail_items = paired ? 2 * W - middles : 0;
+    w.u = (int)blockIdx.x;
+    w.j = 0;
+    w.r = 0;
+    return w;
 }
-__device__ __forceinline__ void fw_unit_item(int u, int j, int np, int nqt, int H, int &q0, int &h, int &b) {
-    const int p = u % np, hb = u / np;
-    q0 = (j == 0 ? nqt - 1 - p : p) * FW_BM;
+
+/* The walk's current item into (q0, h, b); false when the CTA's walk is over. */
+__device__ __forceinline__ bool fw_walk_item(const fw_walk &w, int H, int &q0, int &h, int &b) {
+    int u, qt;
+    if (w.u < w.U0 || !w.paired) {
+        if (w.u >= w.N) return false;
+        u = w.u;
+        const int p = u % w.np;
+        qt = w.j == 0 ? w.nqt - 1 - p : p;
+    } else {
+        int k = w.r * w.G + ((w.r & 1) ? w.G - 1 - (int)blockIdx.x : (int)blockIdx.x);
+        if (k >= w.tail_items) return false;
+        /* the k-th tail item, query tile descending: tile qt is unit p's (p = nqt-1-qt for the long tiles, qt for
+         * the short ones), held by the tail units u = p (mod np): wdiv of them, one more for the first wmod
+         * residues from U0 */
+        u = 0;
+        for (qt = w.nqt - 1; qt >= 0; qt--) {
+            const int p = qt >= w.nqt - w.np ? w.nqt - 1 - qt : qt;
+            int d = p - w.u0m;
+            if (d < 0) d += w.np;
+            const int n = w.wdiv + (d < w.wmod ? 1 : 0);
+            if (k < n) {
+                u = w.U0 + d + k * w.np;
+                break;
+            }
+            k -= n;
+        }
+    }
+    const int hb = u / w.np;
+    q0 = qt * FW_BM;
     h = hb % H;
     b = hb / H;
+    return true;
+}
+
+__device__ __forceinline__ void fw_walk_next(fw_walk &w) {
+    if (w.u < w.U0 || !w.paired) {
+        const int p = w.u % w.np;
+        if (++w.j == ((w.paired && 2 * p != w.nqt - 1) ? 2 : 1)) {
+            w.j = 0;
+            w.u += w.G;
+        }
+    } else {
+        w.r++;
+    }
 }
 
 template <int D, int BN, bool PP>
@@ -165,10 +236,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const uint32_t qempty = qbar + 8;
     const uint32_t bars = qbar + 16; /* full[st] at +8st, empty[st] at +8(STAGES+st) */
 
-    /* work units (fw_unit_items); a CTA takes u = blockIdx.x, blockIdx.x + gridDim.x, ... */
-    const int nqt = (s.Tq + FW_BM - 1) / FW_BM;
-    const int np = paired ? (nqt + 1) / 2 : nqt;
-    const int nunits = np * s.H * s.B;
     const int diag = s.Tk - s.Tq;
     const int wg = wgmma_warpgroup_index(); /* warp-uniform: descriptors in uniform registers */
 
@@ -187,13 +254,9 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         if (threadIdx.x == 0) {
             int stage = 0, nq = 0;
             uint32_t phase = 0;
-            for (int u = blockIdx.x, j = 0; u < nunits;) {
-                int q0, h, b;
-                fw_unit_item(u, j, np, nqt, s.H, q0, h, b);
-                if (++j == fw_unit_items(u, np, nqt, paired)) {
-                    j = 0;
-                    u += gridDim.x;
-                }
+            fw_walk w = fw_walk_begin(s, paired); /* the CTA's work items */
+            for (int q0, h, b; fw_walk_item(w, s.H, q0, h, b);) {
+                fw_walk_next(w);
                 const int hk = h / (s.H / s.Hkv);
                 const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, BN);
                 if (ntiles == 0) continue; /* the consumers skip it too: no Q, no tiles */
@@ -226,15 +289,30 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 
     if (PP && c == 1) fw_bar_arrive(0); /* warpgroup 0 issues first */
 
-    for (int u = blockIdx.x, j = 0; u < nunits;) {
-        int q0, h, b;
-        fw_unit_item(u, j, np, nqt, s.H, q0, h, b);
-        const int nsub = fw_unit_items(u, np, nqt, paired);
-        const bool last_item = u + (int)gridDim.x >= nunits && j == nsub - 1;
-        if (++j == nsub) {
-            j = 0;
-            u += gridDim.x;
+    /* the stage holding this warpgroup's out slice of the previous item: released (tid 0, once the TMA store has
+     * read it) after the next item's first softmax, or before the next item's tiles this warpgroup does not see,
+     * whichever comes first, so the read runs under that work instead of holding the warpgroup at the item's end.
+     * No ring wait before that point needs the stage: the two warpgroups' visible tiles differ by at most one
+     * (64 rows each, 128-key tiles), so after the held stage come at most that tile and the next item's tile 0,
+     * and the ring has 3 or more stages. */
+    int pending = -1;
+    auto release_out = [&]() {
+        if (pending >= 0) {
+            if (tid == 0) {
+                tma_store_wait_read<0>();
+                mbar_arrive_n(bars + 8 * (STAGES + pending), 4);
+            }
+            pending = -1;
         }
+    };
+
+    fw_walk w = fw_walk_begin(s, paired); /* the CTA's work items, as the producer walks them */
+    int nq0, nh, nb; /* the walk's next item */
+    for (bool more = fw_walk_item(w, s.H, nq0, nh, nb); more;) {
+        const int q0 = nq0, h = nh, b = nb;
+        fw_walk_next(w);
+        more = fw_walk_item(w, s.H, nq0, nh, nb);
+        const bool last_item = !more;
         const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, BN);
         const int wrow0 = q0 + c * 64;            /* this warpgroup's first query row */
         const int row_lo = wrow0 + warp * 16 + g; /* this thread's rows: row_lo, row_lo + 8 */
@@ -285,6 +363,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             fw_to_a<BN>(pa, sc);
             int pstage = stage;
             advance();
+            release_out(); /* the previous item's out slice (tile 0's stage is another one) */
 
             for (int t = 1; t < nt; t++) {
                 mbar_wait(bars + 8 * stage, phase);
@@ -341,6 +420,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         }
         /* tiles this warpgroup's rows do not see: wait for each (so no warp runs a ring round ahead and
          * arrives on an empty barrier's next phase early), release it, and run the PP phase it owes */
+        release_out(); /* before any wait that could need the previous item's out stage (nt == 0) */
         for (int t = nt; t < ntiles; t++) {
             mbar_wait(bars + 8 * stage, phase);
             pp_begin();
@@ -364,15 +444,15 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 #pragma unroll
                 for (int j = 0; j < D / 64; j++) fw_tma_store_3d(&tm_o, h * D + 64 * j, wrow0, b, so + j * 8192);
                 tma_store_commit();
-                /* the TMA store must have read the slice before the stage is reloaded: wait here and release
-                 * the stage for the warpgroup's 4 warps (the writes performed, too, on the CTA's last item: a
-                 * wait placed after the item loop made ptxas serialise the kernel's wgmmas, CUDA 13.0) */
-                if (last_item)
+                /* the CTA's last item: the writes performed before the CTA exits, and the stage released (a wait
+                 * placed after the item loop made ptxas serialise the kernel's wgmmas, CUDA 13.0) */
+                if (last_item) {
                     tma_store_wait_all();
-                else
-                    tma_store_wait_read<0>();
-                mbar_arrive_n(bars + 8 * (STAGES + held), 4);
+                    mbar_arrive_n(bars + 8 * (STAGES + held), 4);
+                }
             }
+            /* else the stage is released by release_out in the next item, once the TMA store has read it */
+            if (!last_item) pending = held;
         } else { /* the 64-key instances, or no tile seen (o = 0, l = 0: out 0, lse -inf) */
             fw_store<D>(o, m, l, out, lse, s, row_lo, tq, b, h);
             if (OUT_STAGED && last_item && tid == 0) tma_store_wait_all(); /* an earlier item's TMA store */
@@ -383,7 +463,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 /* ---- host ------------------------------------------------------------------------------------------- */
 
 /* fw_fwd_ov_kernel<D, BN, PP> on the caller's stream (launched with PDL when pdl; `entry` named in errors), after
- * fw_forward_begin. persist: a grid of at most one CTA per SM walking paired units (fw_unit_items), else one CTA
+ * fw_forward_begin. persist: a grid of at most one CTA per SM walking fw_walk's items, else one CTA
  * per query tile. */
 template <int D, int BN, bool PP>
 static forge_status fw_forward_sched(const forge_flash_shape *s, const void *q, const void *k, const void *v,

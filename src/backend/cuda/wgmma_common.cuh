@@ -142,6 +142,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t smem_addr) {
            ((uint64_t)1 << 62);
 }
 
+/* The descriptor of the operand `bytes` further than the one desc describes (a k16 step, the next box): one add
+ * on the low word instead of a descriptor re-derived from the address. Exact for any desc of this file and any
+ * bytes that keep the address in shared memory: its field is bits 4-17 of the address (shared memory ends below
+ * 2^18 bytes), so the add never carries out of it, and the high word (SBO, swizzle) does not change. */
+__device__ __forceinline__ uint64_t wgmma_desc_step(uint64_t desc, uint32_t bytes) {
+    const uint32_t lo = (uint32_t)desc + (bytes >> 4), hi = (uint32_t)(desc >> 32);
+    return ((uint64_t)hi << 32) | lo;
+}
+
 /* The same for 32-wide MN boxes with the 64-byte swizzle (32 MN x 64 K bf16 = 4096 bytes per box): each K row
  * is 32 MN elements = 64 bytes, 8 K rows = 512 bytes (SBO), the next 32-wide MN block 4096 bytes further (LBO),
  * layout type 2 (64B swizzle). Canonical MN-major SWIZZLE_64B: ((8,4,m),(8,k)) : ((1,8,LBO),(32,SBO)) in
