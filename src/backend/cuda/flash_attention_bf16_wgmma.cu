@@ -209,14 +209,9 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
      * not 4-byte stores from the accumulator layout, which hold the warps (and with them the CTA's SM slot) for
      * thousands of cycles: 1.03-1.05x at the issue-18 D = 64 shapes (lab/notes/flash.md, 2026-12-04). The
      * issuing thread waits until the store has read the slice (the CTA's shared memory is freed when it exits) */
-    fw_stage_out<D>(o, m, l, qa, lse, s, warp, g, tq, row_lo, b, h);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    fw_wg_bar_sync(c);
-    if (warp == 0 && lane == 0) {
-        fw_tma_store_3d(&tm_o, h * D, wrow0, b, qa);
-        tma_store_commit();
-        tma_store_wait_read<0>();
-    }
+    const bool issuer = warp == 0 && lane == 0;
+    fw_out_staged<D>(o, m, l, qa, &tm_o, lse, s, c, issuer, warp, g, tq, row_lo, wrow0, b, h);
+    if (issuer) tma_store_wait_read<0>();
 }
 
 /* the D = 64 kernel's attributes: its shared memory, and the largest carveout, so that two CTAs are resident */

@@ -148,6 +148,25 @@ template <int BAR0, int THREADS> __device__ __forceinline__ void fw_named_arrive
 /* the consumer warpgroup c's own barrier (128 threads): its out slice is in shared memory */
 __device__ __forceinline__ void fw_wg_bar_sync(int c) { fw_named_sync<FW_OUT_BAR, 128>(c); }
 
+/* Out through shared memory and TMA, the steps both forwards share: the warpgroup c's normalised slice staged at so
+ * (fw_stage_out, which also stores lse), made visible to the async proxy, the warpgroup's barrier, then the issuing
+ * thread's D/64 TMA stores of rows wrow0.. (one bulk group, committed). The caller waits for the group (to reuse so
+ * or exit) as its schedule allows. */
+template <int D>
+__device__ __forceinline__ void fw_out_staged(const float (&o)[D / 2], const float (&m)[2], const float (&l)[2],
+                                              uint32_t so, const CUtensorMap *tm_o, float *__restrict__ lse,
+                                              const forge_flash_shape &s, int c, bool issuer, int warp, int g,
+                                              int tq, int row_lo, int wrow0, int b, int h) {
+    fw_stage_out<D>(o, m, l, so, lse, s, warp, g, tq, row_lo, b, h);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fw_wg_bar_sync(c);
+    if (issuer) {
+#pragma unroll
+        for (int j = 0; j < D / 64; j++) fw_tma_store_3d(tm_o, h * D + 64 * j, wrow0, b, so + j * 8192);
+        tma_store_commit();
+    }
+}
+
 /* S = Q.K^T of the tile whose K starts at kt (no commit). The k16 steps' descriptors are the first ones stepped
  * (wgmma_desc_step): derived from the address at every step they took ~7 uniform instructions a wgmma, a fifth of
  * the D = 64 tile's ~290 issue slots; stepped, ~4. */

@@ -437,19 +437,12 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         if (OUT_STAGED && held >= 0) {
             /* out through shared memory and one TMA store per 64 columns (the header says why) */
             const uint32_t so = sring + held * cfg::STAGE_BYTES + c * (64 * D * 2);
-            fw_stage_out<D>(o, m, l, so, lse, s, warp, g, tq, row_lo, b, h);
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            fw_wg_bar_sync(c);
-            if (tid == 0) {
-#pragma unroll
-                for (int j = 0; j < D / 64; j++) fw_tma_store_3d(&tm_o, h * D + 64 * j, wrow0, b, so + j * 8192);
-                tma_store_commit();
-                /* the CTA's last item: the writes performed before the CTA exits, and the stage released (a wait
-                 * placed after the item loop made ptxas serialise the kernel's wgmmas, CUDA 13.0) */
-                if (last_item) {
-                    tma_store_wait_all();
-                    mbar_arrive_n(bars + 8 * (STAGES + held), 4);
-                }
+            fw_out_staged<D>(o, m, l, so, &tm_o, lse, s, c, tid == 0, warp, g, tq, row_lo, wrow0, b, h);
+            /* the CTA's last item: the writes performed before the CTA exits, and the stage released (a wait
+             * placed after the item loop made ptxas serialise the kernel's wgmmas, CUDA 13.0) */
+            if (tid == 0 && last_item) {
+                tma_store_wait_all();
+                mbar_arrive_n(bars + 8 * (STAGES + held), 4);
             }
             /* else the stage is released by release_out in the next item, once the TMA store has read it */
             if (!last_item) pending = held;
