@@ -35,9 +35,10 @@
  * Persistence: the grid is one CTA per query tile, or (persist) at most one per SM walking the items of fw_walk
  * (paired long + short query tiles of one head, the last rounds' items one by one, longest first). The ring's
  * stage / phase run on across items; Q has one buffer with qbar (loaded, parity = the count of items with tiles)
- * and qempty (8 consumer warps arrive once per item with tiles, after their last S); the producer loads the next item's K/V tile 0 first, then waits for qempty and
- * loads Q, so the next item's loads run under the current item's last P.V and store. Every consumer waits for
- * every qbar phase, used or not, for the reason every warpgroup waits for every ring stage.
+ * and qempty (8 consumer warps arrive once per item with tiles, after their last S); the producer loads the next
+ * item's K/V tile 0 first, then waits for qempty and loads Q, so the next item's loads run under the current
+ * item's last P.V and store. Every consumer waits for every qbar phase, used or not, for the reason every
+ * warpgroup waits for every ring stage.
  *
  * PP (ping-pong): the two consumer warpgroups also take turns ISSUING their MMAs (FlashAttention-3's
  * inter-warpgroup schedule), so one warpgroup's softmax runs under the other's GEMMs. Named barriers
