@@ -25,7 +25,9 @@
  * - flash16_forward_wgmma.*: forge's forward on FW64_SHAPES (a warpgroup or a
  *   CTA with no visible key, GQA with a tail tile, several ring rounds), and
  *   flash16_forward_wgmma.occupancy: the runtime keeps 2 of its CTAs per SM at
- *   D = 64, 1 at D = 128.
+ *   D = 64, 1 at D = 128; flash16_forward_wgmma.walk: the D = 128 forward's
+ *   persistent walk (paired units, then the tail's items one by one) bitwise
+ *   the same kernel on one CTA per query tile, at two shapes of 480-512 units.
  * - flash16_backward_2cta_{dq64,dq32}.*: the two-CTA-per-SM backward
  *   (lab_flash16_backward_2cta with fb2_dkdv_kernel and fb2_dq_kernel<64> or
  *   <32>) on every D = 64 shape above (FA_CASE_SHAPES, FZ_SHAPES, FW64_SHAPES)
@@ -93,6 +95,63 @@ static void check_fwd_forge(parity *P, fa_case *c) {
 
 static void check_bwd_variants(parity *P, fa_case *c);
 static void check_dkdv_variants(parity *P, fa_case *c);
+
+/* flash16_forward_wgmma.walk: forge's D = 128 forward (persistent CTAs walking fw_walk's items: paired units to
+ * U0, then the tail's items one by one) bitwise the same kernel on one CTA per query tile (the lab's PINGPONG_N128
+ * schedule), at shapes with more than two rounds of units, so that both parts of the walk run (no float64
+ * reference: the per-item arithmetic is the same, the walk only decides which CTA runs an item). */
+static void check_walk_bits(parity *P, int B, int T, int H, int Hkv) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d Hkv=%d D=128", B, T, H, Hkv);
+    const int D = 128;
+    const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
+    uint16_t *h = malloc((nq > nk ? nq : nk) * 2);
+    void *g[3] = {NULL, NULL, NULL}, *out[2] = {NULL, NULL}, *lse[2] = {NULL, NULL};
+    int ok = h != NULL;
+    for (int t = 0; ok && t < 3; t++) {
+        const size_t n = t == 0 ? nq : nk;
+        for (size_t i = 0; i < n; i++) h[i] = f2bf(rand_range(P, -1.5f, 1.5f));
+        ok = (g[t] = fa_dev(P, n * 2, h, 0)) != NULL;
+    }
+    for (int w = 0; ok && w < 2; w++)
+        ok = (out[w] = fa_dev(P, nq * 2, NULL, 0xff)) != NULL && (lse[w] = fa_dev(P, nl * 4, NULL, 0xff)) != NULL;
+    forge_status st = ok ? FORGE_OK : FORGE_ERR_OOM;
+    const forge_flash_shape fs = {B, T, T, H, Hkv, D, (long long)H * D, (long long)Hkv * D, (long long)Hkv * D,
+                                  (long long)H * D};
+    void *stream = forge_cuda_backend_stream(P->gpu);
+    if (st == FORGE_OK) st = forge_flash_bf16_forward_wgmma(&fs, g[0], g[1], g[2], out[0], lse[0], stream, 0);
+    if (st == FORGE_OK)
+        st = lab_flash16_forward_sched(&fs, g[0], g[1], g[2], out[1], lse[1], LAB_FLASH16_SCHED_PINGPONG_N128,
+                                       stream);
+    if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
+    size_t diff = 0, bad = 0;
+    for (int part = 0; st == FORGE_OK && part < 2; part++) {
+        const size_t n = part == 0 ? nq : nl;
+        size_t gb[2] = {0, 0};
+        float *a = fa_fetch(P, part == 0 ? out[0] : lse[0], n, part == 0, &gb[0]);
+        float *b = fa_fetch(P, part == 0 ? out[1] : lse[1], n, part == 0, &gb[1]);
+        if (!a || !b) st = FORGE_ERR_DEVICE;
+        for (size_t i = 0; a && b && i < n; i++)
+            if (memcmp(&a[i], &b[i], sizeof(float)) != 0) diff++;
+        bad += gb[0] + gb[1];
+        free(a);
+        free(b);
+    }
+    char why[160];
+    if (st != FORGE_OK)
+        snprintf(why, sizeof why, "(%s: %s)", forge_status_name(st), forge_error_message());
+    else
+        snprintf(why, sizeof why, "(%zu of out and lse differ, %zu guard words overwritten)", diff, bad);
+    report(P, st == FORGE_OK && diff == 0 && bad == 0, "flash16_forward_wgmma.walk", shape, (double)diff, 0,
+           st == FORGE_OK && diff == 0 && bad == 0 ? NULL : why);
+    for (int t = 0; t < 3; t++)
+        if (g[t]) P->gpu->mem_free(P->gpu, g[t]);
+    for (int w = 0; w < 2; w++) {
+        if (out[w]) P->gpu->mem_free(P->gpu, out[w]);
+        if (lse[w]) P->gpu->mem_free(P->gpu, lse[w]);
+    }
+    free(h);
+}
 
 static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
@@ -521,6 +580,9 @@ int lab_test_flash16(int argc, char **argv) {
         if (P.quick && s[1] > 300) continue;
         case_fwd64(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
     }
+    /* fw_walk at 512 / 480 units (>= 2 rounds on 132 SMs: bulk and tail), the second odd nqt with GQA */
+    check_walk_bits(&P, 2, 2048, 32, 32);
+    check_walk_bits(&P, 3, 1900, 20, 5);
     for (int d = 64; d <= 128; d += 64) { /* forge's forward: two CTAs per SM at D = 64, one at D = 128 */
         int ctas = 0;
         const forge_status os = forge_flash_bf16_forward_wgmma_occupancy(d, &ctas);
