@@ -151,7 +151,7 @@ __device__ __forceinline__ void fw_produce_ov(const CUtensorMap *tm_q, const CUt
  * took a long item in one round takes a short one in the next: ~1% above the mean by a cost model of
  * lab/notes/flash.md. An item's tiles rise with its query tile (flash_key_tiles), so the order is longest first. */
 struct fw_walk {
-    int nqt, np, G, U0, N, paired; /* the grid's work */
+    int nqt, np, G, U0, paired;      /* the grid's work (unpaired: U0 = N, no tail) */
     int tail_items, u0m, wdiv, wmod; /* the tail: its items, U0 % np, (N - U0) / np, (N - U0) % np */
     int u, j, r;                     /* this CTA: the unit and its item j below U0, else the tail round r */
 };
@@ -160,11 +160,11 @@ __device__ __forceinline__ fw_walk fw_walk_begin(const forge_flash_shape &s, int
     fw_walk w;
     w.nqt = (s.Tq + FW_BM - 1) / FW_BM;
     w.np = paired ? (w.nqt + 1) / 2 : w.nqt;
-    w.N = w.np * s.H * s.B;
+    const int N = w.np * s.H * s.B;
     w.G = (int)gridDim.x;
     w.paired = paired;
-    w.U0 = paired ? max(0, w.N / w.G - 1) * w.G : w.N;
-    const int W = w.N - w.U0;
+    w.U0 = paired ? max(0, N / w.G - 1) * w.G : N;
+    const int W = N - w.U0;
     w.u0m = w.U0 % w.np;
     w.wdiv = W / w.np;
     w.wmod = W % w.np;
@@ -180,8 +180,7 @@ __device__ __forceinline__ fw_walk fw_walk_begin(const forge_flash_shape &s, int
 /* The walk's current item into (q0, h, b); false when the CTA's walk is over. */
 __device__ __forceinline__ bool fw_walk_item(const fw_walk &w, int H, int &q0, int &h, int &b) {
     int u, qt;
-    if (w.u < w.U0 || !w.paired) {
-        if (w.u >= w.N) return false;
+    if (w.u < w.U0) {
         u = w.u;
         const int p = u % w.np;
         qt = w.j == 0 ? w.nqt - 1 - p : p;
@@ -212,7 +211,7 @@ __device__ __forceinline__ bool fw_walk_item(const fw_walk &w, int H, int &q0, i
 }
 
 __device__ __forceinline__ void fw_walk_next(fw_walk &w) {
-    if (w.u < w.U0 || !w.paired) {
+    if (w.u < w.U0) {
         const int p = w.u % w.np;
         if (++w.j == ((w.paired && 2 * p != w.nqt - 1) ? 2 : 1)) {
             w.j = 0;
