@@ -49,6 +49,20 @@ __global__ void fhb_empty(int *p, int x) {
     if (x < 0) *p = x;
 }
 
+/* a kernel with forge's D = 64 forward's parameters (four tensor maps, two pointers, the shape, a float) and its
+ * dynamic shared memory: what a launch of it costs the host with and without the attributes set before it */
+__global__ void __launch_bounds__(288, 2)
+    fhb_maps(const __grid_constant__ CUtensorMap a, const __grid_constant__ CUtensorMap b,
+             const __grid_constant__ CUtensorMap c, const __grid_constant__ CUtensorMap d, int *p, float *q,
+             forge_flash_shape s, float x) {
+    extern __shared__ int fhb_sm[];
+    if (x < 0.0f) {
+        const unsigned long long u = (unsigned long long)&a + (unsigned long long)&b + (unsigned long long)&c +
+                                     (unsigned long long)&d;
+        *p = s.B + fhb_sm[threadIdx.x] + (int)(u & 0xffu) + (int)q[0];
+    }
+}
+
 struct fhb_case {
     forge_flash_shape fs;
     void *q, *k, *v, *out, *dO;
@@ -184,10 +198,60 @@ extern "C" int lab_bench_flash16_host(int argc, char **argv) {
     for (int i = 0; i < Q; i++) FHB_TRY(cudaMemsetAsync(buf, 0, 4096, NULL));
     const double t_memset = (fhb_now_us() - t0) / Q;
     FHB_TRY(cudaDeviceSynchronize());
-    cudaFree(buf);
+    /* fhb_maps (forge's D = 64 forward's parameters, 99,416 B of dynamic shared memory) behind a busy stream, Q at a
+     * time: the launch alone, after setting its dynamic shared memory, after that and the carveout (as
+     * fw64_prepare does each call); then each alone after a synchronize (events), 2 CTAs a block on 132 x 2 */
+    {
+        const int smem = 99416;
+        FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     (int)cudaSharedmemCarveoutMaxShared));
+        const forge_flash_shape s = {1, 1, 1, 1, 1, 64, 64, 64, 64, 64};
+        double tm[3], al[3];
+        cudaEvent_t e0, e1;
+        FHB_TRY(cudaEventCreate(&e0));
+        FHB_TRY(cudaEventCreate(&e1));
+        for (int mode = 0; mode < 3; mode++) {
+            FHB_TRY(cudaDeviceSynchronize());
+            fhb_spin<<<1, 1>>>(20000000);
+            t0 = fhb_now_us();
+            for (int i = 0; i < Q; i++) {
+                if (mode >= 1) FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                if (mode >= 2)
+                    FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared));
+                fhb_maps<<<264, 288, smem>>>(map, map, map, map, (int *)buf, (float *)buf, s, 1.0f);
+            }
+            tm[mode] = (fhb_now_us() - t0) / Q;
+            FHB_TRY(cudaGetLastError());
+            std::vector<float> a;
+            for (int r = 0; r < 50; r++) {
+                FHB_TRY(cudaDeviceSynchronize());
+                FHB_TRY(cudaEventRecord(e0, NULL));
+                if (mode >= 1) FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                if (mode >= 2)
+                    FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared));
+                fhb_maps<<<264, 288, smem>>>(map, map, map, map, (int *)buf, (float *)buf, s, 1.0f);
+                FHB_TRY(cudaEventRecord(e1, NULL));
+                FHB_TRY(cudaEventSynchronize(e1));
+                float ms = 0;
+                FHB_TRY(cudaEventElapsedTime(&ms, e0, e1));
+                a.push_back(1e3f * ms);
+            }
+            al[mode] = lab_bench_median(a);
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        printf("a launch with the D = 64 forward's parameters and shared memory (us; host behind a busy stream / event "
+               "time alone): launch only %.2f / %.2f, + its shared-memory attribute %.2f / %.2f, + the carveout %.2f / "
+               "%.2f\n",
+               tm[0], al[0], tm[1], al[1], tm[2], al[2]);
+    }
     printf("host primitives (us a call; %d each, launches and memsets %d behind a busy stream): cuTensorMapEncodeTiled "
            "%.2f, cudaFuncSetAttribute %.2f, cudaGetDevice + cudaDeviceGetAttribute %.2f, a kernel launch %.2f, "
            "cudaMemsetAsync %.2f\n",
            N, Q, t_enc, t_attr, t_dev, t_launch, t_memset);
+    cudaFree(buf);
     return 0;
 }
