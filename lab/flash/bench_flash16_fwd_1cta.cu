@@ -27,7 +27,11 @@
 #define F2B_TRY(x) LAB_BENCH_CUDA("flash16-fwd-1cta", x)
 #define F2B_FORGE(x) LAB_BENCH_FORGE("flash16-fwd-1cta", x)
 
-static int f2b_shape(int B, int H, int T, int D, int reps) {
+typedef forge_status (*f2b_forward)(const forge_flash_shape *, const void *, const void *, const void *, void *, float *,
+                                    void *);
+
+/* forge's forward against `variant` (printed as `name`) at one shape, interleaved call by call */
+static int f2b_shape(int B, int H, int T, int D, int reps, f2b_forward variant, const char *name) {
     const size_t nt = (size_t)B * T * H * D, nl = (size_t)B * H * T;
     std::vector<uint16_t> h(nt);
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -55,7 +59,7 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
         F2B_TRY(cudaEventRecord(ev[0], NULL));
         F2B_FORGE(forge_flash_bf16_forward_wgmma(&fs, in[0], in[1], in[2], out[0], lse[0], NULL, 0));
         F2B_TRY(cudaEventRecord(ev[1], NULL));
-        F2B_FORGE(lab_flash16_forward_1cta(&fs, in[0], in[1], in[2], out[1], lse[1], NULL));
+        F2B_FORGE(variant(&fs, in[0], in[1], in[2], out[1], lse[1], NULL));
         F2B_TRY(cudaEventRecord(ev[2], NULL));
         F2B_TRY(cudaEventSynchronize(ev[2]));
         if (r < 0) continue;
@@ -83,9 +87,9 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
         const double e = fabs((double)l1[i] - l0[i]);
         dlse = e > dlse || isnan(e) ? e : dlse;
     }
-    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: forge fwd %.1f us (%.1f TFLOP/s), 1cta fwd %.1f us "
+    printf("B=%d H=%d T=%d D=%d causal, median of %d interleaved: forge fwd %.1f us (%.1f TFLOP/s), %s fwd %.1f us "
            "(%.1f TFLOP/s); forge's speed-up %.3fx; max|dout| %.2e max|dlse| %.2e\n",
-           B, H, T, D, reps, us0, flops / us0 * 1e-6, us1, flops / us1 * 1e-6, us1 / us0, dout, dlse);
+           B, H, T, D, reps, us0, flops / us0 * 1e-6, name, us1, flops / us1 * 1e-6, us1 / us0, dout, dlse);
     for (int t = 0; t < 3; t++) cudaFree(in[t]);
     for (int w = 0; w < 2; w++) {
         cudaFree(out[w]);
@@ -94,6 +98,8 @@ static int f2b_shape(int B, int H, int T, int D, int reps) {
     return 0;
 }
 
+static const int F2B_SHAPES[][4] = {{16, 12, 1024, 64}, {64, 6, 512, 64}, {64, 8, 1024, 64}};
+
 extern "C" int lab_bench_flash16_fwd_1cta(int argc, char **argv) {
     int reps = 0;
     if (lab_reps_args(argc, argv, "flash16-fwd-1cta", 50, 1, &reps)) return 2;
@@ -101,8 +107,19 @@ extern "C" int lab_bench_flash16_fwd_1cta(int argc, char **argv) {
     F2B_FORGE(forge_flash_bf16_forward_wgmma_occupancy(64, &ctas));
     printf("forge's forward at D = 64: %d CTAs per SM resident (cudaOccupancyMaxActiveBlocksPerMultiprocessor; the design: 2)\n",
            ctas);
-    static const int shapes[][4] = {{16, 12, 1024, 64}, {64, 6, 512, 64}, {64, 8, 1024, 64}};
-    for (const auto &s : shapes)
-        if (f2b_shape(s[0], s[1], s[2], s[3], reps)) return 1;
+    for (const auto &s : F2B_SHAPES)
+        if (f2b_shape(s[0], s[1], s[2], s[3], reps, lab_flash16_forward_1cta, "1cta")) return 1;
+    return 0;
+}
+
+extern "C" int lab_bench_flash16_fwd_n32(int argc, char **argv) {
+    int reps = 0;
+    if (lab_reps_args(argc, argv, "flash16-fwd-n32", 50, 1, &reps)) return 2;
+    int ctas = 0, ctas3 = 0;
+    F2B_FORGE(forge_flash_bf16_forward_wgmma_occupancy(64, &ctas));
+    F2B_FORGE(lab_flash16_forward_n32_occupancy(&ctas3));
+    printf("CTAs per SM resident at D = 64: forge's forward %d (the design: 2), n32 %d (the design: 3)\n", ctas, ctas3);
+    for (const auto &s : F2B_SHAPES)
+        if (f2b_shape(s[0], s[1], s[2], s[3], reps, lab_flash16_forward_n32, "n32")) return 1;
     return 0;
 }
