@@ -41,15 +41,22 @@
 #define FW3_THREADS 256
 #define FW3_BN 32
 
+/* FW3_STAGES (a probe's build flag, lab/scripts/build_variant.sh): 7 fits three CTAs an SM; 11 (105 KiB) leaves
+ * two, the same kernel on four consumer warpgroups an SM, to tell the 32-key tiles' cost from the third CTA's gain */
+#ifndef FW3_STAGES
+#define FW3_STAGES 7
+#endif
+
 struct fw3_cfg {
-    static constexpr int STAGES = 7;
+    static constexpr int STAGES = FW3_STAGES;
     static constexpr uint32_t Q_BYTES = FW_BM * 64 * 2;   /* 16 KiB */
     static constexpr uint32_t KV_BYTES = FW3_BN * 64 * 2; /* 4 KiB: one of K or V */
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
     /* Q, the ring, then qbar, full[STAGES], empty[STAGES], the release counts cnt[STAGES] (8 B slots); 1 KiB
      * slack to align the base to 1024 B */
     static constexpr size_t SMEM = Q_BYTES + (size_t)STAGES * STAGE_BYTES + 8 * (1 + 3 * STAGES) + 1024;
-    static_assert(3 * (SMEM + 1024) <= 228 * 1024, "three CTAs fit an SM's shared memory");
+    static_assert(FW3_STAGES != 7 || 3 * (SMEM + 1024) <= 228 * 1024, "three CTAs fit an SM's shared memory");
+    static_assert(2 * (SMEM + 1024) <= 228 * 1024, "two CTAs fit an SM's shared memory");
 };
 static_assert(6 * 32 * 80 <= 16384 && 6 * 32 * 88 > 16384, "the register cap of three 256-thread CTAs is 80");
 
