@@ -17,8 +17,9 @@
  * acquire: the other warps' reads are done) and loads the tile STAGES on. A relaxed count, not an acq_rel one: the
  * twenty-second session's producer-less D = 64 kernel ordered by `atom.acq_rel` and got a MEMBAR.ALL.CTA in every
  * release (3-5% slower). S = Q.K^T is
- * wgmma m64n32k16 (4 k16 steps over D), O += P.V m64n64k16 with P from registers (2 k16 steps over the keys); the
- * mask, softmax, out staging and the grid's longest-first order are forge's (flash_attention_bf16_wgmma_fwd.cuh).
+ * wgmma m64n32k16 (4 k16 steps over D), O += P.V m64n64k16 with P from registers (2 k16 steps over the keys): the
+ * tile (fw_tile at BN = 32) and the out staging are forge's (flash_attention_bf16_wgmma_fwd.cuh), the grid's
+ * longest-first order a copy of its fw64_tile_of.
  * Shared memory: Q 16 KiB + 7 x 8 KiB + barriers and counts + 1 KiB alignment slack = 74,928 B; 3 x (74,928 +
  * 1,024 reserved) = 227,856 of the SM's 233,472.
  *
@@ -59,54 +60,6 @@ struct fw3_cfg {
     static_assert(2 * (SMEM + 1024) <= 228 * 1024, "two CTAs fit an SM's shared memory");
 };
 static_assert(6 * 32 * 80 <= 16384 && 6 * 32 * 88 > 16384, "the register cap of three 256-thread CTAs is 80");
-
-#define FW3_REGS16                                                                                                 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define FW3_ACC16                                                                                                  \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-
-/* S (64 x 32 fp32) (+)= A (64x16, smem desc, K-major) . B (32x16, smem desc, K-major)^T */
-__device__ __forceinline__ void fw3_ss_n32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" FW3_REGS16 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : FW3_ACC16
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
-/* One 32-key tile of a consumer warpgroup (K at kt, V at vt; keys k0..): S = Q.K^T, the mask where `masked`, the
- * online softmax with O rescaled, O += P.V; waits for both products (forge's fw_tile at N = 32). */
-__device__ __forceinline__ void fw3_tile(float (&o)[32], float (&m)[2], float (&l)[2], uint32_t qa, uint32_t kt,
-                                         uint32_t vt, bool masked, int k0, int row_lo, int diag, int Tk, int tq,
-                                         float sl2) {
-    constexpr int BN = FW3_BN;
-    float sc[BN / 2];
-    const uint64_t qd = wgmma_desc(qa), kd = wgmma_desc(kt);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) fw3_ss_n32(sc, wgmma_desc_step(qd, kk * 32), wgmma_desc_step(kd, kk * 32), kk);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(sc);
-    if (masked) fw_mask<BN>(sc, k0, row_lo, diag, Tk, tq);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float alpha;
-        fw_softmax_row<BN>(sc, m[r], l[r], alpha, r, sl2);
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            o[4 * n + 2 * r] *= alpha;
-            o[4 * n + 2 * r + 1] *= alpha;
-        }
-    }
-    uint32_t pa[BN / 16][4];
-    fw_to_a<BN>(pa, sc);
-    wgmma_fence(); /* o and pa were written by ordinary instructions */
-    fw_issue_pv<64, BN>(o, pa, vt);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(o);
-}
 
 /* The CTA's query tile and head: forge's whole-grid longest-first order (fw64_tile_of) */
 __device__ __forceinline__ void fw3_tile_of(int H, int &q0, int &h, int &b) {
@@ -200,7 +153,7 @@ __global__ void __launch_bounds__(FW3_THREADS, 3)
     for (int t = 0; t < nt; t++) {
         mbar_wait(bars + 8 * stage, phase);
         const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::KV_BYTES;
-        fw3_tile(o, m, l, qa, kt, vt, t >= first_masked, t * BN, row_lo, diag, s.Tk, tq, sl2);
+        fw_tile<D, BN>(o, m, l, qa, kt, vt, t >= first_masked, t * BN, row_lo, diag, s.Tk, tq, sl2);
         step(t);
     }
     /* tiles this warpgroup does not see: each waited for before it is released and counted, so a stage's empty
