@@ -2,7 +2,7 @@
  * flash_wgmma_common.cuh: the device helpers the Hopper (sm_90a) bf16 flash
  * attention kernels share: the 3D TMA load of a (column, token, batch) tensor
  * map, the wgmma wrappers they use (S = A.B^T with both operands K-major in
- * shared memory, N = 64 or 128; O += A.B with A bf16 fragments in registers
+ * shared memory, N = 32, 64 or 128; O += A.B with A bf16 fragments in registers
  * and B MN-major, N = 64 or 128), the bf16 pair packing that turns an
  * accumulator into an A fragment (fw_pack, fw_to_a) and the store that keeps
  * overlapped work ahead of a wgmma wait (fw_pin_before_wait). Shared so that the
@@ -90,7 +90,7 @@ __device__ __forceinline__ void fw_wgmma_rs_n128(float (&d)[64], const uint32_t 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
-/* S (64 x 32 fp32) (+)= A (64x16, smem desc, K-major) . B (32x16, smem desc, K-major)^T (the lab's 32-key tiles) */
+/* S (64 x 32 fp32) (+)= A (64x16, smem desc, K-major) . B (32x16, smem desc, K-major)^T (32-key tiles) */
 __device__ __forceinline__ void fw_wgmma_ss_n32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
