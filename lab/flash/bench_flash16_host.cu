@@ -203,10 +203,24 @@ extern "C" int lab_bench_flash16_host(int argc, char **argv) {
      * fw64_prepare does each call); then each alone after a synchronize (events), 2 CTAs a block on 132 x 2 */
     {
         const int smem = 99416;
-        FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     (int)cudaSharedmemCarveoutMaxShared));
+        /* the first n of the two attributes fw64_prepare sets each call: the dynamic shared memory, the carveout */
+        auto attrs = [&](int n) -> cudaError_t {
+            cudaError_t e = cudaSuccess;
+            if (n >= 1) e = cudaFuncSetAttribute(fhb_maps, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            if (n >= 2 && e == cudaSuccess)
+                e = cudaFuncSetAttribute(fhb_maps, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         (int)cudaSharedmemCarveoutMaxShared);
+            return e;
+        };
+        FHB_TRY(attrs(2));
         const forge_flash_shape s = {1, 1, 1, 1, 1, 64, 64, 64, 64, 64};
+        /* one launch after setting the first `mode` attributes again (launch errors: cudaGetLastError after the timed
+         * loops, not inside them) */
+        auto launch = [&](int mode) -> cudaError_t {
+            const cudaError_t e = attrs(mode);
+            if (e == cudaSuccess) fhb_maps<<<264, 288, smem>>>(map, map, map, map, (int *)buf, (float *)buf, s, 1.0f);
+            return e;
+        };
         double tm[3], al[3];
         cudaEvent_t e0, e1;
         FHB_TRY(cudaEventCreate(&e0));
@@ -215,24 +229,14 @@ extern "C" int lab_bench_flash16_host(int argc, char **argv) {
             FHB_TRY(cudaDeviceSynchronize());
             fhb_spin<<<1, 1>>>(20000000);
             t0 = fhb_now_us();
-            for (int i = 0; i < Q; i++) {
-                if (mode >= 1) FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-                if (mode >= 2)
-                    FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                 (int)cudaSharedmemCarveoutMaxShared));
-                fhb_maps<<<264, 288, smem>>>(map, map, map, map, (int *)buf, (float *)buf, s, 1.0f);
-            }
+            for (int i = 0; i < Q; i++) FHB_TRY(launch(mode));
             tm[mode] = (fhb_now_us() - t0) / Q;
             FHB_TRY(cudaGetLastError());
             std::vector<float> a;
             for (int r = 0; r < 50; r++) {
                 FHB_TRY(cudaDeviceSynchronize());
                 FHB_TRY(cudaEventRecord(e0, NULL));
-                if (mode >= 1) FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-                if (mode >= 2)
-                    FHB_TRY(cudaFuncSetAttribute(fhb_maps, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                 (int)cudaSharedmemCarveoutMaxShared));
-                fhb_maps<<<264, 288, smem>>>(map, map, map, map, (int *)buf, (float *)buf, s, 1.0f);
+                FHB_TRY(launch(mode));
                 FHB_TRY(cudaEventRecord(e1, NULL));
                 FHB_TRY(cudaEventSynchronize(e1));
                 float ms = 0;

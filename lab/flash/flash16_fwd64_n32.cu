@@ -18,8 +18,8 @@
  * twenty-second session's producer-less D = 64 kernel ordered by `atom.acq_rel` and got a MEMBAR.ALL.CTA in every
  * release (3-5% slower). S = Q.K^T is
  * wgmma m64n32k16 (4 k16 steps over D), O += P.V m64n64k16 with P from registers (2 k16 steps over the keys): the
- * tile (fw_tile at BN = 32) and the out staging are forge's (flash_attention_bf16_wgmma_fwd.cuh), the grid's
- * longest-first order a copy of its fw64_tile_of.
+ * tile (fw_tile at BN = 32), the out staging and the grid's longest-first order (fw64_tile_of) are forge's
+ * (flash_attention_bf16_wgmma_fwd.cuh).
  * Shared memory: Q 16 KiB + 7 x 8 KiB + barriers and counts + 1 KiB alignment slack = 74,928 B; 3 x (74,928 +
  * 1,024 reserved) = 227,856 of the SM's 233,472.
  *
@@ -61,16 +61,6 @@ struct fw3_cfg {
 };
 static_assert(6 * 32 * 80 <= 16384 && 6 * 32 * 88 > 16384, "the register cap of three 256-thread CTAs is 80");
 
-/* The CTA's query tile and head: forge's whole-grid longest-first order (fw64_tile_of) */
-__device__ __forceinline__ void fw3_tile_of(int H, int &q0, int &h, int &b) {
-    const int nqt = (int)gridDim.x, heads = (int)(gridDim.y * gridDim.z);
-    const int lin = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    const int hb = lin % heads;
-    q0 = (nqt - 1 - lin / heads) * FW_BM;
-    h = hb % H;
-    b = hb / H;
-}
-
 /* K/V tile t into stage st (the stage is known to be free) */
 __device__ __forceinline__ void fw3_load(const CUtensorMap *tm_k, const CUtensorMap *tm_v, uint32_t sring,
                                          uint32_t full, int st, int t, int hk, int b) {
@@ -95,7 +85,7 @@ __global__ void __launch_bounds__(FW3_THREADS, 3)
     unsigned int *cnt = (unsigned int *)(fw_smem + (bars + 16 * STAGES - smem_u32(fw_smem)));
 
     int q0, h, b;
-    fw3_tile_of(s.H, q0, h, b);
+    fw64_tile_of(s.H, q0, h, b);
     const int hk = h / (s.H / s.Hkv);
     const int diag = s.Tk - s.Tq;
     const int ntiles = flash_key_tiles(s.Tk, diag, q0, FW_BM, BN);

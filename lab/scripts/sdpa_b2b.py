@@ -4,13 +4,16 @@ of CUDA events (the GPU never waits for the host once the queue is ahead), media
 timed alone after a synchronize, as tools/sdpa_bench.py times it. Causal bf16 forward at the issue-18 shapes.
 usage: python3 lab/scripts/sdpa_b2b.py [--backend cudnn|flash] [--calls 20] [--rounds 15]"""
 import argparse
+import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-SHAPES = [(16, 12, 1024, 64), (64, 6, 512, 64), (64, 8, 1024, 64), (16, 16, 2048, 128), (8, 16, 4096, 128)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from sdpa_bench import SHAPES  # noqa: E402  (the issue-18 shapes, as the paired bench has them)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--backend", default="cudnn")

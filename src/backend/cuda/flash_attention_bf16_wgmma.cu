@@ -108,19 +108,6 @@ struct fw64_cfg {
 };
 static_assert(5 * 32 * 96 <= 16384 && 5 * 32 * 104 > 16384, "the register cap of two 288-thread CTAs is 96");
 
-/* The CTA's query tile and head. Blocks start in launch order (blockIdx.x fastest over the grid (query tiles, H,
- * B)), and the grid runs the longest causal work first: every (b, h)'s last query tile, then every one's second to
- * last, ..., so it ends on short tiles: a CTA that starts late on a long tile leaves SMs idle at the end, which is
- * what each head's tiles in turn did (lab/notes/flash.md has the measurements, and the head groups tried). */
-__device__ __forceinline__ void fw64_tile_of(int H, int &q0, int &h, int &b) {
-    const int nqt = (int)gridDim.x, heads = (int)(gridDim.y * gridDim.z);
-    const int lin = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    const int hb = lin % heads;
-    q0 = (nqt - 1 - lin / heads) * FW_BM;
-    h = hb % H;
-    b = hb / H;
-}
-
 __global__ void __launch_bounds__(FW64_THREADS, 2)
     fw_fwd64_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
