@@ -88,5 +88,10 @@ void run_flash16_cases(parity *P);
 void run_decode_cases(parity *P); /* the KV-cache decode path against the forward (test_gpu_decode.c) */
 void run_gelu16_cases(parity *P);  /* gelu_backward_bf16 over every bf16 x, bitwise (test_gpu_gelu16.c) */
 void run_pdl_cases(parity *P);     /* bf16 training steps with PDL on = off, bitwise (test_gpu_pdl.c) */
+/* single cases of the suites above, for the device-reset group (test_gpu_parity.c): one bf16 flash shape (every
+ * Hopper entry against the float64 reference), one forge_gemm_bf16_tn, one forge_gemm_bf16_nt_epi (its bf16 forms) */
+void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed);
+void case_gemm_tn_default(parity *P, int M, int N, int K, int accumulate);
+void case_nt_epi_bf16(parity *P, int M, int N, int K);
 
 #endif

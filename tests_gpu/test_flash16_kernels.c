@@ -306,7 +306,7 @@ static void case_flash16_determinism(parity *P, fa_case *c) {
         for (int i = 0; i < 3; i++) free(h[run][i]);
 }
 
-static void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
+void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
     fa_case c;
     if (!fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
         fa_case_free(P, &c);

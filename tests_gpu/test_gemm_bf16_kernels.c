@@ -92,7 +92,7 @@ static int tn_call(parity *P, const tn_problem *t, float *out, const char *shape
     return 1;
 }
 
-static void case_gemm_tn_default(parity *P, int M, int N, int K, int accumulate) {
+void case_gemm_tn_default(parity *P, int M, int N, int K, int accumulate) {
     char shape[96], sub[224];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s", M, N, K, accumulate ? " C+=" : "");
     tn_problem t = {M, N, K, accumulate, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
@@ -174,7 +174,7 @@ static double ne_compare(const float *out, const double *ref, size_t n, size_t *
     return worst;
 }
 
-static void case_nt_epi_bf16(parity *P, int M, int N, int K) {
+void case_nt_epi_bf16(parity *P, int M, int N, int K) {
     static const struct {
         int bias, gelu, pre;
         const char *what;

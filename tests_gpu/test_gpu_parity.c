@@ -6,9 +6,10 @@
  * the pool, the auto matmul table, ops in place, token ids outside the table), and the kernel suites of the bf16/fp8
  * GEMMs and bf16 flash attention (test_gemm_*_kernels.c,
  * test_flash16_kernels.c), which are not backend ops, and whole bf16 training
- * steps with and without programmatic dependent launch (test_gpu_pdl.c).
+ * steps with and without programmatic dependent launch (test_gpu_pdl.c); last, a few of those kernels again after
+ * cudaDeviceReset (their attributes set again in the new context).
  *
- * Usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl]
+ * Usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl|reset]
  * (--quick drops cases over 1e6 elements, for compute-sanitizer). Ends with
  * "N passed, N failed"; exit status 1 on any failure.
  */
@@ -18,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda_runtime.h>
 
 #include "gpu_test.h"
 #include "op_walker.h"
@@ -400,6 +403,32 @@ static void case_classifier_bf16_bad_ids(parity *P) {
     ibuf_free(P, &ids);
 }
 
+/* ---- the kernels after a device reset ---- */
+
+/* Kernel attributes (the dynamic shared-memory limit, the carveout) belong to a CUDA context, and forge sets each
+ * kernel's once per context (src/backend/cuda/kernel_attrs.h). After cudaDeviceReset the device's next primary
+ * context starts without them: the kernels that need more than 48 KiB of shared memory (the bf16 flash forwards and
+ * backwards, the wgmma GEMMs) must get them again there, or their launches fail. Each kernel runs once before the
+ * reset (so that it was set in the old context even when this group runs alone) and once after. The reset frees
+ * every allocation and stream, so the backend is destroyed first and created again; this group runs last. */
+static void reset_kernels(parity *P) {
+    case_flash16(P, 1, 130, 130, 2, 1, 64, 0);  /* the D = 64 forward (two CTAs an SM: the carveout), backward */
+    case_flash16(P, 1, 130, 130, 2, 2, 128, 1); /* the D = 128 forward and backward */
+    case_gemm_tn_default(P, 136, 264, 4104, 1);
+    case_nt_epi_bf16(P, 257, 8, 8);
+}
+
+static void case_device_reset(parity *P) {
+    reset_kernels(P);
+    forge_backend_destroy(P->gpu);
+    P->gpu = NULL;
+    const cudaError_t e = cudaDeviceReset();
+    forge_status s = e == cudaSuccess ? gpu_backend(&P->gpu, FORGE_MATMUL_FP32, NULL) : FORGE_ERR_DEVICE;
+    report(P, s == FORGE_OK, "device_reset", "cudaDeviceReset, then a new CUDA backend", 0, 0,
+           e != cudaSuccess ? cudaGetErrorString(e) : s != FORGE_OK ? forge_error_message() : NULL);
+    if (s == FORGE_OK) reset_kernels(P);
+}
+
 /* ---- driver ------------------------------------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -411,8 +440,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) P.op_filter = argv[++i];
         else {
-            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl] "
-                   "[--op NAME,...]\n"
+            printf("usage: forge_gpu_tests [--quick] [--only ops|flash16|gemm_fp8|gemm_tn|decode|gelu16|pdl|reset]"
+                   " [--op NAME,...]\n"
                    "  --op: the op walk only, of the named ops (every case, default matmul mode)\n"
                    "0 passed, 1 failed\n");
             return 2;
@@ -474,6 +503,7 @@ int main(int argc, char **argv) {
     if (all || (only && strcmp(only, "decode") == 0)) run_decode_cases(&P);
     if (all || (only && strcmp(only, "gelu16") == 0)) run_gelu16_cases(&P);
     if (all || (only && strcmp(only, "pdl") == 0)) run_pdl_cases(&P);
+    if (all || (only && strcmp(only, "reset") == 0)) case_device_reset(&P);
 
     forge_backend_destroy(P.gpu);
     forge_backend_destroy(P.cpu);

@@ -53,6 +53,7 @@
  * comment below and lab/notes/flash-attention.md.
  */
 #include "cuda_ops.h"
+#include "kernel_attrs.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -920,8 +921,8 @@ template <int HS>
 static forge_status flash_forward_hs(cuda_ctx *ctx, float *out, float *lse, const float *qkv_q,
                                      const float *qkv_kv, int B, int Tq, int Tk, int NH, int NKV, int hs) {
     size_t smem = FA_FWD_SMEM(HS);
-    CUDA_TRY(cudaFuncSetAttribute(flash_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem));
+    static kernel_attrs_once once_fwd;
+    CUDA_TRY(kernel_attrs_set(&once_fwd, (const void *)flash_fwd_kernel<HS>, (int)smem, 0));
     dim3 grid((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
     flash_fwd_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(out, lse, qkv_q, qkv_kv, Tq, Tk, NH,
                                                                    NKV, hs, 1.0f / sqrtf((float)hs));
@@ -940,8 +941,8 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
     if constexpr (HS >= 64) {
         if (v2) { /* the caller checked hs == HS and 16-byte alignment */
             smem = FA2_DQ_SMEM(HS);
-            CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dq2_kernel<HS>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            static kernel_attrs_once once_dq2;
+            CUDA_TRY(kernel_attrs_set(&once_dq2, (const void *)flash_bwd_dq2_kernel<HS>, (int)smem, 0));
             grid = dim3((unsigned)((Tq + FA2_ROWS - 1) / FA2_ROWS), (unsigned)NH, (unsigned)B);
             flash_bwd_dq2_kernel<HS><<<grid, FA2_THREADS, smem, ctx->stream>>>(
                 dqkv_q, dout, qkv_q, qkv_kv, lse, D, Tq, Tk, NH, NKV, scale);
@@ -950,8 +951,8 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
     }
     if (!v2) {
         smem = FA_DQ_SMEM(HS);
-        CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem));
+        static kernel_attrs_once once_dq;
+        CUDA_TRY(kernel_attrs_set(&once_dq, (const void *)flash_bwd_dq_kernel<HS>, (int)smem, 0));
         grid = dim3((unsigned)((Tq + FA_ROWS - 1) / FA_ROWS), (unsigned)NH, (unsigned)B);
         flash_bwd_dq_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_q, dout, qkv_q, qkv_kv, lse,
                                                                           D, Tq, Tk, NH, NKV, hs, scale);
@@ -961,8 +962,8 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
     if constexpr (HS == 64) {
         if (v2) {
             smem = FA2_DKV_SMEM(HS);
-            CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dkv2_kernel<HS>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            static kernel_attrs_once once_dkv2;
+            CUDA_TRY(kernel_attrs_set(&once_dkv2, (const void *)flash_bwd_dkv2_kernel<HS>, (int)smem, 0));
             grid = dim3((unsigned)((Tk + FA2_ROWS - 1) / FA2_ROWS), (unsigned)NKV, (unsigned)B);
             flash_bwd_dkv2_kernel<HS><<<grid, FA2_THREADS, smem, ctx->stream>>>(
                 dqkv_kv, dout, qkv_q, qkv_kv, lse, D, Tq, Tk, NH, NKV, scale);
@@ -971,8 +972,8 @@ static forge_status flash_backward_hs(cuda_ctx *ctx, float *dqkv_q, float *dqkv_
         }
     }
     smem = FA_DKV_SMEM(HS);
-    CUDA_TRY(cudaFuncSetAttribute(flash_bwd_dkv_kernel<HS>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    static kernel_attrs_once once_dkv;
+    CUDA_TRY(kernel_attrs_set(&once_dkv, (const void *)flash_bwd_dkv_kernel<HS>, (int)smem, 0));
     grid = dim3((unsigned)((Tk + FA_ROWS - 1) / FA_ROWS), (unsigned)NKV, (unsigned)B);
     flash_bwd_dkv_kernel<HS><<<grid, FA_THREADS, smem, ctx->stream>>>(dqkv_kv, dout, qkv_q, qkv_kv,
                                                                        lse, D, Tq, Tk, NH, NKV, hs, scale);
@@ -986,8 +987,8 @@ template <int HS>
 static forge_status flash_forward2_hs(cuda_ctx *ctx, float *out, float *lse, const float *qkv_q,
                                       const float *qkv_kv, int B, int Tq, int Tk, int NH, int NKV) {
     size_t smem = FA2_FWD_SMEM(HS);
-    CUDA_TRY(cudaFuncSetAttribute(flash_fwd2_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem));
+    static kernel_attrs_once once_fwd2;
+    CUDA_TRY(kernel_attrs_set(&once_fwd2, (const void *)flash_fwd2_kernel<HS>, (int)smem, 0));
     dim3 grid((unsigned)((Tq + FA2_ROWS - 1) / FA2_ROWS), (unsigned)NH, (unsigned)B);
     flash_fwd2_kernel<HS><<<grid, FA2_THREADS, smem, ctx->stream>>>(out, lse, qkv_q, qkv_kv, Tq, Tk, NH,
                                                                      NKV, 1.0f / sqrtf((float)HS));

@@ -41,6 +41,7 @@
 
 #include "cuda_check.h"
 #include "flash_attention_bf16_mma.cuh" /* the shared building blocks, the forward kernel */
+#include "kernel_attrs.h"
 #include "pdl.cuh"
 
 extern "C" {
@@ -480,7 +481,8 @@ static forge_status fa_backward_t(const forge_flash_shape *s, const void *q, con
     if (s->Tq > 0) {
         FORGE_TRY(forge_flash_bf16_backward_delta(s, o, dout, delta, st, 0));
         auto kq = fa_bwd_dq_kernel<D>;
-        CUDA_TRY(cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_dq_smem<D>()));
+        static kernel_attrs_once once_dq;
+        CUDA_TRY(kernel_attrs_set(&once_dq, (const void *)kq, fa_dq_smem<D>(), 0));
         dim3 grid((unsigned)((s->Tq + FA_BM - 1) / FA_BM), (unsigned)s->H, (unsigned)s->B);
         kq<<<grid, FA_THREADS, fa_dq_smem<D>(), st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v,
                                                       (const bf16_t *)dout, lse, delta, dq, *s, sl2, scale);
@@ -488,7 +490,8 @@ static forge_status fa_backward_t(const forge_flash_shape *s, const void *q, con
     }
     if (s->Tk > 0) {
         auto kk = fa_bwd_dkdv_kernel<D>;
-        CUDA_TRY(cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_dkdv_smem<D>()));
+        static kernel_attrs_once once_dkdv;
+        CUDA_TRY(kernel_attrs_set(&once_dkdv, (const void *)kk, fa_dkdv_smem<D>(), 0));
         dim3 grid((unsigned)((s->Tk + FA_BM - 1) / FA_BM), (unsigned)s->Hkv, (unsigned)s->B);
         kk<<<grid, FA_THREADS, fa_dkdv_smem<D>(), st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v,
                                                         (const bf16_t *)dout, lse, delta, dk, dv, *s, sl2, scale);

@@ -17,6 +17,7 @@
 
 #include "cuda_check.h"
 #include "flash_key_tiles.cuh"
+#include "kernel_attrs.h"
 
 extern "C" {
 #include "flash_attention_bf16.h"
@@ -251,7 +252,8 @@ static forge_status fa_forward_t(const forge_flash_shape *s, const void *q, cons
     const float sl2 = (1.0f / sqrtf((float)D)) * FA_LOG2E;
     auto kern = fa_fwd_kernel<D, QR>;
     constexpr int smem = fa_fwd_smem<D, QR>();
-    CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static kernel_attrs_once once;
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)kern, smem, 0));
     dim3 grid((unsigned)((s->Tq + QR - 1) / QR), (unsigned)s->H, (unsigned)s->B);
     kern<<<grid, QR * 2, smem, st>>>((const bf16_t *)q, (const bf16_t *)k, (const bf16_t *)v, (bf16_t *)out, lse,
                                      *s, sl2);

@@ -74,6 +74,7 @@
 #include "flash_attention_bf16_wgmma_fwd.cuh" /* CTA shape, K/V tile step, epilogue, host steps */
 #include "flash_attention_bf16_wgmma_fwd_sched.cuh" /* the D = 128 kernel */
 #include "flash_wgmma_common.cuh"
+#include "kernel_attrs.h"
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
@@ -203,9 +204,8 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
 
 /* the D = 64 kernel's attributes: its shared memory, and the largest carveout, so that two CTAs are resident */
 static forge_status fw64_prepare(void) {
-    CUDA_TRY(cudaFuncSetAttribute(fw_fwd64_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fw64_cfg::SMEM));
-    CUDA_TRY(cudaFuncSetAttribute(fw_fwd64_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  (int)cudaSharedmemCarveoutMaxShared));
+    static kernel_attrs_once once;
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)fw_fwd64_kernel, (int)fw64_cfg::SMEM, 1));
     return FORGE_OK;
 }
 
@@ -280,8 +280,8 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_occupancy(int D, int *cta
         return FORGE_OK;
     }
     typedef fw_ov_cfg<128, 128> cfg128;
-    CUDA_TRY(cudaFuncSetAttribute(fw_fwd_ov_kernel<128, 128, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)cfg128::SMEM));
+    static kernel_attrs_once once128;
+    CUDA_TRY(kernel_attrs_set(&once128, (const void *)fw_fwd_ov_kernel<128, 128, true>, (int)cfg128::SMEM, 0));
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, (const void *)fw_fwd_ov_kernel<128, 128, true>,
                                                            FW_THREADS, cfg128::SMEM));
     return FORGE_OK;

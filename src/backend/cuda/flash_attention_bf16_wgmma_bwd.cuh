@@ -26,6 +26,7 @@
 
 #include "cuda_check.h"
 #include "flash_wgmma_common.cuh"
+#include "kernel_attrs.h"
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
 
@@ -788,7 +789,8 @@ forge_status fb_launch_fused(const fb_call &c, float *scratch, int order, const 
 /* the dQ kernel */
 template <int D> static forge_status fb_launch_dq(const fb_call &c) {
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fb_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    static kernel_attrs_once once;
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)fb_dq_kernel<D>, (int)smem, 0));
     dim3 gq((unsigned)((c.s.Tq + FB_BR - 1) / FB_BR), (unsigned)c.s.H, (unsigned)c.s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dq_kernel<D>, gq, FB_THREADS, smem, c.st, c.pdl, c.q_res, c.do_res,
                                      c.k_str, c.v_str, c.rows, c.g, c.s, c.sl2, c.scale),
@@ -799,7 +801,8 @@ template <int D> static forge_status fb_launch_dq(const fb_call &c) {
 /* the dK/dV kernel with 128 keys per CTA (RSA: K, V as register A fragments) */
 template <int D, int RSA = 0> static forge_status fb_launch_dkdv(const fb_call &c) {
     constexpr size_t smem = fb_cfg<D>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(fb_dkdv_kernel<D, RSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    static kernel_attrs_once once;
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)fb_dkdv_kernel<D, RSA>, (int)smem, 0));
     dim3 gk((unsigned)((c.s.Tk + FB_BR - 1) / FB_BR), (unsigned)c.s.Hkv, (unsigned)c.s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(fb_dkdv_kernel<D, RSA>, gk, FB_THREADS, smem, c.st, c.pdl, c.k_res, c.v_res,
                                      c.q_str, c.do_str, c.rows_map, c.g, c.s, c.sl2, c.scale),

@@ -31,6 +31,7 @@
 
 #include "cuda_check.h"
 #include "flash_attention_bf16_wgmma_bwd.cuh"
+#include "kernel_attrs.h"
 #include "wgmma_tmap.h"
 
 extern "C" {
@@ -505,7 +506,8 @@ static forge_status ff_launch(const fb_call &c, uint32_t *turns, float *dq32, in
         desc = nkb > sms; /* one CTA per SM (shared memory and registers) */
     }
     CUDA_TRY(cudaMemsetAsync(turns, 0, (size_t)s.B * s.H * ntq * 2 * sizeof(uint32_t), c.st));
-    CUDA_TRY(cudaFuncSetAttribute(ff_bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F::SMEM));
+    static kernel_attrs_once once;
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)ff_bwd_kernel<D>, (int)F::SMEM, 0));
     const dim3 grid((unsigned)nkb, (unsigned)s.Hkv, (unsigned)s.B);
     CUDA_LAUNCH_TRY(forge_pdl_launch(ff_bwd_kernel<D>, grid, FB_THREADS, F::SMEM, c.st, c.pdl, c.k_res, c.v_res,
                                      c.q_str, c.do_str, tm_dq, c.rows_map, turns, c.g, c.s, c.sl2, c.scale, desc),

@@ -66,6 +66,7 @@
 #include "cuda_check.h"
 #include "flash_attention_bf16_wgmma_fwd.cuh"
 #include "flash_wgmma_common.cuh"
+#include "kernel_attrs.h"
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
 
@@ -484,7 +485,8 @@ static forge_status fw_forward_sched(const forge_flash_shape *s, const void *q, 
     const float sl2 = (1.0f / sqrtf((float)D)) * FW_LOG2E;
     auto kern = fw_fwd_ov_kernel<D, BN, PP>;
     constexpr size_t smem = fw_ov_cfg<D, BN>::SMEM;
-    CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    static kernel_attrs_once once; /* per instantiation: one kernel */
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)kern, (int)smem, 0));
     CUDA_LAUNCH_TRY(forge_pdl_launch(kern, dim3(grid), FW_THREADS, smem, st, pdl, tq, tk, tv, to, (fw_bf16 *)out, lse,
                                      *s, sl2, persist ? 1 : 0),
                     PP ? "fw_fwd_ov_kernel<pingpong>" : "fw_fwd_ov_kernel<overlap>");

@@ -66,6 +66,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "kernel_attrs.h"
 
 extern "C" {
 #include "gemm_mma.h"
@@ -393,7 +394,8 @@ static forge_status gemm_mma_launch_t(const void *A, const void *B, float *C, co
                                       int tiles_m, int tiles_n, int vec_c, int accumulate, int splits,
                                       int kt_per_split, cudaStream_t stream) {
     auto kernel = gemm_mma_kernel<TF32, A_MN, B_MN, VEC>;
-    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MMA_SMEM));
+    static kernel_attrs_once once;
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)kernel, MMA_SMEM, 0));
     const dim3 grid((unsigned)(tiles_m * tiles_n), (unsigned)splits);
     kernel<<<grid, MMA_THREADS, MMA_SMEM, stream>>>((const unsigned char *)A, (const unsigned char *)B, C, bias, M, N,
                                                     K, tiles_m, tiles_n, vec_c, accumulate, kt_per_split,

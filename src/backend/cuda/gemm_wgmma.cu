@@ -250,17 +250,14 @@ forge_status gemm_splitk_reduce_launch(const gemm_epi_dev &ep, int M, int N, int
 static forge_status gemm_tn_c192_launch(const void *A, const void *B, gemm_epi_dev ep, int M, int N, int K,
                                         int accumulate, int splits, cudaStream_t stream, int pdl, int dev,
                                         int sm_count) {
-    static int smem_set[GEMM_MAX_DEVICES];
+    static kernel_attrs_once once;
     gemm_encode_tiled_fn encode = nullptr;
     FORGE_TRY(gemm_get_encoder(&encode));
     CUtensorMap tm_a, tm_b;
     FORGE_TRY(gemm_encode_mnmajor(&tm_a, encode, A, M, K, "A"));
     FORGE_TRY(gemm_encode_mnmajor(&tm_b, encode, B, N, K, "B (32-wide boxes)", GEMM_C192_B_BOX));
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_tn_c192_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)GEMM_C192_SMEM));
-        smem_set[dev] = 1;
-    }
+    CUDA_TRY(
+        kernel_attrs_set_dev(&once, dev, (const void *)gemm_wgmma_bf16_tn_c192_kernel, (int)GEMM_C192_SMEM, 0));
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int kps = (ktiles + splits - 1) / splits;
     const long long units = (long long)((M + GEMM_C192_BM - 1) / GEMM_C192_BM) *

@@ -43,18 +43,14 @@ template <int BIAS>
 static forge_status bf16_pp_launch(const void *A, const void *B, float *C, const float *bias, int M, int N, int K,
                                    int vec2, int dev, int sm_count, cudaStream_t stream, int pdl) {
     typedef fp8_cfg<128, 1> cfg;
-    static int smem_set[FP8_MAX_DEVICES]; /* per instantiation */
+    static kernel_attrs_once once; /* per instantiation */
     CUtensorMap tm_a, tm_b, tm_c;
     FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 0));
     FORGE_TRY(wgmma_encode_2d(&tm_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, A, M, K, (unsigned long long)K * 2, FP8_BM,
                               FP8_BK / 2, "gemm_bf16 pp A (bf16, K-major)"));
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, B, N, K, (unsigned long long)K * 2, 128,
                               FP8_BK / 2, "gemm_bf16 pp B (bf16, K-major)"));
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_kernel<BIAS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)cfg::SMEM));
-        smem_set[dev] = 1;
-    }
+    CUDA_TRY(kernel_attrs_set_dev(&once, dev, (const void *)gemm_wgmma_bf16_pp_kernel<BIAS>, (int)cfg::SMEM, 0));
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
@@ -98,7 +94,7 @@ template <int BIAS, int GELU>
 static forge_status bf16_pp_epi_launch(const void *A, const void *B, void *C, const float *bias, void *pre, int M,
                                        int N, int K, int dev, int sm_count, cudaStream_t stream, int pdl) {
     typedef fp8_cfg<128, 1> cfg;
-    static int smem_set[FP8_MAX_DEVICES]; /* per instantiation */
+    static kernel_attrs_once once; /* per instantiation */
     CUtensorMap tm_a, tm_b, tm_c, tm_pre;
     memset(&tm_pre, 0, sizeof tm_pre); /* without pre_out: passed, never read */
     FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, 1));
@@ -107,11 +103,8 @@ static forge_status bf16_pp_epi_launch(const void *A, const void *B, void *C, co
                               FP8_BK / 2, "gemm_bf16 pp A (bf16, K-major)"));
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, B, N, K, (unsigned long long)K * 2, 128,
                               FP8_BK / 2, "gemm_bf16 pp B (bf16, K-major)"));
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
-        smem_set[dev] = 1;
-    }
+    CUDA_TRY(kernel_attrs_set_dev(&once, dev, (const void *)gemm_wgmma_bf16_pp_epi_kernel<BIAS, GELU>,
+                                  (int)cfg::SMEM, 0));
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + 127) / 128);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_bf16 pp: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);

@@ -66,7 +66,7 @@
  *   its boxes at M and N, the direct store bounds-checks.
  * - Host side (end of the file): device query, tile-width rules, tensor maps, argument checks and the launchers of
  *   one instantiation; static, so every including translation unit has its own copies (and its own
- *   once-per-device cudaFuncSetAttribute flags).
+ *   once-per-context attribute records, kernel_attrs.h).
  */
 #ifndef FORGE_GEMM_WGMMA_FP8_KERNEL_CUH
 #define FORGE_GEMM_WGMMA_FP8_KERNEL_CUH
@@ -82,6 +82,7 @@
 
 #include "cuda_check.h"
 #include "gemm_gelu.cuh"
+#include "kernel_attrs.h"
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
@@ -1435,7 +1436,7 @@ template <int BN, int AT, int OUT_BF16, int PROMOTE, int TMA_C>
 static forge_status fp8_launch_t(const void *A, const void *B, void *C, float scale, int M, int N, int K, int vec2,
                                  int dev, int sm_count, cudaStream_t stream) {
     typedef fp8_cfg<BN, TMA_C> cfg;
-    static int smem_set[FP8_MAX_DEVICES]; /* per instantiation: racing writers store the same 1 */
+    static kernel_attrs_once once; /* per instantiation */
     void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, void *, float, int, int, int, int) =
         gemm_wgmma_fp8_kernel<BN, AT, OUT_BF16, PROMOTE, TMA_C>;
     CUtensorMap tm_a, tm_b, tm_c;
@@ -1445,10 +1446,7 @@ static forge_status fp8_launch_t(const void *A, const void *B, void *C, float sc
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, B, N, K, (unsigned long long)K, BN, FP8_BK,
                               "gemm_fp8 B (fp8, K-major)"));
     if constexpr (TMA_C) FORGE_TRY(fp8_encode_c(&tm_c, C, M, N, OUT_BF16, BN == 144));
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
-        smem_set[dev] = 1;
-    }
+    CUDA_TRY(kernel_attrs_set_dev(&once, dev, (const void *)kernel, (int)cfg::SMEM, 0));
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + BN - 1) / BN);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_fp8: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
@@ -1549,7 +1547,7 @@ static forge_status tf32_launch(const float *A, const float *B, float *C, int M,
                                 int sm_count, cudaStream_t stream) {
     static_assert(!PP || (BN == 128 && TMA_C), "ping-pong: BN 128, TMA store");
     typedef fp8_cfg<BN, TMA_C> cfg;
-    static int smem_set[FP8_MAX_DEVICES];
+    static kernel_attrs_once once;
     void (*kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, float *, int, int, int, int) =
         PP ? gemm_wgmma_tf32_pp_kernel : gemm_wgmma_tf32_kernel<BN, TMA_C>;
     CUtensorMap tm_a, tm_b, tm_c;
@@ -1560,10 +1558,7 @@ static forge_status tf32_launch(const float *A, const float *B, float *C, int M,
                               FP8_BK / 4, "gemm_tf32 A (fp32, K-major)"));
     FORGE_TRY(wgmma_encode_2d(&tm_b, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, B, N, K, (unsigned long long)K * 4, BN,
                               FP8_BK / 4, "gemm_tf32 B (fp32, K-major)"));
-    if (!smem_set[dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM));
-        smem_set[dev] = 1;
-    }
+    CUDA_TRY(kernel_attrs_set_dev(&once, dev, (const void *)kernel, (int)cfg::SMEM, 0));
     const long long tiles = (long long)((M + FP8_BM - 1) / FP8_BM) * ((N + BN - 1) / BN);
     if (tiles > 0x7fffffffLL) return forge_error(FORGE_ERR_UNSUPPORTED, "gemm_tf32: %lld tiles overflow int", tiles);
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);

@@ -78,6 +78,7 @@
 
 #include "cuda_check.h"
 #include "gemm_gelu.cuh"
+#include "kernel_attrs.h"
 #include "pdl.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_tmap.h"
@@ -1195,7 +1196,7 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
                                           "split-K launch, M %% 4 == 0 and 16-byte aligned rows");
     const bool dbias = HAS_DBIAS && dbias_ws != nullptr;
     typedef gemm_cfg<BN, BM> cfg;
-    static int smem_set[2][GEMM_MAX_DEVICES]; /* per kernel of the instantiation: its smem limit was raised */
+    static kernel_attrs_once once[2]; /* per kernel of the instantiation (without, with the bias gradient) */
     const void *kernel_sym = dbias ? gemm_kernel_sym<BN, LAYOUT, EPI, BM, HAS_DBIAS>()
                                    : gemm_kernel_sym<BN, LAYOUT, EPI, BM, false>();
     gemm_encode_tiled_fn encode = nullptr;
@@ -1222,10 +1223,7 @@ static forge_status gemm_wgmma_launch(const void *A, const void *B, gemm_epi_dev
     if constexpr ((EPI & GEMM_EPI_TMA_STORE) != 0 && (EPI & GEMM_EPI_GELU) != 0)
         if (ep.pre != nullptr) FORGE_TRY(gemm_encode_c(&tm_pre, encode, ep.pre, M, N, (EPI & GEMM_EPI_BF16) != 0));
     const size_t smem = (EPI & GEMM_EPI_TMA_STORE) ? cfg::SMEM_TMA_STORE : cfg::SMEM;
-    if (!smem_set[dbias][dev]) {
-        CUDA_TRY(cudaFuncSetAttribute(kernel_sym, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set[dbias][dev] = 1;
-    }
+    CUDA_TRY(kernel_attrs_set_dev(&once[dbias], dev, kernel_sym, (int)smem, 0));
     const int ktiles = (K + GEMM_BK - 1) / GEMM_BK;
     const int kps = (ktiles + splits - 1) / splits;
     const long long units = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN) * splits;

@@ -29,6 +29,7 @@
 
 #include "bf16_io.cuh"
 #include "colsum_ordered.cuh"
+#include "kernel_attrs.h"
 #include "pdl.cuh"
 
 #define NB_THREADS 256 /* 8 rows per block, one warp each */
@@ -311,8 +312,9 @@ static cudaError_t norm_fused_launch(cudaStream_t st, int pdl, unsigned R, forge
                                      const float *mean, const float *rstd, int N, int C, int rows_per_block) {
     constexpr int smem = norm_fused_smem<LN, ACC, CH, STAGES>();
     static_assert(smem <= NB_SMEM_MAX, "the ring must fit one block's shared memory");
-    const cudaError_t e = cudaFuncSetAttribute(norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static kernel_attrs_once once;
+    const cudaError_t e =
+        kernel_attrs_set(&once, (const void *)norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>, smem, 0);
     if (e != cudaSuccess) return e;
     return forge_pdl_launch(norm_backward_fused_bf16_kernel<LN, ACC, CH, STAGES>, R, NB_THREADS, smem, st, pdl, dinp,
                             partial, dout, inp, weight, mean, rstd, N, C, rows_per_block);
