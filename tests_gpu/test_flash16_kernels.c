@@ -11,7 +11,8 @@
  *   bitwise rn(old + d) of its fp32 gradients d;
  * - flash16_rowstats.*: the Hopper backward's packed row statistics (lse*log2e, delta, zero padding) bitwise;
  * - flash16_default.*: forge_flash_bf16_forward / _backward as a caller gets them.
- * Head dims without a compiled tile are refused (*.refuse). flash16_op_fallback.*: the backend entry's backward
+ * Head dims without a compiled tile are refused (*.refuse); flash16_forward_wgmma.occupancy: the runtime keeps 2 of
+ * the forward's CTAs per SM at D = 64, 1 at D = 128 (the design's premise). flash16_op_fallback.*: the backend entry's backward
  * where the tensor-core kernels refuse a layout at head size 64 (its fallback, in a buffer of its own). The variants (the 128-row mma.sync forward, the
  * wgmma forward's other schedules, the other dK/dV kernels): `forge-lab test flash16`. */
 #include <math.h>
@@ -378,6 +379,22 @@ static void case_flash16_refuse(parity *P) {
                       forge_flash_bf16_backward_into(&f64, dummy, dummy, dummy, dummy, dummy, fd, fd, &odd, NULL, 0));
 }
 
+/* forge's forwards resident as designed: two CTAs per SM at D = 64 (the shared-memory carveout kernel_attrs sets
+ * once per context, and 96 registers), one at D = 128 */
+static void case_flash16_occupancy(parity *P) {
+    for (int d = 64; d <= 128; d += 64) {
+        int ctas = 0;
+        const forge_status os = forge_flash_bf16_forward_wgmma_occupancy(d, &ctas);
+        const int want = d == 64 ? 2 : 1;
+        char why[96], shape[32];
+        snprintf(why, sizeof why, "(%d CTAs per SM, status %s; the design needs %d)", ctas, forge_status_name(os),
+                 want);
+        snprintf(shape, sizeof shape, "D=%d", d);
+        report(P, os == FORGE_OK && ctas == want, "flash16_forward_wgmma.occupancy", shape, (double)ctas, 0,
+               os == FORGE_OK && ctas == want ? NULL : why);
+    }
+}
+
 /* The backend entry flash_attention_backward_bf16 at head size 64 with the scratch op_list.h sizes for it (the
  * tensor-core path's) and 2-byte-aligned pointers, which the tensor-core kernels refuse: the fallback runs in a
  * buffer of its own. dqkv added into (accumulate = 1) and written into NaN (0), against the CPU reference. */
@@ -421,5 +438,6 @@ void run_flash16_cases(parity *P) {
         case_flash16(P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
     }
     case_flash16_refuse(P);
+    case_flash16_occupancy(P);
     case_flash16_op_fallback(P);
 }
