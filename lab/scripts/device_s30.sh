@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# device_s30.sh: the call planned in the twenty-third session (lab/notes/flash.md, "2026-12-04 twenty-third session",
+# items 1-5), on the GPU machine from the repo root with OUT set, carry [".carry/bin", ".carry/lib", ".carry/v"]
+# (variants percall and n32s11 built as the notes say). In order:
+#   1. lab/scripts/device_variants.sh: forge_gpu_tests --only reset, --only gemm_tn, --only flash16, a recorded
+#      gpt2-124m bf16 step (forge bench train), forge-lab test flash16 --quick, forge-lab bench flash16-host and
+#      flash16-fwd-n32 with the tree, then with each variant;
+#   2. lab/scripts/sdpa_b2b.py (cuDNN's forward back to back and alone);
+#   3. scripts/device_attention_bench.sh (forge against cuDNN) again and again while S30_BUDGET seconds (default
+#      540, inside the device tool's 600) leave room for one more run as long as the last.
+# Logs go to $OUT; a short table is printed last (and saved as $OUT/s30-table.txt).
+set -u
+O=${OUT:?set OUT}
+t0=$(date +%s)
+budget=${S30_BUDGET:-540}
+mkdir -p "$O"
+OUT=$O FORGE_S17_CHECKS="gpu flash16 bench labquick labbench" FORGE_S17_ONLY="reset,gemm_tn" \
+    FORGE_S17_LABTEST=flash16 FORGE_S17_LABBENCH="flash16-host --reps 30;flash16-fwd-n32 --reps 50" \
+    VARS="${S30_VARS:-percall n32s11}" bash lab/scripts/device_variants.sh >/tmp/s30-variants.log 2>&1
+timeout 90 python3 lab/scripts/sdpa_b2b.py >/tmp/s30-b2b.log 2>&1
+n=0 last=60
+while [ $(($(date +%s) - t0 + last + 15)) -lt "$budget" ]; do
+    n=$((n + 1))
+    s=$(date +%s)
+    FORGE_ATTN_ROUNDS=${S30_ROUNDS:-12} FORGE_ATTN_REPS=${S30_REPS:-8} timeout 200 bash scripts/device_attention_bench.sh \
+        >"/tmp/s30-attn$n.log" 2>&1
+    last=$(($(date +%s) - s))
+done
+cp /tmp/s30-*.log "$O/" 2>/dev/null
+python3 - "$O" <<'EOF' | tee "$O/s30-table.txt"
+import glob, os, re, sys
+o = sys.argv[1]
+def lines(path):
+    try:
+        return open(path, errors="replace").read().splitlines()
+    except OSError:
+        return []
+print("== checks (device_s17.sh; pass / fail / timeout)")
+for l in lines(os.path.join(o, "run.log")):
+    if re.match(r"^(gpu-|flash16|bench |labq-|bench-)\S*\s+(pass|fail|timeout)", l):
+        print("  " + l)
+# the tree's bench output is in run.log (device_s17.sh's labbench checks), each variant's in var-NAME-I.log
+tree = lines(os.path.join(o, "run.log"))
+variants = [(os.path.basename(p)[4:-4], lines(p)) for p in sorted(glob.glob(os.path.join(o, "var-*.log")))]
+def show(title, keep):
+    print(title)
+    for name, ls in [("tree", tree)] + variants:
+        for l in ls:
+            if keep(l):
+                print("  %-10s %s" % (name, l[:150]))
+show("== host exposure of a call timed alone (flash16-host; the D = 64 forward at (64,8,1024,64), (16,12,1024,64))",
+     lambda l: re.match(r"^forward \((64,8|16,12)", l) or "D = 64 forward's parameters" in l)
+show("== the three-CTA D = 64 forward against forge's (flash16-fwd-n32)",
+     lambda l: (l.startswith("B=") and "interleaved" in l) or l.startswith("CTAs per SM resident at D = 64"))
+print("== cuDNN's forward back to back / alone (sdpa_b2b.py)")
+for l in lines(os.path.join(o, "s30-b2b.log")):
+    if l.startswith("cudnn") or "Error" in l:
+        print("  " + l[:160])
+print("== forge / cuDNN forward speed-up per attention_bench run (the bar: >= 1.10x at every shape)")
+for p in sorted(glob.glob(os.path.join(o, "s30-attn*.log")), key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0)):
+    r = [re.search(r"^(fwd|fwd\+bwd)\s+\(([^)]*)\).*speed-up ([0-9.]+)x", l) for l in lines(p)]
+    fwd = ["(%s) %s" % (m.group(2).replace(" ", ""), m.group(3)) for m in r if m and m.group(1) == "fwd"]
+    fb = [m.group(3) for m in r if m and m.group(1) == "fwd+bwd"]
+    print("  %s: fwd %s | fwd+bwd %s" % (os.path.basename(p), ", ".join(fwd) or "no result", ", ".join(fb)))
+EOF
