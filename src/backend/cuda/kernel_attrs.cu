@@ -3,8 +3,8 @@
  *
  * The context's id comes from the driver (cuCtxGetCurrent, cuCtxGetId: CUDA 12.0), fetched at run time as the
  * tensor-map encoder is (wgmma_tmap.cu), so no binary needs a -lcuda link. Where the driver cannot say (no context
- * current on this thread yet, an older driver) the id is 0 and the attributes are set on every call, as they were
- * before this record existed: correct, only slower.
+ * current on this thread yet, an older driver) the id is 0 and the attributes are set on every call: correct, only
+ * slower.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
