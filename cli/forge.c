@@ -46,7 +46,10 @@ typedef struct {
     int argc;
     char **argv;
     int i;
-    const char *positional[256];
+    /* the positional arguments (the input files of tokenize, tokenizer train): they are compacted to the front of
+     * argv itself (positional = argv), which holds any number of them; the parse only reads forward of argv[i], and
+     * n_positional <= i, so a compacted entry never overwrites one still to be read */
+    const char **positional;
     int n_positional;
 } args;
 
@@ -243,7 +246,7 @@ static int cmd_tokenizer(int argc, char **argv) {
         fputs(TOKENIZER_HELP, argc < 1 || wants_help(argc, argv) ? stdout : stderr);
         return argc < 1 || wants_help(argc, argv) ? 0 : 2;
     }
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, (const char **)argv, 0};
     long vocab = 0;
     const char *out = NULL, *v;
     forge_status s = FORGE_OK;
@@ -259,13 +262,15 @@ static int cmd_tokenizer(int argc, char **argv) {
         return 2;
     }
     forge_tokenizer *tok;
+    int n_ids = 0; /* what the corpus gave: fewer than --vocab when it runs out of pairs to merge */
     s = forge_tokenizer_train(&tok, a.positional, a.n_positional, (int)vocab, 1);
     if (s == FORGE_OK) {
+        n_ids = forge_tokenizer_vocab_size(tok);
         s = forge_tokenizer_save(tok, out);
         forge_tokenizer_free(tok);
     }
     if (s != FORGE_OK) return fail(s);
-    printf("wrote %s/encoder.json and %s/vocab.bpe (%ld ids)\n", out, out, vocab);
+    printf("wrote %s/encoder.json and %s/vocab.bpe (%d ids)\n", out, out, n_ids);
     return 0;
 }
 
@@ -284,7 +289,7 @@ static int cmd_tokenize(int argc, char **argv) {
         fputs(TOKENIZE_HELP, stdout);
         return 0;
     }
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, (const char **)argv, 0};
     const char *tok_dir = NULL, *out = NULL, *v;
     float val = 0.05f;
     long seed = 1337;
@@ -456,7 +461,7 @@ static int cmd_sample(int argc, char **argv) {
     const char *prompt_file = NULL;
     char *prompt_text = NULL;
     runtime_flags rf = {0};
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, NULL, 0};
     const char *v;
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
@@ -571,7 +576,7 @@ static int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *tokenizer = NULL, *dump = NULL, *v;
     long batch = 8, seq = 0;
     runtime_flags rf = {0};
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, NULL, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
         if (runtime_flag(&a, &rf, &s)) continue;
@@ -641,7 +646,7 @@ static int cmd_plot(int argc, char **argv) {
     const char **runs = calloc((size_t)argc + 1, sizeof *runs);
     if (!runs) return fail(forge_error(FORGE_ERR_OOM, "plot: out of memory"));
     int n = 0;
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, NULL, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
         STR_OPT("--out", out)
@@ -800,7 +805,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
     long keep = o.keep_checkpoints, early_stop = 0;
     float dist_timeout = 600.0f;
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, NULL, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
         if (runtime_flag(&a, &rf, &s)) continue;
@@ -1007,7 +1012,7 @@ static int cmd_bench(int argc, char **argv, const char *argv0) {
     long ops_b = 0, ops_t = 0, ops_c = 384, ops_nh = 6;
     const char *results = NULL, *order = NULL, *only = NULL;
     forge_bench_train_options to = {0};
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, NULL, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
         if (runtime_flag(&a, &rf, &s)) continue;
@@ -1093,7 +1098,7 @@ static int cmd_init(int argc, char **argv, const char *argv0) {
     }
     const char *config = NULL, *out = NULL, *v;
     long seed = 1337;
-    args a = {argc, argv, 0, {0}, 0};
+    args a = {argc, argv, 0, NULL, 0};
     forge_status s = FORGE_OK;
     for (a.i = 0; a.i < argc && s == FORGE_OK; a.i++) {
         STR_OPT("--config", config)

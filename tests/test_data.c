@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../src/base/fs.h"
 #include "../src/data/corpus.h"
 #include "../src/data/loader.h"
 #include "../src/data/shards.h"
@@ -874,10 +875,72 @@ static void test_corpus(void) {
     }
 }
 
+/* The forge binary beside this test binary (build/forge for build/forge_tests), or NULL. */
+static const char *forge_binary(void) {
+    static char path[1024];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
+    if (n <= 0) return NULL;
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash) return NULL;
+    strcpy(slash + 1, "forge");
+    return access(path, X_OK) == 0 ? path : NULL;
+}
+
+static void test_cli_many_files(void) {
+    TEST_CASE("forge tokenizer train / tokenize: 300 input files; the ids written are the ones the corpus gave");
+    const char *forge = forge_binary();
+    if (!forge || !forge_tokenizer_train) {
+        test_case_skip("no forge binary beside the test binary, or no tokenizer trainer");
+        return;
+    }
+    const char *dir = test_tmpdir();
+    enum { N_FILES = 300 };
+    size_t cap = 64 * 1024, len = 0;
+    char *cmd = malloc(cap);
+    CHECK(cmd != NULL);
+    if (!cmd) return;
+    len += (size_t)snprintf(cmd + len, cap - len, "%s tokenizer train --vocab 100000 --out %s/tok", forge, dir);
+    for (int i = 0; i < N_FILES; i++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/f%03d.txt", dir, i);
+        FILE *f = fopen(path, "w");
+        if (f) fprintf(f, "story %d: the cat sat on the mat.\n", i);
+        if (f) fclose(f);
+        len += (size_t)snprintf(cmd + len, cap - len, " %s", path);
+    }
+    snprintf(cmd + len, cap - len, " >%s/out.txt 2>&1", dir);
+    CHECK_MSG(system(cmd) == 0, "forge tokenizer train with %d files failed", N_FILES);
+    char tok_dir[600], out_path[600];
+    snprintf(tok_dir, sizeof tok_dir, "%s/tok", dir);
+    snprintf(out_path, sizeof out_path, "%s/out.txt", dir);
+    forge_tokenizer *tok = NULL;
+    CHECK_OK(forge_tokenizer_load(&tok, tok_dir));
+    char *out = NULL;
+    size_t out_len = 0;
+    CHECK_OK(forge_read_file(out_path, &out, &out_len));
+    char want[64];
+    snprintf(want, sizeof want, "(%d ids)", forge_tokenizer_vocab_size(tok));
+    CHECK_MSG(tok && out && forge_tokenizer_vocab_size(tok) < 100000 && strstr(out, want),
+              "expected \"%s\" (the vocabulary written, not --vocab) in:\n%s", want, out ? out : "");
+    free(out);
+    forge_tokenizer_free(tok);
+    /* the same files through tokenize: every document lands in a shard */
+    len = (size_t)snprintf(cmd, cap, "%s tokenize --tokenizer %s --out %s/shards --val-fraction 0", forge, tok_dir, dir);
+    for (int i = 0; i < N_FILES; i++) len += (size_t)snprintf(cmd + len, cap - len, " %s/f%03d.txt", dir, i);
+    snprintf(cmd + len, cap - len, " >%s/out.txt 2>&1", dir);
+    CHECK_MSG(system(cmd) == 0, "forge tokenize with %d files failed", N_FILES);
+    CHECK_OK(forge_read_file(out_path, &out, &out_len));
+    CHECK_MSG(out && strstr(out, "300 documents"), "tokenize output:\n%s", out ? out : "");
+    free(out);
+    free(cmd);
+}
+
 void suite_data(void) {
     test_shards();
     test_shard_memory();
     test_loader();
     test_tokenize();
     test_corpus();
+    test_cli_many_files();
 }

@@ -611,6 +611,34 @@ static void test_config_conflict(void) {
     CHECK(r.steps_done == 1);
 }
 
+static void test_resume_tokenizer(void) {
+    TEST_CASE("resume refuses a --data whose tokenizer differs from the checkpoint's, naming both");
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 4;
+    o.stop_after = 2;
+    CHECK_OK(forge_train(&o, NULL));
+    /* another corpus, another 320-id vocabulary: the same ids stand for other bytes */
+    const char *other = test_tmpdir();
+    char text[600];
+    snprintf(text, sizeof text, "%s/text.txt", other);
+    FILE *f = fopen(text, "w");
+    for (int i = 0; f && i < 3000; i++) fprintf(f, "zebra quixotic jukebox %d wyvern fjord\n<|endoftext|>\n", i % 23);
+    if (f) fclose(f);
+    CHECK(test_tokenized_dir(other, text, 320));
+    o.stop_after = 0;
+    o.resume = out_dir;
+    o.data_dir = other;
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_DATA, "tokenizer of the checkpoint", other);
+    CHECK_MSG(test_msg_has("ckpt_000002/encoder.json", "differ from id"), "message: %s", forge_error_message());
+    o.data_dir = data_dir(); /* the run's own data: resumes */
+    forge_train_result r;
+    CHECK_OK(forge_train(&o, &r));
+    CHECK(r.steps_done == 2);
+}
+
 static void test_run_dir_consistency(void) {
     TEST_CASE("checkpoint tokenizer files are renamed into place (no temporary directory left)");
     if (!data_dir()) return;
@@ -1056,6 +1084,7 @@ void suite_train(void) {
     test_resume_state_validation();
     test_option_validation();
     test_config_conflict();
+    test_resume_tokenizer();
     test_run_dir_consistency();
     test_early_stop();
     test_run_dir_lock();

@@ -111,8 +111,12 @@ static forge_status train_cell_init(train_cell *c, forge_backend *be, forge_back
     c->be = be;
     c->ref = ref;
     FORGE_TRY(forge_config_resolve(&c->cfg, bc->config, configs_dir));
+    /* a longer T is refused, not cut: the case's name, the provenance and the summary line all report bc->T */
+    if (bc->T > c->cfg.context_length)
+        return forge_error(FORGE_ERR_ARG, "bench train --cases %s:%dx%d: T %d exceeds %s's context_length %d", bc->config,
+                           bc->B, bc->T, bc->T, bc->config, c->cfg.context_length);
     c->B = bc->B;
-    c->T = bc->T < c->cfg.context_length ? bc->T : c->cfg.context_length;
+    c->T = bc->T;
     size_t n = (size_t)c->B * c->T;
     int64_t shape[2] = {c->B, c->T};
     FORGE_TRY(forge_pool_create(&c->pool, be));

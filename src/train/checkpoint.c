@@ -341,7 +341,9 @@ forge_status forge_checkpoint_read_config(const char *path, forge_model_config *
     forge_safetensors *st;
     FORGE_TRY(forge_safetensors_open(&st, file));
     const char *json = forge_safetensors_meta(st, "forge_config");
-    forge_status s = json ? forge_config_parse(cfg, json, file) : read_hf_config(file, cfg);
+    char label[1300]; /* an error in the embedded config names the file and the metadata key holding it */
+    snprintf(label, sizeof label, "%s (metadata \"forge_config\")", file);
+    forge_status s = json ? forge_config_parse(cfg, json, label) : read_hf_config(file, cfg);
     forge_safetensors_close(st);
     return s;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../base/fs.h"
@@ -115,9 +116,13 @@ forge_status forge_plot_runs(const char *const *runs, int n, const char *png) {
         size_t got = p ? fread(msg, 1, sizeof msg - 1, p) : 0;
         msg[got] = '\0';
         const int rc = p ? pclose(p) : -1;
-        if (rc != 0)
-            s = forge_error(FORGE_ERR_IO, "plot: gnuplot failed (exit %d; is gnuplot installed? apt-get install "
-                            "gnuplot-nox): %.300s", rc, msg);
+        /* pclose gives a wait status: the shell's 127 means no gnuplot; any other failure is gnuplot's own */
+        const int code = rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+        if (code == 127 || !p)
+            s = forge_error(FORGE_ERR_IO, "plot: gnuplot not found (install it: apt-get install gnuplot-nox): %.300s",
+                            msg);
+        else if (rc != 0)
+            s = forge_error(FORGE_ERR_IO, "plot: gnuplot failed (exit %d) writing %s: %.300s", code, png, msg);
         else if (access(png, R_OK) != 0)
             s = forge_error(FORGE_ERR_IO, "plot: gnuplot wrote no %s", png);
     }

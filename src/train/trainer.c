@@ -337,6 +337,32 @@ static const char *run_precision(const forge_runtime_options *r) {
     return r->device == FORGE_DEVICE_CUDA && r->matmul == FORGE_MATMUL_TF32 ? "tf32" : "fp32";
 }
 
+/* A resumed run's ids must mean what they meant: the checkpoint's tokenizer (saved with it) and the one of --data
+ * (whose shards the run now reads) must map every id to the same bytes. Another --data, or none (which runs the demo
+ * corpus), would otherwise go on training the weights on text encoded with other ids. Nothing to compare when
+ * either has no tokenizer. */
+static forge_status check_resume_tokenizer(const trainer *tr, const char *ckpt_dir) {
+    char enc[1100];
+    snprintf(enc, sizeof enc, "%s/encoder.json", ckpt_dir);
+    if (!tr->tok || access(enc, R_OK) != 0) return FORGE_OK;
+    forge_tokenizer *ck = NULL;
+    FORGE_TRY(forge_tokenizer_load(&ck, ckpt_dir));
+    const int n_ck = forge_tokenizer_vocab_size(ck), n_data = forge_tokenizer_vocab_size(tr->tok);
+    int first = n_ck != n_data ? (n_ck < n_data ? n_ck : n_data) : -1;
+    for (int32_t id = 0; id < n_ck && id < n_data && first < 0; id++) {
+        size_t la = 0, lb = 0;
+        const uint8_t *a = forge_tokenizer_token_bytes(ck, id, &la), *b = forge_tokenizer_token_bytes(tr->tok, id, &lb);
+        if (la != lb || (la && memcmp(a, b, la) != 0)) first = id;
+    }
+    forge_tokenizer_free(ck);
+    if (first < 0) return FORGE_OK;
+    return forge_error(FORGE_ERR_DATA,
+                       "train: --resume: the tokenizer of the checkpoint (%s, %d ids) and the one of --data %s (%d "
+                       "ids) differ from id %d on: the run's shards were made with another tokenizer; expected "
+                       "--data DIR of the run being resumed (without --data, forge train uses the demo corpus)",
+                       enc, n_ck, tr->o->data_dir, n_data, first);
+}
+
 /* A resumed run continues in its checkpoint's precision unless --precision (or --matmul) says otherwise; either
  * way a change is said once (the fp32 masters and moments carry over, so any precision can continue any run). */
 static forge_status resume_precision(trainer *tr, const char *ckpt_dir) {
@@ -459,6 +485,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     tr->state.seed = o->seed;
     if (o->init) FORGE_TRY(forge_checkpoint_load_weights(ckpt_dir, tr->model));
     if (o->resume) {
+        FORGE_TRY(check_resume_tokenizer(tr, ckpt_dir));
         FORGE_TRY(forge_checkpoint_load_weights(ckpt_dir, tr->model));
         FORGE_TRY(forge_checkpoint_load_state(ckpt_dir, tr->opt, &tr->state));
         if (tr->state.step > o->steps)
