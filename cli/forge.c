@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -699,12 +700,15 @@ static const char *TRAIN_HELP =
     "  --early-stop N       stop when N evaluations in a row bring no val loss below the best so far;\n"
     "                       every new best is saved, and DIR/best names it (sample and eval it with\n"
     "                       --ckpt DIR/$(cat DIR/best)) [0: off; needs --eval-every]\n"
-    "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint\n"
+    "  --resume DIR         continue a run (bit-identical) from DIR's newest checkpoint; the flags\n"
+    "                       above not given (--data, steps, batch, seq-len, tokens-per-step, the\n"
+    "                       schedule, AdamW, eval, checkpoints, early stop) take the run's values\n"
     "  --init DIR           start a new run (step 0, fresh optimizer) from DIR's weights and config: a forge\n"
     "                       run or checkpoint directory, or a Hugging Face save_pretrained directory of a\n"
     "                       GPT-2 or Llama model (config.json + model.safetensors), to fine-tune it\n"
     "  --stop-after N       stop after step N with a checkpoint (to resume later)\n"
     "  --samples N          text samples printed after training [3 for the demo, else 0]\n"
+    "  --quiet              no progress lines\n"
     "  --no-graph           run every step op by op (on CUDA the second step is recorded as a\n"
     "                       graph and later steps replay it: one launch a step)\n"
     "data parallel (docs/distributed.md): `mpirun -np N forge train ...` runs N ranks, one device each\n"
@@ -791,6 +795,33 @@ static int train_fail(forge_status s, forge_comm *comm) {
     return code;
 }
 
+/* One training setting on the command line: its value if given (NaN if not), the resumed run's recorded value
+ * (recorded: there is one) and the default. */
+typedef struct {
+    const char *flag;
+    double given, run, dflt;
+    int recorded;
+    int said_elsewhere; /* the trainer says a change of it itself (--steps: "the checkpoint planned N steps") */
+} train_setting;
+
+/* The value of each setting: given, else the run's (resuming a run that recorded it), else the default. A given
+ * value that differs from the run's is said (when say), once for all of them: the continuation is then another
+ * run. */
+static void settle_train_settings(const train_setting *s, size_t n, int resuming, int say, double *out) {
+    char differ[512] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int use_run = resuming && s[i].recorded;
+        out[i] = !isnan(s[i].given) ? s[i].given : use_run ? s[i].run : s[i].dflt;
+        if (use_run && !s[i].said_elsewhere && !isnan(s[i].given) && (float)s[i].given != (float)s[i].run &&
+            len < sizeof differ - 64)
+            len += (size_t)snprintf(differ + len, sizeof differ - len, "%s %s %g (the run's: %g)", len ? "," : "",
+                                    s[i].flag, s[i].given, s[i].run);
+    }
+    if (len && say)
+        printf("note: resuming with%s: not the run's own settings, so not a bit-identical continuation\n", differ);
+}
+
 static int cmd_train(int argc, char **argv, const char *argv0) {
     if (wants_help(argc, argv)) {
         fputs(TRAIN_HELP, stdout);
@@ -801,9 +832,10 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     o.configs_dir = configs_dir(argv0);
     const char *out_dir = NULL, *v;
     runtime_flags rf = {0};
-    long samples = -1, steps = -1, batch = o.batch_size, seq = 0, tps = 0, seed = (long)o.seed;
-    long eval_every = o.eval_every, eval_batches = o.eval_batches, ckpt_every = 0, stop_after = 0;
-    long keep = o.keep_checkpoints, early_stop = 0;
+    long samples = -1, steps = -1, batch = -1, seq = -1, tps = -1, seed = (long)o.seed; /* -1: not given */
+    /* NaN: not given (a resumed run then takes the run's value, forge_train_options_default's otherwise) */
+    float lr = NAN, warmup = NAN, min_lr = NAN, wd = NAN, clip = NAN, beta1 = NAN, beta2 = NAN, eps = NAN;
+    long eval_every = -1, eval_batches = -1, ckpt_every = -1, stop_after = 0, keep = -1, early_stop = -1;
     float dist_timeout = 600.0f;
     args a = {argc, argv, 0, NULL, 0};
     forge_status s = FORGE_OK;
@@ -826,14 +858,14 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         INT_OPT("--keep-checkpoints", keep, 1, 1L << 20)
         INT_OPT("--early-stop", early_stop, 0, 1L << 20)
         INT_OPT("--samples", samples, 0, 100)
-        FLOAT_OPT("--lr", o.lr, 0.0, 10.0)
-        FLOAT_OPT("--warmup-frac", o.warmup_frac, 0.0, 1.0)
-        FLOAT_OPT("--min-lr-ratio", o.min_lr_ratio, 0.0, 1.0)
-        FLOAT_OPT("--weight-decay", o.weight_decay, 0.0, 10.0)
-        FLOAT_OPT("--grad-clip", o.grad_clip, 0.0, 1e9)
-        FLOAT_OPT("--beta1", o.beta1, 0.0, 1.0)
-        FLOAT_OPT("--beta2", o.beta2, 0.0, 1.0)
-        FLOAT_OPT("--eps", o.eps, 0.0, 1.0)
+        FLOAT_OPT("--lr", lr, 0.0, 10.0)
+        FLOAT_OPT("--warmup-frac", warmup, 0.0, 1.0)
+        FLOAT_OPT("--min-lr-ratio", min_lr, 0.0, 1.0)
+        FLOAT_OPT("--weight-decay", wd, 0.0, 10.0)
+        FLOAT_OPT("--grad-clip", clip, 0.0, 1e9)
+        FLOAT_OPT("--beta1", beta1, 0.0, 1.0)
+        FLOAT_OPT("--beta2", beta2, 0.0, 1.0)
+        FLOAT_OPT("--eps", eps, 0.0, 1.0)
         FLOAT_OPT("--dist-timeout", dist_timeout, 0.0, 1e7)
         FLOAT_OPT("--bucket-mb", o.bucket_mb, 0.0, 1e6)
         if (strcmp(argv[a.i], "--zero1") == 0) {
@@ -883,18 +915,61 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
     } else if (o.zero1) {
         o.zero1 = 0; /* one rank holds every shard: ZeRO-1 is the plain optimizer */
     }
-    int steps_given = steps > 0;
-    if (steps_given) o.steps = (int)steps;
-    o.batch_size = (int)batch;
-    o.seq_len = (int)seq;
-    o.tokens_per_step = tps;
+    /* A resumed run takes the run's recorded settings for the flags not given (checkpoint.h: forge_run_settings);
+     * a checkpoint the trainer cannot read is left to the trainer's error */
+    forge_run_settings rs = {0};
+    int planned = 0;
+    char resume_ckpt[1100];
+    if (o.resume && forge_checkpoint_resolve(o.resume, resume_ckpt, sizeof resume_ckpt) == FORGE_OK &&
+        forge_checkpoint_read_settings(resume_ckpt, &rs, &planned) != FORGE_OK)
+        rs.recorded = 0, planned = 0;
+    const train_setting settings[] = {
+        {"--steps", steps > 0 ? (double)steps : NAN, planned, o.steps, 1, 1},
+        {"--batch", batch > 0 ? (double)batch : NAN, rs.batch_size, o.batch_size, rs.recorded, 0},
+        {"--seq-len", seq > 0 ? (double)seq : NAN, rs.seq_len, o.seq_len, rs.recorded, 0},
+        {"--tokens-per-step", tps > 0 ? (double)tps : NAN, (double)rs.tokens_per_step, o.tokens_per_step,
+         rs.recorded, 0},
+        {"--lr", lr, rs.lr, o.lr, rs.recorded, 0},
+        {"--warmup-frac", warmup, rs.warmup_frac, o.warmup_frac, rs.recorded, 0},
+        {"--min-lr-ratio", min_lr, rs.min_lr_ratio, o.min_lr_ratio, rs.recorded, 0},
+        {"--weight-decay", wd, rs.weight_decay, o.weight_decay, rs.recorded, 0},
+        {"--grad-clip", clip, rs.grad_clip, o.grad_clip, rs.recorded, 0},
+        {"--beta1", beta1, rs.beta1, o.beta1, rs.recorded, 0},
+        {"--beta2", beta2, rs.beta2, o.beta2, rs.recorded, 0},
+        {"--eps", eps, rs.eps, o.eps, rs.recorded, 0},
+        {"--eval-every", eval_every >= 0 ? (double)eval_every : NAN, rs.eval_every, o.eval_every, rs.recorded, 0},
+        {"--eval-batches", eval_batches >= 0 ? (double)eval_batches : NAN, rs.eval_batches, o.eval_batches,
+         rs.recorded, 0},
+        {"--ckpt-every", ckpt_every >= 0 ? (double)ckpt_every : NAN, rs.ckpt_every, o.ckpt_every, rs.recorded, 0},
+        {"--keep-checkpoints", keep >= 0 ? (double)keep : NAN, rs.keep_checkpoints, o.keep_checkpoints,
+         rs.recorded, 0},
+        {"--early-stop", early_stop >= 0 ? (double)early_stop : NAN, rs.early_stop, o.early_stop, rs.recorded, 0},
+    };
+    double set[sizeof settings / sizeof settings[0]];
+    const int say = forge_comm_rank(comm) == 0;
+    settle_train_settings(settings, sizeof settings / sizeof settings[0], o.resume != NULL && planned > 0, say, set);
+    int steps_given = steps > 0 || (o.resume && planned > 0); /* a resumed run keeps its plan: not the demo's 600 */
+    o.steps = (int)set[0];
+    o.batch_size = (int)set[1];
+    o.seq_len = (int)set[2];
+    o.tokens_per_step = (long)set[3];
+    o.lr = (float)set[4], o.warmup_frac = (float)set[5], o.min_lr_ratio = (float)set[6];
+    o.weight_decay = (float)set[7], o.grad_clip = (float)set[8];
+    o.beta1 = (float)set[9], o.beta2 = (float)set[10], o.eps = (float)set[11];
+    o.eval_every = (int)set[12], o.eval_batches = (int)set[13], o.ckpt_every = (int)set[14];
+    o.keep_checkpoints = (int)set[15], o.early_stop = (int)set[16];
+    if (o.resume && !o.data_dir && rs.recorded && rs.data_dir[0]) {
+        if (access(rs.data_dir, R_OK) != 0)
+            return train_fail(forge_error(FORGE_ERR_DATA,
+                                          "train: --resume %s: the run's data %s is gone (%s): expected --data DIR "
+                                          "with the run's shards and tokenizer",
+                                          o.resume, rs.data_dir, strerror(errno)),
+                              comm);
+        o.data_dir = rs.data_dir;
+        if (say) printf("resuming on the run's data %s\n", rs.data_dir);
+    }
     o.seed = (uint64_t)seed;
-    o.eval_every = (int)eval_every;
-    o.eval_batches = (int)eval_batches;
-    o.ckpt_every = (int)ckpt_every;
     o.stop_after = (int)stop_after;
-    o.keep_checkpoints = (int)keep;
-    o.early_stop = (int)early_stop;
     int demo = o.data_dir == NULL;
     char out_buf[1024], data_buf[1024];
     if (demo) {
@@ -909,7 +984,7 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         if (s != FORGE_OK) return train_fail(s, comm);
         o.data_dir = data_buf;
         if (samples < 0) samples = 3;
-        if (!steps_given) o.steps = 600; /* about 2.5 minutes on 2 cores (docs/cpu.md) */
+        if (!steps_given) o.steps = 600; /* 83 s on an idle 2-core VM (README, docs/cpu.md) */
     }
     /* Without --out, a resumed run continues in its run directory: --resume RUN, or --resume RUN/ckpt_N. */
     char run_dir[1100] = "", latest[1200];

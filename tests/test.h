@@ -57,6 +57,8 @@ const char *test_tmpdir(void);
             test_case_fail(__FILE__, __LINE__, "%s failed: %s", #expr, forge_error_message()); \
     } while (0)
 
+/* The forge binary beside the test binary (build/forge for build/forge_tests), or NULL: the CLI tests run it. */
+const char *test_forge_binary(void);
 /* 1 if the current error message contains a and, when b is not NULL, b too. */
 int test_msg_has(const char *a, const char *b);
 /* A data directory for training tests: a `vocab`-id BPE trained on text_path, saved in dir, and text_path

@@ -875,21 +875,9 @@ static void test_corpus(void) {
     }
 }
 
-/* The forge binary beside this test binary (build/forge for build/forge_tests), or NULL. */
-static const char *forge_binary(void) {
-    static char path[1024];
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
-    if (n <= 0) return NULL;
-    path[n] = 0;
-    char *slash = strrchr(path, '/');
-    if (!slash) return NULL;
-    strcpy(slash + 1, "forge");
-    return access(path, X_OK) == 0 ? path : NULL;
-}
-
 static void test_cli_many_files(void) {
     TEST_CASE("forge tokenizer train / tokenize: 300 input files; the ids written are the ones the corpus gave");
-    const char *forge = forge_binary();
+    const char *forge = test_forge_binary();
     if (!forge || !forge_tokenizer_train) {
         test_case_skip("no forge binary beside the test binary, or no tokenizer trainer");
         return;

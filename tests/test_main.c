@@ -121,6 +121,17 @@ int main(int argc, char **argv) {
     return n_failed ? 1 : 0;
 }
 
+const char *test_forge_binary(void) {
+    static char path[1024];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
+    if (n <= 0) return NULL;
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash) return NULL;
+    strcpy(slash + 1, "forge");
+    return access(path, X_OK) == 0 ? path : NULL;
+}
+
 int test_msg_has(const char *a, const char *b) {
     const char *m = forge_error_message();
     return strstr(m, a) != NULL && (!b || strstr(m, b) != NULL);

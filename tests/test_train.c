@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../src/base/fs.h"
 #include "../src/data/shards.h"
 #include "../src/data/tokenize.h"
 #include "../src/data/tokenizer.h"
@@ -639,6 +640,150 @@ static void test_resume_tokenizer(void) {
     CHECK(r.steps_done == 2);
 }
 
+/* The checkpoint records the run's settings (checkpoint.h: forge_run_settings) exactly; one without them (as
+ * written before they existed) reads as not recorded, with its planned length. */
+static void test_run_settings_recorded(void) {
+    TEST_CASE("checkpoint: the run's settings recorded exactly; a checkpoint without them reads as not recorded");
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 3;
+    o.stop_after = 1;
+    o.batch_size = 2;
+    o.seq_len = 16;
+    o.tokens_per_step = 64;
+    o.lr = 1.2345678e-3f, o.warmup_frac = 0.3f, o.min_lr_ratio = 0.05f, o.weight_decay = 0.07f;
+    o.grad_clip = 0.9f, o.beta1 = 0.85f, o.beta2 = 0.97f, o.eps = 3e-9f;
+    CHECK_OK(forge_train(&o, NULL));
+    char ckpt[1100];
+    CHECK_OK(forge_checkpoint_resolve(out_dir, ckpt, sizeof ckpt));
+    forge_run_settings r;
+    int planned = 0;
+    CHECK_OK(forge_checkpoint_read_settings(ckpt, &r, &planned));
+    char *abs = realpath(o.data_dir, NULL);
+    CHECK(r.recorded && planned == 3 && r.batch_size == 2 && r.seq_len == 16 && r.tokens_per_step == 64);
+    CHECK(r.lr == o.lr && r.warmup_frac == o.warmup_frac && r.min_lr_ratio == o.min_lr_ratio &&
+          r.weight_decay == o.weight_decay && r.grad_clip == o.grad_clip && r.beta1 == o.beta1 &&
+          r.beta2 == o.beta2 && r.eps == o.eps);
+    CHECK_MSG(abs && strcmp(r.data_dir, abs) == 0, "data_dir \"%s\", expected \"%s\"", r.data_dir, abs ? abs : "");
+    free(abs);
+    /* the same state without the settings' keys: not recorded, the plan still read */
+    char state[1200];
+    snprintf(state, sizeof state, "%s/state.safetensors", ckpt);
+    forge_safetensors *st = NULL;
+    CHECK_OK(forge_safetensors_open(&st, state));
+    if (!st) return;
+    const char *keys[16], *vals[16];
+    int nk = 0;
+    const char *k, *v;
+    static const char *old_keys = " step total_steps loader_batches seed tokens_seen adamw_step precision ";
+    for (int i = 0; nk < 16 && forge_safetensors_meta_at(st, i, &k, &v); i++) {
+        char pad[64];
+        snprintf(pad, sizeof pad, " %s ", k);
+        if (strstr(old_keys, pad)) keys[nk] = k, vals[nk++] = v;
+    }
+    forge_st_entry e[2];
+    for (int i = 0; i < 2; i++) e[i] = *forge_safetensors_entry(st, i);
+    char copy[1300];
+    snprintf(copy, sizeof copy, "%s.old", state);
+    CHECK_OK(forge_safetensors_write(copy, e, 2, keys, vals, nk));
+    forge_safetensors_close(st);
+    CHECK(rename(copy, state) == 0);
+    CHECK_OK(forge_checkpoint_read_settings(ckpt, &r, &planned));
+    CHECK(!r.recorded && planned == 3);
+    /* and a malformed value names the key */
+    CHECK_OK(forge_safetensors_open(&st, state));
+    if (!st) return;
+    nk = 0;
+    for (int i = 0; nk < 14 && forge_safetensors_meta_at(st, i, &k, &v); i++) keys[nk] = k, vals[nk++] = v;
+    keys[nk] = "batch_size", vals[nk++] = "2";
+    keys[nk] = "seq_len", vals[nk++] = "-16";
+    for (int i = 0; i < 2; i++) e[i] = *forge_safetensors_entry(st, i);
+    CHECK_OK(forge_safetensors_write(copy, e, 2, keys, vals, nk));
+    forge_safetensors_close(st);
+    CHECK(rename(copy, state) == 0);
+    CHECK_ERR_MSG(forge_checkpoint_read_settings(ckpt, &r, &planned), FORGE_ERR_DATA, "seq_len", "state.safetensors");
+}
+
+/* log.jsonl without its timings (each line cut at "tokens_per_s"): what two runs of the same training share */
+static char *log_without_timings(const char *path) {
+    char *text = NULL;
+    size_t n = 0;
+    if (forge_read_file(path, &text, &n) != FORGE_OK) return NULL;
+    char *out = malloc(n + 1), *w = out;
+    for (const char *line = text; out && *line;) {
+        const char *end = strchr(line, '\n'), *cut = strstr(line, ", \"tokens_per_s\"");
+        if (!end) end = line + strlen(line);
+        const char *stop = cut && cut < end ? cut : end;
+        memcpy(w, line, (size_t)(stop - line));
+        w += stop - line;
+        *w++ = '\n';
+        line = *end ? end + 1 : end;
+    }
+    if (out) *w = '\0';
+    free(text);
+    return out;
+}
+
+/* `forge train --resume RUN` with no other flag, from another working directory, continues the run bit for bit:
+ * the batch geometry, the schedule, AdamW and --data come from the checkpoint. A flag given with another value is
+ * said. */
+static void test_cli_resume_keeps_settings(void) {
+    TEST_CASE("forge train --resume RUN alone continues the run bit for bit (settings and data from the checkpoint)");
+    const char *forge = test_forge_binary();
+    if (!forge || !data_dir()) {
+        test_case_skip("no forge binary beside the test binary, or no test data");
+        return;
+    }
+    const char *config = write_config(TINY_GPT2), *dir = test_tmpdir();
+    char common[2400], cmd[3000];
+    snprintf(common, sizeof common,
+             "%s train --config %s --data %s --steps 6 --batch 2 --seq-len 16 --tokens-per-step 64 --lr 0.004 "
+             "--warmup-frac 0.2 --weight-decay 0.05 --eval-every 3 --eval-batches 2 --threads 1 --quiet",
+             forge, config, data_dir());
+    snprintf(cmd, sizeof cmd, "%s --out %s/full >%s/full.txt 2>&1", common, dir, dir);
+    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s --out %s/part --stop-after 3 >%s/part.txt 2>&1", common, dir, dir);
+    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "cd / && %s train --resume %s/part --threads 1 --quiet >%s/resume.txt 2>&1", forge, dir,
+             dir);
+    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/full/ckpt_000006/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/part/ckpt_000006/model.safetensors", dir);
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    CHECK_OK(forge_read_file(a, &x, &nx));
+    CHECK_OK(forge_read_file(b, &y, &ny));
+    CHECK_MSG(x && y && nx == ny && memcmp(x, y, nx) == 0, "%s differs from the uninterrupted run's", b);
+    free(x);
+    free(y);
+    snprintf(a, sizeof a, "%s/full/log.jsonl", dir);
+    snprintf(b, sizeof b, "%s/part/log.jsonl", dir);
+    x = log_without_timings(a);
+    y = log_without_timings(b);
+    CHECK_MSG(x && y && strcmp(x, y) == 0 && strstr(x, "val_loss"), "the logs differ:\n%s\n--\n%s", x ? x : "",
+              y ? y : "");
+    free(x);
+    free(y);
+    char out[1200], *text = NULL;
+    size_t n = 0;
+    snprintf(out, sizeof out, "%s/resume.txt", dir);
+    CHECK_OK(forge_read_file(out, &text, &n));
+    CHECK_MSG(text && strstr(text, "resuming on the run's data"), "output: %s", text ? text : "");
+    free(text);
+    /* another --batch is used, and said */
+    snprintf(cmd, sizeof cmd, "%s train --resume %s/part --steps 7 --batch 4 --threads 1 --quiet >%s/other.txt 2>&1",
+             forge, dir, dir);
+    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    snprintf(out, sizeof out, "%s/other.txt", dir);
+    CHECK_OK(forge_read_file(out, &text, &n));
+    CHECK_MSG(text && strstr(text, "--batch 4 (the run's: 2)") && strstr(text, "not a bit-identical"), "output: %s",
+              text ? text : "");
+    free(text);
+}
+
 static void test_run_dir_consistency(void) {
     TEST_CASE("checkpoint tokenizer files are renamed into place (no temporary directory left)");
     if (!data_dir()) return;
@@ -1085,6 +1230,8 @@ void suite_train(void) {
     test_option_validation();
     test_config_conflict();
     test_resume_tokenizer();
+    test_run_settings_recorded();
+    test_cli_resume_keeps_settings();
     test_run_dir_consistency();
     test_early_stop();
     test_run_dir_lock();

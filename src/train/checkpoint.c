@@ -243,6 +243,28 @@ static forge_status save_hf_config(const char *dir, const forge_model_config *cf
     return FORGE_OK;
 }
 
+/* The run settings' metadata keys, in this order (run_settings_meta writes them, forge_checkpoint_read_settings
+ * reads them). Floats are written with 9 significant digits: they read back to the same float. */
+#define RUN_KEYS 17
+static const char *const RUN_KEY_NAMES[RUN_KEYS] = {
+    "batch_size", "seq_len",      "tokens_per_step", "lr",         "warmup_frac",      "min_lr_ratio",
+    "weight_decay", "grad_clip",  "beta1",           "beta2",      "eps",              "eval_every",
+    "eval_batches", "ckpt_every", "keep_checkpoints", "early_stop", "data_dir"};
+
+static int run_settings_meta(const forge_run_settings *r, const char **keys, const char **vals, char (*buf)[1100]) {
+    const float f[8] = {r->lr, r->warmup_frac, r->min_lr_ratio, r->weight_decay, r->grad_clip, r->beta1, r->beta2,
+                        r->eps};
+    snprintf(buf[0], sizeof buf[0], "%d", r->batch_size);
+    snprintf(buf[1], sizeof buf[1], "%d", r->seq_len);
+    snprintf(buf[2], sizeof buf[2], "%ld", r->tokens_per_step);
+    for (int i = 0; i < 8; i++) snprintf(buf[3 + i], sizeof buf[3 + i], "%.9g", (double)f[i]);
+    const int counts[5] = {r->eval_every, r->eval_batches, r->ckpt_every, r->keep_checkpoints, r->early_stop};
+    for (int i = 0; i < 5; i++) snprintf(buf[11 + i], sizeof buf[11 + i], "%d", counts[i]);
+    snprintf(buf[16], sizeof buf[16], "%s", r->data_dir);
+    for (int i = 0; i < RUN_KEYS; i++) keys[i] = RUN_KEY_NAMES[i], vals[i] = buf[i];
+    return RUN_KEYS;
+}
+
 forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const forge_optimizer *opt,
                                    const forge_train_state *state, const forge_tokenizer *tok) {
     size_t n = m->n_elements;
@@ -278,9 +300,12 @@ forge_status forge_checkpoint_save(const char *dir, const forge_model *m, const 
         snprintf(seed, sizeof seed, "%" PRIu64, state->seed);
         snprintf(seen, sizeof seen, "%.17g", state->tokens_seen);
         snprintf(ostep, sizeof ostep, "%d", opt->step);
-        const char *keys[] = {"step", "total_steps", "loader_batches", "seed", "tokens_seen", "adamw_step", "precision"};
-        const char *vals[] = {step, total, batches, seed, seen, ostep, state->precision};
-        const int n_keys = state->precision[0] ? 7 : 6;
+        const char *keys[7 + RUN_KEYS] = {"step", "total_steps", "loader_batches", "seed", "tokens_seen", "adamw_step"};
+        const char *vals[7 + RUN_KEYS] = {step, total, batches, seed, seen, ostep};
+        int n_keys = 6;
+        if (state->precision[0]) keys[n_keys] = "precision", vals[n_keys++] = state->precision;
+        char run_vals[RUN_KEYS][1100];
+        if (state->run.recorded) n_keys += run_settings_meta(&state->run, keys + n_keys, vals + n_keys, run_vals);
         forge_st_entry st[2] = {
             {.name = "adamw.m", .dtype = "F32", .ndim = 1, .shape = {(int64_t)n}, .data = host, .bytes = n * 4},
             {.name = "adamw.v", .dtype = "F32", .ndim = 1, .shape = {(int64_t)n}, .data = host2, .bytes = n * 4},
@@ -486,6 +511,63 @@ forge_status forge_checkpoint_read_precision(const char *dir, char *out, size_t 
     FORGE_TRY(forge_safetensors_open(&st, file));
     forge_status s = meta_precision(st, out, cap);
     forge_safetensors_close(st);
+    return s;
+}
+
+/* metadata key as a finite float (what run_settings_meta wrote) */
+static forge_status meta_float(const forge_safetensors *st, const char *key, float *out) {
+    const char *v = forge_safetensors_meta(st, key);
+    char *end = NULL;
+    errno = 0;
+    const double x = v ? strtod(v, &end) : NAN;
+    if (!v || errno || end == v || *end || !isfinite(x) || x < 0 || x > 1e9)
+        return forge_error(FORGE_ERR_DATA, "%s: metadata \"%s\" = \"%.40s\": expected a number in [0, 1e9]",
+                           forge_safetensors_path(st), key, v ? v : "(missing)");
+    *out = (float)x;
+    return FORGE_OK;
+}
+
+forge_status forge_checkpoint_read_settings(const char *dir, forge_run_settings *out, int *total_steps) {
+    char file[1200];
+    snprintf(file, sizeof file, "%s/%s", dir, CKPT_STATE_FILE);
+    memset(out, 0, sizeof *out);
+    forge_safetensors *st;
+    FORGE_TRY(forge_safetensors_open(&st, file));
+    uint64_t total = 0, b = 0, t = 0, tps = 0;
+    forge_status s = meta_uint(st, "total_steps", INT_MAX, &total);
+    if (s == FORGE_OK) *total_steps = (int)total;
+    if (s == FORGE_OK && forge_safetensors_meta(st, "batch_size")) {
+        float *f[8] = {&out->lr,    &out->warmup_frac, &out->min_lr_ratio, &out->weight_decay,
+                       &out->grad_clip, &out->beta1,   &out->beta2,        &out->eps};
+        s = meta_uint(st, "batch_size", INT_MAX, &b);
+        if (s == FORGE_OK) s = meta_uint(st, "seq_len", INT_MAX, &t);
+        if (s == FORGE_OK) s = meta_uint(st, "tokens_per_step", LONG_MAX, &tps);
+        for (int i = 0; i < 8 && s == FORGE_OK; i++) s = meta_float(st, RUN_KEY_NAMES[3 + i], f[i]);
+        int *c[5] = {&out->eval_every, &out->eval_batches, &out->ckpt_every, &out->keep_checkpoints, &out->early_stop};
+        for (int i = 0; i < 5 && s == FORGE_OK; i++) {
+            uint64_t x = 0;
+            s = meta_uint(st, RUN_KEY_NAMES[11 + i], INT_MAX, &x);
+            *c[i] = (int)x;
+        }
+        const char *d = forge_safetensors_meta(st, "data_dir");
+        if (s == FORGE_OK && (b < 1 || t < 1 || tps < b * t || tps % (b * t) != 0))
+            s = forge_error(FORGE_ERR_DATA,
+                            "%s: metadata \"batch_size\" = %" PRIu64 ", \"seq_len\" = %" PRIu64
+                            ", \"tokens_per_step\" = %" PRIu64 ": expected a whole number of B x T micro-batches",
+                            file, b, t, tps);
+        if (s == FORGE_OK && (!d || strlen(d) >= sizeof out->data_dir))
+            s = forge_error(FORGE_ERR_DATA, "%s: metadata \"data_dir\": expected a path of under %zu bytes", file,
+                            sizeof out->data_dir);
+        if (s == FORGE_OK) {
+            out->recorded = 1;
+            out->batch_size = (int)b;
+            out->seq_len = (int)t;
+            out->tokens_per_step = (long)tps;
+            snprintf(out->data_dir, sizeof out->data_dir, "%s", d);
+        }
+    }
+    forge_safetensors_close(st);
+    if (s != FORGE_OK) memset(out, 0, sizeof *out);
     return s;
 }
 

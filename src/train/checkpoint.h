@@ -8,7 +8,9 @@
  *                      transformers' from_pretrained(DIR) loads the
  *                      checkpoint; absent for a config HF cannot express
  *   state.safetensors  AdamW moments (flat, parameter layout) and the trainer
- *                      state in the metadata: step, batches drawn, seed
+ *                      state in the metadata: step, batches drawn, seed, and
+ *                      the run's settings (forge_run_settings), so that a
+ *                      bare --resume continues the same run
  *   encoder.json, vocab.bpe  the tokenizer the model was trained with
  *
  * Every file is written to a temporary name and renamed (the tokenizer's two
@@ -32,6 +34,18 @@
 #include "../data/tokenizer.h"
 #include "optimizer.h"
 
+/* What a run must keep to be continued as the same run: the batch geometry the loader and the step drew, the lr
+ * schedule, AdamW's hyper-parameters, the evaluations and checkpoints it logs and keeps, and the data. The CLI
+ * takes them as the defaults of a resumed run (cli/forge.c); the trainer records them in every checkpoint. */
+typedef struct {
+    int recorded;                 /* 0: a checkpoint without these keys (written before they existed) */
+    int batch_size, seq_len;      /* B and T as the run used them (seq_len resolved, never 0) */
+    long tokens_per_step;         /* resolved: B * T * micro-batches per step */
+    float lr, warmup_frac, min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
+    int eval_every, eval_batches, ckpt_every, keep_checkpoints, early_stop;
+    char data_dir[1024];          /* --data as an absolute path ("" when not known) */
+} forge_run_settings;
+
 typedef struct {
     int step;                /* optimizer steps completed */
     int total_steps;         /* the run's planned length (the lr schedule depends on it) */
@@ -39,7 +53,13 @@ typedef struct {
     uint64_t seed;
     double tokens_seen;
     char precision[8];       /* the step's precision, "fp32", "tf32" or "bf16" ("": a checkpoint from before the key) */
+    forge_run_settings run;  /* written when run.recorded; load_state leaves it alone (read_settings reads it) */
 } forge_train_state;
+
+/* The run settings recorded in dir's state.safetensors (dir: a checkpoint directory) and its planned length
+ * (*total_steps). out->recorded = 0 when the checkpoint predates them; a malformed value is FORGE_ERR_DATA naming
+ * the file and the key. */
+forge_status forge_checkpoint_read_settings(const char *dir, forge_run_settings *out, int *total_steps);
 
 /* The precision a checkpoint's run trained in (state.safetensors' "precision": "fp32", "tf32" or "bf16"), into
  * out; "" when the checkpoint predates the key. Another value is FORGE_ERR_DATA naming the file. */

@@ -337,6 +337,25 @@ static const char *run_precision(const forge_runtime_options *r) {
     return r->device == FORGE_DEVICE_CUDA && r->matmul == FORGE_MATMUL_TF32 ? "tf32" : "fp32";
 }
 
+/* What every checkpoint of the run records so that a bare --resume continues the same run (checkpoint.h): the
+ * resolved batch geometry, the schedule, AdamW, the evaluations and checkpoints, and --data as an absolute path
+ * (the run may be resumed from another directory). */
+static void record_run_settings(forge_run_settings *r, const forge_train_options *o, int B, int T, long tps) {
+    r->recorded = 1;
+    r->batch_size = B;
+    r->seq_len = T;
+    r->tokens_per_step = tps;
+    r->lr = o->lr, r->warmup_frac = o->warmup_frac, r->min_lr_ratio = o->min_lr_ratio;
+    r->weight_decay = o->weight_decay, r->grad_clip = o->grad_clip;
+    r->beta1 = o->beta1, r->beta2 = o->beta2, r->eps = o->eps;
+    r->eval_every = o->eval_every, r->eval_batches = o->eval_batches, r->ckpt_every = o->ckpt_every;
+    r->keep_checkpoints = o->keep_checkpoints, r->early_stop = o->early_stop;
+    char *abs = o->data_dir ? realpath(o->data_dir, NULL) : NULL;
+    const char *d = abs ? abs : o->data_dir ? o->data_dir : "";
+    snprintf(r->data_dir, sizeof r->data_dir, "%s", strlen(d) < sizeof r->data_dir ? d : "");
+    free(abs);
+}
+
 /* A resumed run's ids must mean what they meant: the checkpoint's tokenizer (saved with it) and the one of --data
  * (whose shards the run now reads) must map every id to the same bytes. Another --data, or none (which runs the demo
  * corpus), would otherwise go on training the weights on text encoded with other ids. Nothing to compare when
@@ -460,6 +479,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
                            "depends on the ranks), e.g. --tokens-per-step %ld for one micro-batch per rank",
                            tps, tr->accum, per_micro, tr->ranks, per_micro * tr->ranks);
     tr->accum /= tr->ranks;
+    record_run_settings(&tr->state.run, o, tr->B, tr->T, tps);
 
     tr->runtime = o->runtime;
     if (o->resume) FORGE_TRY(resume_precision(tr, ckpt_dir));
