@@ -303,6 +303,10 @@ static int cmd_tokenize(int argc, char **argv) {
         if (argv[a.i][0] == '-') return fail(usage_error("tokenize", "unknown option ", argv[a.i]));
         a.positional[a.n_positional++] = argv[a.i];
     }
+    if (s == FORGE_OK && val >= 1.0f)
+        s = forge_error(FORGE_ERR_ARG, "--val-fraction: \"%g\" holds out every document and leaves no train shard: "
+                                       "expected a fraction below 1",
+                        (double)val);
     if (s != FORGE_OK) return fail(s);
     if (!tok_dir || !out || a.n_positional == 0) {
         fputs(TOKENIZE_HELP, stderr);
@@ -916,13 +920,15 @@ static int cmd_train(int argc, char **argv, const char *argv0) {
         o.zero1 = 0; /* one rank holds every shard: ZeRO-1 is the plain optimizer */
     }
     /* A resumed run takes the run's recorded settings for the flags not given (checkpoint.h: forge_run_settings);
-     * a checkpoint the trainer cannot read is left to the trainer's error */
+     * a path that names no checkpoint is left to the trainer's error, a malformed record is refused here */
     forge_run_settings rs = {0};
     int planned = 0;
     char resume_ckpt[1100];
-    if (o.resume && forge_checkpoint_resolve(o.resume, resume_ckpt, sizeof resume_ckpt) == FORGE_OK &&
-        forge_checkpoint_read_settings(resume_ckpt, &rs, &planned) != FORGE_OK)
-        rs.recorded = 0, planned = 0;
+    if (o.resume && forge_checkpoint_resolve(o.resume, resume_ckpt, sizeof resume_ckpt) == FORGE_OK) {
+        s = forge_checkpoint_read_settings(resume_ckpt, &rs, &planned);
+        if (s != FORGE_OK) return train_fail(s, comm);
+    }
+    forge_error_clear();
     const train_setting settings[] = {
         {"--steps", steps > 0 ? (double)steps : NAN, planned, o.steps, 1, 1},
         {"--batch", batch > 0 ? (double)batch : NAN, rs.batch_size, o.batch_size, rs.recorded, 0},

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/base/fs.h"
@@ -920,6 +921,15 @@ static void test_cli_many_files(void) {
     CHECK_MSG(system(cmd) == 0, "forge tokenize with %d files failed", N_FILES);
     CHECK_OK(forge_read_file(out_path, &out, &out_len));
     CHECK_MSG(out && strstr(out, "300 documents"), "tokenize output:\n%s", out ? out : "");
+    free(out);
+    /* --val-fraction 1 would leave no train shard: refused before anything is written (exit 2) */
+    snprintf(cmd, cap, "%s tokenize --tokenizer %s --out %s/none --val-fraction 1 %s/f000.txt >%s/out.txt 2>&1", forge,
+             tok_dir, dir, dir, dir);
+    const int rc = system(cmd);
+    CHECK_MSG(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "exit status %d", rc);
+    out = NULL;
+    CHECK_OK(forge_read_file(out_path, &out, &out_len));
+    CHECK_MSG(out && strstr(out, "--val-fraction") && strstr(out, "no train shard"), "output:\n%s", out ? out : "");
     free(out);
     free(cmd);
 }

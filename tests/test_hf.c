@@ -629,6 +629,18 @@ static void test_hf_errors(void) {
     write_text(dir, "pytorch_model.bin", "x");
     CHECK_ERR_MSG(forge_checkpoint_resolve(dir, resolved, sizeof resolved), FORGE_ERR_UNSUPPORTED,
                   "pytorch_model.bin", "safe_serialization=True");
+    /* a checkpoint's model.safetensors named directly is its directory; another file is refused as a file */
+    dir = test_tmpdir();
+    write_text(dir, "model.safetensors", "x");
+    char file[1200];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    CHECK_OK(forge_checkpoint_resolve(file, resolved, sizeof resolved));
+    CHECK_MSG(strcmp(resolved, dir) == 0, "resolved \"%s\", expected \"%s\"", resolved, dir);
+    snprintf(file, sizeof file, "%s/pytorch_model.bin", test_tmpdir());
+    FILE *pf = fopen(file, "w");
+    if (pf) fclose(pf);
+    CHECK_ERR_MSG(forge_checkpoint_resolve(file, resolved, sizeof resolved), FORGE_ERR_IO, "a file",
+                  "checkpoint directory");
     env_close(&e);
 }
 

@@ -1065,6 +1065,14 @@ static void test_eval(void) {
               r.loss, sum / (double)(n - 1));
     CHECK(fabs(r.perplexity - exp(r.loss)) <= 1e-9 * r.perplexity);
     CHECK(fabs(r.bits_per_byte - sum / log(2.0) / (double)bytes) <= 1e-6 * r.bits_per_byte);
+    /* a batch far wider than the text (13 windows): the same result, without a 1 << 20-row batch allocated */
+    forge_eval_result wide;
+    const size_t peak_before = forge_pool_get_stats(pool).peak_reserved;
+    CHECK_OK(forge_evaluate(m, tape, all, n, 1 << 20, T, bytes_of, V, NULL, &wide));
+    CHECK_MSG(wide.tokens == r.tokens && fabs(wide.loss - r.loss) <= 1e-6 * fabs(r.loss), "loss %.9g vs %.9g",
+              wide.loss, r.loss);
+    CHECK_MSG(forge_pool_get_stats(pool).peak_reserved <= peak_before + ((size_t)64 << 20),
+              "peak %zu bytes after %zu", forge_pool_get_stats(pool).peak_reserved, peak_before);
     /* sources: the first val shard alone is a prefix of the directory's tokens; a text file is its encoding */
     CHECK_OK(forge_shard_path(path, sizeof path, dir, "val", 0));
     CHECK_OK(forge_eval_load_tokens(path, tok, cfg.vocab_size, &one, &n_one, what, sizeof what));
@@ -1186,6 +1194,12 @@ static void test_early_stop(void) {
     char want[64];
     snprintf(want, sizeof want, "ckpt_%06d", a.best_val_step);
     CHECK_MSG(strcmp(name, want) == 0, "best names \"%s\", expected %s", name, want);
+    /* kept: the newest --keep-checkpoints (2) and best, nothing else (an earlier best is collected once it is not) */
+    int ckpts = 0;
+    DIR *d = opendir(dir_a);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) ckpts += strncmp(e->d_name, "ckpt_", 5) == 0;
+    if (d) closedir(d);
+    CHECK_MSG(ckpts <= 3, "%d checkpoints left in %s (keep 2 + best)", ckpts, dir_a);
     snprintf(path, sizeof path, "%s/%s/model.safetensors", dir_a, want);
     CHECK_MSG(access(path, F_OK) == 0, "%s is missing", path);
     CHECK(strstr(a.best_checkpoint, want) != NULL);

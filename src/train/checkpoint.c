@@ -675,6 +675,19 @@ forge_status forge_checkpoint_resolve(const char *path, char *out, size_t cap) {
                            "%s: holds pytorch_model.bin (a pickle) and no %s: forge reads safetensors only; save it "
                            "again with model.save_pretrained(DIR, safe_serialization=True)",
                            path, CKPT_MODEL_FILE);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        /* a checkpoint's model.safetensors named directly: its directory is the checkpoint */
+        const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+        if (strcmp(base, CKPT_MODEL_FILE) == 0) {
+            if (!slash) snprintf(out, cap, ".");
+            else snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+            return FORGE_OK;
+        }
+        return forge_error(FORGE_ERR_IO, "%s: a file; expected a run directory or a checkpoint directory (the one "
+                                         "holding %s)",
+                           path, CKPT_MODEL_FILE);
+    }
     return forge_error(FORGE_ERR_IO, "%s: not a run directory (no \"latest\" file) nor a checkpoint (no %s)",
                        path, CKPT_MODEL_FILE);
 }

@@ -150,8 +150,10 @@ forge_status forge_evaluate(forge_model *m, forge_tape *tape, const int32_t *tok
                            m->cfg.context_length);
     forge_backend *be = m->be;
     forge_pool *pool = forge_tape_pool(tape);
-    const size_t per = (size_t)B * T, predicted = n - 1;
-    const size_t windows = (predicted + (size_t)T - 1) / (size_t)T, batches = (windows + (size_t)B - 1) / (size_t)B;
+    const size_t predicted = n - 1, windows = (predicted + (size_t)T - 1) / (size_t)T;
+    /* a batch wider than the text holds rows of nothing but ignored targets: not allocated (the sums are the same) */
+    if ((size_t)B > windows) B = (int)windows;
+    const size_t per = (size_t)B * T, batches = (windows + (size_t)B - 1) / (size_t)B;
     int32_t *ids = malloc(per * sizeof *ids), *tg = malloc(per * sizeof *tg);
     float *losses = malloc(per * sizeof *losses);
     forge_tensor *d_ids = NULL, *d_tg = NULL;

@@ -746,7 +746,12 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         if ((o->ckpt_every > 0 && tr->state.step % o->ckpt_every == 0) || last || stopping || save_best)
             FORGE_TRY(save_checkpoint(tr));
         if (save_best) {
-            if (tr->rank == 0) FORGE_TRY(forge_checkpoint_set_best(o->out_dir, strrchr(tr->last_ckpt, '/') + 1));
+            if (tr->rank == 0) {
+                FORGE_TRY(forge_checkpoint_set_best(o->out_dir, strrchr(tr->last_ckpt, '/') + 1));
+                /* the save's collection kept the previous best, which it no longer is */
+                if (forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
+                    fprintf(tr->out, "note: old checkpoints not collected: %s\n", forge_error_message());
+            }
             snprintf(tr->best_ckpt, sizeof tr->best_ckpt, "%s", tr->last_ckpt);
         }
         if (stopping) {
@@ -770,7 +775,10 @@ static forge_status run(trainer *tr, forge_train_result *res) {
     snprintf(res->best_checkpoint, sizeof res->best_checkpoint, "%s", tr->best_ckpt);
     res->best_val_loss = tr->best_val;
     res->best_val_step = tr->best_step;
-    if (!o->quiet)
+    if (!o->quiet && res->steps_done == 0) /* a resumed run already at --steps: nothing trained, no loss to give */
+        fprintf(out, "done: nothing to train, the checkpoint is at step %d of %d | %s\n", tr->state.step, o->steps,
+                tr->last_ckpt);
+    else if (!o->quiet)
         fprintf(out, "done: %d steps in %.1fs (%.0f tok/s) | final loss %.4f (unigram entropy %.3f) | %s\n",
                 res->steps_done, elapsed, res->tokens_per_second, res->last_loss, h, tr->last_ckpt);
     if (!o->quiet && !isnan(tr->best_val))
