@@ -262,6 +262,11 @@ static int cmd_tokenizer(int argc, char **argv) {
         fputs(TOKENIZER_HELP, stderr);
         return 2;
     }
+    struct stat out_st;
+    if (stat(out, &out_st) == 0 && !S_ISDIR(out_st.st_mode))
+        return fail(forge_error(FORGE_ERR_ARG, "tokenizer train: --out %s exists and is not a directory: expected a "
+                                               "directory for encoder.json and vocab.bpe",
+                                out));
     forge_tokenizer *tok;
     int n_ids = 0; /* what the corpus gave: fewer than --vocab when it runs out of pairs to merge */
     s = forge_tokenizer_train(&tok, a.positional, a.n_positional, (int)vocab, 1);
@@ -1201,6 +1206,7 @@ static int cmd_init(int argc, char **argv, const char *argv0) {
     if (s == FORGE_OK) s = forge_backend_create(&be, FORGE_DEVICE_CPU, NULL);
     if (s == FORGE_OK) s = forge_pool_create(&pool, be);
     if (s == FORGE_OK) s = forge_model_create(&m, &cfg, pool, (uint64_t)seed);
+    if (s == FORGE_OK) s = forge_mkdir_p(out); /* its parents too, as train and tokenize make theirs */
     if (s == FORGE_OK) s = forge_checkpoint_save(out, m, NULL, NULL, NULL);
     if (s == FORGE_OK) printf("wrote %s/model.safetensors (%s, %zu parameters, seed %ld)\n", out, cfg.name,
                               m->n_elements, seed);

@@ -217,6 +217,8 @@ static void test_errors(void) {
                  "\"norm_eps\"", NULL);
     EXPECT_ERROR("{" GPT2_BASE ", \"d_model\": 64, \"n_heads\": 4, \"init_std\": -0.02}", FORGE_ERR_CONFIG,
                  "\"init_std\"", NULL);
+    EXPECT_ERROR("{" GPT2_BASE ", \"d_model\": 64, \"n_heads\": 4, \"init_std\": 5}", FORGE_ERR_CONFIG,
+                 "\"init_std\"", "(0, 1]");
     EXPECT_ERROR("{" GPT2_BASE ", \"d_model\": 64, \"n_heads\": 4, \"norm_eps\": 1e300}", FORGE_ERR_CONFIG,
                  "\"norm_eps\"", "finite");
     EXPECT_ERROR("{\"family\": \"gpt2\", \"vocab_size\": 2000000000, \"context_length\": 16,"

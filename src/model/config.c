@@ -426,8 +426,9 @@ forge_status forge_config_validate(const forge_model_config *c, const char *sour
     if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
         return forge_error(FORGE_ERR_CONFIG, "%s: key \"rope_theta\" must be > 0, got %g", src,
                            (double)c->rope_theta);
-    if (!(c->init_std > 0.0f) || !isfinite(c->init_std))
-        return forge_error(FORGE_ERR_CONFIG, "%s: key \"init_std\" must be > 0, got %g", src,
+    /* above 1 every logit of the first step overflows its softmax: no model is initialised that wide */
+    if (!(c->init_std > 0.0f) || !(c->init_std <= 1.0f))
+        return forge_error(FORGE_ERR_CONFIG, "%s: key \"init_std\" must be in (0, 1], got %g", src,
                            (double)c->init_std);
     if (c->bias != 0 && c->bias != 1)
         return forge_error(FORGE_ERR_CONFIG, "%s: key \"bias\" must be 0 or 1, got %d", src, c->bias);
