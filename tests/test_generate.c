@@ -354,21 +354,9 @@ static void test_greedy(int llama) {
     forge_tokenizer_free(tok);
 }
 
-/* The forge binary beside this test binary (build/forge for build/forge_tests), or NULL. */
-static const char *forge_binary(void) {
-    static char path[1024];
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
-    if (n <= 0) return NULL;
-    path[n] = 0;
-    char *slash = strrchr(path, '/');
-    if (!slash) return NULL;
-    strcpy(slash + 1, "forge");
-    return access(path, X_OK) == 0 ? path : NULL;
-}
-
 static void test_sample_cli(void) {
     TEST_CASE("forge sample: --ids on stdout as before, the tokens/s line last on stderr");
-    const char *forge = forge_binary();
+    const char *forge = test_forge_binary();
     if (!forge) {
         test_case_skip("no forge binary beside the test binary");
         return;
