@@ -3,6 +3,7 @@
  * the guards (finite checkpoints, option and state validation, config
  * conflicts) and the run directory (lock, collection, log cut, write errors). */
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -784,6 +785,26 @@ static void test_cli_resume_keeps_settings(void) {
     free(text);
 }
 
+/* On the CPU a micro-batch whose activations cannot fit the machine's memory is refused before anything is
+ * allocated (malloc would not refuse it; the kernel would kill the process). */
+static void test_host_memory_floor(void) {
+    TEST_CASE("train on the CPU refuses a micro-batch larger than the machine's memory, naming --batch");
+    if (!data_dir()) return;
+    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    const double per_seq = 32.0 * (320 + 4 * 32 * 2) * 4.0; /* TINY_GPT2 at T = 32: logits + 4 C a layer */
+    const double b = 2.0 * ram / per_seq + 1;
+    if (!(ram > 0) || b > (double)(INT_MAX / 64)) {
+        test_case_skip("this machine's memory is too large to exceed with an int batch");
+        return;
+    }
+    forge_train_options o;
+    base_options(&o, write_config(TINY_GPT2), test_tmpdir());
+    o.batch_size = (int)b;
+    o.seq_len = 32;
+    o.steps = 1;
+    CHECK_ERR_MSG(forge_train(&o, NULL), FORGE_ERR_OOM, "lower --batch", "GiB");
+}
+
 static void test_run_dir_consistency(void) {
     TEST_CASE("checkpoint tokenizer files are renamed into place (no temporary directory left)");
     if (!data_dir()) return;
@@ -1246,6 +1267,7 @@ void suite_train(void) {
     test_resume_tokenizer();
     test_run_settings_recorded();
     test_cli_resume_keeps_settings();
+    test_host_memory_floor();
     test_run_dir_consistency();
     test_early_stop();
     test_run_dir_lock();

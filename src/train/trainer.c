@@ -337,6 +337,25 @@ static const char *run_precision(const forge_runtime_options *r) {
     return r->device == FORGE_DEVICE_CUDA && r->matmul == FORGE_MATMUL_TF32 ? "tf32" : "fp32";
 }
 
+/* On the CPU a micro-batch that cannot fit is not refused by malloc (Linux overcommits): the kernel kills the
+ * process once the pages are touched. So a micro-batch whose activations certainly exceed the machine's memory is
+ * refused up front. The bound is a floor, never an estimate: the logits (B T V floats) and, per layer, at least four
+ * C-wide activations a token that the backward keeps (the block's input, its normalised input, the attention's
+ * output, the MLP's); the step needs more. (On a GPU the allocation itself fails and says so.) */
+static forge_status check_host_memory(const forge_model_config *cfg, int B, int T) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return FORGE_OK;
+    const double gib = 1073741824.0, ram = (double)pages * (double)page, tokens = (double)B * T;
+    const double logits = tokens * cfg->vocab_size * 4.0;
+    const double floor_bytes = logits + tokens * 4.0 * cfg->d_model * cfg->n_layers * 4.0;
+    if (floor_bytes <= ram) return FORGE_OK;
+    return forge_error(FORGE_ERR_OOM,
+                       "train: a micro-batch of batch %d x seq-len %d needs at least %.1f GiB of activations (the "
+                       "logits alone %.1f GiB), more than this machine's %.1f GiB: lower --batch (keep the step's "
+                       "size with --tokens-per-step) or --seq-len",
+                       B, T, floor_bytes / gib, logits / gib, ram / gib);
+}
+
 /* What every checkpoint of the run records so that a bare --resume continues the same run (checkpoint.h): the
  * resolved batch geometry, the schedule, AdamW, the evaluations and checkpoints, and --data as an absolute path
  * (the run may be resumed from another directory). */
@@ -482,6 +501,7 @@ static forge_status setup(trainer *tr, forge_model_config *cfg) {
     record_run_settings(&tr->state.run, o, tr->B, tr->T, tps);
 
     tr->runtime = o->runtime;
+    if (tr->runtime.device == FORGE_DEVICE_CPU) FORGE_TRY(check_host_memory(cfg, tr->B, tr->T));
     if (o->resume) FORGE_TRY(resume_precision(tr, ckpt_dir));
     FORGE_TRY(forge_backend_create(&tr->be, tr->runtime.device, &tr->runtime));
     FORGE_TRY(forge_pool_create(&tr->pool, tr->be));
