@@ -785,6 +785,38 @@ static void test_cli_resume_keeps_settings(void) {
     free(text);
 }
 
+/* A checkpoint whose embedded config is damaged is bad data (exit 1), named with its metadata key; a config file
+ * the user wrote stays a config error (exit 2). */
+static void test_damaged_embedded_config(void) {
+    TEST_CASE("checkpoint: a damaged embedded config is FORGE_ERR_DATA naming the file and \"forge_config\"");
+    if (!data_dir()) return;
+    forge_train_options o;
+    const char *out_dir = test_tmpdir();
+    base_options(&o, write_config(TINY_GPT2), out_dir);
+    o.steps = 1;
+    CHECK_OK(forge_train(&o, NULL));
+    char ckpt[1100], model[1200], copy[1300];
+    CHECK_OK(forge_checkpoint_resolve(out_dir, ckpt, sizeof ckpt));
+    snprintf(model, sizeof model, "%s/model.safetensors", ckpt);
+    snprintf(copy, sizeof copy, "%s.new", model);
+    forge_safetensors *st = NULL;
+    CHECK_OK(forge_safetensors_open(&st, model));
+    if (!st) return;
+    const int n = forge_safetensors_count(st);
+    forge_st_entry *e = malloc((size_t)(n > 0 ? n : 1) * sizeof *e);
+    const char *keys[8], *vals[8], *k, *v;
+    int nk = 0;
+    for (int i = 0; e && i < n; i++) e[i] = *forge_safetensors_entry(st, i);
+    for (int i = 0; nk < 8 && forge_safetensors_meta_at(st, i, &k, &v); i++)
+        keys[nk] = k, vals[nk++] = strcmp(k, "forge_config") == 0 ? "{\"family\": \"gpt2\", \"vocab_size\": " : v;
+    CHECK(e && forge_safetensors_write(copy, e, n, keys, vals, nk) == FORGE_OK);
+    forge_safetensors_close(st);
+    free(e);
+    CHECK(rename(copy, model) == 0);
+    forge_model_config cfg;
+    CHECK_ERR_MSG(forge_checkpoint_read_config(ckpt, &cfg), FORGE_ERR_DATA, "model.safetensors", "forge_config");
+}
+
 /* On the CPU a micro-batch whose activations cannot fit the machine's memory is refused before anything is
  * allocated (malloc would not refuse it; the kernel would kill the process). */
 static void test_host_memory_floor(void) {
@@ -1268,6 +1300,7 @@ void suite_train(void) {
     test_run_settings_recorded();
     test_cli_resume_keeps_settings();
     test_host_memory_floor();
+    test_damaged_embedded_config();
     test_run_dir_consistency();
     test_early_stop();
     test_run_dir_lock();

@@ -369,6 +369,7 @@ forge_status forge_checkpoint_read_config(const char *path, forge_model_config *
     char label[1300]; /* an error in the embedded config names the file and the metadata key holding it */
     snprintf(label, sizeof label, "%s (metadata \"forge_config\")", file);
     forge_status s = json ? forge_config_parse(cfg, json, label) : read_hf_config(file, cfg);
+    if (json && s == FORGE_ERR_CONFIG) s = FORGE_ERR_DATA; /* a damaged checkpoint, not a config the user wrote */
     forge_safetensors_close(st);
     return s;
 }
