@@ -299,23 +299,23 @@ static int exists(const char *dir, const char *name) {
     return access(path, F_OK) == 0;
 }
 
-/* Rewrites dir/state.safetensors with metadata key `key` set to `value` (NULL removes it) and, when
- * poison_tensor is set, that tensor's element 7 set to poison. */
-static void edit_state(const char *ckpt, const char *key, const char *value, const char *poison_tensor,
-                       float poison) {
+/* Rewrites the checkpoint's file (state.safetensors or model.safetensors) with metadata key `key` set to `value`
+ * (NULL removes it) and, when poison_tensor is set, that tensor's element 7 set to poison. */
+static void edit_ckpt_file(const char *ckpt, const char *file, const char *key, const char *value,
+                           const char *poison_tensor, float poison) {
     char path[1200];
-    snprintf(path, sizeof path, "%s/state.safetensors", ckpt);
+    snprintf(path, sizeof path, "%s/%s", ckpt, file);
     forge_safetensors *st;
     CHECK_OK(forge_safetensors_open(&st, path));
     if (!st) return;
     int n = forge_safetensors_count(st), nm = forge_safetensors_meta_count(st);
-    forge_st_entry e[4];
-    void *copies[4] = {0};
+    forge_st_entry *e = calloc((size_t)n + 1, sizeof *e);
+    void **copies = calloc((size_t)n + 1, sizeof *copies);
     const char *keys[16], *vals[16];
     int k = 0;
-    for (int i = 0; i < n && i < 4; i++) {
+    for (int i = 0; e && copies && i < n; i++) {
         e[i] = *forge_safetensors_entry(st, i);
-        copies[i] = malloc(e[i].bytes);
+        copies[i] = malloc(e[i].bytes ? e[i].bytes : 1);
         memcpy(copies[i], e[i].data, e[i].bytes);
         if (poison_tensor && strcmp(e[i].name, poison_tensor) == 0) memcpy((float *)copies[i] + 7, &poison, 4);
         e[i].data = copies[i];
@@ -330,11 +330,19 @@ static void edit_state(const char *ckpt, const char *key, const char *value, con
     }
     char *tmp = malloc(strlen(path) + 8);
     sprintf(tmp, "%s.edit", path);
-    CHECK_OK(forge_safetensors_write(tmp, e, n, keys, vals, k)); /* values point into the mapping */
+    CHECK(e && copies);
+    if (e && copies) CHECK_OK(forge_safetensors_write(tmp, e, n, keys, vals, k)); /* values point into the mapping */
     forge_safetensors_close(st);
     CHECK(rename(tmp, path) == 0);
     free(tmp);
-    for (int i = 0; i < 4; i++) free(copies[i]);
+    for (int i = 0; copies && i < n; i++) free(copies[i]);
+    free(copies);
+    free(e);
+}
+
+static void edit_state(const char *ckpt, const char *key, const char *value, const char *poison_tensor,
+                       float poison) {
+    edit_ckpt_file(ckpt, "state.safetensors", key, value, poison_tensor, poison);
 }
 
 /* A directory's ckpt_* entries, counted; the names joined into list (for messages). */
@@ -669,42 +677,18 @@ static void test_run_settings_recorded(void) {
           r.beta2 == o.beta2 && r.eps == o.eps);
     CHECK_MSG(abs && strcmp(r.data_dir, abs) == 0, "data_dir \"%s\", expected \"%s\"", r.data_dir, abs ? abs : "");
     free(abs);
+    /* a malformed value names the key */
+    edit_state(ckpt, "seq_len", "-16", NULL, 0);
+    CHECK_ERR_MSG(forge_checkpoint_read_settings(ckpt, &r, &planned), FORGE_ERR_DATA, "seq_len", "state.safetensors");
     /* the same state without the settings' keys: not recorded, the plan still read */
-    char state[1200];
-    snprintf(state, sizeof state, "%s/state.safetensors", ckpt);
-    forge_safetensors *st = NULL;
-    CHECK_OK(forge_safetensors_open(&st, state));
-    if (!st) return;
-    const char *keys[16], *vals[16];
-    int nk = 0;
-    const char *k, *v;
-    static const char *old_keys = " step total_steps loader_batches seed tokens_seen adamw_step precision ";
-    for (int i = 0; nk < 16 && forge_safetensors_meta_at(st, i, &k, &v); i++) {
-        char pad[64];
-        snprintf(pad, sizeof pad, " %s ", k);
-        if (strstr(old_keys, pad)) keys[nk] = k, vals[nk++] = v;
-    }
-    forge_st_entry e[2];
-    for (int i = 0; i < 2; i++) e[i] = *forge_safetensors_entry(st, i);
-    char copy[1300];
-    snprintf(copy, sizeof copy, "%s.old", state);
-    CHECK_OK(forge_safetensors_write(copy, e, 2, keys, vals, nk));
-    forge_safetensors_close(st);
-    CHECK(rename(copy, state) == 0);
+    static const char *const run_keys[] = {"batch_size",  "seq_len",      "tokens_per_step", "lr",
+                                           "warmup_frac", "min_lr_ratio", "weight_decay",    "grad_clip",
+                                           "beta1",       "beta2",        "eps",             "eval_every",
+                                           "eval_batches", "ckpt_every",  "keep_checkpoints", "early_stop",
+                                           "data_dir"};
+    for (size_t i = 0; i < sizeof run_keys / sizeof run_keys[0]; i++) edit_state(ckpt, run_keys[i], NULL, NULL, 0);
     CHECK_OK(forge_checkpoint_read_settings(ckpt, &r, &planned));
     CHECK(!r.recorded && planned == 3);
-    /* and a malformed value names the key */
-    CHECK_OK(forge_safetensors_open(&st, state));
-    if (!st) return;
-    nk = 0;
-    for (int i = 0; nk < 14 && forge_safetensors_meta_at(st, i, &k, &v); i++) keys[nk] = k, vals[nk++] = v;
-    keys[nk] = "batch_size", vals[nk++] = "2";
-    keys[nk] = "seq_len", vals[nk++] = "-16";
-    for (int i = 0; i < 2; i++) e[i] = *forge_safetensors_entry(st, i);
-    CHECK_OK(forge_safetensors_write(copy, e, 2, keys, vals, nk));
-    forge_safetensors_close(st);
-    CHECK(rename(copy, state) == 0);
-    CHECK_ERR_MSG(forge_checkpoint_read_settings(ckpt, &r, &planned), FORGE_ERR_DATA, "seq_len", "state.safetensors");
 }
 
 /* log.jsonl without its timings (each line cut at "tokens_per_s"): what two runs of the same training share */
@@ -795,24 +779,9 @@ static void test_damaged_embedded_config(void) {
     base_options(&o, write_config(TINY_GPT2), out_dir);
     o.steps = 1;
     CHECK_OK(forge_train(&o, NULL));
-    char ckpt[1100], model[1200], copy[1300];
+    char ckpt[1100];
     CHECK_OK(forge_checkpoint_resolve(out_dir, ckpt, sizeof ckpt));
-    snprintf(model, sizeof model, "%s/model.safetensors", ckpt);
-    snprintf(copy, sizeof copy, "%s.new", model);
-    forge_safetensors *st = NULL;
-    CHECK_OK(forge_safetensors_open(&st, model));
-    if (!st) return;
-    const int n = forge_safetensors_count(st);
-    forge_st_entry *e = malloc((size_t)(n > 0 ? n : 1) * sizeof *e);
-    const char *keys[8], *vals[8], *k, *v;
-    int nk = 0;
-    for (int i = 0; e && i < n; i++) e[i] = *forge_safetensors_entry(st, i);
-    for (int i = 0; nk < 8 && forge_safetensors_meta_at(st, i, &k, &v); i++)
-        keys[nk] = k, vals[nk++] = strcmp(k, "forge_config") == 0 ? "{\"family\": \"gpt2\", \"vocab_size\": " : v;
-    CHECK(e && forge_safetensors_write(copy, e, n, keys, vals, nk) == FORGE_OK);
-    forge_safetensors_close(st);
-    free(e);
-    CHECK(rename(copy, model) == 0);
+    edit_ckpt_file(ckpt, "model.safetensors", "forge_config", "{\"family\": \"gpt2\", \"vocab_size\": ", NULL, 0);
     forge_model_config cfg;
     CHECK_ERR_MSG(forge_checkpoint_read_config(ckpt, &cfg), FORGE_ERR_DATA, "model.safetensors", "forge_config");
 }
@@ -1248,11 +1217,8 @@ static void test_early_stop(void) {
     snprintf(want, sizeof want, "ckpt_%06d", a.best_val_step);
     CHECK_MSG(strcmp(name, want) == 0, "best names \"%s\", expected %s", name, want);
     /* kept: the newest --keep-checkpoints (2) and best, nothing else (an earlier best is collected once it is not) */
-    int ckpts = 0;
-    DIR *d = opendir(dir_a);
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) ckpts += strncmp(e->d_name, "ckpt_", 5) == 0;
-    if (d) closedir(d);
-    CHECK_MSG(ckpts <= 3, "%d checkpoints left in %s (keep 2 + best)", ckpts, dir_a);
+    char list[1200];
+    CHECK_MSG(list_checkpoints(dir_a, list, sizeof list) <= 3, "left in %s: %s (keep 2 + best)", dir_a, list);
     snprintf(path, sizeof path, "%s/%s/model.safetensors", dir_a, want);
     CHECK_MSG(access(path, F_OK) == 0, "%s is missing", path);
     CHECK(strstr(a.best_checkpoint, want) != NULL);
