@@ -280,8 +280,7 @@ extern "C" forge_status forge_flash_bf16_forward_wgmma_occupancy(int D, int *cta
         return FORGE_OK;
     }
     typedef fw_ov_cfg<128, 128> cfg128;
-    static kernel_attrs_once once128;
-    CUDA_TRY(kernel_attrs_set(&once128, (const void *)fw_fwd_ov_kernel<128, 128, true>, (int)cfg128::SMEM, 0));
+    FORGE_TRY((fw_ov_prepare<128, 128, true>()));
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, (const void *)fw_fwd_ov_kernel<128, 128, true>,
                                                            FW_THREADS, cfg128::SMEM));
     return FORGE_OK;

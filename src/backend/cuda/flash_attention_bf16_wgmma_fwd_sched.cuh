@@ -456,6 +456,14 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 
 /* ---- host ------------------------------------------------------------------------------------------- */
 
+/* fw_fwd_ov_kernel<D, BN, PP>'s shared-memory limit, once per context (one record per instantiation, shared by
+ * its launch and forge's occupancy query) */
+template <int D, int BN, bool PP> static forge_status fw_ov_prepare(void) {
+    static kernel_attrs_once once;
+    CUDA_TRY(kernel_attrs_set(&once, (const void *)fw_fwd_ov_kernel<D, BN, PP>, (int)fw_ov_cfg<D, BN>::SMEM, 0));
+    return FORGE_OK;
+}
+
 /* fw_fwd_ov_kernel<D, BN, PP> on the caller's stream (launched with PDL when pdl; `entry` named in errors), after
  * fw_forward_begin. persist: a grid of at most one CTA per SM walking fw_walk's items, else one CTA
  * per query tile. */
@@ -485,8 +493,7 @@ static forge_status fw_forward_sched(const forge_flash_shape *s, const void *q, 
     const float sl2 = (1.0f / sqrtf((float)D)) * FW_LOG2E;
     auto kern = fw_fwd_ov_kernel<D, BN, PP>;
     constexpr size_t smem = fw_ov_cfg<D, BN>::SMEM;
-    static kernel_attrs_once once; /* per instantiation: one kernel */
-    CUDA_TRY(kernel_attrs_set(&once, (const void *)kern, (int)smem, 0));
+    FORGE_TRY((fw_ov_prepare<D, BN, PP>()));
     CUDA_LAUNCH_TRY(forge_pdl_launch(kern, dim3(grid), FW_THREADS, smem, st, pdl, tq, tk, tv, to, (fw_bf16 *)out, lse,
                                      *s, sl2, persist ? 1 : 0),
                     PP ? "fw_fwd_ov_kernel<pingpong>" : "fw_fwd_ov_kernel<overlap>");
