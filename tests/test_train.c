@@ -737,17 +737,10 @@ static void test_cli_resume_keeps_settings(void) {
     char a[1200], b[1200];
     snprintf(a, sizeof a, "%s/full/ckpt_000006/model.safetensors", dir);
     snprintf(b, sizeof b, "%s/part/ckpt_000006/model.safetensors", dir);
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    CHECK_OK(forge_read_file(a, &x, &nx));
-    CHECK_OK(forge_read_file(b, &y, &ny));
-    CHECK_MSG(x && y && nx == ny && memcmp(x, y, nx) == 0, "%s differs from the uninterrupted run's", b);
-    free(x);
-    free(y);
+    CHECK_MSG(files_equal(a, b), "%s differs from the uninterrupted run's", b);
     snprintf(a, sizeof a, "%s/full/log.jsonl", dir);
     snprintf(b, sizeof b, "%s/part/log.jsonl", dir);
-    x = log_without_timings(a);
-    y = log_without_timings(b);
+    char *x = log_without_timings(a), *y = log_without_timings(b);
     CHECK_MSG(x && y && strcmp(x, y) == 0 && strstr(x, "val_loss"), "the logs differ:\n%s\n--\n%s", x ? x : "",
               y ? y : "");
     free(x);
