@@ -141,7 +141,9 @@ static int fhb_entry(const char *name, fhb_case *c, int bwd, int reps) {
 extern "C" int lab_bench_flash16_host(int argc, char **argv) {
     int reps = 0;
     if (lab_reps_args(argc, argv, "flash16-host", 30, 3, &reps)) return 2;
-    static const int shapes[][4] = {{16, 12, 1024, 64}, {64, 8, 1024, 64}, {8, 16, 4096, 128}};
+    /* issue 18's five shapes, as `forge bench attention` and lab/scripts/sdpa_b2b.py time them */
+    static const int shapes[][4] = {
+        {16, 12, 1024, 64}, {64, 6, 512, 64}, {64, 8, 1024, 64}, {16, 16, 2048, 128}, {8, 16, 4096, 128}};
     for (const auto &sh : shapes) {
         fhb_case c;
         memset(&c, 0, sizeof c);

@@ -7,27 +7,34 @@
 #      flash16-fwd-n32 with the tree, then with each variant;
 #   2. lab/scripts/sdpa_b2b.py (cuDNN's forward back to back and alone);
 #   3. scripts/device_attention_bench.sh (forge against cuDNN) again and again while S30_BUDGET seconds (default
-#      540, inside the device tool's 600) leave room for one more run as long as the last.
-# Logs go to $OUT; a short table is printed last (and saved as $OUT/s30-table.txt).
+#      540, inside the device tool's 600) leave room for one more run as long as the last, at most S30_MAX_RUNS
+#      (default 12); the loop ends at the first run without a result (the next would fail the same way).
+# A shorter call: S30_CHECKS (device_s17.sh's checks), S30_LABBENCH, S30_VARS, S30_B2B_TIMEOUT. The device tool
+# returns at most 8 files: every log goes into $OUT/s30-logs.tgz, the short table is printed last and saved as
+# $OUT/s30-table.txt.
 set -u
 O=${OUT:?set OUT}
 t0=$(date +%s)
+export LD_LIBRARY_PATH="$PWD/.carry/lib:/usr/local/cuda/lib64"
 budget=${S30_BUDGET:-540}
-mkdir -p "$O"
-OUT=$O FORGE_S17_CHECKS="gpu flash16 bench labquick labbench" FORGE_S17_ONLY="reset,gemm_tn" \
-    FORGE_S17_LABTEST=flash16 FORGE_S17_LABBENCH="flash16-host --reps 30;flash16-fwd-n32 --reps 50" \
-    VARS="${S30_VARS:-percall n32s11}" bash lab/scripts/device_variants.sh >/tmp/s30-variants.log 2>&1
-timeout 90 python3 lab/scripts/sdpa_b2b.py >/tmp/s30-b2b.log 2>&1
+L=/tmp/s30-logs
+mkdir -p "$O" "$L"
+OUT=$O FORGE_S17_CHECKS="${S30_CHECKS:-gpu flash16 bench labquick labbench}" FORGE_S17_ONLY="reset,gemm_tn" \
+    FORGE_S17_LABTEST=flash16 FORGE_S17_LABBENCH="${S30_LABBENCH:-flash16-host --reps 30;flash16-fwd-n32 --reps 50}" \
+    VARS="${S30_VARS:-percall n32s11}" bash lab/scripts/device_variants.sh >"$L/s30-variants.log" 2>&1
+timeout "${S30_B2B_TIMEOUT:-90}" python3 lab/scripts/sdpa_b2b.py >"$L/s30-b2b.log" 2>&1
 n=0 last=60
-while [ $(($(date +%s) - t0 + last + 15)) -lt "$budget" ]; do
+while [ $(($(date +%s) - t0 + last + 15)) -lt "$budget" ] && [ "$n" -lt "${S30_MAX_RUNS:-12}" ]; do
     n=$((n + 1))
     s=$(date +%s)
     FORGE_ATTN_ROUNDS=${S30_ROUNDS:-12} FORGE_ATTN_REPS=${S30_REPS:-8} timeout 200 bash scripts/device_attention_bench.sh \
-        >"/tmp/s30-attn$n.log" 2>&1
+        >"$L/s30-attn$n.log" 2>&1
     last=$(($(date +%s) - s))
+    grep -q "speed-up" "$L/s30-attn$n.log" || break
 done
-cp /tmp/s30-*.log "$O/" 2>/dev/null
-python3 - "$O" <<'EOF' | tee "$O/s30-table.txt"
+# what device_run.sh / device_variants.sh left in $OUT (logs, archives) joins the logs
+for f in "$O"/*; do [ -f "$f" ] && mv "$f" "$L/"; done
+python3 - "$L" <<'EOF' | tee "$O/s30-table.txt"
 import glob, os, re, sys
 o = sys.argv[1]
 def lines(path):
@@ -48,8 +55,8 @@ def show(title, keep):
         for l in ls:
             if keep(l):
                 print("  %-10s %s" % (name, l[:150]))
-show("== host exposure of a call timed alone (flash16-host; the D = 64 forward at (64,8,1024,64), (16,12,1024,64))",
-     lambda l: re.match(r"^forward \((64,8|16,12)", l) or "D = 64 forward's parameters" in l)
+show("== host exposure of a call timed alone (flash16-host, the forward at the five shapes)",
+     lambda l: l.startswith("forward (") or "D = 64 forward's parameters" in l)
 show("== the three-CTA D = 64 forward against forge's (flash16-fwd-n32)",
      lambda l: (l.startswith("B=") and "interleaved" in l) or l.startswith("CTAs per SM resident at D = 64"))
 print("== cuDNN's forward back to back / alone (sdpa_b2b.py)")
@@ -63,3 +70,4 @@ for p in sorted(glob.glob(os.path.join(o, "s30-attn*.log")), key=lambda p: int(r
     fb = [m.group(3) for m in r if m and m.group(1) == "fwd+bwd"]
     print("  %s: fwd %s | fwd+bwd %s" % (os.path.basename(p), ", ".join(fwd) or "no result", ", ".join(fb)))
 EOF
+tar czf "$O/s30-logs.tgz" -C "$L" .
