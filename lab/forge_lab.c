@@ -28,10 +28,6 @@ static const lab_command COMMANDS[] = {
      "forge's flash forward (two CTAs per SM) vs the one-CTA one at (16,12,1024,64), (64,6,512,64), (64,8,1024,64) "
      "[--reps N]",
      lab_bench_flash16_fwd_1cta},
-    {"bench flash16-fwd-n32",
-     "forge's flash forward vs the lab's D = 64 one on 32-key tiles and three CTAs per SM, interleaved, at "
-     "(16,12,1024,64), (64,6,512,64), (64,8,1024,64) [--reps N]",
-     lab_bench_flash16_fwd_n32},
     {"bench flash16-host",
      "the flash entries' host cost: enqueue time, a call alone vs back to back, and the host primitives they call "
      "[--reps N]",

@@ -111,15 +111,3 @@ extern "C" int lab_bench_flash16_fwd_1cta(int argc, char **argv) {
         if (f2b_shape(s[0], s[1], s[2], s[3], reps, lab_flash16_forward_1cta, "1cta")) return 1;
     return 0;
 }
-
-extern "C" int lab_bench_flash16_fwd_n32(int argc, char **argv) {
-    int reps = 0;
-    if (lab_reps_args(argc, argv, "flash16-fwd-n32", 50, 1, &reps)) return 2;
-    int ctas = 0, ctas3 = 0;
-    F2B_FORGE(forge_flash_bf16_forward_wgmma_occupancy(64, &ctas));
-    F2B_FORGE(lab_flash16_forward_n32_occupancy(&ctas3));
-    printf("CTAs per SM resident at D = 64: forge's forward %d (the design: 2), n32 %d (the design: 3)\n", ctas, ctas3);
-    for (const auto &s : F2B_SHAPES)
-        if (f2b_shape(s[0], s[1], s[2], s[3], reps, lab_flash16_forward_n32, "n32")) return 1;
-    return 0;
-}

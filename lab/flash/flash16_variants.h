@@ -46,13 +46,6 @@ forge_status lab_flash16_forward_sched(const forge_flash_shape *s, const void *q
 forge_status lab_flash16_forward_1cta(const forge_flash_shape *s, const void *q, const void *k, const void *v,
                                       void *out_bf16, float *lse, void *stream);
 
-/* forge's D = 64 forward with 32-key tiles on THREE CTAs per SM, no producer warp (lab/flash/flash16_fwd64_n32.cu):
- * the results contract of forge_flash_bf16_forward_wgmma at D = 64; FORGE_ERR_UNSUPPORTED at another D.
- * _occupancy: its resident CTAs per SM (the design: 3). */
-forge_status lab_flash16_forward_n32(const forge_flash_shape *s, const void *q, const void *k, const void *v,
-                                     void *out_bf16, float *lse, void *stream);
-forge_status lab_flash16_forward_n32_occupancy(int *ctas_per_sm);
-
 /* The wgmma backward with its dK/dV kernel named (lab/flash/flash16_bwd_dkdv.cu, whose header lists the
  * kernels; forge's dQ kernel with each): SPLIT (D = 128: the dK/dV kernel that splits the products between its
  * warpgroups, P^T handed over through shared memory; D = 64: forge's dK/dV kernel with its S-like products'

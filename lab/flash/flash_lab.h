@@ -28,13 +28,6 @@ extern "C"
 #endif
 int lab_bench_flash16_fwd_1cta(int argc, char **argv);
 
-/* `forge-lab bench flash16-fwd-n32 [--reps N]`: the same pairing with the lab's D = 64 forward on 32-key tiles and
- * three CTAs per SM (lab_flash16_forward_n32) in the 1cta kernel's place */
-#ifdef __cplusplus
-extern "C"
-#endif
-int lab_bench_flash16_fwd_n32(int argc, char **argv);
-
 /* `forge-lab bench flash16-host [--reps N]`: the flash entries' host cost and how much a call timed alone exposes
  * (lab/flash/bench_flash16_host.cu) */
 #ifdef __cplusplus

@@ -22,9 +22,6 @@
  *   variant (lab_flash16_backward_fused2*).
  * - flash16_forward_1cta.*: the one-CTA-per-SM forward without the softmax /
  *   P.V overlap (lab_flash16_forward_1cta) on every shape above.
- * - flash16_forward_n32.*: the D = 64 forward on 32-key tiles and three CTAs
- *   per SM (lab_flash16_forward_n32) on every shape above at D = 64 and on
- *   FW64_SHAPES / BW2_SHAPES; .refuse at D = 128; .occupancy: 3 CTAs per SM.
  * - flash16_forward_wgmma.*: forge's forward on FW64_SHAPES (a warpgroup or a
  *   CTA with no visible key, GQA with a tail tile, several ring rounds; its
  *   occupancy is checked by forge_gpu_tests --only flash16),
@@ -83,23 +80,6 @@ static void check_fwd_1cta(parity *P, fa_case *c) {
     forge_status st = FORGE_ERR_OOM;
     if (fa_case_fwd_out(P, c, &o)) st = lab_flash16_forward_1cta(&c->fs, c->q, c->k, c->v, o.out, o.lse, c->stream);
     fa_case_check_fwd(P, c, "flash16_forward_1cta", st, &o);
-}
-
-/* The D = 64 forward on 32-key tiles and three CTAs per SM (lab_flash16_forward_n32) at c's shape:
- * flash16_forward_n32.{out,lse} against float64 at D = 64, flash16_forward_n32.refuse (FORGE_ERR_UNSUPPORTED) at
- * another D */
-static void check_fwd_n32(parity *P, fa_case *c) {
-    if (c->fs.D != 64) {
-        static __attribute__((aligned(16))) char dummy[16];
-        const forge_status st = lab_flash16_forward_n32(&c->fs, dummy, dummy, dummy, dummy, (float *)dummy, c->stream);
-        report(P, st == FORGE_ERR_UNSUPPORTED, "flash16_forward_n32.refuse", c->shape, 0, 0,
-               st == FORGE_ERR_UNSUPPORTED ? NULL : "(expected FORGE_ERR_UNSUPPORTED)");
-        return;
-    }
-    fa_fwd_out o = {0};
-    forge_status st = FORGE_ERR_OOM;
-    if (fa_case_fwd_out(P, c, &o)) st = lab_flash16_forward_n32(&c->fs, c->q, c->k, c->v, o.out, o.lse, c->stream);
-    fa_case_check_fwd(P, c, "flash16_forward_n32", st, &o);
 }
 
 /* forge's wgmma forward (forge_flash_bf16_forward_wgmma; two CTAs per SM at D = 64, the scheduled kernel at
@@ -200,7 +180,6 @@ static void case_variants(parity *P, int B, int Tq, int Tk, int H, int Hkv, int 
         fa_case_check_fwd(P, &c, fwd_name[var], st, &o);
     }
     check_fwd_1cta(P, &c);
-    check_fwd_n32(P, &c);
 
     /* the backward variants on the mma.sync forward's out and lse */
     forge_status st = fa_case_forward_mma(P, &c);
@@ -452,7 +431,6 @@ static void case_fused(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
         return;
     }
     check_fwd_1cta(P, &c); /* its shapes are D = 64 ones too */
-    check_fwd_n32(P, &c);
     forge_status st = fa_case_forward_mma(P, &c);
     if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
     if (st != FORGE_OK) {
@@ -560,7 +538,6 @@ static void case_fwd64(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, 
     if (fa_case_init(P, &c, B, Tq, Tk, H, Hkv, D, packed)) {
         check_fwd_forge(P, &c);
         check_fwd_1cta(P, &c);
-        check_fwd_n32(P, &c);
         forge_status st = fa_case_forward_mma(P, &c);
         if (st == FORGE_OK) st = P->gpu->synchronize(P->gpu);
         if (st == FORGE_OK)
@@ -606,14 +583,6 @@ int lab_test_flash16(int argc, char **argv) {
     /* fw_walk at 512 / 480 units (>= 2 rounds on 132 SMs: bulk and tail), the second odd nqt with GQA */
     check_walk_bits(&P, 2, 2048, 32, 32);
     check_walk_bits(&P, 3, 1900, 20, 5);
-    {
-        int ctas = 0;
-        const forge_status os = lab_flash16_forward_n32_occupancy(&ctas);
-        char why[96];
-        snprintf(why, sizeof why, "(%d CTAs per SM, status %s; the design needs 3)", ctas, forge_status_name(os));
-        report(&P, os == FORGE_OK && ctas == 3, "flash16_forward_n32.occupancy", "D=64", (double)ctas, 0,
-               os == FORGE_OK && ctas == 3 ? NULL : why);
-    }
     for (size_t i = 0; i < sizeof BW2_SHAPES / sizeof BW2_SHAPES[0]; i++) {
         const int *s = BW2_SHAPES[i];
         case_fwd64(&P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);

@@ -288,8 +288,8 @@ __device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float 
 /* The CTA's query tile and head. Blocks start in launch order (blockIdx.x fastest over the grid (query tiles, H,
  * B)), and the grid runs the longest causal work first: every (b, h)'s last query tile, then every one's second to
  * last, ..., so it ends on short tiles: a CTA that starts late on a long tile leaves SMs idle at the end, which is
- * what each head's tiles in turn did (lab/notes/flash.md has the measurements, and the head groups tried). fw_fwd64_kernel and the lab's
- * three-CTA kernel use it. */
+ * what each head's tiles in turn did (lab/notes/flash.md has the measurements, and the head groups tried).
+ * fw_fwd64_kernel uses it. */
 __device__ __forceinline__ void fw64_tile_of(int H, int &q0, int &h, int &b) {
     const int nqt = (int)gridDim.x, heads = (int)(gridDim.y * gridDim.z);
     const int lin = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));

@@ -2,7 +2,7 @@
  * flash_wgmma_common.cuh: the device helpers the Hopper (sm_90a) bf16 flash
  * attention kernels share: the 3D TMA load of a (column, token, batch) tensor
  * map, the wgmma wrappers they use (S = A.B^T with both operands K-major in
- * shared memory, N = 32, 64 or 128; O += A.B with A bf16 fragments in registers
+ * shared memory, N = 64 or 128; O += A.B with A bf16 fragments in registers
  * and B MN-major, N = 64 or 128), the bf16 pair packing that turns an
  * accumulator into an A fragment (fw_pack, fw_to_a) and the store that keeps
  * overlapped work ahead of a wgmma wait (fw_pin_before_wait). Shared so that the
@@ -90,22 +90,8 @@ __device__ __forceinline__ void fw_wgmma_rs_n128(float (&d)[64], const uint32_t 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
-/* S (64 x 32 fp32) (+)= A (64x16, smem desc, K-major) . B (32x16, smem desc, K-major)^T (32-key tiles) */
-__device__ __forceinline__ void fw_wgmma_ss_n32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
 template <int BN> __device__ __forceinline__ void fw_qk(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, int sc) {
-    if constexpr (BN == 32)
-        fw_wgmma_ss_n32(d, desc_a, desc_b, sc);
-    else if constexpr (BN == 64)
+    if constexpr (BN == 64)
         fw_wgmma_ss_n64(d, desc_a, desc_b, sc);
     else
         fw_wgmma_ss_n128(d, desc_a, desc_b, sc);
