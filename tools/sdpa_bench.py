@@ -20,6 +20,8 @@ With --serve it is the baseline process of `forge bench attention --baseline "py
 (one backend, --backend, cuDNN by default): it prints "ready TORCH_VERSION" and answers, line by line on stdin,
   case B H T D fwd|fwdbwd SEED -> "ok ERR" / "garbage ERR" (inputs from SEED, checked as above, 10 warm-up runs)
   time N                       -> the median milliseconds of N runs, each with its own pair of CUDA events
+  b2b N                        -> the milliseconds per run of N runs queued back to back between one pair of
+                                  CUDA events (the kernels' own time once the host is ahead of the GPU)
   quit                         -> exits
 so forge and PyTorch alternate round by round in one call.
 
@@ -115,6 +117,20 @@ def time_case(torch, backend, once, reps):
     return statistics.median(times)
 
 
+def time_back_to_back(torch, backend, once, reps):
+    """Milliseconds per call of reps calls queued back to back between one pair of CUDA events."""
+    from torch.nn.attention import sdpa_kernel
+
+    with sdpa_kernel([backend]):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(reps):
+            once()
+        e.record()
+        e.synchronize()
+    return s.elapsed_time(e) / reps
+
+
 def run_case(torch, F, backend, mode, shape, reps, warmup, seed):
     B, H, T, D = shape
     once, status, err = make_case(torch, F, backend, mode, shape, seed)
@@ -149,6 +165,8 @@ def serve(backend_name):
                 print("failed " + str(exc).splitlines()[0][:200], flush=True)
         elif w[0] == "time" and once is not None:
             print(f"{time_case(torch, backend, once, int(w[1])):.6f}", flush=True)
+        elif w[0] == "b2b" and once is not None:
+            print(f"{time_back_to_back(torch, backend, once, int(w[1])):.6f}", flush=True)
         elif w[0] == "quit":
             return 0
         else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build_variant.sh NAME SOURCE FLAGS...: (build machine, repo root, after `make cuda lab`) forge-lab with SOURCE (a
 # .cu of libforge, e.g. src/backend/cuda/flash_attention_bf16_wgmma.cu, or of the lab, e.g.
-# lab/flash/flash16_fwd64_n32.cu) compiled with the tree's nvcc flags plus FLAGS (e.g. -DSOME_PROBE), for
+# lab/flash/flash16_fwd_1cta.cu) compiled with the tree's nvcc flags plus FLAGS (e.g. -DSOME_PROBE), for
 # lab/scripts/device_variants.sh: the object replaces the tree's on the link line (a lab object) or in a copy of
 # build/cuda/libforge.a (a libforge one); the binaries of TARGETS (default forge-lab; "forge-lab forge" for `forge
 # bench` too) are relinked with make's own link lines, stripped and gzipped into .carry/v/NAME/. The variant's ptxas

@@ -4,7 +4,7 @@
 # .carry/bin, libcjson in .carry/lib). Per kernel: duration, DRAM bytes read and written, L2 hit rate and bytes, grid,
 # registers, occupancy. Reports go to NCU_DIR (default $OUT); a short table is printed last. The carried binaries
 # (.carry/bin/*.gz, as scripts/device_prepare.sh packs them) are unpacked into build/cuda first.
-# ncu runs with --clock-control none (the device's method: never touch clocks).
+# ncu runs with --clock-control none (the device's method: never touch clocks). NCU_FORGE_ONLY=1: forge's kernels only.
 set -u
 D=${NCU_DIR:-${OUT:?set OUT}}
 mkdir -p "$D"
@@ -41,12 +41,14 @@ for shape in "64 8 1024 64" "64 6 512 64" "16 12 1024 64"; do
         build/cuda/forge bench attention --device cuda --reps 30 --results /tmp/ncu-sdpa-results \
         --only "flash_bf16_fwd_default@fwd B=$1 H=$2 T=$3" >"$D/ncu-forge-$tag.txt" 2>&1
     echo "forge $tag rc=$?"
+    [ "${NCU_FORGE_ONLY:-0}" = 1 ] && continue
     timeout 100 "$NCU" --clock-control none --metrics "$METRICS" -k "regex:sdpa|fmha|flash|attn|attention" \
         --launch-skip 8 --launch-count 1 python3 /tmp/ncu_sdpa_once.py "$@" >"$D/ncu-cudnn-$tag.txt" 2>&1
     echo "cudnn $tag rc=$?"
 done
 echo "== ncu: forge's forward and cuDNN's at the D = 64 shapes (one launch each, --clock-control none)"
 for f in "$D"/ncu-forge-*.txt "$D"/ncu-cudnn-*.txt; do
+    [ -e "$f" ] || continue
     awk -v file="$(basename "$f" .txt)" '
         /^  [A-Za-z_].*\(.*\)x\(.*\)/ { k = $1; sub(/[(<].*/, "", k); k = substr(k, 1, 40) }
         $1 ~ /^(gpu__time_duration|dram__bytes_read|dram__bytes_write|lts__t_sector_hit_rate|lts__t_bytes|sm__warps_active|launch__grid_size|launch__registers|launch__shared_mem|smsp__inst_executed)/ {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # device_s30.sh: the call planned in the twenty-third session (lab/notes/flash.md, "2026-12-04 twenty-third session",
 # items 1-5), on the GPU machine from the repo root with OUT set, carry [".carry/bin", ".carry/lib", ".carry/v"]
-# (variants percall and n32s11 built as the notes say). In order:
+# (variant percall built as the notes say; the n32 kernel and its bench left the lab at 46be5ac). In order:
 #   1. lab/scripts/device_variants.sh: forge_gpu_tests --only reset, --only gemm_tn, --only flash16, a recorded
 #      gpt2-124m bf16 step (forge bench train), forge-lab test flash16 --quick, forge-lab bench flash16-host and
-#      flash16-fwd-n32 with the tree, then with each variant;
+#      with the tree, then with each variant;
 #   2. lab/scripts/sdpa_b2b.py (cuDNN's forward back to back and alone);
 #   3. scripts/device_attention_bench.sh (forge against cuDNN) again and again while S30_BUDGET seconds (default
 #      540, inside the device tool's 600) leave room for one more run as long as the last, at most S30_MAX_RUNS
@@ -20,8 +20,8 @@ budget=${S30_BUDGET:-540}
 L=/tmp/s30-logs
 mkdir -p "$O" "$L"
 OUT=$O FORGE_S17_CHECKS="${S30_CHECKS:-gpu flash16 bench labquick labbench}" FORGE_S17_ONLY="reset,gemm_tn" \
-    FORGE_S17_LABTEST=flash16 FORGE_S17_LABBENCH="${S30_LABBENCH:-flash16-host --reps 30;flash16-fwd-n32 --reps 50}" \
-    VARS="${S30_VARS:-percall n32s11}" bash lab/scripts/device_variants.sh >"$L/s30-variants.log" 2>&1
+    FORGE_S17_LABTEST=flash16 FORGE_S17_LABBENCH="${S30_LABBENCH:-flash16-host --reps 30}" \
+    VARS="${S30_VARS:-percall}" bash lab/scripts/device_variants.sh >"$L/s30-variants.log" 2>&1
 timeout "${S30_B2B_TIMEOUT:-90}" python3 lab/scripts/sdpa_b2b.py >"$L/s30-b2b.log" 2>&1
 n=0 last=60
 while [ $(($(date +%s) - t0 + last + 15)) -lt "$budget" ] && [ "$n" -lt "${S30_MAX_RUNS:-12}" ]; do
@@ -57,17 +57,20 @@ def show(title, keep):
                 print("  %-10s %s" % (name, l[:150]))
 show("== host exposure of a call timed alone (flash16-host, the forward at the five shapes)",
      lambda l: l.startswith("forward (") or "D = 64 forward's parameters" in l)
-show("== the three-CTA D = 64 forward against forge's (flash16-fwd-n32)",
-     lambda l: (l.startswith("B=") and "interleaved" in l) or l.startswith("CTAs per SM resident at D = 64"))
 print("== cuDNN's forward back to back / alone (sdpa_b2b.py)")
 for l in lines(os.path.join(o, "s30-b2b.log")):
     if l.startswith("cudnn") or "Error" in l:
         print("  " + l[:160])
 print("== forge / cuDNN forward speed-up per attention_bench run (the bar: >= 1.10x at every shape)")
 for p in sorted(glob.glob(os.path.join(o, "s30-attn*.log")), key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0)):
-    r = [re.search(r"^(fwd|fwd\+bwd)\s+\(([^)]*)\).*speed-up ([0-9.]+)x", l) for l in lines(p)]
+    r = [re.search(r"^(fwd|fwd\+bwd)\s+\(([^)]*)\).*?speed-up ([0-9.]+)x", l) for l in lines(p)]
     fwd = ["(%s) %s" % (m.group(2).replace(" ", ""), m.group(3)) for m in r if m and m.group(1) == "fwd"]
     fb = [m.group(3) for m in r if m and m.group(1) == "fwd+bwd"]
+    q = [re.search(r"^(fwd|fwd\+bwd)\s.*back to back:.*speed-up ([0-9.]+)x", l) for l in lines(p)]
+    qf = [m.group(2) for m in q if m and m.group(1) == "fwd"]
+    qb = [m.group(2) for m in q if m and m.group(1) == "fwd+bwd"]
     print("  %s: fwd %s | fwd+bwd %s" % (os.path.basename(p), ", ".join(fwd) or "no result", ", ".join(fb)))
+    if qf:
+        print("  %s back to back: fwd %s | fwd+bwd %s" % (" " * len(os.path.basename(p)), ", ".join(qf), ", ".join(qb)))
 EOF
 tar czf "$O/s30-logs.tgz" -C "$L" .
