@@ -733,8 +733,9 @@ extern "C" forge_status forge_bench_attention_paired_cuda(FILE *out, const char 
     if (s == FORGE_OK)
         fprintf(out,
                 "== attention paired: forge's bf16 flash attention (forge_flash_bf16_forward, _backward) against "
-                "\"%s\" (%s) on %s, causal, H = Hkv, %d rounds of %d calls each side, each call timed alone and then %d "
-                "calls back to back; forge speed-up = baseline ms / forge ms per round, median [bootstrap 95%% CI]\n",
+                "\"%s\" (%s) on %s, causal, H = Hkv, %d rounds of %d calls each side, each call timed alone, then (where "
+                "the baseline answers b2b) %d calls back to back; forge speed-up = baseline ms / forge ms per round, "
+                "median [bootstrap 95%% CI]\n",
                 command, line + (line[5] ? 6 : 5), prop.name, rounds, per_round, per_round);
     const int nshapes = AB_N_SHAPES;
     int bad = 0;
