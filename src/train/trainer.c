@@ -243,7 +243,9 @@ static forge_status evaluate(trainer *tr, float *val_loss) {
     return FORGE_OK;
 }
 
-static forge_status save_checkpoint(trainer *tr) {
+/* best: the checkpoint is the run's best so far (early stop): marked before the collection, which keeps the best,
+ * so the previous best goes with the other old checkpoints */
+static forge_status save_checkpoint(trainer *tr, int best) {
     const forge_train_options *o = tr->o;
     char name[64], dir[1100];
     snprintf(name, sizeof name, "ckpt_%06d", tr->state.step);
@@ -272,6 +274,7 @@ static forge_status save_checkpoint(trainer *tr) {
     }
     FORGE_TRY(s);
     FORGE_TRY(forge_checkpoint_set_latest(o->out_dir, name));
+    if (best) FORGE_TRY(forge_checkpoint_set_best(o->out_dir, name));
     snprintf(tr->last_ckpt, sizeof tr->last_ckpt, "%s", dir);
     /* Keep the newest N (a checkpoint that turns out bad still has a predecessor), whatever earlier,
      * interrupted runs of this directory left behind. */
@@ -764,16 +767,8 @@ static forge_status run(trainer *tr, forge_train_result *res) {
         FORGE_TRY(log_flush(tr)); /* before the checkpoint: a checkpoint's steps are always in the log */
         const int save_best = o->early_stop > 0 && improved;
         if ((o->ckpt_every > 0 && tr->state.step % o->ckpt_every == 0) || last || stopping || save_best)
-            FORGE_TRY(save_checkpoint(tr));
-        if (save_best) {
-            if (tr->rank == 0) {
-                FORGE_TRY(forge_checkpoint_set_best(o->out_dir, strrchr(tr->last_ckpt, '/') + 1));
-                /* the save's collection kept the previous best, which it no longer is */
-                if (forge_run_dir_collect(o->out_dir, tr->state.step, o->keep_checkpoints) != FORGE_OK)
-                    fprintf(tr->out, "note: old checkpoints not collected: %s\n", forge_error_message());
-            }
-            snprintf(tr->best_ckpt, sizeof tr->best_ckpt, "%s", tr->last_ckpt);
-        }
+            FORGE_TRY(save_checkpoint(tr, save_best));
+        if (save_best) snprintf(tr->best_ckpt, sizeof tr->best_ckpt, "%s", tr->last_ckpt);
         if (stopping) {
             if (interrupted)
                 return forge_error(FORGE_ERR_INTERRUPTED,
