@@ -380,7 +380,7 @@ static void case_flash16_refuse(parity *P) {
 }
 
 /* forge's forwards resident as designed: two CTAs per SM at D = 64 (the shared-memory carveout kernel_attrs sets
- * once per context, and 96 registers), one at D = 128 */
+ * once per context, and the registers __launch_bounds__(FW64_THREADS, 2) caps), one at D = 128 */
 static void case_flash16_occupancy(parity *P) {
     for (int d = 64; d <= 128; d += 64) {
         int ctas = 0;
