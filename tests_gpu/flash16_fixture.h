@@ -239,8 +239,11 @@ static inline void fa_case_free(parity *P, fa_case *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* Inputs, reference, device inputs. Returns 1, or 0 after reporting a failure (call fa_case_free either way). */
-static inline int fa_case_init(parity *P, fa_case *c, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
+/* Inputs, reference, device inputs. Returns 1, or 0 after reporting a failure (call fa_case_free either way).
+ * shape_inputs, when given, rewrites the random bf16 inputs (c->hq / c->hk / c->hv and their float copies c->fq /
+ * c->fk / c->fv) before the reference and the upload. */
+static inline int fa_case_init_shaped(parity *P, fa_case *c, int B, int Tq, int Tk, int H, int Hkv, int D,
+                                      int packed, void (*shape_inputs)(fa_case *)) {
     memset(c, 0, sizeof *c);
     c->B = B, c->Tq = Tq, c->Tk = Tk, c->H = H, c->Hkv = Hkv, c->D = D, c->packed = packed;
     snprintf(c->shape, sizeof c->shape, "B=%d Tq=%d Tk=%d H=%d Hkv=%d D=%d %s", B, Tq, Tk, H, Hkv, D,
@@ -269,6 +272,7 @@ static inline int fa_case_init(parity *P, fa_case *c, int B, int Tq, int Tk, int
             c->fv[i] = bf2f(c->hv[i] = f2bf(rand_range(P, -1.0f, 1.0f)));
         }
     for (size_t i = 0; i < no; i++) c->fdo[i] = bf2f(c->hdo[i] = f2bf(rand_range(P, -1.0f, 1.0f)));
+    if (shape_inputs) shape_inputs(c);
 
     fa_ref_in in = {B, Tq, Tk, H, Hkv, D, c->qs, c->ks, c->ks, c->fq, packed ? c->fq + (size_t)H * D : c->fk,
                     packed ? c->fq + (size_t)(H + Hkv) * D : c->fv, c->fdo};
@@ -293,6 +297,10 @@ static inline int fa_case_init(parity *P, fa_case *c, int B, int Tq, int Tk, int
     c->fs = fs;
     c->stream = forge_cuda_backend_stream(P->gpu);
     return 1;
+}
+
+static inline int fa_case_init(parity *P, fa_case *c, int B, int Tq, int Tk, int H, int Hkv, int D, int packed) {
+    return fa_case_init_shaped(P, c, B, Tq, Tk, H, Hkv, D, packed, NULL);
 }
 
 /* The mma.sync forward by name (forge_flash_bf16_forward_mma) into c->gout, c->glse (NaN-poisoned first):

@@ -10,7 +10,9 @@
  * - flash16_backward_into.*: the Hopper backward storing bf16 gradients at padded strides (written and added),
  *   bitwise rn(old + d) of its fp32 gradients d;
  * - flash16_rowstats.*: the Hopper backward's packed row statistics (lse*log2e, delta, zero padding) bitwise;
- * - flash16_default.*: forge_flash_bf16_forward / _backward as a caller gets them.
+ * - flash16_default.*: forge_flash_bf16_forward / _backward as a caller gets them;
+ * - flash16_forward_wgmma.rising.*: the Hopper forward on scores that rise along the keys (the D = 64 forward's
+ *   fallback from its fixed softmax reference).
  * Head dims without a compiled tile are refused (*.refuse); flash16_forward_wgmma.occupancy: the runtime keeps 2 of
  * the forward's CTAs per SM at D = 64, 1 at D = 128 (the design's premise). flash16_op_fallback.*: the backend entry's backward
  * where the tensor-core kernels refuse a layout at head size 64 (its fallback, in a buffer of its own). The variants (the 128-row mma.sync forward, the
@@ -361,6 +363,44 @@ void case_flash16(parity *P, int B, int Tq, int Tk, int H, int Hkv, int D, int p
     fa_case_free(P, &c);
 }
 
+/* Scores that rise along the keys: q's first column 1 and k's first column RISE * key, so a row's scores climb by
+ * RISE * 64 * log2(e) / sqrt(D) log2 units a 64-key tile. The D = 64 forward exponentiates a row's later tiles
+ * against its first tile's max while they stay below 2^32 of it (fw_tile_ref): RISE 4 (46 log2 units a tile at
+ * D = 64) passes that bound every tile; 0.48 (5.5 a tile) in the seventh tile, after five tiles on the fast path
+ * with P up to 2^28, and an eighth tile on the fast path again against the raised max. */
+static float fa_rise;
+static void fa_shape_rising(fa_case *c) {
+    for (int b = 0; b < c->B; b++)
+        for (int t = 0; t < c->Tq; t++)
+            for (int h = 0; h < c->H; h++) {
+                const size_t i = ((size_t)b * c->Tq + t) * (size_t)c->qs + (size_t)h * c->D;
+                c->fq[i] = bf2f(c->hq[i] = f2bf(1.0f));
+            }
+    for (int b = 0; b < c->B; b++)
+        for (int t = 0; t < c->Tk; t++)
+            for (int h = 0; h < c->Hkv; h++) {
+                const size_t i = ((size_t)b * c->Tk + t) * (size_t)c->ks + (size_t)h * c->D;
+                c->fk[i] = bf2f(c->hk[i] = f2bf(fa_rise * (float)t));
+            }
+}
+
+static void case_flash16_rising(parity *P, int D, float rise) {
+    fa_case c;
+    fa_rise = rise;
+    if (!fa_case_init_shaped(P, &c, 1, 450, 450, 2, 2, D, 0, fa_shape_rising)) {
+        fa_case_free(P, &c);
+        return;
+    }
+    const size_t used = strlen(c.shape);
+    snprintf(c.shape + used, sizeof c.shape - used, ", scores rising %g a key", (double)rise);
+    fa_fwd_out fo = {0};
+    const forge_status st = fa_case_fwd_out(P, &c, &fo)
+                                ? forge_flash_bf16_forward_wgmma(&c.fs, c.q, c.k, c.v, fo.out, fo.lse, c.stream, 0)
+                                : FORGE_ERR_OOM;
+    fa_case_check_fwd(P, &c, "flash16_forward_wgmma.rising", st, &fo);
+    fa_case_free(P, &c);
+}
+
 /* head dims without a compiled tile are refused with FORGE_ERR_UNSUPPORTED */
 static void case_flash16_refuse(parity *P) {
     forge_flash_shape fs = fa_refuse_shape();
@@ -436,6 +476,10 @@ void run_flash16_cases(parity *P) {
         const int *s = FA_CASE_SHAPES[i];
         if (P->quick && s[1] > 300) continue;
         case_flash16(P, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
+    }
+    for (int d = 64; d <= 128; d += 64) {
+        case_flash16_rising(P, d, 4.0f);
+        case_flash16_rising(P, d, 0.48f);
     }
     case_flash16_refuse(P);
     case_flash16_occupancy(P);

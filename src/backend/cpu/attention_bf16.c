@@ -10,9 +10,11 @@
  *   s_j = scale * (q_i . k_j),  m = max_j s_j,  l = sum_j exp(s_j - m)
  *   out_i = rn( (sum_j rn(exp(s_j - m)) v_j) / l ),  lse_i = m + log(l)
  * P is rounded for P.V with the FINAL row max; the GPU's online softmax
- * rounds exp(s_j - m_running) instead, so the two differ by the bf16 rounding
- * of P (bounded in the op_list.h entry), not bit for bit. l sums the
- * unrounded exponentials, as the kernels do.
+ * rounds exp(s_j - m_ref) instead, m_ref the running max (the D = 64 Hopper
+ * forward: the row's first-tile max while later tiles stay within 2^32 of
+ * it), so the two differ by the bf16 rounding of P (bounded in the op_list.h
+ * entry), not bit for bit. l sums the unrounded exponentials, as the kernels
+ * do.
  *
  * Backward, P recomputed from the saved lse (fp32):
  *   D_i   = dO_i . O_i

@@ -44,7 +44,10 @@
  *   key step kk starts at (kk/4)*(D/64)*8 KiB + (kk%4)*2 KiB (wgmma_desc_mn).
  * - Softmax in the log2 domain with scale*log2(e) folded into one FMA, row
  *   max/sum over the quad (shfl 1, 2); a row max of -inf is used as 0 so exp2
- *   never sees inf - inf; lse natural log, -inf for rows that see no key.
+ *   never sees inf - inf; lse natural log, -inf for rows that see no key. At
+ *   D = 64 only a row's first tile takes its max: later tiles exponentiate
+ *   against it and fall back to the exact online softmax only when a P would
+ *   pass 2^32 (fw_tile_ref).
  * - Causal: a CTA stops at its last visible key tile; a warpgroup whose 64
  *   rows see none of a tile skips its MMAs but still releases the stage;
  *   only tiles straddling the diagonal or Tk evaluate the mask.
@@ -174,13 +177,19 @@ __global__ void __launch_bounds__(FW64_THREADS, 2)
      * later one (a negative numerator truncates toward 0: every tile masked, which is safe) */
     const int first_masked = min((wrow0 + diag + 1) / BN, s.Tk / BN);
 
-    for (int t = 0; t < nt; t++) {
+    /* tile 0 sets each row's reference (its max); later tiles exponentiate against it (fw_tile_ref) */
+    auto tile = [&](int t, bool ref) {
         mbar_wait(bars + 8 * stage, phase);
         const uint32_t kt = sring + stage * cfg::STAGE_BYTES, vt = kt + cfg::KV_BYTES;
-        fw_tile<D, BN>(o, m, l, qa, kt, vt, t >= first_masked, t * BN, row_lo, diag, s.Tk, tq, sl2);
+        if (ref)
+            fw_tile_ref<D, BN>(o, m, l, qa, kt, vt, t >= first_masked, t * BN, row_lo, diag, s.Tk, tq, sl2, c);
+        else
+            fw_tile<D, BN>(o, m, l, qa, kt, vt, t >= first_masked, t * BN, row_lo, diag, s.Tk, tq, sl2);
         release(stage);
         advance();
-    }
+    };
+    if (nt > 0) tile(0, false);
+    for (int t = 1; t < nt; t++) tile(t, true);
     /* tiles this warpgroup's rows do not see: every warpgroup waits for every stage, used or not, so no warp can
      * run a ring round ahead and arrive on an empty barrier's next phase early */
     for (int t = nt; t < ntiles; t++) {

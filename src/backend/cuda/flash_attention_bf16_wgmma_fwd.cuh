@@ -34,7 +34,9 @@ extern "C" {
 #define FW_CONSUMER_WARPS 8
 #define FW_LOG2E 1.4426950408889634f
 #define FW_LN2 0.6931471805599453f
-#define FW_OUT_BAR 3 /* named barriers 3 (consumer warpgroup 0) and 4 (1): fw_wg_bar_sync */
+#define FW_OUT_BAR 3  /* named barriers 3 (consumer warpgroup 0) and 4 (1): fw_wg_bar_sync */
+#define FW_VOTE_BAR 5 /* named barriers 5 (consumer warpgroup 0) and 6 (1): fw_wg_any (the D = 64 kernel's; the
+                       * D = 128 kernel, which does not vote, has its FW_KFREE_BAR there) */
 
 typedef unsigned short fw_bf16;
 
@@ -275,6 +277,91 @@ __device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float 
             o[4 * n + 2 * r] *= alpha;
             o[4 * n + 2 * r + 1] *= alpha;
         }
+    }
+    uint32_t pa[BN / 16][4];
+    fw_to_a<BN>(pa, sc);
+    wgmma_fence(); /* o and pa were written by ordinary instructions */
+    fw_issue_pv<D, BN>(o, pa, vt);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+}
+
+/* A tile's exponentials may reach 2^32 of a row's reference before fw_tile_ref falls back to the exact max: P, l
+ * and O then stay in bf16 / fp32 range while Tk * max|v| < 2^95. */
+#define FW_REF_CAP 4294967296.0f
+
+/* Whether `bad` holds in any thread of consumer warpgroup c: a reduction over its 128 threads on named barrier
+ * FW_VOTE_BAR + c, which every thread of the warpgroup reaches. */
+__device__ __forceinline__ bool fw_wg_any(bool bad, int c) {
+    uint32_t any;
+    if (c == 0)
+        asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\tbar.red.or.pred p, %2, 128, q;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(any)
+                     : "r"((uint32_t)bad), "n"(FW_VOTE_BAR)
+                     : "memory");
+    else
+        asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\tbar.red.or.pred p, %2, 128, q;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(any)
+                     : "r"((uint32_t)bad), "n"(FW_VOTE_BAR + 1)
+                     : "memory");
+    return any != 0;
+}
+
+/* One K/V tile of consumer warpgroup c after a row's first (fw_tile set m to that tile's max): the softmax against
+ * the fixed reference m, P = exp2(s * sl2 - m), with no row max, quad shuffles, factor alpha or O rescale in the
+ * tile. It is the same softmax (out = sum P v / sum P for any reference; lse = m + log2 l); only the point where P
+ * is rounded to bf16 moves. The exponentials start as soon as S lands; their per-thread sums, which l needs anyway,
+ * say whether every P stayed below FW_REF_CAP (inf and NaN fail, and so does a reference still -inf: nothing
+ * visible yet). If not in some thread, the warpgroup (S is its collective product) issues S again from the K tile,
+ * still in its stage, and runs the exact online softmax, which raises m to the new max and rescales O and l. A row
+ * whose later scores rise 32 log2 units (22 nats) above its first tile's max takes that path once per such rise.
+ * 1.04-1.06x the D = 64 forward with the exact max every tile; a per-thread max test before the exponentials in
+ * place of the vote gained 0-1.5% (lab/notes/flash.md, 2026-12-05). */
+template <int D, int BN>
+__device__ __forceinline__ void fw_tile_ref(float (&o)[D / 2], float (&m)[2], float (&l)[2], uint32_t qa, uint32_t kt,
+                                            uint32_t vt, bool masked, int k0, int row_lo, int diag, int Tk, int tq,
+                                            float sl2, int c) {
+    float sc[BN / 2];
+    wgmma_fence();
+    fw_issue_qk<D, BN>(sc, qa, kt);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(sc);
+    if (masked) fw_mask<BN>(sc, k0, row_lo, diag, Tk, tq);
+    float ts[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int n = 0; n < BN / 8; n++) {
+            sc[4 * n + 2 * r] = fw_ex2(fmaf(sc[4 * n + 2 * r], sl2, -m[r]));
+            sc[4 * n + 2 * r + 1] = fw_ex2(fmaf(sc[4 * n + 2 * r + 1], sl2, -m[r]));
+            const float pair = sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
+            ts[r] = n == 0 ? pair : ts[r] + pair;
+        }
+    const bool bad = !(ts[0] <= FW_REF_CAP && ts[1] <= FW_REF_CAP) || m[0] == -INFINITY || m[1] == -INFINITY;
+    if (fw_wg_any(bad, c)) {
+        wgmma_fence();
+        fw_issue_qk<D, BN>(sc, qa, kt);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(sc);
+        if (masked) fw_mask<BN>(sc, k0, row_lo, diag, Tk, tq);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float alpha;
+            fw_softmax_row<BN>(sc, m[r], l[r], alpha, r, sl2);
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[4 * n + 2 * r] *= alpha;
+                o[4 * n + 2 * r + 1] *= alpha;
+            }
+        }
+    } else {
+        l[0] += ts[0];
+        l[1] += ts[1];
     }
     uint32_t pa[BN / 16][4];
     fw_to_a<BN>(pa, sc);
