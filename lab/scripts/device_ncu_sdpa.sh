@@ -2,8 +2,9 @@
 # device_ncu_sdpa.sh: Nsight Compute over forge's bf16 flash forward and cuDNN's (PyTorch SDPA, CUDNN_ATTENTION) at
 # the D = 64 shapes where their kernels are closest (issue 18), on the GPU machine from the repo root (binaries in
 # .carry/bin, libcjson in .carry/lib). Per kernel: duration, DRAM bytes read and written, L2 hit rate and bytes, grid,
-# registers, occupancy. Reports go to NCU_DIR (default $OUT); a short table is printed last. The carried binaries
-# (.carry/bin/*.gz, as scripts/device_prepare.sh packs them) are unpacked into build/cuda first.
+# registers, occupancy, tensor pipe busy, MUFU (xu) and issue slots used. Reports go to NCU_DIR (default $OUT); a
+# short table is printed last. The carried binaries (.carry/bin/*.gz, as scripts/device_prepare.sh packs them) are
+# unpacked into build/cuda first.
 # ncu runs with --clock-control none (the device's method: never touch clocks). NCU_FORGE_ONLY=1: forge's kernels only.
 set -u
 D=${NCU_DIR:-${OUT:?set OUT}}
@@ -21,6 +22,8 @@ METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t
 METRICS=$METRICS,lts__t_bytes.sum
 METRICS=$METRICS,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size
 METRICS=$METRICS,launch__registers_per_thread,launch__shared_mem_per_block_dynamic,smsp__inst_executed.sum
+METRICS=$METRICS,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+METRICS=$METRICS,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_issued.avg.pct_of_peak_sustained_active
 cat >/tmp/ncu_sdpa_once.py <<'EOF'
 import sys
 import torch
@@ -51,7 +54,7 @@ for f in "$D"/ncu-forge-*.txt "$D"/ncu-cudnn-*.txt; do
     [ -e "$f" ] || continue
     awk -v file="$(basename "$f" .txt)" '
         /^  [A-Za-z_].*\(.*\)x\(.*\)/ { k = $1; sub(/[(<].*/, "", k); k = substr(k, 1, 40) }
-        $1 ~ /^(gpu__time_duration|dram__bytes_read|dram__bytes_write|lts__t_sector_hit_rate|lts__t_bytes|sm__warps_active|launch__grid_size|launch__registers|launch__shared_mem|smsp__inst_executed)/ {
+        $1 ~ /^(gpu__time_duration|dram__bytes_read|dram__bytes_write|lts__t_sector_hit_rate|lts__t_bytes|sm__warps_active|launch__grid_size|launch__registers|launch__shared_mem|smsp__inst_executed|sm__pipe_tensor_op_hmma|sm__inst_executed_pipe_xu|sm__inst_issued)/ {
             n = $1; sub(/\..*/, "", n)
             v[n] = NF >= 3 ? $NF " " $(NF - 1) : $NF
         }
