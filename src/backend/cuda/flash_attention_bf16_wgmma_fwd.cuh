@@ -254,20 +254,23 @@ __device__ __forceinline__ void fw_softmax_row(float (&sc)[BN / 2], float &m, fl
     l = l * alpha + sum;
 }
 
-/* One K/V tile of a consumer warpgroup (K at kt, V at vt; keys k0..): S = Q.K^T, the mask where `masked`, the online
- * softmax of the thread's two rows with O rescaled, O += P.V; waits for both products. fw_fwd64_kernel and the
- * lab's one-CTA kernel run it (the scheduled kernel splits it around its two waits). */
+/* The steps of a K/V tile (K at kt, V at vt; keys k0..) that fw_tile and fw_tile_ref share. fw_s_tile: S = Q.K^T
+ * waited for, the mask where `masked`. */
 template <int D, int BN>
-__device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float (&l)[2], uint32_t qa, uint32_t kt,
-                                        uint32_t vt, bool masked, int k0, int row_lo, int diag, int Tk, int tq,
-                                        float sl2) {
-    float sc[BN / 2];
+__device__ __forceinline__ void fw_s_tile(float (&sc)[BN / 2], uint32_t qa, uint32_t kt, bool masked, int k0,
+                                          int row_lo, int diag, int Tk, int tq) {
     wgmma_fence();
     fw_issue_qk<D, BN>(sc, qa, kt);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
     if (masked) fw_mask<BN>(sc, k0, row_lo, diag, Tk, tq);
+}
+
+/* the online softmax of the thread's two rows in place, O rescaled by each row's alpha */
+template <int D, int BN>
+__device__ __forceinline__ void fw_softmax_rescale(float (&sc)[BN / 2], float (&o)[D / 2], float (&m)[2],
+                                                   float (&l)[2], float sl2) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float alpha;
@@ -278,6 +281,11 @@ __device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float 
             o[4 * n + 2 * r + 1] *= alpha;
         }
     }
+}
+
+/* O += P.V with P = sc packed to bf16, waited for */
+template <int D, int BN>
+__device__ __forceinline__ void fw_pv_tile(float (&o)[D / 2], const float (&sc)[BN / 2], uint32_t vt) {
     uint32_t pa[BN / 16][4];
     fw_to_a<BN>(pa, sc);
     wgmma_fence(); /* o and pa were written by ordinary instructions */
@@ -285,6 +293,19 @@ __device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float 
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(o);
+}
+
+/* One K/V tile of a consumer warpgroup: S = Q.K^T, the mask where `masked`, the online softmax of the thread's two
+ * rows with O rescaled, O += P.V; waits for both products. fw_fwd64_kernel (a row's first tile) and the lab's
+ * one-CTA kernel run it (the scheduled kernel splits it around its two waits). */
+template <int D, int BN>
+__device__ __forceinline__ void fw_tile(float (&o)[D / 2], float (&m)[2], float (&l)[2], uint32_t qa, uint32_t kt,
+                                        uint32_t vt, bool masked, int k0, int row_lo, int diag, int Tk, int tq,
+                                        float sl2) {
+    float sc[BN / 2];
+    fw_s_tile<D, BN>(sc, qa, kt, masked, k0, row_lo, diag, Tk, tq);
+    fw_softmax_rescale<D, BN>(sc, o, m, l, sl2);
+    fw_pv_tile<D, BN>(o, sc, vt);
 }
 
 /* A tile's exponentials may reach 2^32 of a row's reference before fw_tile_ref falls back to the exact max: P, l
@@ -325,12 +346,7 @@ __device__ __forceinline__ void fw_tile_ref(float (&o)[D / 2], float (&m)[2], fl
                                             uint32_t vt, bool masked, int k0, int row_lo, int diag, int Tk, int tq,
                                             float sl2, int c) {
     float sc[BN / 2];
-    wgmma_fence();
-    fw_issue_qk<D, BN>(sc, qa, kt);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(sc);
-    if (masked) fw_mask<BN>(sc, k0, row_lo, diag, Tk, tq);
+    fw_s_tile<D, BN>(sc, qa, kt, masked, k0, row_lo, diag, Tk, tq);
     float ts[2];
 #pragma unroll
     for (int r = 0; r < 2; r++)
@@ -343,33 +359,13 @@ __device__ __forceinline__ void fw_tile_ref(float (&o)[D / 2], float (&m)[2], fl
         }
     const bool bad = !(ts[0] <= FW_REF_CAP && ts[1] <= FW_REF_CAP) || m[0] == -INFINITY || m[1] == -INFINITY;
     if (fw_wg_any(bad, c)) {
-        wgmma_fence();
-        fw_issue_qk<D, BN>(sc, qa, kt);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(sc);
-        if (masked) fw_mask<BN>(sc, k0, row_lo, diag, Tk, tq);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float alpha;
-            fw_softmax_row<BN>(sc, m[r], l[r], alpha, r, sl2);
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[4 * n + 2 * r] *= alpha;
-                o[4 * n + 2 * r + 1] *= alpha;
-            }
-        }
+        fw_s_tile<D, BN>(sc, qa, kt, masked, k0, row_lo, diag, Tk, tq);
+        fw_softmax_rescale<D, BN>(sc, o, m, l, sl2);
     } else {
         l[0] += ts[0];
         l[1] += ts[1];
     }
-    uint32_t pa[BN / 16][4];
-    fw_to_a<BN>(pa, sc);
-    wgmma_fence(); /* o and pa were written by ordinary instructions */
-    fw_issue_pv<D, BN>(o, pa, vt);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(o);
+    fw_pv_tile<D, BN>(o, sc, vt);
 }
 
 /* The CTA's query tile and head. Blocks start in launch order (blockIdx.x fastest over the grid (query tiles, H,
